@@ -1,0 +1,47 @@
+# fastloader: `make demo` (the main job on a built-in sample) and `make test` set themselves up.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+DEPS_STAMP := $(VENV)/.deps-installed
+BUILD_STAMP := $(VENV)/.fastloader-built
+NATIVE_SOURCES := $(wildcard csrc/*.cpp csrc/*.h) CMakeLists.txt pyproject.toml
+
+.PHONY: install test test-native test-fallback lint demo bench clean
+
+install: $(BUILD_STAMP)
+
+# torch is pinned to 2.13.0: the CPU build that lies on this machine's disk (any other request
+# downloads a multi-GB CUDA build). Build tools go in the venv so rebuilds skip build isolation
+# and reuse build/ incrementally.
+$(DEPS_STAMP):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q "scikit-build-core>=0.10" "nanobind>=2.0" ninja cmake
+	touch $@
+
+$(BUILD_STAMP): $(DEPS_STAMP) $(NATIVE_SOURCES)
+	$(PIP) install -q --no-build-isolation -e '.[test,bench]'
+	touch $@
+
+test: install
+	$(MAKE) --no-print-directory test-native
+	$(MAKE) --no-print-directory test-fallback
+
+test-native: install
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# The same suite through the Pillow/numpy fallback, as if the extension had not been built.
+test-fallback: install
+	FASTLOADER_DISABLE_NATIVE=1 $(PY) -m pytest -q -p no:cacheprovider tests
+
+lint: install
+	$(PY) -m ruff check src tests benchmarks tools
+	$(PY) -m mypy
+
+demo: install
+	$(PY) benchmarks/demo.py
+
+clean:
+	rm -rf build $(VENV) .pytest_cache .mypy_cache .ruff_cache demo_data

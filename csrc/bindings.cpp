@@ -1,0 +1,11 @@
+// The only file that sees Python: exposes the C++ core as fastloader._core.
+#include <nanobind/nanobind.h>
+#include <jpeglib.h>
+
+namespace nb = nanobind;
+
+NB_MODULE(_core, m) {
+    m.doc() = "fastloader native core (libjpeg-turbo decode, resize, batch)";
+    m.attr("__version__") = FASTLOADER_VERSION;
+    m.attr("jpeg_lib_version") = JPEG_LIB_VERSION;
+}
