@@ -1,0 +1,261 @@
+"""Decode-time transforms: turn per-sample random crop/flip choices into crop boxes and flips.
+
+Each transform follows torchvision's semantics for its parameters, but instead of touching
+pixels it moves a box over the *source* image; the decoder then decodes only that box, resizes
+it to the output size and flips it, in one pass. Random draws come from a numpy Generator the
+caller seeds (the loader uses (seed, epoch, batch, rank)), so a batch can be planned again
+alone and the thread count never changes a result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fastloader.errors import invalid_argument, invalid_type
+
+MAX_TRIES = 10  # torchvision's RandomResizedCrop tries 10 boxes before its centre fallback
+
+
+def _size_pair(name: str, size: object) -> tuple[int, int]:
+    """Normalise an int or (height, width) size, rejecting non-positive values."""
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+        pair = (int(size), int(size))
+    elif isinstance(size, Sequence) and len(size) == 2 and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in size
+    ):
+        pair = (int(size[0]), int(size[1]))
+    else:
+        raise invalid_type(name, size, "an int or a (height, width) pair of ints")
+    if min(pair) <= 0:
+        raise invalid_argument(name, size, "sizes must be positive", "Pass e.g. 224 or (224, 224).")
+    return pair
+
+
+def _range_pair(name: str, value: object) -> tuple[float, float]:
+    """Normalise a (low, high) range of positive floats with low <= high."""
+    if not isinstance(value, Sequence) or len(value) != 2:
+        raise invalid_type(name, value, "a (low, high) pair of numbers")
+    low, high = float(value[0]), float(value[1])
+    if not (0 < low <= high) or not math.isfinite(high):
+        raise invalid_argument(
+            name, value, "needs 0 < low <= high, both finite", "Pass e.g. (0.08, 1.0)."
+        )
+    return low, high
+
+
+@dataclass(frozen=True)
+class RandomResizedCrop:
+    """torchvision's RandomResizedCrop(size, scale, ratio): random area/aspect box, resized."""
+
+    size: int | tuple[int, int]
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    out: tuple[int, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out", _size_pair("RandomResizedCrop.size", self.size))
+        object.__setattr__(self, "scale", _range_pair("RandomResizedCrop.scale", self.scale))
+        object.__setattr__(self, "ratio", _range_pair("RandomResizedCrop.ratio", self.ratio))
+        if self.scale[1] > 1:
+            raise invalid_argument(
+                "RandomResizedCrop.scale", self.scale, "the area fraction cannot exceed 1",
+                "Pass a range inside (0, 1], e.g. (0.08, 1.0).",
+            )
+
+
+@dataclass(frozen=True)
+class Resize:
+    """torchvision's Resize(size): an int matches the shorter side, a pair sets (h, w)."""
+
+    size: int | tuple[int, int]
+
+    def __post_init__(self) -> None:
+        _size_pair("Resize.size", self.size)
+
+
+@dataclass(frozen=True)
+class CenterCrop:
+    """torchvision's CenterCrop(size); an image smaller than the crop is stretched, not padded."""
+
+    size: int | tuple[int, int]
+    out: tuple[int, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out", _size_pair("CenterCrop.size", self.size))
+
+
+@dataclass(frozen=True)
+class RandomHorizontalFlip:
+    """torchvision's RandomHorizontalFlip(p): mirror left-right with probability p."""
+
+    p: float = 0.5
+
+    def __post_init__(self) -> None:
+        if isinstance(self.p, bool) or not isinstance(self.p, (int, float)):
+            raise invalid_type("RandomHorizontalFlip.p", self.p, "a float in [0, 1]")
+        if not 0.0 <= float(self.p) <= 1.0:
+            raise invalid_argument(
+                "RandomHorizontalFlip.p", self.p, "must lie in [0, 1]", "Pass e.g. 0.5."
+            )
+
+
+Transform = RandomResizedCrop | Resize | CenterCrop | RandomHorizontalFlip
+_KINDS = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip)
+
+
+def check_transforms(transforms: object) -> tuple[Transform, ...]:
+    """Validate a transform or a list of them; return them as a tuple."""
+    if transforms is None:
+        return ()
+    items = list(transforms) if isinstance(transforms, (list, tuple)) else [transforms]
+    checked: list[Transform] = []
+    for k, item in enumerate(items):
+        if not isinstance(item, _KINDS):
+            raise invalid_argument(
+                f"transforms[{k}]", item,
+                "only fastloader.RandomResizedCrop, Resize, CenterCrop and RandomHorizontalFlip "
+                "run at decode time",
+                "Use those, or pass a torch Dataset that applies any transform (drop-in path).",
+            )
+        checked.append(item)
+    return tuple(checked)
+
+
+class _Boxes:
+    """Per-sample state while walking the transforms: a source box seen as a virtual image."""
+
+    def __init__(self, shapes: np.ndarray) -> None:
+        n = len(shapes)
+        self.src_h = shapes[:, 0].astype(np.float64)
+        self.src_w = shapes[:, 1].astype(np.float64)
+        self.top = np.zeros(n)
+        self.left = np.zeros(n)
+        self.box_h = self.src_h.copy()
+        self.box_w = self.src_w.copy()
+        self.view_h = shapes[:, 0].astype(np.int64)  # the image size the next op sees
+        self.view_w = shapes[:, 1].astype(np.int64)
+        self.flip = np.zeros(n, dtype=bool)
+
+    def crop(self, top: np.ndarray, left: np.ndarray, h: np.ndarray, w: np.ndarray) -> None:
+        """Narrow the box to a sub-box given in the current view's pixels."""
+        scale_y = self.box_h / self.view_h
+        scale_x = self.box_w / self.view_w
+        left = np.where(self.flip, self.view_w - left - w, left)  # a flipped view mirrors x
+        self.top = self.top + top * scale_y
+        self.left = self.left + left * scale_x
+        self.box_h = h * scale_y
+        self.box_w = w * scale_x
+        self.view_h = np.asarray(h, dtype=np.int64).copy()
+        self.view_w = np.asarray(w, dtype=np.int64).copy()
+
+    def integer_crops(self) -> np.ndarray:
+        """The box rounded to whole source pixels, clipped inside the image: int32 (N, 4)."""
+        top = np.clip(np.rint(self.top), 0, self.src_h - 1)
+        left = np.clip(np.rint(self.left), 0, self.src_w - 1)
+        bottom = np.clip(np.rint(self.top + self.box_h), top + 1, self.src_h)
+        right = np.clip(np.rint(self.left + self.box_w), left + 1, self.src_w)
+        return np.stack([top, left, bottom - top, right - left], axis=1).astype(np.int32)
+
+
+def _random_resized_crop(op: RandomResizedCrop, boxes: _Boxes, rng: np.random.Generator) -> None:
+    """torchvision's get_params, vectorised: first of 10 valid tries, else the centre fallback."""
+    n = len(boxes.flip)
+    height, width = boxes.view_h, boxes.view_w
+    area = (height * width)[:, None]
+    log_lo, log_hi = math.log(op.ratio[0]), math.log(op.ratio[1])
+    target = area * rng.uniform(op.scale[0], op.scale[1], size=(n, MAX_TRIES))
+    aspect = np.exp(rng.uniform(log_lo, log_hi, size=(n, MAX_TRIES)))
+    try_w = np.rint(np.sqrt(target * aspect)).astype(np.int64)
+    try_h = np.rint(np.sqrt(target / aspect)).astype(np.int64)
+    valid = (try_w > 0) & (try_w <= width[:, None]) & (try_h > 0) & (try_h <= height[:, None])
+    first = valid.argmax(axis=1)
+    found = valid[np.arange(n), first]
+    u_top, u_left = rng.random(n), rng.random(n)
+    # Centre fallback: clamp the aspect ratio into the allowed range.
+    in_ratio = width / height
+    fb_w = np.where(in_ratio < op.ratio[0], width, np.where(
+        in_ratio > op.ratio[1], np.rint(height * op.ratio[1]), width)).astype(np.int64)
+    fb_h = np.where(in_ratio < op.ratio[0], np.rint(width / op.ratio[0]), height).astype(np.int64)
+    h = np.where(found, try_h[np.arange(n), first], fb_h)
+    w = np.where(found, try_w[np.arange(n), first], fb_w)
+    top = np.where(found, np.floor(u_top * (height - h + 1)), (height - h) // 2)
+    left = np.where(found, np.floor(u_left * (width - w + 1)), (width - w) // 2)
+    boxes.crop(top, left, h, w)
+    boxes.view_h = np.full(n, op.out[0], dtype=np.int64)
+    boxes.view_w = np.full(n, op.out[1], dtype=np.int64)
+
+
+def _resize(op: Resize, boxes: _Boxes) -> None:
+    """Change the view's size only; the source box stays (resizing is fused into decode)."""
+    if isinstance(op.size, (int, np.integer)):
+        short = np.minimum(boxes.view_h, boxes.view_w)
+        long = np.maximum(boxes.view_h, boxes.view_w)
+        new_long = (int(op.size) * long // short).astype(np.int64)  # torchvision truncates
+        tall = boxes.view_h > boxes.view_w
+        boxes.view_h = np.where(tall, new_long, int(op.size))
+        boxes.view_w = np.where(tall, int(op.size), new_long)
+    else:
+        boxes.view_h = np.full(len(boxes.flip), op.size[0], dtype=np.int64)
+        boxes.view_w = np.full(len(boxes.flip), op.size[1], dtype=np.int64)
+
+
+def _center_crop(op: CenterCrop, boxes: _Boxes) -> None:
+    crop_h = np.minimum(op.out[0], boxes.view_h)
+    crop_w = np.minimum(op.out[1], boxes.view_w)
+    top = np.rint((boxes.view_h - crop_h) / 2.0)
+    left = np.rint((boxes.view_w - crop_w) / 2.0)
+    boxes.crop(top, left, crop_h, crop_w)
+    boxes.view_h = np.full(len(boxes.flip), op.out[0], dtype=np.int64)
+    boxes.view_w = np.full(len(boxes.flip), op.out[1], dtype=np.int64)
+
+
+def plan(
+    transforms: Sequence[Transform], shapes: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """Draw every sample's crop box (int32 (N,4): top, left, height, width) and flip.
+
+    `shapes` is (N, 2) source (height, width). Returns (crops, flips, (out_h, out_w)); raises
+    InvalidArgumentError when the transforms leave samples of different output sizes.
+    """
+    shapes = np.asarray(shapes, dtype=np.int64).reshape(-1, 2)
+    if len(shapes) and shapes.min() <= 0:
+        raise invalid_argument("shapes", shapes.min(), "image sizes must be positive",
+                               "Repack the dataset; its index holds an empty image.")
+    boxes = _Boxes(shapes)
+    for op in transforms:
+        if isinstance(op, RandomResizedCrop):
+            _random_resized_crop(op, boxes, rng)
+        elif isinstance(op, Resize):
+            _resize(op, boxes)
+        elif isinstance(op, CenterCrop):
+            _center_crop(op, boxes)
+        else:
+            boxes.flip ^= rng.random(len(boxes.flip)) < float(op.p)
+    return boxes.integer_crops(), boxes.flip.copy(), _uniform_size(boxes)
+
+
+def _uniform_size(boxes: _Boxes) -> tuple[int, int]:
+    if len(boxes.view_h) == 0:
+        return (0, 0)
+    sizes = set(zip(boxes.view_h.tolist(), boxes.view_w.tolist(), strict=True))
+    if len(sizes) > 1:
+        shown = sorted(sizes)[:4]
+        raise invalid_argument(
+            "transforms", None,
+            f"images would come out in {len(sizes)} different sizes (e.g. {shown}), "
+            "and a batch needs one size",
+            "Pass transforms that end in a fixed size: [Resize(256), CenterCrop(224)] for "
+            "validation or [RandomResizedCrop(224), RandomHorizontalFlip()] for training.",
+        )
+    (size,) = sizes
+    return size
+
+
+def output_size(transforms: Sequence[Transform], shapes: np.ndarray) -> tuple[int, int]:
+    """The one (height, width) the transforms give over all `shapes`, or a clear error."""
+    unique = np.unique(np.asarray(shapes, dtype=np.int64).reshape(-1, 2), axis=0)
+    return plan(transforms, unique, np.random.default_rng(0))[2]

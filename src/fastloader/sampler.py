@@ -1,0 +1,119 @@
+"""Which sample indices a rank reads in an epoch: a pure function of its seeds, plus a sampler."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from fastloader.errors import invalid_argument, invalid_type
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise invalid_type(name, value, "an int")
+    if value < minimum:
+        raise invalid_argument(name, value, f"must be >= {minimum}", f"Pass an int >= {minimum}.")
+    return int(value)
+
+
+def samples_per_rank(n: int, world_size: int, drop_last: bool) -> int:
+    """How many indices each rank gets: like torch's DistributedSampler (pad, or drop the tail)."""
+    if drop_last:
+        return n // world_size
+    return -(-n // world_size)
+
+
+def epoch_indices(
+    n: int,
+    epoch: int,
+    seed: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    shuffle: bool = True,
+    drop_last: bool = False,
+) -> np.ndarray:
+    """Return this rank's sample indices (int64) for one epoch.
+
+    The order is a permutation drawn from numpy's PCG64 seeded by (seed, epoch), identical on
+    every rank; rank r takes positions r, r + world_size, ... of it. Without drop_last the
+    order is padded by wrapping around to the start so every rank gets the same count
+    (DistributedSampler's rule); with drop_last the tail that would be uneven is dropped.
+    """
+    _check_int("n", n, 0)
+    _check_int("epoch", epoch, 0)
+    _check_int("seed", seed, 0)
+    _check_int("world_size", world_size, 1)
+    _check_int("rank", rank, 0)
+    if rank >= world_size:
+        raise invalid_argument(
+            "rank", rank, f"must be < world_size={world_size}", "Pass 0 <= rank < world_size."
+        )
+    if shuffle:
+        order = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n)
+    else:
+        order = np.arange(n, dtype=np.int64)
+    per_rank = samples_per_rank(n, world_size, drop_last)
+    total = per_rank * world_size
+    if total > n:  # pad by wrapping (may wrap several times when n < world_size)
+        order = np.resize(order, total)
+    return np.ascontiguousarray(order[rank:total:world_size], dtype=np.int64)
+
+
+class EpochSampler:
+    """This rank's indices for the current epoch; iterable like a DataLoader sampler."""
+
+    def __init__(
+        self,
+        n: int,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ) -> None:
+        self.n = _check_int("n", n, 0)
+        self.seed = _check_int("seed", seed, 0)
+        self.world_size = _check_int("world_size", world_size, 1)
+        self.rank = _check_int("rank", rank, 0)
+        if self.rank >= self.world_size:
+            raise invalid_argument(
+                "rank", rank, f"must be < world_size={world_size}", "Pass 0 <= rank < world_size."
+            )
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch whose order __iter__ (and the loader) produces next."""
+        self.epoch = _check_int("epoch", epoch, 0)
+
+    def indices(self, epoch: int | None = None) -> np.ndarray:
+        """This rank's indices for `epoch` (default: the current one) as an int64 array."""
+        return epoch_indices(
+            self.n,
+            self.epoch if epoch is None else epoch,
+            self.seed,
+            self.rank,
+            self.world_size,
+            self.shuffle,
+            self.drop_last,
+        )
+
+    def num_batches(self, batch_size: int, drop_last: bool | None = None) -> int:
+        """How many batches of `batch_size` this rank's epoch makes."""
+        drop = self.drop_last if drop_last is None else drop_last
+        count = len(self)
+        return count // batch_size if drop else -(-count // batch_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices().tolist())
+
+    def __len__(self) -> int:
+        return samples_per_rank(self.n, self.world_size, self.drop_last)
+
+    def __repr__(self) -> str:
+        return (
+            f"EpochSampler(n={self.n}, epoch={self.epoch}, seed={self.seed}, rank={self.rank}, "
+            f"world_size={self.world_size}, shuffle={self.shuffle}, drop_last={self.drop_last})"
+        )
