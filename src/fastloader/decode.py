@@ -1,0 +1,285 @@
+"""Decode face: header(), decode(), BatchDecoder; native when built, else Pillow, same semantics."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from fastloader import _native
+from fastloader.decode_pillow import ImageHeader, decode_pillow, header_pillow, is_jpeg
+from fastloader.errors import (
+    DecodeError,
+    FastloaderError,
+    invalid_argument,
+    invalid_type,
+)
+
+__all__ = ["BatchDecoder", "ImageHeader", "decode", "header"]
+
+_BACKENDS = ("auto", "native", "pillow")
+
+
+def _as_bytes_like(data: Any, name: str = "data") -> Any:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return data
+    if isinstance(data, np.ndarray) and data.dtype == np.uint8:
+        return np.ascontiguousarray(data).data.cast("B")
+    raise invalid_type(name, data, "bytes, bytearray, memoryview or a uint8 numpy array")
+
+
+def header(data: Any) -> ImageHeader:
+    """Width, height, components, colour space, subsampling and progressiveness of image bytes."""
+    data = _as_bytes_like(data)
+    core = _native.native_module()
+    if core is None or not is_jpeg(data):
+        return header_pillow(data)
+    try:
+        return ImageHeader(*core.header(data))
+    except ValueError as exc:
+        raise DecodeError(f"cannot read JPEG header ({len(data)} bytes): {exc}") from exc
+
+
+def _int_tuple(name: str, value: Any, length: int, what: str) -> tuple[int, ...]:
+    try:
+        items = tuple(operator.index(v) for v in value)
+    except TypeError:
+        raise invalid_type(name, value, f"a sequence of {length} ints {what}") from None
+    if len(items) != length:
+        raise invalid_argument(
+            name,
+            value,
+            f"it must have {length} items {what}",
+            f"Pass e.g. {'(0, 0, 224, 224)' if length == 4 else '(224, 224)'}.",
+        )
+    return items
+
+
+def _check_crop(crop: Any, hdr: ImageHeader) -> tuple[int, int, int, int]:
+    top, left, height, width = _int_tuple("crop", crop, 4, "(top, left, height, width)")
+    if top < 0 or left < 0 or height < 1 or width < 1:
+        raise invalid_argument(
+            "crop",
+            crop,
+            "top/left must be >= 0 and height/width >= 1",
+            "Give the box in source pixels.",
+        )
+    if top + height > hdr.height or left + width > hdr.width:
+        raise invalid_argument(
+            "crop",
+            crop,
+            f"the box must lie inside the {hdr.height}x{hdr.width} (HxW) image",
+            "Clamp the box to the image (see fastloader.decode.header()).",
+        )
+    return top, left, height, width
+
+
+def _check_size(size: Any) -> tuple[int, int]:
+    height, width = _int_tuple("size", size, 2, "(height, width)")
+    if height < 1 or width < 1:
+        raise invalid_argument(
+            "size",
+            size,
+            "height and width must be >= 1",
+            "Pass the output size in pixels, e.g. (224, 224).",
+        )
+    return height, width
+
+
+def decode(
+    data: Any,
+    *,
+    crop: Sequence[int] | None = None,
+    size: Sequence[int] | None = None,
+    flip: bool = False,
+) -> np.ndarray:
+    """Decode image bytes to RGB uint8 (H, W, 3).
+
+    crop=(top, left, height, width) in source pixels, size=(height, width) of the output
+    (bilinear, antialiased on downscale like Pillow's BILINEAR), flip mirrors left-right.
+    Bad arguments raise InvalidArgumentError; undecodable bytes raise DecodeError.
+    """
+    data = _as_bytes_like(data)
+    hdr = header(data)
+    box = _check_crop(crop, hdr) if crop is not None else None
+    out_size = _check_size(size) if size is not None else None
+    core = _native.native_module()
+    if core is None or not is_jpeg(data):
+        return decode_pillow(data, box, out_size, bool(flip))
+    full = box or (0, 0, hdr.height, hdr.width)
+    out = np.empty((*(out_size or full[2:]), 3), np.uint8)
+    error = core.decode_into(data, full, bool(flip), out)
+    if error is not None:
+        raise DecodeError(f"cannot decode JPEG ({len(data)} bytes): {error}")
+    return out
+
+
+def _check_batch(records: Any, crops: Any, flips: Any, out: Any) -> tuple[Any, Any, np.ndarray]:
+    if not isinstance(records, Sequence) or isinstance(records, (bytes, bytearray, memoryview)):
+        raise invalid_type("records", records, "a sequence of bytes-like records")
+    n = len(records)
+    if isinstance(out, np.ndarray):
+        array = out
+    elif hasattr(out, "data_ptr") and hasattr(out, "numpy"):  # a CPU torch tensor: share memory
+        array = out.numpy()
+    else:
+        raise invalid_type("out", out, "a uint8 numpy array or CPU torch tensor (N, H, W, 3)")
+    if (
+        array.dtype != np.uint8
+        or array.ndim != 4
+        or array.shape[0] != n
+        or array.shape[3] != 3
+        or not array.flags.c_contiguous
+        or not array.flags.writeable
+    ):
+        raise invalid_argument(
+            "out",
+            f"{array.dtype} array of shape {array.shape}",
+            f"it must be a writable C-contiguous uint8 array of shape ({n}, H, W, 3)",
+            "Allocate it with np.empty((N, H, W, 3), np.uint8) (or a contiguous uint8 tensor).",
+        )
+    crops_arr = np.ascontiguousarray(crops, dtype=np.int32)
+    if crops_arr.shape != (n, 4):
+        raise invalid_argument(
+            "crops",
+            f"array of shape {crops_arr.shape}",
+            f"it must have shape ({n}, 4): top, left, height, width",
+            "Give one box per record ([0, 0, 0, 0] means the whole image).",
+        )
+    flips_arr = np.ascontiguousarray(flips, dtype=np.bool_)
+    if flips_arr.shape != (n,):
+        raise invalid_argument(
+            "flips",
+            f"array of shape {flips_arr.shape}",
+            f"it must have shape ({n},)",
+            "Give one flag per record.",
+        )
+    return crops_arr, flips_arr, array
+
+
+def _crop_or_none(row: np.ndarray) -> tuple[int, int, int, int] | None:
+    """A batch crop row as a box; [.., .., 0, 0] means the whole image."""
+    top, left, height, width = (int(v) for v in row)
+    if height == 0 and width == 0:
+        return None
+    if top < 0 or left < 0 or height < 1 or width < 1:
+        raise DecodeError(
+            f"invalid crop box (top={top}, left={left}, height={height}, "
+            f"width={width}): top/left must be >= 0 and height/width >= 1"
+        )
+    return top, left, height, width
+
+
+def _decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndarray) -> str | None:
+    """Decode one record into slot through Pillow; a failure zero-fills it and returns why."""
+    try:
+        slot[...] = decode_pillow(
+            _as_bytes_like(record, "record"), _crop_or_none(crop), slot.shape[:2], bool(flip)
+        )
+        return None
+    except (DecodeError, FastloaderError, TypeError) as exc:
+        slot.fill(0)
+        return str(exc)
+
+
+class BatchDecoder:
+    """Decodes a batch of records into one NHWC uint8 buffer over a persistent thread pool.
+
+    backend="auto" uses the compiled core when it is available, "native" demands it
+    (NativeUnavailableError otherwise), "pillow" forces the reference path. Output is
+    bitwise identical for any num_threads.
+    """
+
+    def __init__(self, num_threads: int = 1, backend: str = "auto") -> None:
+        if backend not in _BACKENDS:
+            raise invalid_argument(
+                "backend",
+                backend,
+                f"it must be one of {_BACKENDS}",
+                "Use 'auto' unless you need to force one path.",
+            )
+        self._num_threads = _check_threads(num_threads)
+        core = None
+        if backend == "native":
+            core = _native.require_native()
+        elif backend == "auto":
+            core = _native.native_module()
+        self._core = core.BatchDecoder(self._num_threads) if core is not None else None
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    @property
+    def backend(self) -> str:
+        """The path actually used: "native" or "pillow"."""
+        return "native" if self._core is not None else "pillow"
+
+    @property
+    def num_threads(self) -> int:
+        return self._num_threads
+
+    @num_threads.setter
+    def num_threads(self, value: int) -> None:
+        self._num_threads = _check_threads(value)
+        if self._core is not None:
+            self._core.num_threads = self._num_threads
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def close(self) -> None:
+        """Stop the worker threads; the decoder cannot be used afterwards."""
+        if self._core is not None:
+            self._core.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._closed = True
+
+    def __enter__(self) -> BatchDecoder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def decode_into(
+        self, records: Sequence[Any], crops: Any, flips: Any, out: Any
+    ) -> list[str | None]:
+        """Decode records[k] cropped to crops[k], resized to out's H x W, mirrored if flips[k].
+
+        Returns one entry per sample: None on success, else the error message (that slot is
+        zero-filled). crops rows are [top, left, height, width]; [0, 0, 0, 0] is the whole image.
+        """
+        if self._closed:
+            raise FastloaderError("this BatchDecoder was closed; create a new one")
+        crops_arr, flips_arr, array = _check_batch(records, crops, flips, out)
+        if self._core is None:
+            return self._decode_pillow(records, crops_arr, flips_arr, array)
+        errors, fallback = self._core.decode_into(records, crops_arr, flips_arr, array)
+        for k in fallback:  # non-JPEG records: Pillow, with the GIL held
+            errors[k] = _decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k])
+        return list(errors)
+
+    def _decode_pillow(
+        self, records: Sequence[Any], crops: np.ndarray, flips: np.ndarray, out: np.ndarray
+    ) -> list[str | None]:
+        def one(k: int) -> str | None:
+            return _decode_slot_pillow(records[k], crops[k], flips[k], out[k])
+
+        if self._num_threads == 1 or len(records) < 2:
+            return [one(k) for k in range(len(records))]
+        if self._executor is None:  # Pillow releases the GIL while decoding, so threads pay
+            self._executor = ThreadPoolExecutor(self._num_threads, "fastloader-decode")
+        return list(self._executor.map(one, range(len(records))))
+
+
+def _check_threads(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid_type("num_threads", value, "an int >= 1")
+    if value < 1:
+        raise invalid_argument(
+            "num_threads", value, "it must be >= 1", "Use 1 per core you want decoding."
+        )
+    return value

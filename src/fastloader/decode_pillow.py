@@ -1,0 +1,115 @@
+"""Pillow reference path of the decode face: headers and crop/resize/flip decodes, no extension."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image, JpegImagePlugin
+
+from fastloader.errors import DecodeError
+
+# Pillow modes -> the colour-space names the native header uses.
+_MODE_SPACES = {
+    "L": "gray",
+    "1": "gray",
+    "RGB": "rgb",
+    "RGBA": "rgba",
+    "CMYK": "cmyk",
+    "P": "palette",
+}
+_SAMPLING_NAMES = {0: "4:4:4", 1: "4:2:2", 2: "4:2:0"}
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """What an encoded image says about itself, read without decoding pixels."""
+
+    width: int
+    height: int
+    components: int
+    color_space: str  # "gray" | "ycbcr" | "rgb" | "cmyk" | "ycck" | Pillow's mode, lowercased
+    subsampling: str  # "4:4:4" | "4:2:2" | "4:2:0" | "gray" | "other"
+    progressive: bool
+
+
+def is_jpeg(data: Any) -> bool:
+    """True when the bytes start with a JPEG SOI marker (the native path's gate)."""
+    return bytes(memoryview(data)[:2]) == b"\xff\xd8"
+
+
+def _open(data: Any) -> Image.Image:
+    try:
+        return Image.open(io.BytesIO(data))
+    except Exception as exc:  # Pillow raises many types for bad bytes
+        raise DecodeError(f"cannot read image bytes ({len(data)} bytes): {exc}") from exc
+
+
+def _jpeg_color_space(im: JpegImagePlugin.JpegImageFile) -> str:
+    """Mirror libjpeg's guess (JFIF, Adobe transform, component ids) of the stored colour space."""
+    if im.mode == "L":
+        return "gray"
+    transform = im.info.get("adobe_transform")
+    if im.mode == "CMYK":
+        return "cmyk" if "adobe" not in im.info or transform == 0 else "ycck"
+    if "jfif" in im.info:
+        return "ycbcr"
+    if "adobe" in im.info:
+        return "rgb" if transform == 0 else "ycbcr"
+    ids = tuple(layer[0] for layer in getattr(im, "layer", []))
+    return "rgb" if ids == (82, 71, 66) else "ycbcr"
+
+
+def _jpeg_subsampling(im: JpegImagePlugin.JpegImageFile) -> str:
+    if im.mode == "L":
+        return "gray"
+    if len(getattr(im, "layer", [])) != 3:
+        return "other"
+    return _SAMPLING_NAMES.get(JpegImagePlugin.get_sampling(im), "other")
+
+
+def header_pillow(data: Any) -> ImageHeader:
+    """ImageHeader of any format Pillow reads (JPEG fields mirror libjpeg's view)."""
+    with _open(data) as im:
+        width, height = im.size
+        components = len(im.getbands())
+        if isinstance(im, JpegImagePlugin.JpegImageFile):
+            progressive = bool(im.info.get("progressive") or im.info.get("progression"))
+            return ImageHeader(
+                width, height, components, _jpeg_color_space(im), _jpeg_subsampling(im), progressive
+            )
+        space = _MODE_SPACES.get(im.mode, im.mode.lower())
+        return ImageHeader(width, height, components, space, "other", False)
+
+
+def decode_pillow(
+    data: Any,
+    crop: tuple[int, int, int, int] | None,
+    size: tuple[int, int] | None,
+    flip: bool,
+) -> np.ndarray:
+    """Decode to RGB uint8 (H, W, 3): crop (top, left, h, w), resize BILINEAR to size, mirror.
+
+    A crop that does not fit inside the image raises DecodeError (the bytes disagree with
+    what the caller believed about the image).
+    """
+    with _open(data) as im:
+        try:
+            rgb = im.convert("RGB")
+        except Exception as exc:
+            raise DecodeError(f"cannot decode image ({len(data)} bytes): {exc}") from exc
+    if crop is not None:
+        top, left, height, width = crop
+        if top + height > rgb.height or left + width > rgb.width:
+            raise DecodeError(
+                f"crop (top={top}, left={left}, height={height}, width={width}) does not fit in "
+                f"the {rgb.height}x{rgb.width} image; the index or the planned crop is wrong"
+            )
+        rgb = rgb.crop((left, top, left + width, top + height))
+    if size is not None and (rgb.height, rgb.width) != tuple(size):
+        rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+    if flip:
+        rgb = rgb.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    return np.asarray(rgb, dtype=np.uint8)
