@@ -1,0 +1,311 @@
+"""Batched augmentation ops on NCHW image tensors on any torch device (one launch per op per batch).
+
+Every op follows the `GpuTransform` protocol: ``op(images, labels, rng) -> (images, labels)``.
+Random parameters are drawn on the host from a numpy Generator (seeded by ``gpu_rng(seed,
+epoch, batch_index)``) and then moved to the images' device, so the parameters, and hence the
+results, do not depend on the device or on how many threads produced the batch. Images may be
+uint8 (values 0..255; results are rounded back to uint8) or floating point (values 0..1, the
+torchvision convention; results stay floating).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fastloader.errors import invalid_argument, invalid_type
+
+# Tags the GPU ops' random stream so it never coincides with the decode-time transforms' one.
+_GPU_STREAM = 0x67707530
+
+
+@runtime_checkable
+class GpuTransform(Protocol):
+    """A batched op: takes (images NCHW, labels, rng) and returns new (images, labels)."""
+
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def gpu_rng(seed: int, epoch: int, batch_index: int, rank: int = 0) -> np.random.Generator:
+    """The generator the GPU ops of one batch draw from: a pure function of its four seeds."""
+    named = (("seed", seed), ("epoch", epoch), ("batch_index", batch_index), ("rank", rank))
+    for name, value in named:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise invalid_type(name, value, "an int")
+        if value < 0:
+            raise invalid_argument(name, value, "must be >= 0", "Pass a non-negative int.")
+    return np.random.Generator(np.random.PCG64([seed, epoch, batch_index, rank, _GPU_STREAM]))
+
+
+def check_images(images: object, channels: int | None = None) -> torch.Tensor:
+    """Check that `images` is an NCHW uint8 or floating tensor (with `channels` channels)."""
+    if not isinstance(images, torch.Tensor):
+        raise invalid_type("images", images, "a torch.Tensor of shape (N, C, H, W)")
+    if images.dim() != 4:
+        raise invalid_argument(
+            "images.shape", tuple(images.shape), "must be 4-D (N, C, H, W)",
+            "Pass a batch in NCHW layout (permute NHWC batches with .permute(0, 3, 1, 2)).",
+        )
+    if images.dtype != torch.uint8 and not images.dtype.is_floating_point:
+        raise invalid_argument(
+            "images.dtype", images.dtype, "must be torch.uint8 or a floating dtype",
+            "Convert the batch with .to(torch.uint8) or .float().",
+        )
+    if channels is not None and images.shape[1] != channels:
+        raise invalid_argument(
+            "images.shape[1]", images.shape[1], f"must be {channels} channels (RGB)",
+            "Pass RGB images in NCHW layout.",
+        )
+    return images
+
+
+def check_labels(labels: object, batch: int) -> torch.Tensor:
+    """Check that `labels` is a tensor with one entry (or one row) per image."""
+    if not isinstance(labels, torch.Tensor):
+        raise invalid_type("labels", labels, "a torch.Tensor")
+    if labels.dim() not in (1, 2) or labels.shape[0] != batch:
+        raise invalid_argument(
+            "labels.shape", tuple(labels.shape), f"must be ({batch},) or ({batch}, classes)",
+            "Pass one class index (or one soft-target row) per image.",
+        )
+    return labels
+
+
+def as_working_float(images: torch.Tensor) -> torch.Tensor:
+    """The batch as float32 (or its own float dtype) for arithmetic, values unchanged."""
+    return images if images.dtype.is_floating_point else images.float()
+
+
+def back_to_dtype(result: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Round and clamp to uint8 when the input was uint8; keep floating results as they are."""
+    if dtype == torch.uint8:
+        return result.round_().clamp_(0, 255).to(torch.uint8)
+    return result.to(dtype)
+
+
+def value_bound(dtype: torch.dtype) -> float:
+    """The largest valid pixel value for a dtype: 255 for uint8, 1.0 for floating images."""
+    return 255.0 if dtype == torch.uint8 else 1.0
+
+
+def host_tensor(values: np.ndarray, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Move host-drawn parameters to the images' device (a tiny copy, non-blocking on CUDA)."""
+    return torch.as_tensor(values).to(device=like.device, dtype=dtype, non_blocking=True)
+
+
+def _check_probability(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise invalid_type(name, value, "a float in [0, 1]")
+    if not 0.0 <= float(value) <= 1.0:
+        raise invalid_argument(name, value, "must lie in [0, 1]", f"Pass {name} between 0 and 1.")
+    return float(value)
+
+
+def crop_thetas(
+    boxes: np.ndarray, flips: np.ndarray, height: int, width: int
+) -> np.ndarray:
+    """Affine matrices (N, 2, 3) mapping output coords in [-1, 1] to each box (top, left, h, w).
+
+    With align_corners=False, output pixel centre j samples input x = left + (j + 0.5) * w / out_w
+    - 0.5: the same source coordinates as cropping the box and resizing it bilinearly. A flip
+    negates the x scale, so crop, resize and flip take a single grid_sample.
+    """
+    top, left, box_h, box_w = (boxes[:, k].astype(np.float64) for k in range(4))
+    thetas = np.zeros((len(boxes), 2, 3), np.float64)
+    thetas[:, 0, 0] = np.where(flips, -box_w / width, box_w / width)
+    thetas[:, 0, 2] = (2 * left + box_w) / width - 1
+    thetas[:, 1, 1] = box_h / height
+    thetas[:, 1, 2] = (2 * top + box_h) / height - 1
+    return thetas
+
+
+def resized_crop(
+    images: torch.Tensor,
+    boxes: np.ndarray,
+    size: tuple[int, int],
+    flips: np.ndarray | None = None,
+    mode: str = "bilinear",
+) -> torch.Tensor:
+    """Crop box k (top, left, h, w) of image k, resize it to `size` and optionally flip it.
+
+    One affine_grid + grid_sample for the whole batch; samples outside the image take the
+    nearest border pixel. No antialiasing: strong downscales alias (decode-time crops do not).
+    """
+    check_images(images)
+    boxes = np.asarray(boxes)
+    if boxes.shape != (images.shape[0], 4):
+        raise invalid_argument(
+            "boxes.shape", boxes.shape, f"must be ({images.shape[0]}, 4) rows of (top, left, h, w)",
+            "Pass one crop box per image.",
+        )
+    if flips is None:
+        flips = np.zeros(len(boxes), bool)
+    height, width = images.shape[2], images.shape[3]
+    work = as_working_float(images)
+    thetas = crop_thetas(boxes, np.asarray(flips, bool), height, width)
+    theta = host_tensor(thetas, work, work.dtype)
+    grid = F.affine_grid(theta, [images.shape[0], images.shape[1], *size], align_corners=False)
+    out = F.grid_sample(work, grid, mode=mode, padding_mode="border", align_corners=False)
+    return back_to_dtype(out, images.dtype)
+
+
+class GpuGeometry:
+    """Decode-time transforms (fastloader.augment) applied to an already-decoded batch.
+
+    Boxes and flips come from fastloader.augment.plan, the very planner the decode path uses,
+    treating every image as height x width; one grid_sample then crops, resizes and flips.
+    """
+
+    def __init__(self, transforms: Sequence[object], mode: str = "bilinear") -> None:
+        from fastloader.augment import check_transforms
+
+        self.transforms = check_transforms(list(transforms))
+        if mode not in ("bilinear", "nearest", "bicubic"):
+            raise invalid_argument(
+                "mode", mode, "must be 'bilinear', 'nearest' or 'bicubic'", "Pick one of those."
+            )
+        self.mode = mode
+
+    def plan(
+        self, rng: np.random.Generator, count: int, height: int, width: int
+    ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+        """Boxes (count, 4) as (top, left, h, w), flips (count,) and the output (h, w)."""
+        from fastloader.augment import plan
+
+        return plan(self.transforms, np.tile([height, width], (count, 1)), rng)
+
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        check_images(images)
+        boxes, flips, size = self.plan(rng, images.shape[0], images.shape[2], images.shape[3])
+        if images.shape[0] == 0:
+            return images, labels
+        return resized_crop(images, boxes, size, flips, mode=self.mode), labels
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self.transforms)!r})"
+
+
+class GpuRandomResizedCrop(GpuGeometry):
+    """torchvision's RandomResizedCrop on a decoded batch, boxes drawn by fastloader.augment."""
+
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        mode: str = "bilinear",
+    ) -> None:
+        from fastloader.augment import RandomResizedCrop
+
+        super().__init__([RandomResizedCrop(size, scale=scale, ratio=ratio)], mode=mode)
+
+
+class GpuRandomHorizontalFlip:
+    """Flip each image left-right with probability p (a per-sample mask, one torch.where)."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = _check_probability("p", p)
+
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        check_images(images)
+        mask = host_tensor(rng.random(images.shape[0]) < self.p, images, torch.bool)
+        return torch.where(mask.view(-1, 1, 1, 1), images.flip(-1), images), labels
+
+    def __repr__(self) -> str:
+        return f"GpuRandomHorizontalFlip(p={self.p})"
+
+
+class GpuNormalize:
+    """(x / 255 - mean) / std per channel, to `dtype`; mean and std on the 0..1 scale.
+
+    uint8 input is scaled by 1/255 first; floating input is taken as already on 0..1.
+    """
+
+    def __init__(
+        self,
+        mean: Sequence[float],
+        std: Sequence[float],
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.mean = _check_channel_values("mean", mean, positive=False)
+        self.std = _check_channel_values("std", std, positive=True)
+        if len(self.mean) != len(self.std):
+            raise invalid_argument(
+                "std", std, f"must have as many values as mean ({len(self.mean)})",
+                "Pass one mean and one std per channel.",
+            )
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise invalid_argument("dtype", dtype, "must be a floating torch dtype",
+                                   "Pass e.g. torch.float32 or torch.float16.")
+        self.dtype = dtype
+
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        check_images(images, channels=len(self.mean))
+        scale = 1.0 / 255.0 if images.dtype == torch.uint8 else 1.0
+        work = images.to(torch.float32)
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=images.device).view(1, -1, 1, 1)
+        inv_std = 1.0 / torch.tensor(self.std, dtype=torch.float32, device=images.device)
+        # One fused multiply-add: x * (scale / std) - mean / std.
+        out = torch.addcmul(-mean * inv_std.view(1, -1, 1, 1), work,
+                            (scale * inv_std).view(1, -1, 1, 1))
+        return out.to(self.dtype), labels
+
+    def __repr__(self) -> str:
+        return f"GpuNormalize(mean={self.mean}, std={self.std}, dtype={self.dtype})"
+
+
+def _check_channel_values(name: str, values: object, positive: bool) -> tuple[float, ...]:
+    if not isinstance(values, Sequence) or isinstance(values, str) or len(values) == 0:
+        raise invalid_type(name, values, "a sequence of floats, one per channel")
+    out = tuple(float(v) for v in values)
+    if positive and any(v <= 0 for v in out):
+        raise invalid_argument(name, values, "every value must be > 0", "Pass positive stds.")
+    return out
+
+
+class GpuCompose:
+    """Run GpuTransforms in order on one batch; itself a GpuTransform."""
+
+    def __init__(self, transforms: Sequence[GpuTransform]) -> None:
+        if isinstance(transforms, (str, bytes)) or not isinstance(transforms, Sequence):
+            raise invalid_type("gpu_transforms", transforms, "a list of GpuTransform callables")
+        for k, op in enumerate(transforms):
+            if not callable(op):
+                raise invalid_type(f"gpu_transforms[{k}]", op, "a GpuTransform callable")
+        self.transforms = list(transforms)
+
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        for op in self.transforms:
+            images, labels = op(images, labels, rng)
+        return images, labels
+
+    def __repr__(self) -> str:
+        return f"GpuCompose({self.transforms!r})"
+
+
+def apply_gpu_transforms(
+    transforms: Sequence[GpuTransform],
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    seed: int,
+    epoch: int,
+    batch_index: int,
+    rank: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Apply `transforms` to one batch with the generator of (seed, epoch, batch_index, rank)."""
+    return GpuCompose(transforms)(images, labels, gpu_rng(seed, epoch, batch_index, rank))
