@@ -1,0 +1,461 @@
+// Restart-tile repack (libjpeg transcoding), segment-table scan and crop splice; see tiles.h.
+#include "tiles.h"
+
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+namespace fastloader::tiles {
+namespace {
+
+// ---- libjpeg plumbing: errors longjmp back, warnings are remembered, output goes to a vector.
+
+struct ErrorManager {
+    jpeg_error_mgr pub;
+    std::jmp_buf jump;
+    char error[JMSG_LENGTH_MAX];
+    char warning[JMSG_LENGTH_MAX];
+    bool warned;
+};
+
+void on_error(j_common_ptr cinfo) {
+    auto* manager = reinterpret_cast<ErrorManager*>(cinfo->err);
+    (*cinfo->err->format_message)(cinfo, manager->error);
+    std::longjmp(manager->jump, 1);
+}
+
+// A warning means the source has damaged data that libjpeg papered over; repacking it would
+// bake the repair into the record, so repack refuses it (the caller keeps the original bytes).
+void on_message(j_common_ptr cinfo, int level) {
+    auto* manager = reinterpret_cast<ErrorManager*>(cinfo->err);
+    if (level < 0 && !manager->warned) {
+        (*cinfo->err->format_message)(cinfo, manager->warning);
+        manager->warned = true;
+    }
+}
+
+void init_errors(ErrorManager* manager) {
+    jpeg_std_error(&manager->pub);
+    manager->pub.error_exit = on_error;
+    manager->pub.emit_message = on_message;
+    manager->error[0] = '\0';
+    manager->warning[0] = '\0';
+    manager->warned = false;
+}
+
+struct VectorDestination {
+    jpeg_destination_mgr pub;
+    std::vector<uint8_t>* out;
+};
+
+void grow(j_compress_ptr cinfo, size_t used) {
+    auto* dest = reinterpret_cast<VectorDestination*>(cinfo->dest);
+    try {
+        dest->out->resize(dest->out->size() * 2 + 4096);
+    } catch (const std::bad_alloc&) {
+        cinfo->err->msg_code = JERR_OUT_OF_MEMORY;
+        (*cinfo->err->error_exit)(reinterpret_cast<j_common_ptr>(cinfo));
+    }
+    dest->pub.next_output_byte = dest->out->data() + used;
+    dest->pub.free_in_buffer = dest->out->size() - used;
+}
+
+void dest_init(j_compress_ptr cinfo) { grow(cinfo, 0); }
+
+boolean dest_empty(j_compress_ptr cinfo) {
+    auto* dest = reinterpret_cast<VectorDestination*>(cinfo->dest);
+    grow(cinfo, dest->out->size());  // libjpeg only calls this when the buffer is full
+    return TRUE;
+}
+
+void dest_term(j_compress_ptr cinfo) {
+    auto* dest = reinterpret_cast<VectorDestination*>(cinfo->dest);
+    dest->out->resize(dest->out->size() - dest->pub.free_in_buffer);
+}
+
+// ---- geometry shared by repack (choosing R) and scan_table (checking it).
+
+struct Layout {
+    uint32_t mcu_width, mcu_height, mcus_per_row, mcu_rows;
+};
+
+// A single-component scan is non-interleaved: its MCU is one 8x8 block of that component,
+// which is 8x8 image pixels because the only component is also the largest. An interleaved
+// scan's MCU covers max_h x max_v blocks of 8 pixels.
+Layout layout_of(uint32_t width, uint32_t height, int components, int max_h, int max_v) {
+    Layout layout{};
+    layout.mcu_width = components == 1 ? 8u : 8u * static_cast<uint32_t>(max_h);
+    layout.mcu_height = components == 1 ? 8u : 8u * static_cast<uint32_t>(max_v);
+    layout.mcus_per_row = (width + layout.mcu_width - 1) / layout.mcu_width;
+    layout.mcu_rows = (height + layout.mcu_height - 1) / layout.mcu_height;
+    return layout;
+}
+
+uint32_t choose_restart(uint32_t mcus_per_row, uint32_t max_restart) {
+    for (uint32_t r = max_restart < mcus_per_row ? max_restart : mcus_per_row; r > 1; --r) {
+        if (mcus_per_row % r == 0) return r;
+    }
+    return 1;
+}
+
+uint32_t read_u16(const uint8_t* p) { return (static_cast<uint32_t>(p[0]) << 8) | p[1]; }
+
+// ---- repack.
+
+// One error manager serves both codecs so a single setjmp covers every libjpeg call.
+struct Codecs {
+    jpeg_decompress_struct src;
+    jpeg_compress_struct dst;
+    ErrorManager errors;
+    VectorDestination dest;
+};
+
+void save_markers(j_decompress_ptr src, Markers markers) {
+    if (markers == Markers::kAll) {
+        for (int m = 0; m < 16; ++m) jpeg_save_markers(src, JPEG_APP0 + m, 0xFFFF);
+        jpeg_save_markers(src, JPEG_COM, 0xFFFF);
+    } else {
+        jpeg_save_markers(src, JPEG_APP0, 0xFFFF);
+        jpeg_save_markers(src, JPEG_APP0 + 14, 0xFFFF);
+    }
+}
+
+// Why the source cannot be tiled, or nullptr. Called after jpeg_read_header.
+const char* untileable_reason(const jpeg_decompress_struct& src) {
+    if (src.arith_code) return "arithmetic-coded JPEG (tiles need Huffman coding)";
+    if (src.data_precision != 8) return "not an 8-bit JPEG";
+    if (src.num_components < 1 || src.num_components > MAX_COMPS_IN_SCAN)
+        return "unsupported number of components";
+    if (src.image_width > 65535 || src.image_height > 65535) return "image too large";
+    return nullptr;
+}
+
+// The part of repack that runs under setjmp: only libjpeg calls and plain data, so a longjmp
+// skips no C++ destructor. Returns false after an error (message in the error managers).
+bool transcode(Codecs* c, const uint8_t* data, size_t size, uint32_t max_restart,
+               Markers markers, const char** reason) {
+    if (setjmp(c->errors.jump)) return false;
+    jpeg_mem_src(&c->src, data, static_cast<unsigned long>(size));
+    save_markers(&c->src, markers);
+    jpeg_read_header(&c->src, TRUE);
+    *reason = untileable_reason(c->src);
+    if (*reason != nullptr) return false;
+    jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&c->src);
+    jpeg_copy_critical_parameters(&c->src, &c->dst);
+    Layout layout = layout_of(c->src.image_width, c->src.image_height, c->src.num_components,
+                              c->src.max_h_samp_factor, c->src.max_v_samp_factor);
+    c->dst.optimize_coding = TRUE;
+    c->dst.restart_interval = choose_restart(layout.mcus_per_row, max_restart);
+    c->dst.write_JFIF_header = FALSE;  // copied verbatim below instead, like every APPn kept
+    c->dst.write_Adobe_marker = FALSE;
+    jpeg_write_coefficients(&c->dst, coefficients);
+    for (jpeg_saved_marker_ptr m = c->src.marker_list; m != nullptr; m = m->next) {
+        jpeg_write_marker(&c->dst, m->marker, m->data, m->data_length);
+    }
+    jpeg_finish_compress(&c->dst);
+    jpeg_finish_decompress(&c->src);
+    return true;
+}
+
+}  // namespace
+
+TiledRecord repack(const uint8_t* data, size_t size, uint32_t max_restart_mcus, Markers markers) {
+    TiledRecord result;
+    if (max_restart_mcus < 1 || max_restart_mcus > 65535) {
+        result.status = Status::kInvalidArgument;
+        result.message = "restart_mcus must be in 1..65535";
+        return result;
+    }
+    Codecs c;
+    std::memset(static_cast<void*>(&c), 0, sizeof(c));
+    init_errors(&c.errors);
+    c.src.err = &c.errors.pub;
+    c.dst.err = &c.errors.pub;
+    jpeg_create_decompress(&c.src);
+    jpeg_create_compress(&c.dst);
+    c.dest.pub.init_destination = dest_init;
+    c.dest.pub.empty_output_buffer = dest_empty;
+    c.dest.pub.term_destination = dest_term;
+    c.dest.out = &result.data;
+    c.dst.dest = &c.dest.pub;
+    const char* reason = nullptr;
+    bool ok = transcode(&c, data, size, max_restart_mcus, markers, &reason);
+    jpeg_destroy_compress(&c.dst);
+    jpeg_destroy_decompress(&c.src);
+    if (!ok || c.errors.warned) {
+        result.status = Status::kNotTileable;
+        result.message = reason != nullptr ? std::string(reason)
+                         : !ok ? std::string("libjpeg: ") + c.errors.error
+                               : std::string("source has damaged data: ") + c.errors.warning;
+        result.data.clear();
+        return result;
+    }
+    std::string message;
+    Status status = scan_table(result.data.data(), result.data.size(), &result.geometry,
+                               &result.offsets, &message);
+    if (status != Status::kOk) {
+        result.status = Status::kCorrupt;
+        result.message = "repacked record failed its own check: " + message;
+        result.data.clear();
+    }
+    return result;
+}
+
+// ---- scan_table: walk the header markers, then the entropy data for RST/EOI.
+
+namespace {
+
+struct HeaderInfo {
+    uint32_t sof = 0, scan = 0, restart = 0;
+    bool have_sof = false;
+};
+
+Status fail(std::string* message, Status status, const std::string& text) {
+    *message = text;
+    return status;
+}
+
+// Reads the SOF at data[at] (marker already known to be SOF0/SOF1) into geometry.
+Status read_sof(const uint8_t* data, size_t size, size_t at, Geometry* g, Layout* layout,
+                int* components, std::string* message) {
+    if (at + 10 > size) return fail(message, Status::kCorrupt, "SOF marker is truncated");
+    if (data[at + 4] != 8) return fail(message, Status::kNotTileable, "not an 8-bit JPEG");
+    g->sof_offset = static_cast<uint32_t>(at);
+    g->height = read_u16(data + at + 5);
+    g->width = read_u16(data + at + 7);
+    *components = data[at + 9];
+    if (*components < 1 || *components > 4 || at + 10 + 3 * size_t(*components) > size)
+        return fail(message, Status::kCorrupt, "SOF has a bad component count");
+    int max_h = 1, max_v = 1;
+    for (int i = 0; i < *components; ++i) {
+        int hv = data[at + 11 + 3 * i];
+        max_h = (hv >> 4) > max_h ? (hv >> 4) : max_h;
+        max_v = (hv & 15) > max_v ? (hv & 15) : max_v;
+    }
+    if (g->width == 0 || g->height == 0) return fail(message, Status::kCorrupt, "SOF size is 0");
+    *layout = layout_of(g->width, g->height, *components, max_h, max_v);
+    return Status::kOk;
+}
+
+// Walks SOI .. SOS, filling the header facts and the geometry's SOF part.
+Status read_header(const uint8_t* data, size_t size, HeaderInfo* info, Geometry* g,
+                   Layout* layout, std::string* message) {
+    if (size < 4 || data[0] != 0xFF || data[1] != 0xD8)
+        return fail(message, Status::kNotTileable, "not a JPEG (no SOI marker)");
+    int components = 0;
+    for (size_t at = 2; at + 4 <= size;) {
+        if (data[at] != 0xFF) return fail(message, Status::kCorrupt, "header marker expected");
+        uint8_t marker = data[at + 1];
+        size_t length = read_u16(data + at + 2);
+        if (length < 2 || at + 2 + length > size)
+            return fail(message, Status::kCorrupt, "header segment runs past the record");
+        if (marker == 0xC0 || marker == 0xC1) {
+            Status s = read_sof(data, size, at, g, layout, &components, message);
+            if (s != Status::kOk) return s;
+            info->have_sof = true;
+        } else if (marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
+                   marker != 0xCC) {
+            return fail(message, Status::kNotTileable, "not a sequential Huffman JPEG");
+        } else if (marker == 0xDD && length == 4) {
+            info->restart = read_u16(data + at + 4);
+        } else if (marker == 0xDA) {
+            if (!info->have_sof || data[at + 4] != components)
+                return fail(message, Status::kNotTileable, "scan does not hold every component");
+            info->scan = static_cast<uint32_t>(at + 2 + length);
+            return Status::kOk;
+        }
+        at += 2 + length;
+    }
+    return fail(message, Status::kCorrupt, "no SOS marker in the header");
+}
+
+// Records the offset after every RSTn and after EOI; checks RST numbering.
+Status read_segments(const uint8_t* data, size_t size, size_t at,
+                     std::vector<uint32_t>* offsets, std::string* message) {
+    offsets->push_back(static_cast<uint32_t>(at));
+    while (true) {
+        const void* hit = std::memchr(data + at, 0xFF, size - at);
+        if (hit == nullptr || static_cast<const uint8_t*>(hit) + 1 >= data + size)
+            return fail(message, Status::kCorrupt, "entropy data ends without EOI");
+        at = static_cast<size_t>(static_cast<const uint8_t*>(hit) - data);
+        uint8_t marker = data[at + 1];
+        at += 2;
+        if (marker == 0x00) continue;  // stuffed 0xFF data byte
+        if (marker == 0xD9) {
+            offsets->push_back(static_cast<uint32_t>(at));
+            return Status::kOk;
+        }
+        if (marker != 0xD0 + ((offsets->size() - 1) & 7))
+            return fail(message, Status::kCorrupt, "unexpected marker inside entropy data");
+        offsets->push_back(static_cast<uint32_t>(at));
+    }
+}
+
+}  // namespace
+
+Status scan_table(const uint8_t* data, size_t size, Geometry* g, std::vector<uint32_t>* offsets,
+                  std::string* message) {
+    if (size > 0xFFFFFFF0u) return fail(message, Status::kNotTileable, "record over 4 GiB");
+    HeaderInfo info;
+    Layout layout{};
+    Status s = read_header(data, size, &info, g, &layout, message);
+    if (s != Status::kOk) return s;
+    if (info.restart == 0 || layout.mcus_per_row % info.restart != 0)
+        return fail(message, Status::kNotTileable, "restart interval does not divide MCU rows");
+    g->scan_offset = info.scan;
+    g->mcu_width = layout.mcu_width;
+    g->mcu_height = layout.mcu_height;
+    g->mcus_per_row = layout.mcus_per_row;
+    g->mcu_rows = layout.mcu_rows;
+    g->restart_mcus = info.restart;
+    offsets->clear();
+    s = read_segments(data, size, info.scan, offsets, message);
+    if (s != Status::kOk) return s;
+    size_t expected = size_t(layout.mcu_rows) * (layout.mcus_per_row / info.restart) + 1;
+    if (offsets->size() != expected)
+        return fail(message, Status::kCorrupt, "segment count does not match the MCU grid");
+    if (offsets->back() != size)
+        return fail(message, Status::kCorrupt, "bytes after EOI");
+    return Status::kOk;
+}
+
+// ---- splice.
+
+namespace {
+
+// Cheap checks that the table describes these bytes: geometry consistent with itself and the
+// SOF, offsets anchored at both ends. Per-segment checks happen on the segments used.
+Status check_table(const uint8_t* data, size_t size, const Geometry& g, size_t n_offsets,
+                   const uint32_t* offsets, std::string* message) {
+    if (g.mcu_width == 0 || g.mcu_height == 0 || g.restart_mcus == 0 || g.width == 0 ||
+        g.height == 0 || g.mcus_per_row != (g.width + g.mcu_width - 1) / g.mcu_width ||
+        g.mcu_rows != (g.height + g.mcu_height - 1) / g.mcu_height ||
+        g.mcus_per_row % g.restart_mcus != 0)
+        return fail(message, Status::kCorrupt, "tile table geometry is inconsistent");
+    size_t segments = size_t(g.mcu_rows) * (g.mcus_per_row / g.restart_mcus);
+    if (n_offsets != segments + 1)
+        return fail(message, Status::kCorrupt, "tile table has the wrong number of offsets");
+    if (offsets[0] != g.scan_offset || offsets[segments] != size || g.scan_offset > size ||
+        size_t(g.sof_offset) + 10 > g.scan_offset)
+        return fail(message, Status::kCorrupt, "tile table offsets do not fit the record");
+    const uint8_t* sof = data + g.sof_offset;
+    if (data[0] != 0xFF || data[1] != 0xD8 || sof[0] != 0xFF || (sof[1] != 0xC0 && sof[1] != 0xC1) ||
+        read_u16(sof + 5) != g.height || read_u16(sof + 7) != g.width)
+        return fail(message, Status::kCorrupt, "record header does not match its tile table");
+    return Status::kOk;
+}
+
+struct Selection {
+    uint32_t row0, row1, seg0, seg1;  // MCU rows [row0, row1), segment columns [seg0, seg1)
+};
+
+Selection select(const Geometry& g, const Crop& crop, uint32_t context) {
+    int64_t top = crop.top - context > 0 ? crop.top - context : 0;
+    int64_t left = crop.left - context > 0 ? crop.left - context : 0;
+    int64_t bottom = crop.top + crop.height + context;
+    int64_t right = crop.left + crop.width + context;
+    bottom = bottom < g.height ? bottom : g.height;
+    right = right < g.width ? right : g.width;
+    uint32_t segment_px = g.mcu_width * g.restart_mcus;
+    Selection s{};
+    s.row0 = static_cast<uint32_t>(top / g.mcu_height);
+    s.row1 = static_cast<uint32_t>((bottom + g.mcu_height - 1) / g.mcu_height);
+    s.seg0 = static_cast<uint32_t>(left / segment_px);
+    s.seg1 = static_cast<uint32_t>((right + segment_px - 1) / segment_px);
+    return s;
+}
+
+// Checks every selected segment (ordered, in the record, ending in the marker its index says)
+// and returns the spliced size, or 0 when something is wrong.
+size_t checked_size(const uint8_t* data, const Geometry& g, const uint32_t* offsets,
+                    size_t n_offsets, const Selection& s) {
+    size_t per_row = g.mcus_per_row / g.restart_mcus;
+    size_t total = g.scan_offset;
+    uint32_t previous_end = g.scan_offset;  // rows must not overlap: the splice fits the record
+    for (uint32_t row = s.row0; row < s.row1; ++row) {
+        size_t first = row * per_row + s.seg0, end = row * per_row + s.seg1;
+        if (offsets[first] < previous_end || offsets[end] > offsets[n_offsets - 1]) return 0;
+        previous_end = offsets[end];
+        for (size_t k = first; k < end; ++k) {
+            if (size_t(offsets[k]) + 2 > offsets[k + 1]) return 0;
+            const uint8_t* marker = data + offsets[k + 1] - 2;
+            uint8_t expected = k + 2 == n_offsets ? 0xD9 : static_cast<uint8_t>(0xD0 + (k & 7));
+            if (marker[0] != 0xFF || marker[1] != expected) return 0;
+        }
+        total += offsets[end] - offsets[first];
+    }
+    return total;
+}
+
+void put_u16(uint8_t* p, uint32_t value) {
+    p[0] = static_cast<uint8_t>(value >> 8);
+    p[1] = static_cast<uint8_t>(value & 0xFF);
+}
+
+// Copies header + one byte range per MCU row, renumbering the RST markers 0..7 in output order.
+void assemble(const uint8_t* data, const Geometry& g, const uint32_t* offsets,
+              const Selection& s, const Spliced& region, uint8_t* out) {
+    std::memcpy(out, data, g.scan_offset);
+    put_u16(out + g.sof_offset + 5, region.height);
+    put_u16(out + g.sof_offset + 7, region.width);
+    size_t per_row = g.mcus_per_row / g.restart_mcus;
+    size_t at = g.scan_offset;
+    uint32_t serial = 0;
+    for (uint32_t row = s.row0; row < s.row1; ++row) {
+        size_t first = row * per_row + s.seg0, end = row * per_row + s.seg1;
+        size_t length = offsets[end] - offsets[first];
+        std::memcpy(out + at, data + offsets[first], length);
+        for (size_t k = first; k < end; ++k, ++serial) {
+            out[at + (offsets[k + 1] - offsets[first]) - 1] = static_cast<uint8_t>(0xD0 + (serial & 7));
+        }
+        at += length;
+    }
+    out[at - 1] = 0xD9;  // the last segment ends the image
+}
+
+}  // namespace
+
+Spliced splice(const uint8_t* data, size_t size, const Geometry& g, const uint32_t* offsets,
+               size_t n_offsets, const Crop& crop, uint32_t context, uint8_t* out,
+               size_t out_capacity) {
+    Spliced result;
+    if (data == nullptr || offsets == nullptr || n_offsets < 2 || size < 4) {
+        result.status = fail(&result.message, Status::kCorrupt, "empty record or tile table");
+        return result;
+    }
+    result.status = check_table(data, size, g, n_offsets, offsets, &result.message);
+    if (result.status != Status::kOk) return result;
+    if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 ||
+        crop.top >= g.height || crop.left >= g.width || crop.height > g.height - crop.top ||
+        crop.width > g.width - crop.left) {
+        result.status = fail(&result.message, Status::kInvalidArgument,
+                             "crop is empty or outside the image");
+        return result;
+    }
+    Selection s = select(g, crop, context);
+    uint32_t segment_px = g.mcu_width * g.restart_mcus;
+    result.y0 = s.row0 * g.mcu_height;
+    result.x0 = s.seg0 * segment_px;
+    uint32_t bottom = s.row1 * g.mcu_height, right = s.seg1 * segment_px;
+    result.height = (bottom < g.height ? bottom : g.height) - result.y0;
+    result.width = (right < g.width ? right : g.width) - result.x0;
+    result.size = checked_size(data, g, offsets, n_offsets, s);
+    if (result.size == 0) {
+        result.status = fail(&result.message, Status::kCorrupt,
+                             "tile table does not match the record's restart segments");
+        return result;
+    }
+    if (out == nullptr || out_capacity < result.size) {
+        result.status = fail(&result.message, Status::kInvalidArgument,
+                             "output buffer too small for the splice");
+        return result;
+    }
+    assemble(data, g, offsets, s, result, out);
+    return result;
+}
+
+}  // namespace fastloader::tiles
