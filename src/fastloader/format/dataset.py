@@ -1,0 +1,179 @@
+"""open_dataset -> PackedDataset: random access to a packed dataset's records and labels."""
+
+from __future__ import annotations
+
+import operator
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastloader.errors import CorruptRecordError, DatasetError
+from fastloader.format import index as index_mod
+from fastloader.format.backends import ShardReader, open_reader
+from fastloader.format.manifest import Manifest, read_manifest
+
+
+class PackedDataset:
+    """A packed dataset: `ds[i] -> (record bytes view, label)`, plus its index arrays.
+
+    Record views are zero-copy (into the LMDB map or the HDF5 shard's mmap) and stay valid
+    until close(). Reads are safe from many threads at once and in forked children.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.root = Path(path).expanduser().absolute()
+        self.manifest: Manifest = read_manifest(self.root)
+        self.backend: str = self.manifest.backend
+        self.classes: list[str] = list(self.manifest.classes)
+        self._load_index()
+        self._reader: ShardReader | None = open_reader(
+            self.backend, self.root, self.manifest.shards
+        )
+        self._paths: list[str] | None = None
+
+    def _load_index(self) -> None:
+        def load(name: str) -> np.ndarray:
+            # Loaded into memory (not mmap): plain ndarray indexing is several times faster.
+            return index_mod.load_field(self.root, self.manifest, name, mmap=False)
+
+        count = self.manifest.num_samples
+        self._shard = load("shard")
+        self._offset = load("offset")
+        self._length = load("length")
+        self.labels: np.ndarray = load("label")
+        self.shapes: np.ndarray = load("shape")
+        self.codecs: np.ndarray = load("codec")
+        self.crc32s: np.ndarray = load("crc32")
+        self._path_offsets = load("path_offsets")
+        self._path_bytes = load("path_bytes")
+        per_sample = [self._shard, self._offset, self._length, self.labels, self.shapes]
+        per_sample += [self.codecs, self.crc32s]
+        if any(len(a) != count for a in per_sample) or len(self._path_offsets) != count + 1:
+            raise DatasetError(
+                f"{self.root}: index arrays do not all have {count} entries as manifest.json "
+                "says; the dataset is damaged: pack it again."
+            )
+
+    # -- size and indexing -------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.manifest.num_samples
+
+    def _check_index(self, i: Any) -> int:
+        try:
+            index = operator.index(i)
+        except TypeError:
+            raise TypeError(
+                f"dataset index must be an integer, got {type(i).__name__} ({i!r:.40})"
+            ) from None
+        if not 0 <= index < self.manifest.num_samples:
+            raise IndexError(
+                f"index {index} is out of range for {self.root} with "
+                f"{self.manifest.num_samples} records (valid: 0..{self.manifest.num_samples - 1})"
+            )
+        return index
+
+    def __getitem__(self, i: int) -> tuple[memoryview, int]:
+        index = self._check_index(i)
+        return self.record(index), int(self.labels[index])
+
+    def record(self, i: int, verify: bool = False) -> memoryview:
+        """Record i's encoded bytes (zero-copy view); verify=True also checks its crc32."""
+        index = self._check_index(i)
+        length = int(self._length[index])
+        if self._reader is None:
+            raise DatasetError(f"{self.root} is closed; open it again with open_dataset().")
+        data = self._reader.read(int(self._shard[index]), int(self._offset[index]), length)
+        if data is None or len(data) != length:
+            got = "missing" if data is None else f"{len(data)} bytes"
+            raise CorruptRecordError(
+                f"{self.describe(index)} is {got}, the index says {length} bytes; "
+                f"run `packdata verify {self.root}` and pack the dataset again."
+            )
+        if verify and zlib.crc32(data) != int(self.crc32s[index]):
+            raise CorruptRecordError(
+                f"{self.describe(index)} fails its crc32 check; run `packdata verify "
+                f"{self.root}` and pack the dataset again."
+            )
+        return data
+
+    # -- metadata ------------------------------------------------------------------------
+
+    @property
+    def paths(self) -> list[str]:
+        """Every record's source path relative to the packed folder (POSIX, sample order)."""
+        if self._paths is None:
+            self._paths = index_mod.decode_paths(self._path_offsets, self._path_bytes)
+        return self._paths
+
+    def path(self, i: int) -> str:
+        """Record i's source path relative to the packed folder."""
+        return index_mod.decode_path(self._path_offsets, self._path_bytes, self._check_index(i))
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Record sizes in bytes, (N,) int64."""
+        return self._length
+
+    @property
+    def shard_ids(self) -> np.ndarray:
+        """Which shard holds each record, (N,) int32."""
+        return self._shard
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Per record: LMDB key number, or byte offset inside the HDF5 shard's records."""
+        return self._offset
+
+    def field(self, name: str) -> np.ndarray:
+        """Any index field by name, including ones added by later format features."""
+        return index_mod.load_field(self.root, self.manifest, name, mmap=True)
+
+    def shard_file(self, i: int) -> str:
+        """File name of the shard holding record i."""
+        return self.manifest.shards[int(self._shard[self._check_index(i)])].file
+
+    def describe(self, i: int) -> str:
+        """Where record i lives, for error messages: index, shard, source path and dataset."""
+        index = int(i)
+        if not 0 <= index < len(self):
+            return f"record {index} (out of range) of {self.root}"
+        return (
+            f"record {index} (shard {self.shard_file(index)!r}, source {self.path(index)!r}) "
+            f"of {self.root}"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedDataset({str(self.root)!r}, backend={self.backend!r}, "
+            f"records={len(self)}, classes={len(self.classes)})"
+        )
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release shard handles; record views returned earlier must not be used afterwards."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __enter__(self) -> PackedDataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spawned workers reopen from the path: handles never cross a process boundary.
+        return {"root": str(self.root)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["root"])  # type: ignore[misc]
+
+
+def open_dataset(path: str | os.PathLike[str]) -> PackedDataset:
+    """Open the packed dataset folder at path (e.g. out.lmdb/ or out.h5/)."""
+    return PackedDataset(path)

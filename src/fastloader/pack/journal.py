@@ -1,0 +1,193 @@
+"""The staging folder of a pack in progress: lock, plan, per-shard journal, final rename."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastloader.errors import PackError
+from fastloader.format.manifest import MANIFEST_NAME, ShardInfo
+from fastloader.pack.scan import SourceFile
+
+PLAN_NAME = "plan.json"
+JOURNAL_DIR = "journal"
+LOCK_NAME = ".lock"
+SAMPLE_COLUMNS = ("relpath", "label", "offset", "length", "height", "width", "codec", "crc32")
+
+
+def staging_path(dst: Path) -> Path:
+    """The hidden sibling folder a pack of dst is built in: .NAME.partial"""
+    return dst.parent / f".{dst.name}.partial"
+
+
+@dataclass
+class ShardRecord:
+    """A finished shard: its manifest entry, the source files it consumed and its samples."""
+
+    info: ShardInfo
+    consumed: list[list[Any]]  # [relpath, size, mtime_ns] of every file read, good or not
+    skipped: list[list[str]]  # [relpath, reason]
+    samples: dict[str, list[Any]] = field(default_factory=dict)  # SAMPLE_COLUMNS -> values
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ShardRecord:
+        raw = json.loads(text)
+        return cls(ShardInfo(**raw["info"]), raw["consumed"], raw["skipped"], raw["samples"])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    """(size, sha256 hex) of a file, after making sure its bytes are on disk."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return path.stat().st_size, digest.hexdigest()
+
+
+class Staging:
+    """Owns DST's staging folder for one pack: locked so two packs cannot share it."""
+
+    def __init__(self, dst: Path) -> None:
+        self.dst = dst
+        self.dir = staging_path(dst)
+        self.journal = self.dir / JOURNAL_DIR
+        self._lock_fd: int | None = None
+
+    def open(self, plan: dict[str, Any], resume: bool) -> None:
+        """Create or reuse the folder; keep earlier shards only when resuming the same plan."""
+        try:
+            self.dir.mkdir(exist_ok=True)
+            self._lock_fd = os.open(self.dir / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as exc:
+            raise PackError(
+                f"cannot write in {self.dir.parent} ({exc.strerror}); choose a DST whose "
+                "parent folder exists and is writable."
+            ) from None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PackError(
+                f"another packdata is writing {self.dst} right now (lock on {self.dir}); "
+                "wait for it to finish or choose another DST."
+            ) from None
+        plan_path = self.dir / PLAN_NAME
+        old_plan = json.loads(plan_path.read_text()) if plan_path.is_file() else None
+        if not resume or old_plan != plan:
+            self._clear()
+        self.journal.mkdir(exist_ok=True)
+        _write_atomic(plan_path, json.dumps(plan, sort_keys=True))
+
+    def _clear(self) -> None:
+        for entry in self.dir.iterdir():
+            if entry.name == LOCK_NAME:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+    def reusable_shards(self, files: list[SourceFile]) -> list[ShardRecord]:
+        """The journal's longest prefix of shards built from exactly these files, unchanged."""
+        reused: list[ShardRecord] = []
+        position = 0
+        for shard_id in range(len(files) + 1):
+            record = self._load_record(shard_id)
+            if record is None or not self._matches(record, files, position):
+                break
+            reused.append(record)
+            position += len(record.consumed)
+        self._drop_from(len(reused))
+        return reused
+
+    def _load_record(self, shard_id: int) -> ShardRecord | None:
+        path = self.journal / f"{shard_id:05d}.json"
+        try:
+            return ShardRecord.from_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _matches(self, record: ShardRecord, files: list[SourceFile], position: int) -> bool:
+        expected = [
+            [f.relpath, f.size, f.mtime_ns]
+            for f in files[position : position + len(record.consumed)]
+        ]
+        if expected != record.consumed:
+            return False
+        shard_path = self.dir / record.info.file
+        if not shard_path.is_file() or shard_path.stat().st_size != record.info.bytes:
+            return False
+        return file_digest(shard_path)[1] == record.info.sha256
+
+    def _drop_from(self, shard_id: int) -> None:
+        """Delete journal entries and shard files from shard_id on (they will be rebuilt)."""
+        for entry in self.journal.glob("*.json"):
+            if entry.stem.isdigit() and int(entry.stem) >= shard_id:
+                entry.unlink()
+        for entry in self.dir.glob("shard-*"):
+            number = entry.name[len("shard-") :].split(".")[0]
+            if number.isdigit() and int(number) >= shard_id:
+                entry.unlink()
+
+    def commit_shard(self, record: ShardRecord, shard_id: int) -> None:
+        """Note a finished, fsynced shard in the journal (after it is whole on disk)."""
+        _write_atomic(self.journal / f"{shard_id:05d}.json", record.to_json())
+
+    def finish(self, write_manifest: Any, overwrite: bool) -> None:
+        """Drop the journal, write the manifest (last file), rename the folder to DST."""
+        shutil.rmtree(self.journal, ignore_errors=True)
+        (self.dir / PLAN_NAME).unlink(missing_ok=True)
+        write_manifest(self.dir)
+        (self.dir / LOCK_NAME).unlink(missing_ok=True)  # the flock stays held on the open fd
+        trash = self.dst.parent / f".{self.dst.name}.old-{os.getpid()}"
+        replacing = overwrite and (self.dst.exists() or self.dst.is_symlink())
+        if replacing:
+            os.rename(self.dst, trash)
+        os.rename(self.dir, self.dst)
+        _fsync_dir(self.dst.parent)
+        if replacing:
+            if trash.is_dir() and not trash.is_symlink():
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                trash.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        """Unlock (the folder stays, so --resume can reuse its shards after a failure)."""
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_dataset(path: Path) -> bool:
+    """Whether path is a finished packed dataset folder (it has a manifest)."""
+    return (path / MANIFEST_NAME).is_file()

@@ -1,0 +1,375 @@
+"""pack(): turn an image tree into a packed dataset; parallel, atomic and resumable."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastloader.errors import PackError, invalid_argument, invalid_type
+from fastloader.format import index as index_mod
+from fastloader.format.backends import backend_for_suffix, backend_module
+from fastloader.format.manifest import BACKENDS, Manifest, ShardInfo
+from fastloader.pack.journal import (
+    SAMPLE_COLUMNS,
+    ShardRecord,
+    Staging,
+    file_digest,
+    is_dataset,
+    staging_path,
+)
+from fastloader.pack.scan import ScanResult, SourceFile, scan
+from fastloader.pack.validate import Prepared, prepare
+
+DEFAULT_SHARD_SIZE = 256 << 20
+SKIPPED_NAME = "skipped.json"
+# Test hook: SIGKILL this process right after this many shards are journaled in one run, so a
+# test can check that a killed pack leaves no dataset and that --resume finishes it.
+KILL_AFTER_SHARDS_ENV = "FASTLOADER_PACK_TEST_KILL_AFTER_SHARDS"
+_WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memory
+_WINDOW_FILES = 2048
+
+Progress = Callable[[int, int, int], None]  # (files done, files total, source bytes done)
+
+
+def _check_int(name: str, value: Any, low: int, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise invalid_type(name, value, "an int")
+    if value < low:
+        raise invalid_argument(name, value, f"must be >= {low}", fix)
+    return int(value)
+
+
+def _check_options(
+    shard_size: Any, workers: Any, max_side: Any, quality: Any
+) -> tuple[int, int, int | None, int]:
+    shard_size = _check_int("shard_size", shard_size, 1, "Pass a size in bytes, e.g. 256 MiB.")
+    if workers is None:
+        workers = len(os.sched_getaffinity(0))
+    workers = _check_int("workers", workers, 1, "Pass 1 or more (default: all cores).")
+    if max_side is not None:
+        max_side = _check_int("max_side", max_side, 1, "Pass a pixel count or None.")
+    quality = _check_int("quality", quality, 1, "Pass a JPEG quality in 1..100.")
+    if quality > 100:
+        raise invalid_argument("quality", quality, "must be in 1..100", "Try 90.")
+    return shard_size, workers, max_side, quality
+
+
+def resolve_backend(dst: Path, format: str | None) -> str:
+    """The backend for dst: `format` if given (must agree with a known suffix), else the suffix."""
+    from_suffix = backend_for_suffix(dst)
+    if format is None:
+        if from_suffix is None:
+            raise PackError(
+                f"cannot tell the format of {dst} from its suffix {dst.suffix!r}; name it "
+                "NAME.lmdb or NAME.h5, or pass --format lmdb|hdf5."
+            )
+        return from_suffix
+    chosen = {"h5": "hdf5"}.get(format.lower(), format.lower())
+    if chosen not in BACKENDS:
+        raise PackError(f"unknown format {format!r} for {dst}; choose lmdb or hdf5.")
+    if from_suffix is not None and from_suffix != chosen:
+        raise PackError(
+            f"{dst} has the {from_suffix} suffix {dst.suffix!r} but format {format!r} was asked; "
+            "make the suffix and --format agree."
+        )
+    return chosen
+
+
+def _check_destination(dst: Path, src: Path, overwrite: bool) -> None:
+    if not dst.parent.is_dir():
+        raise PackError(
+            f"cannot create {dst}: its parent folder {dst.parent} does not exist; create it "
+            "first or choose another DST."
+        )
+    if dst == src or src in dst.parents:
+        raise PackError(f"DST {dst} is inside SRC {src}; write the dataset outside the source.")
+    if not (dst.exists() or dst.is_symlink()):
+        return
+    if not overwrite:
+        raise PackError(
+            f"{dst} already exists; pass --overwrite to replace it or choose another DST."
+        )
+    empty_dir = dst.is_dir() and not any(dst.iterdir())
+    if not (is_dataset(dst) or empty_dir):
+        raise PackError(
+            f"{dst} exists and is not a packed dataset, so --overwrite will not delete it; "
+            "remove it yourself or choose another DST."
+        )
+
+
+class _ShardBuilder:
+    """Collects prepared records and writes a shard each time shard_size is reached."""
+
+    def __init__(self, staging: Staging, backend: str, shard_size: int, done: list[ShardRecord]):
+        self.staging = staging
+        self.module = backend_module(backend)
+        self.shard_size = shard_size
+        self.records: list[ShardRecord] = list(done)
+        self.next_sample = sum(r.info.count for r in done)
+        self.tail_skipped: list[list[str]] = []
+        self._reset()
+        self._written_this_run = 0
+        self._kill_after = int(os.environ.get(KILL_AFTER_SHARDS_ENV, "0") or 0)
+
+    def _reset(self) -> None:
+        self.data: list[bytes] = []
+        self.size = 0
+        self.consumed: list[list[Any]] = []
+        self.skipped: list[list[str]] = []
+        self.samples: dict[str, list[Any]] = {name: [] for name in SAMPLE_COLUMNS}
+
+    def add(self, source: SourceFile, prepared: Prepared) -> None:
+        if prepared.data is None:
+            self.consumed.append([source.relpath, source.size, source.mtime_ns])
+            self.skipped.append([source.relpath, prepared.error or "unknown error"])
+            return
+        if self.data and self.size + len(prepared.data) > self.shard_size:
+            self.flush()
+        self.consumed.append([source.relpath, source.size, source.mtime_ns])
+        self.data.append(prepared.data)
+        self.size += len(prepared.data)
+        row = (source.relpath, source.label, 0, len(prepared.data))
+        row2 = (prepared.height, prepared.width, prepared.codec, prepared.crc32)
+        for name, value in zip(SAMPLE_COLUMNS, row + row2, strict=True):
+            self.samples[name].append(value)
+
+    def flush(self) -> None:
+        """Write the pending records as the next shard, fsync it, then journal it."""
+        if not self.data:
+            self.tail_skipped.extend(self.skipped)
+            self.skipped = []
+            return
+        shard_id = len(self.records)
+        name = f"shard-{shard_id:05d}{self.module.SHARD_SUFFIX}"
+        layout = self.module.write_shard(self.staging.dir / name, self.next_sample, self.data)
+        self.samples["offset"] = layout.offsets
+        size, sha256 = file_digest(self.staging.dir / name)
+        info = ShardInfo(name, self.next_sample, len(self.data), size, sha256, layout.data_offset)
+        record = ShardRecord(info, self.consumed, self.skipped, self.samples)
+        self.staging.commit_shard(record, shard_id)
+        self.records.append(record)
+        self.next_sample += len(self.data)
+        self._reset()
+        self._written_this_run += 1
+        if self._kill_after and self._written_this_run >= self._kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    @property
+    def all_skipped(self) -> list[list[str]]:
+        return [s for r in self.records for s in r.skipped] + self.tail_skipped + self.skipped
+
+
+def _windows(files: list[SourceFile]) -> Iterator[list[SourceFile]]:
+    window: list[SourceFile] = []
+    size = 0
+    for source in files:
+        window.append(source)
+        size += source.size
+        if size >= _WINDOW_BYTES or len(window) >= _WINDOW_FILES:
+            yield window
+            window, size = [], 0
+    if window:
+        yield window
+
+
+def _prepared(
+    root: Path, files: list[SourceFile], workers: int, max_side: int | None, quality: int
+) -> Iterator[Prepared]:
+    """Prepared records in file order, from a process pool holding at most two windows."""
+    job = functools.partial(prepare, max_side=max_side, quality=quality)
+    paths = (str(root / f.relpath) for f in files)
+    if workers == 1 or len(files) < 4 * workers:
+        yield from map(job, paths)
+        return
+    import multiprocessing
+
+    with multiprocessing.Pool(workers) as pool:
+        pending: deque[Iterable[Prepared]] = deque()
+        for window in _windows(files):
+            chunk = max(1, min(32, len(window) // (4 * workers)))
+            pending.append(pool.imap(job, [str(root / f.relpath) for f in window], chunk))
+            if len(pending) > 1:  # keep the next window decoding while this one drains
+                yield from pending.popleft()
+        while pending:
+            yield from pending.popleft()
+
+
+def _progress_bar(total: int, total_bytes: int, quiet: bool) -> Any:
+    if quiet or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        unit="file",
+        unit_scale=True,
+        file=sys.stderr,
+        smoothing=0.1,
+        desc="packing",
+        dynamic_ncols=True,
+    )
+
+
+def _build_index(records: list[ShardRecord]) -> dict[str, np.ndarray]:
+    def column(name: str) -> list[Any]:
+        return [v for r in records for v in r.samples[name]]
+
+    shard = [k for k, r in enumerate(records) for _ in range(r.info.count)]
+    path_offsets, path_bytes = index_mod.encode_paths(column("relpath"))
+    return {
+        "shard": np.asarray(shard, np.int32),
+        "offset": np.asarray(column("offset"), np.int64),
+        "length": np.asarray(column("length"), np.int64),
+        "label": np.asarray(column("label"), np.int64),
+        "shape": np.stack(
+            [np.asarray(column("height"), np.int32), np.asarray(column("width"), np.int32)], 1
+        ).reshape(-1, 2),
+        "codec": np.asarray(column("codec"), np.uint8),
+        "crc32": np.asarray(column("crc32"), np.uint32),
+        "path_offsets": path_offsets,
+        "path_bytes": path_bytes,
+    }
+
+
+def _stats(result: ScanResult, builder: _ShardBuilder, reencoded: int) -> dict[str, Any]:
+    return {
+        "files_found": len(result.files),
+        "packed": builder.next_sample,
+        "skipped": len(builder.all_skipped),
+        "reencoded": reencoded,
+        "ignored_hidden": result.ignored_hidden,
+        "ignored_non_image": result.ignored_non_image,
+        "ignored_outside_classes": result.ignored_outside_classes,
+        "empty_classes": result.empty_classes,
+        "source_bytes": result.total_bytes,
+        "record_bytes": int(sum(sum(r.samples["length"]) for r in builder.records)),
+    }
+
+
+def _fill(
+    builder: _ShardBuilder, result: ScanResult, settings: dict[str, Any], progress: Progress | None
+) -> int:
+    """Prepare and add every file not covered by reused shards; return how many re-encoded."""
+    start = sum(len(r.consumed) for r in builder.records)
+    todo = result.files[start:]
+    bar = _progress_bar(len(result.files), result.total_bytes, settings["quiet"])
+    done_bytes, began, reencoded = sum(f.size for f in result.files[:start]), time.monotonic(), 0
+    if bar is not None:
+        bar.update(start)
+    try:
+        stream = _prepared(
+            result.root, todo, settings["workers"], settings["max_side"], settings["quality"]
+        )
+        for k, (source, prepared) in enumerate(zip(todo, stream, strict=True), start + 1):
+            if prepared.data is None and settings["strict"]:
+                raise PackError(
+                    f"{result.root / source.relpath}: {prepared.error}; fix or remove it, or "
+                    "pack without --strict to skip unreadable files."
+                )
+            builder.add(source, prepared)
+            reencoded += prepared.reencoded
+            done_bytes += source.size
+            if progress is not None:
+                progress(k, len(result.files), done_bytes)
+            if bar is not None:
+                bar.update(1)
+                rate = done_bytes / max(time.monotonic() - began, 1e-9) / 1e6
+                bar.set_postfix_str(f"{rate:.1f} MB/s", refresh=False)
+        builder.flush()
+    finally:
+        if bar is not None:
+            bar.close()
+    return reencoded
+
+
+def pack(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    workers: int | None = None,
+    max_side: int | None = None,
+    quality: int = 90,
+    overwrite: bool = False,
+    resume: bool = False,
+    strict: bool = False,
+    quiet: bool = True,
+    progress: Progress | None = None,
+) -> Manifest:
+    """Pack the ImageFolder tree at src into a sharded dataset folder dst; return its manifest.
+
+    format: "lmdb" | "hdf5" | None (from dst's suffix .lmdb/.h5/.hdf5). Records keep the
+    original bytes unless max_side is set and an image is larger (then JPEG at quality).
+    Unreadable images are skipped and listed in dst/skipped.json (strict=True: PackError).
+    dst appears only when complete; resume=True reuses the finished shards of a killed pack.
+    progress(files_done, files_total, bytes_done) is called per file; quiet=False shows a
+    tqdm bar when stderr is a terminal.
+    """
+    shard_size, workers, max_side, quality = _check_options(shard_size, workers, max_side, quality)
+    dst_path = Path(dst).expanduser().absolute()
+    src_path = Path(src).expanduser().absolute()
+    backend = resolve_backend(dst_path, format)
+    _check_destination(dst_path, src_path, overwrite)
+    result = scan(src_path)
+    options = {"shard_size": shard_size, "max_side": max_side, "quality": quality}
+    plan = {"backend": backend, "src": str(src_path), "classes": result.classes, **options}
+    staging = Staging(dst_path)
+    try:
+        staging.open(plan, resume)
+        builder = _ShardBuilder(staging, backend, shard_size, staging.reusable_shards(result.files))
+        settings = {"workers": workers, "max_side": max_side, "quality": quality}
+        settings |= {"strict": strict, "quiet": quiet}
+        reencoded = _fill(builder, result, settings, progress)
+        if not builder.records:
+            raise PackError(
+                f"no file under {src_path} could be decoded ({len(result.files)} tried); see "
+                "the reasons with --strict, or check the files are images."
+            )
+        manifest = _finish(staging, builder, result, backend, options, reencoded, overwrite)
+    finally:
+        staging.release()
+    return manifest
+
+
+def _finish(
+    staging: Staging,
+    builder: _ShardBuilder,
+    result: ScanResult,
+    backend: str,
+    options: dict[str, Any],
+    reencoded: int,
+    overwrite: bool,
+) -> Manifest:
+    from fastloader import __version__
+
+    fields = index_mod.write_index(staging.dir, _build_index(builder.records))
+    skipped = [{"path": path, "reason": reason} for path, reason in builder.all_skipped]
+    (staging.dir / SKIPPED_NAME).write_text(json.dumps(skipped, indent=1) + "\n")
+    manifest = Manifest(
+        backend=backend,
+        num_samples=builder.next_sample,
+        classes=result.classes,
+        shards=[r.info for r in builder.records],
+        fields=fields,
+        options=options,
+        stats=_stats(result, builder, reencoded),
+        created_by=f"fastloader {__version__}",
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    staging.finish(manifest.write, overwrite)
+    return manifest
+
+
+__all__ = ["DEFAULT_SHARD_SIZE", "pack", "resolve_backend", "staging_path"]
