@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -117,3 +118,33 @@ class EpochSampler:
             f"EpochSampler(n={self.n}, epoch={self.epoch}, seed={self.seed}, rank={self.rank}, "
             f"world_size={self.world_size}, shuffle={self.shuffle}, drop_last={self.drop_last})"
         )
+
+
+def resolve_rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world_size) as given, else from torch.distributed when initialized, else (0, 1)."""
+    if (rank is None) != (world_size is None):
+        raise invalid_argument(
+            "rank" if rank is not None else "world_size", rank if rank is not None else world_size,
+            "rank and world_size go together", "Pass both, or neither to read torch.distributed.",
+        )
+    if rank is not None and world_size is not None:
+        world = _check_int("world_size", world_size, 1)
+        if _check_int("rank", rank, 0) >= world:
+            raise invalid_argument("rank", rank, f"must be < world_size={world}",
+                                   "Pass 0 <= rank < world_size.")
+        return int(rank), world
+    import torch.distributed as dist  # only when asked: importing torch is not free
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def threads_per_rank(world_size: int) -> int:
+    """Cores this process may use (sched_getaffinity), shared among ranks on this machine."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    local_ranks = int(local) if local.isdigit() and int(local) > 0 else 1
+    if world_size == 1:
+        local_ranks = 1
+    return max(1, (cores or 1) // local_ranks)

@@ -1,0 +1,159 @@
+"""The drop-in path: any map-style Dataset through torch's DataLoader with better defaults."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from fastloader.device import resolve_device
+from fastloader.errors import FastloaderError, invalid_argument
+from fastloader.sampler import resolve_rank_world, threads_per_rank
+from fastloader.stats import Counters, LoaderStats
+
+_PACKED_DEFAULTS = {"transforms": None, "normalize": None, "dtype": None, "num_threads": None,
+                    "on_error": "raise", "backend": "auto", "prefetch": None}
+DEFAULT_PREFETCH_FACTOR = 4  # torch's 2 leaves workers idle behind a slow step more often
+
+
+def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    """Move every tensor inside a (nested) batch to device; other values pass through."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        moved = {k: to_device(v, device, non_blocking) for k, v in batch.items()}
+        return moved if type(batch) is dict else type(batch)(moved)  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(to_device(v, device, non_blocking) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in a collated batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, Mapping):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)) and batch:
+        return _batch_len(batch[0])
+    return 0
+
+
+class DropInLoader:
+    """torch.utils.data.DataLoader with tuned defaults and a `device=` transfer.
+
+    Defaults that differ from DataLoader: num_workers = the cores this rank may use,
+    persistent_workers=True when there are workers, prefetch_factor=4, pin_memory when the
+    target is CUDA, a DistributedSampler (seeded by `seed`) under torch.distributed, and a
+    seeded shuffle generator. Every DataLoader keyword is accepted and wins over a default.
+    """
+
+    def __init__(self, dataset: Any, batch_size: int | None, shuffle: bool, seed: int,
+                 device: Any, drop_last: bool, rank: int | None, world_size: int | None,
+                 packed_only: dict[str, Any], **kwargs: Any) -> None:
+        for name, value in packed_only.items():
+            if value is not _PACKED_DEFAULTS[name] and value != _PACKED_DEFAULTS[name]:
+                raise invalid_argument(
+                    name, value, "applies to packed datasets only, not to a torch Dataset",
+                    "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
+                    " or pack the images with `packdata` and pass the packed path.")
+        self.device = None if device is None else resolve_device(device, default_cuda=False)
+        rank, world = resolve_rank_world(rank, world_size)
+        self.seed = seed
+        self._generator: torch.Generator | None = None
+        if world > 1 and "sampler" not in kwargs and "batch_sampler" not in kwargs:
+            kwargs["sampler"] = DistributedSampler(dataset, num_replicas=world, rank=rank,
+                                                   shuffle=shuffle, seed=seed, drop_last=drop_last)
+            shuffle = False
+        elif shuffle and "generator" not in kwargs and "sampler" not in kwargs:
+            self._generator = torch.Generator().manual_seed(seed)
+            kwargs["generator"] = self._generator
+        workers = kwargs.setdefault("num_workers", threads_per_rank(world))
+        if workers > 0:
+            kwargs.setdefault("persistent_workers", True)
+            kwargs.setdefault("prefetch_factor", DEFAULT_PREFETCH_FACTOR)
+        on_cuda = self.device is not None and self.device.type == "cuda"
+        kwargs.setdefault("pin_memory", on_cuda)
+        if "batch_sampler" in kwargs:  # DataLoader forbids these next to a batch_sampler
+            self.loader = DataLoader(dataset, **kwargs)
+        else:
+            self.loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
+                                     drop_last=drop_last, **kwargs)
+        self._non_blocking = bool(self.loader.pin_memory)
+        self._counters = Counters()
+
+    @property
+    def sampler(self) -> Any:
+        return self.loader.sampler
+
+    @property
+    def dataset(self) -> Any:
+        return self.loader.dataset
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward to a sampler with set_epoch; else reseed the shuffle with (seed + epoch)."""
+        holders: tuple[Any, ...] = (self.loader.sampler, self.loader.batch_sampler)
+        for holder in holders:
+            if hasattr(holder, "set_epoch"):
+                holder.set_epoch(epoch)
+                return
+        if self._generator is not None:
+            self._generator.manual_seed(self.seed + epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        started = time.perf_counter()
+        iterator = iter(self.loader)
+        try:
+            while True:
+                wait_start = time.perf_counter()
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    return
+                finally:
+                    self._counters.add_time("wait", time.perf_counter() - wait_start)
+                if self.device is not None:
+                    copy_start = time.perf_counter()
+                    batch = to_device(batch, self.device, self._non_blocking)
+                    self._counters.add_time("copy", time.perf_counter() - copy_start)
+                self._counters.add_batch(_batch_len(batch))
+                yield batch
+        finally:
+            self._counters.add_time("active", time.perf_counter() - started)
+
+    def state_dict(self) -> dict[str, Any]:
+        raise FastloaderError(
+            "state_dict() is only available over packed datasets: a DataLoader over an "
+            "arbitrary Dataset cannot resume mid-epoch exactly. Pack the images with "
+            "`packdata` and pass the packed path to FastLoader to get exact resume.")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state_dict()  # raises the same explanation
+
+    def stats(self) -> LoaderStats:
+        """Counters of the drop-in path: throughput, wait for batches, device copy time."""
+        workers = self.loader.num_workers
+        return self._counters.snapshot(
+            queue_depth=0, prefetch=(self.loader.prefetch_factor or 0) * workers,
+            ring_slots=0, ring_bytes=0, pinned=bool(self.loader.pin_memory),
+            num_threads=workers, backend="dataloader")
+
+    def close(self) -> None:
+        """Shut persistent workers down now instead of at garbage collection."""
+        iterator = getattr(self.loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        self.loader._iterator = None
+
+    def __repr__(self) -> str:
+        return (f"DropInLoader(dataset={type(self.dataset).__name__}, batch_size="
+                f"{self.loader.batch_size}, num_workers={self.loader.num_workers}, "
+                f"device={self.device})")

@@ -1,0 +1,301 @@
+"""FastLoader: (images, labels) batches from a packed dataset, or a tuned DataLoader drop-in."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastloader.augment import check_transforms, output_size
+from fastloader.decode import BatchDecoder
+from fastloader.device import DeviceStep, resolve_device
+from fastloader.dropin import DropInLoader
+from fastloader.errors import FastloaderError, invalid_argument, invalid_type
+from fastloader.format.dataset import PackedDataset, open_dataset
+from fastloader.memory import BatchRing
+from fastloader.pipeline import EpochPlan, Producer
+from fastloader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
+from fastloader.stats import Counters, LoaderStats
+
+_STATE_VERSION = 1
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise invalid_type(name, value, "an int >= 1")
+    if value < 1:
+        raise invalid_argument(name, value, "must be >= 1", f"Pass {name} >= 1.")
+    return int(value)
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise invalid_type(name, value, "True or False")
+    return bool(value)
+
+
+class FastLoader:
+    """Iterate (images, labels) batches, like torch.utils.data.DataLoader but faster.
+
+    `data` a packed dataset path (or an open PackedDataset): the fast path. A producer thread
+    runs `prefetch` batches ahead, decoding with `num_threads` native threads (GIL released)
+    straight into a fixed ring of (pinned, with CUDA) uint8 buffers; `transforms` run fused
+    into decode (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip) with parameters
+    drawn from (seed, epoch, batch, rank), so results never depend on the thread count.
+    Images come out NCHW on `device` (default: this process's CUDA device when there is
+    one): uint8 without `normalize`, else `dtype` (float32) computed as (x/255 - mean) / std
+    on the device; mean/std in 0-1 scale, or 0-255 scale when a mean exceeds 1. Labels int64.
+
+    `data` a map-style torch Dataset: the drop-in path (see fastloader.dropin.DropInLoader);
+    DataLoader's own keyword arguments are accepted there.
+
+    Each pass follows `sampler.epoch`; a pass that runs to its end advances the epoch by one
+    (reshuffling like DataLoader(shuffle=True)); set_epoch(e) chooses it explicitly.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        *,
+        seed: int = 0,
+        transforms: Any = None,
+        normalize: Any = None,
+        dtype: torch.dtype | None = None,
+        device: str | torch.device | None = None,
+        num_threads: int | None = None,
+        prefetch: int = 2,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        on_error: str = "raise",
+        backend: str = "auto",
+        **dataloader_kwargs: Any,
+    ) -> None:
+        self._closed = True  # until fully built, so __del__/close are safe on a failed init
+        self._dropin: DropInLoader | None = None
+        if isinstance(data, torch.utils.data.Dataset) and not isinstance(data, PackedDataset):
+            self._dropin = DropInLoader(
+                data, batch_size=batch_size, shuffle=shuffle, seed=seed, device=device,
+                drop_last=drop_last, rank=rank, world_size=world_size,
+                packed_only={"transforms": transforms, "normalize": normalize, "dtype": dtype,
+                             "num_threads": num_threads, "on_error": on_error,
+                             "backend": backend, "prefetch": prefetch if prefetch != 2 else None},
+                **dataloader_kwargs,
+            )
+            self.sampler = self._dropin.sampler
+            self._closed = False
+            return
+        if dataloader_kwargs:
+            name = sorted(dataloader_kwargs)[0]
+            raise invalid_argument(
+                name, dataloader_kwargs[name], "is a DataLoader argument the packed path does "
+                "not take", "Drop it; use num_threads= for parallelism and prefetch= for depth.")
+        self._init_packed(data, batch_size, shuffle, seed, transforms, normalize, dtype, device,
+                          num_threads, prefetch, drop_last, rank, world_size, on_error, backend)
+
+    def _init_packed(self, data: Any, batch_size: int, shuffle: bool, seed: int,
+                     transforms: Any, normalize: Any, dtype: Any, device: Any,
+                     num_threads: int | None, prefetch: int, drop_last: bool,
+                     rank: int | None, world_size: int | None, on_error: str,
+                     backend: str) -> None:
+        self.batch_size = _positive_int("batch_size", batch_size)
+        self.prefetch = _positive_int("prefetch", prefetch)
+        self.drop_last = _flag("drop_last", drop_last)
+        if on_error not in ("raise", "skip"):
+            raise invalid_argument("on_error", on_error, "must be 'raise' or 'skip'",
+                                   "Pass on_error='skip' to replace undecodable samples.")
+        self.on_error = on_error
+        self.transforms = check_transforms(transforms)
+        self.device = resolve_device(device, default_cuda=True)
+        self._step = DeviceStep(self.device, normalize, dtype)
+        rank, world = resolve_rank_world(rank, world_size)
+        threads = threads_per_rank(world) if num_threads is None else num_threads
+        self._threads = _positive_int("num_threads", threads)
+        if isinstance(data, PackedDataset):
+            self.dataset, self._owns_dataset = data, False
+        elif isinstance(data, (str, os.PathLike)):
+            self.dataset, self._owns_dataset = open_dataset(data), True
+        else:
+            raise invalid_type("data", data, "a packed dataset path, a PackedDataset or a "
+                               "map-style torch Dataset")
+        try:
+            self.image_size = output_size(self.transforms, self.dataset.shapes)
+            self.sampler = EpochSampler(len(self.dataset), seed, rank, world,
+                                        _flag("shuffle", shuffle), self.drop_last)
+            self._decoder = BatchDecoder(self._threads, backend)
+        except BaseException:
+            if self._owns_dataset:
+                self.dataset.close()
+            raise
+        self._ring: BatchRing | None = None
+        self._active: Producer | None = None
+        self._resume_batch = 0
+        self._batches_done = 0
+        self._counters = Counters()
+        self._closed = False
+
+    # -- iteration -------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._closed:
+            raise FastloaderError("this FastLoader was closed; create a new one to iterate")
+        if self._dropin is not None:
+            return iter(self._dropin)
+        self._stop_active()  # one pass at a time: a new iter() ends the previous one
+        if self._ring is None:
+            height, width = self.image_size
+            self._ring = BatchRing(self.prefetch + 1, self.batch_size, height, width,
+                                   pin=self.device.type == "cuda")
+        start, self._resume_batch = self._resume_batch, 0
+        epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
+                               self.sampler.epoch, self.sampler.seed, self.sampler.rank)
+        producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
+                            self._counters, self.on_error, epoch_plan).start()
+        self._active = producer
+        self._batches_done = start
+        return self._consume(producer, epoch_plan)
+
+    def _consume(self, producer: Producer, epoch_plan: EpochPlan) -> Iterator[Any]:
+        started = time.perf_counter()
+        finished = False
+        ring = self._ring
+        if ring is None:  # pragma: no cover - __iter__ always builds it first
+            raise FastloaderError("internal: the batch ring was not built")
+        try:
+            while True:
+                if self._active is not producer:
+                    raise FastloaderError("this iterator was ended because a newer pass over "
+                                          "the same FastLoader started (or it was closed)")
+                item = producer.get(self._counters)
+                if item is None:
+                    finished = True
+                    break
+                start_copy = time.perf_counter()
+                images, labels, event = self._step(ring.view(item.slot, item.count)[0],
+                                                   item.labels)
+                ring.release(item.slot, event)
+                self._counters.add_time("copy", time.perf_counter() - start_copy)
+                self._counters.add_batch(item.count)
+                self._batches_done = item.index + 1
+                yield images, labels
+        finally:
+            self._counters.add_time("active", time.perf_counter() - started)
+            if self._active is producer:
+                self._stop_active()
+            if finished:
+                self._batches_done = 0
+                self.sampler.set_epoch(epoch_plan.epoch + 1)
+
+    def _stop_active(self) -> None:
+        producer, self._active = self._active, None
+        if producer is not None:
+            producer.shutdown()
+            if self._ring is not None:
+                self._ring.reset()
+
+    def __len__(self) -> int:
+        if self._dropin is not None:
+            return len(self._dropin)
+        return self.sampler.num_batches(self.batch_size, self.drop_last)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
+        if self._dropin is not None:
+            self._dropin.set_epoch(epoch)
+            return
+        if epoch != self.sampler.epoch:
+            self._resume_batch = 0
+        self.sampler.set_epoch(epoch)
+
+    # -- checkpointing -------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands: epoch and batches consumed, plus what must match on load."""
+        if self._dropin is not None:
+            return self._dropin.state_dict()
+        done = self._batches_done if self._active is not None else self._resume_batch
+        return {"version": _STATE_VERSION, "epoch": self.sampler.epoch, "batches_done": done,
+                "seed": self.sampler.seed, "num_samples": self.sampler.n,
+                "batch_size": self.batch_size, "rank": self.sampler.rank,
+                "world_size": self.sampler.world_size, "shuffle": self.sampler.shuffle,
+                "drop_last": self.drop_last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
+        if self._dropin is not None:
+            self._dropin.load_state_dict(state)
+            return
+        if not isinstance(state, dict):
+            raise invalid_type("state", state, "a dict from FastLoader.state_dict()")
+        mine = self.state_dict()
+        for key in ("version", "num_samples", "batch_size", "world_size", "shuffle",
+                    "drop_last", "seed"):
+            if state.get(key) != mine[key]:
+                raise invalid_argument(
+                    f"state[{key!r}]", state.get(key), f"this loader has {key}={mine[key]!r}",
+                    "Resume with a loader built with the same dataset and arguments.")
+        done = state.get("batches_done")
+        if not isinstance(done, int) or not 0 <= done <= len(self):
+            raise invalid_argument("state['batches_done']", done, f"must be in 0..{len(self)}",
+                                   "Pass a dict saved by FastLoader.state_dict().")
+        self._stop_active()
+        self.sampler.set_epoch(state["epoch"])
+        self._resume_batch = done
+
+    # -- introspection and lifetime -----------------------------------------------------------
+
+    def stats(self) -> LoaderStats:
+        """Live counters (see fastloader.stats.LoaderStats); .as_dict() for a plain dict."""
+        if self._dropin is not None:
+            return self._dropin.stats()
+        ring = self._ring
+        active = self._active
+        return self._counters.snapshot(
+            queue_depth=active.queue_depth() if active is not None else 0,
+            prefetch=self.prefetch,
+            ring_slots=ring.slots if ring is not None else self.prefetch + 1,
+            ring_bytes=ring.nbytes if ring is not None else 0,
+            pinned=ring.pinned if ring is not None else False,
+            num_threads=self._decoder.num_threads,
+            backend=self._decoder.backend,
+        )
+
+    def close(self) -> None:
+        """Stop the producer, free the ring and decoder threads, close an owned dataset."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._dropin is not None:
+            self._dropin.close()
+            return
+        self._stop_active()
+        self._decoder.close()
+        self._ring = None
+        if self._owns_dataset:
+            self.dataset.close()
+
+    def __enter__(self) -> FastLoader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: modules may be gone
+            self.close()
+
+    def __repr__(self) -> str:
+        if self._dropin is not None:
+            return f"FastLoader(drop-in, {self._dropin!r})"
+        if not hasattr(self, "sampler"):
+            return "FastLoader(<not built>)"
+        return (f"FastLoader({str(self.dataset.root)!r}, batch_size={self.batch_size}, "
+                f"image_size={self.image_size}, device={self.device}, "
+                f"num_threads={self._threads}, prefetch={self.prefetch}, {self.sampler!r})")

@@ -1,0 +1,207 @@
+"""The batch producer: a thread that reads records, plans crops, decodes into ring slots, queues.
+
+It runs ahead of the training loop by at most the ring's size (prefetch + 1 slots); it stops
+between batches or while waiting for a slot as soon as its stop event is set.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fastloader.augment import Transform, plan
+from fastloader.decode import BatchDecoder
+from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError
+from fastloader.memory import BatchRing
+from fastloader.stats import Counters, Timer
+
+SKIP_ATTEMPTS = 16  # replacement candidates tried for one bad sample under on_error="skip"
+_thread_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """What one pass produces: this rank's index order, cut into batches from `start`."""
+
+    indices: np.ndarray
+    batch_size: int
+    num_batches: int
+    start: int
+    epoch: int
+    seed: int
+    rank: int
+
+    def batch(self, b: int) -> np.ndarray:
+        return self.indices[b * self.batch_size : (b + 1) * self.batch_size]
+
+
+@dataclass(frozen=True)
+class ReadyBatch:
+    """A decoded batch waiting in its ring slot."""
+
+    index: int
+    slot: int
+    count: int
+    labels: np.ndarray
+    samples: np.ndarray  # dataset indices actually delivered (after any skip replacement)
+
+
+class _Done:
+    """Queue sentinel: the producer finished (error is set when it failed)."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+class Producer:
+    """One pass over an EpochPlan on a thread named fastloader-producer-N."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        transforms: Sequence[Transform],
+        decoder: BatchDecoder,
+        ring: BatchRing,
+        counters: Counters,
+        on_error: str,
+        epoch_plan: EpochPlan,
+    ) -> None:
+        self.dataset = dataset
+        self.transforms = tuple(transforms)
+        self.decoder = decoder
+        self.ring = ring
+        self.counters = counters
+        self.on_error = on_error
+        self.plan = epoch_plan
+        self.ready: queue.SimpleQueue[ReadyBatch | _Done] = queue.SimpleQueue()
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, name=f"fastloader-producer-{next(_thread_ids)}", daemon=True
+        )
+
+    def start(self) -> Producer:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        started = time.perf_counter()
+        outcome = _Done()
+        try:
+            for b in range(self.plan.start, self.plan.num_batches):
+                with Timer(self.counters, "slot_wait"):
+                    slot = self.ring.acquire(self.stop_event)
+                if slot is None:
+                    break
+                try:
+                    self.ready.put(self._fill(b, slot))
+                except BaseException:
+                    self.ring.release(slot)
+                    raise
+        except BaseException as exc:  # handed to the consumer, raised in the training loop
+            outcome = _Done(exc)
+        finally:
+            self.counters.add_time("producer", time.perf_counter() - started)
+            self.ready.put(outcome)
+
+    def _fill(self, b: int, slot: int) -> ReadyBatch:
+        """Read, plan and decode batch b into `slot`, repairing or reporting bad samples."""
+        samples = self.plan.batch(b).copy()
+        _, out = self.ring.view(slot, len(samples))
+        with Timer(self.counters, "read"):
+            records, failures = self._read(samples)
+        with Timer(self.counters, "plan"):
+            rng = np.random.default_rng([self.plan.seed, self.plan.epoch, b, self.plan.rank])
+            crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
+        with Timer(self.counters, "decode"):
+            errors = self.decoder.decode_into(records, crops, flips, out)
+            for k, message in enumerate(errors):
+                if message is not None and k not in failures:
+                    failures[k] = DecodeError(f"{self.dataset.describe(samples[k])}: {message}")
+            for k, error in sorted(failures.items()):
+                samples[k] = self._recover(b, k, int(samples[k]), error, out)
+        labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
+        return ReadyBatch(b, slot, len(samples), labels, samples)
+
+    def _read(self, samples: np.ndarray) -> tuple[list[Any], dict[int, FastloaderError]]:
+        records: list[Any] = []
+        failures: dict[int, FastloaderError] = {}
+        for k, i in enumerate(samples.tolist()):
+            try:
+                records.append(self.dataset.record(i))
+            except CorruptRecordError as exc:
+                failures[k] = exc
+                records.append(b"")
+        return records, failures
+
+    def _recover(self, b: int, k: int, sample: int, error: FastloaderError,
+                 out: np.ndarray) -> int:
+        """on_error="raise": raise. "skip": decode a replacement into out[k], return its index.
+
+        Replacements are the next records after the bad one (sample+1, sample+2, ...), planned
+        from a generator keyed by (seed, epoch, batch, rank, position, attempt): deterministic.
+        """
+        if self.on_error == "raise":
+            raise type(error)(
+                f"{error} (batch {b}, position {k}). Repack or remove that source file, or "
+                "pass on_error='skip' to replace bad samples and count them in stats()."
+            ) from error
+        self.counters.add_skip(self.dataset.describe(sample))
+        n = len(self.dataset)
+        for attempt in range(1, SKIP_ATTEMPTS + 1):
+            candidate = (sample + attempt) % n
+            try:
+                record = self.dataset.record(candidate)
+            except CorruptRecordError:
+                continue
+            rng = np.random.default_rng(
+                [self.plan.seed, self.plan.epoch, b, self.plan.rank, k, attempt]
+            )
+            crops, flips, _ = plan(self.transforms, self.dataset.shapes[[candidate]], rng)
+            if self.decoder.decode_into([record], crops, flips, out[k : k + 1])[0] is None:
+                return candidate
+        raise DecodeError(
+            f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
+            "was found. The dataset looks badly damaged: run `packdata verify` and repack it."
+        )
+
+    def get(self, counters: Counters) -> ReadyBatch | None:
+        """Next decoded batch for the consumer; None at the end; re-raises producer errors."""
+        started = time.perf_counter()
+        try:
+            while True:
+                try:
+                    item = self.ready.get(timeout=0.1)
+                    break
+                except queue.Empty:
+                    if not self.thread.is_alive() and self.ready.empty():
+                        raise FastloaderError(
+                            "the fastloader producer thread ended without a result"
+                        ) from None
+        finally:
+            counters.add_time("wait", time.perf_counter() - started)
+        if isinstance(item, _Done):
+            if item.error is not None:
+                raise item.error
+            return None
+        return item
+
+    def queue_depth(self) -> int:
+        return self.ready.qsize()
+
+    def shutdown(self) -> None:
+        """Stop promptly (between batches or while waiting for a slot) and join the thread."""
+        self.stop_event.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join()
+        while True:  # drop queued batches; the caller resets the ring once nobody holds slots
+            try:
+                self.ready.get_nowait()
+            except queue.Empty:
+                break

@@ -1,0 +1,117 @@
+"""Cheap live counters of a FastLoader: throughput, time per stage, waits, memory held."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Producer stages; with `slot_wait` and `other` they add up to the producer's wall time.
+STAGES = ("read", "plan", "decode", "slot_wait")
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """A snapshot of a loader's counters (seconds are totals since the loader was made).
+
+    Producer side: read_s (fetching records), plan_s (drawing crops/flips), decode_s (decode +
+    crop + resize + flip into the ring slot, fused), slot_wait_s (waiting for a free ring slot:
+    the producer is ahead). read_s + plan_s + decode_s + slot_wait_s is the producer's busy
+    time; producer_s is its wall time, the difference (queue hand-off, bookkeeping) is small.
+    Consumer side: wait_s (the training loop waited for a batch: the loader was behind),
+    copy_s (device step: H2D copy issue + NCHW layout + normalize), active_s (time iterating).
+    """
+
+    images: int
+    batches: int
+    skipped: int
+    images_per_s: float
+    read_s: float
+    plan_s: float
+    decode_s: float
+    slot_wait_s: float
+    producer_s: float
+    copy_s: float
+    wait_s: float
+    active_s: float
+    queue_depth: int
+    prefetch: int
+    ring_slots: int
+    ring_bytes: int
+    pinned: bool
+    num_threads: int
+    backend: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The snapshot as a plain dict (JSON-ready)."""
+        return asdict(self)
+
+
+class Counters:
+    """Mutable totals shared by the producer thread and the consumer; a lock keeps sums exact."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.seconds: dict[str, float] = dict.fromkeys(
+            (*STAGES, "producer", "copy", "wait", "active"), 0.0
+        )
+        self.images = 0
+        self.batches = 0
+        self.skipped = 0
+        self.skipped_samples: list[str] = []  # the first few, for messages and the doctor
+
+    def add_time(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[name] += seconds
+
+    def add_batch(self, images: int) -> None:
+        with self._lock:
+            self.images += images
+            self.batches += 1
+
+    def add_skip(self, description: str) -> None:
+        with self._lock:
+            self.skipped += 1
+            if len(self.skipped_samples) < 32:
+                self.skipped_samples.append(description)
+
+    def snapshot(self, **live: Any) -> LoaderStats:
+        """Freeze the totals, adding the live values (queue depth, ring size, ...) given."""
+        with self._lock:
+            seconds = dict(self.seconds)
+            images, batches, skipped = self.images, self.batches, self.skipped
+        active = seconds["active"]
+        return LoaderStats(
+            images=images,
+            batches=batches,
+            skipped=skipped,
+            images_per_s=images / active if active > 0 else 0.0,
+            read_s=seconds["read"],
+            plan_s=seconds["plan"],
+            decode_s=seconds["decode"],
+            slot_wait_s=seconds["slot_wait"],
+            producer_s=seconds["producer"],
+            copy_s=seconds["copy"],
+            wait_s=seconds["wait"],
+            active_s=active,
+            **live,
+        )
+
+
+class Timer:
+    """`with Timer(counters, "decode"):` adds the block's wall time to that counter."""
+
+    __slots__ = ("_counters", "_name", "_start")
+
+    def __init__(self, counters: Counters, name: str) -> None:
+        self._counters = counters
+        self._name = name
+        self._start = 0.0
+
+    def __enter__(self) -> Timer:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._counters.add_time(self._name, time.perf_counter() - self._start)
