@@ -1,0 +1,179 @@
+"""The `packdata` command: pack an image tree, or show info about / verify a packed dataset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from fastloader.errors import FastloaderError
+from fastloader.pack.info import dataset_info, format_info, human_bytes
+from fastloader.pack.write import DEFAULT_SHARD_SIZE, SKIPPED_NAME, pack
+
+SUBCOMMANDS = ("info", "verify")
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_SHOWN_SKIPPED = 10
+
+USAGE_EPILOG = """\
+other commands:
+  packdata info DST [--json]       counts, classes, shards, bytes, image sizes, options
+  packdata verify DST [--decode]   check every shard, index file and record checksum
+                                   (--decode also decodes each image); exit 0 only if intact
+
+SRC is an ImageFolder tree: SRC/<class>/<image files> (found recursively; hidden and
+non-image files are ignored). DST's suffix picks the backend: NAME.lmdb or NAME.h5.
+A source folder literally named "info" or "verify" must be written as ./info.
+exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input."""
+
+
+def parse_size(text: str) -> int:
+    """'256M' -> 268435456 (K, M, G are powers of 1024; a plain number is bytes)."""
+    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = value[-1:] if value[-1:] in _UNITS else ""
+    number = value[: len(value) - len(unit)]
+    try:
+        size = int(float(number) * _UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 256M or 1G") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte")
+    return size
+
+
+def _pack_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="packdata",
+        usage="packdata SRC DST [options]\n       packdata {info,verify} DST [options]",
+        description="Pack an ImageFolder-style image tree into a sharded LMDB or HDF5 dataset.",
+        epilog=USAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("src", metavar="SRC", help="image tree: SRC/<class>/<images>")
+    add("dst", metavar="DST", help="dataset folder to create: NAME.lmdb or NAME.h5")
+    add("--format", choices=("lmdb", "hdf5"), help="backend (default: from DST's suffix)")
+    add("--shard-size", type=parse_size, default=DEFAULT_SHARD_SIZE, metavar="SIZE",
+        help="bytes per shard, e.g. 256M or 1G (default: 256M)")  # fmt: skip
+    add("--workers", type=int, metavar="N", help="processes (default: all usable cores)")
+    add("--max-side", type=int, metavar="N",
+        help="re-encode images whose longer side exceeds N pixels (as JPEG)")  # fmt: skip
+    add("--quality", type=int, default=90, metavar="Q", help="JPEG quality for --max-side")
+    add("--overwrite", action="store_true", help="replace DST if it is a packed dataset")
+    add("--resume", action="store_true", help="reuse the finished shards of an interrupted pack")
+    add("--strict", action="store_true", help="fail on the first unreadable image")
+    add("--quiet", action="store_true", help="no progress bar and no summary")
+    return parser
+
+
+def _sub_parser(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"packdata {command}")
+    parser.add_argument("dst", metavar="DST", help="a packed dataset folder")
+    if command == "info":
+        parser.add_argument("--json", action="store_true", help="print JSON with every field")
+    else:
+        parser.add_argument("--decode", action="store_true", help="also decode every image")
+        parser.add_argument("--quiet", action="store_true", help="print only problems")
+    return parser
+
+
+def _summary(args: argparse.Namespace, manifest_stats: dict, seconds: float, dst: Path) -> str:
+    stats = manifest_stats
+    rate = stats["files_found"] / max(seconds, 1e-9)
+    mbps = stats["source_bytes"] / max(seconds, 1e-9) / 1e6
+    lines = [
+        f"packed {stats['packed']} images into {dst} in {seconds:.1f} s "
+        f"({rate:.0f} files/s, {mbps:.1f} MB/s, {human_bytes(stats['record_bytes'])} of records)"
+    ]
+    ignored = stats["ignored_hidden"] + stats["ignored_non_image"]
+    ignored += stats["ignored_outside_classes"]
+    if ignored:
+        lines.append(
+            f"ignored {ignored} files: {stats['ignored_hidden']} hidden, "
+            f"{stats['ignored_non_image']} not images, "
+            f"{stats['ignored_outside_classes']} outside class folders"
+        )
+    if stats["empty_classes"]:
+        lines.append(f"empty class folders (kept as classes): {stats['empty_classes']}")
+    if stats["reencoded"]:
+        lines.append(f"re-encoded {stats['reencoded']} images larger than --max-side")
+    if stats["skipped"]:
+        lines.append(f"skipped {stats['skipped']} unreadable files (all in {dst / SKIPPED_NAME}):")
+        skipped = json.loads((dst / SKIPPED_NAME).read_text())
+        lines += [f"  {s['path']}: {s['reason']}" for s in skipped[:_SHOWN_SKIPPED]]
+    return "\n".join(lines)
+
+
+def _run_pack(argv: Sequence[str]) -> int:
+    args = _pack_parser().parse_args(argv)
+    began = time.perf_counter()
+    manifest = pack(
+        args.src,
+        args.dst,
+        format=args.format,
+        shard_size=args.shard_size,
+        workers=args.workers,
+        max_side=args.max_side,
+        quality=args.quality,
+        overwrite=args.overwrite,
+        resume=args.resume,
+        strict=args.strict,
+        quiet=args.quiet,
+    )
+    if not args.quiet:
+        dst = Path(args.dst).expanduser().absolute()
+        print(_summary(args, manifest.stats, time.perf_counter() - began, dst), file=sys.stderr)
+    return 0
+
+
+def _run_info(argv: Sequence[str]) -> int:
+    args = _sub_parser("info").parse_args(argv)
+    info = dataset_info(args.dst)
+    print(json.dumps(info, indent=2) if args.json else format_info(info))
+    return 0
+
+
+def _run_verify(argv: Sequence[str]) -> int:
+    from fastloader.pack.verify import verify
+
+    args = _sub_parser("verify").parse_args(argv)
+    report = verify(args.dst, decode=args.decode)
+    for problem in report.problems:
+        print(problem)
+    what = "records checked and decoded" if args.decode else "records checked"
+    if report.ok:
+        if not args.quiet:
+            print(f"OK: {report.root}: {report.records_checked} {what}, all intact")
+        return 0
+    print(
+        f"DAMAGED: {report.root}: {len(report.problems)} problems, "
+        f"{len(set(report.bad_records))} bad records of {report.records_checked} {what}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run packdata with argv (default sys.argv[1:]); return the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in SUBCOMMANDS:
+            return _run_info(args[1:]) if args[0] == "info" else _run_verify(args[1:])
+        return _run_pack(args)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    except FastloaderError as exc:
+        print(f"packdata: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # disk full, permission lost mid-way...: no traceback, one line
+        print(f"packdata: error: {exc}; fix it and rerun with --resume", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("packdata: interrupted; rerun the same command with --resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

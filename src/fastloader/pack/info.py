@@ -1,0 +1,101 @@
+"""dataset_info(): counts, class histogram, shards, bytes, image sizes and options of a dataset."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastloader.format.dataset import open_dataset
+from fastloader.format.manifest import Codec
+
+_SHOWN_CLASSES = 20
+
+
+def human_bytes(count: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"  # pragma: no cover - the loop returns first
+
+
+def _spread(values: np.ndarray) -> dict[str, float]:
+    return {
+        "min": int(values.min()),
+        "median": float(np.median(values)),
+        "mean": round(float(values.mean()), 1),
+        "max": int(values.max()),
+    }
+
+
+def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A JSON-ready summary of the dataset at path (DatasetNotFoundError if it is not one)."""
+    with open_dataset(path) as ds:
+        manifest = ds.manifest
+        histogram = np.bincount(ds.labels, minlength=len(ds.classes))
+        codecs = np.bincount(ds.codecs, minlength=len(Codec))
+        skipped_file = Path(ds.root) / "skipped.json"
+        skipped = json.loads(skipped_file.read_text()) if skipped_file.is_file() else []
+        return {
+            "path": str(ds.root),
+            "backend": ds.backend,
+            "format_version": manifest.version,
+            "created_by": manifest.created_by,
+            "created_at": manifest.created_at,
+            "records": len(ds),
+            "classes": len(ds.classes),
+            "class_counts": dict(zip(ds.classes, histogram.tolist(), strict=True)),
+            "shards": [
+                {"file": s.file, "records": s.count, "bytes": s.bytes} for s in manifest.shards
+            ],
+            "total_bytes": manifest.total_bytes,
+            "record_bytes": _spread(ds.lengths),
+            "height": _spread(ds.shapes[:, 0]),
+            "width": _spread(ds.shapes[:, 1]),
+            "codecs": {Codec(c).name: int(n) for c, n in enumerate(codecs.tolist()) if n},
+            "options": manifest.options,
+            "stats": manifest.stats,
+            "skipped": len(skipped),
+        }
+
+
+def _class_lines(counts: dict[str, int]) -> list[str]:
+    names = list(counts)
+    width = max(len(n) for n in names[:_SHOWN_CLASSES])
+    lines = [f"  {n:<{width}}  {counts[n]}" for n in names[:_SHOWN_CLASSES]]
+    if len(names) > _SHOWN_CLASSES:
+        rest = [counts[n] for n in names[_SHOWN_CLASSES:]]
+        lines.append(
+            f"  ... {len(rest)} more classes ({min(rest)}..{max(rest)} records each; "
+            "--json lists all)"
+        )
+    return lines
+
+
+def format_info(info: dict[str, Any]) -> str:
+    """Human-readable text for dataset_info()'s result."""
+    shards = info["shards"]
+    size = info["record_bytes"]
+    height, width = info["height"], info["width"]
+    lines = [
+        f"dataset   {info['path']}",
+        f"backend   {info['backend']} (format v{info['format_version']}, "
+        f"{info['created_by']}, {info['created_at']})",
+        f"records   {info['records']} in {len(shards)} shards, "
+        f"{human_bytes(info['total_bytes'])} on disk",
+        f"record    {human_bytes(size['min'])} min, {human_bytes(size['median'])} median, "
+        f"{human_bytes(size['max'])} max",
+        f"height    {height['min']} min, {height['median']:g} median, {height['max']} max",
+        f"width     {width['min']} min, {width['median']:g} median, {width['max']} max",
+        "codecs    " + ", ".join(f"{k} {v}" for k, v in info["codecs"].items()),
+        "options   " + ", ".join(f"{k}={v}" for k, v in sorted(info["options"].items())),
+        f"skipped   {info['skipped']} unreadable source files (listed in skipped.json)",
+        f"classes   {info['classes']}",
+        *_class_lines(info["class_counts"]),
+    ]
+    return "\n".join(lines)

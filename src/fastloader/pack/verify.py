@@ -1,0 +1,170 @@
+"""verify(): check a packed dataset's files, index and every record (optionally decode them)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fastloader.errors import DatasetError
+from fastloader.format import index as index_mod
+from fastloader.format.dataset import PackedDataset
+from fastloader.format.manifest import Codec, Manifest, read_manifest
+from fastloader.pack.journal import file_digest
+
+
+@dataclass
+class VerifyReport:
+    """What verify found: problems with files/index, and each bad record by index."""
+
+    root: Path
+    records_checked: int = 0
+    problems: list[str] = field(default_factory=list)
+    bad_records: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _check_fields(root: Path, manifest: Manifest, report: VerifyReport) -> None:
+    for name, info in sorted(manifest.fields.items()):
+        path = root / info.file
+        if not path.is_file():
+            report.problems.append(f"index field {name!r}: file {info.file} is missing")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != info.sha256:
+            report.problems.append(f"index field {name!r}: {info.file} fails its sha256 check")
+    for name in index_mod.CORE_FIELDS:
+        if name not in manifest.fields:
+            report.problems.append(f"index field {name!r} is not listed in manifest.json")
+
+
+def _check_shards(root: Path, manifest: Manifest, report: VerifyReport) -> None:
+    expected_start = 0
+    for k, shard in enumerate(manifest.shards):
+        where = f"shard {k} ({shard.file!r})"
+        if shard.start != expected_start or shard.count < 1:
+            report.problems.append(
+                f"{where}: covers samples {shard.start}..{shard.stop - 1}, "
+                f"expected to start at {expected_start}"
+            )
+        expected_start = shard.stop
+        path = root / shard.file
+        if not path.is_file():
+            report.problems.append(f"{where}: file is missing")
+            continue
+        size, sha256 = file_digest(path)
+        if size != shard.bytes:
+            report.problems.append(f"{where}: {size} bytes on disk, manifest says {shard.bytes}")
+        if sha256 != shard.sha256:
+            report.problems.append(f"{where}: fails its sha256 check (the file was changed)")
+        if manifest.backend == "hdf5":
+            _check_hdf5_offset(path, shard.data_offset, where, report)
+    if expected_start != manifest.num_samples:
+        report.problems.append(
+            f"shards cover {expected_start} samples, manifest says {manifest.num_samples}"
+        )
+
+
+def _check_hdf5_offset(path: Path, stored: int | None, where: str, report: VerifyReport) -> None:
+    from fastloader.format.hdf5 import records_file_offset
+
+    try:
+        actual = records_file_offset(path)
+    except Exception as exc:  # h5py raises OSError/KeyError/... for damaged files
+        report.problems.append(f"{where}: h5py cannot read it ({type(exc).__name__}: {exc})")
+        return
+    if actual != stored:
+        report.problems.append(
+            f"{where}: records start at file offset {actual}, manifest says {stored}"
+        )
+
+
+def _check_index(ds: PackedDataset, report: VerifyReport) -> None:
+    """Index arrays agree with the manifest: shard ranges, label range, codecs, paths."""
+    for k, shard in enumerate(ds.manifest.shards):
+        ids = ds.shard_ids[shard.start : shard.stop]
+        if np.any(ids != k):
+            report.problems.append(
+                f"index: samples {shard.start}..{shard.stop - 1} not all in shard {k}"
+            )
+    bad_label = np.flatnonzero((ds.labels < 0) | (ds.labels >= len(ds.classes)))
+    bad_length = np.flatnonzero(ds.lengths <= 0)
+    bad_codec = np.flatnonzero(ds.codecs > max(Codec))
+    for what, where in (("label", bad_label), ("length", bad_length), ("codec", bad_codec)):
+        for i in where[:20].tolist():
+            report.problems.append(f"{_name(ds, i)}: invalid {what} in the index")
+        report.bad_records.extend(where.tolist())
+
+
+def _name(ds: PackedDataset, i: int) -> str:
+    try:
+        return f"record {i} (shard {ds.shard_file(i)!r}, source {ds.path(i)!r})"
+    except Exception:  # a damaged index must not stop the report
+        return f"record {i}"
+
+
+def _check_record(ds: PackedDataset, i: int, decode: bool) -> str | None:
+    """Why record i is bad, or None when it is intact."""
+    try:
+        data = ds.record(i)
+    except Exception as exc:  # CorruptRecordError, or an LMDB error on a damaged page
+        return f"cannot be read ({type(exc).__name__})"
+    if zlib.crc32(data) != int(ds.crc32s[i]):
+        return "crc32 mismatch: the stored bytes changed"
+    if decode:
+        return _decode_problem(data, tuple(int(v) for v in ds.shapes[i]))
+    return None
+
+
+def _decode_problem(data: memoryview, shape: tuple[int, ...]) -> str | None:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+            size = (image.height, image.width)
+    except Exception as exc:  # any Pillow failure means the record is not a usable image
+        return f"does not decode ({type(exc).__name__}: {exc})"
+    if size != shape:
+        return f"decodes to {size[0]}x{size[1]}, the index says {shape[0]}x{shape[1]}"
+    return None
+
+
+def verify(
+    path: str | os.PathLike[str],
+    decode: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
+    """Check manifest, index files, shard files (size, sha256) and every record's crc32.
+
+    decode=True also decodes every record with Pillow and checks its size. Raises
+    DatasetNotFoundError when path is not a dataset; otherwise reports all it finds.
+    """
+    root = Path(path).expanduser().absolute()
+    manifest = read_manifest(root)
+    report = VerifyReport(root)
+    _check_fields(root, manifest, report)
+    _check_shards(root, manifest, report)
+    try:
+        ds = PackedDataset(root)
+    except DatasetError as exc:
+        report.problems.append(f"index cannot be loaded: {exc}")
+        return report
+    with ds:
+        _check_index(ds, report)
+        for i in range(len(ds)):
+            problem = _check_record(ds, i, decode)
+            if problem is not None:
+                report.problems.append(f"{_name(ds, i)}: {problem}")
+                report.bad_records.append(i)
+            report.records_checked += 1
+            if progress is not None:
+                progress(i + 1, len(ds))
+    return report
