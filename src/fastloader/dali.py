@@ -1,0 +1,312 @@
+"""DaliLoader: FastLoader's semantics over a packed dataset, decoded and augmented by NVIDIA DALI.
+
+Records go from the shards into DALI through a batch-mode external_source in the sampler's
+order; crop boxes and flips come from fastloader.augment's planner seeded by (seed, epoch,
+batch, rank), exactly as in the native path, so batches, labels, len, set_epoch, sharding and
+state_dict behave like FastLoader's and a resumed run continues bit-for-bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastloader.augment import check_transforms, output_size, plan
+from fastloader.dali_pipeline import GraphSpec, build_pipeline, feed_batch, import_dali, to_torch
+from fastloader.device import normalize_constants, resolve_device, resolve_dtype
+from fastloader.errors import DecodeError, FastloaderError, invalid_argument, invalid_type
+from fastloader.format.dataset import PackedDataset, open_dataset
+from fastloader.gpu_ops import GpuCompose, gpu_rng
+from fastloader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
+
+_STATE_VERSION = 1  # the same state dict as FastLoader's, so checkpoints move between backends
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise invalid_type(name, value, "an int >= 1")
+    if value < 1:
+        raise invalid_argument(name, value, "must be >= 1", f"Pass {name} >= 1.")
+    return int(value)
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise invalid_type(name, value, "True or False")
+    return bool(value)
+
+
+class _WeakSource:
+    """The external_source callback: refers to its loader weakly, so dropping the loader frees
+    the pipeline (a strong reference would make a loader <-> pipeline cycle that lives on)."""
+
+    def __init__(self, loader: DaliLoader) -> None:
+        self._loader = weakref.ref(loader)
+
+    def __call__(self) -> Any:
+        loader = self._loader()
+        if loader is None:
+            raise StopIteration
+        return loader._source()
+
+
+class DaliLoader:
+    """Iterate (images NCHW, labels int64) batches of a packed dataset through a DALI pipeline.
+
+    Arguments mean what they mean for FastLoader. `device` "cuda[:k]" decodes with nvJPEG
+    (DALI "mixed" operators) straight to that GPU; "cpu" (the default without CUDA) runs DALI's
+    CPU operators with no CUDA context. `gpu_transforms` (fastloader.gpu_ops) run on the
+    output batch on `device`, seeded by (seed, epoch, batch, rank).
+    """
+
+    def __init__(
+        self,
+        data: str | os.PathLike[str] | PackedDataset,
+        *,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        transforms: Any = None,
+        normalize: Any = None,
+        dtype: torch.dtype | None = None,
+        device: str | torch.device | None = None,
+        num_threads: int | None = None,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        prefetch: int = 2,
+        gpu_transforms: Sequence[Any] | None = None,
+    ) -> None:
+        self._closed = True  # until fully built, so close()/__del__ are safe on a failed init
+        import_dali()  # fail first, with the install command, when DALI is missing
+        self.batch_size = _positive_int("batch_size", batch_size)
+        self.prefetch = _positive_int("prefetch", prefetch)
+        self.drop_last = _flag("drop_last", drop_last)
+        self.transforms = check_transforms(transforms)
+        self.device = resolve_device(device, default_cuda=True)
+        constants = normalize_constants(normalize)
+        self.dtype = resolve_dtype(dtype, constants is not None)
+        self._gpu_ops = GpuCompose(list(gpu_transforms or []))
+        rank, world = resolve_rank_world(rank, world_size)
+        threads = threads_per_rank(world) if num_threads is None else num_threads
+        self._threads = _positive_int("num_threads", threads)
+        if isinstance(data, PackedDataset):
+            self.dataset, self._owns_dataset = data, False
+        elif isinstance(data, (str, os.PathLike)):
+            self.dataset, self._owns_dataset = open_dataset(data), True
+        else:
+            raise invalid_type("data", data, "a packed dataset path or a PackedDataset")
+        try:
+            self.image_size = output_size(self.transforms, self.dataset.shapes)
+            self.sampler = EpochSampler(len(self.dataset), seed, rank, world,
+                                        _flag("shuffle", shuffle), self.drop_last)
+        except BaseException:
+            if self._owns_dataset:
+                self.dataset.close()
+            raise
+        self._spec = self._graph_spec(constants)
+        self._pipe: Any = None
+        self._feed: Iterator[Any] = iter(())
+        self._in_flight: list[np.ndarray] = []  # samples of batches handed to DALI, oldest first
+        self._needs_drain = False  # a pass started since the pipeline's last reset
+        self._active: object | None = None  # token of the pass now iterating
+        self._resume_batch = 0
+        self._batches_done = 0
+        self._closed = False
+
+    def _graph_spec(self, constants: tuple[np.ndarray, np.ndarray] | None) -> GraphSpec:
+        on_gpu = self.device.type == "cuda"
+        device_id = None
+        if on_gpu:
+            device_id = self.device.index if self.device.index is not None else (
+                torch.cuda.current_device())
+        mean, std = constants if constants is not None else (None, None)
+        if mean is None and self.dtype != torch.uint8:  # float without normalize: x / 255
+            mean, std = np.zeros(3), np.full(3, 255.0)
+        return GraphSpec(
+            batch_size=self.batch_size, num_threads=self._threads, device_id=device_id,
+            prefetch=self.prefetch, out_size=self.image_size,
+            mean=None if mean is None else (float(mean[0]), float(mean[1]), float(mean[2])),
+            std=None if std is None else (float(std[0]), float(std[1]), float(std[2])),
+            dali_float16=self.dtype == torch.float16, seed=self.sampler.seed)
+
+    @property
+    def _dali_dtype(self) -> torch.dtype:
+        if self.dtype in (torch.uint8, torch.float16):
+            return self.dtype
+        return torch.float32  # DALI's float output; other float dtypes convert on the device
+
+    # -- the external_source feed ------------------------------------------------------------
+
+    def _source(self) -> Any:
+        """Called by DALI for the next batch; StopIteration ends the pass."""
+        item = next(self._feed)  # StopIteration propagates to DALI: end of this pass
+        self._in_flight.append(item[0])
+        return item[1]
+
+    def _planned_batches(self, indices: np.ndarray, epoch: int, start: int,
+                         stop: int) -> Iterator[Any]:
+        for b in range(start, stop):
+            samples = indices[b * self.batch_size : (b + 1) * self.batch_size]
+            rng = np.random.default_rng([self.sampler.seed, epoch, b, self.sampler.rank])
+            crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
+            records = [self.dataset.record(int(i)) for i in samples]
+            labels = self.dataset.labels[samples]
+            yield samples, feed_batch(records, crops, flips, labels)
+
+    # -- iteration --------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self._closed:
+            raise FastloaderError("this DaliLoader was closed; create a new one to iterate")
+        self._end_pass()  # one pass at a time: a new iter() ends the previous one
+        start, self._resume_batch = self._resume_batch, 0
+        epoch, stop = self.sampler.epoch, len(self)
+        self._feed = self._planned_batches(self.sampler.indices(), epoch, start, stop)
+        self._in_flight = []
+        if self._pipe is None:
+            self._pipe = build_pipeline(self._spec, _WeakSource(self))
+        self._needs_drain = True
+        token = object()
+        self._active = token
+        self._batches_done = start
+        return self._consume(token, epoch, start, stop)
+
+    def _consume(self, token: object, epoch: int, start: int,
+                 stop: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        finished = False
+        try:
+            for b in range(start, stop):
+                if self._active is not token:
+                    raise FastloaderError("this iterator was ended because a newer pass over "
+                                          "the same DaliLoader started (or it was closed)")
+                images, labels = self._next_batch(epoch, b)
+                self._batches_done = b + 1
+                yield images, labels
+            finished = True
+        finally:
+            if self._active is token:
+                self._end_pass()
+            if finished:
+                self._batches_done = 0
+                self.sampler.set_epoch(epoch + 1)
+
+    def _next_batch(self, epoch: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            outputs = self._pipe.run()
+        except StopIteration:
+            raise FastloaderError(f"DALI ended the pass early, before batch {b}") from None
+        except RuntimeError as exc:
+            self._pipe = None  # DALI marks a pipeline that failed as unusable: rebuild it
+            raise self._decode_error(exc) from exc
+        self._in_flight.pop(0)
+        images, labels = to_torch(outputs, self.device, self._dali_dtype, self.dtype)
+        if self._gpu_ops.transforms:
+            rng = gpu_rng(self.sampler.seed, epoch, b, self.sampler.rank)
+            images, labels = self._gpu_ops(images, labels, rng)
+        return images, labels
+
+    def _decode_error(self, exc: RuntimeError) -> FastloaderError:
+        """Name the first record of the batches in flight that fails to decode."""
+        from fastloader.decode import decode
+
+        for samples in self._in_flight:
+            for i in samples.tolist():
+                try:
+                    decode(self.dataset.record(int(i)))
+                except FastloaderError as bad:
+                    return DecodeError(f"{self.dataset.describe(i)} failed to decode in DALI: "
+                                       f"{bad}. Repack or remove that source file.")
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        return FastloaderError(f"the DALI pipeline failed: {first_line}")
+
+    def _end_pass(self) -> None:
+        """Stop feeding, drain what DALI already prefetched, and reset it for the next pass."""
+        self._active = None
+        self._feed = iter(())
+        pipe = self._pipe
+        if pipe is None or not self._needs_drain:
+            return
+        self._needs_drain = False
+        try:
+            while True:  # at most `prefetch` batches are in flight
+                pipe.run()
+        except StopIteration:
+            pipe.reset()
+        except RuntimeError:
+            self._pipe = None  # a failing prefetched batch: build a fresh pipeline next time
+        self._in_flight = []
+
+    def __len__(self) -> int:
+        return self.sampler.num_batches(self.batch_size, self.drop_last)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
+        if epoch != self.sampler.epoch:
+            self._resume_batch = 0
+        self.sampler.set_epoch(epoch)
+
+    # -- checkpointing -------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch and batches consumed, plus what must match on load (FastLoader's layout)."""
+        done = self._batches_done if self._active is not None else self._resume_batch
+        return {"version": _STATE_VERSION, "epoch": self.sampler.epoch, "batches_done": done,
+                "seed": self.sampler.seed, "num_samples": self.sampler.n,
+                "batch_size": self.batch_size, "rank": self.sampler.rank,
+                "world_size": self.sampler.world_size, "shuffle": self.sampler.shuffle,
+                "drop_last": self.drop_last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
+        if not isinstance(state, dict):
+            raise invalid_type("state", state, "a dict from state_dict()")
+        mine = self.state_dict()
+        for key in ("version", "num_samples", "batch_size", "world_size", "shuffle",
+                    "drop_last", "seed"):
+            if state.get(key) != mine[key]:
+                raise invalid_argument(
+                    f"state[{key!r}]", state.get(key), f"this loader has {key}={mine[key]!r}",
+                    "Resume with a loader built with the same dataset and arguments.")
+        done = state.get("batches_done")
+        if not isinstance(done, int) or not 0 <= done <= len(self):
+            raise invalid_argument("state['batches_done']", done, f"must be in 0..{len(self)}",
+                                   "Pass a dict saved by state_dict().")
+        self._end_pass()
+        self.sampler.set_epoch(state["epoch"])
+        self._resume_batch = done
+
+    # -- lifetime --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drain and free the DALI pipeline; close the dataset when this loader opened it."""
+        if self._closed:
+            return
+        self._closed = True
+        self._end_pass()
+        self._pipe = None
+        if self._owns_dataset:
+            self.dataset.close()
+
+    def __enter__(self) -> DaliLoader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: modules may be gone
+            self.close()
+
+    def __repr__(self) -> str:
+        if not hasattr(self, "sampler"):
+            return "DaliLoader(<not built>)"
+        return (f"DaliLoader({str(self.dataset.root)!r}, batch_size={self.batch_size}, "
+                f"image_size={self.image_size}, device={self.device}, "
+                f"num_threads={self._threads}, prefetch={self.prefetch}, {self.sampler!r})")

@@ -1,0 +1,126 @@
+"""The DALI graph of the DALI backend: planned ROI decode, resize, mirror + normalize, to torch.
+
+DALI is optional: nothing here imports it at module import time; `import_dali()` does, and
+turns its absence into an OptionalDependencyError that names the install command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastloader.errors import OptionalDependencyError
+
+INSTALL_HINT = 'pip install "fastloader[dali]" (or: pip install nvidia-dali-cuda120)'
+
+# What one external_source call hands DALI for a batch: encoded records, ROI anchors (x, y),
+# ROI shapes (w, h), mirror flags and labels, one list entry per sample.
+FeedBatch = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray],
+                  list[np.ndarray]]
+
+
+def import_dali() -> ModuleType:
+    """Import nvidia.dali, or raise OptionalDependencyError saying how to install it."""
+    try:
+        import nvidia.dali as dali
+        import nvidia.dali.fn
+        import nvidia.dali.plugin.pytorch
+        import nvidia.dali.types  # noqa: F401  (loads the submodules used below)
+    except ImportError as exc:
+        raise OptionalDependencyError(
+            f'backend="dali" needs NVIDIA DALI, which cannot be imported here ({exc}). '
+            f"Install it with: {INSTALL_HINT}, or use the native backend."
+        ) from exc
+    return dali
+
+
+def dali_available() -> bool:
+    """Whether NVIDIA DALI can be imported in this environment."""
+    try:
+        import_dali()
+    except OptionalDependencyError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """Everything the DALI graph depends on, fixed when the pipeline is built."""
+
+    batch_size: int
+    num_threads: int
+    device_id: int | None  # None: CPU-only pipeline (no CUDA context at all)
+    prefetch: int
+    out_size: tuple[int, int]
+    mean: tuple[float, float, float] | None  # 0-255 scale; None: uint8 out, no normalize
+    std: tuple[float, float, float] | None
+    dali_float16: bool  # the output dtype is float16 (else float32 or uint8)
+    seed: int
+
+
+def build_pipeline(spec: GraphSpec, source: Callable[[], FeedBatch]) -> Any:
+    """Build the DALI pipeline: external_source -> image_slice -> resize -> crop_mirror_normalize.
+
+    The crop windows come from the source (planned by fastloader.augment), so the decoder
+    decodes only the crop region (nvJPEG ROI decode on "mixed") and DALI draws no random
+    numbers itself: results are a function of (seed, epoch, batch, rank) like the native path.
+    """
+    dali = import_dali()
+    fn, types = dali.fn, dali.types
+    on_gpu = spec.device_id is not None
+    pipe = dali.Pipeline(batch_size=spec.batch_size, num_threads=spec.num_threads,
+                         device_id=spec.device_id, prefetch_queue_depth=spec.prefetch,
+                         seed=spec.seed)
+    with pipe:
+        records, anchors, shapes, mirror, labels = fn.external_source(
+            source=source, num_outputs=5, batch=True,
+            dtype=[types.UINT8, types.FLOAT, types.FLOAT, types.INT32, types.INT64])
+        images = fn.decoders.image_slice(
+            records, anchors, shapes, device="mixed" if on_gpu else "cpu",
+            output_type=types.RGB, normalized_anchor=False, normalized_shape=False)
+        images = fn.resize(images, resize_x=spec.out_size[1], resize_y=spec.out_size[0],
+                           interp_type=types.INTERP_LINEAR, antialias=True)
+        if spec.mean is None or spec.std is None:
+            images = fn.crop_mirror_normalize(images, mirror=mirror, dtype=types.UINT8,
+                                              output_layout="CHW")
+        else:
+            images = fn.crop_mirror_normalize(
+                images, mirror=mirror, mean=list(spec.mean), std=list(spec.std),
+                dtype=types.FLOAT16 if spec.dali_float16 else types.FLOAT, output_layout="CHW")
+        pipe.set_outputs(images, labels)
+    pipe.build()
+    return pipe
+
+
+def feed_batch(records: Sequence[Any], crops: np.ndarray, flips: np.ndarray,
+               labels: np.ndarray) -> FeedBatch:
+    """One external_source batch from records and planned crops (top, left, h, w) and flips."""
+    crops = np.asarray(crops, dtype=np.float32)
+    return (
+        [np.frombuffer(record, dtype=np.uint8) for record in records],
+        [np.array([c[1], c[0]], dtype=np.float32) for c in crops],  # DALI wants (x, y)
+        [np.array([c[3], c[2]], dtype=np.float32) for c in crops],  # and (w, h)
+        [np.array(int(f), dtype=np.int32) for f in flips],
+        [np.array(label, dtype=np.int64) for label in labels],
+    )
+
+
+def to_torch(outputs: Sequence[Any], device: torch.device, dali_dtype: torch.dtype,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """DALI outputs (images CHW, labels) -> torch (images NCHW on `device`, labels int64)."""
+    from nvidia.dali.plugin.pytorch import feed_ndarray
+
+    image_list, label_list = outputs
+    dense = image_list.as_tensor()  # one contiguous NCHW buffer (all samples share a size)
+    images = torch.empty(tuple(dense.shape()), dtype=dali_dtype, device=device)
+    stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+    feed_ndarray(dense, images, cuda_stream=stream)
+    labels = torch.from_numpy(label_list.as_array().reshape(-1).astype(np.int64, copy=False))
+    if dtype != dali_dtype:
+        images = images.to(dtype)
+    return images, labels.to(device, non_blocking=True)

@@ -1,0 +1,192 @@
+"""DaliLoader on DALI's CPU operators: FastLoader's semantics (order, sharding, resume, dtypes)."""
+
+from __future__ import annotations
+
+import builtins
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from fastloader.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, plan
+from fastloader.dali_pipeline import dali_available
+from fastloader.decode import decode
+from fastloader.errors import InvalidArgumentError, OptionalDependencyError
+from fastloader.format.dataset import PackedDataset, open_dataset
+from fastloader.gpu_ops import GpuRandomHorizontalFlip
+from fastloader.pack.write import pack
+from fastloader.sampler import epoch_indices
+from imagegen import make_tree
+
+needs_dali = pytest.mark.skipif(
+    not dali_available(),
+    reason='NVIDIA DALI is not importable here: pip install "fastloader[dali]" to run these',
+)
+TRAIN = [RandomResizedCrop(24), RandomHorizontalFlip()]
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("dali")
+    make_tree(root / "tree", classes=3, per_class=7, size=(40, 52))
+    pack(root / "tree", root / "data.lmdb", workers=1)
+    return root / "data.lmdb"
+
+
+@pytest.fixture(scope="module")
+def dataset(packed: Path) -> Any:
+    # One open dataset shared by the loaders of a test: the LMDB reader refuses to open the
+    # same shard twice in one process.
+    opened = open_dataset(packed)
+    yield opened
+    opened.close()
+
+
+def dali_loader(path: Path | PackedDataset, **kwargs: Any) -> Any:
+    from fastloader.dali import DaliLoader
+
+    options: dict[str, Any] = {"batch_size": 4, "device": "cpu", "num_threads": 1}
+    return DaliLoader(path, **{**options, **kwargs})
+
+
+def collect(loader: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(images.clone(), labels.clone()) for images, labels in loader]
+
+
+@needs_dali
+def test_shapes_dtypes_and_labels_follow_the_sampler(packed: Path, tmp_path: Path) -> None:
+    copy = shutil.copytree(packed, tmp_path / "copy.lmdb")  # opened by path, closed by `with`
+    with dali_loader(copy, shuffle=True, seed=3, transforms=TRAIN) as loader:
+        batches = collect(loader)
+        dataset = loader.dataset
+        assert len(batches) == len(loader) == 6  # 21 samples, batch 4, last batch of 1
+        order = epoch_indices(21, 0, seed=3, shuffle=True)
+        labels = torch.cat([labels for _, labels in batches])
+        assert torch.equal(labels, torch.from_numpy(dataset.labels[order]))
+        assert batches[0][0].shape == (4, 3, 24, 24) and batches[-1][0].shape == (1, 3, 24, 24)
+        assert batches[0][0].dtype == torch.uint8 and labels.dtype == torch.int64
+        assert loader.sampler.epoch == 1  # a full pass advances the epoch, like FastLoader
+
+
+@needs_dali
+def test_pixels_are_the_planned_crop_of_the_decoded_image(dataset: Any) -> None:
+    with dali_loader(dataset, transforms=[Resize(20), CenterCrop(16)], batch_size=21) as loader:
+        (images, _), = collect(loader)
+        crops, _, size = plan(loader.transforms, dataset.shapes, np.random.default_rng(0))
+        assert size == (16, 16)
+        for i in (0, 10, 20):
+            top, left, h, w = crops[i]
+            region = torch.from_numpy(decode(dataset.record(i))[top : top + h, left : left + w])
+            expected = torch.nn.functional.interpolate(
+                region.permute(2, 0, 1)[None].float(), size=(16, 16), mode="bilinear",
+                antialias=True, align_corners=False)[0]
+            # DALI's and torch's antialiased resamplers differ slightly at the edges.
+            assert (images[i].float() - expected).abs().mean() < 4.0
+
+
+@needs_dali
+def test_flip_follows_the_plan(dataset: Any) -> None:
+    kept = collect(dali_loader(dataset, transforms=[CenterCrop(32)], batch_size=21))[0][0]
+    flipped = collect(dali_loader(dataset, transforms=[CenterCrop(32), RandomHorizontalFlip(1.0)],
+                                  batch_size=21))[0][0]
+    assert torch.equal(flipped, kept.flip(-1))
+
+
+@needs_dali
+def test_normalize_and_dtype(dataset: Any) -> None:
+    plain = collect(dali_loader(dataset, transforms=[CenterCrop(32)]))[0][0]
+    normal = collect(dali_loader(dataset, transforms=[CenterCrop(32)], normalize=(MEAN, STD)))
+    half = collect(dali_loader(dataset, transforms=[CenterCrop(32)], normalize=(MEAN, STD),
+                               dtype=torch.float16))[0][0]
+    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(STD).view(1, 3, 1, 1)
+    assert normal[0][0].dtype == torch.float32 and half.dtype == torch.float16
+    torch.testing.assert_close(normal[0][0], (plain.float() / 255 - mean) / std,
+                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(half.float(), normal[0][0], atol=2e-2, rtol=1e-2)
+
+
+@needs_dali
+def test_two_ranks_are_disjoint_equal_and_cover(dataset: Any) -> None:
+    seen = []
+    for rank in (0, 1):
+        loader = dali_loader(dataset, shuffle=True, seed=1, transforms=TRAIN, rank=rank,
+                             world_size=2)
+        labels = torch.cat([labels for _, labels in collect(loader)])
+        expected = dataset.labels[epoch_indices(21, 0, 1, rank, 2, True)]
+        assert torch.equal(labels, torch.from_numpy(expected))
+        assert len(loader) == 3 and len(labels) == 11  # 21 padded to 22, like DistributedSampler
+        seen.append(set(loader.sampler.indices(0).tolist()))
+        loader.close()
+    assert seen[0] | seen[1] == set(range(21)) and len(seen[0] & seen[1]) == 1  # the pad
+
+
+@needs_dali
+def test_deterministic_and_resume_mid_epoch_is_exact(dataset: Any) -> None:
+    options: dict[str, Any] = {"shuffle": True, "seed": 5, "transforms": TRAIN,
+                               "gpu_transforms": [GpuRandomHorizontalFlip()]}
+    full = dali_loader(dataset, **options)
+    full.set_epoch(2)
+    reference = collect(full)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(reference, collect(
+        _at_epoch(dali_loader(dataset, **options), 2)), strict=True))
+    first = _at_epoch(dali_loader(dataset, **options), 2)
+    iterator = iter(first)
+    for _ in range(2):
+        next(iterator)
+    state = first.state_dict()
+    assert state["epoch"] == 2 and state["batches_done"] == 2
+    del iterator  # breaking out mid-epoch drains DALI's prefetched batches
+    resumed = dali_loader(dataset, **options)
+    resumed.load_state_dict(state)
+    rest = collect(resumed)
+    assert len(rest) == len(reference) - 2
+    for (images, labels), (ref_images, ref_labels) in zip(rest, reference[2:], strict=True):
+        assert torch.equal(images, ref_images) and torch.equal(labels, ref_labels)
+    again = collect(first)  # the interrupted loader restarts its epoch cleanly
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(again, reference, strict=True))
+
+
+def _at_epoch(loader: Any, epoch: int) -> Any:
+    loader.set_epoch(epoch)
+    return loader
+
+
+@needs_dali
+def test_epochs_differ_and_drop_last(dataset: Any) -> None:
+    loader = dali_loader(dataset, shuffle=True, transforms=TRAIN, drop_last=True)
+    first = torch.cat([labels for _, labels in collect(loader)])
+    second = torch.cat([labels for _, labels in collect(loader)])
+    assert len(loader) == 5 and len(first) == len(second) == 20
+    assert not torch.equal(first, second)
+
+
+@needs_dali
+def test_uneven_sizes_without_a_crop_are_refused(dataset: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="different sizes"):
+        dali_loader(dataset)
+    loader = dali_loader(dataset, transforms=[Resize((20, 20))])
+    assert collect(loader)[0][0].shape == (4, 3, 20, 20)
+    loader.close()
+    assert len(dataset.record(0)) > 0  # a dataset passed in stays open after close()
+
+
+def test_missing_dali_names_the_install_command(packed: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def no_dali(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("nvidia.dali") or name == "nvidia":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_dali)
+    from fastloader.dali import DaliLoader
+
+    with pytest.raises(OptionalDependencyError, match=r'pip install "fastloader\[dali\]"'):
+        DaliLoader(packed, batch_size=2, device="cpu")
+    assert not dali_available()
