@@ -49,19 +49,61 @@ def write_shard(path: Path, start: int, records: Sequence[bytes | memoryview]) -
     return ShardLayout(offsets=[start + k for k in range(len(records))], data_offset=None)
 
 
+# One read-only environment per shard file per process, shared by every reader of it: py-lmdb
+# refuses to open the same file twice in a process, and a forked child keeps using the
+# environments it inherited (safe here: opened read-only with lock=False, so the child shares no
+# lock table with its parent, only a read-only mapping), so its record views stay valid too.
+_OPEN: dict[tuple[int, int], list[Any]] = {}  # (st_dev, st_ino) -> [environment, users]
+_OPEN_LOCK = threading.Lock()
+
+
+def _reinit_lock_in_child() -> None:
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()  # another thread may have held it at fork time
+
+
+os.register_at_fork(after_in_child=_reinit_lock_in_child)
+
+
+def _acquire_env(path: Path) -> tuple[tuple[int, int], Any]:
+    stat = path.stat()
+    key = (stat.st_dev, stat.st_ino)
+    with _OPEN_LOCK:
+        entry = _OPEN.get(key)
+        if entry is None:
+            env = lmdb.open(
+                str(path),
+                subdir=False,
+                readonly=True,
+                lock=False,  # read-only files: no writer to coordinate with
+                readahead=False,  # random access: readahead wastes page cache
+                max_spare_txns=0,
+            )
+            entry = _OPEN[key] = [env, 0]
+        entry[1] += 1
+        return key, entry[0]
+
+
+def _release_env(key: tuple[int, int]) -> None:
+    with _OPEN_LOCK:
+        entry = _OPEN.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del _OPEN[key]
+            entry[0].close()
+
+
 class Reader:
     """Zero-copy LMDB reads, safe in many threads (one read txn per thread) and after fork."""
 
     def __init__(self, root: Path, shards: Sequence[ShardInfo]) -> None:
         self._paths = [root / shard.file for shard in shards]
         self._lock = threading.Lock()
-        self._retired: list[Any] = []  # environments from a parent process, kept mapped
-        self._reset()
-
-    def _reset(self) -> None:
-        """Start fresh handles for this process (LMDB forbids using a parent's env)."""
-        self._pid = os.getpid()
         self._envs: dict[int, Any] = {}
+        self._keys: dict[int, tuple[int, int]] = {}
+        self._pid = os.getpid()
         self._local = threading.local()
 
     def _env(self, shard: int) -> Any:
@@ -70,24 +112,14 @@ class Reader:
             with self._lock:
                 env = self._envs.get(shard)
                 if env is None:
-                    env = lmdb.open(
-                        str(self._paths[shard]),
-                        subdir=False,
-                        readonly=True,
-                        lock=False,  # read-only files: no writer to coordinate with
-                        readahead=False,  # random access: readahead wastes page cache
-                        max_spare_txns=0,
-                    )
+                    self._keys[shard], env = _acquire_env(self._paths[shard])
                     self._envs[shard] = env
         return env
 
     def _txn(self, shard: int) -> Any:
-        if self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():
-                    # Views handed out before fork point into these maps: keep them mapped.
-                    self._retired.extend(self._envs.values())
-                    self._reset()
+        if self._pid != os.getpid():  # forked: transactions are per process, start new ones
+            self._pid = os.getpid()
+            self._local = threading.local()
         txns = getattr(self._local, "txns", None)
         if txns is None:
             txns = self._local.txns = {}
@@ -103,9 +135,10 @@ class Reader:
         return None if value is None else memoryview(value)
 
     def close(self) -> None:
-        """Close every environment; views returned earlier must not be used afterwards."""
+        """Release the environments; views returned earlier must not be used afterwards."""
         with self._lock:
-            for env in self._envs.values():
-                env.close()
-            self._envs = {}
             self._local = threading.local()
+            for key in self._keys.values():
+                _release_env(key)
+            self._envs = {}
+            self._keys = {}

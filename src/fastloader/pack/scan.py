@@ -50,10 +50,13 @@ def _is_hidden(name: str) -> bool:
 def _scan_class(root: Path, folder: str, label: int, result: ScanResult) -> int:
     """Append the image files under root/folder to result.files; return how many."""
     found = 0
+    walked = []
     for dirpath, dirnames, filenames in os.walk(root / folder, followlinks=True):
-        hidden_dirs = [d for d in dirnames if _is_hidden(d)]
-        result.ignored_hidden += len(hidden_dirs)
-        dirnames[:] = sorted(d for d in dirnames if not _is_hidden(d))  # walk order = sorted
+        result.ignored_hidden += sum(_is_hidden(d) for d in dirnames)
+        dirnames[:] = [d for d in dirnames if not _is_hidden(d)]
+        walked.append((dirpath, filenames))
+    # Sorted by folder then name, the order torchvision's ImageFolder uses: same indices.
+    for dirpath, filenames in sorted(walked):
         for name in sorted(filenames):
             if _is_hidden(name):
                 result.ignored_hidden += 1
