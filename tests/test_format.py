@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from treegen import CLASSES, make_mixed_tree
 
 from fastloader.errors import CorruptRecordError, DatasetError, DatasetNotFoundError
 from fastloader.format.dataset import PackedDataset, open_dataset
 from fastloader.format.manifest import Codec, Manifest, read_manifest
 from fastloader.pack.write import pack
+from treegen import CLASSES, make_mixed_tree
 
 SUFFIX = {"lmdb": ".lmdb", "hdf5": ".h5"}
 PILLOW_CODEC = {"JPEG": Codec.JPEG, "PNG": Codec.PNG, "GIF": Codec.GIF, "BMP": Codec.BMP}
