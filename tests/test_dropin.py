@@ -1,0 +1,68 @@
+"""The drop-in path: FastLoader(any map-style Dataset) behaves like a tuned DataLoader."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from fastloader.errors import FastloaderError, InvalidArgumentError
+from fastloader.loader import FastLoader
+
+
+class Squares(Dataset):
+    """Item i is (a 2x2 float tensor filled with i, the label i % 3)."""
+
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.full((2, 2), float(i)), i % 3
+
+
+def values(batches: list) -> list[float]:
+    return [float(v) for images, _ in batches for v in images[:, 0, 0]]
+
+
+def test_dropin_matches_a_seeded_dataloader() -> None:
+    loader = FastLoader(Squares(), batch_size=4, shuffle=True, seed=5, num_workers=0,
+                        device="cpu")
+    reference = DataLoader(Squares(), batch_size=4, shuffle=True,
+                           generator=torch.Generator().manual_seed(5))
+    got = list(loader)
+    assert len(loader) == len(got) == 3
+    assert values(got) == values(list(reference))
+    assert sorted(values(got)) == [float(i) for i in range(10)]
+    images, labels = got[0]
+    assert images.shape == (4, 2, 2) and labels.dtype == torch.int64
+    assert loader.stats().images == 10
+    loader.set_epoch(1)
+    assert values(list(loader)) != values(got)
+
+
+def test_dropin_defaults_and_worker_shutdown() -> None:
+    loader = FastLoader(Squares(), batch_size=5, num_workers=1, device="cpu")
+    inner = loader._dropin.loader  # type: ignore[union-attr]
+    assert inner.persistent_workers and inner.prefetch_factor == 4
+    assert inner.pin_memory is False  # the target is the CPU: pinning would only cost
+    for _ in range(2):
+        assert values(list(loader)) == [float(i) for i in range(10)]
+    workers = list(inner._iterator._workers)
+    assert workers and all(w.is_alive() for w in workers)
+    loader.close()
+    for worker in workers:
+        worker.join(timeout=5)
+    assert not any(w.is_alive() for w in workers)
+
+
+def test_dropin_distributed_split_and_rejections() -> None:
+    halves = [list(FastLoader(Squares(), batch_size=10, rank=r, world_size=2, num_workers=0))
+              for r in range(2)]
+    seen = values(halves[0]) + values(halves[1])
+    assert len(seen) == 10 and sorted(seen) == [float(i) for i in range(10)]
+    with pytest.raises(InvalidArgumentError, match="transforms"):
+        FastLoader(Squares(), transforms=[])
+    with pytest.raises(InvalidArgumentError, match="num_threads"):
+        FastLoader(Squares(), num_threads=2)
+    with pytest.raises(FastloaderError, match="packed"):
+        FastLoader(Squares(), num_workers=0).state_dict()

@@ -1,0 +1,68 @@
+"""FastLoader over bad records: raise naming shard, index and source; or skip and count."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from fastloader.errors import CorruptRecordError, DecodeError
+from fastloader.format.dataset import PackedDataset, open_dataset
+from fastloader.loader import FastLoader
+from test_loader import TRAIN, packed_tree
+
+BAD = 5
+
+
+@pytest.fixture(scope="module")
+def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return packed_tree(tmp_path_factory.mktemp("errors"))
+
+
+def damaged(path: Path, how: str) -> PackedDataset:
+    """The packed dataset with record BAD replaced by garbage, or failing its read."""
+    dataset = open_dataset(path)
+    good = dataset.record
+
+    def record(i: int, verify: bool = False) -> object:
+        if i != BAD:
+            return good(i)
+        if how == "garbage":
+            return b"\xff\xd8\xff\xe0 this is not a JPEG" + bytes(64)
+        raise CorruptRecordError(f"{dataset.describe(i)} fails its crc32 check")
+
+    dataset.record = record  # type: ignore[method-assign]
+    return dataset
+
+
+@pytest.mark.parametrize("how", ["garbage", "unreadable"])
+def test_bad_record_raises_naming_shard_index_and_source(dataset_path: Path, how: str) -> None:
+    dataset = damaged(dataset_path, how)
+    expected = DecodeError if how == "garbage" else CorruptRecordError
+    loader = FastLoader(dataset, batch_size=4, shuffle=True, transforms=TRAIN)
+    with pytest.raises(expected) as caught:
+        for _batch in loader:
+            pass
+    loader.close()
+    message = str(caught.value)
+    assert f"record {BAD}" in message
+    assert dataset.shard_file(BAD) in message and dataset.path(BAD) in message
+    assert "on_error='skip'" in message
+    assert not [t for t in threading.enumerate() if t.name.startswith("fastloader-producer")]
+    dataset.close()
+
+
+def test_skip_replaces_the_sample_and_counts_it(dataset_path: Path) -> None:
+    dataset = damaged(dataset_path, "garbage")
+    with FastLoader(dataset, batch_size=4, transforms=TRAIN, on_error="skip") as loader:
+        order = list(loader.sampler)
+        labels = torch.cat([labels for _, labels in loader])
+        assert len(labels) == len(dataset)
+        stats = loader.stats()
+    assert stats.skipped == 1
+    # The replacement is the next record: BAD + 1, with its own label.
+    expected = dataset.labels[[BAD + 1 if i == BAD else i for i in order]]
+    assert labels.tolist() == expected.tolist()
+    dataset.close()
