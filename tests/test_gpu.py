@@ -1,0 +1,141 @@
+"""CUDA checks (marker `gpu`, run by benchmarks/gpu_check.sh): pinned ring, DALI mixed, GPU ops."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from fastloader.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop
+from fastloader.dali_pipeline import dali_available
+from fastloader.format.dataset import open_dataset
+from fastloader.gpu_ops import GpuNormalize, GpuRandomHorizontalFlip, GpuRandomResizedCrop, gpu_rng
+from fastloader.gpu_ops_pixel import GpuColorJitter, GpuCutMix, GpuMixUp
+from fastloader.pack.write import pack
+from imagegen import make_tree
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+TRAIN = [RandomResizedCrop(32), RandomHorizontalFlip()]
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("gpu")
+    make_tree(root / "tree", classes=4, per_class=24, size=(60, 80))
+    pack(root / "tree", root / "data.lmdb", workers=2)
+    return root / "data.lmdb"
+
+
+def fast_loader(path: Path, device: str, **kwargs: Any) -> Any:
+    from fastloader.loader import FastLoader
+
+    return FastLoader(str(path), batch_size=8, shuffle=True, seed=7, transforms=TRAIN,
+                      device=device, num_threads=2, prefetch=2, **kwargs)
+
+
+def test_pinned_ring_copies_survive_a_slow_consumer(packed: Path, tmp_path: Path) -> None:
+    """Batches kept on the GPU while the consumer stalls must equal the CPU loader's batches:
+    a ring slot reused before its non_blocking copy finished would corrupt an earlier batch."""
+    copy = shutil.copytree(packed, tmp_path / "copy.lmdb")  # a second LMDB env in-process
+    with fast_loader(packed, "cpu") as cpu_loader:
+        expected = [(images.clone(), labels.clone()) for images, labels in cpu_loader]
+    kept = []
+    with fast_loader(copy, "cuda") as gpu_loader:
+        for images, labels in gpu_loader:
+            assert images.is_cuda and labels.is_cuda
+            torch.cuda._sleep(20_000_000)  # a long kernel on the consumer's stream
+            time.sleep(0.02)  # and a slow host: the producer runs ahead into the ring
+            kept.append((images, labels))
+        assert gpu_loader.stats().as_dict()["pinned"] is True
+    torch.cuda.synchronize()
+    assert len(kept) == len(expected)
+    for (images, labels), (ref_images, ref_labels) in zip(kept, expected, strict=True):
+        assert torch.equal(images.cpu(), ref_images) and torch.equal(labels.cpu(), ref_labels)
+
+
+def test_normalize_on_device_matches_cpu(packed: Path, tmp_path: Path) -> None:
+    copy = shutil.copytree(packed, tmp_path / "copy.lmdb")
+    with fast_loader(packed, "cpu", normalize=(MEAN, STD)) as cpu_loader:
+        expected = next(iter(cpu_loader))[0]
+    with fast_loader(copy, "cuda", normalize=(MEAN, STD)) as gpu_loader:
+        images = next(iter(gpu_loader))[0]
+    assert images.dtype == torch.float32 and images.is_cuda
+    torch.testing.assert_close(images.cpu(), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not dali_available(), reason='DALI missing: pip install "fastloader[dali]"')
+def test_dali_mixed_decode_matches_the_cpu_pipeline(packed: Path) -> None:
+    from fastloader.dali import DaliLoader
+
+    dataset = open_dataset(packed)
+    options: dict[str, Any] = {"batch_size": 16, "shuffle": True, "seed": 3,
+                               "transforms": [CenterCrop(48), RandomHorizontalFlip()]}
+    on_cpu = [(i.clone(), label.clone()) for i, label in DaliLoader(dataset, device="cpu",
+                                                                   **options)]
+    loader = DaliLoader(dataset, device="cuda", **options)
+    on_gpu = [(i.clone(), label.clone()) for i, label in loader]
+    assert len(on_gpu) == len(on_cpu) == len(loader)
+    for (images, labels), (ref_images, ref_labels) in zip(on_gpu, on_cpu, strict=True):
+        assert images.is_cuda and images.shape == ref_images.shape
+        assert torch.equal(labels.cpu(), ref_labels)
+        # nvJPEG and libjpeg-turbo may round the IDCT/upsampling differently by a level or two.
+        assert (images.cpu().float() - ref_images.float()).abs().mean() < 2.0
+    state_loader = DaliLoader(dataset, device="cuda", **options)
+    iterator = iter(state_loader)
+    next(iterator)
+    state = state_loader.state_dict()
+    del iterator
+    resumed = DaliLoader(dataset, device="cuda", **options)
+    resumed.load_state_dict(state)
+    rest = [i.cpu() for i, _ in resumed]
+    assert all(torch.equal(a, b.cpu()) for a, (b, _) in zip(rest, on_gpu[1:], strict=True))
+    for each in (loader, state_loader, resumed):
+        each.close()
+    dataset.close()
+
+
+@pytest.mark.parametrize(
+    "op",
+    [GpuRandomResizedCrop(24), GpuRandomHorizontalFlip(), GpuColorJitter(0.4, 0.4, 0.4),
+     GpuNormalize(MEAN, STD), GpuMixUp(0.2, 10), GpuCutMix(1.0, 10)],
+    ids=lambda op: type(op).__name__,
+)
+def test_gpu_ops_on_cuda_match_cpu(op: Any) -> None:
+    images = torch.randint(0, 256, (16, 3, 40, 48), dtype=torch.uint8)
+    labels = torch.arange(16) % 10
+    on_cpu = op(images, labels, gpu_rng(1, 2, 3))
+    on_gpu = op(images.cuda(), labels.cuda(), gpu_rng(1, 2, 3))
+    assert on_gpu[0].is_cuda and on_gpu[0].dtype == on_cpu[0].dtype
+    difference = (on_gpu[0].cpu().double() - on_cpu[0].double()).abs()
+    assert float(difference.max()) <= (1.0 if on_cpu[0].dtype == torch.uint8 else 1e-4)
+    torch.testing.assert_close(on_gpu[1].cpu(), on_cpu[1])
+
+
+def test_gpu_op_chain_throughput_is_reported() -> None:
+    """Not a speed assertion: prints the measured images/s of a typical chain for the log."""
+    ops = [GpuRandomResizedCrop(224), GpuRandomHorizontalFlip(), GpuColorJitter(0.4, 0.4, 0.4),
+           GpuNormalize(MEAN, STD)]
+    images = torch.randint(0, 256, (256, 3, 256, 256), dtype=torch.uint8, device="cuda")
+    labels = torch.zeros(256, dtype=torch.int64, device="cuda")
+    timings = []
+    for b in range(6):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        out, _ = images, labels
+        rng = gpu_rng(0, 0, b)
+        for op in ops:
+            out, _ = op(out, labels, rng)
+        torch.cuda.synchronize()
+        timings.append(time.perf_counter() - started)
+    rate = 256 / float(np.median(timings[1:]))
+    print(f"gpu_ops chain (RRC224+flip+jitter+normalize) on 256x3x256x256: {rate:,.0f} img/s")
+    assert out.shape == (256, 3, 224, 224) and rate > 0
