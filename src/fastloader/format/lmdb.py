@@ -35,7 +35,7 @@ def write_shard(path: Path, start: int, records: Sequence[bytes | memoryview]) -
         lock=False,  # the only writer, in a private temp folder
         sync=False,
         metasync=False,
-        meminit=False,
+        meminit=True,  # zero unused page bytes: same input, byte-identical shard (resume)
         max_dbs=0,
     )
     try:
