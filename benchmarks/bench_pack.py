@@ -1,0 +1,135 @@
+"""Packing speed: packdata into LMDB and HDF5 against tar and cp -r of the same tree, same disk."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness import (
+    RESULTS_DIR,
+    JsonlWriter,
+    RunResult,
+    env_line,
+    environment,
+    format_table,
+    run_interleaved,
+    run_row,
+    spread_text,
+    summary_row,
+)
+from make_images import ensure_tree
+
+DEFAULT_TREE = Path(__file__).resolve().parent.parent / "bench_data" / "images"
+
+
+def tree_size(tree: Path) -> tuple[int, int]:
+    """(file count, total bytes) of the regular, non-hidden files under tree."""
+    files = [p for p in tree.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def _command_run(argv: list[str], dst: Path, files: int) -> RunResult:
+    _remove(dst)
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True)
+    elapsed = time.perf_counter() - t0
+    _remove(dst)
+    return RunResult(files, elapsed, files)
+
+
+def _pack_run(tree: Path, dst: Path, files: int, workers: int | None) -> RunResult:
+    from fastloader.pack.write import pack
+
+    _remove(dst)
+    t0 = time.perf_counter()
+    pack(tree, dst, workers=workers, quiet=True)
+    elapsed = time.perf_counter() - t0
+    _remove(dst)
+    return RunResult(files, elapsed, files)
+
+
+def configs(tree: Path, work: Path, files: int, workers: int | None) -> dict:
+    """Every way of turning the tree into one artefact on the work disk."""
+    tar_dst, cp_dst = work / "tree.tar", work / "tree_copy"
+    tar = ["tar", "-cf", str(tar_dst), "-C", str(tree.parent), tree.name]
+    cp = ["cp", "-r", str(tree), str(cp_dst)]
+    runs: dict[str, Callable[[], RunResult]] = {
+        "packdata -> LMDB": lambda: _pack_run(tree, work / "out.lmdb", files, workers),
+        "packdata -> HDF5": lambda: _pack_run(tree, work / "out.h5", files, workers),
+        "tar -cf": lambda: _command_run(tar, tar_dst, files),
+        "cp -r": lambda: _command_run(cp, cp_dst, files),
+    }
+    return runs
+
+
+def print_table(rows: list[dict], total_bytes: int, files: int, env: dict) -> None:
+    tar = next(r for r in rows if r["name"] == "tar -cf")
+    mb = total_bytes / 1e6
+    header = ["method", "files/s median (min-max)", "MB/s median", "s median", "vs tar"]
+    body = []
+    for row in rows:
+        rate = row["img_per_s"]["median"]
+        body.append([
+            row["name"], spread_text(row["img_per_s"]), f"{rate * mb / files:.1f}",
+            f"{files / rate:.2f}", f"{rate / tar['img_per_s']['median']:.2f}x",
+        ])
+    print(format_table(header, body))
+    print(f"{files} files, {mb:.1f} MB; source tree in the page cache (every method reads hot)")
+    print(env_line(env))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data", type=Path, default=None, help="image tree (default: generated)")
+    parser.add_argument("--images", type=int, default=1000, help="size of the generated tree")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="folder for outputs on the disk to measure (default: by the tree)")
+    parser.add_argument("--workers", type=int, default=None, help="packdata workers (default all)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "pack.jsonl")
+    parser.add_argument("--quick", action="store_true", help="300 images, 2 repeats")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.images, args.repeats = min(args.images, 300), min(args.repeats, 2)
+    tree = args.data
+    if tree is None:
+        tree = DEFAULT_TREE
+        ensure_tree(tree, args.images)
+    files, total_bytes = tree_size(tree)
+    work_parent = args.work or tree.parent
+    work_parent.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    with tempfile.TemporaryDirectory(dir=work_parent, prefix="bench_pack_") as tmp:
+        runs = configs(tree, Path(tmp), files, args.workers)
+        for fn in runs.values():  # warm-up: the tree into the page cache, imports loaded
+            fn()
+        with JsonlWriter(args.out, "pack") as writer:
+            results = run_interleaved(
+                runs, args.repeats,
+                on_run=lambda name, i, run, usage: writer.write(run_row(name, i, run, usage)),
+            )
+            rows = [summary_row(name, r) for name, r in results.items()]
+            for row in rows:
+                row["unit"] = "files"
+                row["mb_per_s_median"] = row["img_per_s"]["median"] * total_bytes / 1e6 / files
+                writer.write(row)
+    print_table(rows, total_bytes, files, env)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
