@@ -1,14 +1,150 @@
 // The only file that sees Python: exposes the C++ core as fastloader._core.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstdio>
 #include <jpeglib.h>
 
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "batch.h"
+#include "jpeg.h"
 #include "tiles_bindings.h"
 
 namespace nb = nanobind;
+
+namespace {
+
+// A contiguous read-only view of any bytes-like object, released on scope exit.
+class BufferView {
+public:
+    explicit BufferView(nb::handle obj) {
+        if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_SIMPLE) != 0) {
+            PyErr_Clear();
+            return;
+        }
+        ok_ = true;
+    }
+    ~BufferView() {
+        if (ok_) PyBuffer_Release(&view_);
+    }
+    BufferView(const BufferView &) = delete;
+    BufferView &operator=(const BufferView &) = delete;
+    BufferView(BufferView &&other) noexcept : view_(other.view_), ok_(other.ok_) { other.ok_ = false; }
+
+    bool ok() const { return ok_; }
+    const uint8_t *data() const { return static_cast<const uint8_t *>(view_.buf); }
+    size_t size() const { return static_cast<size_t>(view_.len); }
+
+private:
+    Py_buffer view_{};
+    bool ok_ = false;
+};
+
+BufferView require_buffer(nb::handle obj, const char *name) {
+    BufferView view(obj);
+    if (!view.ok())
+        throw nb::type_error((std::string(name) + " must be a contiguous bytes-like object (bytes, "
+                              "bytearray, memoryview)").c_str());
+    return view;
+}
+
+using Slot = nb::ndarray<uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+using Batch = nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
+using Crops = nb::ndarray<const int32_t, nb::shape<-1, 4>, nb::c_contig, nb::device::cpu>;
+using Flips = nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+nb::tuple header(nb::handle data) {
+    BufferView view = require_buffer(data, "data");
+    fl::JpegHeader h;
+    std::string error;
+    {
+        nb::gil_scoped_release release;
+        error = fl::read_jpeg_header(view.data(), view.size(), h);
+    }
+    if (!error.empty()) throw nb::value_error(error.c_str());
+    return nb::make_tuple(h.width, h.height, h.components, h.color_space, h.subsampling, h.progressive);
+}
+
+std::optional<std::string> decode_into(nb::handle data, std::tuple<int, int, int, int> crop, bool flip,
+                                       Slot out, bool dct_scaling) {
+    if (out.shape(2) != 3) throw nb::value_error("out must have shape (H, W, 3)");
+    BufferView view = require_buffer(data, "data");
+    const fl::CropBox box{std::get<0>(crop), std::get<1>(crop), std::get<2>(crop), std::get<3>(crop)};
+    const fl::OutputSlot slot{out.data(), static_cast<int>(out.shape(0)), static_cast<int>(out.shape(1)),
+                              static_cast<std::ptrdiff_t>(out.shape(1)) * 3, flip};
+    fl::DecodeOptions options;
+    options.dct_scaling = dct_scaling;
+    std::string error;
+    {
+        nb::gil_scoped_release release;
+        fl::DecodeScratch scratch;
+        error = fl::decode_jpeg_into(view.data(), view.size(), box, slot, scratch, options);
+    }
+    if (error.empty()) return std::nullopt;
+    return error;
+}
+
+nb::tuple batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops crops, Flips flips,
+                            Batch out, bool dct_scaling) {
+    const size_t n = nb::len(records);
+    if (crops.shape(0) != n || flips.shape(0) != n || out.shape(0) != n || out.shape(3) != 3)
+        throw nb::value_error("records, crops (N, 4), flips (N,) and out (N, H, W, 3) disagree on N");
+    std::vector<BufferView> views;
+    views.reserve(n);
+    std::vector<fl::Record> recs(n);
+    std::vector<std::string> errors;
+    for (size_t k = 0; k < n; ++k) {
+        views.emplace_back(records[k]);
+        if (views.back().ok()) recs[k] = fl::Record{views.back().data(), views.back().size()};
+    }
+    std::vector<size_t> skipped;
+    fl::DecodeOptions options;
+    options.dct_scaling = dct_scaling;
+    {
+        nb::gil_scoped_release release;
+        self.decode(recs, crops.data(), flips.data(), out.data(), static_cast<int>(out.shape(1)),
+                    static_cast<int>(out.shape(2)), options, errors, skipped);
+    }
+    nb::list error_list, skipped_list;
+    for (size_t k = 0; k < n; ++k) {
+        if (!views[k].ok() && errors[k].empty()) errors[k] = "record is not a contiguous bytes-like object";
+        if (errors[k].empty())
+            error_list.append(nb::none());
+        else
+            error_list.append(nb::str(errors[k].c_str()));
+    }
+    for (size_t k : skipped)
+        if (views[k].ok()) skipped_list.append(k);
+    return nb::make_tuple(error_list, skipped_list);
+}
+
+}  // namespace
 
 NB_MODULE(_core, m) {
     m.doc() = "fastloader native core (libjpeg-turbo decode, resize, batch)";
     m.attr("__version__") = FASTLOADER_VERSION;
     m.attr("jpeg_lib_version") = JPEG_LIB_VERSION;
+
+    m.def("header", &header, nb::arg("data"),
+          "(width, height, components, color_space, subsampling, progressive) of JPEG bytes; "
+          "ValueError with libjpeg's message on bad bytes.");
+    m.def("decode_into", &decode_into, nb::arg("data"), nb::arg("crop"), nb::arg("flip"), nb::arg("out"),
+          nb::arg("dct_scaling") = true,
+          "Decode JPEG bytes cropped to (top, left, height, width) ((0,0,0,0): whole image), "
+          "resized to out's (H, W) and mirrored if flip; returns None or the error message.");
+
+    nb::class_<fl::BatchDecoder>(m, "BatchDecoder")
+        .def(nb::init<int>(), nb::arg("num_threads") = 1)
+        .def_prop_rw("num_threads", &fl::BatchDecoder::num_threads, &fl::BatchDecoder::set_num_threads)
+        .def("close", &fl::BatchDecoder::close)
+        .def("decode_into", &batch_decode_into, nb::arg("records"), nb::arg("crops"), nb::arg("flips"),
+             nb::arg("out"), nb::arg("dct_scaling") = true,
+             "Decode a batch with the GIL released; returns (errors, non_jpeg_indices).");
     register_tiles(m);
 }

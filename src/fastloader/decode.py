@@ -21,6 +21,7 @@ from fastloader.errors import (
 __all__ = ["BatchDecoder", "ImageHeader", "decode", "header"]
 
 _BACKENDS = ("auto", "native", "pillow")
+_MAX_PIXELS = 2 * 89478485  # Pillow's decompression-bomb error threshold; the C++ core uses it too
 
 
 def _as_bytes_like(data: Any, name: str = "data") -> Any:
@@ -109,6 +110,11 @@ def decode(
     core = _native.native_module()
     if core is None or not is_jpeg(data):
         return decode_pillow(data, box, out_size, bool(flip))
+    if hdr.width * hdr.height > _MAX_PIXELS:  # before allocating: a hostile header can say anything
+        raise DecodeError(
+            f"image of {hdr.height}x{hdr.width} (HxW) pixels exceeds the decompression-bomb limit "
+            f"of {_MAX_PIXELS} pixels (Pillow's 2 * MAX_IMAGE_PIXELS)"
+        )
     full = box or (0, 0, hdr.height, hdr.width)
     out = np.empty((*(out_size or full[2:]), 3), np.uint8)
     error = core.decode_into(data, full, bool(flip), out)

@@ -1,0 +1,78 @@
+// Decodes a batch of JPEG records into one NHWC uint8 buffer over a persistent thread pool.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jpeg.h"
+
+namespace fl {
+
+// Fixed set of worker threads; run() spreads indices over the workers and the calling thread.
+class ThreadPool {
+public:
+    explicit ThreadPool(int num_threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool &) = delete;
+    ThreadPool &operator=(const ThreadPool &) = delete;
+
+    int num_threads() const { return num_threads_; }
+    void resize(int num_threads);  // waits for a running batch first
+    void close();
+    // Calls task(index, thread_slot) for every index in [0, count); thread_slot < num_threads().
+    void run(size_t count, const std::function<void(size_t, int)> &task);
+
+private:
+    void start_workers(int num_threads);
+    void stop_workers();
+    void worker_loop(int slot);
+    void drain(int slot);
+
+    std::mutex run_mutex_;  // one batch at a time per pool
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::condition_variable finished_;
+    std::vector<std::thread> workers_;
+    const std::function<void(size_t, int)> *task_ = nullptr;
+    size_t count_ = 0;
+    std::atomic<size_t> next_{0};
+    uint64_t generation_ = 0;
+    int idle_workers_ = 0;
+    bool stopping_ = false;
+    int num_threads_ = 1;
+};
+
+struct Record {
+    const uint8_t *data = nullptr;
+    size_t size = 0;
+};
+
+// One batch decoder: a pool plus per-thread scratch buffers.
+class BatchDecoder {
+public:
+    explicit BatchDecoder(int num_threads);
+    int num_threads() const { return pool_.num_threads(); }
+    void set_num_threads(int num_threads);
+    void close();
+
+    // Decodes records[k] (crops[4k..4k+3] = top, left, height, width; flips[k]) into
+    // out + k * H * W * 3. errors[k] is "" on success; failed slots are zero-filled.
+    // Records that are not JPEG are left untouched and listed in skipped (for Pillow).
+    void decode(const std::vector<Record> &records, const int32_t *crops, const bool *flips,
+                uint8_t *out, int height, int width, const DecodeOptions &options,
+                std::vector<std::string> &errors, std::vector<size_t> &skipped);
+
+private:
+    std::mutex mutex_;  // decode vs resize from different Python threads (GIL released)
+    ThreadPool pool_;
+    std::vector<std::unique_ptr<DecodeScratch>> scratch_;
+};
+
+}  // namespace fl

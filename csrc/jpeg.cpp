@@ -1,0 +1,286 @@
+// libjpeg-turbo decoding that never exits the process: header, and the fused crop/scale/resize/flip.
+#include "jpeg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+
+// jpeglib.h needs size_t and FILE declared first.
+#include <jpeglib.h>
+
+namespace fl {
+namespace {
+
+// libjpeg reports through these callbacks; we jump back to the decode call instead of exit().
+struct ErrorManager {
+    jpeg_error_mgr pub;
+    std::jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void on_error_exit(j_common_ptr cinfo) {
+    auto *err = reinterpret_cast<ErrorManager *>(cinfo->err);
+    (*cinfo->err->format_message)(cinfo, err->message);
+    std::longjmp(err->jump, 1);
+}
+
+// Level -1 is a warning (corrupt or truncated data): treat it as an error, as promised.
+void on_emit_message(j_common_ptr cinfo, int level) {
+    if (level < 0) on_error_exit(cinfo);
+}
+
+void on_output_message(j_common_ptr) {}
+
+// Limits against hostile headers: Pillow's decompression-bomb threshold (2 * MAX_IMAGE_PIXELS)
+// and TurboJPEG's default progressive scan limit (thousands of tiny scans are a known DoS).
+constexpr double kMaxPixels = 2.0 * 89478485;
+constexpr int kMaxScans = 500;
+constexpr int kColumnPad = 2;
+
+[[noreturn]] void fail(j_decompress_ptr cinfo, const char *message) {
+    auto *err = reinterpret_cast<ErrorManager *>(cinfo->err);
+    std::snprintf(err->message, sizeof(err->message), "%s", message);
+    std::longjmp(err->jump, 1);
+}
+
+void limit_scans(j_common_ptr cinfo) {
+    auto *d = reinterpret_cast<j_decompress_ptr>(cinfo);
+    if (d->is_decompressor && d->input_scan_number > kMaxScans) {
+        char message[JMSG_LENGTH_MAX];
+        std::snprintf(message, sizeof(message), "progressive JPEG has more than %d scans", kMaxScans);
+        fail(d, message);
+    }
+}
+
+void install_error_manager(jpeg_decompress_struct &cinfo, ErrorManager &err) {
+    std::memset(&cinfo, 0, sizeof(cinfo));
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error_exit;
+    err.pub.emit_message = on_emit_message;
+    err.pub.output_message = on_output_message;
+    err.message[0] = '\0';
+}
+
+const char *color_space_name(J_COLOR_SPACE space) {
+    switch (space) {
+        case JCS_GRAYSCALE: return "gray";
+        case JCS_YCbCr: return "ycbcr";
+        case JCS_RGB: return "rgb";
+        case JCS_CMYK: return "cmyk";
+        case JCS_YCCK: return "ycck";
+        default: return "unknown";
+    }
+}
+
+const char *subsampling_name(const jpeg_decompress_struct &cinfo) {
+    if (cinfo.num_components == 1) return "gray";
+    if (cinfo.num_components != 3) return "other";
+    const jpeg_component_info *c = cinfo.comp_info;
+    if (c[1].h_samp_factor != 1 || c[1].v_samp_factor != 1 || c[2].h_samp_factor != 1 ||
+        c[2].v_samp_factor != 1)
+        return "other";
+    const int h = c[0].h_samp_factor, v = c[0].v_samp_factor;
+    if (h == 1 && v == 1) return "4:4:4";
+    if (h == 2 && v == 1) return "4:2:2";
+    if (h == 2 && v == 2) return "4:2:0";
+    if (h == 1 && v == 2) return "4:4:0";
+    if (h == 4 && v == 1) return "4:1:1";
+    return "other";
+}
+
+// Pillow reads JPEG CMYK as Adobe-inverted ("CMYK;I") and converts with cmyk2rgb; raw is
+// what libjpeg returns, so Pillow's C = 255 - raw_c and its 255 - K is raw_k.
+void cmyk_to_rgb(const uint8_t *raw, uint8_t *rgb, int width) {
+    for (int x = 0; x < width; ++x, raw += 4, rgb += 3) {
+        const int nk = raw[3];
+        for (int c = 0; c < 3; ++c) {
+            const int tmp = (255 - raw[c]) * nk + 128;
+            const int v = nk - (((tmp >> 8) + tmp) >> 8);
+            rgb[c] = static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+        }
+    }
+}
+
+// The largest SIMD-friendly DCT scale denominator (8, 4, 2, else 1) that keeps the crop at
+// least as large as the output: DESIGN.md measured that the other M/8 scales do not pay.
+int choose_denominator(const CropBox &crop, const OutputSlot &out, const DecodeOptions &options) {
+    if (!options.dct_scaling) return 1;
+    for (int denom : {8, 4, 2}) {
+        if (crop.width >= static_cast<long>(out.width) * denom &&
+            crop.height >= static_cast<long>(out.height) * denom)
+            return denom;
+    }
+    return 1;
+}
+
+CropBox resolve_crop(j_decompress_ptr cinfo, const CropBox &crop) {
+    const long w = cinfo->image_width, h = cinfo->image_height;
+    if (static_cast<double>(w) * h > kMaxPixels) {
+        char message[JMSG_LENGTH_MAX];
+        std::snprintf(message, sizeof(message),
+                      "image of %ldx%ld (HxW) pixels exceeds the decompression-bomb limit of %.0f", h, w,
+                      kMaxPixels);
+        fail(cinfo, message);
+    }
+    if (crop.height == 0 && crop.width == 0) return CropBox{0, 0, static_cast<int>(h), static_cast<int>(w)};
+    if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 ||
+        crop.top + static_cast<long>(crop.height) > h || crop.left + static_cast<long>(crop.width) > w) {
+        char message[JMSG_LENGTH_MAX];
+        std::snprintf(message, sizeof(message),
+                      "crop (top=%d, left=%d, height=%d, width=%d) does not fit in the %ldx%ld "
+                      "(HxW) image",
+                      crop.top, crop.left, crop.height, crop.width, h, w);
+        fail(cinfo, message);
+    }
+    return crop;
+}
+
+void set_output_color_space(j_decompress_ptr cinfo) {
+    switch (cinfo->jpeg_color_space) {
+        case JCS_GRAYSCALE:  // libjpeg-turbo replicates gray into RGB
+        case JCS_YCbCr:
+        case JCS_RGB: cinfo->out_color_space = JCS_RGB; break;
+        case JCS_CMYK:
+        case JCS_YCCK: cinfo->out_color_space = JCS_CMYK; break;
+        default: fail(cinfo, "unsupported JPEG colour space (not gray, YCbCr, RGB, CMYK or YCCK)");
+    }
+}
+
+// Source interval [lo, hi) of one axis in scaled pixels, widened to whole pixels [first, end).
+struct AxisWindow {
+    float lo, hi;
+    int first, end;
+};
+
+AxisWindow scaled_window(int start, int length, int denom, JDIMENSION scaled_size) {
+    AxisWindow w;
+    w.lo = static_cast<float>(static_cast<double>(start) / denom);
+    w.hi = static_cast<float>(static_cast<double>(start + length) / denom);
+    w.first = static_cast<int>(std::floor(w.lo));
+    w.end = std::min(static_cast<int>(std::ceil(w.hi)), static_cast<int>(scaled_size));
+    if (w.end <= w.first) w.end = w.first + 1;
+    return w;
+}
+
+// Reads rows [row_begin, row_end) of the started decompressor and resamples them into out.
+void read_and_resample(j_decompress_ptr cinfo, int col0, int row_begin, int row_end, int v_first,
+                       const OutputSlot &out, DecodeScratch &s) {
+    const int comps = cinfo->output_components;
+    const int in_w = s.horizontal.in_size;
+    const size_t row_len = static_cast<size_t>(out.width) * 3;
+    const bool direct_rows = s.vertical.identity;  // horizontal output lands in out itself
+    if (!direct_rows) s.hbuf.resize(row_len * (row_end - row_begin));
+    s.scanlines.resize(static_cast<size_t>(cinfo->output_width) * comps);
+    if (comps == 4) s.rgb_row.resize(static_cast<size_t>(in_w) * 3);
+    for (int r = row_begin; r < row_end; ++r) {
+        JSAMPROW row = s.scanlines.data();
+        if (jpeg_read_scanlines(cinfo, &row, 1) != 1) fail(cinfo, "libjpeg returned no scanline");
+        const uint8_t *src = s.scanlines.data() + static_cast<size_t>(col0) * comps;
+        if (comps == 4) {
+            cmyk_to_rgb(src, s.rgb_row.data(), in_w);
+            src = s.rgb_row.data();
+        }
+        const int i = r - row_begin;
+        uint8_t *dst = direct_rows ? out.data + i * out.row_stride : s.hbuf.data() + i * row_len;
+        if (s.horizontal.identity)
+            copy_row(src, dst, out.width, out.flip);
+        else
+            resample_row(src, dst, s.horizontal, out.flip);
+    }
+    if (direct_rows) return;
+    s.row_ptrs.assign(static_cast<size_t>(row_end - row_begin + v_first), nullptr);
+    for (int i = 0; i < row_end - row_begin; ++i) s.row_ptrs[v_first + i] = s.hbuf.data() + i * row_len;
+    s.acc.resize(row_len);
+    for (int yy = 0; yy < out.height; ++yy)
+        resample_column_row(s.row_ptrs.data(), yy, static_cast<int>(row_len), s.vertical, s.acc.data(),
+                            out.data + yy * out.row_stride);
+}
+
+// Must not own C++ objects with destructors: libjpeg errors longjmp straight out of it.
+void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const CropBox &asked,
+                 const OutputSlot &out, DecodeScratch &s, const DecodeOptions &options) {
+    jpeg_progress_mgr progress{};
+    progress.progress_monitor = limit_scans;
+    cinfo->progress = &progress;
+    jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
+    jpeg_read_header(cinfo, TRUE);
+    const CropBox crop = resolve_crop(cinfo, asked);
+    const int denom = choose_denominator(crop, out, options);
+    cinfo->scale_num = 1;
+    cinfo->scale_denom = static_cast<unsigned int>(denom);
+    set_output_color_space(cinfo);
+    jpeg_start_decompress(cinfo);
+
+    const AxisWindow xs = scaled_window(crop.left, crop.width, denom, cinfo->output_width);
+    const AxisWindow ys = scaled_window(crop.top, crop.height, denom, cinfo->output_height);
+    build_axis(xs.end - xs.first, xs.lo - xs.first, xs.hi - xs.first, out.width, s.horizontal);
+    build_axis(ys.end - ys.first, ys.lo - ys.first, ys.hi - ys.first, out.height, s.vertical);
+    int v_first = 0, v_last = 0;
+    axis_span(s.vertical, v_first, v_last);
+
+    // Only the crop's columns: libjpeg widens the window to iMCU boundaries and says where.
+    // Two spare columns each side: fancy upsampling treats the window's edges as image edges,
+    // so without them the crop's first/last column would differ from a full decode.
+    const int pad_first = std::max(0, xs.first - kColumnPad);
+    const int pad_end = std::min(static_cast<int>(cinfo->output_width), xs.end + kColumnPad);
+    JDIMENSION xoffset = static_cast<JDIMENSION>(pad_first);
+    JDIMENSION width = static_cast<JDIMENSION>(pad_end - pad_first);
+    if (width < cinfo->output_width) jpeg_crop_scanline(cinfo, &xoffset, &width);
+    const int col0 = xs.first - static_cast<int>(xoffset);
+
+    // Rows above the crop are entropy-decoded but not IDCT'd, colour-converted or upsampled.
+    const int row_begin = ys.first + v_first;
+    if (row_begin > 0 &&
+        jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(row_begin)) != static_cast<JDIMENSION>(row_begin))
+        fail(cinfo, "libjpeg could not skip to the crop's first row");
+    read_and_resample(cinfo, col0, row_begin, ys.first + v_last, v_first, out, s);
+    jpeg_abort_decompress(cinfo);  // stop after the crop's last row
+}
+
+}  // namespace
+
+bool looks_like_jpeg(const uint8_t *data, size_t size) {
+    return size >= 2 && data[0] == 0xFF && data[1] == 0xD8;
+}
+
+std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &header) {
+    jpeg_decompress_struct cinfo;
+    ErrorManager err;
+    install_error_manager(cinfo, err);
+    if (setjmp(err.jump)) {
+        jpeg_destroy_decompress(&cinfo);
+        return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+    jpeg_read_header(&cinfo, TRUE);
+    header.width = static_cast<int>(cinfo.image_width);
+    header.height = static_cast<int>(cinfo.image_height);
+    header.components = cinfo.num_components;
+    header.color_space = color_space_name(cinfo.jpeg_color_space);
+    header.subsampling = subsampling_name(cinfo);
+    header.progressive = cinfo.progressive_mode != 0;
+    jpeg_destroy_decompress(&cinfo);
+    return {};
+}
+
+std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &crop,
+                             const OutputSlot &out, DecodeScratch &scratch,
+                             const DecodeOptions &options) {
+    if (out.height < 1 || out.width < 1) return "output size must be at least 1x1";
+    jpeg_decompress_struct cinfo;
+    ErrorManager err;
+    install_error_manager(cinfo, err);
+    if (setjmp(err.jump)) {
+        jpeg_destroy_decompress(&cinfo);
+        return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
+    }
+    jpeg_create_decompress(&cinfo);
+    decode_body(&cinfo, data, size, crop, out, scratch, options);
+    jpeg_destroy_decompress(&cinfo);
+    return {};
+}
+
+}  // namespace fl

@@ -1,0 +1,65 @@
+// JPEG header reading and fused crop + DCT-scaled decode + resize + flip into an output slot.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "resize.h"
+
+namespace fl {
+
+struct JpegHeader {
+    int width = 0;
+    int height = 0;
+    int components = 0;
+    std::string color_space;  // gray | ycbcr | rgb | cmyk | ycck | unknown
+    std::string subsampling;  // 4:4:4 | 4:2:2 | 4:2:0 | 4:4:0 | 4:1:1 | gray | other
+    bool progressive = false;
+};
+
+// Box in source pixels; height == 0 && width == 0 means the whole image.
+struct CropBox {
+    int top = 0;
+    int left = 0;
+    int height = 0;
+    int width = 0;
+};
+
+// Where the decoded pixels go: height x width RGB pixels, rows row_stride bytes apart.
+struct OutputSlot {
+    uint8_t *data = nullptr;
+    int height = 0;
+    int width = 0;
+    std::ptrdiff_t row_stride = 0;
+    bool flip = false;
+};
+
+struct DecodeOptions {
+    bool dct_scaling = true;  // allow libjpeg's 1/2, 1/4, 1/8 scaled IDCT when the crop allows
+};
+
+// Per-thread buffers reused across decodes, so the hot path does not allocate per sample.
+struct DecodeScratch {
+    std::vector<uint8_t> scanlines;   // rows from libjpeg (RGB or CMYK)
+    std::vector<uint8_t> rgb_row;     // CMYK -> RGB converted row
+    std::vector<uint8_t> hbuf;        // horizontally resampled rows
+    std::vector<const uint8_t *> row_ptrs;
+    std::vector<int32_t> acc;
+    ResampleAxis horizontal;
+    ResampleAxis vertical;
+};
+
+// Reads the header; returns "" on success, else libjpeg's message.
+std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &header);
+
+// True when the bytes start with the JPEG SOI marker.
+bool looks_like_jpeg(const uint8_t *data, size_t size);
+
+// Decodes crop of the JPEG, resized to the slot (Pillow BILINEAR) and mirrored if asked.
+// Returns "" on success, else the reason (libjpeg's message for bad data; warnings count).
+std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &crop,
+                             const OutputSlot &out, DecodeScratch &scratch,
+                             const DecodeOptions &options);
+
+}  // namespace fl

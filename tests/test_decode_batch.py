@@ -1,0 +1,145 @@
+"""BatchDecoder: mixed batches, per-sample errors, thread-count independence, buffer handling."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from fastloader.decode import BatchDecoder, decode
+from fastloader.errors import FastloaderError, InvalidArgumentError, InvalidTypeError
+from jpeg_corpus import corpus, photo_jpeg, random_boxes
+
+OUT = (48, 40)
+
+
+def png_bytes(seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (50, 70, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def make_batch(n: int = 24, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    records, crops = [], []
+    for k in range(n):
+        if k % 6 == 5:
+            records.append(png_bytes(k))
+            crops.append(random_boxes(rng, 50, 70, 1)[0])
+        else:
+            records.append(memoryview(photo_jpeg(120, 160, seed=k, progressive=k % 4 == 1)))
+            crops.append(random_boxes(rng, 120, 160, 1)[0])
+    flips = rng.integers(0, 2, n).astype(bool)
+    return records, np.array(crops, np.int32), flips
+
+
+def test_batch_matches_single_decodes():
+    records, crops, flips = make_batch(12)
+    out = np.full((12, *OUT, 3), 7, np.uint8)
+    with BatchDecoder(num_threads=2) as decoder:
+        errors = decoder.decode_into(records, crops, flips, out)
+    assert errors == [None] * 12
+    for k in range(12):
+        want = decode(records[k], crop=tuple(crops[k]), size=OUT, flip=bool(flips[k]))
+        np.testing.assert_array_equal(out[k], want)
+
+
+def test_one_and_four_threads_are_bitwise_identical():
+    records, crops, flips = make_batch(32, seed=1)
+    outs = []
+    for threads in (1, 4):
+        out = np.empty((32, *OUT, 3), np.uint8)
+        decoder = BatchDecoder(num_threads=threads)
+        assert decoder.decode_into(records, crops, flips, out) == [None] * 32
+        decoder.close()
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_failed_samples_are_zero_filled_with_a_message():
+    good = photo_jpeg(60, 80, seed=3)
+    records = [good, b"\xff\xd8\xff\xdbbroken", good[: len(good) // 3], b"nothing", good]
+    crops = np.array([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [50, 70, 20, 20]])
+    out = np.full((5, 16, 16, 3), 9, np.uint8)
+    errors = BatchDecoder().decode_into(records, crops, np.zeros(5, bool), out)
+    assert errors[0] is None
+    for k in (1, 2, 3, 4):  # 4: the crop does not fit in the 60x80 image
+        assert isinstance(errors[k], str) and errors[k]
+        assert not out[k].any()
+    assert out[0].any()
+
+
+def test_zero_box_means_whole_image():
+    data = photo_jpeg(30, 50, seed=4)
+    out = np.empty((1, 30, 50, 3), np.uint8)
+    assert BatchDecoder().decode_into([data], [[0, 0, 0, 0]], [False], out) == [None]
+    np.testing.assert_array_equal(out[0], decode(data))
+
+
+def test_corpus_batch_full_size():
+    images = [im for im in corpus(((7, 13),))]
+    out = np.empty((len(images), 7, 13, 3), np.uint8)
+    errors = BatchDecoder(2).decode_into(
+        [im.data for im in images], np.zeros((len(images), 4)), np.zeros(len(images), bool), out
+    )
+    assert errors == [None] * len(images)
+    for k, im in enumerate(images):
+        np.testing.assert_array_equal(out[k], decode(im.data))
+
+
+def test_torch_tensor_out_is_written_in_place():
+    records, crops, flips = make_batch(4, seed=2)
+    tensor = torch.zeros((4, *OUT, 3), dtype=torch.uint8)
+    assert BatchDecoder().decode_into(records, crops, flips, tensor) == [None] * 4
+    assert tensor.sum().item() > 0
+
+
+def test_num_threads_setter_and_backend():
+    decoder = BatchDecoder(num_threads=1)
+    assert decoder.backend in ("native", "pillow")
+    decoder.num_threads = 3
+    assert decoder.num_threads == 3
+    records, crops, flips = make_batch(6, seed=5)
+    out = np.empty((6, *OUT, 3), np.uint8)
+    assert decoder.decode_into(records, crops, flips, out) == [None] * 6
+    decoder.close()
+    with pytest.raises(FastloaderError):
+        decoder.decode_into(records, crops, flips, out)
+
+
+def test_pillow_backend_is_forced():
+    assert BatchDecoder(backend="pillow").backend == "pillow"
+
+
+@pytest.mark.parametrize(
+    "out",
+    [
+        np.empty((2, 8, 8, 3), np.float32),
+        np.empty((3, 8, 8, 3), np.uint8),
+        np.empty((2, 8, 8, 4), np.uint8),
+        np.empty((2, 8, 8, 3), np.uint8)[:, :, ::-1],
+    ],
+)
+def test_bad_out_is_rejected(out):
+    data = photo_jpeg(20, 20, seed=1)
+    with pytest.raises(InvalidArgumentError):
+        BatchDecoder().decode_into([data, data], np.zeros((2, 4)), np.zeros(2, bool), out)
+
+
+def test_bad_arguments_are_rejected():
+    data = photo_jpeg(20, 20, seed=1)
+    out = np.empty((2, 8, 8, 3), np.uint8)
+    with pytest.raises(InvalidArgumentError):
+        BatchDecoder().decode_into([data, data], np.zeros((2, 3)), np.zeros(2, bool), out)
+    with pytest.raises(InvalidArgumentError):
+        BatchDecoder().decode_into([data, data], np.zeros((2, 4)), np.zeros(3, bool), out)
+    with pytest.raises(InvalidTypeError):
+        BatchDecoder().decode_into(data, np.zeros((2, 4)), np.zeros(2, bool), out)
+    with pytest.raises(InvalidArgumentError):
+        BatchDecoder(num_threads=0)
+    with pytest.raises(InvalidArgumentError):
+        BatchDecoder(backend="turbo")
