@@ -56,7 +56,9 @@ def _core() -> ModuleType:
     try:
         module = importlib.import_module("fastloader._core")
     except ImportError as exc:
-        raise NativeUnavailableError(f"fastloader._core is not importable ({exc}). {_BUILD_HINT}")
+        raise NativeUnavailableError(
+            f"fastloader._core is not importable ({exc}). {_BUILD_HINT}"
+        ) from exc
     if not hasattr(module, "tiles_splice_into"):
         raise NativeUnavailableError(f"fastloader._core is a stale build. {_BUILD_HINT}")
     return module
@@ -196,8 +198,13 @@ def _check_crop(crop: Any, table: TileTable) -> tuple[int, int, int, int]:
     if not isinstance(crop, (tuple, list)) or len(crop) != 4:
         raise invalid_type("crop", crop, "a (top, left, height, width) tuple of ints")
     top, left, height, width = (int(v) for v in crop)
-    if top < 0 or left < 0 or height < 1 or width < 1 or top + height > table.height or (
-        left + width > table.width
+    if (
+        top < 0
+        or left < 0
+        or height < 1
+        or width < 1
+        or top + height > table.height
+        or (left + width > table.width)
     ):
         raise invalid_argument(
             "crop",
