@@ -5,6 +5,7 @@ Run: .venv/bin/python -m pytest -q -s -m slow tests/test_tiles_speed.py
 
 from __future__ import annotations
 
+import importlib
 import io
 import math
 import time
@@ -80,6 +81,16 @@ def test_spliced_crop_decode_speed() -> None:
         size, _ = tiles.splice_into(records[i].data, records[i].table, boxes[i], out)
         pillow_decode(out[:size].tobytes())
 
+    decode = importlib.import_module("fastloader.decode").decode  # native crop-aware decode
+
+    def native_crop(i: int) -> None:
+        decode(sources[i], crop=boxes[i])
+
+    def spliced_native(i: int) -> None:
+        size, (y0, x0, _, _) = tiles.splice_into(records[i].data, records[i].table, boxes[i], out)
+        top, left, height, width = boxes[i]
+        decode(out[:size], crop=(top - y0, left - x0, height, width))
+
     def splice_size(i: int) -> int:
         return tiles.splice_into(records[i].data, records[i].table, boxes[i], out)[0]
 
@@ -91,6 +102,8 @@ def test_spliced_crop_decode_speed() -> None:
         "full_tiled": [],
         "splice+decode": [],
         "splice_only": [],
+        "native_crop": [],
+        "splice+native": [],
     }
     indices = list(range(len(sources)))
     for _ in range(7):  # interleaved rounds: machine load hits every row alike
@@ -98,6 +111,8 @@ def test_spliced_crop_decode_speed() -> None:
         runs["full_tiled"].append(rate([r.data for r in records], pillow_decode))
         runs["splice+decode"].append(rate(indices, spliced))
         runs["splice_only"].append(rate(indices, splice_only))
+        runs["native_crop"].append(rate(indices, native_crop))
+        runs["splice+native"].append(rate(indices, spliced_native))
     spliced_bytes = sum(splice_size(i) for i in indices)
     original = sum(map(len, sources))
     tiled = sum(len(r.data) for r in records)
