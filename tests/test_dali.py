@@ -14,7 +14,7 @@ import torch
 from fastloader.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, plan
 from fastloader.dali_pipeline import dali_available
 from fastloader.decode import decode
-from fastloader.errors import InvalidArgumentError, OptionalDependencyError
+from fastloader.errors import DecodeError, InvalidArgumentError, OptionalDependencyError
 from fastloader.format.dataset import PackedDataset, open_dataset
 from fastloader.gpu_ops import GpuRandomHorizontalFlip
 from fastloader.pack.write import pack
@@ -190,3 +190,27 @@ def test_missing_dali_names_the_install_command(packed: Path,
     with pytest.raises(OptionalDependencyError, match=r'pip install "fastloader\[dali\]"'):
         DaliLoader(packed, batch_size=2, device="cpu")
     assert not dali_available()
+
+
+@needs_dali
+def test_undecodable_record_is_named_and_the_loader_recovers(packed: Path,
+                                                             tmp_path: Path) -> None:
+    copy = Path(shutil.copytree(packed, tmp_path / "bad.lmdb"))
+    with open_dataset(packed) as original:
+        victim = bytes(original.record(6))
+        where = original.describe(6)
+    shard = next(copy.glob("*.mdb"))
+    blob = shard.read_bytes()
+    start = blob.index(victim)
+    broken = b"\x00" * 64 + victim[64:]  # no SOI marker or headers: no decoder takes it
+    shard.write_bytes(blob[:start] + broken + blob[start + len(victim):])
+    with dali_loader(copy, transforms=[CenterCrop(16)]) as loader:
+        with pytest.raises(DecodeError, match="failed to decode in DALI") as caught:
+            collect(loader)
+        assert where.split(" of ")[0] in str(caught.value)  # record 6, its shard and source
+        assert loader.state_dict()["batches_done"] == 0
+        with pytest.raises(DecodeError):  # a rebuilt pipeline, not a hang or a stale one
+            collect(loader)
+        loader.set_epoch(0)
+        first = next(iter(loader))  # batch 0 holds only good records
+        assert first[0].shape == (4, 3, 16, 16)
