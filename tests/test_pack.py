@@ -224,3 +224,12 @@ def test_without_resume_a_stale_staging_folder_is_replaced(tmp_path: Path) -> No
     pack(tmp_path / "src", dst, **options)
     after = _shard_inodes(dst)
     assert before and all(after[name] != before[name] for name in before)
+
+
+def test_fastloader_pack_is_callable_even_after_submodule_imports(tmp_path: Path) -> None:
+    import fastloader
+    import fastloader.pack.cli  # binds the subpackage to fastloader.pack
+
+    make_flat_tree(tmp_path / "src", classes=1, per_class=2)
+    manifest = fastloader.pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1)
+    assert manifest.num_samples == 2 and callable(fastloader.pack)
