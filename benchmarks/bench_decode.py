@@ -81,7 +81,8 @@ def pillow_configs(records: list[bytes], boxes: np.ndarray, flips: np.ndarray) -
 
 
 def native_configs(records: list[bytes], boxes: np.ndarray, flips: np.ndarray) -> dict:
-    """Native full decode, full decode + resize, and the fused crop-aware RandomResizedCrop."""
+    """Native full decode, crop-aware decode alone, full decode + resize, and the fused
+    crop-aware RandomResizedCrop (decode + resize + flip); the differences split the stages."""
     from fastloader.decode import BatchDecoder, decode
 
     decoder = BatchDecoder(1, backend="native")
@@ -92,6 +93,10 @@ def native_configs(records: list[bytes], boxes: np.ndarray, flips: np.ndarray) -
     def full() -> None:
         for data in records:
             decode(data)
+
+    def crop_only() -> None:  # the decode stage of the fused path, without resize and flip
+        for data, box in zip(records, boxes, strict=True):
+            decode(data, crop=tuple(int(v) for v in box))
 
     def batched(crops: np.ndarray | None, mirror: np.ndarray | None) -> None:
         for start in range(0, len(records), CHUNK):
@@ -106,6 +111,7 @@ def native_configs(records: list[bytes], boxes: np.ndarray, flips: np.ndarray) -
     n = len(records)
     return {
         "native full decode": lambda: _timed(full, n),
+        "native crop-aware decode only (RRC box, no resize)": lambda: _timed(crop_only, n),
         "native full decode + resize 224": lambda: _timed(lambda: batched(None, None), n),
         "native fused RRC-224 + flip": lambda: _timed(lambda: batched(boxes, flips), n),
     }

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_loader import ensure_packed, run_benchmark
-from harness import RESULTS_DIR, env_line, environment, format_table, spread_text
+from harness import env_line, environment, format_table, spread_text
 from make_images import ensure_tree
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.warmup = 1
     args.images = max(args.batch, (args.count // args.batch - args.warmup) * args.batch)
     args.threads, args.ceiling, args.dali = None, False, False
-    args.out = RESULTS_DIR / "demo.jsonl"
+    args.out = args.dir / "demo.jsonl"  # demo_data/ is git-ignored: the demo dirties nothing
     return args
 
 
