@@ -116,6 +116,9 @@ if dali_available():
     rows["DaliLoader mixed (nvJPEG) -> cuda"] = lambda: DaliLoader(
         str(packed), batch_size=batch, shuffle=True, transforms=train, normalize=norm,
         device="cuda")
+    rows["DaliLoader mixed, full decode + slice"] = lambda: DaliLoader(
+        str(packed), batch_size=batch, shuffle=True, transforms=train, normalize=norm,
+        device="cuda", roi_decode=False)  # lets the hardware JPEG decoder take part
 else:
     print('DaliLoader row skipped: DALI not importable (pip install "fastloader[dali]")')
 for name, make in rows.items():

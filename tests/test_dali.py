@@ -214,3 +214,12 @@ def test_undecodable_record_is_named_and_the_loader_recovers(packed: Path,
         loader.set_epoch(0)
         first = next(iter(loader))  # batch 0 holds only good records
         assert first[0].shape == (4, 3, 16, 16)
+
+
+@needs_dali
+def test_full_decode_then_slice_gives_the_roi_decode_pixels(dataset: Any) -> None:
+    options: dict[str, Any] = {"shuffle": True, "transforms": TRAIN, "batch_size": 21}
+    roi = collect(dali_loader(dataset, **options))[0]
+    whole = collect(dali_loader(dataset, roi_decode=False, **options))[0]
+    assert torch.equal(roi[1], whole[1])
+    assert torch.equal(roi[0], whole[0])  # libjpeg-turbo's ROI decode is exact on the CPU

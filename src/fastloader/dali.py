@@ -62,7 +62,9 @@ class DaliLoader:
     Arguments mean what they mean for FastLoader. `device` "cuda[:k]" decodes with nvJPEG
     (DALI "mixed" operators) straight to that GPU; "cpu" (the default without CUDA) runs DALI's
     CPU operators with no CUDA context. `gpu_transforms` (fastloader.gpu_ops) run on the
-    output batch on `device`, seeded by (seed, epoch, batch, rank).
+    output batch on `device`, seeded by (seed, epoch, batch, rank). `roi_decode=False` decodes
+    whole images and then slices the planned box: more decode work, but DALI's docs say ROI
+    decoding turns the A100/H100 hardware JPEG decoder off, so it can win there (measure).
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class DaliLoader:
         world_size: int | None = None,
         prefetch: int = 2,
         gpu_transforms: Sequence[Any] | None = None,
+        roi_decode: bool = True,
     ) -> None:
         self._closed = True  # until fully built, so close()/__del__ are safe on a failed init
         import_dali()  # fail first, with the install command, when DALI is missing
@@ -110,7 +113,7 @@ class DaliLoader:
             if self._owns_dataset:
                 self.dataset.close()
             raise
-        self._spec = self._graph_spec(constants)
+        self._spec = self._graph_spec(constants, _flag("roi_decode", roi_decode))
         self._pipe: Any = None
         self._feed: Iterator[Any] = iter(())
         self._in_flight: list[np.ndarray] = []  # samples of batches handed to DALI, oldest first
@@ -120,7 +123,8 @@ class DaliLoader:
         self._batches_done = 0
         self._closed = False
 
-    def _graph_spec(self, constants: tuple[np.ndarray, np.ndarray] | None) -> GraphSpec:
+    def _graph_spec(self, constants: tuple[np.ndarray, np.ndarray] | None,
+                    roi_decode: bool) -> GraphSpec:
         on_gpu = self.device.type == "cuda"
         device_id = None
         if on_gpu:
@@ -134,7 +138,8 @@ class DaliLoader:
             prefetch=self.prefetch, out_size=self.image_size,
             mean=None if mean is None else (float(mean[0]), float(mean[1]), float(mean[2])),
             std=None if std is None else (float(std[0]), float(std[1]), float(std[2])),
-            dali_float16=self.dtype == torch.float16, seed=self.sampler.seed)
+            dali_float16=self.dtype == torch.float16, seed=self.sampler.seed,
+            roi_decode=roi_decode)
 
     @property
     def _dali_dtype(self) -> torch.dtype:

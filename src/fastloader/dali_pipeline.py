@@ -61,6 +61,7 @@ class GraphSpec:
     std: tuple[float, float, float] | None
     dali_float16: bool  # the output dtype is float16 (else float32 or uint8)
     seed: int
+    roi_decode: bool = True  # False: decode whole images, then slice (keeps the HW decoder)
 
 
 def build_pipeline(spec: GraphSpec, source: Callable[[], FeedBatch]) -> Any:
@@ -80,9 +81,15 @@ def build_pipeline(spec: GraphSpec, source: Callable[[], FeedBatch]) -> Any:
         records, anchors, shapes, mirror, labels = fn.external_source(
             source=source, num_outputs=5, batch=True,
             dtype=[types.UINT8, types.FLOAT, types.FLOAT, types.INT32, types.INT64])
-        images = fn.decoders.image_slice(
-            records, anchors, shapes, device="mixed" if on_gpu else "cpu",
-            output_type=types.RGB, normalized_anchor=False, normalized_shape=False)
+        decoder_device = "mixed" if on_gpu else "cpu"
+        if spec.roi_decode:
+            images = fn.decoders.image_slice(
+                records, anchors, shapes, device=decoder_device, output_type=types.RGB,
+                normalized_anchor=False, normalized_shape=False)
+        else:  # DALI's docs: ROI decoding disables the A100/H100 hardware JPEG decoder
+            images = fn.decoders.image(records, device=decoder_device, output_type=types.RGB)
+            images = fn.slice(images, anchors, shapes, normalized_anchor=False,
+                              normalized_shape=False)
         images = fn.resize(images, resize_x=spec.out_size[1], resize_y=spec.out_size[0],
                            interp_type=types.INTERP_LINEAR, antialias=True)
         if spec.mean is None or spec.std is None:
