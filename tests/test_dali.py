@@ -70,6 +70,9 @@ def test_shapes_dtypes_and_labels_follow_the_sampler(packed: Path, tmp_path: Pat
         assert batches[0][0].shape == (4, 3, 24, 24) and batches[-1][0].shape == (1, 3, 24, 24)
         assert batches[0][0].dtype == torch.uint8 and labels.dtype == torch.int64
         assert loader.sampler.epoch == 1  # a full pass advances the epoch, like FastLoader
+        stats = loader.stats()
+        assert stats.images == 21 and stats.batches == 6 and stats.backend == "dali-cpu"
+        assert stats.read_s > 0 and stats.active_s >= stats.wait_s > 0
 
 
 @needs_dali

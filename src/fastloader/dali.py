@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from fastloader.errors import DecodeError, FastloaderError, invalid_argument, in
 from fastloader.format.dataset import PackedDataset, open_dataset
 from fastloader.gpu_ops import GpuCompose, gpu_rng
 from fastloader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
+from fastloader.stats import Counters, LoaderStats, Timer
 
 _STATE_VERSION = 1  # the same state dict as FastLoader's, so checkpoints move between backends
 
@@ -118,6 +120,7 @@ class DaliLoader:
         self._feed: Iterator[Any] = iter(())
         self._in_flight: list[np.ndarray] = []  # samples of batches handed to DALI, oldest first
         self._needs_drain = False  # a pass started since the pipeline's last reset
+        self._counters = Counters()
         self._active: object | None = None  # token of the pass now iterating
         self._resume_batch = 0
         self._batches_done = 0
@@ -159,11 +162,14 @@ class DaliLoader:
                          stop: int) -> Iterator[Any]:
         for b in range(start, stop):
             samples = indices[b * self.batch_size : (b + 1) * self.batch_size]
-            rng = np.random.default_rng([self.sampler.seed, epoch, b, self.sampler.rank])
-            crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
-            records = [self.dataset.record(int(i)) for i in samples]
-            labels = self.dataset.labels[samples]
-            yield samples, feed_batch(records, crops, flips, labels)
+            with Timer(self._counters, "plan"):
+                rng = np.random.default_rng([self.sampler.seed, epoch, b, self.sampler.rank])
+                crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
+            with Timer(self._counters, "read"):
+                records = [self.dataset.record(int(i)) for i in samples]
+                labels = self.dataset.labels[samples]
+                batch = feed_batch(records, crops, flips, labels)
+            yield samples, batch
 
     # -- iteration --------------------------------------------------------------------------
 
@@ -186,6 +192,7 @@ class DaliLoader:
     def _consume(self, token: object, epoch: int, start: int,
                  stop: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         finished = False
+        started = time.perf_counter()
         try:
             for b in range(start, stop):
                 if self._active is not token:
@@ -196,6 +203,7 @@ class DaliLoader:
                 yield images, labels
             finished = True
         finally:
+            self._counters.add_time("active", time.perf_counter() - started)
             if self._active is token:
                 self._end_pass()
             if finished:
@@ -204,17 +212,20 @@ class DaliLoader:
 
     def _next_batch(self, epoch: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         try:
-            outputs = self._pipe.run()
+            with Timer(self._counters, "wait"):  # DALI decodes ahead; this is the time behind
+                outputs = self._pipe.run()
         except StopIteration:
             raise FastloaderError(f"DALI ended the pass early, before batch {b}") from None
         except RuntimeError as exc:
             self._pipe = None  # DALI marks a pipeline that failed as unusable: rebuild it
             raise self._decode_error(exc) from exc
         self._in_flight.pop(0)
-        images, labels = to_torch(outputs, self.device, self._dali_dtype, self.dtype)
-        if self._gpu_ops.transforms:
-            rng = gpu_rng(self.sampler.seed, epoch, b, self.sampler.rank)
-            images, labels = self._gpu_ops(images, labels, rng)
+        with Timer(self._counters, "copy"):
+            images, labels = to_torch(outputs, self.device, self._dali_dtype, self.dtype)
+            if self._gpu_ops.transforms:
+                rng = gpu_rng(self.sampler.seed, epoch, b, self.sampler.rank)
+                images, labels = self._gpu_ops(images, labels, rng)
+        self._counters.add_batch(int(images.shape[0]))
         return images, labels
 
     def _decode_error(self, exc: RuntimeError) -> FastloaderError:
@@ -286,6 +297,14 @@ class DaliLoader:
         self._end_pass()
         self.sampler.set_epoch(state["epoch"])
         self._resume_batch = done
+
+    def stats(self) -> LoaderStats:
+        """Live counters in FastLoader's layout; decode time is inside DALI (wait_s shows it
+        when DALI is behind), read_s/plan_s are the external_source feed's own cost."""
+        return self._counters.snapshot(
+            queue_depth=len(self._in_flight), prefetch=self.prefetch, ring_slots=0,
+            ring_bytes=0, pinned=False, num_threads=self._threads,
+            backend="dali-mixed" if self.device.type == "cuda" else "dali-cpu")
 
     # -- lifetime --------------------------------------------------------------------------------
 
