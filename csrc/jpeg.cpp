@@ -172,8 +172,8 @@ void read_and_resample(j_decompress_ptr cinfo, int col0, int row_begin, int row_
     const size_t row_len = static_cast<size_t>(out.width) * 3;
     const bool direct_rows = s.vertical.identity;  // horizontal output lands in out itself
     if (!direct_rows) s.hbuf.resize(row_len * (row_end - row_begin));
-    s.scanlines.resize(static_cast<size_t>(cinfo->output_width) * comps);
-    if (comps == 4) s.rgb_row.resize(static_cast<size_t>(in_w) * 3);
+    s.scanlines.resize(static_cast<size_t>(cinfo->output_width) * comps + kRowSlack);
+    if (comps == 4) s.rgb_row.resize(static_cast<size_t>(in_w) * 3 + kRowSlack);
     for (int r = row_begin; r < row_end; ++r) {
         JSAMPROW row = s.scanlines.data();
         if (jpeg_read_scanlines(cinfo, &row, 1) != 1) fail(cinfo, "libjpeg returned no scanline");

@@ -3,6 +3,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+// AVX2 copies of the hot loops, picked at load time; the default copy keeps the module portable.
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define FL_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FL_TARGET_CLONES
+#endif
 
 namespace fl {
 namespace {
@@ -22,6 +34,78 @@ int32_t to_fixed(double w) {
     const double scaled = w * static_cast<double>(1 << kPrecisionBits);
     return static_cast<int32_t>(w < 0 ? -0.5 + scaled : 0.5 + scaled);
 }
+
+// Moves every window so it reads exactly ksize inputs inside the row, shifting its weights;
+// the extra taps weigh 0, so sums (and results) are unchanged while loops get a fixed length.
+void make_uniform(ResampleAxis &axis) {
+    const int ksize = axis.ksize;
+    for (int xx = 0; xx < axis.out_size; ++xx) {
+        int32_t *k = &axis.weights[static_cast<size_t>(xx) * ksize];
+        const int xmin = axis.bounds[2 * xx];
+        const int taps = axis.bounds[2 * xx + 1];
+        const int start = std::min(xmin, axis.in_size - ksize);
+        const int shift = xmin - start;
+        int32_t moved[64] = {};
+        for (int x = 0; x < taps && x + shift < 64; ++x) moved[x + shift] = k[x];
+        std::copy(moved, moved + ksize, k);
+        axis.bounds[2 * xx] = start;
+        axis.bounds[2 * xx + 1] = ksize;
+    }
+}
+
+template <int K>
+void resample_row_fixed(const uint8_t *in, uint8_t *out, const ResampleAxis &axis, bool flip) {
+    const int out_size = axis.out_size;
+    for (int xx = 0; xx < out_size; ++xx) {
+        const int32_t *k = &axis.weights[static_cast<size_t>(xx) * K];
+        const uint8_t *p = in + 3 * axis.bounds[2 * xx];
+        int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+        for (int x = 0; x < K; ++x) {
+            s0 += p[3 * x] * k[x];
+            s1 += p[3 * x + 1] * k[x];
+            s2 += p[3 * x + 2] * k[x];
+        }
+        uint8_t *dst = out + 3 * (flip ? out_size - 1 - xx : xx);
+        dst[0] = clip8(s0);
+        dst[1] = clip8(s1);
+        dst[2] = clip8(s2);
+    }
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+// One pixel's three channels in the lanes of one SSE register: the same integer sums as the
+// scalar loop, a quarter of the multiplies. Reads one byte past each pixel (rows carry slack).
+__attribute__((target("avx2"))) void resample_row_simd(const uint8_t *in, uint8_t *out,
+                                                       const ResampleAxis &axis, bool flip) {
+    const int ksize = axis.ksize;
+    const int out_size = axis.out_size;
+    const __m128i half = _mm_set1_epi32(1 << (kPrecisionBits - 1));
+    for (int xx = 0; xx < out_size; ++xx) {
+        const int32_t *k = &axis.weights[static_cast<size_t>(xx) * ksize];
+        const uint8_t *p = in + 3 * axis.bounds[2 * xx];
+        const int taps = axis.bounds[2 * xx + 1];
+        __m128i acc = half;
+        for (int x = 0; x < taps; ++x) {
+            int32_t bytes;
+            std::memcpy(&bytes, p + 3 * x, 4);
+            const __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(bytes));
+            acc = _mm_add_epi32(acc, _mm_mullo_epi32(px, _mm_set1_epi32(k[x])));
+        }
+        acc = _mm_srai_epi32(acc, kPrecisionBits);
+        const __m128i packed = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);  // clamps 0..255
+        const uint32_t rgb = static_cast<uint32_t>(_mm_cvtsi128_si32(packed));
+        uint8_t *dst = out + 3 * (flip ? out_size - 1 - xx : xx);
+        dst[0] = static_cast<uint8_t>(rgb);
+        dst[1] = static_cast<uint8_t>(rgb >> 8);
+        dst[2] = static_cast<uint8_t>(rgb >> 16);
+    }
+}
+
+bool has_avx2() {
+    static const bool yes = __builtin_cpu_supports("avx2");
+    return yes;
+}
+#endif
 
 }  // namespace
 
@@ -59,6 +143,8 @@ void build_axis(int in_size, float in0, float in1, int out_size, ResampleAxis &a
         axis.bounds[2 * xx] = xmin;
         axis.bounds[2 * xx + 1] = std::max(xmax, 0);
     }
+    axis.uniform = in_size >= ksize;
+    if (axis.uniform) make_uniform(axis);
 }
 
 void axis_span(const ResampleAxis &axis, int &first, int &last) {
@@ -67,7 +153,19 @@ void axis_span(const ResampleAxis &axis, int &first, int &last) {
 }
 
 void resample_row(const uint8_t *in, uint8_t *out, const ResampleAxis &axis, bool flip) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (has_avx2()) return resample_row_simd(in, out, axis, flip);
+#endif
     const int ksize = axis.ksize;
+    if (axis.uniform) {  // fixed-length loops for the common kernel sizes (downscale <= 4x)
+        switch (ksize) {
+            case 3: return resample_row_fixed<3>(in, out, axis, flip);
+            case 5: return resample_row_fixed<5>(in, out, axis, flip);
+            case 7: return resample_row_fixed<7>(in, out, axis, flip);
+            case 9: return resample_row_fixed<9>(in, out, axis, flip);
+            default: break;
+        }
+    }
     const int out_size = axis.out_size;
     for (int xx = 0; xx < out_size; ++xx) {
         const int32_t *k = &axis.weights[static_cast<size_t>(xx) * ksize];
@@ -99,6 +197,7 @@ void copy_row(const uint8_t *in, uint8_t *out, int width, bool flip) {
     }
 }
 
+FL_TARGET_CLONES
 void resample_column_row(const uint8_t *const *rows, int yy, int row_len, const ResampleAxis &axis,
                          int32_t *acc, uint8_t *out) {
     // Accumulate whole rows tap by tap: integer sums are order-free, so this equals Pillow's

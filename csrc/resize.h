@@ -1,5 +1,6 @@
 // Pillow-exact bilinear resampling (antialiased on downscale) of uint8 RGB rows.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -15,6 +16,7 @@ struct ResampleAxis {
     int out_size = 0;
     int ksize = 0;
     bool identity = false;          // output == input, Pillow skips the pass
+    bool uniform = false;           // every output reads exactly ksize inputs (zero-padded)
     std::vector<int> bounds;        // [2 * out]: first input index, tap count
     std::vector<int32_t> weights;   // [out * ksize]
     std::vector<double> scratch;    // double weights before fixed-point rounding
@@ -25,6 +27,9 @@ void build_axis(int in_size, float in0, float in1, int out_size, ResampleAxis &a
 
 // The input rows [first, last) that the vertical taps of axis read.
 void axis_span(const ResampleAxis &axis, int &first, int &last);
+
+// Bytes a row buffer needs past its last pixel (the SIMD path reads 4 bytes per 3-byte pixel).
+constexpr size_t kRowSlack = 16;
 
 // One row of 3-channel pixels through the horizontal taps; mirrored output when flip.
 void resample_row(const uint8_t *in, uint8_t *out, const ResampleAxis &axis, bool flip);
