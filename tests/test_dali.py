@@ -17,6 +17,7 @@ from fastloader.decode import decode
 from fastloader.errors import DecodeError, InvalidArgumentError, OptionalDependencyError
 from fastloader.format.dataset import PackedDataset, open_dataset
 from fastloader.gpu_ops import GpuRandomHorizontalFlip
+from fastloader.gpu_ops_pixel import GpuColorJitter
 from fastloader.pack.write import pack
 from fastloader.sampler import epoch_indices
 from imagegen import make_tree
@@ -226,3 +227,16 @@ def test_full_decode_then_slice_gives_the_roi_decode_pixels(dataset: Any) -> Non
     whole = collect(dali_loader(dataset, roi_decode=False, **options))[0]
     assert torch.equal(roi[1], whole[1])
     assert torch.equal(roi[0], whole[0])  # libjpeg-turbo's ROI decode is exact on the CPU
+
+
+@needs_dali
+def test_gpu_transforms_see_pixels_and_normalize_comes_last(dataset: Any) -> None:
+    options: dict[str, Any] = {"transforms": [CenterCrop(32)], "batch_size": 21}
+    plain = collect(dali_loader(dataset, **options))[0][0]
+    brighter = GpuColorJitter(brightness=(1.5, 1.5))
+    out = collect(dali_loader(dataset, normalize=(MEAN, STD), gpu_transforms=[brighter],
+                              **options))[0][0]
+    pixels = (plain.float() * 1.5).clamp(0, 255).round()
+    mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, (pixels / 255 - mean) / std, atol=1e-4, rtol=1e-4)

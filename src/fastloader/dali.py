@@ -23,7 +23,7 @@ from fastloader.dali_pipeline import GraphSpec, build_pipeline, feed_batch, impo
 from fastloader.device import normalize_constants, resolve_device, resolve_dtype
 from fastloader.errors import DecodeError, FastloaderError, invalid_argument, invalid_type
 from fastloader.format.dataset import PackedDataset, open_dataset
-from fastloader.gpu_ops import GpuCompose, gpu_rng
+from fastloader.gpu_ops import GpuCompose, GpuNormalize, gpu_rng
 from fastloader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
 from fastloader.stats import Counters, LoaderStats, Timer
 
@@ -97,7 +97,14 @@ class DaliLoader:
         self.device = resolve_device(device, default_cuda=True)
         constants = normalize_constants(normalize)
         self.dtype = resolve_dtype(dtype, constants is not None)
-        self._gpu_ops = GpuCompose(list(gpu_transforms or []))
+        ops = list(gpu_transforms or [])
+        # GPU ops see pixels, not normalized values: DALI then hands over uint8 and the
+        # normalize runs last, on the device, after the ops.
+        self._torch_normalizes = bool(ops) and constants is not None
+        if constants is not None and self._torch_normalizes:
+            mean, std = constants
+            ops.append(GpuNormalize(tuple(mean / 255.0), tuple(std / 255.0), dtype=self.dtype))
+        self._gpu_ops = GpuCompose(ops)
         rank, world = resolve_rank_world(rank, world_size)
         threads = threads_per_rank(world) if num_threads is None else num_threads
         self._threads = _positive_int("num_threads", threads)
@@ -115,7 +122,8 @@ class DaliLoader:
             if self._owns_dataset:
                 self.dataset.close()
             raise
-        self._spec = self._graph_spec(constants, _flag("roi_decode", roi_decode))
+        self._spec = self._graph_spec(None if self._torch_normalizes else constants,
+                                      _flag("roi_decode", roi_decode))
         self._pipe: Any = None
         self._feed: Iterator[Any] = iter(())
         self._in_flight: list[np.ndarray] = []  # samples of batches handed to DALI, oldest first
@@ -134,18 +142,20 @@ class DaliLoader:
             device_id = self.device.index if self.device.index is not None else (
                 torch.cuda.current_device())
         mean, std = constants if constants is not None else (None, None)
-        if mean is None and self.dtype != torch.uint8:  # float without normalize: x / 255
+        if mean is None and self._dali_dtype != torch.uint8:  # float, no normalize: x / 255
             mean, std = np.zeros(3), np.full(3, 255.0)
         return GraphSpec(
             batch_size=self.batch_size, num_threads=self._threads, device_id=device_id,
             prefetch=self.prefetch, out_size=self.image_size,
             mean=None if mean is None else (float(mean[0]), float(mean[1]), float(mean[2])),
             std=None if std is None else (float(std[0]), float(std[1]), float(std[2])),
-            dali_float16=self.dtype == torch.float16, seed=self.sampler.seed,
+            dali_float16=self._dali_dtype == torch.float16, seed=self.sampler.seed,
             roi_decode=roi_decode)
 
     @property
     def _dali_dtype(self) -> torch.dtype:
+        if self._torch_normalizes:
+            return torch.uint8
         if self.dtype in (torch.uint8, torch.float16):
             return self.dtype
         return torch.float32  # DALI's float output; other float dtypes convert on the device
@@ -221,7 +231,8 @@ class DaliLoader:
             raise self._decode_error(exc) from exc
         self._in_flight.pop(0)
         with Timer(self._counters, "copy"):
-            images, labels = to_torch(outputs, self.device, self._dali_dtype, self.dtype)
+            out_dtype = self._dali_dtype if self._torch_normalizes else self.dtype
+            images, labels = to_torch(outputs, self.device, self._dali_dtype, out_dtype)
             if self._gpu_ops.transforms:
                 rng = gpu_rng(self.sampler.seed, epoch, b, self.sampler.rank)
                 images, labels = self._gpu_ops(images, labels, rng)
