@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from fastloader.augment import check_transforms, output_size
+from fastloader.autotune import AUTO, make_tuner
 from fastloader.decode import BatchDecoder
 from fastloader.device import DeviceStep, resolve_device
 from fastloader.dropin import DropInLoader
@@ -54,6 +55,12 @@ class FastLoader:
     `data` a map-style torch Dataset: the drop-in path (see fastloader.dropin.DropInLoader);
     DataLoader's own keyword arguments are accepted there.
 
+    `num_threads="auto"` (the default) tunes the decode threads online during the first
+    batches (1, 2, 4, ... up to the cores this rank may use; see fastloader.autotune), then
+    keeps the choice for the rest of the run; an int fixes it, None means all those cores.
+    `prefetch="auto"` likewise deepens the ring while the consumer waits on a bursty producer,
+    never beyond `memory_budget` bytes of ring (512 MiB by default). stats() shows the choice.
+
     Each pass follows `sampler.epoch`; a pass that runs to its end advances the epoch by one
     (reshuffling like DataLoader(shuffle=True)); set_epoch(e) chooses it explicitly.
     """
@@ -69,13 +76,14 @@ class FastLoader:
         normalize: Any = None,
         dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
-        num_threads: int | None = None,
-        prefetch: int = 2,
+        num_threads: int | str | None = "auto",
+        prefetch: int | str = 2,
         drop_last: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
         on_error: str = "raise",
         backend: str = "auto",
+        memory_budget: int | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
@@ -85,12 +93,16 @@ class FastLoader:
                 data, batch_size=batch_size, shuffle=shuffle, seed=seed, device=device,
                 drop_last=drop_last, rank=rank, world_size=world_size,
                 packed_only={"transforms": transforms, "normalize": normalize, "dtype": dtype,
-                             "num_threads": num_threads, "on_error": on_error,
-                             "backend": backend, "prefetch": prefetch if prefetch != 2 else None},
+                             "num_threads": None if num_threads == AUTO else num_threads,
+                             "on_error": on_error, "backend": backend,
+                             "prefetch": prefetch if prefetch != 2 else None},
                 **dataloader_kwargs,
             )
             self.sampler = self._dropin.sampler
             self._closed = False
+            if memory_budget is not None:
+                raise invalid_argument("memory_budget", memory_budget, "applies to packed "
+                                       "datasets only", "Drop it for a torch Dataset.")
             return
         if dataloader_kwargs:
             name = sorted(dataloader_kwargs)[0]
@@ -98,15 +110,14 @@ class FastLoader:
                 name, dataloader_kwargs[name], "is a DataLoader argument the packed path does "
                 "not take", "Drop it; use num_threads= for parallelism and prefetch= for depth.")
         self._init_packed(data, batch_size, shuffle, seed, transforms, normalize, dtype, device,
-                          num_threads, prefetch, drop_last, rank, world_size, on_error, backend)
+                          drop_last, rank, world_size, on_error, backend)
+        self._init_tuning(num_threads, prefetch, memory_budget)
 
     def _init_packed(self, data: Any, batch_size: int, shuffle: bool, seed: int,
                      transforms: Any, normalize: Any, dtype: Any, device: Any,
-                     num_threads: int | None, prefetch: int, drop_last: bool,
-                     rank: int | None, world_size: int | None, on_error: str,
+                     drop_last: bool, rank: int | None, world_size: int | None, on_error: str,
                      backend: str) -> None:
         self.batch_size = _positive_int("batch_size", batch_size)
-        self.prefetch = _positive_int("prefetch", prefetch)
         self.drop_last = _flag("drop_last", drop_last)
         if on_error not in ("raise", "skip"):
             raise invalid_argument("on_error", on_error, "must be 'raise' or 'skip'",
@@ -116,8 +127,7 @@ class FastLoader:
         self.device = resolve_device(device, default_cuda=True)
         self._step = DeviceStep(self.device, normalize, dtype)
         rank, world = resolve_rank_world(rank, world_size)
-        threads = threads_per_rank(world) if num_threads is None else num_threads
-        self._threads = _positive_int("num_threads", threads)
+        self._max_threads = threads_per_rank(world)
         if isinstance(data, PackedDataset):
             self.dataset, self._owns_dataset = data, False
         elif isinstance(data, (str, os.PathLike)):
@@ -129,7 +139,7 @@ class FastLoader:
             self.image_size = output_size(self.transforms, self.dataset.shapes)
             self.sampler = EpochSampler(len(self.dataset), seed, rank, world,
                                         _flag("shuffle", shuffle), self.drop_last)
-            self._decoder = BatchDecoder(self._threads, backend)
+            self._decoder = BatchDecoder(1, backend)  # _init_tuning sets its thread count
         except BaseException:
             if self._owns_dataset:
                 self.dataset.close()
@@ -140,6 +150,21 @@ class FastLoader:
         self._batches_done = 0
         self._counters = Counters()
         self._closed = False
+
+    def _init_tuning(self, num_threads: Any, prefetch: Any, memory_budget: Any) -> None:
+        """num_threads / prefetch: fixed ints or "auto" (tuned online, see fastloader.autotune).
+
+        num_threads=None means a fixed count: the cores this rank may use.
+        """
+        height, width = self.image_size
+        slot_bytes = self.batch_size * height * width * 3
+        try:
+            self._tuner = make_tuner(self._max_threads if num_threads is None else num_threads,
+                                     prefetch, memory_budget, self._max_threads, slot_bytes)
+            self._decoder.num_threads = self._tuner.setting().threads
+        except BaseException:
+            self.close()
+            raise
 
     # -- iteration -------------------------------------------------------------------------
 
@@ -156,8 +181,9 @@ class FastLoader:
         start, self._resume_batch = self._resume_batch, 0
         epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
                                self.sampler.epoch, self.sampler.seed, self.sampler.rank)
+        tuner = self._tuner if self._tuner.state == "measuring" else None
         producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
-                            self._counters, self.on_error, epoch_plan).start()
+                            self._counters, self.on_error, epoch_plan, tuner).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)
@@ -165,6 +191,7 @@ class FastLoader:
     def _consume(self, producer: Producer, epoch_plan: EpochPlan) -> Iterator[Any]:
         started = time.perf_counter()
         finished = False
+        taken = waited = 0.0
         ring = self._ring
         if ring is None:  # pragma: no cover - __iter__ always builds it first
             raise FastloaderError("internal: the batch ring was not built")
@@ -173,7 +200,12 @@ class FastLoader:
                 if self._active is not producer:
                     raise FastloaderError("this iterator was ended because a newer pass over "
                                           "the same FastLoader started (or it was closed)")
+                asked = time.perf_counter()
+                if taken:  # the training loop's own time on the batch it had
+                    self._tuner.record_consume(waited, asked - taken)
                 item = producer.get(self._counters)
+                taken = time.perf_counter()
+                waited = taken - asked
                 if item is None:
                     finished = True
                     break
@@ -265,7 +297,18 @@ class FastLoader:
             pinned=ring.pinned if ring is not None else False,
             num_threads=self._decoder.num_threads,
             backend=self._decoder.backend,
+            autotune_state=self._tuner.state,
         )
+
+    @property
+    def prefetch(self) -> int:
+        """Batches the producer may run ahead (the tuner's current choice when "auto")."""
+        return self._tuner.prefetch
+
+    @property
+    def num_threads(self) -> int:
+        """Decode threads (the tuner's current choice when "auto")."""
+        return self._tuner.threads
 
     def close(self) -> None:
         """Stop the producer, free the ring and decoder threads, close an owned dataset."""
@@ -298,4 +341,5 @@ class FastLoader:
             return "FastLoader(<not built>)"
         return (f"FastLoader({str(self.dataset.root)!r}, batch_size={self.batch_size}, "
                 f"image_size={self.image_size}, device={self.device}, "
-                f"num_threads={self._threads}, prefetch={self.prefetch}, {self.sampler!r})")
+                f"num_threads={self.num_threads}, prefetch={self.prefetch}, "
+                f"autotune={self._tuner.state}, {self.sampler!r})")

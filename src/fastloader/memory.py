@@ -25,14 +25,26 @@ class BatchRing:
     def __init__(self, slots: int, batch_size: int, height: int, width: int, pin: bool) -> None:
         if slots < 1:
             raise invalid_argument("slots", slots, "a ring needs at least one slot", "Pass >= 1.")
-        shape = (batch_size, height, width, 3)
+        self._shape = (batch_size, height, width, 3)
         self.pinned = bool(pin)
-        self.buffers = [torch.empty(shape, dtype=torch.uint8, pin_memory=self.pinned)
-                        for _ in range(slots)]
-        self.arrays = [buffer.numpy() for buffer in self.buffers]  # zero-copy views
-        self._events: list[Any] = [None] * slots
+        self.buffers: list[torch.Tensor] = []
+        self.arrays: list[np.ndarray] = []  # zero-copy numpy views of the buffers
+        self._events: list[Any] = []
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
-        self.reset()
+        self.grow(slots)
+
+    def grow(self, slots: int) -> None:
+        """Add free slots up to `slots` in all (never shrinks).
+
+        Only the autotuner calls this with a larger count, and only while it is settling
+        (prefetch="auto"), within its memory budget; afterwards the ring's size is fixed.
+        """
+        for slot in range(self.slots, slots):
+            buffer = torch.empty(self._shape, dtype=torch.uint8, pin_memory=self.pinned)
+            self.buffers.append(buffer)
+            self.arrays.append(buffer.numpy())
+            self._events.append(None)
+            self._free.put(slot)
 
     @property
     def slots(self) -> int:

@@ -1,7 +1,9 @@
 """The batch producer: a thread that reads records, plans crops, decodes into ring slots, queues.
 
 It runs ahead of the training loop by at most the ring's size (prefetch + 1 slots); it stops
-between batches or while waiting for a slot as soon as its stop event is set.
+between batches or while waiting for a slot as soon as its stop event is set. With an
+AutoTuner it applies the tuner's setting (decode threads, ring depth) between batches and
+reports each batch's own time and its wait for a slot.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fastloader.augment import Transform, plan
+from fastloader.autotune import AutoTuner, Setting
 from fastloader.decode import BatchDecoder
 from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError
 from fastloader.memory import BatchRing
@@ -72,8 +75,10 @@ class Producer:
         counters: Counters,
         on_error: str,
         epoch_plan: EpochPlan,
+        tuner: AutoTuner | None = None,
     ) -> None:
         self.dataset = dataset
+        self.tuner = tuner
         self.transforms = tuple(transforms)
         self.decoder = decoder
         self.ring = ring
@@ -95,20 +100,35 @@ class Producer:
         outcome = _Done()
         try:
             for b in range(self.plan.start, self.plan.num_batches):
+                if self.tuner is not None:
+                    self._apply(self.tuner.setting())
+                slot_started = time.perf_counter()
                 with Timer(self.counters, "slot_wait"):
                     slot = self.ring.acquire(self.stop_event)
                 if slot is None:
                     break
+                fill_started = time.perf_counter()
                 try:
-                    self.ready.put(self._fill(b, slot))
+                    ready = self._fill(b, slot)
                 except BaseException:
                     self.ring.release(slot)
                     raise
+                if self.tuner is not None:
+                    self.tuner.record_produce(time.perf_counter() - fill_started,
+                                              fill_started - slot_started, ready.count)
+                self.ready.put(ready)
         except BaseException as exc:  # handed to the consumer, raised in the training loop
             outcome = _Done(exc)
         finally:
             self.counters.add_time("producer", time.perf_counter() - started)
             self.ready.put(outcome)
+
+    def _apply(self, setting: Setting) -> None:
+        """Take the tuner's current setting; only the producer touches decoder and ring size."""
+        if self.decoder.num_threads != setting.threads:
+            self.decoder.num_threads = setting.threads
+        if self.ring.slots < setting.prefetch + 1:
+            self.ring.grow(setting.prefetch + 1)
 
     def _fill(self, b: int, slot: int) -> ReadyBatch:
         """Read, plan and decode batch b into `slot`, repairing or reporting bad samples."""

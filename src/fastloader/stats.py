@@ -21,6 +21,7 @@ class LoaderStats:
     time; producer_s is its wall time, the difference (queue hand-off, bookkeeping) is small.
     Consumer side: wait_s (the training loop waited for a batch: the loader was behind),
     copy_s (device step: H2D copy issue + NCHW layout + normalize), active_s (time iterating).
+    num_threads and prefetch are the current values (the autotuner's choice when "auto").
     """
 
     images: int
@@ -42,6 +43,7 @@ class LoaderStats:
     pinned: bool
     num_threads: int
     backend: str
+    autotune_state: str = "off"  # "measuring" / "settled" with num_threads or prefetch="auto"
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as a plain dict (JSON-ready)."""
