@@ -54,6 +54,14 @@ struct Record {
     size_t size = 0;
 };
 
+// One sample's restart-tile table (see tiles.h): header == nullptr or an all-zero header
+// means the record is not tiled. The pointers stay valid for the whole decode() call.
+struct TileRef {
+    const int64_t *header = nullptr;  // 9 values in tiles::Geometry order
+    const uint32_t *offsets = nullptr;
+    size_t n_offsets = 0;
+};
+
 // One batch decoder: a pool plus per-thread scratch buffers.
 class BatchDecoder {
 public:
@@ -65,14 +73,21 @@ public:
     // Decodes records[k] (crops[4k..4k+3] = top, left, height, width; flips[k]) into
     // out + k * H * W * 3. errors[k] is "" on success; failed slots are zero-filled.
     // Records that are not JPEG are left untouched and listed in skipped (for Pillow).
+    // tiles (nullptr: none tiled) gives each record's restart-tile table: a tiled record with
+    // a crop is decoded from a JPEG spliced from only the segments the crop needs.
     void decode(const std::vector<Record> &records, const int32_t *crops, const bool *flips,
                 uint8_t *out, int height, int width, const DecodeOptions &options,
-                std::vector<std::string> &errors, std::vector<size_t> &skipped);
+                std::vector<std::string> &errors, std::vector<size_t> &skipped,
+                const TileRef *tiles = nullptr);
 
 private:
+    std::string decode_one(const Record &record, const CropBox &crop, const OutputSlot &target,
+                           const TileRef *tile, int slot, const DecodeOptions &options);
+
     std::mutex mutex_;  // decode vs resize from different Python threads (GIL released)
     ThreadPool pool_;
     std::vector<std::unique_ptr<DecodeScratch>> scratch_;
+    std::vector<std::vector<uint8_t>> splice_;  // per-thread spliced-JPEG buffers
 };
 
 }  // namespace fl

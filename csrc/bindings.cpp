@@ -58,6 +58,9 @@ using Slot = nb::ndarray<uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 using Batch = nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
 using Crops = nb::ndarray<const int32_t, nb::shape<-1, 4>, nb::c_contig, nb::device::cpu>;
 using Flips = nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using TileHeaders = nb::ndarray<const int64_t, nb::shape<-1, 9>, nb::c_contig, nb::device::cpu>;
+using TileOffsets = nb::ndarray<const uint32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using TileSpans = nb::ndarray<const uint64_t, nb::shape<-1, 2>, nb::c_contig, nb::device::cpu>;
 
 nb::tuple header(nb::handle data) {
     BufferView view = require_buffer(data, "data");
@@ -90,11 +93,37 @@ std::optional<std::string> decode_into(nb::handle data, std::tuple<int, int, int
     return error;
 }
 
+// Per-sample views into the batch's tile arrays: header rows (N, 9), one flat offsets array and
+// [begin, end) spans into it. A span outside the offsets array gives an empty table, which
+// the splice reports as damaged for that sample only.
+std::vector<fl::TileRef> tile_refs(const std::optional<TileHeaders> &headers,
+                                   const std::optional<TileOffsets> &offsets,
+                                   const std::optional<TileSpans> &spans, size_t n) {
+    if (!headers && !offsets && !spans) return {};
+    if (!headers || !offsets || !spans)
+        throw nb::value_error("tile_headers, tile_offsets and tile_spans go together: pass all or none");
+    if (headers->shape(0) != n || spans->shape(0) != n)
+        throw nb::value_error("tile_headers (N, 9) and tile_spans (N, 2) must have one row per record");
+    std::vector<fl::TileRef> refs(n);
+    const uint64_t total = offsets->shape(0);
+    for (size_t k = 0; k < n; ++k) {
+        refs[k].header = headers->data() + 9 * k;
+        const uint64_t begin = (*spans)(k, 0), end = (*spans)(k, 1);
+        if (begin <= end && end <= total) {
+            refs[k].offsets = offsets->data() + begin;
+            refs[k].n_offsets = static_cast<size_t>(end - begin);
+        }
+    }
+    return refs;
+}
+
 nb::tuple batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops crops, Flips flips,
-                            Batch out, bool dct_scaling) {
+                            Batch out, bool dct_scaling, std::optional<TileHeaders> tile_headers,
+                            std::optional<TileOffsets> tile_offsets, std::optional<TileSpans> tile_spans) {
     const size_t n = nb::len(records);
     if (crops.shape(0) != n || flips.shape(0) != n || out.shape(0) != n || out.shape(3) != 3)
         throw nb::value_error("records, crops (N, 4), flips (N,) and out (N, H, W, 3) disagree on N");
+    const std::vector<fl::TileRef> tiles = tile_refs(tile_headers, tile_offsets, tile_spans, n);
     std::vector<BufferView> views;
     views.reserve(n);
     std::vector<fl::Record> recs(n);
@@ -109,7 +138,8 @@ nb::tuple batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops 
     {
         nb::gil_scoped_release release;
         self.decode(recs, crops.data(), flips.data(), out.data(), static_cast<int>(out.shape(1)),
-                    static_cast<int>(out.shape(2)), options, errors, skipped);
+                    static_cast<int>(out.shape(2)), options, errors, skipped,
+                    tiles.empty() ? nullptr : tiles.data());
     }
     nb::list error_list, skipped_list;
     for (size_t k = 0; k < n; ++k) {
@@ -144,7 +174,10 @@ NB_MODULE(_core, m) {
         .def_prop_rw("num_threads", &fl::BatchDecoder::num_threads, &fl::BatchDecoder::set_num_threads)
         .def("close", &fl::BatchDecoder::close)
         .def("decode_into", &batch_decode_into, nb::arg("records"), nb::arg("crops"), nb::arg("flips"),
-             nb::arg("out"), nb::arg("dct_scaling") = true,
-             "Decode a batch with the GIL released; returns (errors, non_jpeg_indices).");
+             nb::arg("out"), nb::arg("dct_scaling") = true, nb::arg("tile_headers").none() = nb::none(),
+             nb::arg("tile_offsets").none() = nb::none(), nb::arg("tile_spans").none() = nb::none(),
+             "Decode a batch with the GIL released; returns (errors, non_jpeg_indices). "
+             "tile_headers (N, 9) int64, tile_offsets uint32 and tile_spans (N, 2) uint64 give "
+             "restart-tile tables (all-zero header row: untiled).");
     register_tiles(m);
 }

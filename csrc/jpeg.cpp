@@ -241,6 +241,10 @@ void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const
 
 }  // namespace
 
+int dct_denominator(const CropBox &crop, const OutputSlot &out, const DecodeOptions &options) {
+    return choose_denominator(crop, out, options);
+}
+
 bool looks_like_jpeg(const uint8_t *data, size_t size) {
     return size >= 2 && data[0] == 0xFF && data[1] == 0xD8;
 }

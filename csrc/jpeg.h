@@ -56,6 +56,10 @@ std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &heade
 // True when the bytes start with the JPEG SOI marker.
 bool looks_like_jpeg(const uint8_t *data, size_t size);
 
+// The DCT scale denominator (1, 2, 4 or 8) decode_jpeg_into uses for this non-empty crop and
+// output slot; the restart-tile splice widens its context by it.
+int dct_denominator(const CropBox &crop, const OutputSlot &out, const DecodeOptions &options);
+
 // Decodes crop of the JPEG, resized to the slot (Pillow BILINEAR) and mirrored if asked.
 // Returns "" on success, else the reason (libjpeg's message for bad data; warnings count).
 std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &crop,

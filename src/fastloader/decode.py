@@ -251,19 +251,25 @@ class BatchDecoder:
         self.close()
 
     def decode_into(
-        self, records: Sequence[Any], crops: Any, flips: Any, out: Any
+        self, records: Sequence[Any], crops: Any, flips: Any, out: Any, tiles: Any = None
     ) -> list[str | None]:
         """Decode records[k] cropped to crops[k], resized to out's H x W, mirrored if flips[k].
 
         Returns one entry per sample: None on success, else the error message (that slot is
         zero-filled). crops rows are [top, left, height, width]; [0, 0, 0, 0] is the whole image.
+        tiles: the batch's restart-tile tables (a fastloader.tiles.TileBatch or its
+        (headers, offsets, spans) tuple; None: untiled); the native path then decodes a crop
+        from only the segments it needs, the Pillow path ignores them (same pixels).
         """
         if self._closed:
             raise FastloaderError("this BatchDecoder was closed; create a new one")
         crops_arr, flips_arr, array = _check_batch(records, crops, flips, out)
+        tile_arrays = _check_tiles(tiles, len(records))
         if self._core is None:
             return self._decode_pillow(records, crops_arr, flips_arr, array)
-        errors, fallback = self._core.decode_into(records, crops_arr, flips_arr, array)
+        errors, fallback = self._core.decode_into(
+            records, crops_arr, flips_arr, array, True, *tile_arrays
+        )
         for k in fallback:  # non-JPEG records: Pillow, with the GIL held
             errors[k] = _decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k])
         return list(errors)
@@ -279,6 +285,25 @@ class BatchDecoder:
         if self._executor is None:  # Pillow releases the GIL while decoding, so threads pay
             self._executor = ThreadPoolExecutor(self._num_threads, "fastloader-decode")
         return list(self._executor.map(one, range(len(records))))
+
+
+def _check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
+    """(headers (n, 9) int64, offsets uint32, spans (n, 2) uint64) or three Nones."""
+    if tiles is None:
+        return (None, None, None)
+    if not isinstance(tiles, tuple) or len(tiles) != 3:
+        raise invalid_type("tiles", tiles, "a TileBatch (headers, offsets, spans) or None")
+    headers = np.ascontiguousarray(tiles[0], np.int64)
+    offsets = np.ascontiguousarray(tiles[1], np.uint32)
+    spans = np.ascontiguousarray(tiles[2], np.uint64)
+    if headers.shape != (n, 9) or offsets.ndim != 1 or spans.shape != (n, 2):
+        raise invalid_argument(
+            "tiles",
+            f"headers {headers.shape}, offsets {offsets.shape}, spans {spans.shape}",
+            f"headers must be ({n}, 9), offsets 1-D and spans ({n}, 2)",
+            "Build it with PackedDataset.tile_batch(indices) or TileBatch.from_tables().",
+        )
+    return headers, offsets, spans
 
 
 def _check_threads(value: Any) -> int:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 import io
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -140,6 +141,44 @@ class TileTable:
                 f"tile table is inconsistent ({dict(zip(HEADER_FIELDS, scalars, strict=True))}, "
                 f"{self.offsets.size} offsets); re-pack the dataset with tiles."
             )
+
+
+class TileBatch(NamedTuple):
+    """A batch's tile tables in the form BatchDecoder.decode_into(..., tiles=) takes.
+
+    Row k of headers is record k's header in HEADER_FIELDS order (all zeros: not tiled); its
+    offsets are ``offsets[spans[k, 0] : spans[k, 1]]``. offsets may be a whole dataset's
+    flat array (memory-mapped), so gathering a batch copies only 11 numbers per sample.
+    """
+
+    headers: np.ndarray  # (k, 9) int64
+    offsets: np.ndarray  # 1-D uint32
+    spans: np.ndarray  # (k, 2) uint64
+
+    @classmethod
+    def gather(
+        cls, headers: np.ndarray, offsets: np.ndarray, starts: np.ndarray, indices: Any
+    ) -> TileBatch:
+        """The batch for `indices` from dataset-wide arrays (starts: (n+1,) prefix sums)."""
+        rows = np.asarray(indices, np.int64)
+        spans = np.stack([starts[rows], starts[rows + 1]], 1).astype(np.uint64, copy=False)
+        return cls(np.ascontiguousarray(headers[rows], np.int64), offsets, spans)
+
+    @classmethod
+    def from_tables(cls, tables: Sequence[TileTable | None]) -> TileBatch:
+        """A batch from per-record tables (None: that record is not tiled)."""
+        headers = np.zeros((len(tables), len(HEADER_FIELDS)), np.int64)
+        chunks: list[np.ndarray] = []
+        spans = np.zeros((len(tables), 2), np.uint64)
+        at = 0
+        for k, table in enumerate(tables):
+            if table is not None:
+                headers[k], flat = table.to_arrays()
+                chunks.append(flat)
+                spans[k] = (at, at + flat.size)
+                at += flat.size
+        offsets = np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
+        return cls(headers, offsets, spans)
 
 
 @dataclass(frozen=True, eq=False)
