@@ -14,6 +14,7 @@ from fastloader.errors import CorruptRecordError, DatasetError
 from fastloader.format import index as index_mod
 from fastloader.format.backends import ShardReader, open_reader
 from fastloader.format.manifest import Manifest, read_manifest
+from fastloader.tiles import HEADER_FIELDS, TileBatch, TileTable
 
 
 class PackedDataset:
@@ -56,6 +57,31 @@ class PackedDataset:
                 f"{self.root}: index arrays do not all have {count} entries as manifest.json "
                 "says; the dataset is damaged: pack it again."
             )
+        self._tiles: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        if self.tiled:
+            self._load_tiles(count)
+
+    def _load_tiles(self, count: int) -> None:
+        # Memory-mapped: tiles_offsets holds every segment offset of the dataset, and the page
+        # cache shares all three between loader processes.
+        headers, offsets, starts = (
+            index_mod.load_field(self.root, self.manifest, name, mmap=True)
+            for name in ("tiles_header", "tiles_offsets", "tiles_start")
+        )
+        if (
+            headers.shape != (count, len(HEADER_FIELDS))
+            or headers.dtype != np.int64
+            or starts.shape != (count + 1,)
+            or starts.dtype != np.uint64
+            or offsets.ndim != 1
+            or offsets.dtype != np.uint32
+            or (count and int(starts[-1]) != offsets.size)
+        ):
+            raise DatasetError(
+                f"{self.root}: the tile index (tiles_header, tiles_offsets, tiles_start) does "
+                f"not fit {count} records; the dataset is damaged: pack it again with --tiles."
+            )
+        self._tiles = (headers, offsets, starts)
 
     # -- size and indexing -------------------------------------------------------------
 
@@ -131,6 +157,32 @@ class PackedDataset:
     def field(self, name: str) -> np.ndarray:
         """Any index field by name, including ones added by later format features."""
         return index_mod.load_field(self.root, self.manifest, name, mmap=True)
+
+    # -- decode-aware tiles ----------------------------------------------------------------
+
+    @property
+    def tiled(self) -> bool:
+        """Whether the records were packed as restart-tiled JPEGs (packdata --tiles)."""
+        return "tiles" in self.manifest.options
+
+    def tile_batch(self, indices: Any) -> TileBatch | None:
+        """The tile tables of records `indices` for BatchDecoder.decode_into(tiles=); None if
+        the dataset is not tiled. Pure array indexing: no per-sample Python work."""
+        if self._tiles is None:
+            return None
+        return TileBatch.gather(*self._tiles, indices)
+
+    def tile_table(self, i: int) -> TileTable | None:
+        """Record i's tile table (None: untiled dataset or record); CorruptRecordError if bad."""
+        index = self._check_index(i)
+        if self._tiles is None or not self._tiles[0][index].any():
+            return None
+        headers, offsets, starts = self._tiles
+        begin, end = int(starts[index]), int(starts[index + 1])
+        try:
+            return TileTable.from_arrays(np.asarray(headers[index]), offsets[begin:end])
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{self.describe(index)}: {exc}") from None
 
     def shard_file(self, i: int) -> str:
         """File name of the shard holding record i."""

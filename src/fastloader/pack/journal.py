@@ -15,6 +15,7 @@ from typing import Any
 from fastloader.errors import PackError
 from fastloader.format.manifest import MANIFEST_NAME, ShardInfo
 from fastloader.pack.scan import SourceFile
+from fastloader.pack.tiling import load_columns, save_columns
 
 PLAN_NAME = "plan.json"
 JOURNAL_DIR = "journal"
@@ -35,9 +36,12 @@ class ShardRecord:
     consumed: list[list[Any]]  # [relpath, size, mtime_ns] of every file read, good or not
     skipped: list[list[str]]  # [relpath, reason]
     samples: dict[str, list[Any]] = field(default_factory=dict)  # SAMPLE_COLUMNS -> values
+    tiles: dict[str, Any] | None = None  # tiled packs: tiling.TileColumns arrays (own file)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+        raw = dataclasses.asdict(dataclasses.replace(self, tiles=None))
+        raw.pop("tiles")
+        return json.dumps(raw)
 
     @classmethod
     def from_json(cls, text: str) -> ShardRecord:
@@ -108,7 +112,7 @@ class Staging:
             else:
                 entry.unlink()
 
-    def reusable_shards(self, files: list[SourceFile]) -> list[ShardRecord]:
+    def reusable_shards(self, files: list[SourceFile], tiled: bool = False) -> list[ShardRecord]:
         """The journal's longest prefix of shards built from exactly these files, unchanged."""
         reused: list[ShardRecord] = []
         position = 0
@@ -116,6 +120,10 @@ class Staging:
             record = self._load_record(shard_id)
             if record is None or not self._matches(record, files, position):
                 break
+            if tiled:
+                record.tiles = load_columns(self.journal, shard_id)
+                if record.tiles is None or len(record.tiles["counts"]) != record.info.count:
+                    break
             reused.append(record)
             position += len(record.consumed)
         self._drop_from(len(reused))
@@ -142,8 +150,9 @@ class Staging:
 
     def _drop_from(self, shard_id: int) -> None:
         """Delete journal entries and shard files from shard_id on (they will be rebuilt)."""
-        for entry in self.journal.glob("*.json"):
-            if entry.stem.isdigit() and int(entry.stem) >= shard_id:
+        for entry in self.journal.glob("*.*"):
+            number = entry.name.split(".")[0]
+            if number.isdigit() and int(number) >= shard_id:
                 entry.unlink()
         for entry in self.dir.glob("shard-*"):
             number = entry.name[len("shard-") :].split(".")[0]
@@ -152,6 +161,8 @@ class Staging:
 
     def commit_shard(self, record: ShardRecord, shard_id: int) -> None:
         """Note a finished, fsynced shard in the journal (after it is whole on disk)."""
+        if record.tiles is not None:  # before the entry: an entry implies its tile columns
+            save_columns(self.journal, shard_id, record.tiles)
         _write_atomic(self.journal / f"{shard_id:05d}.json", record.to_json())
 
     def finish(self, write_manifest: Any, overwrite: bool) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import zlib
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from PIL import Image, UnidentifiedImageError
 
@@ -21,6 +21,10 @@ class Prepared(NamedTuple):
     crc32: int
     error: str | None
     reencoded: bool
+    # Set by pack/tiling.py's prepare_tiled (tiled packs only).
+    tile_header: Any = None  # int64[9] in tiles.HEADER_FIELDS order, None: not tiled
+    tile_offsets: Any = None  # uint32 segment offsets
+    source_crc32: int = 0  # crc32 of the bytes that were repacked
 
 
 def _reject(reason: str) -> Prepared:

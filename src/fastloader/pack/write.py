@@ -20,6 +20,7 @@ from fastloader.errors import PackError, invalid_argument, invalid_type
 from fastloader.format import index as index_mod
 from fastloader.format.backends import backend_for_suffix, backend_module
 from fastloader.format.manifest import BACKENDS, Manifest, ShardInfo
+from fastloader.pack import tiling
 from fastloader.pack.journal import (
     SAMPLE_COLUMNS,
     ShardRecord,
@@ -111,8 +112,11 @@ def _check_destination(dst: Path, src: Path, overwrite: bool) -> None:
 class _ShardBuilder:
     """Collects prepared records and writes a shard each time shard_size is reached."""
 
-    def __init__(self, staging: Staging, backend: str, shard_size: int, done: list[ShardRecord]):
+    def __init__(
+        self, staging: Staging, backend: str, shard_size: int, done: list[ShardRecord], tiled: bool
+    ):
         self.staging = staging
+        self.tiles = tiling.TileColumns() if tiled else None
         self.module = backend_module(backend)
         self.shard_size = shard_size
         self.records: list[ShardRecord] = list(done)
@@ -143,6 +147,8 @@ class _ShardBuilder:
         row2 = (prepared.height, prepared.width, prepared.codec, prepared.crc32)
         for name, value in zip(SAMPLE_COLUMNS, row + row2, strict=True):
             self.samples[name].append(value)
+        if self.tiles is not None:
+            self.tiles.add(prepared)
 
     def flush(self) -> None:
         """Write the pending records as the next shard, fsync it, then journal it."""
@@ -156,7 +162,8 @@ class _ShardBuilder:
         self.samples["offset"] = layout.offsets
         size, sha256 = file_digest(self.staging.dir / name)
         info = ShardInfo(name, self.next_sample, len(self.data), size, sha256, layout.data_offset)
-        record = ShardRecord(info, self.consumed, self.skipped, self.samples)
+        columns = self.tiles.take() if self.tiles is not None else None
+        record = ShardRecord(info, self.consumed, self.skipped, self.samples, columns)
         self.staging.commit_shard(record, shard_id)
         self.records.append(record)
         self.next_sample += len(self.data)
@@ -184,10 +191,19 @@ def _windows(files: list[SourceFile]) -> Iterator[list[SourceFile]]:
 
 
 def _prepared(
-    root: Path, files: list[SourceFile], workers: int, max_side: int | None, quality: int
+    root: Path, files: list[SourceFile], workers: int, settings: dict[str, Any]
 ) -> Iterator[Prepared]:
     """Prepared records in file order, from a process pool holding at most two windows."""
-    job = functools.partial(prepare, max_side=max_side, quality=quality)
+    job: Callable[[str], Prepared] = functools.partial(
+        prepare, max_side=settings["max_side"], quality=settings["quality"]
+    )
+    if settings["tiles"] is not None:
+        job = functools.partial(
+            tiling.prepare_tiled,
+            max_side=settings["max_side"],
+            quality=settings["quality"],
+            restart_mcus=settings["tiles"]["restart_mcus"],
+        )
     paths = (str(root / f.relpath) for f in files)
     if workers == 1 or len(files) < 4 * workers:
         yield from map(job, paths)
@@ -221,13 +237,14 @@ def _progress_bar(total: int, total_bytes: int, quiet: bool) -> Any:
     )
 
 
-def _build_index(records: list[ShardRecord]) -> dict[str, np.ndarray]:
+def _build_index(records: list[ShardRecord], tiled: bool) -> dict[str, np.ndarray]:
     def column(name: str) -> list[Any]:
         return [v for r in records for v in r.samples[name]]
 
     shard = [k for k, r in enumerate(records) for _ in range(r.info.count)]
     path_offsets, path_bytes = index_mod.encode_paths(column("relpath"))
-    return {
+    extra = tiling.index_fields([r.tiles for r in records if r.tiles is not None]) if tiled else {}
+    return extra | {
         "shard": np.asarray(shard, np.int32),
         "offset": np.asarray(column("offset"), np.int64),
         "length": np.asarray(column("length"), np.int64),
@@ -268,9 +285,7 @@ def _fill(
     if bar is not None:
         bar.update(start)
     try:
-        stream = _prepared(
-            result.root, todo, settings["workers"], settings["max_side"], settings["quality"]
-        )
+        stream = _prepared(result.root, todo, settings["workers"], settings)
         for k, (source, prepared) in enumerate(zip(todo, stream, strict=True), start + 1):
             if prepared.data is None and settings["strict"]:
                 raise PackError(
@@ -307,6 +322,8 @@ def pack(
     strict: bool = False,
     quiet: bool = True,
     progress: Progress | None = None,
+    tiles: bool = False,
+    restart_mcus: int = 4,
 ) -> Manifest:
     """Pack the ImageFolder tree at src into a sharded dataset folder dst; return its manifest.
 
@@ -315,22 +332,29 @@ def pack(
     Unreadable images are skipped and listed in dst/skipped.json (strict=True: PackError).
     dst appears only when complete; resume=True reuses the finished shards of a killed pack.
     progress(files_done, files_total, bytes_done) is called per file; quiet=False shows a
-    tqdm bar when stderr is a terminal.
+    tqdm bar when stderr is a terminal. tiles=True repacks JPEGs losslessly as restart-tiled
+    records (decode-aware packing, needs the native extension; see pack/tiling.py) with
+    restart segments of at most restart_mcus MCUs.
     """
     shard_size, workers, max_side, quality = _check_options(shard_size, workers, max_side, quality)
+    tile_option = tiling.check_tiles_option(tiles, restart_mcus)
     dst_path = Path(dst).expanduser().absolute()
     src_path = Path(src).expanduser().absolute()
     backend = resolve_backend(dst_path, format)
     _check_destination(dst_path, src_path, overwrite)
     result = scan(src_path)
-    options = {"shard_size": shard_size, "max_side": max_side, "quality": quality}
+    options: dict[str, Any] = {"shard_size": shard_size, "max_side": max_side, "quality": quality}
+    if tile_option is not None:  # untiled manifests stay exactly as before
+        options["tiles"] = tile_option
     plan = {"backend": backend, "src": str(src_path), "classes": result.classes, **options}
     staging = Staging(dst_path)
     try:
         staging.open(plan, resume)
-        builder = _ShardBuilder(staging, backend, shard_size, staging.reusable_shards(result.files))
-        settings = {"workers": workers, "max_side": max_side, "quality": quality}
-        settings |= {"strict": strict, "quiet": quiet}
+        tiled = tile_option is not None
+        reused = staging.reusable_shards(result.files, tiled)
+        builder = _ShardBuilder(staging, backend, shard_size, reused, tiled)
+        settings: dict[str, Any] = {"workers": workers, "max_side": max_side, "tiles": tile_option}
+        settings |= {"quality": quality, "strict": strict, "quiet": quiet}
         reencoded = _fill(builder, result, settings, progress)
         if not builder.records:
             raise PackError(
@@ -354,7 +378,8 @@ def _finish(
 ) -> Manifest:
     from fastloader import __version__
 
-    fields = index_mod.write_index(staging.dir, _build_index(builder.records))
+    arrays = _build_index(builder.records, "tiles" in options)
+    fields = index_mod.write_index(staging.dir, arrays)
     skipped = [{"path": path, "reason": reason} for path, reason in builder.all_skipped]
     (staging.dir / SKIPPED_NAME).write_text(json.dumps(skipped, indent=1) + "\n")
     manifest = Manifest(
@@ -364,7 +389,8 @@ def _finish(
         shards=[r.info for r in builder.records],
         fields=fields,
         options=options,
-        stats=_stats(result, builder, reencoded),
+        stats=_stats(result, builder, reencoded)
+        | (tiling.tile_stats(arrays) if "tiles" in options else {}),
         created_by=f"fastloader {__version__}",
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
