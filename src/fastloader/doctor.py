@@ -1,0 +1,216 @@
+"""`fastloader doctor DATASET`: run the loader for a bounded time, show where time goes, advise.
+
+Also the home of profile(any_dataloader) (see fastloader.doctor_profile) and of the
+`fastloader` console script (`fastloader doctor ...`, or `python -m fastloader.doctor ...`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psutil
+
+from fastloader.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+from fastloader.doctor_profile import (
+    ProfileReport,
+    machine_facts,
+    profile,
+    time_batches,
+    timing_stats,
+)
+from fastloader.doctor_verdict import Verdict, diagnose
+from fastloader.errors import FastloaderError
+from fastloader.loader import FastLoader
+from fastloader.stats import LoaderStats
+
+__all__ = ["DoctorReport", "ProfileReport", "diagnose", "main", "profile", "run_doctor"]
+
+IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+# (label, stats key, thread): the stages of the per-stage table, in data-flow order.
+TABLE_ROWS = (
+    ("read records", "read", "producer"),
+    ("plan crops/flips", "plan", "producer"),
+    ("decode+crop+resize+flip", "decode", "producer"),
+    ("wait for a free ring slot", "slot_wait", "producer"),
+    ("copy/normalize", "copy", "consumer"),
+    ("wait for a batch", "wait", "consumer"),
+)
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """A doctor run: the verdict's stats and machine facts, per-stage totals, the verdict."""
+
+    stats: dict[str, Any]
+    machine: dict[str, Any]
+    verdict: Verdict
+
+
+def transforms_for(kind: str, size: int) -> tuple[Any, ...]:
+    """The usual ImageNet train or validation decode-time transforms at `size`."""
+    if kind == "train":
+        return (RandomResizedCrop(size), RandomHorizontalFlip())
+    return (Resize(round(size * 256 / 224)), CenterCrop(size))
+
+
+def _delta(after: LoaderStats, before: LoaderStats) -> dict[str, float]:
+    """Counter growth over the timed part of the run (seconds and counts)."""
+    a, b = after.as_dict(), before.as_dict()
+    return {key: a[key] - b[key] for key in ("images", "batches", "read_s", "plan_s",
+                                            "decode_s", "slot_wait_s", "copy_s", "wait_s")}
+
+
+def _stage_stats(loader: FastLoader, grown: dict[str, float], wall_s: float) -> dict[str, Any]:
+    batches = max(grown["batches"], 1)
+    shapes = np.asarray(loader.dataset.shapes, dtype=np.float64)
+    height, width = loader.image_size
+    stats: dict[str, Any] = {f"{name}_ms": grown[f"{name}_s"] * 1000.0 / batches
+                             for name in ("read", "plan", "decode", "slot_wait", "copy", "wait")}
+    stats.update({f"{name}_share": grown[f"{name}_s"] / wall_s if wall_s > 0 else 0.0
+                  for name in ("read", "plan", "decode", "slot_wait", "copy", "wait")})
+    stats["slot_wait_fraction"] = stats["slot_wait_share"]
+    now = loader.stats()
+    stats.update(num_threads=now.num_threads, prefetch=now.prefetch,
+                 autotune_state=now.autotune_state, ring_bytes=now.ring_bytes,
+                 pinned=now.pinned, backend=now.backend,
+                 source_pixels=float((shapes[:, 0] * shapes[:, 1]).mean()) if len(shapes) else 0.0,
+                 output_pixels=float(height * width), rss_bytes=psutil.Process().memory_info().rss)
+    return stats
+
+
+def run_doctor(path: str, *, seconds: float = 10.0, batch_size: int = 128,
+               num_threads: Any = "auto", prefetch: Any = 2, step_ms: float | None = 120.0,
+               transforms: str = "train", image_size: int = 224, device: str | None = None,
+               simulate_step: bool = False, memory_budget: int | None = None) -> DoctorReport:
+    """Run a FastLoader over `path` for about `seconds` (after autotune settles) and judge it."""
+    loader = FastLoader(path, batch_size=batch_size, shuffle=True,
+                        transforms=transforms_for(transforms, image_size),
+                        normalize=IMAGENET_NORMALIZE, device=device, num_threads=num_threads,
+                        prefetch=prefetch, memory_budget=memory_budget)
+    marks: dict[str, LoaderStats] = {}
+
+    def start() -> None:
+        marks["before"] = loader.stats()
+        psutil.cpu_percent(percpu=True)  # starts psutil's per-core interval
+
+    with loader:
+        timing = time_batches(
+            loader, seconds=seconds, step_ms=step_ms if simulate_step else None, warmup=1,
+            warm_until=lambda: loader.stats().autotune_state != "measuring",
+            warmup_s=max(2.0, seconds), on_start=start)
+        if "before" not in marks:
+            raise FastloaderError(f"{path}: the dataset gave no batch to time; is it empty?")
+        cpu = list(psutil.cpu_percent(percpu=True))
+        stats = timing_stats(timing, step_ms if simulate_step else None)
+        stats.update(_stage_stats(loader, _delta(loader.stats(), marks["before"]),
+                                  timing.wall_s))
+        stats.update(wall_s=timing.wall_s, warmup_s=timing.warmup_s, batch_size=batch_size,
+                     simulated_s=timing.step_s)
+    machine = machine_facts(cpu)
+    return DoctorReport(stats, machine, diagnose(stats, machine, step_ms))
+
+
+def format_report(report: DoctorReport) -> str:
+    """The per-stage table, throughput, CPU per core, memory and the verdict, as text."""
+    s, m = report.stats, report.machine
+    lines = [f"{'stage':<28}{'thread':<10}{'ms/batch':>10}{'share of wall':>15}"]
+    for label, key, thread in TABLE_ROWS:
+        lines.append(f"{label:<28}{thread:<10}{s[key + '_ms']:>10.2f}"
+                     f"{100 * s[key + '_share']:>14.1f}%")
+    if s["simulated_step_ms"]:
+        lines.append(f"{'simulated step (sleep)':<28}{'consumer':<10}"
+                     f"{s['simulated_step_ms']:>10.2f}"
+                     f"{100 * s['simulated_s'] / max(s['wall_s'], 1e-9):>14.1f}%")
+    cpu = " ".join(f"{p:.0f}%" for p in m["cpu_percent"])
+    mean = sum(m["cpu_percent"]) / max(len(m["cpu_percent"]), 1)
+    lines += [
+        "",
+        f"timed {s['batches']} batches of {s['batch_size']} in {s['wall_s']:.1f} s "
+        f"(after {s['warmup_s']:.1f} s warm-up): {s['images_per_s']:.1f} images/s, "
+        f"{s['batch_ms']:.1f} ms/batch",
+        f"wait per batch: median {s['wait_ms_median']:.2f} ms, p90 {s['wait_ms_p90']:.2f} ms",
+        f"settings: num_threads={s['num_threads']} prefetch={s['prefetch']} "
+        f"(autotune {s['autotune_state']}), backend={s['backend']}",
+        f"CPU per core ({m['cores']} usable): {cpu} (mean {mean:.0f}%)",
+        f"memory: RSS {s['rss_bytes'] / 2**20:.0f} MiB, ring {s['ring_bytes'] / 2**20:.1f} MiB"
+        f" ({'pinned' if s['pinned'] else 'pageable'})",
+        "",
+        *report.verdict.lines(),
+    ]
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastloader doctor", description="Run the loader over a packed dataset for a "
+        "bounded time; show time per stage, CPU and memory, and whether it can feed your step.")
+    add = parser.add_argument
+    add("dataset", help="a packed dataset folder (NAME.lmdb or NAME.h5)")
+    add("--seconds", type=float, default=10.0, help="timed run length (default 10)")
+    add("--batch-size", type=int, default=128)
+    add("--num-threads", default="auto", type=_int_or_auto, help="an int or auto (default)")
+    add("--prefetch", default=2, type=_int_or_auto, help="an int (default 2) or auto")
+    add("--step-ms", type=float, default=120.0, help="your training step length (default 120)")
+    add("--simulate-step", action="store_true",
+        help="sleep --step-ms after each batch, like a GPU step, and measure the waits")
+    add("--transforms", choices=("train", "val"), default="train")
+    add("--image-size", type=int, default=224)
+    add("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    add("--memory-budget", type=int, default=None, help="bytes of ring for --prefetch auto")
+    add("--json", action="store_true", help="print the measurements as JSON too")
+    return parser
+
+
+def _int_or_auto(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int or 'auto', got {text!r}") from None
+
+
+def _run(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(argv)
+    report = run_doctor(args.dataset, seconds=args.seconds, batch_size=args.batch_size,
+                        num_threads=args.num_threads, prefetch=args.prefetch,
+                        step_ms=args.step_ms, transforms=args.transforms,
+                        image_size=args.image_size, device=args.device,
+                        simulate_step=args.simulate_step, memory_budget=args.memory_budget)
+    print(format_report(report))
+    if args.json:
+        print(json.dumps({"stats": report.stats, "machine": report.machine,
+                          "verdict": report.verdict.__dict__}, indent=2, default=str))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `fastloader` console script: `fastloader doctor DATASET [options]`; exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "doctor":
+        args = args[1:]
+    elif args[:1] == ["help"]:
+        args = ["--help"]
+    try:
+        return _run(args)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    except FastloaderError as exc:
+        print(f"fastloader doctor: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"fastloader doctor: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("fastloader doctor: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The doctor's verdict: a pure function of measured loader stats and machine facts.
+
+Inputs are plain dicts so tests can feed synthetic slow stages.
+
+stats (times in ms per batch unless said otherwise; stage keys are optional, a plain
+DataLoader has none):
+    batches, batch_size, batch_ms (consumer wall time per batch, simulated step included),
+    simulated_step_ms (time.sleep per batch standing in for a training step; 0 when none),
+    wait_ms_median, wait_ms_p90 (one next() call), wait_fraction (of the consumer's wall),
+    read_ms, plan_ms, decode_ms (producer thread), copy_ms (consumer thread: H2D + normalize),
+    slot_wait_fraction (share of the producer's wall blocked on a full ring),
+    num_threads, prefetch, source_pixels (mean h*w of stored images), output_pixels.
+machine: cores, cpu_percent (list, one per core, over the run), cuda (bool), dali (bool).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+STARVING_WAIT = 0.05  # the step waits > 5% of its wall time for batches: the loader starves it
+IDLE_CORE_PERCENT = 50.0  # a core under this was mostly idle during the run
+BUSY_MEAN_PERCENT = 85.0  # all cores above this on average: the CPU itself is the limit
+LARGE_SOURCE = 4.0  # stored images above 4x the output's pixels: decode pays for unused pixels
+BURSTY_RATIO = 3.0  # p90 wait above 3x the median: waits come in bursts
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the loader feeds the step, what limits it, and what to change."""
+
+    feeds: bool | None  # None when no step length was given
+    loader_ms: float  # the loader's own time per batch, as the consumer sees it
+    step_ms: float | None
+    bottleneck: str  # none, step, decode, read, plan, copy, loader
+    headline: str
+    advice: tuple[str, ...]
+
+    def lines(self) -> list[str]:
+        return [f"VERDICT: {self.headline}", *(f"  - {tip}" for tip in self.advice)]
+
+
+def loader_ms_per_batch(stats: Mapping[str, Any]) -> float:
+    """Consumer time per batch not spent in the (simulated) step: waits plus copy."""
+    return max(0.0, float(stats["batch_ms"]) - float(stats.get("simulated_step_ms", 0.0)))
+
+
+def _feeds(stats: Mapping[str, Any], step_ms: float | None, loader_ms: float) -> bool | None:
+    if stats.get("simulated_step_ms", 0.0) > 0:
+        return float(stats.get("wait_fraction", 0.0)) <= STARVING_WAIT
+    if step_ms is None:
+        return None
+    return loader_ms <= step_ms
+
+
+def _stage_ms(stats: Mapping[str, Any]) -> dict[str, float]:
+    return {name: float(stats[f"{name}_ms"]) for name in ("read", "plan", "decode", "copy")
+            if f"{name}_ms" in stats}
+
+
+def _bottleneck(stats: Mapping[str, Any], feeds: bool | None) -> str:
+    stages = _stage_ms(stats)
+    if feeds and float(stats.get("slot_wait_fraction", 0.0)) > 0.5:
+        return "step"  # the producer sat blocked on a full ring: the step sets the pace
+    if feeds:
+        return "none"
+    if not stages:
+        return "loader"
+    producer = sum(stages.get(name, 0.0) for name in ("read", "plan", "decode"))
+    if stages.get("copy", 0.0) > producer:
+        return "copy"
+    return max(("read", "plan", "decode"), key=lambda name: stages.get(name, 0.0))
+
+
+def _headline(verdict_feeds: bool | None, bottleneck: str, loader_ms: float,
+              step_ms: float | None, stats: Mapping[str, Any]) -> str:
+    rate = 1000.0 / loader_ms if loader_ms > 0 else math.inf
+    if bottleneck in ("none", "step"):
+        if step_ms:
+            spare = 100.0 * (1.0 - loader_ms / step_ms)
+            return (f"the loader is not the bottleneck: it needs {loader_ms:.1f} ms of a "
+                    f"{step_ms:.0f} ms step ({spare:.0f}% to spare)")
+        return "the loader is not the bottleneck: the step never waited for a batch"
+    if verdict_feeds is None:
+        return (f"the loader delivers a batch every {loader_ms:.1f} ms (at most {rate:.1f} "
+                f"steps/s); bottleneck: {bottleneck}. Pass --step-ms to check your step")
+    waited = float(stats.get("wait_fraction", 0.0)) * 100.0
+    if stats.get("simulated_step_ms", 0.0) > 0:
+        return (f"the loader STARVES the step: it waited {waited:.0f}% of the time for "
+                f"batches; bottleneck: {bottleneck}")
+    return (f"the loader CANNOT feed a {step_ms:.0f} ms step: it needs {loader_ms:.1f} ms "
+            f"per batch; bottleneck: {bottleneck}")
+
+
+def _cpu_advice(stats: Mapping[str, Any], machine: Mapping[str, Any]) -> list[str]:
+    cores = int(machine.get("cores", 1))
+    percent: Sequence[float] = machine.get("cpu_percent") or []
+    threads = int(stats.get("num_threads", cores))
+    mean = sum(percent) / len(percent) if percent else 0.0
+    idle = [p for p in percent if p < IDLE_CORE_PERCENT]
+    if percent and mean >= BUSY_MEAN_PERCENT:
+        return [f"all {len(percent)} cores were busy (mean {mean:.0f}%): the CPU is the limit; "
+                "more threads will not help, fewer decoded pixels will"]
+    if threads < cores and (idle or not percent):
+        return [f"raise num_threads from {threads} to {cores} (or 'auto'): "
+                f"{len(idle)} of {len(percent)} cores were mostly idle"]
+    if idle:
+        return [f"{len(idle)} cores were mostly idle with {threads} threads: the producer "
+                "thread's serial work (read, plan) or I/O holds decoding back"]
+    return []
+
+
+def _decode_advice(stats: Mapping[str, Any], machine: Mapping[str, Any]) -> list[str]:
+    advice = _cpu_advice(stats, machine)
+    source = float(stats.get("source_pixels", 0.0))
+    output = float(stats.get("output_pixels", 0.0))
+    if output > 0 and source > LARGE_SOURCE * output:
+        side = 2 * round(math.sqrt(output))
+        advice.append(f"stored images average {source / 1e6:.2f} MP for a "
+                      f"{output / 1e6:.3f} MP output: repack with `packdata --max-side "
+                      f"{side}` (decode time grows with the stored pixels)")
+    if machine.get("cuda"):
+        advice.append("this box has a GPU: backend='dali' decodes on it (nvJPEG)"
+                      + ("" if machine.get("dali") else "; pip install nvidia-dali-cuda120"))
+    return advice
+
+
+def _stage_advice(bottleneck: str, stats: Mapping[str, Any],
+                  machine: Mapping[str, Any]) -> list[str]:
+    stages = _stage_ms(stats)
+    if bottleneck == "decode":
+        return _decode_advice(stats, machine)
+    if bottleneck == "read":
+        return [f"reading records takes {stages['read']:.1f} ms per batch: the storage is "
+                "slow; put the dataset on a local SSD or in RAM (page cache)"]
+    if bottleneck == "plan":
+        return [f"planning crops takes {stages['plan']:.1f} ms per batch: per-batch "
+                "overhead; a larger batch_size spreads it over more images"]
+    if bottleneck == "copy":
+        return [f"copy/normalize on the consumer takes {stages['copy']:.1f} ms per batch: "
+                "run it on the GPU (device='cuda'), or take uint8 (normalize=None) and "
+                "normalize inside the model"]
+    if bottleneck == "loader":
+        advice = ["a plain DataLoader gives no stage counters: try FastLoader over a packed "
+                  "dataset (`packdata images/ out.lmdb`), then `fastloader doctor out.lmdb`"]
+        percent = machine.get("cpu_percent") or []
+        if percent and min(percent) < IDLE_CORE_PERCENT:
+            advice.insert(0, "cores were idle: raise num_workers (one per core) and keep "
+                             "persistent_workers=True")
+        return advice
+    return []
+
+
+def _general_advice(stats: Mapping[str, Any], step_ms: float | None,
+                    loader_ms: float) -> list[str]:
+    advice = []
+    median, p90 = float(stats.get("wait_ms_median", 0.0)), float(stats.get("wait_ms_p90", 0.0))
+    if p90 > BURSTY_RATIO * max(median, 1.0) and float(stats.get("wait_fraction", 0.0)) > 0.01:
+        advice.append(f"waits are bursty (p90 {p90:.1f} ms vs median {median:.1f} ms): a "
+                      f"deeper prefetch (now {stats.get('prefetch', '?')}, or 'auto') smooths them")
+    batch = int(stats.get("batch_size", 0))
+    if step_ms and batch and loader_ms > step_ms:
+        fits = int(step_ms / (loader_ms / batch))
+        advice.append(f"at this speed a {step_ms:.0f} ms step can be fed about {fits} images "
+                      f"per batch (now {batch})")
+    return advice
+
+
+def diagnose(stats: Mapping[str, Any], machine: Mapping[str, Any],
+             step_ms: float | None = None) -> Verdict:
+    """Decide whether the loader feeds a step of `step_ms`, name the bottleneck, advise."""
+    loader_ms = loader_ms_per_batch(stats)
+    feeds = _feeds(stats, step_ms, loader_ms)
+    bottleneck = _bottleneck(stats, feeds)
+    headline = _headline(feeds, bottleneck, loader_ms, step_ms, stats)
+    advice: list[str] = []
+    if bottleneck not in ("none", "step"):
+        advice = _stage_advice(bottleneck, stats, machine)
+        advice += _general_advice(stats, step_ms, loader_ms)
+    elif bottleneck == "step":
+        advice = ["the producer waited on a full ring most of the time: speed up the "
+                  "training step itself; fewer loader threads would leave it more cores"]
+    return Verdict(feeds, loader_ms, step_ms, bottleneck, headline, tuple(advice))
