@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from fastloader.errors import FastloaderError
 from fastloader.pack.info import dataset_info, format_info, human_bytes
@@ -20,8 +21,12 @@ _SHOWN_SKIPPED = 10
 USAGE_EPILOG = """\
 other commands:
   packdata info DST [--json]       counts, classes, shards, bytes, image sizes, options
-  packdata verify DST [--decode]   check every shard, index file and record checksum
-                                   (--decode also decodes each image); exit 0 only if intact
+  packdata verify DST [--decode] [--source SRC]
+                                   check every shard, index file and record checksum
+                                   (--decode also decodes each image; on a --tiles dataset it
+                                   checks each tile table, a spliced crop against the full
+                                   decode and, with --source, pixels against the source tree);
+                                   exit 0 only if intact
 
 SRC is an ImageFolder tree: SRC/<class>/<image files> (found recursively; hidden and
 non-image files are ignored). DST's suffix picks the backend: NAME.lmdb or NAME.h5.
@@ -65,6 +70,11 @@ def _pack_parser() -> argparse.ArgumentParser:
     add("--resume", action="store_true", help="reuse the finished shards of an interrupted pack")
     add("--strict", action="store_true", help="fail on the first unreadable image")
     add("--quiet", action="store_true", help="no progress bar and no summary")
+    add("--tiles", action="store_true",
+        help="decode-aware packing: repack JPEGs losslessly with restart markers so crops "
+        "decode only the tiles they need (needs the native extension)")  # fmt: skip
+    add("--restart-mcus", type=int, default=4, metavar="R",
+        help="with --tiles: at most R MCUs per restart segment (default 4)")  # fmt: skip
     return parser
 
 
@@ -75,6 +85,10 @@ def _sub_parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--json", action="store_true", help="print JSON with every field")
     else:
         parser.add_argument("--decode", action="store_true", help="also decode every image")
+        parser.add_argument(
+            "--source", metavar="SRC", help="with --decode on a tiled dataset: the packed "
+            "image tree, to compare tiled records' pixels with their sources"
+        )  # fmt: skip
         parser.add_argument("--quiet", action="store_true", help="print only problems")
     return parser
 
@@ -97,6 +111,11 @@ def _summary(args: argparse.Namespace, manifest_stats: dict, seconds: float, dst
         )
     if stats["empty_classes"]:
         lines.append(f"empty class folders (kept as classes): {stats['empty_classes']}")
+    if "tiled" in stats:
+        lines.append(
+            f"tiled {stats['tiled']} JPEGs losslessly; {stats['untiled']} records kept their "
+            "bytes (not tileable: non-JPEG, arithmetic-coded, lossless or 12-bit)"
+        )
     if stats["reencoded"]:
         lines.append(f"re-encoded {stats['reencoded']} images larger than --max-side")
     if stats["skipped"]:
@@ -121,6 +140,8 @@ def _run_pack(argv: Sequence[str]) -> int:
         resume=args.resume,
         strict=args.strict,
         quiet=args.quiet,
+        tiles=args.tiles,
+        restart_mcus=args.restart_mcus,
     )
     if not args.quiet:
         dst = Path(args.dst).expanduser().absolute()
@@ -139,13 +160,15 @@ def _run_verify(argv: Sequence[str]) -> int:
     from fastloader.pack.verify import verify
 
     args = _sub_parser("verify").parse_args(argv)
-    report = verify(args.dst, decode=args.decode)
+    report = verify(args.dst, decode=args.decode or args.source is not None, source=args.source)
     for problem in report.problems:
         print(problem)
     what = "records checked and decoded" if args.decode else "records checked"
     if report.ok:
         if not args.quiet:
             print(f"OK: {report.root}: {report.records_checked} {what}, all intact")
+            if report.tiles_checked or report.tiles_unchecked:
+                print(_tiles_line(report, args.source is not None))
         return 0
     print(
         f"DAMAGED: {report.root}: {len(report.problems)} problems, "
@@ -153,6 +176,18 @@ def _run_verify(argv: Sequence[str]) -> int:
         file=sys.stderr,
     )
     return 1
+
+
+def _tiles_line(report: Any, with_source: bool) -> str:
+    if report.tiles_unchecked:
+        return f"tiles: not checked: {report.tiles_unchecked}"
+    line = f"tiles: {report.tiles_checked} tile tables match their records"
+    if with_source:
+        line += (
+            f"; {report.sources_compared} records equal their source pixels, "
+            f"{report.sources_unavailable} sources gone or changed (not compared)"
+        )
+    return line
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from fastloader.errors import DatasetError
 from fastloader.format import index as index_mod
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import Codec, Manifest, read_manifest
+from fastloader.pack import verify_tiles
 from fastloader.pack.journal import file_digest
 
 
@@ -27,6 +28,10 @@ class VerifyReport:
     records_checked: int = 0
     problems: list[str] = field(default_factory=list)
     bad_records: list[int] = field(default_factory=list)
+    tiles_checked: int = 0  # tiled records whose table (and, with decode, a crop) was checked
+    tiles_unchecked: str = ""  # why tile checks could not run, "" when they did or none exist
+    sources_compared: int = 0  # tiled records compared pixel for pixel with their source
+    sources_unavailable: int = 0  # ... whose source was gone, changed or re-encoded
 
     @property
     def ok(self) -> bool:
@@ -110,7 +115,12 @@ def _name(ds: PackedDataset, i: int) -> str:
         return f"record {i}"
 
 
-def _check_record(ds: PackedDataset, i: int, decode: bool) -> str | None:
+Source = tuple[Path, np.ndarray]  # (packed image tree, source_crc32 index field)
+
+
+def _check_record(
+    ds: PackedDataset, i: int, decode: bool, report: VerifyReport, source: Source | None
+) -> str | None:
     """Why record i is bad, or None when it is intact."""
     try:
         data = ds.record(i)
@@ -118,9 +128,32 @@ def _check_record(ds: PackedDataset, i: int, decode: bool) -> str | None:
         return f"cannot be read ({type(exc).__name__})"
     if zlib.crc32(data) != int(ds.crc32s[i]):
         return "crc32 mismatch: the stored bytes changed"
-    if decode:
-        return _decode_problem(data, tuple(int(v) for v in ds.shapes[i]))
-    return None
+    problem = _decode_problem(data, tuple(int(v) for v in ds.shapes[i])) if decode else None
+    if problem is None and ds.tiled and not report.tiles_unchecked:
+        problem = _tile_problem(ds, i, data, decode, report, source)
+    return problem
+
+
+def _tile_problem(
+    ds: PackedDataset, i: int, data: memoryview, decode: bool, report: VerifyReport,
+    source: Source | None,
+) -> str | None:  # fmt: skip
+    try:
+        table = ds.tile_table(i)
+    except DatasetError as exc:
+        return str(exc)
+    if table is None:
+        return None
+    report.tiles_checked += 1
+    problem = verify_tiles.table_problem(data, table)
+    if problem is None and decode:
+        problem = verify_tiles.decode_problem(data, table, seed=i)
+    if problem is None and decode and source is not None:
+        crc = int(source[1][i])
+        compared, problem = verify_tiles.source_problem(data, source[0] / ds.path(i), crc)
+        report.sources_compared += compared
+        report.sources_unavailable += not compared
+    return problem
 
 
 def _decode_problem(data: memoryview, shape: tuple[int, ...]) -> str | None:
@@ -141,15 +174,22 @@ def verify(
     path: str | os.PathLike[str],
     decode: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    source: str | os.PathLike[str] | None = None,
 ) -> VerifyReport:
     """Check manifest, index files, shard files (size, sha256) and every record's crc32.
 
-    decode=True also decodes every record with Pillow and checks its size. Raises
-    DatasetNotFoundError when path is not a dataset; otherwise reports all it finds.
+    decode=True also decodes every record with Pillow and checks its size. On a tiled dataset
+    it also checks each tiled record's table against its bytes, a spliced crop against the
+    full decode and, with source (the packed image tree), the pixels against the source file
+    (see pack/verify_tiles.py). Raises DatasetNotFoundError when path is not a dataset;
+    otherwise reports all it finds.
     """
     root = Path(path).expanduser().absolute()
+    source_root = Path(source).expanduser().absolute() if source is not None else None
     manifest = read_manifest(root)
     report = VerifyReport(root)
+    if "tiles" in manifest.options and not verify_tiles.native_available():
+        report.tiles_unchecked = "tile checks need the native extension (not available)"
     _check_fields(root, manifest, report)
     _check_shards(root, manifest, report)
     try:
@@ -159,8 +199,11 @@ def verify(
         return report
     with ds:
         _check_index(ds, report)
+        tree = None
+        if source_root is not None and ds.tiled:
+            tree = (source_root, ds.field("source_crc32"))
         for i in range(len(ds)):
-            problem = _check_record(ds, i, decode)
+            problem = _check_record(ds, i, decode, report, tree)
             if problem is not None:
                 report.problems.append(f"{_name(ds, i)}: {problem}")
                 report.bad_records.append(i)
