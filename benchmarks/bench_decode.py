@@ -117,6 +117,53 @@ def native_configs(records: list[bytes], boxes: np.ndarray, flips: np.ndarray) -
     }
 
 
+def tiled_configs(records: list[bytes], boxes: np.ndarray, flips: np.ndarray) -> dict:
+    """The same images repacked as restart-tiled records (packdata --tiles, not timed): crop
+    decode from a JPEG spliced from only the segments the box needs, alone and fused with
+    resize + flip in BatchDecoder."""
+    from fastloader import tiles
+    from fastloader.decode import BatchDecoder, decode
+
+    repacked = [tiles.repack(data) for data in records]
+    tiled = [r.data if r is not None else data for r, data in zip(repacked, records, strict=True)]
+    tables = [r.table if r is not None else None for r in repacked]
+    decoder = BatchDecoder(1, backend="native")
+    out = np.empty((CHUNK, SIZE, SIZE, 3), np.uint8)
+    scratch = np.empty(max(len(d) for d in tiled), np.uint8)
+    batches = [
+        (tiled[s : s + CHUNK], tiles.TileBatch.from_tables(tables[s : s + CHUNK]), s)
+        for s in range(0, len(tiled), CHUNK)
+    ]
+
+    def splice_crop_only() -> None:  # splice + crop-aware decode, no resize
+        for data, table, box in zip(tiled, tables, boxes, strict=True):
+            top, left, h, w = (int(v) for v in box)
+            if table is None:
+                decode(data, crop=(top, left, h, w))
+                continue
+            size, (y0, x0, _, _) = tiles.splice_into(data, table, (top, left, h, w), scratch)
+            decode(scratch[:size], crop=(top - y0, left - x0, h, w))
+
+    def fused(use_tiles: bool) -> None:
+        for chunk, table_batch, start in batches:
+            n = len(chunk)
+            errors = decoder.decode_into(
+                chunk, boxes[start : start + n], flips[start : start + n], out[:n],
+                tiles=table_batch if use_tiles else None,
+            )  # fmt: skip
+            if any(errors):
+                raise RuntimeError(f"decode failed: {next(e for e in errors if e)}")
+
+    n = len(records)
+    return {
+        "tiled: native spliced crop decode only (RRC box, no resize)": lambda: _timed(
+            splice_crop_only, n
+        ),
+        "tiled records, no splice: fused RRC-224 + flip": lambda: _timed(lambda: fused(False), n),
+        "tiled: spliced fused RRC-224 + flip": lambda: _timed(lambda: fused(True), n),
+    }
+
+
 def print_table(rows: list[dict], env: dict) -> None:
     base = next((r for r in rows if r["name"] == "native full decode"), None)
     header = ["decode (1 thread)", "img/s median (min-max)", "ms/img", "vs native full"]
@@ -153,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped = {}
     if fastloader.native_available():
         configs.update(native_configs(records, boxes, flips))
+        configs.update(tiled_configs(records, boxes, flips))
     else:
         skipped["native rows"] = "the native extension is not built or is disabled"
     for fn in configs.values():  # warm-up: page cache, lazy imports, thread pool start

@@ -45,18 +45,20 @@ def _tree_files(tree: Path) -> int:
     return sum(1 for p in tree.rglob("*") if p.is_file() and not p.name.startswith("."))
 
 
-def ensure_packed(tree: Path, dst: Path, quiet: bool = True) -> None:
-    """Pack the tree with the packdata CLI unless dst already holds all of its files."""
+def ensure_packed(tree: Path, dst: Path, quiet: bool = True, tiles: bool = False) -> None:
+    """Pack the tree with the packdata CLI unless dst already holds all of its files
+    (tiles=True: decode-aware packing, `packdata --tiles`)."""
     from fastloader.format.dataset import open_dataset
 
     try:
         with open_dataset(dst) as ds:
-            if len(ds) == _tree_files(tree):
+            if len(ds) == _tree_files(tree) and ds.tiled == tiles:
                 return
     except Exception:  # missing, partial or stale: pack it again
         pass
     packdata = Path(sys.executable).with_name("packdata")
     argv = [str(packdata), str(tree), str(dst), "--overwrite"] + (["--quiet"] if quiet else [])
+    argv += ["--tiles"] if tiles else []
     print("$ " + " ".join(argv[:3] + argv[3:]), flush=True)
     subprocess.run(argv, check=True)
 
@@ -309,7 +311,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="skip the native full-decode row")
     parser.add_argument("--no-others", dest="dali", action="store_false",
                         help="skip the optional DALI and FFCV rows")
-    parser.add_argument("--formats", nargs="*", default=["LMDB", "HDF5"], choices=["LMDB", "HDF5"])
+    parser.add_argument("--formats", nargs="*", default=["LMDB", "HDF5", "tiled LMDB"],
+                        choices=["LMDB", "HDF5", "tiled LMDB"],
+                        help="packed copies to load; 'tiled LMDB' is packed with --tiles "
+                             "(needs the native extension, skipped without it)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "loader.jsonl")
     parser.add_argument("--quick", action="store_true",
                         help="300 images, 2 repeats, workers 0 and 2")
@@ -328,10 +333,15 @@ def main(argv: list[str] | None = None) -> int:
     if tree is None:
         tree = DEFAULT_TREE
         ensure_tree(tree, args.count)
-    suffix = {"LMDB": ".lmdb", "HDF5": ".h5"}
-    packed = {f: tree.parent / (tree.name + suffix[f]) for f in args.formats}
-    for path in packed.values():
-        ensure_packed(tree, path)
+    import fastloader
+
+    suffix = {"LMDB": ".lmdb", "HDF5": ".h5", "tiled LMDB": ".tiled.lmdb"}
+    formats = [f for f in args.formats if f != "tiled LMDB" or fastloader.native_available()]
+    if len(formats) < len(args.formats):
+        print("skipped FastLoader tiled LMDB: packing --tiles needs the native extension")
+    packed = {f: tree.parent / (tree.name + suffix[f]) for f in formats}
+    for label, path in packed.items():
+        ensure_packed(tree, path, tiles=label == "tiled LMDB")
     torch.set_num_threads(cores())
     rows = run_benchmark(args, tree, packed)
     print(table(rows))
