@@ -262,3 +262,32 @@ def test_tiled_data_reads_with_pillow_alone(
         assert ds.tiled
         for i in range(len(ds)):  # Pillow decodes tiled records fully: same pixels
             assert np.array_equal(_pixels(ds.record(i)), _pixels(plain.record(i)))
+
+
+def test_bad_tiles_arguments_raise_typed_errors() -> None:
+    from fastloader.errors import InvalidArgumentError, InvalidTypeError
+
+    record = encode(photo_like(20, 20, 1))
+    out = np.zeros((1, 4, 4, 3), np.uint8)
+    args = ([record], np.zeros((1, 4), np.int32), np.zeros(1, bool), out)
+    with BatchDecoder(1) as decoder:
+        with pytest.raises(InvalidTypeError, match="tiles"):
+            decoder.decode_into(*args, tiles=[1, 2])
+        bad = tiles.TileBatch(np.zeros((2, 9), np.int64), np.zeros(0, np.uint32), np.zeros((1, 2)))
+        with pytest.raises(InvalidArgumentError, match=r"headers must be \(1, 9\)"):
+            decoder.decode_into(*args, tiles=bad)
+        untiled = tiles.TileBatch.from_tables([None])  # all-zero header: decoded as usual
+        assert decoder.decode_into(*args, tiles=untiled) == [None] and out.any()
+
+
+@pytest.mark.native
+def test_a_span_outside_the_offsets_is_a_per_sample_error() -> None:
+    record = tiles.repack(encode(photo_like(40, 70, 2)))
+    assert record is not None
+    batch = tiles.TileBatch.from_tables([record.table, record.table])
+    batch.spans[1] = (0, batch.offsets.size + 5)
+    out = np.zeros((2, 8, 8, 3), np.uint8)
+    crops = np.array([[2, 3, 20, 30]] * 2, np.int32)
+    with BatchDecoder(2) as decoder:
+        errors = decoder.decode_into([record.data] * 2, crops, np.zeros(2, bool), out, batch)
+    assert errors[0] is None and errors[1] is not None and "tile table" in errors[1]
