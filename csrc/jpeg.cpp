@@ -164,38 +164,23 @@ AxisWindow scaled_window(int start, int length, int denom, JDIMENSION scaled_siz
     return w;
 }
 
-// Reads rows [row_begin, row_end) of the started decompressor and resamples them into out.
-void read_and_resample(j_decompress_ptr cinfo, int col0, int row_begin, int row_end, int v_first,
-                       const OutputSlot &out, DecodeScratch &s) {
+// Reads rows [row_begin, row_end) of the started decompressor into the resizer, which writes
+// out; RGB rows land in the resizer's own buffer, so nothing is copied before the first pass.
+void read_and_resample(j_decompress_ptr cinfo, int col0, int row_begin, int row_end, DecodeScratch &s) {
     const int comps = cinfo->output_components;
-    const int in_w = s.horizontal.in_size;
-    const size_t row_len = static_cast<size_t>(out.width) * 3;
-    const bool direct_rows = s.vertical.identity;  // horizontal output lands in out itself
-    if (!direct_rows) s.hbuf.resize(row_len * (row_end - row_begin));
-    s.scanlines.resize(static_cast<size_t>(cinfo->output_width) * comps + kRowSlack);
-    if (comps == 4) s.rgb_row.resize(static_cast<size_t>(in_w) * 3 + kRowSlack);
-    for (int r = row_begin; r < row_end; ++r) {
-        JSAMPROW row = s.scanlines.data();
-        if (jpeg_read_scanlines(cinfo, &row, 1) != 1) fail(cinfo, "libjpeg returned no scanline");
-        const uint8_t *src = s.scanlines.data() + static_cast<size_t>(col0) * comps;
-        if (comps == 4) {
-            cmyk_to_rgb(src, s.rgb_row.data(), in_w);
-            src = s.rgb_row.data();
-        }
-        const int i = r - row_begin;
-        uint8_t *dst = direct_rows ? out.data + i * out.row_stride : s.hbuf.data() + i * row_len;
-        if (s.horizontal.identity)
-            copy_row(src, dst, out.width, out.flip);
-        else
-            resample_row(src, dst, s.horizontal, out.flip);
+    const int in_w = s.resizer.horizontal.in_size;
+    if (comps == 4) {
+        s.scanlines.resize(static_cast<size_t>(cinfo->output_width) * comps);
+        s.resizer.start(static_cast<size_t>(in_w) * 3, 0);
+    } else {
+        s.resizer.start(static_cast<size_t>(cinfo->output_width) * comps, static_cast<size_t>(col0) * comps);
     }
-    if (direct_rows) return;
-    s.row_ptrs.assign(static_cast<size_t>(row_end - row_begin + v_first), nullptr);
-    for (int i = 0; i < row_end - row_begin; ++i) s.row_ptrs[v_first + i] = s.hbuf.data() + i * row_len;
-    s.acc.resize(row_len);
-    for (int yy = 0; yy < out.height; ++yy)
-        resample_column_row(s.row_ptrs.data(), yy, static_cast<int>(row_len), s.vertical, s.acc.data(),
-                            out.data + yy * out.row_stride);
+    for (int r = row_begin; r < row_end; ++r) {
+        JSAMPROW row = comps == 4 ? s.scanlines.data() : s.resizer.row_buffer();
+        if (jpeg_read_scanlines(cinfo, &row, 1) != 1) fail(cinfo, "libjpeg returned no scanline");
+        if (comps == 4) cmyk_to_rgb(s.scanlines.data() + static_cast<size_t>(col0) * 4, s.resizer.row_buffer(), in_w);
+        s.resizer.push_row();
+    }
 }
 
 // Must not own C++ objects with destructors: libjpeg errors longjmp straight out of it.
@@ -215,10 +200,9 @@ void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const
 
     const AxisWindow xs = scaled_window(crop.left, crop.width, denom, cinfo->output_width);
     const AxisWindow ys = scaled_window(crop.top, crop.height, denom, cinfo->output_height);
-    build_axis(xs.end - xs.first, xs.lo - xs.first, xs.hi - xs.first, out.width, s.horizontal);
-    build_axis(ys.end - ys.first, ys.lo - ys.first, ys.hi - ys.first, out.height, s.vertical);
-    int v_first = 0, v_last = 0;
-    axis_span(s.vertical, v_first, v_last);
+    s.resizer.plan(xs.end - xs.first, xs.lo - xs.first, xs.hi - xs.first, ys.end - ys.first,
+                   ys.lo - ys.first, ys.hi - ys.first,
+                   ResizeTarget{out.data, out.height, out.width, out.row_stride, out.flip});
 
     // Only the crop's columns: libjpeg widens the window to iMCU boundaries and says where.
     // Two spare columns each side: fancy upsampling treats the window's edges as image edges,
@@ -231,11 +215,11 @@ void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const
     const int col0 = xs.first - static_cast<int>(xoffset);
 
     // Rows above the crop are entropy-decoded but not IDCT'd, colour-converted or upsampled.
-    const int row_begin = ys.first + v_first;
+    const int row_begin = ys.first + s.resizer.first_row();
     if (row_begin > 0 &&
         jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(row_begin)) != static_cast<JDIMENSION>(row_begin))
         fail(cinfo, "libjpeg could not skip to the crop's first row");
-    read_and_resample(cinfo, col0, row_begin, ys.first + v_last, v_first, out, s);
+    read_and_resample(cinfo, col0, row_begin, ys.first + s.resizer.end_row(), s);
     jpeg_abort_decompress(cinfo);  // stop after the crop's last row
 }
 

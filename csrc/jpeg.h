@@ -41,13 +41,8 @@ struct DecodeOptions {
 
 // Per-thread buffers reused across decodes, so the hot path does not allocate per sample.
 struct DecodeScratch {
-    std::vector<uint8_t> scanlines;   // rows from libjpeg (RGB or CMYK)
-    std::vector<uint8_t> rgb_row;     // CMYK -> RGB converted row
-    std::vector<uint8_t> hbuf;        // horizontally resampled rows
-    std::vector<const uint8_t *> row_ptrs;
-    std::vector<int32_t> acc;
-    ResampleAxis horizontal;
-    ResampleAxis vertical;
+    std::vector<uint8_t> scanlines;   // CMYK rows from libjpeg (RGB rows go straight to resizer)
+    RowResizer resizer;               // both resampling passes and the rows they still need
 };
 
 // Reads the header; returns "" on success, else libjpeg's message.

@@ -1,20 +1,12 @@
-// Pillow-exact bilinear resampling: same taps, same fixed-point rounding, same pass order.
+// Pillow-exact bilinear taps, the portable scalar row kernels, and the one-row API of resize.h.
 #include "resize.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-// AVX2 copies of the hot loops, picked at load time; the default copy keeps the module portable.
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define FL_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define FL_TARGET_CLONES
-#endif
+#include "resize_kernels.h"
 
 namespace fl {
 namespace {
@@ -24,40 +16,40 @@ double bilinear(double x) {
     return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-inline uint8_t clip8(int32_t v) {
-    v >>= kPrecisionBits;  // arithmetic shift, as Pillow's clip8 lookup index
-    return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
-}
-
 // Pillow rounds each double weight to fixed point away from zero.
 int32_t to_fixed(double w) {
     const double scaled = w * static_cast<double>(1 << kPrecisionBits);
     return static_cast<int32_t>(w < 0 ? -0.5 + scaled : 0.5 + scaled);
 }
 
-// Moves every window so it reads exactly ksize inputs inside the row, shifting its weights;
-// the extra taps weigh 0, so sums (and results) are unchanged while loops get a fixed length.
+// Moves every window so it reads exactly `width` inputs (the most any window reads) inside the
+// row, shifting its weights; the extra taps weigh 0, so sums (and results) are unchanged while
+// loops get a fixed length. width is often well below ksize (3 against 5 for a 1.2x downscale).
 void make_uniform(ResampleAxis &axis) {
     const int ksize = axis.ksize;
+    int width = 1;
+    for (int xx = 0; xx < axis.out_size; ++xx) width = std::max(width, axis.bounds[2 * xx + 1]);
+    std::vector<int32_t> moved(static_cast<size_t>(ksize));
     for (int xx = 0; xx < axis.out_size; ++xx) {
         int32_t *k = &axis.weights[static_cast<size_t>(xx) * ksize];
         const int xmin = axis.bounds[2 * xx];
         const int taps = axis.bounds[2 * xx + 1];
-        const int start = std::min(xmin, axis.in_size - ksize);
+        const int start = std::max(0, std::min(xmin, axis.in_size - width));
         const int shift = xmin - start;
-        int32_t moved[64] = {};
-        for (int x = 0; x < taps && x + shift < 64; ++x) moved[x + shift] = k[x];
-        std::copy(moved, moved + ksize, k);
+        std::fill(moved.begin(), moved.end(), 0);
+        for (int x = 0; x < taps && x + shift < ksize; ++x) moved[x + shift] = k[x];
+        std::copy(moved.begin(), moved.end(), k);
         axis.bounds[2 * xx] = start;
-        axis.bounds[2 * xx + 1] = ksize;
+        axis.bounds[2 * xx + 1] = width;
     }
+    axis.taps = width;
 }
 
 template <int K>
-void resample_row_fixed(const uint8_t *in, uint8_t *out, const ResampleAxis &axis, bool flip) {
+void horizontal_fixed(const uint8_t *in, uint8_t *out, const ResampleAxis &axis, bool flip) {
     const int out_size = axis.out_size;
     for (int xx = 0; xx < out_size; ++xx) {
-        const int32_t *k = &axis.weights[static_cast<size_t>(xx) * K];
+        const int32_t *k = &axis.weights[static_cast<size_t>(xx) * axis.ksize];
         const uint8_t *p = in + 3 * axis.bounds[2 * xx];
         int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
         for (int x = 0; x < K; ++x) {
@@ -66,48 +58,103 @@ void resample_row_fixed(const uint8_t *in, uint8_t *out, const ResampleAxis &axi
             s2 += p[3 * x + 2] * k[x];
         }
         uint8_t *dst = out + 3 * (flip ? out_size - 1 - xx : xx);
+        dst[0] = kernels::clip8(s0);
+        dst[1] = kernels::clip8(s1);
+        dst[2] = kernels::clip8(s2);
+    }
+}
+
+}  // namespace
+
+namespace kernels {
+
+bool use_avx2() {
+#if defined(__GNUC__) && defined(__x86_64__)
+    static const bool yes = __builtin_cpu_supports("avx2") && std::getenv("FASTLOADER_RESIZE_SCALAR") == nullptr;
+    return yes;
+#else
+    return false;
+#endif
+}
+
+void horizontal_scalar(const uint8_t *in, uint8_t *out, const ResampleAxis &axis, bool flip) {
+    const int ksize = axis.ksize;
+    if (axis.uniform) {  // fixed-length loops for the common window lengths (downscale < 4x)
+        switch (axis.taps) {
+            case 2: return horizontal_fixed<2>(in, out, axis, flip);
+            case 3: return horizontal_fixed<3>(in, out, axis, flip);
+            case 4: return horizontal_fixed<4>(in, out, axis, flip);
+            case 5: return horizontal_fixed<5>(in, out, axis, flip);
+            case 6: return horizontal_fixed<6>(in, out, axis, flip);
+            case 7: return horizontal_fixed<7>(in, out, axis, flip);
+            case 8: return horizontal_fixed<8>(in, out, axis, flip);
+            default: break;
+        }
+    }
+    const int out_size = axis.out_size;
+    for (int xx = 0; xx < out_size; ++xx) {
+        const int32_t *k = &axis.weights[static_cast<size_t>(xx) * ksize];
+        const uint8_t *p = in + 3 * axis.bounds[2 * xx];
+        const int taps = axis.bounds[2 * xx + 1];
+        int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+        for (int x = 0; x < taps; ++x, p += 3) {
+            s0 += p[0] * k[x];
+            s1 += p[1] * k[x];
+            s2 += p[2] * k[x];
+        }
+        uint8_t *dst = out + 3 * (flip ? out_size - 1 - xx : xx);
         dst[0] = clip8(s0);
         dst[1] = clip8(s1);
         dst[2] = clip8(s2);
     }
 }
 
-#if defined(__GNUC__) && defined(__x86_64__)
-// One pixel's three channels in the lanes of one SSE register: the same integer sums as the
-// scalar loop, a quarter of the multiplies. Reads one byte past each pixel (rows carry slack).
-__attribute__((target("avx2"))) void resample_row_simd(const uint8_t *in, uint8_t *out,
-                                                       const ResampleAxis &axis, bool flip) {
-    const int ksize = axis.ksize;
-    const int out_size = axis.out_size;
-    const __m128i half = _mm_set1_epi32(1 << (kPrecisionBits - 1));
-    for (int xx = 0; xx < out_size; ++xx) {
-        const int32_t *k = &axis.weights[static_cast<size_t>(xx) * ksize];
-        const uint8_t *p = in + 3 * axis.bounds[2 * xx];
-        const int taps = axis.bounds[2 * xx + 1];
-        __m128i acc = half;
-        for (int x = 0; x < taps; ++x) {
-            int32_t bytes;
-            std::memcpy(&bytes, p + 3 * x, 4);
-            const __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(bytes));
-            acc = _mm_add_epi32(acc, _mm_mullo_epi32(px, _mm_set1_epi32(k[x])));
-        }
-        acc = _mm_srai_epi32(acc, kPrecisionBits);
-        const __m128i packed = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);  // clamps 0..255
-        const uint32_t rgb = static_cast<uint32_t>(_mm_cvtsi128_si32(packed));
-        uint8_t *dst = out + 3 * (flip ? out_size - 1 - xx : xx);
-        dst[0] = static_cast<uint8_t>(rgb);
-        dst[1] = static_cast<uint8_t>(rgb >> 8);
-        dst[2] = static_cast<uint8_t>(rgb >> 16);
+void vertical_scalar(const uint8_t *const *rows, const int32_t *weights, int taps, int len,
+                     uint8_t *out) {
+    // Integer sums are order-free, so summing per byte equals Pillow's per-pixel loop exactly.
+    for (int i = 0; i < len; ++i) {
+        int32_t s = 1 << (kPrecisionBits - 1);
+        for (int t = 0; t < taps; ++t) s += rows[t][i] * weights[t];
+        out[i] = clip8(s);
     }
 }
 
-bool has_avx2() {
-    static const bool yes = __builtin_cpu_supports("avx2");
-    return yes;
+void expand_pair_weights(const ResampleAxis &axis, std::vector<int32_t> &pairs) {
+    const int ksize = axis.ksize;
+    const int n_pairs = axis.out_size / 2;
+    pairs.resize(static_cast<size_t>(n_pairs) * axis.taps * 8);
+    int32_t *dst = pairs.data();
+    for (int j = 0; j < n_pairs; ++j) {
+        const int32_t *ka = &axis.weights[static_cast<size_t>(2 * j) * ksize];
+        const int32_t *kb = ka + ksize;
+        for (int x = 0; x < axis.taps; ++x, dst += 8) {
+            std::fill(dst, dst + 4, ka[x]);
+            std::fill(dst + 4, dst + 8, kb[x]);
+        }
+    }
 }
-#endif
 
-}  // namespace
+void plan_positions(const ResampleAxis &axis, bool flip, HorizontalPlan &plan) {
+    const int n = axis.out_size;
+    const int taps = axis.taps;
+    plan.taps = taps;
+    plan.offsets.resize(static_cast<size_t>(n));
+    plan.weights.resize(static_cast<size_t>((n + 1) / 2) * taps * 8);
+    for (int p = 0; p < n; ++p) plan.offsets[p] = 3 * axis.bounds[2 * (flip ? n - 1 - p : p)];
+    int32_t *dst = plan.weights.data();
+    for (int p = 0; p < n; p += 2) {
+        const int xa = flip ? n - 1 - p : p;
+        const int xb = p + 1 < n ? (flip ? n - 2 - p : p + 1) : xa;
+        const int32_t *ka = &axis.weights[static_cast<size_t>(xa) * axis.ksize];
+        const int32_t *kb = &axis.weights[static_cast<size_t>(xb) * axis.ksize];
+        for (int x = 0; x < taps; ++x, dst += 8) {
+            std::fill(dst, dst + 4, ka[x]);
+            std::fill(dst + 4, dst + 8, kb[x]);
+        }
+    }
+}
+
+}  // namespace kernels
 
 void build_axis(int in_size, float in0, float in1, int out_size, ResampleAxis &axis) {
     // The float subtraction and double scale mirror Pillow's precompute_coeffs exactly.
@@ -143,8 +190,8 @@ void build_axis(int in_size, float in0, float in1, int out_size, ResampleAxis &a
         axis.bounds[2 * xx] = xmin;
         axis.bounds[2 * xx + 1] = std::max(xmax, 0);
     }
-    axis.uniform = in_size >= ksize;
-    if (axis.uniform) make_uniform(axis);
+    axis.uniform = true;  // every window fits in the row, so all can take the widest one's length
+    make_uniform(axis);
 }
 
 void axis_span(const ResampleAxis &axis, int &first, int &last) {
@@ -153,40 +200,13 @@ void axis_span(const ResampleAxis &axis, int &first, int &last) {
 }
 
 void resample_row(const uint8_t *in, uint8_t *out, const ResampleAxis &axis, bool flip) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    if (has_avx2()) return resample_row_simd(in, out, axis, flip);
-#endif
-    const int ksize = axis.ksize;
-    if (axis.uniform) {  // fixed-length loops for the common kernel sizes (downscale <= 4x)
-        switch (ksize) {
-            case 3: return resample_row_fixed<3>(in, out, axis, flip);
-            case 5: return resample_row_fixed<5>(in, out, axis, flip);
-            case 7: return resample_row_fixed<7>(in, out, axis, flip);
-            case 9: return resample_row_fixed<9>(in, out, axis, flip);
-            default: break;
-        }
-    }
-    const int out_size = axis.out_size;
-    for (int xx = 0; xx < out_size; ++xx) {
-        const int32_t *k = &axis.weights[static_cast<size_t>(xx) * ksize];
-        const uint8_t *p = in + 3 * axis.bounds[2 * xx];
-        const int taps = axis.bounds[2 * xx + 1];
-        int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-        for (int x = 0; x < taps; ++x, p += 3) {
-            s0 += p[0] * k[x];
-            s1 += p[1] * k[x];
-            s2 += p[2] * k[x];
-        }
-        uint8_t *dst = out + 3 * (flip ? out_size - 1 - xx : xx);
-        dst[0] = clip8(s0);
-        dst[1] = clip8(s1);
-        dst[2] = clip8(s2);
-    }
+    if (kernels::use_avx2()) return kernels::horizontal_avx2(in, out, axis, flip);
+    kernels::horizontal_scalar(in, out, axis, flip);
 }
 
 void copy_row(const uint8_t *in, uint8_t *out, int width, bool flip) {
     if (!flip) {
-        std::copy(in, in + 3 * static_cast<size_t>(width), out);
+        std::memcpy(out, in, 3 * static_cast<size_t>(width));
         return;
     }
     for (int x = 0; x < width; ++x) {
@@ -197,21 +217,13 @@ void copy_row(const uint8_t *in, uint8_t *out, int width, bool flip) {
     }
 }
 
-FL_TARGET_CLONES
 void resample_column_row(const uint8_t *const *rows, int yy, int row_len, const ResampleAxis &axis,
-                         int32_t *acc, uint8_t *out) {
-    // Accumulate whole rows tap by tap: integer sums are order-free, so this equals Pillow's
-    // per-pixel loop bit for bit while vectorizing.
+                         int32_t * /*acc: kept for callers; the kernels sum in registers*/, uint8_t *out) {
     const int32_t *k = &axis.weights[static_cast<size_t>(yy) * axis.ksize];
-    const int ymin = axis.bounds[2 * yy];
+    const uint8_t *const *first = rows + axis.bounds[2 * yy];
     const int taps = axis.bounds[2 * yy + 1];
-    std::fill(acc, acc + row_len, 1 << (kPrecisionBits - 1));
-    for (int y = 0; y < taps; ++y) {
-        const uint8_t *src = rows[ymin + y];
-        const int32_t w = k[y];
-        for (int i = 0; i < row_len; ++i) acc[i] += src[i] * w;
-    }
-    for (int i = 0; i < row_len; ++i) out[i] = clip8(acc[i]);
+    if (kernels::use_avx2()) return kernels::vertical_avx2(first, k, taps, row_len, out);
+    kernels::vertical_scalar(first, k, taps, row_len, out);
 }
 
 }  // namespace fl
