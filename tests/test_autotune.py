@@ -21,7 +21,8 @@ from fastloader.loader import FastLoader
 from fastloader.sampler import threads_per_rank
 from test_loader import TRAIN, packed_tree
 
-EPOCHS = 5  # 12 batches each: more than AutoTuner.max_batches_to_settle(cores, 5) needs
+# Epochs of 12 batches: one more than AutoTuner.max_batches_to_settle(cores, 5) needs.
+EPOCHS = AutoTuner.max_batches_to_settle(threads_per_rank(1), 5) // 12 + 2
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +60,10 @@ def test_climbs_while_faster_and_keeps_the_fewest_threads_near_the_best() -> Non
     bound = AutoTuner.max_batches_to_settle(8, 16)
     seen = drive(tuner, speeds, bound)
     assert tuner.state == "settled" and tuner.threads == 4
-    assert tuner.settled_after == 4 * (WARMUP_BATCHES + MEASURE_BATCHES) <= bound
+    # One block at 1, then three blocks per comparison (2 v 1, 4 v 2, 8 v 4).
+    assert tuner.settled_after == (1 + 3 * 3) * (WARMUP_BATCHES + MEASURE_BATCHES) <= bound
     assert max(t for t, _ in seen) <= 8 and set(tuner.measured) == {1, 2, 4, 8}
+    assert [t for t, _ in seen[:16]] == [1] * 4 + [2] * 4 + [1] * 4 + [2] * 4  # interleaved
     assert seen[-1] == (4, 2)  # the prefetch was fixed: it never changed
 
 

@@ -46,6 +46,9 @@ def test_decode_bound_advice_depends_on_the_machine() -> None:
     tips = " ".join(verdict.advice)
     assert "raise num_threads from 1 to 2" in tips
     assert "about 38 images per batch" in tips  # 60 ms / (100 ms / 64 images)
+    assert "--max-side" not in tips  # 500x375 stored: a 448 side would save little
+    copy_heavy = diagnose(stage_stats(copy_ms=40.0), BUSY_2, step_ms=60)
+    assert any("copy/normalize also takes 40.0 ms" in tip for tip in copy_heavy.advice)
     busy = diagnose(stage_stats(source_pixels=2000 * 1500), {**BUSY_2, "cuda": True}, 60)
     tips = " ".join(busy.advice)
     assert "CPU is the limit" in tips and "packdata --max-side 448" in tips

@@ -1,11 +1,12 @@
 """Online tuning of a loader's decode threads and prefetch depth during its first batches.
 
-Threads: a hill-climb over 1, 2, 4, ... up to the cores this process may use. Each setting
-gets one warm-up batch, then MEASURE_BATCHES batches whose producer time per image (read +
-plan + decode, the producer's own work) is compared by median. The climb stops at the first
-setting that is not GAIN faster than the best so far, at the core count, or as soon as the
-producer needs less than ENOUGH of the training step's time (more threads would only take
-cores from the training loop). The fewest threads among the best is kept.
+Threads: a hill-climb over 1, 2, 4, ... up to the cores this process may use. The best so
+far and the next rung are compared in interleaved blocks (best, next, best, next), each block
+one warm-up batch then MEASURE_BATCHES measured ones; the measure is the producer's time per
+image (read + plan + decode: its own work, under whatever load the consumer adds), compared
+by median. The next rung wins only when GAIN faster. The climb stops when the next rung
+loses, at the core count, or as soon as the producer needs less than ENOUGH of the training
+step's time (more threads would only take cores from the training loop).
 
 Prefetch: after threads settle, windows of PREFETCH_WINDOW consumed batches are watched. When
 the consumer waited for batches while the producer also sat blocked on a full ring (its output
@@ -79,7 +80,11 @@ class AutoTuner:
         self.threads = self._ladder[0] if threads is None else threads
         self.prefetch = min(2, max_prefetch) if prefetch is None else prefetch
         self.measured: dict[int, float] = {}  # threads -> median producer seconds per image
-        self._samples: list[float] = []
+        self._samples: dict[int, list[float]] = {}  # per image, in the running comparison
+        self._best = self.threads
+        self._rival: int | None = None
+        self._schedule: list[int] = []  # thread counts of the comparison's next blocks
+        self._in_block = 0
         self._skip = WARMUP_BATCHES
         self._steps: list[float] = []  # consumer's own time per batch (its training step)
         self._window = {"wait": 0.0, "step": 0.0, "slot_wait": 0.0, "busy": 0.0, "batches": 0}
@@ -99,7 +104,8 @@ class AutoTuner:
     @staticmethod
     def max_batches_to_settle(max_threads: int, max_prefetch: int) -> int:
         """An upper bound on the produced batches a tuner needs to settle (for tests, docs)."""
-        thread_batches = len(thread_ladder(max_threads)) * (WARMUP_BATCHES + MEASURE_BATCHES)
+        blocks = 1 + 3 * (len(thread_ladder(max_threads)) - 1)
+        thread_batches = blocks * (WARMUP_BATCHES + MEASURE_BATCHES)
         doublings = max(max_prefetch, 1).bit_length()
         # + the ring's depth: consumed windows lag produced batches by at most the prefetch.
         return thread_batches + (doublings + 1) * PREFETCH_WINDOW + max_prefetch + 1
@@ -117,31 +123,42 @@ class AutoTuner:
             if self._skip > 0:
                 self._skip -= 1
                 return
-            self._samples.append(busy_s / images)
-            if len(self._samples) >= MEASURE_BATCHES:
+            self._samples.setdefault(self.threads, []).append(busy_s / images)
+            self._in_block += 1
+            if self._in_block < MEASURE_BATCHES:
+                return
+            self._in_block = 0
+            if self._schedule:
+                self._switch(self._schedule.pop(0))
+            else:
                 self._decide_threads(images)
 
-    def _decide_threads(self, images: int) -> None:
-        per_image = statistics.median(self._samples)
-        self.measured[self.threads] = per_image
-        self._samples = []
-        best = min(self.measured, key=lambda t: (self.measured[t], t))
-        step = statistics.median(self._steps[-MEASURE_BATCHES:]) if self._steps else 0.0
-        keeps_up = step > 0 and per_image * images < ENOUGH * step
-        at_top = self.threads >= self._ladder[-1]
-        improved = best == self.threads and (
-            len(self.measured) == 1
-            or per_image * GAIN <= min(v for t, v in self.measured.items() if t != self.threads)
-        )
-        if improved and not keeps_up and not at_top:
-            self.threads = self._ladder[self._ladder.index(self.threads) + 1]
+    def _switch(self, threads: int) -> None:
+        if threads != self.threads:
             self._skip = WARMUP_BATCHES
+        self.threads = threads
+
+    def _decide_threads(self, images: int) -> None:
+        """End of a comparison: keep the winner, then climb one rung or settle."""
+        medians = {t: statistics.median(v) for t, v in self._samples.items()}
+        self.measured.update(medians)
+        rival = self._rival
+        if rival is not None and medians[rival] * GAIN <= medians[self._best]:
+            self._best = rival
+        best = self._best
+        step = statistics.median(self._steps[-2 * MEASURE_BATCHES:]) if self._steps else 0.0
+        keeps_up = step > 0 and medians[best] * images < ENOUGH * step
+        rival_lost = rival is not None and best != rival
+        if rival_lost or keeps_up or best >= self._ladder[-1]:
+            self._switch(best)
+            self._end_phase()
             return
-        # Keep the fewest threads within GAIN of the fastest: cores left to the training loop.
-        fastest = self.measured[best]
-        if not keeps_up:  # when it keeps up, the current (fewest such) threads stay
-            self.threads = min(t for t, v in self.measured.items() if v <= fastest * GAIN)
-        self._end_phase()
+        # Next comparison, interleaved in time (best, rival, best, rival) so that load from
+        # other processes, which drifts over seconds, falls on both settings alike.
+        self._rival = self._ladder[self._ladder.index(best) + 1]
+        self._samples = {best: self._samples[best][-MEASURE_BATCHES:]}
+        self._schedule = [best, self._rival]
+        self._switch(self._rival)
 
     # -- consumer side ----------------------------------------------------------------------
 

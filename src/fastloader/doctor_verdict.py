@@ -23,7 +23,8 @@ from typing import Any
 STARVING_WAIT = 0.05  # the step waits > 5% of its wall time for batches: the loader starves it
 IDLE_CORE_PERCENT = 50.0  # a core under this was mostly idle during the run
 BUSY_MEAN_PERCENT = 85.0  # all cores above this on average: the CPU itself is the limit
-LARGE_SOURCE = 4.0  # stored images above 4x the output's pixels: decode pays for unused pixels
+MAX_SIDE_KEEPS = 0.7  # advise --max-side when it would leave under 70% of the stored pixels
+COPY_SHARE = 0.25  # copy/normalize above 25% of the loader's time per batch is worth a tip
 BURSTY_RATIO = 3.0  # p90 wait above 3x the median: waits come in bursts
 
 
@@ -116,11 +117,13 @@ def _decode_advice(stats: Mapping[str, Any], machine: Mapping[str, Any]) -> list
     advice = _cpu_advice(stats, machine)
     source = float(stats.get("source_pixels", 0.0))
     output = float(stats.get("output_pixels", 0.0))
-    if output > 0 and source > LARGE_SOURCE * output:
-        side = 2 * round(math.sqrt(output))
+    side = 2 * round(math.sqrt(output))  # twice the output side keeps crops sharp
+    long_side = math.sqrt(source * 4 / 3)  # a 4:3 image's longer side
+    keeps = (side / long_side) ** 2 if long_side > 0 else 1.0
+    if output > 0 and keeps < MAX_SIDE_KEEPS:
         advice.append(f"stored images average {source / 1e6:.2f} MP for a "
                       f"{output / 1e6:.3f} MP output: repack with `packdata --max-side "
-                      f"{side}` (decode time grows with the stored pixels)")
+                      f"{side}` to decode about {100 * (1 - keeps):.0f}% fewer pixels")
     if machine.get("cuda"):
         advice.append("this box has a GPU: backend='dali' decodes on it (nvJPEG)"
                       + ("" if machine.get("dali") else "; pip install nvidia-dali-cuda120"))
@@ -153,13 +156,18 @@ def _stage_advice(bottleneck: str, stats: Mapping[str, Any],
     return []
 
 
-def _general_advice(stats: Mapping[str, Any], step_ms: float | None,
-                    loader_ms: float) -> list[str]:
+def _general_advice(stats: Mapping[str, Any], step_ms: float | None, loader_ms: float,
+                    skip: str) -> list[str]:
     advice = []
     median, p90 = float(stats.get("wait_ms_median", 0.0)), float(stats.get("wait_ms_p90", 0.0))
     if p90 > BURSTY_RATIO * max(median, 1.0) and float(stats.get("wait_fraction", 0.0)) > 0.01:
         advice.append(f"waits are bursty (p90 {p90:.1f} ms vs median {median:.1f} ms): a "
                       f"deeper prefetch (now {stats.get('prefetch', '?')}, or 'auto') smooths them")
+    copy = float(stats.get("copy_ms", 0.0))
+    if loader_ms > 0 and copy > COPY_SHARE * loader_ms and "copy" not in skip:
+        advice.append(f"copy/normalize also takes {copy:.1f} ms per batch on the consumer "
+                      "thread, competing with decoding for the CPU: device='cuda' moves it "
+                      "to the GPU; normalize=None hands out uint8")
     batch = int(stats.get("batch_size", 0))
     if step_ms and batch and loader_ms > step_ms:
         fits = int(step_ms / (loader_ms / batch))
@@ -178,7 +186,7 @@ def diagnose(stats: Mapping[str, Any], machine: Mapping[str, Any],
     advice: list[str] = []
     if bottleneck not in ("none", "step"):
         advice = _stage_advice(bottleneck, stats, machine)
-        advice += _general_advice(stats, step_ms, loader_ms)
+        advice += _general_advice(stats, step_ms, loader_ms, skip=bottleneck)
     elif bottleneck == "step":
         advice = ["the producer waited on a full ring most of the time: speed up the "
                   "training step itself; fewer loader threads would leave it more cores"]
