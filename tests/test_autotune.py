@@ -31,11 +31,12 @@ def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def drive(tuner: AutoTuner, per_image_s: dict[int, float], batches: int,
-          step_s: float = 0.0, images: int = 8, slot_wait_s: float = 0.0,
+          step_s: float = 0.0, sizes: tuple[int, ...] = (8,), slot_wait_s: float = 0.0,
           wait_s: float = 0.0) -> list[tuple[int, int]]:
     """Feed a tuner a synthetic machine where `threads` decode at per_image_s[threads]."""
     seen = []
-    for _ in range(batches):
+    for b in range(batches):
+        images = sizes[b % len(sizes)]
         setting = tuner.setting()
         seen.append((setting.threads, setting.prefetch))
         tuner.record_produce(per_image_s[setting.threads] * images, slot_wait_s, images)
@@ -78,6 +79,11 @@ def test_stops_when_the_loader_already_keeps_up_with_the_step() -> None:
     tuner = AutoTuner(None, 8, 2, 16)
     drive(tuner, {1: 1e-3, 2: 0.5e-3, 4: 0.25e-3, 8: 0.2e-3}, 10, step_s=0.05)
     assert tuner.state == "settled" and tuner.threads == 1
+    # 8 ms per batch of 8 against a 10 ms step: not enough headroom, so it climbs; a short
+    # last batch of an epoch (1 image) must not make the loader look fast.
+    short_last = AutoTuner(None, 2, 2, 16)
+    drive(short_last, {1: 1e-3, 2: 0.5e-3}, 20, step_s=0.01, sizes=(8, 8, 8, 1))
+    assert short_last.threads == 2 and set(short_last.measured) == {1, 2}
 
 
 def test_prefetch_doubles_on_bursty_waits_within_its_cap_then_settles() -> None:

@@ -85,6 +85,7 @@ class AutoTuner:
         self._rival: int | None = None
         self._schedule: list[int] = []  # thread counts of the comparison's next blocks
         self._in_block = 0
+        self._batch_images = 0
         self._skip = WARMUP_BATCHES
         self._steps: list[float] = []  # consumer's own time per batch (its training step)
         self._window = {"wait": 0.0, "step": 0.0, "slot_wait": 0.0, "busy": 0.0, "batches": 0}
@@ -124,6 +125,7 @@ class AutoTuner:
                 self._skip -= 1
                 return
             self._samples.setdefault(self.threads, []).append(busy_s / images)
+            self._batch_images = max(self._batch_images, images)  # an epoch's last is short
             self._in_block += 1
             if self._in_block < MEASURE_BATCHES:
                 return
@@ -131,14 +133,14 @@ class AutoTuner:
             if self._schedule:
                 self._switch(self._schedule.pop(0))
             else:
-                self._decide_threads(images)
+                self._decide_threads()
 
     def _switch(self, threads: int) -> None:
         if threads != self.threads:
             self._skip = WARMUP_BATCHES
         self.threads = threads
 
-    def _decide_threads(self, images: int) -> None:
+    def _decide_threads(self) -> None:
         """End of a comparison: keep the winner, then climb one rung or settle."""
         medians = {t: statistics.median(v) for t, v in self._samples.items()}
         self.measured.update(medians)
@@ -147,7 +149,7 @@ class AutoTuner:
             self._best = rival
         best = self._best
         step = statistics.median(self._steps[-2 * MEASURE_BATCHES:]) if self._steps else 0.0
-        keeps_up = step > 0 and medians[best] * images < ENOUGH * step
+        keeps_up = step > 0 and medians[best] * self._batch_images < ENOUGH * step
         rival_lost = rival is not None and best != rival
         if rival_lost or keeps_up or best >= self._ladder[-1]:
             self._switch(best)
