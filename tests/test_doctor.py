@@ -82,6 +82,14 @@ def test_starving_simulated_step_and_bursty_waits() -> None:
     verdict = diagnose(stats, IDLE_2, step_ms=100)
     assert verdict.feeds is False and "STARVES" in verdict.headline
     assert any("bursty" in tip and "prefetch" in tip for tip in verdict.advice)
+    # The producer was busy 40 of 150 ms, the step still waited 25 ms a batch: bursts.
+    bursts = diagnose({**stats, "decode_ms": 34.0, "wait_ms": 25.0, "copy_ms": 5.0,
+                       "batches_per_pass": 4}, IDLE_2, step_ms=100)
+    assert bursts.bottleneck == "prefetch" and "busy only 27%" in bursts.advice[0]
+    assert any("only 4 batches" in tip for tip in bursts.advice)
+    copying = diagnose({**stats, "decode_ms": 34.0, "wait_ms": 5.0, "copy_ms": 25.0},
+                       IDLE_2, step_ms=100)
+    assert copying.bottleneck == "copy"
     no_step = diagnose(stage_stats(), IDLE_2, step_ms=None)
     assert no_step.feeds is None and "--step-ms" in no_step.headline
     plain = diagnose({"batches": 9, "batch_size": 8, "batch_ms": 50.0, "wait_fraction": 1.0},

@@ -76,7 +76,7 @@ def _stage_stats(loader: FastLoader, grown: dict[str, float], wall_s: float) -> 
                   for name in ("read", "plan", "decode", "slot_wait", "copy", "wait")})
     stats["slot_wait_fraction"] = stats["slot_wait_share"]
     now = loader.stats()
-    stats.update(num_threads=now.num_threads, prefetch=now.prefetch,
+    stats.update(batches_per_pass=len(loader), num_threads=now.num_threads, prefetch=now.prefetch,
                  autotune_state=now.autotune_state, ring_bytes=now.ring_bytes,
                  pinned=now.pinned, backend=now.backend,
                  source_pixels=float((shapes[:, 0] * shapes[:, 1]).mean()) if len(shapes) else 0.0,

@@ -8,7 +8,9 @@ DataLoader has none):
     simulated_step_ms (time.sleep per batch standing in for a training step; 0 when none),
     wait_ms_median, wait_ms_p90 (one next() call), wait_fraction (of the consumer's wall),
     read_ms, plan_ms, decode_ms (producer thread), copy_ms (consumer thread: H2D + normalize),
+    wait_ms (consumer's mean wait for a batch, from the loader's counters),
     slot_wait_fraction (share of the producer's wall blocked on a full ring),
+    batches_per_pass (a short pass restarts the producer often),
     num_threads, prefetch, source_pixels (mean h*w of stored images), output_pixels.
 machine: cores, cpu_percent (list, one per core, over the run), cuda (bool), dali (bool).
 """
@@ -24,6 +26,8 @@ STARVING_WAIT = 0.05  # the step waits > 5% of its wall time for batches: the lo
 IDLE_CORE_PERCENT = 50.0  # a core under this was mostly idle during the run
 BUSY_MEAN_PERCENT = 85.0  # all cores above this on average: the CPU itself is the limit
 MAX_SIDE_KEEPS = 0.7  # advise --max-side when it would leave under 70% of the stored pixels
+SPARE_PRODUCER = 0.8  # a producer busy under 80% of the batch time could have run further ahead
+SHORT_PASS = 20  # passes of fewer batches restart the producer often: each first batch waits
 COPY_SHARE = 0.25  # copy/normalize above 25% of the loader's time per batch is worth a tip
 BURSTY_RATIO = 3.0  # p90 wait above 3x the median: waits come in bursts
 
@@ -70,8 +74,14 @@ def _bottleneck(stats: Mapping[str, Any], feeds: bool | None) -> str:
     if not stages:
         return "loader"
     producer = sum(stages.get(name, 0.0) for name in ("read", "plan", "decode"))
-    if stages.get("copy", 0.0) > producer:
+    copy = stages.get("copy", 0.0)
+    if copy > producer:
         return "copy"
+    if float(stats.get("simulated_step_ms", 0.0)) > 0 and "wait_ms" in stats:
+        if copy >= float(stats["wait_ms"]):
+            return "copy"  # the step lost more time converting batches than waiting for them
+        if producer < SPARE_PRODUCER * float(stats["batch_ms"]):
+            return "prefetch"  # the producer had time to spare, yet the step waited: bursts
     return max(("read", "plan", "decode"), key=lambda name: stages.get(name, 0.0))
 
 
@@ -89,8 +99,8 @@ def _headline(verdict_feeds: bool | None, bottleneck: str, loader_ms: float,
                 f"steps/s); bottleneck: {bottleneck}. Pass --step-ms to check your step")
     waited = float(stats.get("wait_fraction", 0.0)) * 100.0
     if stats.get("simulated_step_ms", 0.0) > 0:
-        return (f"the loader STARVES the step: it waited {waited:.0f}% of the time for "
-                f"batches; bottleneck: {bottleneck}")
+        return (f"the loader STARVES the step: next() took {waited:.0f}% of the time; "
+                f"bottleneck: {bottleneck}")
     return (f"the loader CANNOT feed a {step_ms:.0f} ms step: it needs {loader_ms:.1f} ms "
             f"per batch; bottleneck: {bottleneck}")
 
@@ -145,6 +155,11 @@ def _stage_advice(bottleneck: str, stats: Mapping[str, Any],
         return [f"copy/normalize on the consumer takes {stages['copy']:.1f} ms per batch: "
                 "run it on the GPU (device='cuda'), or take uint8 (normalize=None) and "
                 "normalize inside the model"]
+    if bottleneck == "prefetch":
+        return [f"the producer was busy only {100 * _producer_share(stats):.0f}% of the time "
+                f"yet the step waited (median {stats.get('wait_ms_median', 0.0):.1f} ms, p90 "
+                f"{stats.get('wait_ms_p90', 0.0):.1f} ms): waits come in bursts; raise "
+                f"prefetch (now {stats.get('prefetch', '?')}) or pass prefetch='auto'"]
     if bottleneck == "loader":
         advice = ["a plain DataLoader gives no stage counters: try FastLoader over a packed "
                   "dataset (`packdata images/ out.lmdb`), then `fastloader doctor out.lmdb`"]
@@ -156,13 +171,24 @@ def _stage_advice(bottleneck: str, stats: Mapping[str, Any],
     return []
 
 
+def _producer_share(stats: Mapping[str, Any]) -> float:
+    producer = sum(float(stats.get(f"{name}_ms", 0.0)) for name in ("read", "plan", "decode"))
+    return producer / float(stats["batch_ms"]) if float(stats["batch_ms"]) > 0 else 0.0
+
+
 def _general_advice(stats: Mapping[str, Any], step_ms: float | None, loader_ms: float,
                     skip: str) -> list[str]:
     advice = []
     median, p90 = float(stats.get("wait_ms_median", 0.0)), float(stats.get("wait_ms_p90", 0.0))
-    if p90 > BURSTY_RATIO * max(median, 1.0) and float(stats.get("wait_fraction", 0.0)) > 0.01:
+    bursty = p90 > BURSTY_RATIO * max(median, 1.0)
+    if bursty and skip != "prefetch" and float(stats.get("wait_fraction", 0.0)) > 0.01:
         advice.append(f"waits are bursty (p90 {p90:.1f} ms vs median {median:.1f} ms): a "
                       f"deeper prefetch (now {stats.get('prefetch', '?')}, or 'auto') smooths them")
+    per_pass = int(stats.get("batches_per_pass", SHORT_PASS))
+    if per_pass < SHORT_PASS:
+        advice.append(f"a pass has only {per_pass} batches: each pass starts the producer "
+                      "afresh and its first batch waits; on a dataset this small the numbers "
+                      "are pessimistic")
     copy = float(stats.get("copy_ms", 0.0))
     if loader_ms > 0 and copy > COPY_SHARE * loader_ms and "copy" not in skip:
         advice.append(f"copy/normalize also takes {copy:.1f} ms per batch on the consumer "
