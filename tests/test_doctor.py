@@ -161,13 +161,13 @@ def test_profile_on_a_plain_dataloader() -> None:
     assert s["batches"] == 8 and s["batch_size"] == 4
     assert s["wait_ms_median"] >= 14 and s["wait_fraction"] > 0.5
     assert report.verdict.feeds is False and "STARVES" in str(report)
-    # One worker runs ahead of an 80 ms step; next() still costs ~1-2 ms here (receiving the
+    # One worker runs ahead of a 100 ms step; next() still costs ~1-2 ms here (receiving the
     # batch from the worker process), well under the 5% of the step that counts as starving.
     fast = torch.utils.data.DataLoader(SlowSquares(0.0, 400), batch_size=8, num_workers=1)
-    relaxed = profile(fast, steps=10, step_ms=80)
-    assert relaxed.stats["batches"] == 10 and relaxed.verdict.feeds is True
+    relaxed = profile(fast, steps=8, step_ms=100)
+    assert relaxed.stats["batches"] == 8 and relaxed.verdict.feeds is True
     assert "not the bottleneck" in str(relaxed)
-    assert 60 < relaxed.stats["images_per_s"] <= 100  # at most 8 images per 80 ms step
+    assert 50 < relaxed.stats["images_per_s"] <= 80  # at most 8 images per 100 ms step
     with pytest.raises(InvalidArgumentError, match="steps"):
         profile(fast, steps=0)
 
