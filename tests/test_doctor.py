@@ -95,6 +95,10 @@ def test_starving_simulated_step_and_bursty_waits() -> None:
     plain = diagnose({"batches": 9, "batch_size": 8, "batch_ms": 50.0, "wait_fraction": 1.0},
                      IDLE_2, step_ms=20)
     assert plain.bottleneck == "loader" and "num_workers" in plain.advice[0]
+    bursty_plain = diagnose({"batches": 9, "batch_size": 8, "batch_ms": 50.0,
+                             "wait_fraction": 0.5, "wait_ms_median": 2.0, "wait_ms_p90": 50.0},
+                            BUSY_2, step_ms=20)
+    assert any("prefetch_factor" in tip for tip in bursty_plain.advice)
 
 
 def test_doctor_counters_add_up_to_wall_time(dataset_path: Path) -> None:

@@ -23,6 +23,7 @@ class Timing:
 
     waits: list[float] = field(default_factory=list)  # one next() call each
     images: int = 0
+    largest: int = 0  # the largest batch seen: the batch size (a pass's last may be short)
     wall_s: float = 0.0
     step_s: float = 0.0  # total simulated step time (time.sleep, as measured)
     warmup_s: float = 0.0
@@ -92,7 +93,9 @@ def time_batches(loader: Iterable[Any], *, steps: int | None = None,
         if batch is None:
             break
         timing.waits.append(time.perf_counter() - asked)
-        timing.images += batch_size_of(batch)
+        size = batch_size_of(batch)
+        timing.images += size
+        timing.largest = max(timing.largest, size)
         if sleep_s:
             slept = time.perf_counter()
             time.sleep(sleep_s)
@@ -110,7 +113,7 @@ def timing_stats(timing: Timing, step_ms: float | None) -> dict[str, Any]:
     batches = max(timing.batches, 1)
     return {
         "batches": timing.batches,
-        "batch_size": round(timing.images / batches),
+        "batch_size": timing.largest,
         "images": timing.images,
         "batch_ms": timing.wall_s * 1000.0 / batches,
         "simulated_step_ms": float(step_ms or 0.0),

@@ -182,8 +182,10 @@ def _general_advice(stats: Mapping[str, Any], step_ms: float | None, loader_ms: 
     median, p90 = float(stats.get("wait_ms_median", 0.0)), float(stats.get("wait_ms_p90", 0.0))
     bursty = p90 > BURSTY_RATIO * max(median, 1.0)
     if bursty and skip != "prefetch" and float(stats.get("wait_fraction", 0.0)) > 0.01:
-        advice.append(f"waits are bursty (p90 {p90:.1f} ms vs median {median:.1f} ms): a "
-                      f"deeper prefetch (now {stats.get('prefetch', '?')}, or 'auto') smooths them")
+        deeper = (f"a deeper prefetch (now {stats['prefetch']}, or 'auto')" if "prefetch" in stats
+                  else "more prefetch_factor (or num_workers)")
+        advice.append(f"waits are bursty (p90 {p90:.1f} ms vs median {median:.1f} ms): "
+                      f"{deeper} smooths them")
     per_pass = int(stats.get("batches_per_pass", SHORT_PASS))
     if per_pass < SHORT_PASS:
         advice.append(f"a pass has only {per_pass} batches: each pass starts the producer "
