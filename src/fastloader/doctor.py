@@ -134,7 +134,8 @@ def format_report(report: DoctorReport) -> str:
         f"timed {s['batches']} batches of {s['batch_size']} in {s['wall_s']:.1f} s "
         f"(after {s['warmup_s']:.1f} s warm-up): {s['images_per_s']:.1f} images/s, "
         f"{s['batch_ms']:.1f} ms/batch",
-        f"wait per batch: median {s['wait_ms_median']:.2f} ms, p90 {s['wait_ms_p90']:.2f} ms",
+        f"next() per batch (wait + copy): median {s['wait_ms_median']:.2f} ms, "
+        f"p90 {s['wait_ms_p90']:.2f} ms",
         f"settings: num_threads={s['num_threads']} prefetch={s['prefetch']} "
         f"(autotune {s['autotune_state']}), backend={s['backend']}",
         f"CPU per core ({m['cores']} usable): {cpu} (mean {mean:.0f}%)",

@@ -151,7 +151,8 @@ class ProfileReport:
         return [
             f"{s['batches']} batches of {s['batch_size']}"
             + (f" with a simulated {step:.0f} ms step" if step else " (no step simulated)"),
-            f"wait per batch: median {s['wait_ms_median']:.2f} ms, p90 {s['wait_ms_p90']:.2f} ms",
+            f"next() per batch: median {s['wait_ms_median']:.2f} ms, "
+            f"p90 {s['wait_ms_p90']:.2f} ms",
             f"throughput: {s['images_per_s']:.1f} images/s; waiting "
             f"{100 * s['wait_fraction']:.1f}% of the time",
             *self.verdict.lines(),
