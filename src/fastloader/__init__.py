@@ -4,6 +4,9 @@ Public names load lazily, so `import fastloader` (and the `packdata` CLI) does n
 torch until a name that needs it is touched.
 """
 
+# The TYPE_CHECKING imports below exist for type checkers only; __all__ is built from _EXPORTS.
+# ruff: noqa: F401
+
 from __future__ import annotations
 
 import importlib
@@ -13,16 +16,28 @@ __version__ = "0.1.0"
 
 # Public name -> module that defines it.
 _EXPORTS: dict[str, str] = {
+    "BatchDecoder": "fastloader.decode",
     "CenterCrop": "fastloader.augment",
     "CorruptRecordError": "fastloader.errors",
+    "DaliLoader": "fastloader.dali",
     "DatasetError": "fastloader.errors",
     "DatasetNotFoundError": "fastloader.errors",
     "DecodeError": "fastloader.errors",
     "FastLoader": "fastloader.loader",
     "FastloaderError": "fastloader.errors",
+    "GpuColorJitter": "fastloader.gpu_ops_pixel",
+    "GpuCompose": "fastloader.gpu_ops",
+    "GpuCutMix": "fastloader.gpu_ops_pixel",
+    "GpuMixUp": "fastloader.gpu_ops_pixel",
+    "GpuNormalize": "fastloader.gpu_ops",
+    "GpuRandomHorizontalFlip": "fastloader.gpu_ops",
+    "GpuRandomResizedCrop": "fastloader.gpu_ops",
+    "ImageHeader": "fastloader.decode_pillow",
     "InvalidArgumentError": "fastloader.errors",
+    "LoaderStats": "fastloader.stats",
     "Manifest": "fastloader.format.manifest",
     "NativeUnavailableError": "fastloader.errors",
+    "OptionalDependencyError": "fastloader.errors",
     "PackError": "fastloader.errors",
     "PackedDataset": "fastloader.format.dataset",
     "RandomHorizontalFlip": "fastloader.augment",
@@ -33,14 +48,23 @@ _EXPORTS: dict[str, str] = {
     "native_available": "fastloader._native",
     "open_dataset": "fastloader.format.dataset",
     "pack": "fastloader.pack.write",
+    "profile": "fastloader.doctor",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:  # let type checkers see the real objects
     from fastloader._native import native_available
-    from fastloader.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
-    from fastloader.decode import decode, header
+    from fastloader.augment import (
+        CenterCrop,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        Resize,
+    )
+    from fastloader.dali import DaliLoader
+    from fastloader.decode import BatchDecoder, decode, header
+    from fastloader.decode_pillow import ImageHeader
+    from fastloader.doctor import profile
     from fastloader.errors import (
         CorruptRecordError,
         DatasetError,
@@ -49,12 +73,28 @@ if TYPE_CHECKING:  # let type checkers see the real objects
         FastloaderError,
         InvalidArgumentError,
         NativeUnavailableError,
+        OptionalDependencyError,
         PackError,
     )
-    from fastloader.format.dataset import PackedDataset, open_dataset
+    from fastloader.format.dataset import (
+        PackedDataset,
+        open_dataset,
+    )
     from fastloader.format.manifest import Manifest
+    from fastloader.gpu_ops import (
+        GpuCompose,
+        GpuNormalize,
+        GpuRandomHorizontalFlip,
+        GpuRandomResizedCrop,
+    )
+    from fastloader.gpu_ops_pixel import (
+        GpuColorJitter,
+        GpuCutMix,
+        GpuMixUp,
+    )
     from fastloader.loader import FastLoader
     from fastloader.pack.write import pack
+    from fastloader.stats import LoaderStats
 
 
 def __getattr__(name: str) -> Any:

@@ -6,7 +6,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -14,16 +14,21 @@ import torch
 from fastloader.augment import check_transforms, output_size
 from fastloader.autotune import AUTO, make_tuner
 from fastloader.decode import BatchDecoder
-from fastloader.device import DeviceStep, resolve_device
+from fastloader.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
 from fastloader.dropin import DropInLoader
 from fastloader.errors import FastloaderError, invalid_argument, invalid_type
 from fastloader.format.dataset import PackedDataset, open_dataset
+from fastloader.gpu_ops import GpuCompose, GpuNormalize, gpu_rng
 from fastloader.memory import BatchRing
 from fastloader.pipeline import EpochPlan, Producer
 from fastloader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
 from fastloader.stats import Counters, LoaderStats
 
+if TYPE_CHECKING:
+    from fastloader.dali import DaliLoader
+
 _STATE_VERSION = 1
+_BACKENDS = ("auto", "native", "pillow", "dali")
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -38,6 +43,13 @@ def _flag(name: str, value: object) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise invalid_type(name, value, "True or False")
     return bool(value)
+
+
+def _dali_loader(data: Any, **options: Any) -> Any:
+    """backend="dali": the DALI pipeline behind FastLoader's face (imported only when asked)."""
+    from fastloader.dali import DaliLoader
+
+    return DaliLoader(data, **options)
 
 
 class FastLoader:
@@ -60,6 +72,11 @@ class FastLoader:
     keeps the choice for the rest of the run; an int fixes it, None means all those cores.
     `prefetch="auto"` likewise deepens the ring while the consumer waits on a bursty producer,
     never beyond `memory_budget` bytes of ring (512 MiB by default). stats() shows the choice.
+
+    `backend`: "auto" (native decode, Pillow when the extension is missing), "native" (demand
+    the extension), "pillow", or "dali" (fastloader.dali.DaliLoader: DALI decodes, with nvJPEG
+    on a GPU; needs `pip install "fastloader[dali]"`). `gpu_transforms`: fastloader.gpu_ops
+    transforms applied batched on `device` after the copy, on uint8 pixels, before normalize.
 
     Each pass follows `sampler.epoch`; a pass that runs to its end advances the epoch by one
     (reshuffling like DataLoader(shuffle=True)); set_epoch(e) chooses it explicitly.
@@ -84,12 +101,13 @@ class FastLoader:
         on_error: str = "raise",
         backend: str = "auto",
         memory_budget: int | None = None,
+        gpu_transforms: Any = None,
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
-        self._dropin: DropInLoader | None = None
+        self._delegate: DropInLoader | DaliLoader | None = None
         if isinstance(data, torch.utils.data.Dataset) and not isinstance(data, PackedDataset):
-            self._dropin = DropInLoader(
+            self._delegate = DropInLoader(
                 data, batch_size=batch_size, shuffle=shuffle, seed=seed, device=device,
                 drop_last=drop_last, rank=rank, world_size=world_size,
                 packed_only={"transforms": transforms, "normalize": normalize, "dtype": dtype,
@@ -98,7 +116,7 @@ class FastLoader:
                              "prefetch": prefetch if prefetch != 2 else None},
                 **dataloader_kwargs,
             )
-            self.sampler = self._dropin.sampler
+            self.sampler = self._delegate.sampler
             self._closed = False
             if memory_budget is not None:
                 raise invalid_argument("memory_budget", memory_budget, "applies to packed "
@@ -109,9 +127,34 @@ class FastLoader:
             raise invalid_argument(
                 name, dataloader_kwargs[name], "is a DataLoader argument the packed path does "
                 "not take", "Drop it; use num_threads= for parallelism and prefetch= for depth.")
+        if backend not in _BACKENDS:
+            raise invalid_argument("backend", backend, f"must be one of {_BACKENDS}",
+                                   "Use 'auto' (native decode, Pillow without the extension) "
+                                   "or 'dali' for the NVIDIA DALI pipeline.")
+        if backend == "dali":
+            self._delegate = _dali_loader(
+                data, batch_size=batch_size, shuffle=shuffle, seed=seed, transforms=transforms,
+                normalize=normalize, dtype=dtype, device=device,
+                num_threads=None if num_threads == AUTO else num_threads,
+                drop_last=drop_last, rank=rank, world_size=world_size, prefetch=prefetch,
+                gpu_transforms=gpu_transforms)
+            self.sampler = self._delegate.sampler
+            self._closed = False
+            return
         self._init_packed(data, batch_size, shuffle, seed, transforms, normalize, dtype, device,
                           drop_last, rank, world_size, on_error, backend)
+        self._init_gpu_ops(gpu_transforms, normalize, dtype)
         self._init_tuning(num_threads, prefetch, memory_budget)
+
+    def _init_gpu_ops(self, gpu_transforms: Any, normalize: Any, dtype: Any) -> None:
+        """gpu_transforms run on the device after the copy, on uint8 pixels; normalize last."""
+        ops = list(gpu_transforms or [])
+        if ops and normalize is not None:
+            mean, std = normalize_constants(normalize)  # type: ignore[misc]
+            ops.append(GpuNormalize(tuple(mean / 255.0), tuple(std / 255.0),
+                                    dtype=resolve_dtype(dtype, True)))
+            self._step = DeviceStep(self.device, None, torch.uint8)
+        self._gpu_ops = GpuCompose(ops) if ops else None
 
     def _init_packed(self, data: Any, batch_size: int, shuffle: bool, seed: int,
                      transforms: Any, normalize: Any, dtype: Any, device: Any,
@@ -171,8 +214,8 @@ class FastLoader:
     def __iter__(self) -> Iterator[Any]:
         if self._closed:
             raise FastloaderError("this FastLoader was closed; create a new one to iterate")
-        if self._dropin is not None:
-            return iter(self._dropin)
+        if self._delegate is not None:
+            return iter(self._delegate)
         self._stop_active()  # one pass at a time: a new iter() ends the previous one
         if self._ring is None:
             height, width = self.image_size
@@ -213,6 +256,9 @@ class FastLoader:
                 images, labels, event = self._step(ring.view(item.slot, item.count)[0],
                                                    item.labels)
                 ring.release(item.slot, event)
+                if self._gpu_ops is not None:
+                    images, labels = self._gpu_ops(images, labels, gpu_rng(
+                        epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank))
                 self._counters.add_time("copy", time.perf_counter() - start_copy)
                 self._counters.add_batch(item.count)
                 self._batches_done = item.index + 1
@@ -233,14 +279,14 @@ class FastLoader:
                 self._ring.reset()
 
     def __len__(self) -> int:
-        if self._dropin is not None:
-            return len(self._dropin)
+        if self._delegate is not None:
+            return len(self._delegate)
         return self.sampler.num_batches(self.batch_size, self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
-        if self._dropin is not None:
-            self._dropin.set_epoch(epoch)
+        if self._delegate is not None:
+            self._delegate.set_epoch(epoch)
             return
         if epoch != self.sampler.epoch:
             self._resume_batch = 0
@@ -250,8 +296,8 @@ class FastLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: epoch and batches consumed, plus what must match on load."""
-        if self._dropin is not None:
-            return self._dropin.state_dict()
+        if self._delegate is not None:
+            return self._delegate.state_dict()
         done = self._batches_done if self._active is not None else self._resume_batch
         return {"version": _STATE_VERSION, "epoch": self.sampler.epoch, "batches_done": done,
                 "seed": self.sampler.seed, "num_samples": self.sampler.n,
@@ -261,8 +307,8 @@ class FastLoader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
-        if self._dropin is not None:
-            self._dropin.load_state_dict(state)
+        if self._delegate is not None:
+            self._delegate.load_state_dict(state)
             return
         if not isinstance(state, dict):
             raise invalid_type("state", state, "a dict from FastLoader.state_dict()")
@@ -285,8 +331,8 @@ class FastLoader:
 
     def stats(self) -> LoaderStats:
         """Live counters (see fastloader.stats.LoaderStats); .as_dict() for a plain dict."""
-        if self._dropin is not None:
-            return self._dropin.stats()
+        if self._delegate is not None:
+            return self._delegate.stats()
         ring = self._ring
         active = self._active
         return self._counters.snapshot(
@@ -315,8 +361,8 @@ class FastLoader:
         if self._closed:
             return
         self._closed = True
-        if self._dropin is not None:
-            self._dropin.close()
+        if self._delegate is not None:
+            self._delegate.close()
             return
         self._stop_active()
         self._decoder.close()
@@ -335,8 +381,8 @@ class FastLoader:
             self.close()
 
     def __repr__(self) -> str:
-        if self._dropin is not None:
-            return f"FastLoader(drop-in, {self._dropin!r})"
+        if self._delegate is not None:
+            return f"FastLoader(drop-in, {self._delegate!r})"
         if not hasattr(self, "sampler"):
             return "FastLoader(<not built>)"
         return (f"FastLoader({str(self.dataset.root)!r}, batch_size={self.batch_size}, "

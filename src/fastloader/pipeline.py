@@ -140,7 +140,8 @@ class Producer:
             rng = np.random.default_rng([self.plan.seed, self.plan.epoch, b, self.plan.rank])
             crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
         with Timer(self.counters, "decode"):
-            errors = self.decoder.decode_into(records, crops, flips, out)
+            errors = self.decoder.decode_into(records, crops, flips, out,
+                                              tiles=self.dataset.tile_batch(samples))
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:
                     failures[k] = DecodeError(f"{self.dataset.describe(samples[k])}: {message}")
@@ -184,7 +185,8 @@ class Producer:
                 [self.plan.seed, self.plan.epoch, b, self.plan.rank, k, attempt]
             )
             crops, flips, _ = plan(self.transforms, self.dataset.shapes[[candidate]], rng)
-            if self.decoder.decode_into([record], crops, flips, out[k : k + 1])[0] is None:
+            tiles = self.dataset.tile_batch([candidate])
+            if self.decoder.decode_into([record], crops, flips, out[k : k + 1], tiles)[0] is None:
                 return candidate
         raise DecodeError(
             f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
