@@ -42,7 +42,7 @@ def test_dropin_matches_a_seeded_dataloader() -> None:
 
 def test_dropin_defaults_and_worker_shutdown() -> None:
     loader = FastLoader(Squares(), batch_size=5, num_workers=1, device="cpu")
-    inner = loader._dropin.loader  # type: ignore[union-attr]
+    inner = loader._delegate.loader  # type: ignore[union-attr]
     assert inner.persistent_workers and inner.prefetch_factor == 4
     assert inner.pin_memory is False  # the target is the CPU: pinning would only cost
     for _ in range(2):
