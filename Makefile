@@ -43,5 +43,10 @@ lint: install
 demo: install
 	$(PY) benchmarks/demo.py
 
+# The full comparison on a 1000-image ImageNet-like tree (several minutes); see BENCHMARKS.md.
+bench: install
+	$(PY) benchmarks/bench_loader.py --repeats 5
+	$(PY) benchmarks/plot.py benchmarks/results/loader.jsonl
+
 clean:
 	rm -rf build $(VENV) .pytest_cache .mypy_cache .ruff_cache demo_data
