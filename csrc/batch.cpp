@@ -132,7 +132,7 @@ void BatchDecoder::close() {
 void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *crops, const bool *flips,
                           uint8_t *out, int height, int width, const DecodeOptions &options,
                           std::vector<std::string> &errors, std::vector<size_t> &skipped,
-                          const TileRef *tiles) {
+                          const TileRef *tiles, const PlanarOutput *planar) {
     std::lock_guard<std::mutex> lock(mutex_);
     const size_t n = records.size();
     const size_t slot_bytes = static_cast<size_t>(height) * width * 3;
@@ -156,6 +156,7 @@ void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *cro
             errors[k] = std::string("decode failed: ") + exc.what();
         }
         if (!errors[k].empty()) std::memset(dst, 0, slot_bytes);
+        if (planar != nullptr) write_planar(dst, static_cast<size_t>(height) * width, k, *planar);
     };
     pool_.run(n, task);
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "jpeg.h"
+#include "normalize.h"
 
 namespace fl {
 
@@ -75,10 +76,12 @@ public:
     // Records that are not JPEG are left untouched and listed in skipped (for Pillow).
     // tiles (nullptr: none tiled) gives each record's restart-tile table: a tiled record with
     // a crop is decoded from a JPEG spliced from only the segments the crop needs.
+    // planar (nullptr or no data: none) also gets each decoded sample as CHW planes, converted
+    // by the same thread right after its resize (skipped records are left to the caller).
     void decode(const std::vector<Record> &records, const int32_t *crops, const bool *flips,
                 uint8_t *out, int height, int width, const DecodeOptions &options,
                 std::vector<std::string> &errors, std::vector<size_t> &skipped,
-                const TileRef *tiles = nullptr);
+                const TileRef *tiles = nullptr, const PlanarOutput *planar = nullptr);
 
 private:
     std::string decode_one(const Record &record, const CropBox &crop, const OutputSlot &target,

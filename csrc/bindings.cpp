@@ -61,6 +61,8 @@ using Flips = nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu
 using TileHeaders = nb::ndarray<const int64_t, nb::shape<-1, 9>, nb::c_contig, nb::device::cpu>;
 using TileOffsets = nb::ndarray<const uint32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using TileSpans = nb::ndarray<const uint64_t, nb::shape<-1, 2>, nb::c_contig, nb::device::cpu>;
+using Planar = nb::ndarray<nb::ndim<4>, nb::c_contig, nb::device::cpu>;
+using Affine = std::tuple<float, float, float>;
 
 nb::tuple header(nb::handle data) {
     BufferView view = require_buffer(data, "data");
@@ -117,13 +119,40 @@ std::vector<fl::TileRef> tile_refs(const std::optional<TileHeaders> &headers,
     return refs;
 }
 
+// The planar (N, 3, H, W) float32 or uint8 output matching out (N, H, W, 3), with its affine
+// constants (float32 only; default x * 1 + 0).
+fl::PlanarOutput planar_output(const std::optional<Planar> &planar, const Batch &out,
+                               const std::optional<Affine> &scale, const std::optional<Affine> &shift) {
+    fl::PlanarOutput result;
+    if (!planar) {
+        if (scale || shift) throw nb::value_error("scale and shift need a planar output");
+        return result;
+    }
+    if (planar->shape(0) != out.shape(0) || planar->shape(1) != 3 || planar->shape(2) != out.shape(1) ||
+        planar->shape(3) != out.shape(2))
+        throw nb::value_error("planar must have shape (N, 3, H, W) for out of shape (N, H, W, 3)");
+    result.is_float = planar->dtype() == nb::dtype<float>();
+    if (!result.is_float && planar->dtype() != nb::dtype<uint8_t>())
+        throw nb::type_error("planar must be float32 or uint8");
+    if (!result.is_float && (scale || shift)) throw nb::value_error("scale and shift apply to float32 planar only");
+    for (int c = 0; c < 3; ++c) {
+        if (scale) result.scale[c] = c == 0 ? std::get<0>(*scale) : c == 1 ? std::get<1>(*scale) : std::get<2>(*scale);
+        if (shift) result.shift[c] = c == 0 ? std::get<0>(*shift) : c == 1 ? std::get<1>(*shift) : std::get<2>(*shift);
+    }
+    result.data = planar->data();
+    return result;
+}
+
 nb::tuple batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops crops, Flips flips,
                             Batch out, bool dct_scaling, std::optional<TileHeaders> tile_headers,
-                            std::optional<TileOffsets> tile_offsets, std::optional<TileSpans> tile_spans) {
+                            std::optional<TileOffsets> tile_offsets, std::optional<TileSpans> tile_spans,
+                            std::optional<Planar> planar, std::optional<Affine> scale,
+                            std::optional<Affine> shift) {
     const size_t n = nb::len(records);
     if (crops.shape(0) != n || flips.shape(0) != n || out.shape(0) != n || out.shape(3) != 3)
         throw nb::value_error("records, crops (N, 4), flips (N,) and out (N, H, W, 3) disagree on N");
     const std::vector<fl::TileRef> tiles = tile_refs(tile_headers, tile_offsets, tile_spans, n);
+    const fl::PlanarOutput planar_out = planar_output(planar, out, scale, shift);
     std::vector<BufferView> views;
     views.reserve(n);
     std::vector<fl::Record> recs(n);
@@ -139,7 +168,7 @@ nb::tuple batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops 
         nb::gil_scoped_release release;
         self.decode(recs, crops.data(), flips.data(), out.data(), static_cast<int>(out.shape(1)),
                     static_cast<int>(out.shape(2)), options, errors, skipped,
-                    tiles.empty() ? nullptr : tiles.data());
+                    tiles.empty() ? nullptr : tiles.data(), &planar_out);
     }
     nb::list error_list, skipped_list;
     for (size_t k = 0; k < n; ++k) {
@@ -176,8 +205,12 @@ NB_MODULE(_core, m) {
         .def("decode_into", &batch_decode_into, nb::arg("records"), nb::arg("crops"), nb::arg("flips"),
              nb::arg("out"), nb::arg("dct_scaling") = true, nb::arg("tile_headers").none() = nb::none(),
              nb::arg("tile_offsets").none() = nb::none(), nb::arg("tile_spans").none() = nb::none(),
+             nb::arg("planar").none() = nb::none(), nb::arg("scale").none() = nb::none(),
+             nb::arg("shift").none() = nb::none(),
              "Decode a batch with the GIL released; returns (errors, non_jpeg_indices). "
              "tile_headers (N, 9) int64, tile_offsets uint32 and tile_spans (N, 2) uint64 give "
-             "restart-tile tables (all-zero header row: untiled).");
+             "restart-tile tables (all-zero header row: untiled). planar (N, 3, H, W) float32 "
+             "also receives each decoded JPEG sample as x * scale[c] + shift[c] (uint8: as is); "
+             "non-JPEG samples are left to the caller.");
     register_tiles(m);
 }

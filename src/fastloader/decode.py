@@ -10,7 +10,13 @@ from typing import Any
 import numpy as np
 
 from fastloader import _native
-from fastloader.decode_pillow import ImageHeader, decode_pillow, header_pillow, is_jpeg
+from fastloader.decode_pillow import (
+    ImageHeader,
+    decode_pillow,
+    header_pillow,
+    is_jpeg,
+    to_planar,
+)
 from fastloader.errors import (
     DecodeError,
     FastloaderError,
@@ -251,7 +257,16 @@ class BatchDecoder:
         self.close()
 
     def decode_into(
-        self, records: Sequence[Any], crops: Any, flips: Any, out: Any, tiles: Any = None
+        self,
+        records: Sequence[Any],
+        crops: Any,
+        flips: Any,
+        out: Any,
+        tiles: Any = None,
+        *,
+        planar: Any = None,
+        scale: Any = None,
+        shift: Any = None,
     ) -> list[str | None]:
         """Decode records[k] cropped to crops[k], resized to out's H x W, mirrored if flips[k].
 
@@ -260,31 +275,93 @@ class BatchDecoder:
         tiles: the batch's restart-tile tables (a fastloader.tiles.TileBatch or its
         (headers, offsets, spans) tuple; None: untiled); the native path then decodes a crop
         from only the segments it needs, the Pillow path ignores them (same pixels).
+        planar: an (N, 3, H, W) float32 or uint8 array (or CPU tensor) that also receives each
+        sample channel-first, converted by the decoding thread while the sample is in cache:
+        float32 as out * scale[c] + shift[c] (3 numbers each; default 1 and 0), in float32.
         """
         if self._closed:
             raise FastloaderError("this BatchDecoder was closed; create a new one")
         crops_arr, flips_arr, array = _check_batch(records, crops, flips, out)
         tile_arrays = _check_tiles(tiles, len(records))
+        conversion = _check_planar(planar, array, scale, shift)
         if self._core is None:
-            return self._decode_pillow(records, crops_arr, flips_arr, array)
+            return self._decode_pillow(records, crops_arr, flips_arr, array, conversion)
+        dst, scale_arr, shift_arr = conversion or (None, None, None)
         errors, fallback = self._core.decode_into(
-            records, crops_arr, flips_arr, array, True, *tile_arrays
+            records, crops_arr, flips_arr, array, True, *tile_arrays, dst,
+            None if scale_arr is None else tuple(scale_arr.tolist()),
+            None if shift_arr is None else tuple(shift_arr.tolist()),
         )
         for k in fallback:  # non-JPEG records: Pillow, with the GIL held
             errors[k] = _decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k])
+            if dst is not None:
+                to_planar(array[k], dst[k], scale_arr, shift_arr)
         return list(errors)
 
     def _decode_pillow(
-        self, records: Sequence[Any], crops: np.ndarray, flips: np.ndarray, out: np.ndarray
+        self, records: Sequence[Any], crops: np.ndarray, flips: np.ndarray, out: np.ndarray,
+        conversion: _Conversion | None,
     ) -> list[str | None]:
         def one(k: int) -> str | None:
-            return _decode_slot_pillow(records[k], crops[k], flips[k], out[k])
+            error = _decode_slot_pillow(records[k], crops[k], flips[k], out[k])
+            if conversion is not None:
+                to_planar(out[k], conversion[0][k], conversion[1], conversion[2])
+            return error
 
         if self._num_threads == 1 or len(records) < 2:
             return [one(k) for k in range(len(records))]
         if self._executor is None:  # Pillow releases the GIL while decoding, so threads pay
             self._executor = ThreadPoolExecutor(self._num_threads, "fastloader-decode")
         return list(self._executor.map(one, range(len(records))))
+
+
+_Conversion = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
+
+
+def _affine(name: str, value: Any) -> np.ndarray | None:
+    """3 per-channel constants as float32 (None stays None)."""
+    if value is None:
+        return None
+    try:
+        arr = np.asarray(value, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError):
+        raise invalid_type(name, value, "3 numbers (one per RGB channel)") from None
+    if arr.shape != (3,) or not np.isfinite(arr).all():
+        raise invalid_argument(name, value, "it needs 3 finite numbers, one per RGB channel",
+                               "Pass e.g. scale=1/std and shift=-mean/std in 0-255 pixel units.")
+    return arr
+
+
+def _check_planar(planar: Any, out: np.ndarray, scale: Any, shift: Any) -> _Conversion | None:
+    """(planar array, scale, shift) checked against out (N, H, W, 3); None without planar."""
+    if planar is None:
+        if scale is not None or shift is not None:
+            raise invalid_argument("scale", scale, "scale and shift need a planar output",
+                                   "Pass planar=, or drop scale/shift.")
+        return None
+    array = planar.numpy() if hasattr(planar, "data_ptr") and hasattr(planar, "numpy") else planar
+    n, height, width, _ = out.shape
+    if (
+        not isinstance(array, np.ndarray)
+        or array.dtype not in (np.float32, np.uint8)
+        or array.shape != (n, 3, height, width)
+        or not array.flags.c_contiguous
+        or not array.flags.writeable
+    ):
+        raise invalid_argument(
+            "planar", f"{getattr(array, 'dtype', type(array).__name__)} of shape "
+            f"{getattr(array, 'shape', None)}",
+            f"it must be a writable C-contiguous float32 or uint8 array of shape "
+            f"({n}, 3, {height}, {width})",
+            "Allocate it with torch.empty((N, 3, H, W)) (float32) or np.empty(..., np.uint8).")
+    if np.may_share_memory(array, out):
+        raise invalid_argument("planar", "a view of out", "planar and out must not overlap",
+                               "Allocate planar separately.")
+    scale_arr, shift_arr = _affine("scale", scale), _affine("shift", shift)
+    if array.dtype == np.uint8 and (scale_arr is not None or shift_arr is not None):
+        raise invalid_argument("scale", scale, "scale and shift apply to float32 planar only",
+                               "Pass a float32 planar, or drop scale/shift.")
+    return array, scale_arr, shift_arr
 
 
 def _check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:

@@ -113,3 +113,20 @@ def decode_pillow(
     if flip:
         rgb = rgb.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     return np.asarray(rgb, dtype=np.uint8)
+
+
+def to_planar(
+    pixels: np.ndarray, out: np.ndarray, scale: np.ndarray | None, shift: np.ndarray | None
+) -> None:
+    """One (H, W, 3) uint8 sample -> out (3, H, W): a copy for uint8, else float32
+    x * scale[c] + shift[c] as a float32 multiply then add (the native kernels' arithmetic)."""
+    chw = pixels.transpose(2, 0, 1)
+    if out.dtype == np.uint8:
+        out[...] = chw
+        return
+    if scale is None:
+        out[...] = chw
+    else:
+        np.multiply(chw, scale[:, None, None], out=out)
+    if shift is not None:
+        out += shift[:, None, None]

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.memory import PlanarSpec
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -82,6 +83,10 @@ class DeviceStep:
     buffer may be reused. Conversion (uint8 -> dtype, * scale + shift) runs on the device, in
     a layout-changing copy and one in-place addcmul. Float output without normalize is scaled
     to [0, 1] like ToTensor.
+
+    On the CPU, `planar` asks the producer to have the decoder write each batch channel-first
+    into a fresh tensor (float32 with the same float32 scale and shift, or uint8) while each
+    sample is still in cache; the step then only finishes that tensor (see __call__).
     """
 
     def __init__(self, device: torch.device, normalize: object, dtype: object) -> None:
@@ -93,12 +98,24 @@ class DeviceStep:
             self.stream = torch.cuda.Stream(device)
         mean, std = constants if constants is not None else (np.zeros(3), np.ones(3) * 255.0)
         # y = x / std - mean / std, with x in 0-255: one multiply-add per element.
-        self.scale = torch.tensor(1.0 / std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-        self.shift = torch.tensor(-mean / std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        scale, shift = (1.0 / std).astype(np.float32), (-mean / std).astype(np.float32)
+        self.scale = torch.tensor(scale, device=device).view(1, 3, 1, 1)
+        self.shift = torch.tensor(shift, device=device).view(1, 3, 1, 1)
+        self.planar: PlanarSpec | None = None
+        if device.type == "cpu":
+            self.planar = (PlanarSpec(torch.uint8) if self.dtype == torch.uint8
+                           else PlanarSpec(torch.float32, scale, shift))
 
-    def __call__(self, batch: torch.Tensor, labels: np.ndarray) -> tuple[torch.Tensor,
-                                                                       torch.Tensor, Any]:
-        """Return (images NCHW, labels int64, event or None) for a host uint8 NHWC batch."""
+    def __call__(self, batch: torch.Tensor, labels: np.ndarray,
+                 planar: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """Return (images NCHW, labels int64, event or None) for a host uint8 NHWC batch.
+
+        With `planar` (the batch already decoded channel-first by the producer, as asked by
+        self.planar) the images are that tensor, cast when another float dtype was asked.
+        """
+        if planar is not None:
+            images = planar if planar.dtype == self.dtype else planar.to(self.dtype)
+            return images, torch.from_numpy(labels), None
         event = None
         if self.stream is not None:
             current = torch.cuda.current_stream(self.device)

@@ -226,7 +226,8 @@ class FastLoader:
                                self.sampler.epoch, self.sampler.seed, self.sampler.rank)
         tuner = self._tuner if self._tuner.state == "measuring" else None
         producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
-                            self._counters, self.on_error, epoch_plan, tuner).start()
+                            self._counters, self.on_error, epoch_plan, tuner,
+                            self._step.planar).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)
@@ -254,7 +255,7 @@ class FastLoader:
                     break
                 start_copy = time.perf_counter()
                 images, labels, event = self._step(ring.view(item.slot, item.count)[0],
-                                                   item.labels)
+                                                   item.labels, item.images)
                 ring.release(item.slot, event)
                 if self._gpu_ops is not None:
                     images, labels = self._gpu_ops(images, labels, gpu_rng(

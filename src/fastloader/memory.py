@@ -1,9 +1,11 @@
-"""A fixed ring of preallocated uint8 NHWC batch buffers (pinned with CUDA), reused safely."""
+"""A fixed ring of preallocated uint8 NHWC batch buffers (pinned with CUDA), reused safely;
+and the spec of the fresh channel-first tensor a CPU-target batch is also decoded into."""
 
 from __future__ import annotations
 
 import queue
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -87,3 +89,25 @@ class BatchRing:
     def view(self, slot: int, count: int) -> tuple[torch.Tensor, np.ndarray]:
         """The first `count` images of a slot, as a tensor and a numpy array sharing memory."""
         return self.buffers[slot][:count], self.arrays[slot][:count]
+
+
+@dataclass(frozen=True)
+class PlanarSpec:
+    """CPU target: the decoder also writes each batch into a fresh (N, 3, H, W) tensor.
+
+    float32 gets x * scale[c] + shift[c] (float32 constants, None: 1 and 0), uint8 a plain
+    layout change. The tensor is new per batch and handed to the user as is, so batches never
+    alias the ring; the ring slot stays held until the consumer takes the batch, which keeps
+    the number of such tensors in flight bounded by the ring's size.
+    """
+
+    dtype: torch.dtype
+    scale: np.ndarray | None = None
+    shift: np.ndarray | None = None
+
+    def allocate(self, count: int, height: int, width: int) -> torch.Tensor:
+        return torch.empty((count, 3, height, width), dtype=self.dtype)
+
+    def decode_kwargs(self, images: torch.Tensor) -> dict[str, Any]:
+        """BatchDecoder.decode_into's planar/scale/shift arguments for (a slice of) images."""
+        return {"planar": images.numpy(), "scale": self.scale, "shift": self.shift}

@@ -22,7 +22,7 @@ from fastloader.augment import Transform, plan
 from fastloader.autotune import AutoTuner, Setting
 from fastloader.decode import BatchDecoder
 from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError
-from fastloader.memory import BatchRing
+from fastloader.memory import BatchRing, PlanarSpec
 from fastloader.stats import Counters, Timer
 
 SKIP_ATTEMPTS = 16  # replacement candidates tried for one bad sample under on_error="skip"
@@ -54,6 +54,7 @@ class ReadyBatch:
     count: int
     labels: np.ndarray
     samples: np.ndarray  # dataset indices actually delivered (after any skip replacement)
+    images: Any = None  # the fresh channel-first tensor when a PlanarSpec was given
 
 
 class _Done:
@@ -76,6 +77,7 @@ class Producer:
         on_error: str,
         epoch_plan: EpochPlan,
         tuner: AutoTuner | None = None,
+        planar: PlanarSpec | None = None,
     ) -> None:
         self.dataset = dataset
         self.tuner = tuner
@@ -85,6 +87,7 @@ class Producer:
         self.counters = counters
         self.on_error = on_error
         self.plan = epoch_plan
+        self.planar = planar
         self.ready: queue.SimpleQueue[ReadyBatch | _Done] = queue.SimpleQueue()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(
@@ -134,6 +137,7 @@ class Producer:
         """Read, plan and decode batch b into `slot`, repairing or reporting bad samples."""
         samples = self.plan.batch(b).copy()
         _, out = self.ring.view(slot, len(samples))
+        images = self.planar.allocate(len(samples), *out.shape[1:3]) if self.planar else None
         with Timer(self.counters, "read"):
             records, failures = self._read(samples)
         with Timer(self.counters, "plan"):
@@ -141,14 +145,20 @@ class Producer:
             crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
         with Timer(self.counters, "decode"):
             errors = self.decoder.decode_into(records, crops, flips, out,
-                                              tiles=self.dataset.tile_batch(samples))
+                                              tiles=self.dataset.tile_batch(samples),
+                                              **self._planar_kwargs(images, 0, len(samples)))
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:
                     failures[k] = DecodeError(f"{self.dataset.describe(samples[k])}: {message}")
             for k, error in sorted(failures.items()):
-                samples[k] = self._recover(b, k, int(samples[k]), error, out)
+                samples[k] = self._recover(b, k, int(samples[k]), error, out, images)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
-        return ReadyBatch(b, slot, len(samples), labels, samples)
+        return ReadyBatch(b, slot, len(samples), labels, samples, images)
+
+    def _planar_kwargs(self, images: Any, start: int, stop: int) -> dict[str, Any]:
+        if self.planar is None:
+            return {}
+        return self.planar.decode_kwargs(images[start:stop])
 
     def _read(self, samples: np.ndarray) -> tuple[list[Any], dict[int, FastloaderError]]:
         records: list[Any] = []
@@ -162,7 +172,7 @@ class Producer:
         return records, failures
 
     def _recover(self, b: int, k: int, sample: int, error: FastloaderError,
-                 out: np.ndarray) -> int:
+                 out: np.ndarray, images: Any) -> int:
         """on_error="raise": raise. "skip": decode a replacement into out[k], return its index.
 
         Replacements are the next records after the bad one (sample+1, sample+2, ...), planned
@@ -186,7 +196,8 @@ class Producer:
             )
             crops, flips, _ = plan(self.transforms, self.dataset.shapes[[candidate]], rng)
             tiles = self.dataset.tile_batch([candidate])
-            if self.decoder.decode_into([record], crops, flips, out[k : k + 1], tiles)[0] is None:
+            if self.decoder.decode_into([record], crops, flips, out[k : k + 1], tiles,
+                                        **self._planar_kwargs(images, k, k + 1))[0] is None:
                 return candidate
         raise DecodeError(
             f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
