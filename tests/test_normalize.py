@@ -15,6 +15,7 @@ from fastloader.decode import BatchDecoder
 from fastloader.device import DeviceStep
 from fastloader.errors import InvalidArgumentError
 from fastloader.loader import FastLoader
+from fastloader.memory import TensorPool
 from test_decode_batch import make_batch
 from test_loader import TRAIN, packed_tree
 from test_loader_errors import damaged
@@ -160,3 +161,46 @@ def test_loader_skip_converts_the_replacement(dataset_path: Path) -> None:
     for raw, images in zip(*runs, strict=True):
         want = step_reference(raw.permute(0, 2, 3, 1).numpy())
         torch.testing.assert_close(images, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pool_recycles_a_buffer_only_when_nothing_references_it() -> None:
+    pool = TensorPool(keep=2)
+    first = pool.tensor((2, 3, 4, 4), torch.float32)
+    pointer = first.data_ptr()
+    del first
+    assert pool.free_buffers == 1
+    second = pool.tensor((2, 3, 4, 4), torch.float32)
+    assert second.data_ptr() == pointer and second.shape == (2, 3, 4, 4) and second.is_contiguous()
+    view, held = second[1], second.numpy()
+    del second
+    other = pool.tensor((2, 3, 4, 4), torch.float32)
+    assert other.data_ptr() != pointer and pool.free_buffers == 0
+    del view
+    assert pool.free_buffers == 0  # the numpy array still holds it
+    del held
+    assert pool.free_buffers == 1
+    assert pool.tensor((1, 3, 4, 4), torch.uint8).data_ptr() == pointer  # a smaller batch fits
+    assert pool.tensor((3, 3, 4, 4), torch.float32).data_ptr() != other.data_ptr()
+
+
+def test_pool_keeps_at_most_keep_free_buffers() -> None:
+    pool = TensorPool(keep=2)
+    tensors = [pool.tensor((4, 4), torch.float32) for _ in range(5)]
+    del tensors
+    assert pool.free_buffers == 2
+    pool.clear()
+    assert pool.free_buffers == 0
+
+
+def test_loader_never_overwrites_batches_still_in_use(dataset_path: Path) -> None:
+    with FastLoader(dataset_path, batch_size=3, shuffle=True, transforms=TRAIN, device="cpu",
+                    normalize=(MEAN, STD), prefetch=1, num_threads=2) as loader:
+        iterator = iter(loader)
+        kept, _ = next(iterator)
+        second, _ = next(iterator)
+        view = second[1:]
+        del second
+        copies = (kept.clone(), view.clone())
+        rest = sum(1 for _ in iterator)
+    assert rest == len(loader) - 2
+    assert torch.equal(kept, copies[0]) and torch.equal(view, copies[1])

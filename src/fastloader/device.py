@@ -106,6 +106,11 @@ class DeviceStep:
             self.planar = (PlanarSpec(torch.uint8) if self.dtype == torch.uint8
                            else PlanarSpec(torch.float32, scale, shift))
 
+    def close(self) -> None:
+        """Free the recycled CPU output buffers nobody uses (tensors in use keep theirs)."""
+        if self.planar is not None:
+            self.planar.pool.clear()
+
     def __call__(self, batch: torch.Tensor, labels: np.ndarray,
                  planar: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Return (images NCHW, labels int64, event or None) for a host uint8 NHWC batch.

@@ -367,6 +367,7 @@ class FastLoader:
             return
         self._stop_active()
         self._decoder.close()
+        self._step.close()
         self._ring = None
         if self._owns_dataset:
             self.dataset.close()
