@@ -1,7 +1,9 @@
 """The batch producer: a thread that reads records, plans crops, decodes into ring slots, queues.
 
 It runs ahead of the training loop by at most the ring's size (prefetch + 1 slots); it stops
-between batches or while waiting for a slot as soon as its stop event is set. With an
+between batches or while waiting for a slot as soon as its stop event is set. A helper thread
+reads and plans batch b + 1 while batch b decodes (GIL released), so the decode threads do
+not idle through that Python work between batches. With an
 AutoTuner it applies the tuner's setting (decode threads, ring depth) between batches and
 reports each batch's own time and its wait for a slot.
 """
@@ -13,6 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +58,18 @@ class ReadyBatch:
     labels: np.ndarray
     samples: np.ndarray  # dataset indices actually delivered (after any skip replacement)
     images: Any = None  # the fresh channel-first tensor when a PlanarSpec was given
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A batch read and planned, waiting for a ring slot and the decoder."""
+
+    samples: np.ndarray
+    records: list[Any]
+    failures: dict[int, FastloaderError]
+    crops: np.ndarray
+    flips: np.ndarray
+    images: Any  # the planar tensor to fill when a PlanarSpec was given
 
 
 class _Done:
@@ -101,7 +116,10 @@ class Producer:
     def _run(self) -> None:
         started = time.perf_counter()
         outcome = _Done()
+        helper = ThreadPoolExecutor(1, thread_name_prefix=self.thread.name.replace("producer",
+                                                                                   "prepare"))
         try:
+            upcoming = self._prepare_later(helper, self.plan.start)
             for b in range(self.plan.start, self.plan.num_batches):
                 if self.tuner is not None:
                     self._apply(self.tuner.setting())
@@ -112,7 +130,9 @@ class Producer:
                     break
                 fill_started = time.perf_counter()
                 try:
-                    ready = self._fill(b, slot)
+                    prepared = upcoming.result()  # batch b's own read errors surface here
+                    upcoming = self._prepare_later(helper, b + 1)
+                    ready = self._fill(b, slot, prepared)
                 except BaseException:
                     self.ring.release(slot)
                     raise
@@ -123,8 +143,16 @@ class Producer:
         except BaseException as exc:  # handed to the consumer, raised in the training loop
             outcome = _Done(exc)
         finally:
+            helper.shutdown(wait=True, cancel_futures=True)
             self.counters.add_time("producer", time.perf_counter() - started)
             self.ready.put(outcome)
+
+    def _prepare_later(self, helper: ThreadPoolExecutor, b: int) -> Future[_Prepared]:
+        if b >= self.plan.num_batches:
+            done: Future[_Prepared] = Future()
+            done.set_exception(IndexError(f"batch {b} is past the end of the pass"))
+            return done
+        return helper.submit(self._prepare, b)
 
     def _apply(self, setting: Setting) -> None:
         """Take the tuner's current setting; only the producer touches decoder and ring size."""
@@ -133,19 +161,26 @@ class Producer:
         if self.ring.slots < setting.prefetch + 1:
             self.ring.grow(setting.prefetch + 1)
 
-    def _fill(self, b: int, slot: int) -> ReadyBatch:
-        """Read, plan and decode batch b into `slot`, repairing or reporting bad samples."""
+    def _prepare(self, b: int) -> _Prepared:
+        """Read and plan batch b (on the helper thread, while the previous batch decodes)."""
         samples = self.plan.batch(b).copy()
-        _, out = self.ring.view(slot, len(samples))
-        images = self.planar.allocate(len(samples), *out.shape[1:3]) if self.planar else None
         with Timer(self.counters, "read"):
             records, failures = self._read(samples)
         with Timer(self.counters, "plan"):
             rng = np.random.default_rng([self.plan.seed, self.plan.epoch, b, self.plan.rank])
             crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
+        images = None
+        if self.planar is not None:
+            images = self.planar.allocate(len(samples), *self.ring.image_size)
+        return _Prepared(samples, records, failures, crops, flips, images)
+
+    def _fill(self, b: int, slot: int, prepared: _Prepared) -> ReadyBatch:
+        """Decode prepared batch b into `slot`, repairing or reporting bad samples."""
+        samples, failures, images = prepared.samples, prepared.failures, prepared.images
+        _, out = self.ring.view(slot, len(samples))
         with Timer(self.counters, "decode"):
-            errors = self.decoder.decode_into(records, crops, flips, out,
-                                              tiles=self.dataset.tile_batch(samples),
+            errors = self.decoder.decode_into(prepared.records, prepared.crops, prepared.flips,
+                                              out, tiles=self.dataset.tile_batch(samples),
                                               **self._planar_kwargs(images, 0, len(samples)))
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:

@@ -18,8 +18,9 @@ class LoaderStats:
     Producer side: read_s (fetching records), plan_s (drawing crops/flips), decode_s (decode +
     crop + resize + flip into the ring slot, fused; on a CPU device also the NCHW layout and
     normalize, done per sample by the decode threads), slot_wait_s (waiting for a free ring slot:
-    the producer is ahead). read_s + plan_s + decode_s + slot_wait_s is the producer's busy
-    time; producer_s is its wall time, the difference (queue hand-off, bookkeeping) is small.
+    the producer is ahead). read_s and plan_s are spent on the producer's helper thread while
+    the previous batch decodes; decode_s + slot_wait_s on the producer thread itself. Each side
+    fits within producer_s (the producer's wall time); together they may exceed it a little.
     Consumer side: wait_s (the training loop waited for a batch: the loader was behind),
     copy_s (device step: H2D copy issue + NCHW layout + normalize on CUDA; on the CPU only
     handing over the batch the producer already laid out), active_s (time iterating).
