@@ -54,11 +54,6 @@ class BatchRing:
         return len(self.buffers)
 
     @property
-    def image_size(self) -> tuple[int, int]:
-        """(height, width) of every image slot."""
-        return self._shape[1], self._shape[2]
-
-    @property
     def nbytes(self) -> int:
         """Bytes of host (pinned when CUDA) memory the ring holds."""
         return sum(buffer.numel() for buffer in self.buffers)

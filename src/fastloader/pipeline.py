@@ -69,7 +69,6 @@ class _Prepared:
     failures: dict[int, FastloaderError]
     crops: np.ndarray
     flips: np.ndarray
-    images: Any  # the planar tensor to fill when a PlanarSpec was given
 
 
 class _Done:
@@ -169,15 +168,14 @@ class Producer:
         with Timer(self.counters, "plan"):
             rng = np.random.default_rng([self.plan.seed, self.plan.epoch, b, self.plan.rank])
             crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
-        images = None
-        if self.planar is not None:
-            images = self.planar.allocate(len(samples), *self.ring.image_size)
-        return _Prepared(samples, records, failures, crops, flips, images)
+        return _Prepared(samples, records, failures, crops, flips)
 
     def _fill(self, b: int, slot: int, prepared: _Prepared) -> ReadyBatch:
         """Decode prepared batch b into `slot`, repairing or reporting bad samples."""
-        samples, failures, images = prepared.samples, prepared.failures, prepared.images
+        samples, failures = prepared.samples, prepared.failures
         _, out = self.ring.view(slot, len(samples))
+        # Taken with the slot, so planar tensors in flight never outnumber the ring's slots.
+        images = self.planar.allocate(len(samples), *out.shape[1:3]) if self.planar else None
         with Timer(self.counters, "decode"):
             errors = self.decoder.decode_into(prepared.records, prepared.crops, prepared.flips,
                                               out, tiles=self.dataset.tile_batch(samples),
