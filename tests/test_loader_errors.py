@@ -66,3 +66,29 @@ def test_skip_replaces_the_sample_and_counts_it(dataset_path: Path) -> None:
     expected = dataset.labels[[BAD + 1 if i == BAD else i for i in order]]
     assert labels.tolist() == expected.tolist()
     dataset.close()
+
+
+@pytest.mark.parametrize("how", ["garbage", "unreadable", "reader crash"])
+def test_batches_before_a_bad_one_are_delivered_first(dataset_path: Path, how: str) -> None:
+    # The producer's helper reads batch b + 1 while batch b decodes: a failure while reading
+    # the next batch must still come after every batch before it.
+    dataset = damaged(dataset_path, "unreadable" if how == "reader crash" else how)
+    if how == "reader crash":
+        failing = dataset.record
+
+        def record(i: int, verify: bool = False) -> object:
+            if i == BAD:
+                raise RuntimeError("reader crashed")
+            return failing(i, verify)
+
+        dataset.record = record  # type: ignore[method-assign]
+    with FastLoader(dataset, batch_size=3, shuffle=True, seed=2, transforms=TRAIN,
+                    num_threads=2, device="cpu") as loader:
+        bad_batch = list(loader.sampler).index(BAD) // 3
+        assert bad_batch > 0  # seed 2 puts the bad record after the first batch
+        delivered = 0
+        with pytest.raises((DecodeError, CorruptRecordError, RuntimeError)):
+            for _batch in loader:
+                delivered += 1
+    assert delivered == bad_batch
+    dataset.close()
