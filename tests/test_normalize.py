@@ -190,6 +190,9 @@ def test_pool_keeps_at_most_keep_free_buffers() -> None:
     assert pool.free_buffers == 2
     pool.clear()
     assert pool.free_buffers == 0
+    pool.reserve(3)
+    pool.reserve(1)  # never shrinks
+    assert pool.keep == 3
 
 
 def test_loader_never_overwrites_batches_still_in_use(dataset_path: Path) -> None:

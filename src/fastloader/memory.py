@@ -138,6 +138,10 @@ class TensorPool:
                 raw = None
         return torch.from_numpy(np.asarray(_Lease(raw, self, shape, np_dtype)))
 
+    def reserve(self, keep: int) -> None:
+        """Hold up to `keep` free buffers from now on (never fewer than before)."""
+        self.keep = max(self.keep, keep)
+
     @property
     def free_buffers(self) -> int:
         return self._free.qsize()

@@ -102,6 +102,8 @@ class Producer:
         self.on_error = on_error
         self.plan = epoch_plan
         self.planar = planar
+        if planar is not None:
+            planar.pool.reserve(ring.slots + 1)
         self.ready: queue.SimpleQueue[ReadyBatch | _Done] = queue.SimpleQueue()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(
@@ -159,6 +161,8 @@ class Producer:
             self.decoder.num_threads = setting.threads
         if self.ring.slots < setting.prefetch + 1:
             self.ring.grow(setting.prefetch + 1)
+        if self.planar is not None:  # as many recycled outputs as batches may be in flight
+            self.planar.pool.reserve(self.ring.slots + 1)
 
     def _prepare(self, b: int) -> _Prepared:
         """Read and plan batch b (on the helper thread, while the previous batch decodes)."""
