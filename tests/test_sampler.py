@@ -57,3 +57,18 @@ def test_bad_arguments_are_named() -> None:
         epoch_indices(10, 0, seed=-1)
     with pytest.raises(InvalidTypeError, match="epoch"):
         EpochSampler(10).set_epoch(1.5)  # type: ignore[arg-type]
+
+
+def test_checkpoint_state_round_trips_and_refuses_other_loaders() -> None:
+    sampler = EpochSampler(20, seed=3, rank=0, world_size=2)
+    sampler.set_epoch(5)
+    state = sampler.state(batches_done=2, batch_size=4, drop_last=False)
+    assert sampler.check_state(state, batch_size=4, drop_last=False) == (5, 2)
+    with pytest.raises(InvalidArgumentError, match="batch_size"):
+        sampler.check_state(state, batch_size=5, drop_last=False)
+    with pytest.raises(InvalidArgumentError, match="seed"):
+        EpochSampler(20, seed=4, world_size=2).check_state(state, 4, False)
+    with pytest.raises(InvalidArgumentError, match="batches_done"):
+        sampler.check_state({**state, "batches_done": 4}, batch_size=4, drop_last=False)
+    with pytest.raises(InvalidTypeError, match="state"):
+        sampler.check_state([5, 2], batch_size=4, drop_last=False)

@@ -19,29 +19,14 @@ import numpy as np
 import torch
 
 from fastloader.augment import check_transforms, output_size, plan
+from fastloader.checks import flag, positive_int
 from fastloader.dali_pipeline import GraphSpec, build_pipeline, feed_batch, import_dali, to_torch
 from fastloader.device import normalize_constants, resolve_device, resolve_dtype
-from fastloader.errors import DecodeError, FastloaderError, invalid_argument, invalid_type
+from fastloader.errors import DecodeError, FastloaderError, invalid_type
 from fastloader.format.dataset import PackedDataset, open_dataset
 from fastloader.gpu_ops import GpuCompose, GpuNormalize, gpu_rng
 from fastloader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
 from fastloader.stats import Counters, LoaderStats, Timer
-
-_STATE_VERSION = 1  # the same state dict as FastLoader's, so checkpoints move between backends
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise invalid_type(name, value, "an int >= 1")
-    if value < 1:
-        raise invalid_argument(name, value, "must be >= 1", f"Pass {name} >= 1.")
-    return int(value)
-
-
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise invalid_type(name, value, "True or False")
-    return bool(value)
 
 
 class _WeakSource:
@@ -90,9 +75,9 @@ class DaliLoader:
     ) -> None:
         self._closed = True  # until fully built, so close()/__del__ are safe on a failed init
         import_dali()  # fail first, with the install command, when DALI is missing
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.prefetch = _positive_int("prefetch", prefetch)
-        self.drop_last = _flag("drop_last", drop_last)
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.prefetch = positive_int("prefetch", prefetch)
+        self.drop_last = flag("drop_last", drop_last)
         self.transforms = check_transforms(transforms)
         self.device = resolve_device(device, default_cuda=True)
         constants = normalize_constants(normalize)
@@ -107,7 +92,7 @@ class DaliLoader:
         self._gpu_ops = GpuCompose(ops)
         rank, world = resolve_rank_world(rank, world_size)
         threads = threads_per_rank(world) if num_threads is None else num_threads
-        self._threads = _positive_int("num_threads", threads)
+        self._threads = positive_int("num_threads", threads)
         if isinstance(data, PackedDataset):
             self.dataset, self._owns_dataset = data, False
         elif isinstance(data, (str, os.PathLike)):
@@ -117,13 +102,13 @@ class DaliLoader:
         try:
             self.image_size = output_size(self.transforms, self.dataset.shapes)
             self.sampler = EpochSampler(len(self.dataset), seed, rank, world,
-                                        _flag("shuffle", shuffle), self.drop_last)
+                                        flag("shuffle", shuffle), self.drop_last)
         except BaseException:
             if self._owns_dataset:
                 self.dataset.close()
             raise
         self._spec = self._graph_spec(None if self._torch_normalizes else constants,
-                                      _flag("roi_decode", roi_decode))
+                                      flag("roi_decode", roi_decode))
         self._pipe: Any = None
         self._feed: Iterator[Any] = iter(())
         self._in_flight: list[np.ndarray] = []  # samples of batches handed to DALI, oldest first
@@ -284,29 +269,13 @@ class DaliLoader:
     def state_dict(self) -> dict[str, Any]:
         """Epoch and batches consumed, plus what must match on load (FastLoader's layout)."""
         done = self._batches_done if self._active is not None else self._resume_batch
-        return {"version": _STATE_VERSION, "epoch": self.sampler.epoch, "batches_done": done,
-                "seed": self.sampler.seed, "num_samples": self.sampler.n,
-                "batch_size": self.batch_size, "rank": self.sampler.rank,
-                "world_size": self.sampler.world_size, "shuffle": self.sampler.shuffle,
-                "drop_last": self.drop_last}
+        return self.sampler.state(done, self.batch_size, self.drop_last)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
-        if not isinstance(state, dict):
-            raise invalid_type("state", state, "a dict from state_dict()")
-        mine = self.state_dict()
-        for key in ("version", "num_samples", "batch_size", "world_size", "shuffle",
-                    "drop_last", "seed"):
-            if state.get(key) != mine[key]:
-                raise invalid_argument(
-                    f"state[{key!r}]", state.get(key), f"this loader has {key}={mine[key]!r}",
-                    "Resume with a loader built with the same dataset and arguments.")
-        done = state.get("batches_done")
-        if not isinstance(done, int) or not 0 <= done <= len(self):
-            raise invalid_argument("state['batches_done']", done, f"must be in 0..{len(self)}",
-                                   "Pass a dict saved by state_dict().")
+        epoch, done = self.sampler.check_state(state, self.batch_size, self.drop_last)
         self._end_pass()
-        self.sampler.set_epoch(state["epoch"])
+        self.sampler.set_epoch(epoch)
         self._resume_batch = done
 
     def stats(self) -> LoaderStats:

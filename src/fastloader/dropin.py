@@ -15,7 +15,8 @@ from fastloader.sampler import resolve_rank_world, threads_per_rank
 from fastloader.stats import Counters, LoaderStats
 
 _PACKED_DEFAULTS = {"transforms": None, "normalize": None, "dtype": None, "num_threads": None,
-                    "on_error": "raise", "backend": "auto", "prefetch": None}
+                    "on_error": "raise", "backend": "auto", "prefetch": None,
+                    "gpu_transforms": None}
 DEFAULT_PREFETCH_FACTOR = 4  # torch's 2 leaves workers idle behind a slow step more often
 
 

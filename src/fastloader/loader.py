@@ -8,11 +8,11 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from fastloader.augment import check_transforms, output_size
 from fastloader.autotune import AUTO, make_tuner
+from fastloader.checks import flag, positive_int
 from fastloader.decode import BatchDecoder
 from fastloader.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
 from fastloader.dropin import DropInLoader
@@ -27,29 +27,43 @@ from fastloader.stats import Counters, LoaderStats
 if TYPE_CHECKING:
     from fastloader.dali import DaliLoader
 
-_STATE_VERSION = 1
 _BACKENDS = ("auto", "native", "pillow", "dali")
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise invalid_type(name, value, "an int >= 1")
-    if value < 1:
-        raise invalid_argument(name, value, "must be >= 1", f"Pass {name} >= 1.")
-    return int(value)
 
 
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise invalid_type(name, value, "True or False")
-    return bool(value)
+def _delegate_for(data: Any, dataloader_kwargs: dict[str, Any],
+                  options: dict[str, Any]) -> DropInLoader | DaliLoader | None:
+    """The loader FastLoader hands everything to: the drop-in path for a torch Dataset, DALI for
+    backend="dali"; None for the native packed path. Checks what only one path accepts."""
+    threads = None if options["num_threads"] == AUTO else options["num_threads"]
+    if isinstance(data, torch.utils.data.Dataset) and not isinstance(data, PackedDataset):
+        if options["memory_budget"] is not None:
+            raise invalid_argument("memory_budget", options["memory_budget"], "applies to "
+                                   "packed datasets only", "Drop it for a torch Dataset.")
+        packed_only = {key: options[key] for key in ("transforms", "normalize", "dtype",
+                                                     "on_error", "backend", "gpu_transforms")}
+        packed_only["num_threads"] = threads
+        packed_only["prefetch"] = options["prefetch"] if options["prefetch"] != 2 else None
+        return DropInLoader(data, **{key: options[key] for key in (
+            "batch_size", "shuffle", "seed", "device", "drop_last", "rank", "world_size")},
+            packed_only=packed_only, **dataloader_kwargs)
+    if dataloader_kwargs:
+        name = sorted(dataloader_kwargs)[0]
+        raise invalid_argument(
+            name, dataloader_kwargs[name], "is a DataLoader argument the packed path does "
+            "not take", "Drop it; use num_threads= for parallelism and prefetch= for depth.")
+    if options["backend"] not in _BACKENDS:
+        raise invalid_argument("backend", options["backend"], f"must be one of {_BACKENDS}",
+                               "Use 'auto' (native decode, Pillow without the extension) "
+                               "or 'dali' for the NVIDIA DALI pipeline.")
+    if options["backend"] != "dali":
+        return None
+    from fastloader.dali import DaliLoader  # only when asked: DALI is an optional extra
 
-
-def _dali_loader(data: Any, **options: Any) -> Any:
-    """backend="dali": the DALI pipeline behind FastLoader's face (imported only when asked)."""
-    from fastloader.dali import DaliLoader
-
-    return DaliLoader(data, **options)
+    dali_options = {key: value for key, value in options.items()
+                    if key not in ("on_error", "backend", "memory_budget")}
+    return DaliLoader(data, **{**dali_options, "num_threads": threads})
 
 
 class FastLoader:
@@ -105,39 +119,13 @@ class FastLoader:
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
-        self._delegate: DropInLoader | DaliLoader | None = None
-        if isinstance(data, torch.utils.data.Dataset) and not isinstance(data, PackedDataset):
-            self._delegate = DropInLoader(
-                data, batch_size=batch_size, shuffle=shuffle, seed=seed, device=device,
-                drop_last=drop_last, rank=rank, world_size=world_size,
-                packed_only={"transforms": transforms, "normalize": normalize, "dtype": dtype,
-                             "num_threads": None if num_threads == AUTO else num_threads,
-                             "on_error": on_error, "backend": backend,
-                             "prefetch": prefetch if prefetch != 2 else None},
-                **dataloader_kwargs,
-            )
-            self.sampler = self._delegate.sampler
-            self._closed = False
-            if memory_budget is not None:
-                raise invalid_argument("memory_budget", memory_budget, "applies to packed "
-                                       "datasets only", "Drop it for a torch Dataset.")
-            return
-        if dataloader_kwargs:
-            name = sorted(dataloader_kwargs)[0]
-            raise invalid_argument(
-                name, dataloader_kwargs[name], "is a DataLoader argument the packed path does "
-                "not take", "Drop it; use num_threads= for parallelism and prefetch= for depth.")
-        if backend not in _BACKENDS:
-            raise invalid_argument("backend", backend, f"must be one of {_BACKENDS}",
-                                   "Use 'auto' (native decode, Pillow without the extension) "
-                                   "or 'dali' for the NVIDIA DALI pipeline.")
-        if backend == "dali":
-            self._delegate = _dali_loader(
-                data, batch_size=batch_size, shuffle=shuffle, seed=seed, transforms=transforms,
-                normalize=normalize, dtype=dtype, device=device,
-                num_threads=None if num_threads == AUTO else num_threads,
-                drop_last=drop_last, rank=rank, world_size=world_size, prefetch=prefetch,
-                gpu_transforms=gpu_transforms)
+        self._delegate = _delegate_for(data, dataloader_kwargs, {
+            "batch_size": batch_size, "shuffle": shuffle, "seed": seed, "transforms": transforms,
+            "normalize": normalize, "dtype": dtype, "device": device, "num_threads": num_threads,
+            "prefetch": prefetch, "drop_last": drop_last, "rank": rank, "world_size": world_size,
+            "on_error": on_error, "backend": backend, "memory_budget": memory_budget,
+            "gpu_transforms": gpu_transforms})
+        if self._delegate is not None:
             self.sampler = self._delegate.sampler
             self._closed = False
             return
@@ -160,8 +148,8 @@ class FastLoader:
                      transforms: Any, normalize: Any, dtype: Any, device: Any,
                      drop_last: bool, rank: int | None, world_size: int | None, on_error: str,
                      backend: str) -> None:
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.drop_last = _flag("drop_last", drop_last)
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.drop_last = flag("drop_last", drop_last)
         if on_error not in ("raise", "skip"):
             raise invalid_argument("on_error", on_error, "must be 'raise' or 'skip'",
                                    "Pass on_error='skip' to replace undecodable samples.")
@@ -181,7 +169,7 @@ class FastLoader:
         try:
             self.image_size = output_size(self.transforms, self.dataset.shapes)
             self.sampler = EpochSampler(len(self.dataset), seed, rank, world,
-                                        _flag("shuffle", shuffle), self.drop_last)
+                                        flag("shuffle", shuffle), self.drop_last)
             self._decoder = BatchDecoder(1, backend)  # _init_tuning sets its thread count
         except BaseException:
             if self._owns_dataset:
@@ -300,32 +288,16 @@ class FastLoader:
         if self._delegate is not None:
             return self._delegate.state_dict()
         done = self._batches_done if self._active is not None else self._resume_batch
-        return {"version": _STATE_VERSION, "epoch": self.sampler.epoch, "batches_done": done,
-                "seed": self.sampler.seed, "num_samples": self.sampler.n,
-                "batch_size": self.batch_size, "rank": self.sampler.rank,
-                "world_size": self.sampler.world_size, "shuffle": self.sampler.shuffle,
-                "drop_last": self.drop_last}
+        return self.sampler.state(done, self.batch_size, self.drop_last)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
         if self._delegate is not None:
             self._delegate.load_state_dict(state)
             return
-        if not isinstance(state, dict):
-            raise invalid_type("state", state, "a dict from FastLoader.state_dict()")
-        mine = self.state_dict()
-        for key in ("version", "num_samples", "batch_size", "world_size", "shuffle",
-                    "drop_last", "seed"):
-            if state.get(key) != mine[key]:
-                raise invalid_argument(
-                    f"state[{key!r}]", state.get(key), f"this loader has {key}={mine[key]!r}",
-                    "Resume with a loader built with the same dataset and arguments.")
-        done = state.get("batches_done")
-        if not isinstance(done, int) or not 0 <= done <= len(self):
-            raise invalid_argument("state['batches_done']", done, f"must be in 0..{len(self)}",
-                                   "Pass a dict saved by FastLoader.state_dict().")
+        epoch, done = self.sampler.check_state(state, self.batch_size, self.drop_last)
         self._stop_active()
-        self.sampler.set_epoch(state["epoch"])
+        self.sampler.set_epoch(epoch)
         self._resume_batch = done
 
     # -- introspection and lifetime -----------------------------------------------------------

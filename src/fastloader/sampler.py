@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from fastloader.errors import invalid_argument, invalid_type
+
+STATE_VERSION = 1  # layout of EpochSampler.state(), the loaders' state_dict()
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
@@ -106,6 +109,34 @@ class EpochSampler:
         drop = self.drop_last if drop_last is None else drop_last
         count = len(self)
         return count // batch_size if drop else -(-count // batch_size)
+
+    def state(self, batches_done: int, batch_size: int, drop_last: bool) -> dict[str, Any]:
+        """A loader's checkpoint: where it stands in which epoch, plus what must match on load.
+
+        FastLoader and DaliLoader share this layout, so checkpoints move between backends.
+        """
+        return {"version": STATE_VERSION, "epoch": self.epoch, "batches_done": batches_done,
+                "seed": self.seed, "num_samples": self.n, "batch_size": batch_size,
+                "rank": self.rank, "world_size": self.world_size, "shuffle": self.shuffle,
+                "drop_last": drop_last}
+
+    def check_state(self, state: object, batch_size: int, drop_last: bool) -> tuple[int, int]:
+        """(epoch, batches_done) of a checkpoint made by an identically built loader, or raise."""
+        if not isinstance(state, dict):
+            raise invalid_type("state", state, "a dict from the loader's state_dict()")
+        mine = self.state(0, batch_size, drop_last)
+        for key in ("version", "num_samples", "batch_size", "world_size", "shuffle",
+                    "drop_last", "seed"):
+            if state.get(key) != mine[key]:
+                raise invalid_argument(
+                    f"state[{key!r}]", state.get(key), f"this loader has {key}={mine[key]!r}",
+                    "Resume with a loader built with the same dataset and arguments.")
+        done = state.get("batches_done")
+        total = self.num_batches(batch_size, drop_last)
+        if not isinstance(done, int) or not 0 <= done <= total:
+            raise invalid_argument("state['batches_done']", done, f"must be in 0..{total}",
+                                   "Pass a dict saved by the loader's state_dict().")
+        return _check_int("state['epoch']", state.get("epoch"), 0), done
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices().tolist())
