@@ -75,6 +75,12 @@ def test_crop_without_resize_is_exact_region():
     assert np.abs(got.astype(np.int16) - full[5:35, 7:47]).mean() <= 1.0
 
 
+def test_result_is_a_writable_owned_array():
+    out = decode(photo_jpeg(40, 60, seed=1))
+    assert out.flags.writeable and out.flags.c_contiguous
+    out[0, 0] = 0  # callers may edit what they get, on either path
+
+
 def test_flip_mirrors_columns():
     data = photo_jpeg(40, 60, seed=2)
     np.testing.assert_array_equal(decode(data, flip=True), decode(data)[:, ::-1])

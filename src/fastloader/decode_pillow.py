@@ -112,7 +112,9 @@ def decode_pillow(
         rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
     if flip:
         rgb = rgb.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    return np.asarray(rgb, dtype=np.uint8)
+    # np.array, not asarray: Pillow's array view is read-only, the native path's is writable,
+    # and decode() must hand back the same kind of array either way.
+    return np.array(rgb, dtype=np.uint8)
 
 
 def to_planar(
