@@ -1,12 +1,20 @@
 """Online tuning of a loader's decode threads and prefetch depth during its first batches.
 
-Threads: a hill-climb over 1, 2, 4, ... up to the cores this process may use. The best so
-far and the next rung are compared in interleaved blocks (best, next, best, next), each block
-one warm-up batch then MEASURE_BATCHES measured ones; the measure is the producer's time per
-image (read + plan + decode: its own work, under whatever load the consumer adds), compared
-by median. The next rung wins only when GAIN faster. The climb stops when the next rung
-loses, at the core count, or as soon as the producer needs less than ENOUGH of the training
-step's time (more threads would only take cores from the training loop).
+Threads: a step-down search from the top of the ladder (the cores this rank may use) to
+..., 4, 2, 1. Decode is CPU-bound and releases the GIL, so all cores is the fastest guess on
+nearly every machine: the loader runs there from its first batch, and a short run (a quick
+benchmark, a validation pass) never pays for exploring. After EXPLORE_AFTER batches at the
+top (sooner when the loader already keeps up with the training step) the next lower rung is
+compared with the current one in interleaved blocks (lower, current, lower), each block one
+warm-up batch then MEASURE_BATCHES measured ones; the measure is the producer's time per image
+(decode, plus any wait for the read-ahead helper: its own work under whatever load the
+consumer adds), compared by median. The lower rung wins, and the search steps down again,
+when it is as fast within GAIN, or when it still keeps up with the step (the producer needs
+under ENOUGH of the step's time): fewer threads then leave cores to the training process.
+The search is asymmetric on purpose: stepping down needs the whole interleaved comparison,
+so drifting load from other processes cannot push it down; a lower rung CLEAR slower after
+its first PROBE_BATCHES measured batches loses at once, which keeps the cost of probing on
+a CPU-bound machine to WARMUP_BATCHES + PROBE_BATCHES batches, and errs to the top rung.
 
 Prefetch: after threads settle, windows of PREFETCH_WINDOW consumed batches are watched. When
 the consumer waited for batches while the producer also sat blocked on a full ring (its output
@@ -15,7 +23,8 @@ settles. The ring grows only during this settle phase, never afterwards, so memo
 bounded: at most max_prefetch + 1 slots, max_prefetch chosen at start from the budget.
 
 The tuner never touches pixels: every setting yields identical batches (the decode is
-thread-count-free and prefetch only changes how far ahead the producer runs).
+thread-count-free and prefetch only changes how far ahead the producer runs). It is a pure
+state machine fed with times (record_produce, record_consume): tests drive it synthetically.
 """
 
 from __future__ import annotations
@@ -30,9 +39,12 @@ from fastloader.errors import invalid_argument, invalid_type
 
 AUTO = "auto"
 WARMUP_BATCHES = 1  # after a change of setting (thread pool restart, caches), not measured
-MEASURE_BATCHES = 3  # batches measured per thread setting; the median is kept
-GAIN = 1.05  # more threads must be at least 5% faster per image to be worth their cores
-ENOUGH = 0.7  # the producer needs < 70% of the step time: the loader keeps up, stop climbing
+MEASURE_BATCHES = 3  # batches measured per block; the median is kept
+EXPLORE_AFTER = 16  # batches produced at the top rung before a lower one is first probed
+PROBE_BATCHES = 2  # measured batches after which a clearly slower lower rung loses at once
+CLEAR = 1.25  # a lower rung this much slower per image than the current one loses at once
+GAIN = 1.05  # a lower rung at most 5% slower per image is as fast: its spare cores go free
+ENOUGH = 0.7  # the producer needs < 70% of the step time: the loader keeps up
 PREFETCH_WINDOW = 6  # consumed batches per prefetch decision
 BURSTY = 0.05  # share of time both sides waited on each other that calls for more prefetch
 MAX_AUTO_PREFETCH = 16
@@ -40,7 +52,7 @@ DEFAULT_MEMORY_BUDGET = 512 * 1024 * 1024  # bytes of ring the auto prefetch may
 
 
 def thread_ladder(max_threads: int) -> list[int]:
-    """1, 2, 4, ... and max_threads itself: the settings the hill-climb may visit."""
+    """1, 2, 4, ... and max_threads itself: the settings the search may visit (ascending)."""
     ladder, threads = [], 1
     while threads < max_threads:
         ladder.append(threads)
@@ -65,7 +77,7 @@ class Setting:
 class AutoTuner:
     """Measures, adjusts and settles; fed by the producer and the consumer threads.
 
-    `threads=None` tunes threads up to `max_threads`; an int keeps it fixed. The same for
+    `threads=None` tunes threads from `max_threads` down; an int keeps it fixed. The same for
     `prefetch` up to `max_prefetch` (starting at min(2, max_prefetch)). A tuner with both fixed
     is "off".
     """
@@ -77,12 +89,12 @@ class AutoTuner:
         self._tune_threads = threads is None
         self._tune_prefetch = prefetch is None
         self.max_prefetch = max_prefetch
-        self.threads = self._ladder[0] if threads is None else threads
+        self.threads = self._ladder[-1] if threads is None else threads
         self.prefetch = min(2, max_prefetch) if prefetch is None else prefetch
         self.measured: dict[int, float] = {}  # threads -> median producer seconds per image
         self._samples: dict[int, list[float]] = {}  # per image, in the running comparison
-        self._best = self.threads
-        self._rival: int | None = None
+        self._current = self.threads  # the rung the search would settle on now
+        self._rival: int | None = None  # the lower rung being compared, None at the baseline
         self._schedule: list[int] = []  # thread counts of the comparison's next blocks
         self._in_block = 0
         self._batch_images = 0
@@ -92,11 +104,12 @@ class AutoTuner:
         self.batches_seen = 0
         self.settled_after: int | None = None
         self._phase = "done"
-        if not self._tune_threads and not self._tune_prefetch:
-            self.state = "off"
-        else:
+        self.state = "off"
+        if self._tune_threads or self._tune_prefetch:
             self.state = "measuring"
             self._phase = "threads" if self._tune_threads else "prefetch"
+            if self._tune_threads and len(self._ladder) == 1:
+                self._end_phase()  # one usable core: nothing to choose
 
     def setting(self) -> Setting:
         with self._lock:
@@ -105,8 +118,11 @@ class AutoTuner:
     @staticmethod
     def max_batches_to_settle(max_threads: int, max_prefetch: int) -> int:
         """An upper bound on the produced batches a tuner needs to settle (for tests, docs)."""
-        blocks = 1 + 3 * (len(thread_ladder(max_threads)) - 1)
-        thread_batches = blocks * (WARMUP_BATCHES + MEASURE_BATCHES)
+        steps_down = len(thread_ladder(max_threads)) - 1
+        thread_batches = 0
+        if steps_down:  # the baseline at the top, then up to 3 blocks per rung stepped down
+            thread_batches = max(EXPLORE_AFTER, WARMUP_BATCHES + MEASURE_BATCHES)
+            thread_batches += steps_down * 3 * (WARMUP_BATCHES + MEASURE_BATCHES)
         doublings = max(max_prefetch, 1).bit_length()
         # + the ring's depth: consumed windows lag produced batches by at most the prefetch.
         return thread_batches + (doublings + 1) * PREFETCH_WINDOW + max_prefetch + 1
@@ -114,7 +130,8 @@ class AutoTuner:
     # -- producer side ----------------------------------------------------------------------
 
     def record_produce(self, busy_s: float, slot_wait_s: float, images: int) -> None:
-        """One batch made: its read+plan+decode seconds and its wait for a free ring slot."""
+        """One batch made: its fill seconds (decode + wait for the read-ahead helper) and its
+        wait for a free ring slot."""
         with self._lock:
             self.batches_seen += 1
             self._window["slot_wait"] += slot_wait_s
@@ -126,41 +143,93 @@ class AutoTuner:
                 return
             self._samples.setdefault(self.threads, []).append(busy_s / images)
             self._batch_images = max(self._batch_images, images)  # an epoch's last is short
-            self._in_block += 1
-            if self._in_block < MEASURE_BATCHES:
+            if self._rival is None:
+                self._maybe_start_probe()
                 return
-            self._in_block = 0
-            if self._schedule:
-                self._switch(self._schedule.pop(0))
-            else:
-                self._decide_threads()
+            self._in_block += 1
+            if self._clear_loss():
+                self._settle_threads()
+            elif self._in_block >= MEASURE_BATCHES:
+                self._in_block = 0
+                self._end_block()
 
     def _switch(self, threads: int) -> None:
         if threads != self.threads:
             self._skip = WARMUP_BATCHES
         self.threads = threads
 
-    def _decide_threads(self) -> None:
-        """End of a comparison: keep the winner, then climb one rung or settle."""
-        medians = {t: statistics.median(v) for t, v in self._samples.items()}
-        self.measured.update(medians)
-        rival = self._rival
-        if rival is not None and medians[rival] * GAIN <= medians[self._best]:
-            self._best = rival
-        best = self._best
+    def _median(self, threads: int) -> float:
+        return statistics.median(self._samples[threads])
+
+    def _keeps_up(self, per_image_s: float) -> bool:
+        """Would a producer this fast need under ENOUGH of the consumer's recent step?"""
         step = statistics.median(self._steps[-2 * MEASURE_BATCHES:]) if self._steps else 0.0
-        keeps_up = step > 0 and medians[best] * self._batch_images < ENOUGH * step
-        rival_lost = rival is not None and best != rival
-        if rival_lost or keeps_up or best >= self._ladder[-1]:
-            self._switch(best)
-            self._end_phase()
+        return step > 0 and per_image_s * self._batch_images < ENOUGH * step
+
+    def _maybe_start_probe(self) -> None:
+        """At the top rung: probe the next lower one once the baseline has run long enough."""
+        recent = self._samples[self._current][-MEASURE_BATCHES:]
+        if len(recent) < MEASURE_BATCHES:
             return
-        # Next comparison, interleaved in time (best, rival, best, rival) so that load from
-        # other processes, which drifts over seconds, falls on both settings alike.
-        self._rival = self._ladder[self._ladder.index(best) + 1]
-        self._samples = {best: self._samples[best][-MEASURE_BATCHES:]}
-        self._schedule = [best, self._rival]
+        if (self.batches_seen < EXPLORE_AFTER
+                and not self._keeps_up(statistics.median(recent))):
+            return
+        self._samples = {self._current: recent}
+        self._probe_below()
+
+    def _probe_below(self) -> None:
+        """Compare the current rung with the next lower one: lower, current, lower blocks.
+
+        Interleaved in time so that load from other processes, which drifts over seconds,
+        falls on both settings alike.
+        """
+        index = self._ladder.index(self._current)
+        if index == 0:
+            self._settle_threads()
+            return
+        self._rival = self._ladder[index - 1]
+        self._schedule = [self._current, self._rival]
+        self._in_block = 0
         self._switch(self._rival)
+
+    def _clear_loss(self) -> bool:
+        """In the rival's first block: is it already clearly slower (and not keeping up)?"""
+        rival = self._rival
+        if rival is None or len(self._schedule) != 2 or self._in_block < PROBE_BATCHES:
+            return False
+        rival_s, current_s = self._median(rival), self._median(self._current)
+        if rival_s <= CLEAR * current_s or self._keeps_up(rival_s):
+            return False
+        self.measured.update({rival: rival_s, self._current: current_s})
+        return True
+
+    def _end_block(self) -> None:
+        if self._schedule:
+            following = self._schedule.pop(0)
+            if following == self._current:
+                # The decision weighs the current rung's middle block alone against the
+                # rival's blocks on either side (A B A): a load that drifts linearly over the
+                # comparison, or a spike in the baseline, then falls on both alike.
+                self._samples[following] = []
+            self._switch(following)
+            return
+        rival = self._rival
+        if rival is None:  # pragma: no cover - a block ends only within a comparison
+            return
+        medians = {t: self._median(t) for t in self._samples}
+        self.measured.update(medians)
+        if medians[rival] <= GAIN * medians[self._current] or self._keeps_up(medians[rival]):
+            self._current = rival  # as fast, or fast enough, with fewer threads: step down
+            self._samples = {rival: self._samples[rival][-MEASURE_BATCHES:]}
+            self._probe_below()  # the rival's block just ran: it is the fresh baseline
+            return
+        self._settle_threads()
+
+    def _settle_threads(self) -> None:
+        self._switch(self._current)
+        self._rival = None
+        self._schedule = []
+        self._end_phase()
 
     # -- consumer side ----------------------------------------------------------------------
 
