@@ -13,7 +13,7 @@ when it is as fast within GAIN, or when it still keeps up with the step (the pro
 under ENOUGH of the step's time): fewer threads then leave cores to the training process.
 The search is asymmetric on purpose: stepping down needs the whole interleaved comparison,
 so drifting load from other processes cannot push it down; a lower rung CLEAR slower after
-its first PROBE_BATCHES measured batches loses at once, which keeps the cost of probing on
+its first PROBE_BATCHES measured batch(es) loses at once, which keeps the cost of probing on
 a CPU-bound machine to WARMUP_BATCHES + PROBE_BATCHES batches, and errs to the top rung.
 
 Prefetch: after threads settle, windows of PREFETCH_WINDOW consumed batches are watched. When
@@ -40,8 +40,11 @@ from fastloader.errors import invalid_argument, invalid_type
 AUTO = "auto"
 WARMUP_BATCHES = 1  # after a change of setting (thread pool restart, caches), not measured
 MEASURE_BATCHES = 3  # batches measured per block; the median is kept
-EXPLORE_AFTER = 16  # batches produced at the top rung before a lower one is first probed
-PROBE_BATCHES = 2  # measured batches after which a clearly slower lower rung loses at once
+# A probe costs WARMUP_BATCHES + PROBE_BATCHES batches at the lower rung, at most twice as
+# slow (it has at least half the threads): after EXPLORE_AFTER batches at the top that is
+# at most 2 / (24 + 2 * 2) = 7% of a run that ends right after it, less of a longer one.
+EXPLORE_AFTER = 24  # batches produced at the top rung before a lower one is first probed
+PROBE_BATCHES = 1  # measured batches after which a clearly slower lower rung loses at once
 CLEAR = 1.25  # a lower rung this much slower per image than the current one loses at once
 GAIN = 1.05  # a lower rung at most 5% slower per image is as fast: its spare cores go free
 ENOUGH = 0.7  # the producer needs < 70% of the step time: the loader keeps up
