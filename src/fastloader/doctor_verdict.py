@@ -7,7 +7,10 @@ DataLoader has none):
     batches, batch_size, batch_ms (consumer wall time per batch, simulated step included),
     simulated_step_ms (time.sleep per batch standing in for a training step; 0 when none),
     wait_ms_median, wait_ms_p90 (one next() call), wait_fraction (of the consumer's wall),
-    read_ms, plan_ms, decode_ms (producer thread), copy_ms (consumer thread: H2D + normalize),
+    read_ms, plan_ms (a helper thread: it reads and plans batch b+1 while batch b decodes, so
+    these overlap decode_ms), decode_ms (producer thread; on a CPU device it includes the NCHW
+    layout + normalize), copy_ms (consumer thread: H2D + normalize; on a CPU device only the
+    hand-over),
     wait_ms (consumer's mean wait for a batch, from the loader's counters),
     slot_wait_fraction (share of the producer's wall blocked on a full ring),
     batches_per_pass (a short pass restarts the producer often),
@@ -73,7 +76,7 @@ def _bottleneck(stats: Mapping[str, Any], feeds: bool | None) -> str:
         return "none"
     if not stages:
         return "loader"
-    producer = sum(stages.get(name, 0.0) for name in ("read", "plan", "decode"))
+    producer = producer_busy_ms(stats)
     copy = stages.get("copy", 0.0)
     if copy > producer:
         return "copy"
@@ -82,7 +85,20 @@ def _bottleneck(stats: Mapping[str, Any], feeds: bool | None) -> str:
             return "copy"  # the step lost more time converting batches than waiting for them
         if producer < SPARE_PRODUCER * float(stats["batch_ms"]):
             return "prefetch"  # the producer had time to spare, yet the step waited: bursts
-    return max(("read", "plan", "decode"), key=lambda name: stages.get(name, 0.0))
+    helper = stages.get("read", 0.0) + stages.get("plan", 0.0)
+    if helper > stages.get("decode", 0.0):  # the helper's read-ahead sets the pace
+        return max(("read", "plan"), key=lambda name: stages.get(name, 0.0))
+    return "decode"
+
+
+def producer_busy_ms(stats: Mapping[str, Any]) -> float:
+    """The producer's busy time per batch: decode, or the helper's read + plan when longer.
+
+    The helper reads and plans batch b+1 while batch b decodes, so the two overlap; adding
+    them would count the overlapped time twice.
+    """
+    helper = sum(float(stats.get(f"{name}_ms", 0.0)) for name in ("read", "plan"))
+    return max(float(stats.get("decode_ms", 0.0)), helper)
 
 
 def _headline(verdict_feeds: bool | None, bottleneck: str, loader_ms: float,
@@ -119,7 +135,8 @@ def _cpu_advice(stats: Mapping[str, Any], machine: Mapping[str, Any]) -> list[st
                 f"{len(idle)} of {len(percent)} cores were mostly idle"]
     if idle:
         return [f"{len(idle)} cores were mostly idle with {threads} threads: the producer "
-                "thread's serial work (read, plan) or I/O holds decoding back"]
+                "thread's hand-offs, the read-ahead helper's serial work (read, plan) or I/O "
+                "holds decoding back"]
     return []
 
 
@@ -172,8 +189,8 @@ def _stage_advice(bottleneck: str, stats: Mapping[str, Any],
 
 
 def _producer_share(stats: Mapping[str, Any]) -> float:
-    producer = sum(float(stats.get(f"{name}_ms", 0.0)) for name in ("read", "plan", "decode"))
-    return producer / float(stats["batch_ms"]) if float(stats["batch_ms"]) > 0 else 0.0
+    batch_ms = float(stats["batch_ms"])
+    return producer_busy_ms(stats) / batch_ms if batch_ms > 0 else 0.0
 
 
 def _general_advice(stats: Mapping[str, Any], step_ms: float | None, loader_ms: float,
