@@ -129,7 +129,7 @@ def test_cli_prints_the_table_and_exits_0(dataset_path: Path,
     out = capsys.readouterr().out
     assert code == 0
     for text in ("decode+crop+resize+flip+normalize", "hand-over (CPU)", "helper*",
-                 "overlap", "Producer thread: decode + slot wait", "wait for a batch",
+                 "overlap", "thread: decode + slot wait", "wait for a batch",
                  "images/s", "CPU per core", "memory: RSS", "VERDICT:", "prefetch="):
         assert text in out, text
 

@@ -140,9 +140,10 @@ def format_report(report: DoctorReport) -> str:
     mean = sum(m["cpu_percent"]) / max(len(m["cpu_percent"]), 1)
     lines += [
         "* the helper reads and plans the next batch while this one decodes: its rows overlap",
-        f"  the producer's. Producer thread: decode + slot wait = "
-        f"{100 * s['producer_thread_share']:.1f}% of the wall; the rest is waiting for the",
-        "  helper and restarting the producer between passes.",
+        "  the producer's, so the shares add up per thread, not across threads. Producer",
+        f"  thread: decode + slot wait = {100 * s['producer_thread_share']:.1f}% of the wall; "
+        "the rest is its waits",
+        "  for the helper and its restarts between passes.",
         "",
         f"timed {s['batches']} batches of {s['batch_size']} in {s['wall_s']:.1f} s "
         f"(after {s['warmup_s']:.1f} s warm-up): {s['images_per_s']:.1f} images/s, "
