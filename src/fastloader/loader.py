@@ -81,9 +81,9 @@ class FastLoader:
     `data` a map-style torch Dataset: the drop-in path (see fastloader.dropin.DropInLoader);
     DataLoader's own keyword arguments are accepted there.
 
-    `num_threads="auto"` (the default) tunes the decode threads online during the first
-    batches (1, 2, 4, ... up to the cores this rank may use; see fastloader.autotune), then
-    keeps the choice for the rest of the run; an int fixes it, None means all those cores.
+    `num_threads="auto"` (the default) tunes the decode threads online: it starts at all the
+    cores this rank may use and steps down only when fewer threads are as fast or still keep
+    up with the training step (see fastloader.autotune), then keeps the choice for the run; an int fixes it, None means all those cores.
     `prefetch="auto"` likewise deepens the ring while the consumer waits on a bursty producer,
     never beyond `memory_budget` bytes of ring (512 MiB by default). stats() shows the choice.
 
