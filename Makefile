@@ -48,7 +48,7 @@ demo: install
 
 # The full comparison on a 1000-image ImageNet-like tree (several minutes); see BENCHMARKS.md.
 bench: install
-	$(PY) benchmarks/bench_loader.py --repeats 5
+	$(PY) benchmarks/bench_loader.py --repeats 5 --formats LMDB HDF5 "tiled LMDB"
 	$(PY) benchmarks/plot.py benchmarks/results/loader.jsonl
 
 clean:
