@@ -83,7 +83,8 @@ class FastLoader:
 
     `num_threads="auto"` (the default) tunes the decode threads online: it starts at all the
     cores this rank may use and steps down only when fewer threads are as fast or still keep
-    up with the training step (see fastloader.autotune), then keeps the choice for the run; an int fixes it, None means all those cores.
+    up with the training step (see fastloader.autotune), then keeps the choice for the run;
+    an int fixes it, None means all those cores.
     `prefetch="auto"` likewise deepens the ring while the consumer waits on a bursty producer,
     never beyond `memory_budget` bytes of ring (512 MiB by default). stats() shows the choice.
 
