@@ -46,8 +46,12 @@ void ThreadPool::start_workers(int num_threads) {
     num_threads_ = std::max(1, num_threads);
     stopping_ = false;
     idle_workers_ = 0;
-    // The calling thread takes slot 0, so n threads need n - 1 workers.
-    for (int slot = 1; slot < num_threads_; ++slot) workers_.emplace_back(&ThreadPool::worker_loop, this, slot);
+    // The calling thread takes slot 0, so n threads need n - 1 workers. A new worker starts
+    // from the current generation: starting from 0 would let it join a batch that is already
+    // over (after a resize) and check in twice, so run() could return while it still works.
+    const uint64_t current = generation_;
+    for (int slot = 1; slot < num_threads_; ++slot)
+        workers_.emplace_back(&ThreadPool::worker_loop, this, slot, current);
 }
 
 void ThreadPool::stop_workers() {
@@ -76,8 +80,7 @@ void ThreadPool::drain(int slot) {
     for (size_t i = next_.fetch_add(1); i < count_; i = next_.fetch_add(1)) (*task_)(i, slot);
 }
 
-void ThreadPool::worker_loop(int slot) {
-    uint64_t seen = 0;
+void ThreadPool::worker_loop(int slot, uint64_t seen) {
     for (;;) {
         {
             std::unique_lock<std::mutex> lock(mutex_);
@@ -150,13 +153,15 @@ void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *cro
         uint8_t *dst = out + k * slot_bytes;
         const CropBox crop{crops[4 * k], crops[4 * k + 1], crops[4 * k + 2], crops[4 * k + 3]};
         const OutputSlot target{dst, height, width, static_cast<std::ptrdiff_t>(width) * 3, flips[k]};
-        try {
+        try {  // the whole body: nothing may escape a pool task (bad_alloc included)
             errors[k] = decode_one(records[k], crop, target, tiles ? &tiles[k] : nullptr, slot, options);
-        } catch (const std::exception &exc) {  // bad_alloc: report, never cross threads
-            errors[k] = std::string("decode failed: ") + exc.what();
+            if (!errors[k].empty()) std::memset(dst, 0, slot_bytes);
+            if (planar != nullptr) write_planar(dst, static_cast<size_t>(height) * width, k, *planar);
+        } catch (...) {
+            std::memset(dst, 0, slot_bytes);
+            // 14 characters fit std::string's inline buffer: this assignment cannot throw.
+            errors[k] = "out of memory";
         }
-        if (!errors[k].empty()) std::memset(dst, 0, slot_bytes);
-        if (planar != nullptr) write_planar(dst, static_cast<size_t>(height) * width, k, *planar);
     };
     pool_.run(n, task);
 }

@@ -33,7 +33,7 @@ public:
 private:
     void start_workers(int num_threads);
     void stop_workers();
-    void worker_loop(int slot);
+    void worker_loop(int slot, uint64_t seen);
     void drain(int slot);
 
     std::mutex run_mutex_;  // one batch at a time per pool

@@ -200,8 +200,13 @@ NB_MODULE(_core, m) {
 
     nb::class_<fl::BatchDecoder>(m, "BatchDecoder")
         .def(nb::init<int>(), nb::arg("num_threads") = 1)
-        .def_prop_rw("num_threads", &fl::BatchDecoder::num_threads, &fl::BatchDecoder::set_num_threads)
-        .def("close", &fl::BatchDecoder::close)
+        // Both wait for a running batch to end: wait without the GIL, so Python threads go on.
+        .def_prop_rw("num_threads", &fl::BatchDecoder::num_threads,
+                     [](fl::BatchDecoder &self, int n) {
+                         nb::gil_scoped_release release;
+                         self.set_num_threads(n);
+                     })
+        .def("close", &fl::BatchDecoder::close, nb::call_guard<nb::gil_scoped_release>())
         .def("decode_into", &batch_decode_into, nb::arg("records"), nb::arg("crops"), nb::arg("flips"),
              nb::arg("out"), nb::arg("dct_scaling") = true, nb::arg("tile_headers").none() = nb::none(),
              nb::arg("tile_offsets").none() = nb::none(), nb::arg("tile_spans").none() = nb::none(),

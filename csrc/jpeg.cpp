@@ -266,7 +266,12 @@ std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &cr
         return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
     }
     jpeg_create_decompress(&cinfo);
-    decode_body(&cinfo, data, size, crop, out, scratch, options);
+    try {  // bad_alloc from the resizer's buffers: free libjpeg's pools, let the caller report
+        decode_body(&cinfo, data, size, crop, out, scratch, options);
+    } catch (...) {
+        jpeg_destroy_decompress(&cinfo);
+        throw;
+    }
     jpeg_destroy_decompress(&cinfo);
     return {};
 }

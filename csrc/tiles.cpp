@@ -263,6 +263,9 @@ Status read_header(const uint8_t* data, size_t size, HeaderInfo* info, Geometry*
         } else if (marker == 0xDD && length == 4) {
             info->restart = read_u16(data + at + 4);
         } else if (marker == 0xDA) {
+            // An SOS segment holds at least its component count and 3 more bytes per component.
+            if (length < 6 + 2 * static_cast<size_t>(components))
+                return fail(message, Status::kCorrupt, "SOS segment too short");
             if (!info->have_sof || data[at + 4] != components)
                 return fail(message, Status::kNotTileable, "scan does not hold every component");
             info->scan = static_cast<uint32_t>(at + 2 + length);

@@ -60,6 +60,20 @@ def test_one_and_four_threads_are_bitwise_identical():
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
+def test_resizing_the_pool_between_batches_keeps_every_batch_whole():
+    # Autotune resizes the pool between batches: a worker started by a resize must join only
+    # batches that start after it, or run() could return while it still writes.
+    records, crops, flips = make_batch(8, seed=2)
+    reference = np.empty((8, *OUT, 3), np.uint8)
+    with BatchDecoder(num_threads=1) as decoder:
+        decoder.decode_into(records, crops, flips, reference)
+        for round_index in range(60):
+            decoder.num_threads = 1 + round_index % 4
+            out = np.zeros((8, *OUT, 3), np.uint8)
+            assert decoder.decode_into(records, crops, flips, out) == [None] * 8
+            np.testing.assert_array_equal(out, reference)
+
+
 def test_failed_samples_are_zero_filled_with_a_message():
     good = photo_jpeg(60, 80, seed=3)
     records = [good, b"\xff\xd8\xff\xdbbroken", good[: len(good) // 3], b"nothing", good]
