@@ -212,6 +212,8 @@ def test_loader_auto_settles_bounded_and_batches_match_fixed(dataset_path: Path)
         for _ in auto:  # another epoch: the choice is kept, the ring does not grow
             pass
         assert (auto.stats().num_threads, auto.stats().ring_slots) == settled
+        # The decoder runs the tuner's choice, even when it settled on a pass's last batch.
+        assert auto.stats().num_threads == auto.num_threads
     with FastLoader(dataset_path, batch_size=3, shuffle=True, transforms=TRAIN,
                     num_threads=2, device="cpu") as fixed:
         assert fixed.stats().autotune_state == "off"

@@ -213,6 +213,9 @@ class FastLoader:
         start, self._resume_batch = self._resume_batch, 0
         epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
                                self.sampler.epoch, self.sampler.seed, self.sampler.rank)
+        # The tuner may have settled on the last batch of a pass, after the producer's last
+        # chance to apply it: take its setting here so a settled count is never left unapplied.
+        self._decoder.num_threads = self._tuner.setting().threads
         tuner = self._tuner if self._tuner.state == "measuring" else None
         producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
                             self._counters, self.on_error, epoch_plan, tuner,

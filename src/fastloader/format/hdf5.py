@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,12 +57,16 @@ class Reader:
         self._paths = [root / shard.file for shard in shards]
         self._data_offsets = [shard.data_offset or 0 for shard in shards]
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self._maps: dict[int, mmap.mmap] = {}
         self._views: dict[int, memoryview] = {}
 
     def _view(self, shard: int) -> memoryview:
         view = self._views.get(shard)
         if view is None:
+            if self._pid != os.getpid():  # forked: a parent thread may have held the lock
+                self._pid = os.getpid()
+                self._lock = threading.Lock()
             with self._lock:
                 view = self._views.get(shard)
                 if view is None:

@@ -120,6 +120,7 @@ class Reader:
         if self._pid != os.getpid():  # forked: transactions are per process, start new ones
             self._pid = os.getpid()
             self._local = threading.local()
+            self._lock = threading.Lock()  # a thread of the parent may have held it at fork
         txns = getattr(self._local, "txns", None)
         if txns is None:
             txns = self._local.txns = {}
