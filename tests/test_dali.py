@@ -240,3 +240,25 @@ def test_gpu_transforms_see_pixels_and_normalize_comes_last(dataset: Any) -> Non
     mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, (pixels / 255 - mean) / std, atol=1e-4, rtol=1e-4)
+
+
+def _shut_down_the_parents_pipeline(loader: Any) -> None:
+    # What garbage collection does when it reaches a pipeline object copied by the fork.
+    loader._pipe.__del__()
+
+
+@needs_dali
+def test_a_forked_child_never_waits_for_the_parents_dali_threads(dataset: PackedDataset) -> None:
+    import multiprocessing
+
+    loader = dali_loader(dataset, transforms=TRAIN)
+    next(iter(loader))
+    child = multiprocessing.get_context("fork").Process(
+        target=_shut_down_the_parents_pipeline, args=(loader,))
+    child.start()
+    child.join(timeout=30)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+    loader.close()
+    assert not hung and child.exitcode == 0

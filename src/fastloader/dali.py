@@ -20,7 +20,14 @@ import torch
 
 from fastloader.augment import check_transforms, output_size, plan
 from fastloader.checks import flag, positive_int
-from fastloader.dali_pipeline import GraphSpec, build_pipeline, feed_batch, import_dali, to_torch
+from fastloader.dali_pipeline import (
+    GraphSpec,
+    build_pipeline,
+    feed_batch,
+    import_dali,
+    release_pipeline,
+    to_torch,
+)
 from fastloader.device import normalize_constants, resolve_device, resolve_dtype
 from fastloader.errors import DecodeError, FastloaderError, invalid_type
 from fastloader.format.dataset import PackedDataset, open_dataset
@@ -212,7 +219,7 @@ class DaliLoader:
         except StopIteration:
             raise FastloaderError(f"DALI ended the pass early, before batch {b}") from None
         except RuntimeError as exc:
-            self._pipe = None  # DALI marks a pipeline that failed as unusable: rebuild it
+            self._drop_pipeline()  # DALI marks a pipeline that failed as unusable: rebuild it
             raise self._decode_error(exc) from exc
         self._in_flight.pop(0)
         with Timer(self._counters, "copy"):
@@ -252,8 +259,13 @@ class DaliLoader:
         except StopIteration:
             pipe.reset()
         except RuntimeError:
-            self._pipe = None  # a failing prefetched batch: build a fresh pipeline next time
+            self._drop_pipeline()  # a failing prefetched batch: build a fresh one next time
         self._in_flight = []
+
+    def _drop_pipeline(self) -> None:
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            release_pipeline(pipe)
 
     def __len__(self) -> int:
         return self.sampler.num_batches(self.batch_size, self.drop_last)
@@ -294,7 +306,7 @@ class DaliLoader:
             return
         self._closed = True
         self._end_pass()
-        self._pipe = None
+        self._drop_pipeline()
         if self._owns_dataset:
             self.dataset.close()
 

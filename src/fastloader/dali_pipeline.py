@@ -6,6 +6,7 @@ turns its absence into an OptionalDependencyError that names the install command
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -24,8 +25,43 @@ FeedBatch = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.
                   list[np.ndarray]]
 
 
+def release_pipeline(pipe: Any) -> None:
+    """Shut a DALI pipeline's threads down now, not whenever garbage collection reaches it.
+
+    DALI stops its threads in Pipeline.__del__; run late, in a process forked after the
+    pipeline was built (a DataLoader worker, say), that waits forever for threads the fork did
+    not copy. Shutting down at release time leaves __del__ nothing to do.
+    """
+    shutdown = getattr(pipe, "_shutdown", None)  # DALI has no public close()
+    if callable(shutdown):
+        shutdown()
+
+
+# Backend pipelines a forked child inherited: kept referenced for the child's whole life, since
+# destroying one (even by dropping the last reference) waits for threads that exist only in the
+# parent.
+_INHERITED_BACKENDS: list[Any] = []
+
+
+def _disown_pipelines_after_fork() -> None:
+    """In a forked child, detach every DALI pipeline the parent had from its backend, without
+    destroying the backend: a later Pipeline.__del__ then has nothing to shut down."""
+    import nvidia.dali.pipeline as dali_pipeline
+
+    for ref in list(getattr(dali_pipeline.Pipeline, "_pipes", ())):
+        pipe = ref()
+        backend = getattr(pipe, "_pipe", None)
+        if backend is not None:
+            _INHERITED_BACKENDS.append(backend)
+            pipe._pipe = None
+
+
+_FORK_HOOK_INSTALLED = False
+
+
 def import_dali() -> ModuleType:
     """Import nvidia.dali, or raise OptionalDependencyError saying how to install it."""
+    global _FORK_HOOK_INSTALLED
     try:
         import nvidia.dali as dali
         import nvidia.dali.fn
@@ -36,6 +72,9 @@ def import_dali() -> ModuleType:
             f'backend="dali" needs NVIDIA DALI, which cannot be imported here ({exc}). '
             f"Install it with: {INSTALL_HINT}, or use the native backend."
         ) from exc
+    if not _FORK_HOOK_INSTALLED:
+        os.register_at_fork(after_in_child=_disown_pipelines_after_fork)
+        _FORK_HOOK_INSTALLED = True
     return dali
 
 
