@@ -199,11 +199,6 @@ void axis_span(const ResampleAxis &axis, int &first, int &last) {
     last = axis.bounds[2 * (axis.out_size - 1)] + axis.bounds[2 * (axis.out_size - 1) + 1];
 }
 
-void resample_row(const uint8_t *in, uint8_t *out, const ResampleAxis &axis, bool flip) {
-    if (kernels::use_avx2()) return kernels::horizontal_avx2(in, out, axis, flip);
-    kernels::horizontal_scalar(in, out, axis, flip);
-}
-
 void copy_row(const uint8_t *in, uint8_t *out, int width, bool flip) {
     if (!flip) {
         std::memcpy(out, in, 3 * static_cast<size_t>(width));
@@ -215,15 +210,6 @@ void copy_row(const uint8_t *in, uint8_t *out, int width, bool flip) {
         out[3 * x + 1] = p[1];
         out[3 * x + 2] = p[2];
     }
-}
-
-void resample_column_row(const uint8_t *const *rows, int yy, int row_len, const ResampleAxis &axis,
-                         int32_t * /*acc: kept for callers; the kernels sum in registers*/, uint8_t *out) {
-    const int32_t *k = &axis.weights[static_cast<size_t>(yy) * axis.ksize];
-    const uint8_t *const *first = rows + axis.bounds[2 * yy];
-    const int taps = axis.bounds[2 * yy + 1];
-    if (kernels::use_avx2()) return kernels::vertical_avx2(first, k, taps, row_len, out);
-    kernels::vertical_scalar(first, k, taps, row_len, out);
 }
 
 }  // namespace fl

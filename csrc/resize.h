@@ -32,15 +32,8 @@ void axis_span(const ResampleAxis &axis, int &first, int &last);
 // Bytes a row buffer needs past its last pixel (the SIMD path reads 4 bytes per 3-byte pixel).
 constexpr size_t kRowSlack = 16;
 
-// One row of 3-channel pixels through the horizontal taps; mirrored output when flip.
-void resample_row(const uint8_t *in, uint8_t *out, const ResampleAxis &axis, bool flip);
-
 // Copy (or mirror) a row of width 3-channel pixels.
 void copy_row(const uint8_t *in, uint8_t *out, int width, bool flip);
-
-// Vertical pass: output row yy from rows[] (rows[i] is input row first + i) of row_len bytes.
-void resample_column_row(const uint8_t *const *rows, int yy, int row_len, const ResampleAxis &axis,
-                         int32_t *acc, uint8_t *out);
 
 // A uniform horizontal axis of at most kPositionsMaxTaps taps laid out in output memory order
 // (flip applied) for the AVX2 kernel: per position its first source byte, and per pair of
@@ -81,7 +74,6 @@ public:
     uint8_t *row_buffer();
     // Takes the row written to row_buffer() and emits every output row it completes.
     void push_row();
-    bool vertical_first() const { return vertical_first_; }
 
     ResampleAxis horizontal;
     ResampleAxis vertical;

@@ -221,7 +221,7 @@ def _prepared(
             yield from pending.popleft()
 
 
-def _progress_bar(total: int, total_bytes: int, quiet: bool) -> Any:
+def _progress_bar(total: int, quiet: bool) -> Any:
     if quiet or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
@@ -280,7 +280,7 @@ def _fill(
     """Prepare and add every file not covered by reused shards; return how many re-encoded."""
     start = sum(len(r.consumed) for r in builder.records)
     todo = result.files[start:]
-    bar = _progress_bar(len(result.files), result.total_bytes, settings["quiet"])
+    bar = _progress_bar(len(result.files), settings["quiet"])
     done_bytes, began, reencoded = sum(f.size for f in result.files[:start]), time.monotonic(), 0
     if bar is not None:
         bar.update(start)
