@@ -29,13 +29,13 @@ state machine fed with times (record_produce, record_consume): tests drive it sy
 
 from __future__ import annotations
 
-import numbers
 import statistics
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from fastloader.errors import invalid_argument, invalid_type
+from fastloader.checks import int_at_least
+from fastloader.errors import invalid_argument
 
 AUTO = "auto"
 WARMUP_BATCHES = 1  # after a change of setting (thread pool restart, caches), not measured
@@ -285,10 +285,12 @@ class AutoTuner:
 def make_tuner(num_threads: Any, prefetch: Any, memory_budget: Any, max_threads: int,
                slot_bytes: int) -> AutoTuner:
     """Check the loader's num_threads / prefetch / memory_budget and build its tuner."""
-    threads = None if num_threads == AUTO else _positive("num_threads", num_threads)
-    depth = None if prefetch == AUTO else _positive("prefetch", prefetch)
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else _positive(
-        "memory_budget", memory_budget)
+    auto = repr(AUTO)
+    threads = None if num_threads == AUTO else int_at_least("num_threads", num_threads, 1,
+                                                            also=auto)
+    depth = None if prefetch == AUTO else int_at_least("prefetch", prefetch, 1, also=auto)
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else int_at_least(
+        "memory_budget", memory_budget, 1)
     max_prefetch = max_prefetch_for(budget, slot_bytes)
     if depth is None and max_prefetch < 1:
         raise invalid_argument(
@@ -296,11 +298,3 @@ def make_tuner(num_threads: Any, prefetch: Any, memory_budget: Any, max_threads:
             f"{slot_bytes} bytes each", f"Pass memory_budget >= {2 * slot_bytes}, a smaller "
             "batch_size, or a fixed prefetch=1.")
     return AutoTuner(threads, max(1, max_threads), depth, max(1, max_prefetch))
-
-
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise invalid_type(name, value, f"an int >= 1 or {AUTO!r}")
-    if value < 1:
-        raise invalid_argument(name, value, "must be >= 1", f"Pass {name} >= 1 or {AUTO!r}.")
-    return int(value)

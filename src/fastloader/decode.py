@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from fastloader import _native
+from fastloader.checks import int_at_least
 from fastloader.decode_pillow import (
     ImageHeader,
     decode_pillow,
@@ -25,6 +26,8 @@ from fastloader.errors import (
 )
 
 __all__ = ["BatchDecoder", "ImageHeader", "decode", "header"]
+
+_THREADS_FIX = "Use 1 per core you want decoding."
 
 _BACKENDS = ("auto", "native", "pillow")
 _MAX_PIXELS = 2 * 89478485  # Pillow's decompression-bomb error threshold; the C++ core uses it too
@@ -213,7 +216,7 @@ class BatchDecoder:
                 f"it must be one of {_BACKENDS}",
                 "Use 'auto' unless you need to force one path.",
             )
-        self._num_threads = _check_threads(num_threads)
+        self._num_threads = int_at_least("num_threads", num_threads, 1, _THREADS_FIX)
         core = None
         if backend == "native":
             core = _native.require_native()
@@ -234,7 +237,7 @@ class BatchDecoder:
 
     @num_threads.setter
     def num_threads(self, value: int) -> None:
-        self._num_threads = _check_threads(value)
+        self._num_threads = int_at_least("num_threads", value, 1, _THREADS_FIX)
         if self._core is not None:
             self._core.num_threads = self._num_threads
         if self._executor is not None:
@@ -381,13 +384,3 @@ def _check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
             "Build it with PackedDataset.tile_batch(indices) or TileBatch.from_tables().",
         )
     return headers, offsets, spans
-
-
-def _check_threads(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid_type("num_threads", value, "an int >= 1")
-    if value < 1:
-        raise invalid_argument(
-            "num_threads", value, "it must be >= 1", "Use 1 per core you want decoding."
-        )
-    return value

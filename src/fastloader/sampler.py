@@ -8,17 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument, invalid_type
 
 STATE_VERSION = 1  # layout of EpochSampler.state(), the loaders' state_dict()
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise invalid_type(name, value, "an int")
-    if value < minimum:
-        raise invalid_argument(name, value, f"must be >= {minimum}", f"Pass an int >= {minimum}.")
-    return int(value)
 
 
 def samples_per_rank(n: int, world_size: int, drop_last: bool) -> int:
@@ -44,11 +37,11 @@ def epoch_indices(
     order is padded by wrapping around to the start so every rank gets the same count
     (DistributedSampler's rule); with drop_last the tail that would be uneven is dropped.
     """
-    _check_int("n", n, 0)
-    _check_int("epoch", epoch, 0)
-    _check_int("seed", seed, 0)
-    _check_int("world_size", world_size, 1)
-    _check_int("rank", rank, 0)
+    int_at_least("n", n, 0)
+    int_at_least("epoch", epoch, 0)
+    int_at_least("seed", seed, 0)
+    int_at_least("world_size", world_size, 1)
+    int_at_least("rank", rank, 0)
     if rank >= world_size:
         raise invalid_argument(
             "rank", rank, f"must be < world_size={world_size}", "Pass 0 <= rank < world_size."
@@ -76,10 +69,10 @@ class EpochSampler:
         shuffle: bool = True,
         drop_last: bool = False,
     ) -> None:
-        self.n = _check_int("n", n, 0)
-        self.seed = _check_int("seed", seed, 0)
-        self.world_size = _check_int("world_size", world_size, 1)
-        self.rank = _check_int("rank", rank, 0)
+        self.n = int_at_least("n", n, 0)
+        self.seed = int_at_least("seed", seed, 0)
+        self.world_size = int_at_least("world_size", world_size, 1)
+        self.rank = int_at_least("rank", rank, 0)
         if self.rank >= self.world_size:
             raise invalid_argument(
                 "rank", rank, f"must be < world_size={world_size}", "Pass 0 <= rank < world_size."
@@ -90,7 +83,7 @@ class EpochSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose order __iter__ (and the loader) produces next."""
-        self.epoch = _check_int("epoch", epoch, 0)
+        self.epoch = int_at_least("epoch", epoch, 0)
 
     def indices(self, epoch: int | None = None) -> np.ndarray:
         """This rank's indices for `epoch` (default: the current one) as an int64 array."""
@@ -136,7 +129,7 @@ class EpochSampler:
         if not isinstance(done, int) or not 0 <= done <= total:
             raise invalid_argument("state['batches_done']", done, f"must be in 0..{total}",
                                    "Pass a dict saved by the loader's state_dict().")
-        return _check_int("state['epoch']", state.get("epoch"), 0), done
+        return int_at_least("state['epoch']", state.get("epoch"), 0), done
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices().tolist())
@@ -159,8 +152,8 @@ def resolve_rank_world(rank: int | None, world_size: int | None) -> tuple[int, i
             "rank and world_size go together", "Pass both, or neither to read torch.distributed.",
         )
     if rank is not None and world_size is not None:
-        world = _check_int("world_size", world_size, 1)
-        if _check_int("rank", rank, 0) >= world:
+        world = int_at_least("world_size", world_size, 1)
+        if int_at_least("rank", rank, 0) >= world:
             raise invalid_argument("rank", rank, f"must be < world_size={world}",
                                    "Pass 0 <= rank < world_size.")
         return int(rank), world

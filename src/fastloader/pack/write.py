@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from fastloader.errors import PackError, invalid_argument, invalid_type
+from fastloader.checks import int_at_least
+from fastloader.errors import PackError, invalid_argument
 from fastloader.format import index as index_mod
 from fastloader.format.backends import backend_for_suffix, backend_module
 from fastloader.format.manifest import BACKENDS, Manifest, ShardInfo
@@ -43,24 +44,16 @@ _WINDOW_FILES = 2048
 Progress = Callable[[int, int, int], None]  # (files done, files total, source bytes done)
 
 
-def _check_int(name: str, value: Any, low: int, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise invalid_type(name, value, "an int")
-    if value < low:
-        raise invalid_argument(name, value, f"must be >= {low}", fix)
-    return int(value)
-
-
 def _check_options(
     shard_size: Any, workers: Any, max_side: Any, quality: Any
 ) -> tuple[int, int, int | None, int]:
-    shard_size = _check_int("shard_size", shard_size, 1, "Pass a size in bytes, e.g. 256 MiB.")
+    shard_size = int_at_least("shard_size", shard_size, 1, "Pass a size in bytes, e.g. 256 MiB.")
     if workers is None:
         workers = len(os.sched_getaffinity(0))
-    workers = _check_int("workers", workers, 1, "Pass 1 or more (default: all cores).")
+    workers = int_at_least("workers", workers, 1, "Pass 1 or more (default: all cores).")
     if max_side is not None:
-        max_side = _check_int("max_side", max_side, 1, "Pass a pixel count or None.")
-    quality = _check_int("quality", quality, 1, "Pass a JPEG quality in 1..100.")
+        max_side = int_at_least("max_side", max_side, 1, "Pass a pixel count or None.")
+    quality = int_at_least("quality", quality, 1, "Pass a JPEG quality in 1..100.")
     if quality > 100:
         raise invalid_argument("quality", quality, "must be in 1..100", "Try 90.")
     return shard_size, workers, max_side, quality
