@@ -29,9 +29,9 @@ from fastloader.dali_pipeline import (
     to_torch,
 )
 from fastloader.device import normalize_constants, resolve_device, resolve_dtype
-from fastloader.errors import DecodeError, FastloaderError, invalid_type
-from fastloader.format.dataset import PackedDataset, open_dataset
-from fastloader.gpu_ops import GpuCompose, GpuNormalize, gpu_rng
+from fastloader.errors import DecodeError, FastloaderError
+from fastloader.format.dataset import PackedDataset, dataset_from
+from fastloader.gpu_ops import GpuCompose, device_ops, gpu_rng
 from fastloader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
 from fastloader.stats import Counters, LoaderStats, Timer
 
@@ -89,23 +89,16 @@ class DaliLoader:
         self.device = resolve_device(device, default_cuda=True)
         constants = normalize_constants(normalize)
         self.dtype = resolve_dtype(dtype, constants is not None)
-        ops = list(gpu_transforms or [])
         # GPU ops see pixels, not normalized values: DALI then hands over uint8 and the
         # normalize runs last, on the device, after the ops.
-        self._torch_normalizes = bool(ops) and constants is not None
-        if constants is not None and self._torch_normalizes:
-            mean, std = constants
-            ops.append(GpuNormalize(tuple(mean / 255.0), tuple(std / 255.0), dtype=self.dtype))
-        self._gpu_ops = GpuCompose(ops)
+        ops = device_ops(gpu_transforms, constants, self.dtype)
+        self._torch_normalizes = ops is not None and constants is not None
+        self._gpu_ops = ops if ops is not None else GpuCompose([])
         rank, world = resolve_rank_world(rank, world_size)
         threads = threads_per_rank(world) if num_threads is None else num_threads
         self._threads = positive_int("num_threads", threads)
-        if isinstance(data, PackedDataset):
-            self.dataset, self._owns_dataset = data, False
-        elif isinstance(data, (str, os.PathLike)):
-            self.dataset, self._owns_dataset = open_dataset(data), True
-        else:
-            raise invalid_type("data", data, "a packed dataset path or a PackedDataset")
+        self.dataset, self._owns_dataset = dataset_from(
+            data, "a packed dataset path or a PackedDataset")
         try:
             self.image_size = output_size(self.transforms, self.dataset.shapes)
             self.sampler = EpochSampler(len(self.dataset), seed, rank, world,

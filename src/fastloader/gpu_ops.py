@@ -297,6 +297,26 @@ class GpuCompose:
         return f"GpuCompose({self.transforms!r})"
 
 
+def device_ops(
+    gpu_transforms: Sequence[GpuTransform] | None,
+    constants: tuple[np.ndarray, np.ndarray] | None,
+    dtype: torch.dtype,
+) -> GpuCompose | None:
+    """What a loader runs on the device after the copy: the gpu_transforms, then normalize.
+
+    The ops see uint8 pixels, not normalized values, so normalize (mean, std in the 0-255
+    scale, as device.normalize_constants gives them) is appended last. None without ops:
+    the loader's own copy step normalizes then.
+    """
+    if not gpu_transforms:
+        return None
+    ops = GpuCompose(gpu_transforms).transforms
+    if constants is not None:
+        mean, std = constants
+        ops.append(GpuNormalize(tuple(mean / 255.0), tuple(std / 255.0), dtype=dtype))
+    return GpuCompose(ops)
+
+
 def apply_gpu_transforms(
     transforms: Sequence[GpuTransform],
     images: torch.Tensor,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -16,9 +15,9 @@ from fastloader.checks import flag, positive_int
 from fastloader.decode import BatchDecoder
 from fastloader.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
 from fastloader.dropin import DropInLoader
-from fastloader.errors import FastloaderError, invalid_argument, invalid_type
-from fastloader.format.dataset import PackedDataset, open_dataset
-from fastloader.gpu_ops import GpuCompose, GpuNormalize, gpu_rng
+from fastloader.errors import FastloaderError, invalid_argument
+from fastloader.format.dataset import PackedDataset, dataset_from
+from fastloader.gpu_ops import device_ops, gpu_rng
 from fastloader.memory import BatchRing
 from fastloader.pipeline import EpochPlan, Producer
 from fastloader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
@@ -130,24 +129,26 @@ class FastLoader:
             self.sampler = self._delegate.sampler
             self._closed = False
             return
-        self._init_packed(data, batch_size, shuffle, seed, transforms, normalize, dtype, device,
-                          drop_last, rank, world_size, on_error, backend)
-        self._init_gpu_ops(gpu_transforms, normalize, dtype)
+        self._init_device(device, normalize, dtype, gpu_transforms)
+        self._init_packed(data, batch_size, shuffle, seed, transforms, drop_last, rank,
+                          world_size, on_error, backend)
         self._init_tuning(num_threads, prefetch, memory_budget)
 
-    def _init_gpu_ops(self, gpu_transforms: Any, normalize: Any, dtype: Any) -> None:
-        """gpu_transforms run on the device after the copy, on uint8 pixels; normalize last."""
-        ops = list(gpu_transforms or [])
-        if ops and normalize is not None:
-            mean, std = normalize_constants(normalize)  # type: ignore[misc]
-            ops.append(GpuNormalize(tuple(mean / 255.0), tuple(std / 255.0),
-                                    dtype=resolve_dtype(dtype, True)))
+    def _init_device(self, device: Any, normalize: Any, dtype: Any, gpu_transforms: Any) -> None:
+        """The copy step, and the gpu_transforms run after it on uint8 pixels, normalize last."""
+        self.device = resolve_device(device, default_cuda=True)
+        constants = normalize_constants(normalize)
+        self._gpu_ops = device_ops(gpu_transforms, constants,
+                                   resolve_dtype(dtype, constants is not None))
+        if self._gpu_ops is not None and constants is not None:
+            # The ops normalize, last: the copy step only moves uint8 pixels.
             self._step = DeviceStep(self.device, None, torch.uint8)
-        self._gpu_ops = GpuCompose(ops) if ops else None
+        else:
+            self._step = DeviceStep(self.device, normalize, dtype)
 
     def _init_packed(self, data: Any, batch_size: int, shuffle: bool, seed: int,
-                     transforms: Any, normalize: Any, dtype: Any, device: Any,
-                     drop_last: bool, rank: int | None, world_size: int | None, on_error: str,
+                     transforms: Any, drop_last: bool, rank: int | None,
+                     world_size: int | None, on_error: str,
                      backend: str) -> None:
         self.batch_size = positive_int("batch_size", batch_size)
         self.drop_last = flag("drop_last", drop_last)
@@ -156,17 +157,10 @@ class FastLoader:
                                    "Pass on_error='skip' to replace undecodable samples.")
         self.on_error = on_error
         self.transforms = check_transforms(transforms)
-        self.device = resolve_device(device, default_cuda=True)
-        self._step = DeviceStep(self.device, normalize, dtype)
         rank, world = resolve_rank_world(rank, world_size)
         self._max_threads = threads_per_rank(world)
-        if isinstance(data, PackedDataset):
-            self.dataset, self._owns_dataset = data, False
-        elif isinstance(data, (str, os.PathLike)):
-            self.dataset, self._owns_dataset = open_dataset(data), True
-        else:
-            raise invalid_type("data", data, "a packed dataset path, a PackedDataset or a "
-                               "map-style torch Dataset")
+        self.dataset, self._owns_dataset = dataset_from(
+            data, "a packed dataset path, a PackedDataset or a map-style torch Dataset")
         try:
             self.image_size = output_size(self.transforms, self.dataset.shapes)
             self.sampler = EpochSampler(len(self.dataset), seed, rank, world,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fastloader.errors import CorruptRecordError, DatasetError
+from fastloader.errors import CorruptRecordError, DatasetError, invalid_type
 from fastloader.format import index as index_mod
 from fastloader.format.backends import ShardReader, open_reader
 from fastloader.format.manifest import Manifest, read_manifest
@@ -229,3 +229,14 @@ class PackedDataset:
 def open_dataset(path: str | os.PathLike[str]) -> PackedDataset:
     """Open the packed dataset folder at path (e.g. out.lmdb/ or out.h5/)."""
     return PackedDataset(path)
+
+
+def dataset_from(data: object, accepted: str) -> tuple[PackedDataset, bool]:
+    """A loader's `data` as (dataset, owned): a PackedDataset as given (its caller closes it),
+    or one opened from a path (owned: the loader closes it). `accepted` names what the loader
+    takes, for the error."""
+    if isinstance(data, PackedDataset):
+        return data, False
+    if isinstance(data, (str, os.PathLike)):
+        return open_dataset(data), True
+    raise invalid_type("data", data, accepted)
