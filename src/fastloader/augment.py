@@ -241,6 +241,9 @@ def plan(
 def _uniform_size(boxes: _Boxes) -> tuple[int, int]:
     if len(boxes.view_h) == 0:
         return (0, 0)
+    height, width = int(boxes.view_h[0]), int(boxes.view_w[0])
+    if (boxes.view_h == height).all() and (boxes.view_w == width).all():
+        return height, width  # every batch with fixed-size transforms: no per-sample set
     sizes = set(zip(boxes.view_h.tolist(), boxes.view_w.tolist(), strict=True))
     if len(sizes) > 1:
         shown = sorted(sizes)[:4]

@@ -69,6 +69,7 @@ class _Prepared:
     failures: dict[int, FastloaderError]
     crops: np.ndarray
     flips: np.ndarray
+    tiles: Any  # the batch's restart-tile tables (TileBatch), None for an untiled dataset
 
 
 class _Done:
@@ -169,10 +170,11 @@ class Producer:
         samples = self.plan.batch(b).copy()
         with Timer(self.counters, "read"):
             records, failures = self._read(samples)
+            tiles = self.dataset.tile_batch(samples)
         with Timer(self.counters, "plan"):
             rng = np.random.default_rng([self.plan.seed, self.plan.epoch, b, self.plan.rank])
             crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
-        return _Prepared(samples, records, failures, crops, flips)
+        return _Prepared(samples, records, failures, crops, flips, tiles)
 
     def _fill(self, b: int, slot: int, prepared: _Prepared) -> ReadyBatch:
         """Decode prepared batch b into `slot`, repairing or reporting bad samples."""
@@ -182,7 +184,7 @@ class Producer:
         images = self.planar.allocate(len(samples), *out.shape[1:3]) if self.planar else None
         with Timer(self.counters, "decode"):
             errors = self.decoder.decode_into(prepared.records, prepared.crops, prepared.flips,
-                                              out, tiles=self.dataset.tile_batch(samples),
+                                              out, tiles=prepared.tiles,
                                               **self._planar_kwargs(images, 0, len(samples)))
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:
