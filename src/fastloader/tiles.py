@@ -8,9 +8,7 @@ only the segments it needs. Layout rules are documented in csrc/tiles.h.
 
 from __future__ import annotations
 
-import importlib
 import io
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -18,6 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fastloader import _native
 from fastloader.errors import (
     CorruptRecordError,
     DecodeError,
@@ -42,7 +41,6 @@ DEFAULT_RESTART_MCUS = 4  # 2-4 MCUs per segment measured best (DESIGN.md)
 UPSAMPLING_CONTEXT = 1  # pixels around the crop that chroma upsampling reads
 
 _STATUS_OK, _STATUS_NOT_TILEABLE, _STATUS_CORRUPT, _STATUS_INVALID = 0, 1, 2, 3
-_DISABLE_ENV = "FASTLOADER_DISABLE_NATIVE"
 _BUILD_HINT = (
     "Tiles need the compiled extension: run `make install` (or `pip install "
     "--no-build-isolation -e .` in the source tree) with the libjpeg-turbo headers installed "
@@ -51,15 +49,13 @@ _BUILD_HINT = (
 
 
 def _core() -> ModuleType:
-    """The extension module holding the tiles functions, or NativeUnavailableError."""
-    if os.environ.get(_DISABLE_ENV, "") not in ("", "0"):
-        raise NativeUnavailableError(f"{_DISABLE_ENV} is set. {_BUILD_HINT}")
-    try:
-        module = importlib.import_module("fastloader._core")
-    except ImportError as exc:
-        raise NativeUnavailableError(
-            f"fastloader._core is not importable ({exc}). {_BUILD_HINT}"
-        ) from exc
+    """The extension module holding the tiles functions, or NativeUnavailableError.
+
+    Goes through fastloader._native like the decoder, so the same version check applies.
+    """
+    module = _native.native_module()
+    if module is None:
+        raise NativeUnavailableError(f"{_native.unavailable_reason()}. {_BUILD_HINT}")
     if not hasattr(module, "tiles_splice_into"):
         raise NativeUnavailableError(f"fastloader._core is a stale build. {_BUILD_HINT}")
     return module
