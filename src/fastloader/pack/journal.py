@@ -58,16 +58,22 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def file_digest(path: Path) -> tuple[int, str]:
-    """(size, sha256 hex) of a file, after making sure its bytes are on disk."""
+def sha256_file(path: Path) -> tuple[int, str]:
+    """(size, sha256 hex) of a file, read in 4 MiB blocks (never whole into memory)."""
     import hashlib
 
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
         for block in iter(lambda: handle.read(1 << 22), b""):
             digest.update(block)
     return path.stat().st_size, digest.hexdigest()
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    """(size, sha256 hex) of a file just written, after making sure its bytes are on disk."""
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+    return sha256_file(path)
 
 
 class Staging:
@@ -146,7 +152,7 @@ class Staging:
         shard_path = self.dir / record.info.file
         if not shard_path.is_file() or shard_path.stat().st_size != record.info.bytes:
             return False
-        return file_digest(shard_path)[1] == record.info.sha256
+        return sha256_file(shard_path)[1] == record.info.sha256
 
     def _drop_from(self, shard_id: int) -> None:
         """Delete journal entries and shard files from shard_id on (they will be rebuilt)."""

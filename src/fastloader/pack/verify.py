@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import zlib
@@ -17,7 +16,7 @@ from fastloader.format import index as index_mod
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import Codec, Manifest, read_manifest
 from fastloader.pack import verify_tiles
-from fastloader.pack.journal import file_digest
+from fastloader.pack.journal import sha256_file
 
 
 @dataclass
@@ -43,7 +42,7 @@ def _check_fields(root: Path, manifest: Manifest, report: VerifyReport) -> None:
         path = root / info.file
         if not path.is_file():
             report.problems.append(f"index field {name!r}: file {info.file} is missing")
-        elif hashlib.sha256(path.read_bytes()).hexdigest() != info.sha256:
+        elif sha256_file(path)[1] != info.sha256:
             report.problems.append(f"index field {name!r}: {info.file} fails its sha256 check")
     for name in index_mod.CORE_FIELDS:
         if name not in manifest.fields:
@@ -64,7 +63,7 @@ def _check_shards(root: Path, manifest: Manifest, report: VerifyReport) -> None:
         if not path.is_file():
             report.problems.append(f"{where}: file is missing")
             continue
-        size, sha256 = file_digest(path)
+        size, sha256 = sha256_file(path)
         if size != shard.bytes:
             report.problems.append(f"{where}: {size} bytes on disk, manifest says {shard.bytes}")
         if sha256 != shard.sha256:
