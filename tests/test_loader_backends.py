@@ -68,3 +68,11 @@ def test_dali_backend_behind_fastloader_matches_native_crops(packed: Path) -> No
         # Same planned boxes; only the resize filters differ (DALI's vs Pillow's bilinear).
         difference = (d_images.float() - n_images.float()).abs().mean()
         assert difference < 4.0
+
+
+def test_dali_backend_refuses_options_it_cannot_honour(packed: Path) -> None:
+    # Checked before DALI is imported, so this holds whether or not DALI is installed.
+    with pytest.raises(InvalidArgumentError, match="on_error"):
+        FastLoader(packed, batch_size=4, backend="dali", on_error="skip")
+    with pytest.raises(InvalidArgumentError, match="memory_budget"):
+        FastLoader(packed, batch_size=4, backend="dali", memory_budget=1 << 20)

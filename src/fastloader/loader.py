@@ -58,6 +58,10 @@ def _delegate_for(data: Any, dataloader_kwargs: dict[str, Any],
                                "or 'dali' for the NVIDIA DALI pipeline.")
     if options["backend"] != "dali":
         return None
+    for name, default in (("on_error", "raise"), ("memory_budget", None)):
+        if options[name] != default:
+            raise invalid_argument(name, options[name], 'is not supported by backend="dali"',
+                                   f"Drop it, or use the native backend for {name}.")
     from fastloader.dali import DaliLoader  # only when asked: DALI is an optional extra
 
     dali_options = {key: value for key, value in options.items()
