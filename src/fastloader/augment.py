@@ -258,6 +258,12 @@ def _uniform_size(boxes: _Boxes) -> tuple[int, int]:
     return size
 
 
+def batch_rng(seed: int, epoch: int, batch: int, rank: int) -> np.random.Generator:
+    """The generator that draws batch `batch`'s crops and flips: every backend uses this one,
+    so they draw the same boxes, and a batch can be recomputed alone."""
+    return np.random.default_rng([seed, epoch, batch, rank])
+
+
 def output_size(transforms: Sequence[Transform], shapes: np.ndarray) -> tuple[int, int]:
     """The one (height, width) the transforms give over all `shapes`, or a clear error."""
     unique = np.unique(np.asarray(shapes, dtype=np.int64).reshape(-1, 2), axis=0)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastloader.augment import check_transforms, output_size, plan
+from fastloader.augment import batch_rng, check_transforms, output_size, plan
 from fastloader.checks import flag, positive_int
 from fastloader.dali_pipeline import (
     GraphSpec,
@@ -158,7 +158,7 @@ class DaliLoader:
         for b in range(start, stop):
             samples = indices[b * self.batch_size : (b + 1) * self.batch_size]
             with Timer(self._counters, "plan"):
-                rng = np.random.default_rng([self.sampler.seed, epoch, b, self.sampler.rank])
+                rng = batch_rng(self.sampler.seed, epoch, b, self.sampler.rank)
                 crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
             with Timer(self._counters, "read"):
                 records = [self.dataset.record(int(i)) for i in samples]

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fastloader.augment import Transform, plan
+from fastloader.augment import Transform, batch_rng, plan
 from fastloader.autotune import AutoTuner, Setting
 from fastloader.decode import BatchDecoder
 from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError
@@ -172,7 +172,7 @@ class Producer:
             records, failures = self._read(samples)
             tiles = self.dataset.tile_batch(samples)
         with Timer(self.counters, "plan"):
-            rng = np.random.default_rng([self.plan.seed, self.plan.epoch, b, self.plan.rank])
+            rng = batch_rng(self.plan.seed, self.plan.epoch, b, self.plan.rank)
             crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
         return _Prepared(samples, records, failures, crops, flips, tiles)
 
