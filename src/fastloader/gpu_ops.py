@@ -248,18 +248,27 @@ class GpuNormalize:
             raise invalid_argument("dtype", dtype, "must be a floating torch dtype",
                                    "Pass e.g. torch.float32 or torch.float16.")
         self.dtype = dtype
+        # (device, input scale) -> (shift, multiplier): built once per device, because a
+        # host-to-device torch.tensor() per batch would wait for the whole stream each time.
+        self._constants: dict[tuple[torch.device, float], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _on(self, device: torch.device, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (device, scale)
+        if key not in self._constants:
+            mean = torch.tensor(self.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+            inv_std = 1.0 / torch.tensor(self.std, dtype=torch.float32, device=device)
+            self._constants[key] = (-mean * inv_std.view(1, -1, 1, 1),
+                                    (scale * inv_std).view(1, -1, 1, 1))
+        return self._constants[key]
 
     def __call__(
         self, images: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         check_images(images, channels=len(self.mean))
         scale = 1.0 / 255.0 if images.dtype == torch.uint8 else 1.0
-        work = images.to(torch.float32)
-        mean = torch.tensor(self.mean, dtype=torch.float32, device=images.device).view(1, -1, 1, 1)
-        inv_std = 1.0 / torch.tensor(self.std, dtype=torch.float32, device=images.device)
+        shift, multiplier = self._on(images.device, scale)
         # One fused multiply-add: x * (scale / std) - mean / std.
-        out = torch.addcmul(-mean * inv_std.view(1, -1, 1, 1), work,
-                            (scale * inv_std).view(1, -1, 1, 1))
+        out = torch.addcmul(shift, images.to(torch.float32), multiplier)
         return out.to(self.dtype), labels
 
     def __repr__(self) -> str:

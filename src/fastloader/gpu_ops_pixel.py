@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,10 +23,15 @@ from fastloader.gpu_ops import (
 _LUMA = (0.2989, 0.587, 0.114)
 
 
+@functools.lru_cache(maxsize=16)
+def _luma_weights(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    # Cached per device: a torch.tensor() copy to the GPU per call would wait for the stream.
+    return torch.tensor(_LUMA, dtype=dtype, device=device).view(1, 3, 1, 1)
+
+
 def grayscale(images: torch.Tensor) -> torch.Tensor:
     """Luma of an (N, 3, H, W) float batch as (N, 1, H, W)."""
-    weights = torch.tensor(_LUMA, dtype=images.dtype, device=images.device).view(1, 3, 1, 1)
-    return (images * weights).sum(dim=1, keepdim=True)
+    return (images * _luma_weights(images.device, images.dtype)).sum(dim=1, keepdim=True)
 
 
 def _jitter_range(name: str, value: object) -> tuple[float, float] | None:
