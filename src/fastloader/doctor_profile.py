@@ -15,6 +15,7 @@ import torch
 
 from fastloader.doctor_verdict import Verdict, diagnose
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.stats import batch_size_of
 
 
 @dataclass
@@ -32,17 +33,6 @@ class Timing:
     @property
     def batches(self) -> int:
         return len(self.waits)
-
-
-def batch_size_of(batch: Any) -> int:
-    """Images in a batch: the length of its first tensor/array (tuples, lists, dicts)."""
-    if isinstance(batch, (tuple, list)) and batch:
-        return batch_size_of(batch[0])
-    if isinstance(batch, dict) and batch:
-        return batch_size_of(next(iter(batch.values())))
-    if isinstance(batch, (torch.Tensor, np.ndarray)) and batch.ndim > 0:
-        return int(batch.shape[0])
-    return 1
 
 
 def _epochs(loader: Iterable[Any], timing: Timing) -> Generator[Any, None, None]:

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from fastloader.device import resolve_device
 from fastloader.errors import FastloaderError, invalid_argument
 from fastloader.sampler import resolve_rank_world, threads_per_rank
-from fastloader.stats import Counters, LoaderStats
+from fastloader.stats import Counters, LoaderStats, batch_size_of
 
 _PACKED_DEFAULTS = {"transforms": None, "normalize": None, "dtype": None, "num_threads": None,
                     "on_error": "raise", "backend": "auto", "prefetch": None,
@@ -32,17 +32,6 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
     if isinstance(batch, (list, tuple)):
         return type(batch)(to_device(v, device, non_blocking) for v in batch)
     return batch
-
-
-def _batch_len(batch: Any) -> int:
-    """Samples in a collated batch: the first dimension of its first tensor."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, Mapping):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)) and batch:
-        return _batch_len(batch[0])
-    return 0
 
 
 class DropInLoader:
@@ -125,7 +114,7 @@ class DropInLoader:
                     copy_start = time.perf_counter()
                     batch = to_device(batch, self.device, self._non_blocking)
                     self._counters.add_time("copy", time.perf_counter() - copy_start)
-                self._counters.add_batch(_batch_len(batch))
+                self._counters.add_batch(batch_size_of(batch))
                 yield batch
         finally:
             self._counters.add_time("active", time.perf_counter() - started)

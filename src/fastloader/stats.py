@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
+import torch
 
 # Producer stages; with `slot_wait` and `other` they add up to the producer's wall time.
 STAGES = ("read", "plan", "decode", "slot_wait")
@@ -120,3 +124,14 @@ class Timer:
 
     def __exit__(self, *exc_info: object) -> None:
         self._counters.add_time(self._name, time.perf_counter() - self._start)
+
+
+def batch_size_of(batch: Any) -> int:
+    """Images in a batch: the length of its first tensor/array (tuples, lists, dicts)."""
+    if isinstance(batch, (tuple, list)) and batch:
+        return batch_size_of(batch[0])
+    if isinstance(batch, Mapping) and batch:
+        return batch_size_of(next(iter(batch.values())))
+    if isinstance(batch, (torch.Tensor, np.ndarray)) and batch.ndim > 0:
+        return int(batch.shape[0])
+    return 1
