@@ -28,14 +28,13 @@ class Timing:
     wall_s: float = 0.0
     step_s: float = 0.0  # total simulated step time (time.sleep, as measured)
     warmup_s: float = 0.0
-    exhausted: bool = False  # a one-shot iterator ran out before the budget
 
     @property
     def batches(self) -> int:
         return len(self.waits)
 
 
-def _epochs(loader: Iterable[Any], timing: Timing) -> Generator[Any, None, None]:
+def _epochs(loader: Iterable[Any]) -> Generator[Any, None, None]:
     """Batches across passes; a one-shot iterator (or an empty loader) stops at its end."""
     while True:
         iterator = iter(loader)
@@ -48,8 +47,7 @@ def _epochs(loader: Iterable[Any], timing: Timing) -> Generator[Any, None, None]
             close = getattr(iterator, "close", None)
             if iterator is not loader and callable(close):
                 close()  # a FastLoader pass stops its producer here, not at collection
-        if iterator is loader or not produced:
-            timing.exhausted = True
+        if iterator is loader or not produced:  # a one-shot iterator ran out: stop
             return
 
 
@@ -65,7 +63,7 @@ def time_batches(loader: Iterable[Any], *, steps: int | None = None,
     """
     timing = Timing()
     sleep_s = (step_ms or 0.0) / 1000.0
-    stream = _epochs(loader, timing)
+    stream = _epochs(loader)
     began = time.perf_counter()
     taken = 0
     while taken < warmup or (warm_until is not None and not warm_until()

@@ -93,7 +93,7 @@ def _sub_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _summary(args: argparse.Namespace, manifest_stats: dict, seconds: float, dst: Path) -> str:
+def _summary(manifest_stats: dict, seconds: float, dst: Path) -> str:
     stats = manifest_stats
     rate = stats["files_found"] / max(seconds, 1e-9)
     mbps = stats["source_bytes"] / max(seconds, 1e-9) / 1e6
@@ -145,7 +145,7 @@ def _run_pack(argv: Sequence[str]) -> int:
     )
     if not args.quiet:
         dst = Path(args.dst).expanduser().absolute()
-        print(_summary(args, manifest.stats, time.perf_counter() - began, dst), file=sys.stderr)
+        print(_summary(manifest.stats, time.perf_counter() - began, dst), file=sys.stderr)
     return 0
 
 
