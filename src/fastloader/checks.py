@@ -1,4 +1,4 @@
-"""Argument checks shared by the loaders: each failure names the argument, rule and fix."""
+"""Shared argument checks (ints with a minimum, flags): each failure names argument, rule, fix."""
 
 from __future__ import annotations
 
