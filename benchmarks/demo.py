@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_loader import ensure_packed, run_benchmark
+from bench_loader import best_dataloader, ensure_packed, run_benchmark
 from harness import env_line, environment, format_table, spread_text
 from make_images import ensure_tree
 
@@ -20,10 +20,9 @@ DEMO_DIR = REPO / "demo_data"
 def demo_table(rows: list[dict[str, Any]]) -> str:
     """DataLoader vs FastLoader: median img/s with spread, and the speed-up over the best
     DataLoader row."""
-    dataloaders = [r for r in rows if r["name"].startswith("DataLoader")]
-    if not dataloaders:
+    best = best_dataloader(rows)
+    if best is None:
         raise ValueError("the demo table needs at least one DataLoader row to compare against")
-    best = max(dataloaders, key=lambda r: r["img_per_s"]["median"])
     base = best["img_per_s"]["median"]
     body = []
     for row in rows:
@@ -39,11 +38,10 @@ def demo_table(rows: list[dict[str, Any]]) -> str:
 
 def headline(rows: list[dict[str, Any]]) -> str:
     """One sentence: the best FastLoader row against the best DataLoader row."""
-    dataloaders = [r for r in rows if r["name"].startswith("DataLoader")]
+    best_dl = best_dataloader(rows)
     fast = [r for r in rows if r["name"].startswith("FastLoader")]
-    if not dataloaders or not fast:
+    if best_dl is None or not fast:
         return "no DataLoader/FastLoader pair to compare"
-    best_dl = max(dataloaders, key=lambda r: r["img_per_s"]["median"])
     best_fl = max(fast, key=lambda r: r["img_per_s"]["median"])
     ratio = best_fl["img_per_s"]["median"] / best_dl["img_per_s"]["median"]
     return (f"{best_fl['name']} ran {ratio:.2f}x the images/s of the best plain DataLoader "
