@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable, Generator, Iterable
@@ -15,6 +14,7 @@ import torch
 
 from fastloader.doctor_verdict import Verdict, diagnose
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.sampler import usable_cores
 from fastloader.stats import batch_size_of
 
 
@@ -114,7 +114,7 @@ def timing_stats(timing: Timing, step_ms: float | None) -> dict[str, Any]:
 
 def machine_facts(cpu_percent: list[float]) -> dict[str, Any]:
     """Cores this process may use, per-core CPU use over the run, GPU and DALI presence."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     try:
         import importlib.util
 

@@ -164,9 +164,15 @@ def resolve_rank_world(rank: int | None, world_size: int | None) -> tuple[int, i
     return 0, 1
 
 
+def usable_cores() -> int:
+    """Cores this process may use: its CPU affinity where the OS has one, else all of them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, cores or 1)
+
+
 def threads_per_rank(world_size: int) -> int:
     """Cores this process may use (sched_getaffinity), shared among ranks on this machine."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
     local_ranks = int(local) if local.isdigit() and int(local) > 0 else 1
     if world_size == 1:
