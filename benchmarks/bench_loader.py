@@ -26,6 +26,7 @@ from harness import (
     run_interleaved,
     run_row,
     spread_text,
+    summarize,
     summary_row,
     timed_iteration,
 )
@@ -239,18 +240,35 @@ def best_dataloader(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(candidates, key=lambda r: r["img_per_s"]["median"], default=None)
 
 
+def paired_speedups(results: dict[str, list[Any]], baseline: str) -> dict[str, dict[str, float]]:
+    """Per row, the spread of its rate over the baseline's rate in the same round.
+
+    Rows of one round run back to back, so a round's ratio shares that round's machine load;
+    on a shared machine whose speed drifts, the median of these paired ratios moves less than
+    the ratio of the two medians does.
+    """
+    base = [run.rate for run, _ in results[baseline]]
+    return {
+        name: summarize([run.rate / b for (run, _), b in zip(runs, base, strict=True) if b > 0])
+        for name, runs in results.items()
+    }
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The comparison as a markdown table, speed-up against the best DataLoader row."""
     best = best_dataloader(rows)
-    header = ["loader", "img/s median (min-max)", "vs best DataLoader", "peak RSS MB (sum)",
-              "peak PSS MB", "CPU ms/img", "first batch s"]
+    header = ["loader", "img/s median (min-max)", "vs best DataLoader",
+              "same-round ratio median (min-max)", "peak RSS MB (sum)", "peak PSS MB",
+              "CPU ms/img", "first batch s"]
     body = []
     for row in rows:
         rate = row["img_per_s"]["median"]
         ratio = f"{rate / best['img_per_s']['median']:.2f}x" if best else "-"
+        paired = row.get("paired_speedup")
         first = row["first_batch_s"]
         body.append([
-            row["name"], spread_text(row["img_per_s"]), ratio, f"{row['peak_rss_mb']:.0f}",
+            row["name"], spread_text(row["img_per_s"]), ratio,
+            spread_text(paired, digits=2) if paired else "-", f"{row['peak_rss_mb']:.0f}",
             f"{row['peak_pss_mb']:.0f}", f"{1000 * row['cpu_s_per_img']['median']:.2f}",
             f"{first['median']:.2f}" if first else "-",
         ])
@@ -281,10 +299,12 @@ def run_benchmark(
         )
         rows = [summary_row(name, runs) for name, runs in results.items()]
         best = best_dataloader(rows)
+        paired = paired_speedups(results, best["name"]) if best else {}
         for row in rows:
             if best:
                 ratio = row["img_per_s"]["median"] / best["img_per_s"]["median"]
                 row["speedup_vs_best_dataloader"] = ratio
+                row["paired_speedup"] = paired[row["name"]]
             writer.write(row)
         for name, reason in skipped.items():
             writer.write({"kind": "skipped", "name": name, "reason": reason})

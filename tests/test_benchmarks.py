@@ -15,6 +15,7 @@ BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import baseline  # noqa: E402
+import bench_loader  # noqa: E402
 import demo  # noqa: E402
 import harness  # noqa: E402
 import make_images  # noqa: E402
@@ -121,6 +122,22 @@ def test_run_interleaved_alternates_configs() -> None:
     row = harness.summary_row("a", results["a"])
     assert row["img_per_s"]["median"] == pytest.approx(100)
     assert row["first_batch_s"]["median"] == pytest.approx(0.01)
+
+
+def test_paired_speedups_divide_within_each_round() -> None:
+    # The machine halves its speed in round 2: the median of the two medians' ratio would
+    # mix rounds, the paired ratio stays at the true 3x in every round.
+    usage = harness.Usage()
+    results = {
+        "DataLoader workers=2": [(harness.RunResult(100, 1.0, 100), usage),
+                                 (harness.RunResult(50, 1.0, 50), usage)],
+        "FastLoader LMDB": [(harness.RunResult(300, 1.0, 300), usage),
+                            (harness.RunResult(150, 1.0, 150), usage)],
+    }
+    paired = bench_loader.paired_speedups(results, "DataLoader workers=2")
+    assert paired["FastLoader LMDB"]["median"] == pytest.approx(3.0)
+    assert paired["FastLoader LMDB"]["min"] == pytest.approx(3.0)
+    assert paired["DataLoader workers=2"]["max"] == pytest.approx(1.0)
 
 
 def _rows() -> list[dict]:
