@@ -203,8 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         configs.update(tiled_configs(records, boxes, flips))
     else:
         skipped["native rows"] = "the native extension is not built or is disabled"
-    for fn in configs.values():  # warm-up: page cache, lazy imports, thread pool start
-        fn()
     env = environment()
     with JsonlWriter(args.out, "decode") as writer:
         results = run_interleaved(

@@ -290,12 +290,10 @@ def run_benchmark(
             "warmup_batches": args.warmup, "repeats": args.repeats, "tree": str(tree),
             "files": _tree_files(tree),
         })
-        for name, fn in configs.items():  # one untimed pass: page cache, imports, JIT-free
-            print(f"warm-up: {name}", flush=True)
-            fn()
         results = run_interleaved(
             configs, args.repeats,
             on_run=lambda name, i, run, usage: writer.write(run_row(name, i, run, usage)),
+            on_warmup=lambda name: print(f"warm-up (memory polled): {name}", flush=True),
         )
         rows = [summary_row(name, runs) for name, runs in results.items()]
         best = best_dataloader(rows)

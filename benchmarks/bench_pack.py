@@ -114,8 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     with tempfile.TemporaryDirectory(dir=work_parent, prefix="bench_pack_") as tmp:
         runs = configs(tree, Path(tmp), files, args.workers)
-        for fn in runs.values():  # warm-up: the tree into the page cache, imports loaded
-            fn()
         with JsonlWriter(args.out, "pack") as writer:
             results = run_interleaved(
                 runs, args.repeats,

@@ -96,6 +96,19 @@ def test_monitor_counts_cpu_and_child_memory() -> None:
     assert usage.peak_rss_bytes - usage.start_rss_bytes > 60 * 2**20
 
 
+def test_unpolled_monitor_still_counts_cpu_and_takes_polled_peaks() -> None:
+    with harness.TreeMonitor(poll=False) as monitor:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.2:
+            pass
+    assert monitor._thread is None  # nothing polled during the run
+    assert monitor.usage.cpu_s > 0.1
+    polled = harness.Usage(peak_rss_bytes=10 * 2**40, peak_pss_bytes=2**40, peak_processes=5)
+    merged = harness._with_peaks(monitor.usage, polled)
+    assert merged.peak_rss_bytes == 10 * 2**40 and merged.peak_processes == 5
+    assert merged.cpu_s == monitor.usage.cpu_s
+
+
 def test_timed_iteration_skips_warmup_and_times_first_batch() -> None:
     def batches() -> list[list[int]]:
         time.sleep(0.05)  # slow start: must land in time-to-first-batch, not in the rate
@@ -117,8 +130,12 @@ def test_run_interleaved_alternates_configs() -> None:
 
         return fn
 
-    results = harness.run_interleaved({"a": make("a"), "b": make("b")}, repeats=3)
-    assert order == ["a", "b"] * 3
+    warmed: list[str] = []
+    results = harness.run_interleaved({"a": make("a"), "b": make("b")}, repeats=3,
+                                      on_warmup=warmed.append)
+    assert warmed == ["a", "b"]
+    assert order == ["a", "b"] * 4  # one polled warm-up pass, then three timed rounds
+    assert len(results["a"]) == 3
     row = harness.summary_row("a", results["a"])
     assert row["img_per_s"]["median"] == pytest.approx(100)
     assert row["first_batch_s"]["median"] == pytest.approx(0.01)
