@@ -62,6 +62,9 @@ def test_skip_replaces_the_sample_and_counts_it(dataset_path: Path) -> None:
         assert len(labels) == len(dataset)
         stats = loader.stats()
     assert stats.skipped == 1
+    assert len(stats.skipped_samples) == 1  # which record, so the user can repack or remove it
+    assert f"record {BAD}" in stats.skipped_samples[0]
+    assert dataset.path(BAD) in stats.skipped_samples[0]
     # The replacement is the next record: BAD + 1, with its own label.
     expected = dataset.labels[[BAD + 1 if i == BAD else i for i in order]]
     assert labels.tolist() == expected.tolist()

@@ -51,6 +51,7 @@ class LoaderStats:
     num_threads: int
     backend: str
     autotune_state: str = "off"  # "measuring" / "settled" with num_threads or prefetch="auto"
+    skipped_samples: tuple[str, ...] = ()  # where the first 32 skipped records live
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as a plain dict (JSON-ready)."""
@@ -90,6 +91,7 @@ class Counters:
         with self._lock:
             seconds = dict(self.seconds)
             images, batches, skipped = self.images, self.batches, self.skipped
+            skipped_samples = tuple(self.skipped_samples)
         active = seconds["active"]
         return LoaderStats(
             images=images,
@@ -104,6 +106,7 @@ class Counters:
             copy_s=seconds["copy"],
             wait_s=seconds["wait"],
             active_s=active,
+            skipped_samples=skipped_samples,
             **live,
         )
 
