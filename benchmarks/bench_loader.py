@@ -293,7 +293,7 @@ def run_benchmark(
         results = run_interleaved(
             configs, args.repeats,
             on_run=lambda name, i, run, usage: writer.write(run_row(name, i, run, usage)),
-            on_warmup=lambda name: print(f"warm-up (memory polled): {name}", flush=True),
+            on_pass=lambda stage, name: print(f"{stage}: {name}", flush=True),
         )
         rows = [summary_row(name, runs) for name, runs in results.items()]
         best = best_dataloader(rows)

@@ -290,37 +290,44 @@ def timed_iteration(
 def run_interleaved(
     configs: dict[str, Callable[[], RunResult]], repeats: int,
     on_run: Callable[[str, int, RunResult, Usage], None] | None = None,
-    on_warmup: Callable[[str], None] | None = None,
+    on_pass: Callable[[str, str], None] | None = None,
 ) -> dict[str, list[tuple[RunResult, Usage]]]:
     """Run every configuration once per round, `repeats` rounds, each under a TreeMonitor.
 
     Interleaving spreads slow drifts of a shared machine (other jobs, thermal state)
-    over all configurations instead of letting them land on one. A first, untimed pass of
-    each configuration warms the page cache and imports and is the one whose memory is
-    polled; the timed rounds sample memory only at their start and end, so the poller's CPU
-    does not slow what they time. Each timed run's peaks include its warm-up pass's peaks.
+    over all configurations instead of letting them land on one. An untimed warm-up pass
+    (page cache, imports) comes first. Memory is polled only in a last, untimed pass: the
+    poller's CPU would slow what the rounds time, and by then the process has its steady
+    size, so every configuration's peak is measured from the same baseline. Each timed
+    run's usage carries that pass's peaks; on_run sees the runs once it is done.
+    on_pass(stage, name) is told of each untimed run ("warm-up" or "memory").
     """
-    polled: dict[str, Usage] = {}
     for name, fn in configs.items():
-        if on_warmup is not None:
-            on_warmup(name)
-        with TreeMonitor() as monitor:
-            fn()
-        polled[name] = monitor.usage
-    results: dict[str, list[tuple[RunResult, Usage]]] = {name: [] for name in configs}
-    for round_index in range(repeats):
+        if on_pass is not None:
+            on_pass("warm-up", name)
+        fn()
+    timed: dict[str, list[tuple[RunResult, Usage]]] = {name: [] for name in configs}
+    for _ in range(repeats):
         for name, fn in configs.items():
             with TreeMonitor(poll=False) as monitor:
                 run = fn()
-            usage = _with_peaks(monitor.usage, polled[name])
-            results[name].append((run, usage))
-            if on_run is not None:
+            timed[name].append((run, monitor.usage))
+    results: dict[str, list[tuple[RunResult, Usage]]] = {}
+    for name, fn in configs.items():
+        if on_pass is not None:
+            on_pass("memory", name)
+        with TreeMonitor() as monitor:
+            fn()
+        results[name] = [(run, _with_peaks(usage, monitor.usage)) for run, usage in timed[name]]
+    if on_run is not None:
+        for name, runs in results.items():
+            for round_index, (run, usage) in enumerate(runs):
                 on_run(name, round_index, run, usage)
     return results
 
 
 def _with_peaks(usage: Usage, polled: Usage) -> Usage:
-    """usage with its memory peaks raised to those the polled pass of the same run saw."""
+    """usage with its memory peaks raised to those the polled pass of its configuration saw."""
     return replace(
         usage,
         peak_rss_bytes=max(usage.peak_rss_bytes, polled.peak_rss_bytes),

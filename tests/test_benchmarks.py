@@ -130,11 +130,11 @@ def test_run_interleaved_alternates_configs() -> None:
 
         return fn
 
-    warmed: list[str] = []
+    passes: list[tuple[str, str]] = []
     results = harness.run_interleaved({"a": make("a"), "b": make("b")}, repeats=3,
-                                      on_warmup=warmed.append)
-    assert warmed == ["a", "b"]
-    assert order == ["a", "b"] * 4  # one polled warm-up pass, then three timed rounds
+                                      on_pass=lambda stage, name: passes.append((stage, name)))
+    assert passes == [("warm-up", "a"), ("warm-up", "b"), ("memory", "a"), ("memory", "b")]
+    assert order == ["a", "b"] * 5  # warm-up, three timed rounds, the polled memory pass
     assert len(results["a"]) == 3
     row = harness.summary_row("a", results["a"])
     assert row["img_per_s"]["median"] == pytest.approx(100)
