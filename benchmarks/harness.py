@@ -295,7 +295,8 @@ def run_interleaved(
     """Run every configuration once per round, `repeats` rounds, each under a TreeMonitor.
 
     Interleaving spreads slow drifts of a shared machine (other jobs, thermal state)
-    over all configurations instead of letting them land on one. An untimed warm-up pass
+    over all configurations instead of letting them land on one; the order within a round
+    rotates from round to round. An untimed warm-up pass
     (page cache, imports) comes first. Memory is polled only in a last, untimed pass: the
     poller's CPU would slow what the rounds time, and by then the process has its steady
     size, so every configuration's peak is measured from the same baseline. Each timed
@@ -307,10 +308,14 @@ def run_interleaved(
             on_pass("warm-up", name)
         fn()
     timed: dict[str, list[tuple[RunResult, Usage]]] = {name: [] for name in configs}
-    for _ in range(repeats):
-        for name, fn in configs.items():
+    names = list(configs)
+    for round_index in range(repeats):
+        # Each round starts one row later, so no row always follows the same neighbour
+        # (a DataLoader's worker teardown, say) and inherits its after-effects.
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
             with TreeMonitor(poll=False) as monitor:
-                run = fn()
+                run = configs[name]()
             timed[name].append((run, monitor.usage))
     results: dict[str, list[tuple[RunResult, Usage]]] = {}
     for name, fn in configs.items():

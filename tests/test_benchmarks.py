@@ -134,7 +134,8 @@ def test_run_interleaved_alternates_configs() -> None:
     results = harness.run_interleaved({"a": make("a"), "b": make("b")}, repeats=3,
                                       on_pass=lambda stage, name: passes.append((stage, name)))
     assert passes == [("warm-up", "a"), ("warm-up", "b"), ("memory", "a"), ("memory", "b")]
-    assert order == ["a", "b"] * 5  # warm-up, three timed rounds, the polled memory pass
+    # warm-up, three timed rounds (each starting one row later), the polled memory pass
+    assert order == ["a", "b", "a", "b", "b", "a", "a", "b", "a", "b"]
     assert len(results["a"]) == 3
     row = harness.summary_row("a", results["a"])
     assert row["img_per_s"]["median"] == pytest.approx(100)
