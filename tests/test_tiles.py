@@ -113,15 +113,15 @@ def test_splice_region_is_aligned_and_small() -> None:
         32,
         24,
     )
-    assert table.restart_mcus == 4
+    assert table.restart_mcus == 2
     jpeg, (y0, x0) = tiles.splice(record.data, table, (100, 130, 50, 60))
     assert (y0, x0) == (96, 128)
     with Image.open(io.BytesIO(jpeg)) as image:
-        assert image.size == (64, 64)  # one 64-px segment wide, 4 MCU rows high
+        assert image.size == (64, 64)  # two 32-px segments wide, 4 MCU rows high
     assert len(jpeg) < len(record.data) / 8
     # a crop edge on a segment boundary pulls in the neighbour segment for upsampling context
     _, (y0, x0) = tiles.splice(record.data, table, (96, 128, 50, 60))
-    assert (y0, x0) == (80, 64)
+    assert (y0, x0) == (80, 96)  # one MCU row up, one 32-px segment left
     _, (y0, x0) = tiles.splice(record.data, table, (96, 128, 50, 60), context=0)
     assert (y0, x0) == (96, 128)
     jpeg, (y0, x0) = tiles.splice(record.data, table, (300, 450, 75, 50))

@@ -51,7 +51,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_tiled_records_decode_to_exactly_the_source_pixels(tmp_path: Path, suffix: str) -> None:
     written = make_mixed_tree(tmp_path / "src")
     manifest = pack(tmp_path / "src", tmp_path / f"t{suffix}", tiles=True, workers=1)
-    assert manifest.options["tiles"] == {"version": 1, "restart_mcus": 4}
+    assert manifest.options["tiles"] == {"version": 1, "restart_mcus": 2}
     with open_dataset(tmp_path / f"t{suffix}") as ds:
         tiled = [i for i in range(len(ds)) if ds.tile_table(i) is not None]
         # Every JPEG of the mixed tree is tileable (progressive, gray, CMYK, 1x1 included).
@@ -229,7 +229,7 @@ def test_a_resume_without_tiles_starts_over_instead_of_mixing_formats(tmp_path: 
     with pytest.raises(KeyboardInterrupt):
         pack(tmp_path / "src", dst, shard_size=4 << 10, workers=1, tiles=True, progress=stop)
     plan = json.loads((staging_path(dst) / "plan.json").read_text())
-    assert plan["tiles"] == {"version": 1, "restart_mcus": 4}
+    assert plan["tiles"] == {"version": 1, "restart_mcus": 2}
     pack(tmp_path / "src", dst, shard_size=4 << 10, workers=1, resume=True)
     with open_dataset(dst) as ds:
         assert not ds.tiled

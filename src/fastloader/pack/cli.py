@@ -13,6 +13,7 @@ from typing import Any
 from fastloader.errors import FastloaderError
 from fastloader.pack.info import dataset_info, format_info, human_bytes
 from fastloader.pack.write import DEFAULT_SHARD_SIZE, SKIPPED_NAME, pack
+from fastloader.tiles import DEFAULT_RESTART_MCUS
 
 SUBCOMMANDS = ("info", "verify")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -73,8 +74,9 @@ def _pack_parser() -> argparse.ArgumentParser:
     add("--tiles", action="store_true",
         help="decode-aware packing: repack JPEGs losslessly with restart markers so crops "
         "decode only the tiles they need (needs the native extension)")  # fmt: skip
-    add("--restart-mcus", type=int, default=4, metavar="R",
-        help="with --tiles: at most R MCUs per restart segment (default 4)")  # fmt: skip
+    add("--restart-mcus", type=int, default=DEFAULT_RESTART_MCUS, metavar="R",
+        help="with --tiles: at most R MCUs per restart segment "
+        f"(default {DEFAULT_RESTART_MCUS})")  # fmt: skip
     return parser
 
 

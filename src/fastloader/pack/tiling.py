@@ -39,7 +39,8 @@ def check_tiles_option(tiles_on: Any, restart_mcus: Any) -> dict[str, int] | Non
         raise invalid_type("restart_mcus", restart_mcus, "an int")
     if not 1 <= restart_mcus <= 65535:
         raise invalid_argument(
-            "restart_mcus", restart_mcus, "must be in 1..65535", "Use 2-4 (default 4)."
+            "restart_mcus", restart_mcus, "must be in 1..65535",
+            f"Use 2-4 (default {tiles.DEFAULT_RESTART_MCUS}).",
         )
     if not tiles_on:
         return None
@@ -51,7 +52,8 @@ def check_tiles_option(tiles_on: Any, restart_mcus: Any) -> dict[str, int] | Non
 
 
 def prepare_tiled(
-    path: str, max_side: int | None = None, quality: int = 90, restart_mcus: int = 4
+    path: str, max_side: int | None = None, quality: int = 90,
+    restart_mcus: int = tiles.DEFAULT_RESTART_MCUS,
 ) -> Prepared:
     """prepare(), then a lossless restart-tile repack of JPEG records (others stay as they are)."""
     prepared = prepare(path, max_side=max_side, quality=quality)

@@ -316,7 +316,7 @@ def pack(
     quiet: bool = True,
     progress: Progress | None = None,
     tiles: bool = False,
-    restart_mcus: int = 4,
+    restart_mcus: int = tiling.tiles.DEFAULT_RESTART_MCUS,
 ) -> Manifest:
     """Pack the ImageFolder tree at src into a sharded dataset folder dst; return its manifest.
 
