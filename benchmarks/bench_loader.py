@@ -50,10 +50,14 @@ def ensure_packed(tree: Path, dst: Path, quiet: bool = True, tiles: bool = False
     """Pack the tree with the packdata CLI unless dst already holds all of its files
     (tiles=True: decode-aware packing, `packdata --tiles`)."""
     from fastloader.format.dataset import open_dataset
+    from fastloader.tiles import DEFAULT_RESTART_MCUS
 
     try:
         with open_dataset(dst) as ds:
-            if len(ds) == _tree_files(tree) and ds.tiled == tiles:
+            option = ds.manifest.options.get("tiles") or {}
+            # A tiled copy made with another segment size would time another packing.
+            current = not tiles or option.get("restart_mcus") == DEFAULT_RESTART_MCUS
+            if len(ds) == _tree_files(tree) and ds.tiled == tiles and current:
                 return
     except Exception:  # missing, partial or stale: pack it again
         pass
