@@ -1,4 +1,4 @@
-// Pillow-exact bilinear taps, the portable scalar row kernels, and the one-row API of resize.h.
+// Pillow's bilinear taps (14-bit weights), the scalar row kernels, the one-row API of resize.h.
 #include "resize.h"
 
 #include <algorithm>
@@ -134,12 +134,24 @@ void expand_pair_weights(const ResampleAxis &axis, std::vector<int32_t> &pairs) 
     }
 }
 
+namespace {
+
+// Taps 2j and 2j+1 of a window (0 past its end) as the int16 pair madd multiplies with.
+int32_t weight_pair(const int32_t *k, int j, int taps) {
+    const uint32_t w0 = static_cast<uint32_t>(k[2 * j]) & 0xFFFFu;
+    const uint32_t w1 = 2 * j + 1 < taps ? static_cast<uint32_t>(k[2 * j + 1]) & 0xFFFFu : 0u;
+    return static_cast<int32_t>(w0 | (w1 << 16));
+}
+
+}  // namespace
+
 void plan_positions(const ResampleAxis &axis, bool flip, HorizontalPlan &plan) {
     const int n = axis.out_size;
     const int taps = axis.taps;
+    const int pairs = (taps + 1) / 2;
     plan.taps = taps;
     plan.offsets.resize(static_cast<size_t>(n));
-    plan.weights.resize(static_cast<size_t>((n + 1) / 2) * taps * 8);
+    plan.weights.assign(static_cast<size_t>((n + 1) / 2) * pairs * 8, 0);
     for (int p = 0; p < n; ++p) plan.offsets[p] = 3 * axis.bounds[2 * (flip ? n - 1 - p : p)];
     int32_t *dst = plan.weights.data();
     for (int p = 0; p < n; p += 2) {
@@ -147,9 +159,9 @@ void plan_positions(const ResampleAxis &axis, bool flip, HorizontalPlan &plan) {
         const int xb = p + 1 < n ? (flip ? n - 2 - p : p + 1) : xa;
         const int32_t *ka = &axis.weights[static_cast<size_t>(xa) * axis.ksize];
         const int32_t *kb = &axis.weights[static_cast<size_t>(xb) * axis.ksize];
-        for (int x = 0; x < taps; ++x, dst += 8) {
-            std::fill(dst, dst + 4, ka[x]);
-            std::fill(dst + 4, dst + 8, kb[x]);
+        for (int j = 0; j < pairs; ++j, dst += 8) {  // R, G, B lanes; the fourth stays 0
+            std::fill(dst, dst + 3, weight_pair(ka, j, taps));
+            std::fill(dst + 4, dst + 7, weight_pair(kb, j, taps));
         }
     }
 }

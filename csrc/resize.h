@@ -1,4 +1,4 @@
-// Pillow-exact bilinear resampling (antialiased on downscale) of uint8 RGB rows.
+// Pillow's bilinear resampling (antialiased on downscale) of uint8 RGB rows, within one level.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -6,8 +6,11 @@
 
 namespace fl {
 
-// Fixed-point precision of Pillow's 8-bit resampler (Resample.c: 32 - 8 - 2).
-constexpr int kPrecisionBits = 22;
+// Fixed-point precision of the weights. Pillow's 8-bit resampler uses 22 bits (Resample.c:
+// 32 - 8 - 2); 14 bits keep every weight (at most 1.0 = 1 << 14) an int16, so the AVX2
+// kernels multiply two taps at once with madd, exactly as the scalar ones sum. The rounding
+// of the weights moves a result by at most one level from Pillow's, and rarely.
+constexpr int kPrecisionBits = 14;
 
 // Filter taps of one axis: for each output index, the first input index, the tap count and
 // ksize fixed-point weights. Built exactly as Pillow's precompute_coeffs + normalize_coeffs_8bpc.
@@ -37,8 +40,8 @@ void copy_row(const uint8_t *in, uint8_t *out, int width, bool flip);
 
 // A uniform horizontal axis of at most kPositionsMaxTaps taps laid out in output memory order
 // (flip applied) for the AVX2 kernel: per position its first source byte, and per pair of
-// positions, per tap, 4 copies of the first one's weight then 4 of the second's (a lone last
-// position pairs with itself).
+// positions, per pair of taps, the two taps' int16 weights packed in one int32, 3 copies for
+// the first position then 0, 3 for the second then 0 (a lone last position pairs with itself).
 constexpr int kPositionsMaxTaps = 5;
 struct HorizontalPlan {
     int taps = 0;

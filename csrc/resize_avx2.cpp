@@ -90,27 +90,34 @@ FL_AVX2 void horizontal_pairs_avx2(const uint8_t *in, uint8_t *out, const Resamp
 
 namespace {
 
-// Per tap x, a per-lane byte shuffle taking pixel x's R, G, B (bytes 3x..3x+2 of a 16-byte
-// load) into three zero-extended int32 lanes; the fourth lane is 0.
-FL_AVX2 inline __m256i tap_shuffle(int x) {
-    const char b = static_cast<char>(3 * x), z = -1;
-    return _mm256_setr_epi8(b, z, z, z, static_cast<char>(b + 1), z, z, z, static_cast<char>(b + 2), z, z, z,
-                            z, z, z, z, b, z, z, z, static_cast<char>(b + 1), z, z, z,
-                            static_cast<char>(b + 2), z, z, z, z, z, z, z);
+// Per pair of taps (2j, 2j+1), a per-lane byte shuffle taking those two pixels' R, G and B
+// (bytes 6j..6j+5 of a 16-byte load) into int16 pairs (R0 R1)(G0 G1)(B0 B1)(0 0), ready for
+// madd; a missing second tap (odd T) reads as 0.
+template <int T>
+FL_AVX2 inline __m256i tap_pair_shuffle(int j) {
+    const char a = static_cast<char>(6 * j), z = -1;
+    const bool two = 2 * j + 1 < T;
+    const char b = two ? static_cast<char>(a + 3) : z;
+    const char b1 = two ? static_cast<char>(a + 4) : z;
+    const char b2 = two ? static_cast<char>(a + 5) : z;
+    const char a1 = static_cast<char>(a + 1), a2 = static_cast<char>(a + 2);
+    return _mm256_setr_epi8(a, z, b, z, a1, z, b1, z, a2, z, b2, z, z, z, z, z,
+                            a, z, b, z, a1, z, b1, z, a2, z, b2, z, z, z, z, z);
 }
 
 // Two output pixels (one per 128-bit half) of a T-tap window: one 16-byte load per pixel covers
-// all T <= 5 source pixels, and a shuffle per tap widens them, instead of a load and a widen.
+// all T <= 5 source pixels, and one shuffle and one madd per pair of taps sum them (weights
+// are int16, kPrecisionBits 14, so the int32 sums are the scalar kernel's exactly).
 template <int T>
 FL_AVX2 inline __m256i pair_sum(const uint8_t *pa, const uint8_t *pb, const int32_t *w) {
     const __m256i src = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(pa))),
         _mm_loadu_si128(reinterpret_cast<const __m128i *>(pb)), 1);
     __m256i acc = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
-    for (int x = 0; x < T; ++x) {
-        const __m256i px = _mm256_shuffle_epi8(src, tap_shuffle(x));
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 8 * x));
-        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, wv));
+    for (int j = 0; j < (T + 1) / 2; ++j) {
+        const __m256i px = _mm256_shuffle_epi8(src, tap_pair_shuffle<T>(j));
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 8 * j));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(px, wv));
     }
     return _mm256_srai_epi32(acc, kPrecisionBits);
 }
@@ -128,13 +135,14 @@ FL_AVX2 inline void store4(uint8_t *dst, __m256i s01, __m256i s23) {
 
 template <int T>
 FL_AVX2 void positions_avx2(const uint8_t *in, uint8_t *out, int n, const int *offsets, const int32_t *w) {
+    constexpr int kStride = 8 * ((T + 1) / 2);  // int32 weight words per pair of positions
     int p = 0;
-    for (; p + 6 <= n; p += 4, w += 16 * T) {
+    for (; p + 6 <= n; p += 4, w += 2 * kStride) {
         const __m256i s01 = pair_sum<T>(in + offsets[p], in + offsets[p + 1], w);
-        const __m256i s23 = pair_sum<T>(in + offsets[p + 2], in + offsets[p + 3], w + 8 * T);
+        const __m256i s23 = pair_sum<T>(in + offsets[p + 2], in + offsets[p + 3], w + kStride);
         store4(out + 3 * p, s01, s23);
     }
-    for (; p < n; p += 2, w += 8 * T) {  // the last few: 3-byte stores that stay inside the row
+    for (; p < n; p += 2, w += kStride) {  // the last few: 3-byte stores that stay inside the row
         const __m256i s = pair_sum<T>(in + offsets[p], in + offsets[p + 1 < n ? p + 1 : p], w);
         const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(s, s), s);
         store_rgb(out + 3 * p, static_cast<uint32_t>(_mm256_extract_epi32(bytes, 0)));
@@ -157,27 +165,50 @@ void horizontal_positions_avx2(const uint8_t *in, uint8_t *out, const Horizontal
     }
 }
 
+namespace {
+
+// Two taps' weights as int16 pairs (w0, w1) in every 32-bit lane, for madd.
+FL_AVX2 inline __m256i weight_pair(int32_t w0, int32_t w1) {
+    return _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(w1) << 16) |
+                                                  (static_cast<uint32_t>(w0) & 0xFFFFu)));
+}
+
+// 32 bytes of two source rows: adds w0 * a[i] + w1 * b[i] to the sums of bytes i, the sums
+// s0..s3 holding bytes [0-3|16-19], [4-7|20-23], [8-11|24-27], [12-15|28-31].
+FL_AVX2 inline void madd_rows(const uint8_t *a, const uint8_t *b, __m256i w, __m256i &s0,
+                              __m256i &s1, __m256i &s2, __m256i &s3) {
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a));
+    const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b));
+    const __m256i lo = _mm256_unpacklo_epi8(va, vb);  // a0 b0 a1 b1 ... a7 b7 | a16 b16 ...
+    const __m256i hi = _mm256_unpackhi_epi8(va, vb);  // a8 b8 ... a15 b15 | a24 b24 ...
+    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_unpacklo_epi8(lo, zero), w));
+    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_unpackhi_epi8(lo, zero), w));
+    s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_unpacklo_epi8(hi, zero), w));
+    s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_unpackhi_epi8(hi, zero), w));
+}
+
+}  // namespace
+
 FL_AVX2 void vertical_avx2(const uint8_t *const *rows, const int32_t *weights, int taps, int len,
                            uint8_t *out) {
-    // 32 bytes per step in four 8-lane int32 sums kept in registers across the taps.
+    // Weights fit int16 (kPrecisionBits 14), so madd multiplies two rows' bytes at once; its
+    // int32 sums are the scalar kernel's exactly. An odd last tap pairs with itself at weight 0.
     const __m256i half = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
     int i = 0;
     for (; i + 32 <= len; i += 32) {
         __m256i s0 = half, s1 = half, s2 = half, s3 = half;
-        for (int t = 0; t < taps; ++t) {
-            const uint8_t *src = rows[t] + i;
-            const __m256i w = _mm256_set1_epi32(weights[t]);
-            const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src));
-            const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 16));
-            s0 = _mm256_add_epi32(s0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(lo), w));
-            s1 = _mm256_add_epi32(s1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), w));
-            s2 = _mm256_add_epi32(s2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(hi), w));
-            s3 = _mm256_add_epi32(s3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), w));
+        for (int t = 0; t < taps; t += 2) {
+            const bool pair = t + 1 < taps;
+            madd_rows(rows[t] + i, rows[pair ? t + 1 : t] + i,
+                      weight_pair(weights[t], pair ? weights[t + 1] : 0), s0, s1, s2, s3);
         }
-        const __m128i a = _mm_packus_epi16(finish8(s0), finish8(s1));
-        const __m128i b = _mm_packus_epi16(finish8(s2), finish8(s3));
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(out + i), a);
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(out + i + 16), b);
+        // packs/packus work within each 128-bit half, which puts the bytes back in order.
+        const __m256i lo = _mm256_packs_epi32(_mm256_srai_epi32(s0, kPrecisionBits),
+                                              _mm256_srai_epi32(s1, kPrecisionBits));
+        const __m256i hi = _mm256_packs_epi32(_mm256_srai_epi32(s2, kPrecisionBits),
+                                              _mm256_srai_epi32(s3, kPrecisionBits));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(out + i), _mm256_packus_epi16(lo, hi));
     }
     for (; i + 8 <= len; i += 8) {
         __m256i s = half;

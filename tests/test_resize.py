@@ -53,8 +53,9 @@ def photo() -> bytes:
 
 @pytest.mark.native
 def test_resize_matches_pillow_within_one_level(photo):
-    # Each pass is Pillow's integer arithmetic; running the vertical pass first (when that is
-    # less work) may move a pixel by one level, never more, and rarely.
+    # Each pass is Pillow's integer arithmetic with 14-bit instead of 22-bit weights; that and
+    # running the vertical pass first (when that is less work) may move a pixel by one level,
+    # never more: 7.0% of values on 150 benchmark photos' RandomResizedCrops (6.8% with 22).
     outs = iter(native_outputs(photo))
     for crop, size in CASES:
         for flip in (False, True):
@@ -65,14 +66,18 @@ def test_resize_matches_pillow_within_one_level(photo):
 
 
 @pytest.mark.native
-def test_upscale_is_exactly_pillow(photo):
-    # Upscaling on both axes runs horizontal first, Pillow's order: not one byte may differ.
+def test_upscale_is_pillow_but_for_rare_one_level_steps(photo):
+    # Upscaling on both axes runs horizontal first, Pillow's order; the only difference left is
+    # the weights' 14 fixed-point bits against Pillow's 22 (resize.h), which moves a sum across
+    # a rounding step rarely: on 150 benchmark photos 0.84% of upscaled values, never by 2.
     crop, size = (10, 7, 37, 53), (224, 224)
     core = _native.require_native()
     for flip in (False, True):
         out = np.empty((*size, 3), np.uint8)
         assert core.decode_into(photo, crop, flip, out, dct_scaling=False) is None
-        np.testing.assert_array_equal(out, pillow_reference(photo, crop, size, flip))
+        diff = np.abs(out.astype(np.int16) - pillow_reference(photo, crop, size, flip))
+        assert diff.max() <= 1
+        assert np.count_nonzero(diff) <= 0.01 * diff.size
 
 
 @pytest.mark.native
