@@ -296,10 +296,10 @@ def run_interleaved(
 
     Interleaving spreads slow drifts of a shared machine (other jobs, thermal state)
     over all configurations instead of letting them land on one; the order within a round
-    rotates from round to round. An untimed warm-up pass
-    (page cache, imports) comes first. Memory is polled only in a last, untimed pass: the
-    poller's CPU would slow what the rounds time, and by then the process has its steady
-    size, so every configuration's peak is measured from the same baseline. Each timed
+    rotates from round to round. An untimed warm-up pass (page cache, imports) comes first.
+    Memory is polled only in a last, untimed pass: the poller's CPU would slow what the
+    rounds time, and by then the process has its steady size, so every configuration's
+    peak is measured from the same baseline. Each timed
     run's usage carries that pass's peaks; on_run sees the runs once it is done.
     on_pass(stage, name) is told of each untimed run ("warm-up" or "memory").
     """

@@ -13,7 +13,8 @@ namespace fl {
 constexpr int kPrecisionBits = 14;
 
 // Filter taps of one axis: for each output index, the first input index, the tap count and
-// ksize fixed-point weights. Built exactly as Pillow's precompute_coeffs + normalize_coeffs_8bpc.
+// ksize fixed-point weights. Built as Pillow's precompute_coeffs + normalize_coeffs_8bpc, with
+// kPrecisionBits fraction bits.
 struct ResampleAxis {
     int in_size = 0;
     int out_size = 0;

@@ -168,7 +168,7 @@ void horizontal_positions_avx2(const uint8_t *in, uint8_t *out, const Horizontal
 namespace {
 
 // Two taps' weights as int16 pairs (w0, w1) in every 32-bit lane, for madd.
-FL_AVX2 inline __m256i weight_pair(int32_t w0, int32_t w1) {
+FL_AVX2 inline __m256i broadcast_weight_pair(int32_t w0, int32_t w1) {
     return _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(w1) << 16) |
                                                   (static_cast<uint32_t>(w0) & 0xFFFFu)));
 }
@@ -201,7 +201,7 @@ FL_AVX2 void vertical_avx2(const uint8_t *const *rows, const int32_t *weights, i
         for (int t = 0; t < taps; t += 2) {
             const bool pair = t + 1 < taps;
             madd_rows(rows[t] + i, rows[pair ? t + 1 : t] + i,
-                      weight_pair(weights[t], pair ? weights[t + 1] : 0), s0, s1, s2, s3);
+                      broadcast_weight_pair(weights[t], pair ? weights[t + 1] : 0), s0, s1, s2, s3);
         }
         // packs/packus work within each 128-bit half, which puts the bytes back in order.
         const __m256i lo = _mm256_packs_epi32(_mm256_srai_epi32(s0, kPrecisionBits),
