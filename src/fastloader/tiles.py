@@ -193,6 +193,19 @@ def _table_from(geometry: tuple[int, ...], offsets: np.ndarray) -> TileTable:
     return TileTable(**values, offsets=offsets)
 
 
+def check_restart_mcus(restart_mcus: Any) -> int:
+    """The largest restart interval R to use: restart_mcus checked, None meaning the default."""
+    limit = DEFAULT_RESTART_MCUS if restart_mcus is None else restart_mcus
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise invalid_type("restart_mcus", restart_mcus, "an int or None")
+    if not 1 <= limit <= 65535:
+        raise invalid_argument(
+            "restart_mcus", restart_mcus, "must be in 1..65535",
+            f"Use 2-4 (or None for {DEFAULT_RESTART_MCUS}).",
+        )
+    return limit
+
+
 def repack_with_reason(
     data: Any, *, restart_mcus: int | None = None, keep_metadata: bool = False
 ) -> tuple[TiledRecord | None, str]:
@@ -204,14 +217,7 @@ def repack_with_reason(
     decoded colours, stay.
     Damaged sources, arithmetic coding, lossless or 12-bit JPEGs and non-JPEGs return None.
     """
-    limit = DEFAULT_RESTART_MCUS if restart_mcus is None else restart_mcus
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise invalid_type("restart_mcus", restart_mcus, "an int or None")
-    if not 1 <= limit <= 65535:
-        raise invalid_argument(
-            "restart_mcus", restart_mcus, "must be in 1..65535",
-            f"Use 2-4 (or None for {DEFAULT_RESTART_MCUS}).",
-        )
+    limit = check_restart_mcus(restart_mcus)
     array = _as_bytes_array(data)
     status, message, out, geometry, offsets = _core().tiles_repack(array, limit, keep_metadata)
     if status != _STATUS_OK:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from fastloader import tiles
-from fastloader.errors import NativeUnavailableError, PackError, invalid_argument, invalid_type
+from fastloader.errors import NativeUnavailableError, PackError, invalid_type
 from fastloader.format.manifest import Codec
 from fastloader.pack.validate import Prepared, prepare
 
@@ -35,20 +35,14 @@ def check_tiles_option(tiles_on: Any, restart_mcus: Any) -> dict[str, int] | Non
     """
     if not isinstance(tiles_on, bool):
         raise invalid_type("tiles", tiles_on, "a bool")
-    if isinstance(restart_mcus, bool) or not isinstance(restart_mcus, int):
-        raise invalid_type("restart_mcus", restart_mcus, "an int")
-    if not 1 <= restart_mcus <= 65535:
-        raise invalid_argument(
-            "restart_mcus", restart_mcus, "must be in 1..65535",
-            f"Use 2-4 (default {tiles.DEFAULT_RESTART_MCUS}).",
-        )
+    limit = tiles.check_restart_mcus(restart_mcus)
     if not tiles_on:
         return None
     try:
         tiles._core()
     except NativeUnavailableError as exc:
         raise PackError(f"tiles=True needs the native extension: {exc}") from None
-    return {"version": TILES_VERSION, "restart_mcus": restart_mcus}
+    return {"version": TILES_VERSION, "restart_mcus": limit}
 
 
 def prepare_tiled(
