@@ -83,7 +83,7 @@ def pillow_configs(records: list[bytes], boxes: np.ndarray, flips: np.ndarray) -
 def native_configs(records: list[bytes], boxes: np.ndarray, flips: np.ndarray) -> dict:
     """Native full decode, crop-aware decode alone, full decode + resize, and the fused
     crop-aware RandomResizedCrop (decode + resize + flip); the differences split the stages."""
-    from fastloader.decode import BatchDecoder, decode
+    from fastloader.decode.decode import BatchDecoder, decode
 
     decoder = BatchDecoder(1, backend="native")
     out = np.empty((CHUNK, SIZE, SIZE, 3), np.uint8)
@@ -121,8 +121,8 @@ def tiled_configs(records: list[bytes], boxes: np.ndarray, flips: np.ndarray) ->
     """The same images repacked as restart-tiled records (packdata --tiles, not timed): crop
     decode from a JPEG spliced from only the segments the box needs, alone and fused with
     resize + flip in BatchDecoder."""
-    from fastloader import tiles
-    from fastloader.decode import BatchDecoder, decode
+    from fastloader.decode import tiles
+    from fastloader.decode.decode import BatchDecoder, decode
 
     repacked = [tiles.repack(data) for data in records]
     tiled = [r.data if r is not None else data for r, data in zip(repacked, records, strict=True)]

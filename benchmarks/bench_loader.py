@@ -49,8 +49,8 @@ def _tree_files(tree: Path) -> int:
 def ensure_packed(tree: Path, dst: Path, quiet: bool = True, tiles: bool = False) -> None:
     """Pack the tree with the packdata CLI unless dst already holds all of its files
     (tiles=True: decode-aware packing, `packdata --tiles`)."""
+    from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
     from fastloader.format.dataset import open_dataset
-    from fastloader.tiles import DEFAULT_RESTART_MCUS
 
     try:
         with open_dataset(dst) as ds:
@@ -130,7 +130,7 @@ def _jsonable(value: Any) -> Any:
 def ceiling_config(path: Path, batch: int, images: int, warmup: int) -> Factory:
     """Native full-image decode + resize to 224 on all cores: the limit without crop-aware
     decode (no crop, no normalize, no tensor conversion)."""
-    from fastloader.decode import BatchDecoder
+    from fastloader.decode.decode import BatchDecoder
     from fastloader.format.dataset import open_dataset
 
     def run() -> RunResult:

@@ -33,7 +33,7 @@ else
 fi
 "$PY" - <<'EOF' || exit 1
 import torch, fastloader
-from fastloader.dali_pipeline import dali_available
+from fastloader.loader.dali_pipeline import dali_available
 print(f"torch {torch.__version__}, cuda {torch.cuda.is_available()}"
       f" ({torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-'}),"
       f" fastloader native {fastloader.native_available()}, DALI {dali_available()}")
@@ -57,7 +57,7 @@ from baseline import IMAGENET_MEAN, IMAGENET_STD, ImageFolder, train_transform
 from make_images import ensure_tree
 
 from fastloader import FastLoader, RandomHorizontalFlip, RandomResizedCrop
-from fastloader.dali_pipeline import dali_available
+from fastloader.loader.dali_pipeline import dali_available
 from fastloader.format.dataset import open_dataset
 from fastloader.pack.write import pack
 
@@ -112,7 +112,7 @@ rows = {"DataLoader (PIL, workers, pin_memory)": dataloader,
             str(packed), batch_size=batch, shuffle=True, transforms=train, normalize=norm,
             device="cuda")}
 if dali_available():
-    from fastloader.dali import DaliLoader
+    from fastloader.loader.dali import DaliLoader
     rows["DaliLoader mixed (nvJPEG) -> cuda"] = lambda: DaliLoader(
         str(packed), batch_size=batch, shuffle=True, transforms=train, normalize=norm,
         device="cuda")

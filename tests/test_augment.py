@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fastloader.augment import (
+from fastloader.decode.augment import (
     CenterCrop,
     RandomHorizontalFlip,
     RandomResizedCrop,

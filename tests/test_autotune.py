@@ -11,7 +11,8 @@ from random import Random
 import pytest
 import torch
 
-from fastloader.autotune import (
+from fastloader.errors import InvalidArgumentError, InvalidTypeError
+from fastloader.loader.autotune import (
     EXPLORE_AFTER,
     MEASURE_BATCHES,
     PROBE_BATCHES,
@@ -21,9 +22,8 @@ from fastloader.autotune import (
     max_prefetch_for,
     thread_ladder,
 )
-from fastloader.errors import InvalidArgumentError, InvalidTypeError
-from fastloader.loader import FastLoader
-from fastloader.sampler import threads_per_rank
+from fastloader.loader.loader import FastLoader
+from fastloader.loader.sampler import threads_per_rank
 from test_loader import TRAIN, packed_tree
 
 # Epochs of 12 batches: one more than AutoTuner.max_batches_to_settle(cores, 5) needs.

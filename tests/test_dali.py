@@ -11,15 +11,21 @@ import numpy as np
 import pytest
 import torch
 
-from fastloader.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, plan
-from fastloader.dali_pipeline import dali_available
-from fastloader.decode import decode
+from fastloader.decode.augment import (
+    CenterCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    plan,
+)
+from fastloader.decode.decode import decode
 from fastloader.errors import DecodeError, InvalidArgumentError, OptionalDependencyError
 from fastloader.format.dataset import PackedDataset, open_dataset
-from fastloader.gpu_ops import GpuRandomHorizontalFlip
-from fastloader.gpu_ops_pixel import GpuColorJitter
+from fastloader.gpu.ops import GpuRandomHorizontalFlip
+from fastloader.gpu.pixel_ops import GpuColorJitter
+from fastloader.loader.dali_pipeline import dali_available
+from fastloader.loader.sampler import epoch_indices
 from fastloader.pack.write import pack
-from fastloader.sampler import epoch_indices
 from imagegen import make_tree
 
 needs_dali = pytest.mark.skipif(
@@ -48,7 +54,7 @@ def dataset(packed: Path) -> Any:
 
 
 def dali_loader(path: Path | PackedDataset, **kwargs: Any) -> Any:
-    from fastloader.dali import DaliLoader
+    from fastloader.loader.dali import DaliLoader
 
     options: dict[str, Any] = {"batch_size": 4, "device": "cpu", "num_threads": 1}
     return DaliLoader(path, **{**options, **kwargs})
@@ -189,7 +195,7 @@ def test_missing_dali_names_the_install_command(packed: Path,
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_dali)
-    from fastloader.dali import DaliLoader
+    from fastloader.loader.dali import DaliLoader
 
     with pytest.raises(OptionalDependencyError, match=r'pip install "fastloader\[dali\]"'):
         DaliLoader(packed, batch_size=2, device="cpu")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastloader.decode import decode, header
+from fastloader.decode.decode import decode, header
 from fastloader.errors import DecodeError, InvalidArgumentError, InvalidTypeError
 from jpeg_corpus import corpus, photo_jpeg, psnr, random_boxes
 

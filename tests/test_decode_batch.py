@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from fastloader.decode import BatchDecoder, decode
+from fastloader.decode.decode import BatchDecoder, decode
 from fastloader.errors import FastloaderError, InvalidArgumentError, InvalidTypeError
 from jpeg_corpus import corpus, photo_jpeg, random_boxes
 

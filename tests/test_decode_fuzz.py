@@ -17,7 +17,7 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from jpeg_corpus import photo_jpeg, encode_jpeg
     from imagegen import photo_like
-    from fastloader.decode import BatchDecoder, decode
+    from fastloader.decode.decode import BatchDecoder, decode
     from fastloader.errors import DecodeError
 
     rng = np.random.default_rng(int(sys.argv[2]))

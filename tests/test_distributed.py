@@ -22,7 +22,7 @@ def _free_port() -> int:
 
 def _rank_main(rank: int, path: str, port: int, out: str) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from fastloader.loader import FastLoader
+    from fastloader.loader.loader import FastLoader
     from test_loader import TRAIN
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",

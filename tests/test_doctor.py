@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from fastloader.doctor import main, run_doctor
-from fastloader.doctor_profile import batch_size_of, profile
-from fastloader.doctor_verdict import diagnose
+from fastloader.doctor.doctor import main, run_doctor
+from fastloader.doctor.profile import batch_size_of, profile
+from fastloader.doctor.verdict import diagnose
 from fastloader.errors import InvalidArgumentError
 from test_loader import packed_tree
 
@@ -143,7 +143,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_python_m_runs_the_doctor(dataset_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "fastloader.doctor", str(dataset_path), "--seconds", "0.3",
+        [sys.executable, "-m", "fastloader.doctor.doctor", str(dataset_path), "--seconds", "0.3",
          "--batch-size", "4", "--image-size", "24", "--device", "cpu"],
         capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr

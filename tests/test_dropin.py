@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from fastloader.errors import FastloaderError, InvalidArgumentError
-from fastloader.loader import FastLoader
+from fastloader.loader.dropin import DropInLoader
+from fastloader.loader.loader import FastLoader
 
 
 class Squares(Dataset):
@@ -42,13 +45,15 @@ def test_dropin_matches_a_seeded_dataloader() -> None:
 
 def test_dropin_defaults_and_worker_shutdown() -> None:
     loader = FastLoader(Squares(), batch_size=5, num_workers=1, device="cpu")
-    inner = loader._delegate.loader  # type: ignore[union-attr]
+    assert isinstance(loader, DropInLoader)
+    inner = loader.loader  # the torch DataLoader it runs
     assert inner.persistent_workers and inner.prefetch_factor == 4
     assert inner.pin_memory is False  # the target is the CPU: pinning would only cost
+    before = set(multiprocessing.active_children())
     for _ in range(2):
         assert values(list(loader)) == [float(i) for i in range(10)]
-    workers = list(inner._iterator._workers)
-    assert workers and all(w.is_alive() for w in workers)
+    workers = [w for w in multiprocessing.active_children() if w not in before]
+    assert len(workers) == 1 and workers[0].is_alive()  # persistent: alive between passes
     loader.close()
     for worker in workers:
         worker.join(timeout=5)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from fastloader.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop
-from fastloader.dali_pipeline import dali_available
+from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop
 from fastloader.format.dataset import open_dataset
-from fastloader.gpu_ops import GpuNormalize, GpuRandomHorizontalFlip, GpuRandomResizedCrop, gpu_rng
-from fastloader.gpu_ops_pixel import GpuColorJitter, GpuCutMix, GpuMixUp
+from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, GpuRandomResizedCrop, gpu_rng
+from fastloader.gpu.pixel_ops import GpuColorJitter, GpuCutMix, GpuMixUp
+from fastloader.loader.dali_pipeline import dali_available
 from fastloader.pack.write import pack
 from imagegen import make_tree
 
@@ -36,7 +36,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def fast_loader(path: Path, device: str, **kwargs: Any) -> Any:
-    from fastloader.loader import FastLoader
+    from fastloader.loader.loader import FastLoader
 
     return FastLoader(str(path), batch_size=8, shuffle=True, seed=7, transforms=TRAIN,
                       device=device, num_threads=2, prefetch=2, **kwargs)
@@ -74,7 +74,7 @@ def test_normalize_on_device_matches_cpu(packed: Path, tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not dali_available(), reason='DALI missing: pip install "fastloader[dali]"')
 def test_dali_mixed_decode_matches_the_cpu_pipeline(packed: Path) -> None:
-    from fastloader.dali import DaliLoader
+    from fastloader.loader.dali import DaliLoader
 
     dataset = open_dataset(packed)
     options: dict[str, Any] = {"batch_size": 16, "shuffle": True, "seed": 3,

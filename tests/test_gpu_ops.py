@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fastloader.augment import CenterCrop, RandomHorizontalFlip, Resize
+from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, Resize
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
-from fastloader.gpu_ops import (
+from fastloader.gpu.ops import (
     GpuCompose,
     GpuGeometry,
     GpuNormalize,
@@ -20,7 +20,7 @@ from fastloader.gpu_ops import (
     gpu_rng,
     resized_crop,
 )
-from fastloader.gpu_ops_pixel import GpuColorJitter, GpuCutMix, GpuMixUp
+from fastloader.gpu.pixel_ops import GpuColorJitter, GpuCutMix, GpuMixUp
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

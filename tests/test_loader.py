@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastloader.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
 from fastloader.format.dataset import open_dataset
-from fastloader.loader import FastLoader
+from fastloader.loader.loader import FastLoader
 from fastloader.pack.write import pack
 from imagegen import encode, make_tree, photo_like
 

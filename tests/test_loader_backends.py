@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastloader.augment import RandomResizedCrop
-from fastloader.dali_pipeline import dali_available
+from fastloader.decode.augment import RandomResizedCrop
 from fastloader.errors import InvalidArgumentError
-from fastloader.gpu_ops import GpuNormalize, GpuRandomHorizontalFlip, gpu_rng
-from fastloader.loader import FastLoader
+from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, gpu_rng
+from fastloader.loader.dali_pipeline import dali_available
+from fastloader.loader.loader import FastLoader
 from fastloader.pack.write import pack
 from imagegen import make_tree
 

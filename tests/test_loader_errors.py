@@ -10,7 +10,7 @@ import torch
 
 from fastloader.errors import CorruptRecordError, DecodeError
 from fastloader.format.dataset import PackedDataset, open_dataset
-from fastloader.loader import FastLoader
+from fastloader.loader.loader import FastLoader
 from test_loader import TRAIN, packed_tree
 
 BAD = 5

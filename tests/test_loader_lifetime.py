@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from fastloader.errors import FastloaderError
-from fastloader.loader import FastLoader
+from fastloader.loader.loader import FastLoader
 from test_loader import TRAIN, packed_tree
 
 

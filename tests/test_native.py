@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
-from fastloader import _native
-from fastloader.decode import BatchDecoder, decode
-from fastloader.decode_pillow import header_pillow
+from fastloader.decode import _native
+from fastloader.decode.decode import BatchDecoder, decode
+from fastloader.decode.pillow import header_pillow
 from fastloader.errors import NativeUnavailableError
 from jpeg_corpus import corpus, photo_jpeg, random_boxes
 from test_decode import pillow_reference

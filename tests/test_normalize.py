@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from fastloader.decode import BatchDecoder
-from fastloader.device import DeviceStep
+from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import InvalidArgumentError
-from fastloader.loader import FastLoader
-from fastloader.memory import TensorPool
+from fastloader.gpu.device import DeviceStep
+from fastloader.gpu.planar import TensorPool
+from fastloader.loader.loader import FastLoader
 from test_decode_batch import make_batch
 from test_loader import TRAIN, packed_tree
 from test_loader_errors import damaged

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastloader import _native
+from fastloader.decode import _native
 from jpeg_corpus import photo_jpeg
 from test_decode import pillow_reference
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fastloader.loader import FastLoader
-from fastloader.stats import Counters, Timer
+from fastloader.loader.loader import FastLoader
+from fastloader.loader.stats import Counters, Timer
 from test_loader import TRAIN, packed_tree
 
 

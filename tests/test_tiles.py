@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastloader import tiles
+from fastloader.decode import tiles
 from imagegen import encode, photo_like
 
 pytestmark = pytest.mark.native

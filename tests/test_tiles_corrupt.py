@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastloader import tiles
+from fastloader.decode import tiles
 from fastloader.errors import CorruptRecordError, InvalidArgumentError, InvalidTypeError
 from imagegen import encode, photo_like
 
@@ -113,7 +113,7 @@ FUZZ = textwrap.dedent(
     import numpy as np
     sys.path.insert(0, {tests!r})
     from imagegen import encode, photo_like
-    from fastloader import tiles
+    from fastloader.decode import tiles
     from fastloader.errors import FastloaderError
 
     rng = np.random.default_rng(0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastloader import tiles
+from fastloader.decode import tiles
 from fastloader.errors import NativeUnavailableError
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastloader import tiles
-from fastloader.decode import BatchDecoder
+from fastloader.decode import tiles
+from fastloader.decode.decode import BatchDecoder
 from fastloader.format.dataset import open_dataset
 from fastloader.format.manifest import read_manifest
 from fastloader.pack.cli import main

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastloader import tiles
+from fastloader.decode import tiles
 from imagegen import photo_like
 
 pytestmark = [pytest.mark.native, pytest.mark.slow]
@@ -81,7 +81,7 @@ def test_spliced_crop_decode_speed() -> None:
         size, _ = tiles.splice_into(records[i].data, records[i].table, boxes[i], out)
         pillow_decode(out[:size].tobytes())
 
-    decode = importlib.import_module("fastloader.decode").decode  # native crop-aware decode
+    decode = importlib.import_module("fastloader.decode.decode").decode  # native crop-aware decode
 
     def native_crop(i: int) -> None:
         decode(sources[i], crop=boxes[i])

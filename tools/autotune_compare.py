@@ -18,8 +18,8 @@ import statistics
 import time
 from typing import Any
 
-from fastloader.doctor import IMAGENET_NORMALIZE, transforms_for
-from fastloader.loader import FastLoader
+from fastloader.doctor.doctor import IMAGENET_NORMALIZE, transforms_for
+from fastloader.loader.loader import FastLoader
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "threads=1 prefetch=2": {"num_threads": 1, "prefetch": 2},

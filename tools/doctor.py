@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from fastloader.doctor import main
+from fastloader.doctor.doctor import main
 
 if __name__ == "__main__":
     sys.exit(main(["doctor", *sys.argv[1:]]))

@@ -16,55 +16,54 @@ __version__ = "0.1.0"
 
 # Public name -> module that defines it.
 _EXPORTS: dict[str, str] = {
-    "BatchDecoder": "fastloader.decode",
-    "CenterCrop": "fastloader.augment",
+    "BatchDecoder": "fastloader.decode.decode",
+    "CenterCrop": "fastloader.decode.augment",
     "CorruptRecordError": "fastloader.errors",
-    "DaliLoader": "fastloader.dali",
+    "DaliLoader": "fastloader.loader.dali",
     "DatasetError": "fastloader.errors",
     "DatasetNotFoundError": "fastloader.errors",
     "DecodeError": "fastloader.errors",
-    "FastLoader": "fastloader.loader",
+    "FastLoader": "fastloader.loader.loader",
     "FastloaderError": "fastloader.errors",
-    "GpuColorJitter": "fastloader.gpu_ops_pixel",
-    "GpuCompose": "fastloader.gpu_ops",
-    "GpuCutMix": "fastloader.gpu_ops_pixel",
-    "GpuMixUp": "fastloader.gpu_ops_pixel",
-    "GpuNormalize": "fastloader.gpu_ops",
-    "GpuRandomHorizontalFlip": "fastloader.gpu_ops",
-    "GpuRandomResizedCrop": "fastloader.gpu_ops",
-    "ImageHeader": "fastloader.decode_pillow",
+    "GpuColorJitter": "fastloader.gpu.pixel_ops",
+    "GpuCompose": "fastloader.gpu.ops",
+    "GpuCutMix": "fastloader.gpu.pixel_ops",
+    "GpuMixUp": "fastloader.gpu.pixel_ops",
+    "GpuNormalize": "fastloader.gpu.ops",
+    "GpuRandomHorizontalFlip": "fastloader.gpu.ops",
+    "GpuRandomResizedCrop": "fastloader.gpu.ops",
+    "ImageHeader": "fastloader.decode.pillow",
     "InvalidArgumentError": "fastloader.errors",
-    "LoaderStats": "fastloader.stats",
+    "LoaderStats": "fastloader.loader.stats",
     "Manifest": "fastloader.format.manifest",
     "NativeUnavailableError": "fastloader.errors",
     "OptionalDependencyError": "fastloader.errors",
     "PackError": "fastloader.errors",
     "PackedDataset": "fastloader.format.dataset",
-    "RandomHorizontalFlip": "fastloader.augment",
-    "RandomResizedCrop": "fastloader.augment",
-    "Resize": "fastloader.augment",
-    "decode": "fastloader.decode",
-    "header": "fastloader.decode",
-    "native_available": "fastloader._native",
+    "RandomHorizontalFlip": "fastloader.decode.augment",
+    "RandomResizedCrop": "fastloader.decode.augment",
+    "Resize": "fastloader.decode.augment",
+    "decode": "fastloader.decode.decode",
+    "header": "fastloader.decode.decode",
+    "native_available": "fastloader.decode._native",
     "open_dataset": "fastloader.format.dataset",
     "pack": "fastloader.pack.write",
-    "profile": "fastloader.doctor",
+    "profile": "fastloader.doctor.doctor",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:  # let type checkers see the real objects
-    from fastloader._native import native_available
-    from fastloader.augment import (
+    from fastloader.decode._native import native_available
+    from fastloader.decode.augment import (
         CenterCrop,
         RandomHorizontalFlip,
         RandomResizedCrop,
         Resize,
     )
-    from fastloader.dali import DaliLoader
-    from fastloader.decode import BatchDecoder, decode, header
-    from fastloader.decode_pillow import ImageHeader
-    from fastloader.doctor import profile
+    from fastloader.decode.decode import BatchDecoder, decode, header
+    from fastloader.decode.pillow import ImageHeader
+    from fastloader.doctor.doctor import profile
     from fastloader.errors import (
         CorruptRecordError,
         DatasetError,
@@ -81,20 +80,21 @@ if TYPE_CHECKING:  # let type checkers see the real objects
         open_dataset,
     )
     from fastloader.format.manifest import Manifest
-    from fastloader.gpu_ops import (
+    from fastloader.gpu.ops import (
         GpuCompose,
         GpuNormalize,
         GpuRandomHorizontalFlip,
         GpuRandomResizedCrop,
     )
-    from fastloader.gpu_ops_pixel import (
+    from fastloader.gpu.pixel_ops import (
         GpuColorJitter,
         GpuCutMix,
         GpuMixUp,
     )
-    from fastloader.loader import FastLoader
+    from fastloader.loader.dali import DaliLoader
+    from fastloader.loader.loader import FastLoader
+    from fastloader.loader.stats import LoaderStats
     from fastloader.pack.write import pack
-    from fastloader.stats import LoaderStats
 
 
 def __getattr__(name: str) -> Any:

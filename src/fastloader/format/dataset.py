@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.decode.tiles import HEADER_FIELDS, TileBatch, TileTable
 from fastloader.errors import CorruptRecordError, DatasetError, invalid_type
 from fastloader.format import index as index_mod
 from fastloader.format.backends import ShardReader, open_reader
 from fastloader.format.manifest import Manifest, read_manifest
-from fastloader.tiles import HEADER_FIELDS, TileBatch, TileTable
 
 
 class PackedDataset:

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import FastloaderError
 from fastloader.pack.info import dataset_info, format_info, human_bytes
 from fastloader.pack.write import DEFAULT_SHARD_SIZE, SKIPPED_NAME, pack
-from fastloader.tiles import DEFAULT_RESTART_MCUS
 
 SUBCOMMANDS = ("info", "verify")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fastloader import tiles
+from fastloader.decode import tiles
 from fastloader.errors import NativeUnavailableError, PackError, invalid_type
 from fastloader.format.manifest import Codec
 from fastloader.pack.validate import Prepared, prepare

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fastloader import tiles
+from fastloader.decode import tiles
 from fastloader.errors import FastloaderError, NativeUnavailableError
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from fastloader import _native
 from fastloader.checks import int_at_least
-from fastloader.decode_pillow import (
+from fastloader.decode import _native
+from fastloader.decode.pillow import (
     ImageHeader,
     decode_pillow,
     header_pillow,
@@ -82,7 +82,7 @@ def _check_crop(crop: Any, hdr: ImageHeader) -> tuple[int, int, int, int]:
             "crop",
             crop,
             f"the box must lie inside the {hdr.height}x{hdr.width} (HxW) image",
-            "Clamp the box to the image (see fastloader.decode.header()).",
+            "Clamp the box to the image (see fastloader.decode.decode.header()).",
         )
     return top, left, height, width
 
@@ -275,7 +275,7 @@ class BatchDecoder:
 
         Returns one entry per sample: None on success, else the error message (that slot is
         zero-filled). crops rows are [top, left, height, width]; [0, 0, 0, 0] is the whole image.
-        tiles: the batch's restart-tile tables (a fastloader.tiles.TileBatch or its
+        tiles: the batch's restart-tile tables (a fastloader.decode.tiles.TileBatch or its
         (headers, offsets, spans) tuple; None: untiled); the native path then decodes a crop
         from only the segments it needs, the Pillow path ignores them (same pixels).
         planar: an (N, 3, H, W) float32 or uint8 array (or CPU tensor) that also receives each

@@ -106,7 +106,7 @@ class GraphSpec:
 def build_pipeline(spec: GraphSpec, source: Callable[[], FeedBatch]) -> Any:
     """Build the DALI pipeline: external_source -> image_slice -> resize -> crop_mirror_normalize.
 
-    The crop windows come from the source (planned by fastloader.augment), so the decoder
+    The crop windows come from the source (planned by fastloader.decode.augment), so the decoder
     decodes only the crop region (nvJPEG ROI decode on "mixed") and DALI draws no random
     numbers itself: results are a function of (seed, epoch, batch, rank) like the native path.
     """

@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from fastloader.augment import Transform, batch_rng, plan
-from fastloader.autotune import AutoTuner, Setting
-from fastloader.decode import BatchDecoder
+from fastloader.decode.augment import Transform, batch_rng, plan
+from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError
-from fastloader.memory import BatchRing, PlanarSpec
-from fastloader.stats import Counters, Timer
+from fastloader.gpu.planar import PlanarSpec
+from fastloader.loader.autotune import AutoTuner, Setting
+from fastloader.loader.memory import BatchRing
+from fastloader.loader.stats import Counters, Timer
 
 SKIP_ATTEMPTS = 16  # replacement candidates tried for one bad sample under on_error="skip"
 _thread_ids = itertools.count()

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from fastloader.errors import invalid_argument, invalid_type
-from fastloader.gpu_ops import (
+from fastloader.gpu.ops import (
     as_working_float,
     back_to_dtype,
     check_images,

@@ -156,14 +156,14 @@ def resized_crop(
 
 
 class GpuGeometry:
-    """Decode-time transforms (fastloader.augment) applied to an already-decoded batch.
+    """Decode-time transforms (fastloader.decode.augment) applied to an already-decoded batch.
 
-    Boxes and flips come from fastloader.augment.plan, the very planner the decode path uses,
+    Boxes and flips come from fastloader.decode.augment.plan, the very planner the decode path uses,
     treating every image as height x width; one grid_sample then crops, resizes and flips.
     """
 
     def __init__(self, transforms: Sequence[object], mode: str = "bilinear") -> None:
-        from fastloader.augment import check_transforms
+        from fastloader.decode.augment import check_transforms
 
         self.transforms = check_transforms(list(transforms))
         if mode not in ("bilinear", "nearest", "bicubic"):
@@ -176,7 +176,7 @@ class GpuGeometry:
         self, rng: np.random.Generator, count: int, height: int, width: int
     ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
         """Boxes (count, 4) as (top, left, h, w), flips (count,) and the output (h, w)."""
-        from fastloader.augment import plan
+        from fastloader.decode.augment import plan
 
         return plan(self.transforms, np.tile([height, width], (count, 1)), rng)
 
@@ -194,7 +194,7 @@ class GpuGeometry:
 
 
 class GpuRandomResizedCrop(GpuGeometry):
-    """torchvision's RandomResizedCrop on a decoded batch, boxes drawn by fastloader.augment."""
+    """torchvision's RandomResizedCrop on a batch, boxes drawn by fastloader.decode.augment."""
 
     def __init__(
         self,
@@ -203,7 +203,7 @@ class GpuRandomResizedCrop(GpuGeometry):
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         mode: str = "bilinear",
     ) -> None:
-        from fastloader.augment import RandomResizedCrop
+        from fastloader.decode.augment import RandomResizedCrop
 
         super().__init__([RandomResizedCrop(size, scale=scale, ratio=ratio)], mode=mode)
 

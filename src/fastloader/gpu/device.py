@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from fastloader.errors import invalid_argument, invalid_type
-from fastloader.memory import PlanarSpec
+from fastloader.gpu.planar import PlanarSpec
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 

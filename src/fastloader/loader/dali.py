@@ -1,14 +1,13 @@
 """DaliLoader: FastLoader's semantics over a packed dataset, decoded and augmented by NVIDIA DALI.
 
 Records go from the shards into DALI through a batch-mode external_source in the sampler's
-order; crop boxes and flips come from fastloader.augment's planner seeded by (seed, epoch,
+order; crop boxes and flips come from fastloader.decode.augment's planner seeded by (seed, epoch,
 batch, rank), exactly as in the native path, so batches, labels, len, set_epoch, sharding and
 state_dict behave like FastLoader's and a resumed run continues bit-for-bit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 import weakref
@@ -18,9 +17,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastloader.augment import batch_rng, check_transforms, output_size, plan
 from fastloader.checks import flag, positive_int
-from fastloader.dali_pipeline import (
+from fastloader.decode.augment import batch_rng, check_transforms, output_size, plan
+from fastloader.errors import DecodeError, FastloaderError, invalid_argument
+from fastloader.format.dataset import PackedDataset, dataset_from
+from fastloader.gpu.device import normalize_constants, resolve_device, resolve_dtype
+from fastloader.gpu.ops import GpuCompose, device_ops, gpu_rng
+from fastloader.loader.dali_pipeline import (
     GraphSpec,
     build_pipeline,
     feed_batch,
@@ -28,12 +31,9 @@ from fastloader.dali_pipeline import (
     release_pipeline,
     to_torch,
 )
-from fastloader.device import normalize_constants, resolve_device, resolve_dtype
-from fastloader.errors import DecodeError, FastloaderError
-from fastloader.format.dataset import PackedDataset, dataset_from
-from fastloader.gpu_ops import GpuCompose, device_ops, gpu_rng
-from fastloader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
-from fastloader.stats import Counters, LoaderStats, Timer
+from fastloader.loader.loader import FastLoader, refuse_dataloader_kwargs
+from fastloader.loader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
+from fastloader.loader.stats import Counters, LoaderStats, Timer
 
 
 class _WeakSource:
@@ -50,12 +50,12 @@ class _WeakSource:
         return loader._source()
 
 
-class DaliLoader:
+class DaliLoader(FastLoader):
     """Iterate (images NCHW, labels int64) batches of a packed dataset through a DALI pipeline.
 
     Arguments mean what they mean for FastLoader. `device` "cuda[:k]" decodes with nvJPEG
     (DALI "mixed" operators) straight to that GPU; "cpu" (the default without CUDA) runs DALI's
-    CPU operators with no CUDA context. `gpu_transforms` (fastloader.gpu_ops) run on the
+    CPU operators with no CUDA context. `gpu_transforms` (fastloader.gpu.ops) run on the
     output batch on `device`, seeded by (seed, epoch, batch, rank). `roi_decode=False` decodes
     whole images and then slices the planned box: more decode work, but DALI's docs say ROI
     decoding turns the A100/H100 hardware JPEG decoder off, so it can win there (measure).
@@ -64,23 +64,36 @@ class DaliLoader:
     def __init__(
         self,
         data: str | os.PathLike[str] | PackedDataset,
-        *,
-        batch_size: int,
+        batch_size: int = 1,
         shuffle: bool = False,
+        *,
         seed: int = 0,
         transforms: Any = None,
         normalize: Any = None,
         dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
-        num_threads: int | None = None,
+        num_threads: int | str | None = None,
         drop_last: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
         prefetch: int = 2,
         gpu_transforms: Sequence[Any] | None = None,
         roi_decode: bool = True,
+        on_error: str = "raise",
+        backend: str = "dali",
+        memory_budget: int | None = None,
+        **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so close()/__del__ are safe on a failed init
+        refuse_dataloader_kwargs(dataloader_kwargs, "DALI loader")
+        # FastLoader's arguments the DALI path cannot honour: refused, never dropped silently.
+        for name, value, default in (("on_error", on_error, "raise"), ("backend", backend, "dali"),
+                                     ("memory_budget", memory_budget, None)):
+            if value != default:
+                raise invalid_argument(name, value, 'is not supported by backend="dali"',
+                                       f"Drop it, or use the native backend for {name}.")
+        if num_threads == "auto":  # DALI has no online tuner: all the cores this rank may use
+            num_threads = None
         import_dali()  # fail first, with the install command, when DALI is missing
         self.batch_size = positive_int("batch_size", batch_size)
         self.prefetch = positive_int("prefetch", prefetch)
@@ -226,7 +239,7 @@ class DaliLoader:
 
     def _decode_error(self, exc: RuntimeError) -> FastloaderError:
         """Name the first record of the batches in flight that fails to decode."""
-        from fastloader.decode import decode
+        from fastloader.decode.decode import decode
 
         for samples in self._in_flight:
             for i in samples.tolist():
@@ -302,16 +315,6 @@ class DaliLoader:
         self._drop_pipeline()
         if self._owns_dataset:
             self.dataset.close()
-
-    def __enter__(self) -> DaliLoader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter shutdown: modules may be gone
-            self.close()
 
     def __repr__(self) -> str:
         if not hasattr(self, "sampler"):

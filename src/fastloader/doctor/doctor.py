@@ -1,7 +1,7 @@
 """`fastloader doctor DATASET`: run the loader for a bounded time, show where time goes, advise.
 
-Also the home of profile(any_dataloader) (see fastloader.doctor_profile) and of the
-`fastloader` console script (`fastloader doctor ...`, or `python -m fastloader.doctor ...`).
+Also the home of profile(any_dataloader) (see fastloader.doctor.profile) and of the
+`fastloader` console script (`fastloader doctor ...`, or `python -m fastloader.doctor.doctor ...`).
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ from typing import Any
 import numpy as np
 import psutil
 
-from fastloader.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
-from fastloader.doctor_profile import (
+from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+from fastloader.doctor.profile import (
     ProfileReport,
     machine_facts,
     profile,
     time_batches,
     timing_stats,
 )
-from fastloader.doctor_verdict import Verdict, diagnose
+from fastloader.doctor.verdict import Verdict, diagnose
 from fastloader.errors import FastloaderError
-from fastloader.loader import FastLoader
-from fastloader.stats import LoaderStats
+from fastloader.loader.packed import PackedLoader
+from fastloader.loader.stats import LoaderStats
 
 __all__ = ["DoctorReport", "ProfileReport", "diagnose", "main", "profile", "run_doctor"]
 
@@ -71,7 +71,7 @@ def _delta(after: LoaderStats, before: LoaderStats) -> dict[str, float]:
                                             "decode_s", "slot_wait_s", "copy_s", "wait_s")}
 
 
-def _stage_stats(loader: FastLoader, grown: dict[str, float], wall_s: float) -> dict[str, Any]:
+def _stage_stats(loader: PackedLoader, grown: dict[str, float], wall_s: float) -> dict[str, Any]:
     batches = max(grown["batches"], 1)
     shapes = np.asarray(loader.dataset.shapes, dtype=np.float64)
     height, width = loader.image_size
@@ -96,7 +96,7 @@ def run_doctor(path: str, *, seconds: float = 10.0, batch_size: int = 128,
                transforms: str = "train", image_size: int = 224, device: str | None = None,
                simulate_step: bool = False, memory_budget: int | None = None) -> DoctorReport:
     """Run a FastLoader over `path` for about `seconds` (after autotune settles) and judge it."""
-    loader = FastLoader(path, batch_size=batch_size, shuffle=True,
+    loader = PackedLoader(path, batch_size=batch_size, shuffle=True,
                         transforms=transforms_for(transforms, image_size),
                         normalize=IMAGENET_NORMALIZE, device=device, num_threads=num_threads,
                         prefetch=prefetch, memory_budget=memory_budget)

@@ -1,103 +1,32 @@
-"""FastLoader: (images, labels) batches from a packed dataset, or a tuned DataLoader drop-in."""
+"""PackedLoader: FastLoader over a packed dataset, decoded by the native pipeline (or Pillow)."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from fastloader.augment import check_transforms, output_size
-from fastloader.autotune import AUTO, make_tuner
 from fastloader.checks import flag, positive_int
-from fastloader.decode import BatchDecoder
-from fastloader.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
-from fastloader.dropin import DropInLoader
+from fastloader.decode.augment import check_transforms, output_size
+from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import FastloaderError, invalid_argument
-from fastloader.format.dataset import PackedDataset, dataset_from
-from fastloader.gpu_ops import device_ops, gpu_rng
-from fastloader.memory import BatchRing
-from fastloader.pipeline import EpochPlan, Producer
-from fastloader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
-from fastloader.stats import Counters, LoaderStats
-
-if TYPE_CHECKING:
-    from fastloader.dali import DaliLoader
-
-_BACKENDS = ("auto", "native", "pillow", "dali")
+from fastloader.format.dataset import dataset_from
+from fastloader.gpu.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
+from fastloader.gpu.ops import device_ops, gpu_rng
+from fastloader.loader.autotune import make_tuner
+from fastloader.loader.loader import BACKENDS, FastLoader, refuse_dataloader_kwargs
+from fastloader.loader.memory import BatchRing
+from fastloader.loader.pipeline import EpochPlan, Producer
+from fastloader.loader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
+from fastloader.loader.stats import Counters, LoaderStats
 
 
+class PackedLoader(FastLoader):
+    """FastLoader over a packed dataset: the native (or Pillow) decode pipeline.
 
-
-def _delegate_for(data: Any, dataloader_kwargs: dict[str, Any],
-                  options: dict[str, Any]) -> DropInLoader | DaliLoader | None:
-    """The loader FastLoader hands everything to: the drop-in path for a torch Dataset, DALI for
-    backend="dali"; None for the native packed path. Checks what only one path accepts."""
-    threads = None if options["num_threads"] == AUTO else options["num_threads"]
-    if isinstance(data, torch.utils.data.Dataset) and not isinstance(data, PackedDataset):
-        if options["memory_budget"] is not None:
-            raise invalid_argument("memory_budget", options["memory_budget"], "applies to "
-                                   "packed datasets only", "Drop it for a torch Dataset.")
-        packed_only = {key: options[key] for key in ("transforms", "normalize", "dtype",
-                                                     "on_error", "backend", "gpu_transforms")}
-        packed_only["num_threads"] = threads
-        packed_only["prefetch"] = options["prefetch"] if options["prefetch"] != 2 else None
-        return DropInLoader(data, **{key: options[key] for key in (
-            "batch_size", "shuffle", "seed", "device", "drop_last", "rank", "world_size")},
-            packed_only=packed_only, **dataloader_kwargs)
-    if dataloader_kwargs:
-        name = sorted(dataloader_kwargs)[0]
-        raise invalid_argument(
-            name, dataloader_kwargs[name], "is a DataLoader argument the packed path does "
-            "not take", "Drop it; use num_threads= for parallelism and prefetch= for depth.")
-    if options["backend"] not in _BACKENDS:
-        raise invalid_argument("backend", options["backend"], f"must be one of {_BACKENDS}",
-                               "Use 'auto' (native decode, Pillow without the extension) "
-                               "or 'dali' for the NVIDIA DALI pipeline.")
-    if options["backend"] != "dali":
-        return None
-    for name, default in (("on_error", "raise"), ("memory_budget", None)):
-        if options[name] != default:
-            raise invalid_argument(name, options[name], 'is not supported by backend="dali"',
-                                   f"Drop it, or use the native backend for {name}.")
-    from fastloader.dali import DaliLoader  # only when asked: DALI is an optional extra
-
-    dali_options = {key: value for key, value in options.items()
-                    if key not in ("on_error", "backend", "memory_budget")}
-    return DaliLoader(data, **{**dali_options, "num_threads": threads})
-
-
-class FastLoader:
-    """Iterate (images, labels) batches, like torch.utils.data.DataLoader but faster.
-
-    `data` a packed dataset path (or an open PackedDataset): the fast path. A producer thread
-    runs `prefetch` batches ahead, decoding with `num_threads` native threads (GIL released)
-    straight into a fixed ring of (pinned, with CUDA) uint8 buffers; `transforms` run fused
-    into decode (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip) with parameters
-    drawn from (seed, epoch, batch, rank), so results never depend on the thread count.
-    Images come out NCHW on `device` (default: this process's CUDA device when there is
-    one): uint8 without `normalize`, else `dtype` (float32) computed as (x/255 - mean) / std
-    on the device; mean/std in 0-1 scale, or 0-255 scale when a mean exceeds 1. Labels int64.
-
-    `data` a map-style torch Dataset: the drop-in path (see fastloader.dropin.DropInLoader);
-    DataLoader's own keyword arguments are accepted there.
-
-    `num_threads="auto"` (the default) tunes the decode threads online: it starts at all the
-    cores this rank may use and steps down only when fewer threads are as fast or still keep
-    up with the training step (see fastloader.autotune), then keeps the choice for the run;
-    an int fixes it, None means all those cores.
-    `prefetch="auto"` likewise deepens the ring while the consumer waits on a bursty producer,
-    never beyond `memory_budget` bytes of ring (512 MiB by default). stats() shows the choice.
-
-    `backend`: "auto" (native decode, Pillow when the extension is missing), "native" (demand
-    the extension), "pillow", or "dali" (fastloader.dali.DaliLoader: DALI decodes, with nvJPEG
-    on a GPU; needs `pip install "fastloader[dali]"`). `gpu_transforms`: fastloader.gpu_ops
-    transforms applied batched on `device` after the copy, on uint8 pixels, before normalize.
-
-    Each pass follows `sampler.epoch`; a pass that runs to its end advances the epoch by one
-    (reshuffling like DataLoader(shuffle=True)); set_epoch(e) chooses it explicitly.
+    Built by FastLoader(path_or_packed_dataset, ...); see FastLoader for the arguments.
     """
 
     def __init__(
@@ -123,16 +52,11 @@ class FastLoader:
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
-        self._delegate = _delegate_for(data, dataloader_kwargs, {
-            "batch_size": batch_size, "shuffle": shuffle, "seed": seed, "transforms": transforms,
-            "normalize": normalize, "dtype": dtype, "device": device, "num_threads": num_threads,
-            "prefetch": prefetch, "drop_last": drop_last, "rank": rank, "world_size": world_size,
-            "on_error": on_error, "backend": backend, "memory_budget": memory_budget,
-            "gpu_transforms": gpu_transforms})
-        if self._delegate is not None:
-            self.sampler = self._delegate.sampler
-            self._closed = False
-            return
+        refuse_dataloader_kwargs(dataloader_kwargs, "packed path")
+        if backend not in BACKENDS or backend == "dali":
+            raise invalid_argument("backend", backend, "is not a backend of the packed loader",
+                                   "Pass 'auto', 'native' or 'pillow' (FastLoader(..., "
+                                   "backend='dali') builds the DALI loader).")
         self._init_device(device, normalize, dtype, gpu_transforms)
         self._init_packed(data, batch_size, shuffle, seed, transforms, drop_last, rank,
                           world_size, on_error, backend)
@@ -182,7 +106,7 @@ class FastLoader:
         self._closed = False
 
     def _init_tuning(self, num_threads: Any, prefetch: Any, memory_budget: Any) -> None:
-        """num_threads / prefetch: fixed ints or "auto" (tuned online, see fastloader.autotune).
+        """num_threads / prefetch: fixed ints or "auto" (tuned online: fastloader.loader.autotune).
 
         num_threads=None means a fixed count: the cores this rank may use.
         """
@@ -201,8 +125,6 @@ class FastLoader:
     def __iter__(self) -> Iterator[Any]:
         if self._closed:
             raise FastloaderError("this FastLoader was closed; create a new one to iterate")
-        if self._delegate is not None:
-            return iter(self._delegate)
         self._stop_active()  # one pass at a time: a new iter() ends the previous one
         if self._ring is None:
             height, width = self.image_size
@@ -270,15 +192,10 @@ class FastLoader:
                 self._ring.reset()
 
     def __len__(self) -> int:
-        if self._delegate is not None:
-            return len(self._delegate)
         return self.sampler.num_batches(self.batch_size, self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
-        if self._delegate is not None:
-            self._delegate.set_epoch(epoch)
-            return
         if epoch != self.sampler.epoch:
             self._resume_batch = 0
         self.sampler.set_epoch(epoch)
@@ -287,16 +204,11 @@ class FastLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: epoch and batches consumed, plus what must match on load."""
-        if self._delegate is not None:
-            return self._delegate.state_dict()
         done = self._batches_done if self._active is not None else self._resume_batch
         return self.sampler.state(done, self.batch_size, self.drop_last)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
-        if self._delegate is not None:
-            self._delegate.load_state_dict(state)
-            return
         epoch, done = self.sampler.check_state(state, self.batch_size, self.drop_last)
         self._stop_active()
         self.sampler.set_epoch(epoch)
@@ -305,9 +217,7 @@ class FastLoader:
     # -- introspection and lifetime -----------------------------------------------------------
 
     def stats(self) -> LoaderStats:
-        """Live counters (see fastloader.stats.LoaderStats); .as_dict() for a plain dict."""
-        if self._delegate is not None:
-            return self._delegate.stats()
+        """Live counters (see fastloader.loader.stats.LoaderStats); .as_dict() for a plain dict."""
         ring = self._ring
         active = self._active
         return self._counters.snapshot(
@@ -336,9 +246,6 @@ class FastLoader:
         if self._closed:
             return
         self._closed = True
-        if self._delegate is not None:
-            self._delegate.close()
-            return
         self._stop_active()
         self._decoder.close()
         self._step.close()
@@ -346,19 +253,7 @@ class FastLoader:
         if self._owns_dataset:
             self.dataset.close()
 
-    def __enter__(self) -> FastLoader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter shutdown: modules may be gone
-            self.close()
-
     def __repr__(self) -> str:
-        if self._delegate is not None:
-            return f"FastLoader(drop-in, {self._delegate!r})"
         if not hasattr(self, "sampler"):
             return "FastLoader(<not built>)"
         return (f"FastLoader({str(self.dataset.root)!r}, batch_size={self.batch_size}, "

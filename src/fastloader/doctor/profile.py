@@ -12,10 +12,10 @@ import numpy as np
 import psutil
 import torch
 
-from fastloader.doctor_verdict import Verdict, diagnose
+from fastloader.doctor.verdict import Verdict, diagnose
 from fastloader.errors import invalid_argument, invalid_type
-from fastloader.sampler import usable_cores
-from fastloader.stats import batch_size_of
+from fastloader.loader.sampler import usable_cores
+from fastloader.loader.stats import batch_size_of
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fastloader import _native
+from fastloader.decode import _native
 from fastloader.errors import (
     CorruptRecordError,
     DecodeError,
@@ -54,7 +54,7 @@ _BUILD_HINT = (
 def _core() -> ModuleType:
     """The extension module holding the tiles functions, or NativeUnavailableError.
 
-    Goes through fastloader._native like the decoder, so the same version check applies.
+    Goes through fastloader.decode._native like the decoder, so the same version check applies.
     """
     module = _native.native_module()
     if module is None:

@@ -9,15 +9,32 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from fastloader.device import resolve_device
 from fastloader.errors import FastloaderError, invalid_argument
-from fastloader.sampler import resolve_rank_world, threads_per_rank
-from fastloader.stats import Counters, LoaderStats, batch_size_of
+from fastloader.gpu.device import resolve_device
+from fastloader.loader.loader import FastLoader
+from fastloader.loader.sampler import resolve_rank_world, threads_per_rank
+from fastloader.loader.stats import Counters, LoaderStats, batch_size_of
 
-_PACKED_DEFAULTS = {"transforms": None, "normalize": None, "dtype": None, "num_threads": None,
-                    "on_error": "raise", "backend": "auto", "prefetch": None,
-                    "gpu_transforms": None}
+# FastLoader's packed-only arguments and their defaults: the drop-in path takes them only at
+# these values (torch's DataLoader has its own knobs for the same jobs).
+_PACKED_DEFAULTS: dict[str, Any] = {
+    "transforms": None, "normalize": None, "dtype": None, "num_threads": "auto",
+    "on_error": "raise", "backend": "auto", "prefetch": 2, "gpu_transforms": None,
+    "memory_budget": None}
 DEFAULT_PREFETCH_FACTOR = 4  # torch's 2 leaves workers idle behind a slow step more often
+
+
+def _refuse_packed_only(kwargs: dict[str, Any]) -> None:
+    """Take FastLoader's packed-only arguments out of kwargs; refuse any not at its default."""
+    for name, default in _PACKED_DEFAULTS.items():
+        if name not in kwargs:
+            continue
+        value = kwargs.pop(name)
+        if value is not default and value != default:
+            raise invalid_argument(
+                name, value, "applies to packed datasets only, not to a torch Dataset",
+                "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
+                " or pack the images with `packdata` and pass the packed path.")
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
@@ -34,24 +51,22 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
     return batch
 
 
-class DropInLoader:
+class DropInLoader(FastLoader):
     """torch.utils.data.DataLoader with tuned defaults and a `device=` transfer.
 
-    Defaults that differ from DataLoader: num_workers = the cores this rank may use,
-    persistent_workers=True when there are workers, prefetch_factor=4, pin_memory when the
-    target is CUDA, a DistributedSampler (seeded by `seed`) under torch.distributed, and a
-    seeded shuffle generator. Every DataLoader keyword is accepted and wins over a default.
+    Built by FastLoader(torch_dataset, ...). Defaults that differ from DataLoader:
+    num_workers = the cores this rank may use, persistent_workers=True when there are
+    workers, prefetch_factor=4, pin_memory when the target is CUDA, a DistributedSampler
+    (seeded by `seed`) under torch.distributed, and a seeded shuffle generator. Every
+    DataLoader keyword is accepted and wins over a default; FastLoader's packed-only
+    arguments (transforms, normalize, ...) are refused with the way to get them.
     """
 
-    def __init__(self, dataset: Any, batch_size: int | None, shuffle: bool, seed: int,
-                 device: Any, drop_last: bool, rank: int | None, world_size: int | None,
-                 packed_only: dict[str, Any], **kwargs: Any) -> None:
-        for name, value in packed_only.items():
-            if value is not _PACKED_DEFAULTS[name] and value != _PACKED_DEFAULTS[name]:
-                raise invalid_argument(
-                    name, value, "applies to packed datasets only, not to a torch Dataset",
-                    "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
-                    " or pack the images with `packdata` and pass the packed path.")
+    def __init__(self, dataset: Any, batch_size: int | None = 1, shuffle: bool = False, *,
+                 seed: int = 0, device: Any = None, drop_last: bool = False,
+                 rank: int | None = None, world_size: int | None = None,
+                 **kwargs: Any) -> None:
+        _refuse_packed_only(kwargs)
         self.device = None if device is None else resolve_device(device, default_cuda=False)
         rank, world = resolve_rank_world(rank, world_size)
         self.seed = seed
@@ -138,10 +153,13 @@ class DropInLoader:
 
     def close(self) -> None:
         """Shut persistent workers down now instead of at garbage collection."""
-        iterator = getattr(self.loader, "_iterator", None)
+        loader = getattr(self, "loader", None)  # None when __init__ failed
+        if loader is None:
+            return
+        iterator = getattr(loader, "_iterator", None)
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()
-        self.loader._iterator = None
+        loader._iterator = None
 
     def __repr__(self) -> str:
         return (f"DropInLoader(dataset={type(self.dataset).__name__}, batch_size="

@@ -1,0 +1,1 @@
+"""Diagnosis: `fastloader doctor`, profile() of any loader, and the pure verdict function."""
