@@ -1,12 +1,21 @@
-"""Shared pytest set-up: skip native-only tests when the extension is disabled."""
+"""Shared pytest set-up: session-scoped data fixtures, native-only skips, the DALI expectation.
+
+Fixtures here build each dataset once per session; tests that modify a dataset copy it first
+(shutil.copytree into tmp_path), because every other test reads the same files.
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
+from helpers import packed_tree
+
 NATIVE_DISABLED = os.environ.get("FASTLOADER_DISABLE_NATIVE", "") not in ("", "0")
+# Set by .ci/run where DALI must be installed: its tests then may not quietly become skips.
+DALI_EXPECTED = os.environ.get("FASTLOADER_EXPECT_DALI", "") not in ("", "0")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -16,3 +25,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "native" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not DALI_EXPECTED:
+        return
+    from fastloader.loader.dali_pipeline import dali_available
+
+    if not dali_available():
+        raise pytest.UsageError(
+            "FASTLOADER_EXPECT_DALI=1 but NVIDIA DALI is not importable: its tests would be "
+            "skipped. Install it (pip install nvidia-dali-cuda120) or unset FASTLOADER_EXPECT_DALI."
+        )
+
+
+@pytest.fixture(scope="session")
+def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 3-class x 8-image LMDB dataset (images of slightly different sizes). Read-only."""
+    return packed_tree(tmp_path_factory.mktemp("packed"))

@@ -13,9 +13,8 @@ from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, gpu_rng
 from fastloader.loader.dali_pipeline import dali_available
 from fastloader.loader.loader import FastLoader
 from fastloader.pack.write import pack
+from helpers import MEAN, STD, collect
 from imagegen import make_tree
-
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +27,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def batches(loader: FastLoader) -> list[tuple[torch.Tensor, torch.Tensor]]:
     with loader:
-        return [(images.clone(), labels.clone()) for images, labels in loader]
+        return collect(loader)
 
 
 def test_gpu_transforms_equal_the_ops_applied_by_hand(packed: Path) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from fastloader.decode import tiles
 from fastloader.decode.decode import BatchDecoder
@@ -17,15 +15,11 @@ from fastloader.format.manifest import read_manifest
 from fastloader.pack.cli import main
 from fastloader.pack.journal import staging_path
 from fastloader.pack.write import pack
+from helpers import pillow_pixels
 from imagegen import encode, photo_like
 from treegen import make_flat_tree, make_mixed_tree
 
 TILE_FIELDS = ("tiles_header", "tiles_offsets", "tiles_start", "source_crc32")
-
-
-def _pixels(data: bytes | memoryview) -> np.ndarray:
-    with Image.open(io.BytesIO(data)) as image:
-        return np.asarray(image)
 
 
 def _add_photos(root: Path) -> None:
@@ -61,7 +55,7 @@ def test_tiled_records_decode_to_exactly_the_source_pixels(tmp_path: Path, suffi
         for i in range(len(ds)):
             source, record = written[ds.path(i)], bytes(ds.record(i, verify=True))
             if i in tiled:
-                assert np.array_equal(_pixels(record), _pixels(source)), ds.path(i)
+                assert np.array_equal(pillow_pixels(record), pillow_pixels(source)), ds.path(i)
                 assert tiles.scan(record).offsets.tolist() == ds.tile_table(i).offsets.tolist()
             else:  # PNG, GIF, BMP, WebP keep their bytes
                 assert record == source
@@ -239,9 +233,8 @@ def test_a_resume_without_tiles_starts_over_instead_of_mixing_formats(tmp_path: 
         )
 
 
-@pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.native), False])
 def test_without_the_extension_tiles_are_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fastloader.errors import PackError
 
@@ -261,7 +254,7 @@ def test_tiled_data_reads_with_pillow_alone(
     with open_dataset(packed["tiled"]) as ds, open_dataset(packed["plain"]) as plain:
         assert ds.tiled
         for i in range(len(ds)):  # Pillow decodes tiled records fully: same pixels
-            assert np.array_equal(_pixels(ds.record(i)), _pixels(plain.record(i)))
+            assert np.array_equal(pillow_pixels(ds.record(i)), pillow_pixels(plain.record(i)))
 
 
 def test_bad_tiles_arguments_raise_typed_errors() -> None:
