@@ -43,3 +43,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 3-class x 8-image LMDB dataset (images of slightly different sizes). Read-only."""
     return packed_tree(tmp_path_factory.mktemp("packed"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Say at the end how many tests were skipped and why, one line per reason."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    mode = "without the extension" if NATIVE_DISABLED else "with the extension"
+    terminalreporter.write_sep("=", f"skipped {mode}: {len(skipped)}")
+    for reason, count in sorted(reasons.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{count:5d}  {reason}")
