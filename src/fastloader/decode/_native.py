@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import threading
 import warnings
@@ -10,6 +11,8 @@ from types import ModuleType
 
 from fastloader import __version__
 from fastloader.errors import NativeUnavailableError
+
+log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 
 DISABLE_ENV = "FASTLOADER_DISABLE_NATIVE"
 _BUILD_HINT = (
@@ -61,6 +64,7 @@ def _load() -> tuple[ModuleType | None, str]:
             _module, _reason = _import_core()
             _loaded = True
             if _module is None:  # said once per process; later calls stay quiet
+                log.warning("native extension unusable, falling back to Pillow: %s", _reason)
                 warnings.warn(f"fastloader: {_reason}", RuntimeWarning, stacklevel=4)
     return _module, _reason
 

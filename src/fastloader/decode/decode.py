@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ __all__ = ["BatchDecoder", "ImageHeader", "decode", "header"]
 
 _THREADS_FIX = "Use 1 per core you want decoding."
 
+log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 _BACKENDS = ("auto", "native", "pillow")
 _MAX_PIXELS = 2 * 89478485  # Pillow's decompression-bomb error threshold; the C++ core uses it too
 
@@ -223,6 +225,9 @@ class BatchDecoder:
         elif backend == "auto":
             core = _native.native_module()
         self._core = core.BatchDecoder(self._num_threads) if core is not None else None
+        if core is None and backend == "auto":
+            log.info("BatchDecoder: the native extension is not in use (%s); decoding with "
+                     "Pillow", _native.unavailable_reason())
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
 

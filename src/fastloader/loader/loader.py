@@ -39,6 +39,12 @@ class FastLoader:
     ring while the consumer waits on a bursty producer, never beyond `memory_budget` bytes of
     ring (512 MiB by default). stats() shows the choice.
 
+    `on_error`: "raise" (default) stops at the first undecodable or corrupt record, naming it;
+    "skip" replaces it with the next good record and counts it in stats(). `max_skips` (packed
+    loader) is skip's error budget per pass: a count, or a fraction of the pass's samples;
+    past it the pass fails naming every skipped record. Skips, autotune decisions and
+    fallbacks are logged on the "fastloader" logger (logging.getLogger("fastloader")).
+
     `backend`: "auto" (native decode, Pillow when the extension is missing), "native" (demand
     the extension), "pillow", or "dali". `gpu_transforms`: fastloader.gpu.ops transforms
     applied batched on `device` after the copy, on uint8 pixels, before normalize.
