@@ -22,7 +22,7 @@ _BUILD_HINT = (
 )
 
 # What decode.py calls on the module; a build without these is treated as stale.
-_REQUIRED_API = ("header", "decode_into", "BatchDecoder")
+_REQUIRED_API = ("header", "decode_into", "BatchDecoder", "JpegHeader", "TileGeometry")
 
 _lock = threading.Lock()
 _loaded = False

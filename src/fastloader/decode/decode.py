@@ -6,7 +6,7 @@ import logging
 import operator
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from fastloader.decode.pillow import (
     is_jpeg,
     to_planar,
 )
+from fastloader.decode.tiles import HEADER_FIELDS
 from fastloader.errors import (
     DecodeError,
     FastloaderError,
@@ -29,6 +30,9 @@ from fastloader.errors import (
 __all__ = ["BatchDecoder", "ImageHeader", "decode", "header"]
 
 _THREADS_FIX = "Use 1 per core you want decoding."
+
+if TYPE_CHECKING:
+    from fastloader import _core
 
 log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 _BACKENDS = ("auto", "native", "pillow")
@@ -46,13 +50,16 @@ def _as_bytes_like(data: Any, name: str = "data") -> Any:
 def header(data: Any) -> ImageHeader:
     """Width, height, components, colour space, subsampling and progressiveness of image bytes."""
     data = _as_bytes_like(data)
-    core = _native.native_module()
-    if core is None or not is_jpeg(data):
+    if _native.native_module() is None or not is_jpeg(data):
         return header_pillow(data)
+    from fastloader import _core  # loaded and checked by _native; typed by _core.pyi
+
     try:
-        return ImageHeader(*core.header(data))
+        native = _core.header(data)
     except ValueError as exc:
         raise DecodeError(f"cannot read JPEG header ({len(data)} bytes): {exc}") from exc
+    return ImageHeader(native.width, native.height, native.components, native.color_space,
+                       native.subsampling, native.progressive)
 
 
 def _int_tuple(name: str, value: Any, length: int, what: str) -> tuple[int, ...]:
@@ -118,8 +125,7 @@ def decode(
     hdr = header(data)
     box = _check_crop(crop, hdr) if crop is not None else None
     out_size = _check_size(size) if size is not None else None
-    core = _native.native_module()
-    if core is None or not is_jpeg(data):
+    if _native.native_module() is None or not is_jpeg(data):
         return decode_pillow(data, box, out_size, bool(flip))
     if hdr.width * hdr.height > _MAX_PIXELS:  # before allocating: a hostile header can say anything
         raise DecodeError(
@@ -128,7 +134,9 @@ def decode(
         )
     full = box or (0, 0, hdr.height, hdr.width)
     out = np.empty((*(out_size or full[2:]), 3), np.uint8)
-    error = core.decode_into(data, full, bool(flip), out)
+    from fastloader import _core  # loaded and checked by _native; typed by _core.pyi
+
+    error = _core.decode_into(data, full, bool(flip), out)
     if error is not None:
         raise DecodeError(f"cannot decode JPEG ({len(data)} bytes): {error}")
     return out
@@ -219,13 +227,17 @@ class BatchDecoder:
                 "Use 'auto' unless you need to force one path.",
             )
         self._num_threads = int_at_least("num_threads", num_threads, 1, _THREADS_FIX)
-        core = None
+        native = False
         if backend == "native":
-            core = _native.require_native()
+            native = _native.require_native() is not None
         elif backend == "auto":
-            core = _native.native_module()
-        self._core = core.BatchDecoder(self._num_threads) if core is not None else None
-        if core is None and backend == "auto":
+            native = _native.native_module() is not None
+        self._core: _core.BatchDecoder | None = None
+        if native:
+            from fastloader import _core  # loaded and checked by _native; typed by _core.pyi
+
+            self._core = _core.BatchDecoder(self._num_threads)
+        elif backend == "auto":
             log.info("BatchDecoder: the native extension is not in use (%s); decoding with "
                      "Pillow", _native.unavailable_reason())
         self._executor: ThreadPoolExecutor | None = None
@@ -295,10 +307,12 @@ class BatchDecoder:
         if self._core is None:
             return self._decode_pillow(records, crops_arr, flips_arr, array, conversion)
         dst, scale_arr, shift_arr = conversion or (None, None, None)
+        tile_headers, tile_offsets, tile_spans = tile_arrays
         errors, fallback = self._core.decode_into(
-            records, crops_arr, flips_arr, array, True, *tile_arrays, dst,
-            None if scale_arr is None else tuple(scale_arr.tolist()),
-            None if shift_arr is None else tuple(shift_arr.tolist()),
+            records, crops_arr, flips_arr, array, tile_headers=tile_headers,
+            tile_offsets=tile_offsets, tile_spans=tile_spans, planar=dst,
+            scale=None if scale_arr is None else _three(scale_arr),
+            shift=None if shift_arr is None else _three(shift_arr),
         )
         for k in fallback:  # non-JPEG records: Pillow, with the GIL held
             errors[k] = _decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k])
@@ -324,6 +338,12 @@ class BatchDecoder:
 
 
 _Conversion = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
+
+
+def _three(values: np.ndarray) -> tuple[float, float, float]:
+    """A 3-vector as the (c0, c1, c2) float tuple the native call takes."""
+    c0, c1, c2 = (float(v) for v in values.tolist())
+    return c0, c1, c2
 
 
 def _affine(name: str, value: Any) -> np.ndarray | None:
@@ -373,7 +393,8 @@ def _check_planar(planar: Any, out: np.ndarray, scale: Any, shift: Any) -> _Conv
 
 
 def _check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
-    """(headers (n, 9) int64, offsets uint32, spans (n, 2) uint64) or three Nones."""
+    """(headers (n, fields) int64, offsets uint32, spans (n, 2) uint64) or three Nones."""
+    fields = len(HEADER_FIELDS)
     if tiles is None:
         return (None, None, None)
     if not isinstance(tiles, tuple) or len(tiles) != 3:
@@ -381,11 +402,11 @@ def _check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
     headers = np.ascontiguousarray(tiles[0], np.int64)
     offsets = np.ascontiguousarray(tiles[1], np.uint32)
     spans = np.ascontiguousarray(tiles[2], np.uint64)
-    if headers.shape != (n, 9) or offsets.ndim != 1 or spans.shape != (n, 2):
+    if headers.shape != (n, fields) or offsets.ndim != 1 or spans.shape != (n, 2):
         raise invalid_argument(
             "tiles",
             f"headers {headers.shape}, offsets {offsets.shape}, spans {spans.shape}",
-            f"headers must be ({n}, 9), offsets 1-D and spans ({n}, 2)",
+            f"headers must be ({n}, {fields}), offsets 1-D and spans ({n}, 2)",
             "Build it with PackedDataset.tile_batch(indices) or TileBatch.from_tables().",
         )
     return headers, offsets, spans
