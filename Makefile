@@ -50,6 +50,11 @@ lint: install
 	$(PY) -m ruff check src tests benchmarks tools
 	$(PY) -m mypy
 
+# The API reference from the docstrings (Sphinx; warnings are errors) in docs/_build/html.
+docs: install
+	$(PY) -m pip install -q "sphinx>=7"
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
 demo: install
 	$(PY) benchmarks/demo.py
 
@@ -59,4 +64,4 @@ bench: install
 	$(PY) benchmarks/plot.py benchmarks/results/loader.jsonl
 
 clean:
-	rm -rf build $(VENV) .pytest_cache .mypy_cache .ruff_cache demo_data
+	rm -rf build $(VENV) .pytest_cache .mypy_cache .ruff_cache demo_data docs/_build

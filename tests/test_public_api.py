@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import re
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +49,35 @@ def test_touching_a_loader_name_imports_torch() -> None:
     # The check above could pass by never importing anything: this one shows it can fail.
     assert _run("import sys, fastloader; fastloader.GpuNormalize; print('torch' in sys.modules)") \
         == "True"
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "index.rst"
+MODULES = {"decode": "decode", "pack": "write"}
+DATA_CLASSES = {"ImageHeader", "Manifest", "LoaderStats"}  # made by fastloader: Attributes:
+DOCUMENTED = [n for n in fastloader.__all__ if n != "__version__" and not n.endswith("Error")]
+
+
+@pytest.mark.parametrize("name", DOCUMENTED)
+def test_public_names_document_args_returns_and_raises(name: str) -> None:
+    value = getattr(fastloader, name)
+    if isinstance(value, types.ModuleType):  # decode, pack: the callable subpackages
+        value = getattr(importlib.import_module(f"fastloader.{name}.{MODULES[name]}"), name)
+    doc = inspect.getdoc(value) or ""
+    if name in DATA_CLASSES:
+        assert "Attributes:" in doc
+        return
+    parameters = [p for p in inspect.signature(value).parameters.values()
+                  if p.kind not in (p.VAR_POSITIONAL,) and p.name != "self"]
+    if parameters:
+        assert "Args:" in doc, f"{name}: no Args section"
+    if inspect.isfunction(value):
+        assert "Returns:" in doc, f"{name}: no Returns section"
+    if name != "native_available":
+        assert "Raises:" in doc, f"{name}: no Raises section"
+
+
+def test_the_api_reference_lists_every_public_name() -> None:
+    text = DOCS.read_text()
+    for name in fastloader.__all__:
+        if name != "__version__":
+            assert re.search(rf"fastloader\.(\w+\.)*{name}\b", text), name

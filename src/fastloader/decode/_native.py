@@ -77,7 +77,13 @@ def native_module() -> ModuleType | None:
 
 
 def native_available() -> bool:
-    """True when the compiled decode core is built, current and not disabled."""
+    """Say whether the compiled decode core is built, current and not disabled.
+
+    Returns:
+        bool: True when fastloader._core imports, matches this package's version and
+        FASTLOADER_DISABLE_NATIVE is not set; otherwise decoding falls back to Pillow (the
+        reason is logged on the "fastloader" logger).
+    """
     return native_module() is not None
 
 

@@ -48,7 +48,18 @@ def _as_bytes_like(data: Any, name: str = "data") -> Any:
 
 
 def header(data: Any) -> ImageHeader:
-    """Width, height, components, colour space, subsampling and progressiveness of image bytes."""
+    """Read what an image says about itself, without decoding its pixels.
+
+    Args:
+        data: the encoded image (bytes, bytearray, memoryview or a uint8 numpy array).
+
+    Returns:
+        ImageHeader: width, height, components, colour space, subsampling and progressiveness.
+
+    Raises:
+        InvalidTypeError: data is not bytes-like.
+        DecodeError: the bytes are not a readable image.
+    """
     data = _as_bytes_like(data)
     if _native.native_module() is None or not is_jpeg(data):
         return header_pillow(data)
@@ -115,11 +126,24 @@ def decode(
     size: Sequence[int] | None = None,
     flip: bool = False,
 ) -> np.ndarray:
-    """Decode image bytes to RGB uint8 (H, W, 3).
+    """Decode image bytes to an RGB uint8 array, optionally cropped, resized and mirrored.
 
-    crop=(top, left, height, width) in source pixels, size=(height, width) of the output
-    (bilinear, antialiased on downscale like Pillow's BILINEAR), flip mirrors left-right.
-    Bad arguments raise InvalidArgumentError; undecodable bytes raise DecodeError.
+    Resizing is bilinear, antialiased on downscale like Pillow's BILINEAR; the native path
+    decodes only the crop's rows and columns and may use libjpeg's DCT scaling.
+
+    Args:
+        data: the encoded image (bytes, bytearray, memoryview or a uint8 numpy array).
+        crop: (top, left, height, width) in source pixels; None for the whole image.
+        size: (height, width) of the output; None keeps the crop's size.
+        flip: mirror the result left-right.
+
+    Returns:
+        numpy.ndarray: a (height, width, 3) uint8 array.
+
+    Raises:
+        InvalidArgumentError: the crop is outside the image or a size is not positive.
+        InvalidTypeError: data is not bytes-like, or crop/size are not int sequences.
+        DecodeError: the bytes cannot be decoded (or exceed the decompression-bomb limit).
     """
     data = _as_bytes_like(data)
     hdr = header(data)
@@ -211,11 +235,19 @@ def _decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndar
 
 
 class BatchDecoder:
-    """Decodes a batch of records into one NHWC uint8 buffer over a persistent thread pool.
+    """Decodes batches of records into one NHWC uint8 buffer over a persistent thread pool.
 
-    backend="auto" uses the compiled core when it is available, "native" demands it
-    (NativeUnavailableError otherwise), "pillow" forces the reference path. Output is
-    bitwise identical for any num_threads.
+    Output is bitwise identical for any num_threads. Use it as a context manager, or call
+    close() to stop the threads.
+
+    Args:
+        num_threads: decode threads (>= 1); settable later through the num_threads property.
+        backend: "auto" uses the compiled core when it is available, "native" demands it,
+            "pillow" forces the reference path.
+
+    Raises:
+        InvalidArgumentError: num_threads < 1 or an unknown backend.
+        NativeUnavailableError: backend="native" but the extension is missing or stale.
     """
 
     def __init__(self, num_threads: int = 1, backend: str = "auto") -> None:
@@ -290,14 +322,28 @@ class BatchDecoder:
     ) -> list[str | None]:
         """Decode records[k] cropped to crops[k], resized to out's H x W, mirrored if flips[k].
 
-        Returns one entry per sample: None on success, else the error message (that slot is
-        zero-filled). crops rows are [top, left, height, width]; [0, 0, 0, 0] is the whole image.
-        tiles: the batch's restart-tile tables (a fastloader.decode.tiles.TileBatch or its
-        (headers, offsets, spans) tuple; None: untiled); the native path then decodes a crop
-        from only the segments it needs, the Pillow path ignores them (same pixels).
-        planar: an (N, 3, H, W) float32 or uint8 array (or CPU tensor) that also receives each
-        sample channel-first, converted by the decoding thread while the sample is in cache:
-        float32 as out * scale[c] + shift[c] (3 numbers each; default 1 and 0), in float32.
+        A sample that fails is zero-filled and reported; the others are still decoded.
+
+        Args:
+            records: N encoded images (bytes-like each).
+            crops: (N, 4) ints, rows [top, left, height, width]; [0, 0, 0, 0] is the whole image.
+            flips: N booleans.
+            out: a C-contiguous (N, H, W, 3) uint8 numpy array or CPU tensor, written in place.
+            tiles: the batch's restart-tile tables (a fastloader.decode.tiles.TileBatch or its
+                (headers, offsets, spans) tuple; None: untiled). The native path then decodes a crop
+                from only the segments it needs; the Pillow path ignores them (same pixels).
+            planar: an (N, 3, H, W) float32 or uint8 array (or CPU tensor) that also receives each
+                sample channel-first, converted by the decoding thread while the sample is in cache.
+            scale: 3 floats, float32 planar only: planar = out * scale[c] + shift[c] (default 1).
+            shift: 3 floats, float32 planar only (default 0).
+
+        Returns:
+            list: one entry per sample, None on success or the error message.
+
+        Raises:
+            FastloaderError: the decoder was closed.
+            InvalidArgumentError: shapes, dtypes or lengths disagree, or planar overlaps out.
+            InvalidTypeError: records is not a sequence, or tiles is not a TileBatch.
         """
         if self._closed:
             raise FastloaderError("this BatchDecoder was closed; create a new one")
