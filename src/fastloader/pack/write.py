@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import signal
 import sys
@@ -35,6 +36,7 @@ from fastloader.pack.validate import Prepared, prepare
 
 DEFAULT_SHARD_SIZE = 256 << 20
 SKIPPED_NAME = "skipped.json"
+log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 # Test hook: SIGKILL this process right after this many shards are journaled in one run, so a
 # test can check that a killed pack leaves no dataset and that --resume finishes it.
 KILL_AFTER_SHARDS_ENV = "FASTLOADER_PACK_TEST_KILL_AFTER_SHARDS"
@@ -130,6 +132,7 @@ class _ShardBuilder:
         if prepared.data is None:
             self.consumed.append([source.relpath, source.size, source.mtime_ns])
             self.skipped.append([source.relpath, prepared.error or "unknown error"])
+            log.warning("pack: skipped %s: %s", source.relpath, self.skipped[-1][1])
             return
         if self.data and self.size + len(prepared.data) > self.shard_size:
             self.flush()
