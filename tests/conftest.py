@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import packed_tree
+from treegen import make_mixed_tree
 
 NATIVE_DISABLED = os.environ.get("FASTLOADER_DISABLE_NATIVE", "") not in ("", "0")
 # Set by .ci/run where DALI must be installed: its tests then may not quietly become skips.
@@ -37,6 +38,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             "FASTLOADER_EXPECT_DALI=1 but NVIDIA DALI is not importable: its tests would be "
             "skipped. Install it (pip install nvidia-dali-cuda120) or unset FASTLOADER_EXPECT_DALI."
         )
+
+
+@pytest.fixture(scope="session")
+def mixed_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    """(root, relpath -> bytes) of treegen's mixed tree (every mode, format, odd size, plus
+    files to ignore). Read-only: a test that adds files copies it first."""
+    root = tmp_path_factory.mktemp("mixed") / "src"
+    return root, make_mixed_tree(root)
 
 
 @pytest.fixture(scope="session")

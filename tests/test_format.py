@@ -19,7 +19,7 @@ from fastloader.errors import CorruptRecordError, DatasetError, DatasetNotFoundE
 from fastloader.format.dataset import PackedDataset, open_dataset
 from fastloader.format.manifest import Codec, Manifest, read_manifest
 from fastloader.pack.write import pack
-from treegen import CLASSES, make_mixed_tree
+from treegen import CLASSES
 
 SUFFIX = {"lmdb": ".lmdb", "hdf5": ".h5"}
 PILLOW_CODEC = {"JPEG": Codec.JPEG, "PNG": Codec.PNG, "GIF": Codec.GIF, "BMP": Codec.BMP}
@@ -27,12 +27,12 @@ PILLOW_CODEC["WEBP"] = Codec.WEBP
 
 
 @pytest.fixture(scope="module", params=["lmdb", "hdf5"])
-def packed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def packed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+           mixed_tree: tuple[Path, dict[str, bytes]]):
     """(dataset path, relpath -> original bytes) for the mixed tree, small shards."""
-    root = tmp_path_factory.mktemp(f"mixed-{request.param}")
-    written = make_mixed_tree(root / "src")
-    dst = root / f"out{SUFFIX[request.param]}"
-    pack(root / "src", dst, workers=1, shard_size=8000)
+    src, written = mixed_tree
+    dst = tmp_path_factory.mktemp(f"mixed-{request.param}") / f"out{SUFFIX[request.param]}"
+    pack(src, dst, workers=1, shard_size=8000)
     return dst, written
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from fastloader.pack.journal import staging_path
 from fastloader.pack.write import pack
 from helpers import pillow_pixels
 from imagegen import encode, photo_like
-from treegen import make_flat_tree, make_mixed_tree
+from treegen import make_flat_tree
 
 TILE_FIELDS = ("tiles_header", "tiles_offsets", "tiles_start", "source_crc32")
 
@@ -31,9 +32,10 @@ def _add_photos(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def packed(tmp_path_factory: pytest.TempPathFactory,
+           mixed_tree: tuple[Path, dict[str, bytes]]) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiles_pack")
-    make_mixed_tree(root / "src")
+    shutil.copytree(mixed_tree[0], root / "src")  # the shared tree stays as it is
     _add_photos(root / "src")
     pack(root / "src", root / "tiled.lmdb", tiles=True, workers=1)
     pack(root / "src", root / "plain.lmdb", workers=1)
@@ -42,9 +44,11 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.mark.parametrize("suffix", [".lmdb", ".h5"])
 @pytest.mark.native
-def test_tiled_records_decode_to_exactly_the_source_pixels(tmp_path: Path, suffix: str) -> None:
-    written = make_mixed_tree(tmp_path / "src")
-    manifest = pack(tmp_path / "src", tmp_path / f"t{suffix}", tiles=True, workers=1)
+def test_tiled_records_decode_to_exactly_the_source_pixels(
+    tmp_path: Path, suffix: str, mixed_tree: tuple[Path, dict[str, bytes]]
+) -> None:
+    src, written = mixed_tree
+    manifest = pack(src, tmp_path / f"t{suffix}", tiles=True, workers=1)
     assert manifest.options["tiles"] == {"version": 1, "restart_mcus": 2}
     with open_dataset(tmp_path / f"t{suffix}") as ds:
         tiled = [i for i in range(len(ds)) if ds.tile_table(i) is not None]
