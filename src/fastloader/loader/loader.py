@@ -193,6 +193,10 @@ def _loader_class(data: Any, backend: Any) -> type[FastLoader]:
 
 def refuse_dataloader_kwargs(dataloader_kwargs: dict[str, Any], path: str) -> None:
     """The packed paths take no DataLoader-only keyword: name the first one given."""
+    if "max_skips" in dataloader_kwargs:  # a packed-loader keyword, not a DataLoader one
+        raise invalid_argument(
+            "max_skips", dataloader_kwargs["max_skips"], f"the {path} has no on_error='skip'",
+            "Drop max_skips; it bounds the packed loader's skipped records.")
     if dataloader_kwargs:
         name = sorted(dataloader_kwargs)[0]
         raise invalid_argument(
