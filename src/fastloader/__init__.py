@@ -10,9 +10,14 @@ torch until a name that needs it is touched.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# The library logs on "fastloader" (skips, autotune decisions, fallbacks) and never prints; it
+# stays silent unless the application configures logging (a library's NullHandler).
+logging.getLogger("fastloader").addHandler(logging.NullHandler())
 
 # Public name -> module that defines it.
 _EXPORTS: dict[str, str] = {
