@@ -117,7 +117,7 @@ class PackedDataset:
         """Record i's encoded bytes.
 
         Args:
-            i: the sample index, 0 <= i < len(ds) (negative counts from the end).
+            i: the sample index, 0 <= i < len(ds).
             verify: also check the record's crc32.
 
         Returns:
@@ -126,7 +126,8 @@ class PackedDataset:
         Raises:
             DatasetError: the dataset is closed.
             CorruptRecordError: the record is missing, has the wrong length, or fails its crc32.
-            InvalidArgumentError: i is out of range.
+            IndexError: i is out of range.
+            TypeError: i is not an integer.
         """
         index = self._check_index(i)
         length = int(self._length[index])

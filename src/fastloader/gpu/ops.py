@@ -204,7 +204,7 @@ class GpuRandomResizedCrop(GpuGeometry):
         size: output size, an int (square) or (height, width).
         scale: range of the box's area as a fraction of the image, within (0, 1].
         ratio: range of the box's aspect ratio (width / height).
-        mode: grid_sample interpolation, "bilinear" or "nearest".
+        mode: grid_sample interpolation, "bilinear", "nearest" or "bicubic".
 
     Raises:
         InvalidArgumentError: a bad size, range or mode (and, when called, a bad batch).

@@ -67,7 +67,7 @@ class DaliLoader(FastLoader):
         normalize: (mean, std) as for FastLoader; None gives uint8.
         dtype: the floating output dtype with normalize.
         device: "cuda[:k]" or "cpu".
-        num_threads: DALI's CPU threads (None: the cores of this rank).
+        num_threads: DALI's CPU threads (None or "auto": the cores of this rank).
         drop_last: drop each rank's last partial batch.
         rank: this process's rank.
         world_size: the number of ranks.
