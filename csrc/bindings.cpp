@@ -6,6 +6,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdio>
 #include <jpeglib.h>
@@ -148,7 +149,10 @@ fl::PlanarOutput planar_output(const std::optional<Planar> &planar, const Batch 
     return result;
 }
 
-nb::tuple batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops crops, Flips flips,
+// (per-sample error or None, indices of the non-JPEG records left to the caller).
+using BatchResult = std::tuple<std::vector<std::optional<std::string>>, std::vector<size_t>>;
+
+BatchResult batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops crops, Flips flips,
                             Batch out, bool dct_scaling, std::optional<TileHeaders> tile_headers,
                             std::optional<TileOffsets> tile_offsets, std::optional<TileSpans> tile_spans,
                             std::optional<Planar> planar, std::optional<Affine> scale,
@@ -175,17 +179,16 @@ nb::tuple batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops 
                     static_cast<int>(out.shape(2)), options, errors, skipped,
                     tiles.empty() ? nullptr : tiles.data(), &planar_out);
     }
-    nb::list error_list, skipped_list;
+    BatchResult result;
+    auto &[error_list, skipped_list] = result;
+    error_list.resize(n);
     for (size_t k = 0; k < n; ++k) {
         if (!views[k].ok() && errors[k].empty()) errors[k] = "record is not a contiguous bytes-like object";
-        if (errors[k].empty())
-            error_list.append(nb::none());
-        else
-            error_list.append(nb::str(errors[k].c_str()));
+        if (!errors[k].empty()) error_list[k] = std::move(errors[k]);
     }
     for (size_t k : skipped)
-        if (views[k].ok()) skipped_list.append(k);
-    return nb::make_tuple(error_list, skipped_list);
+        if (views[k].ok()) skipped_list.push_back(k);
+    return result;
 }
 
 void register_header(nb::module_ &m) {

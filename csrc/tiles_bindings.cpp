@@ -8,6 +8,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <tuple>
+
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -31,7 +33,12 @@ OffsetsOut offsets_array(std::vector<uint32_t>&& offsets) {
     return OffsetsOut(owned->data(), {owned->size()}, owner);
 }
 
-nb::tuple repack(Bytes data, uint32_t max_restart_mcus, bool keep_all_markers) {
+// Typed tuples, so the generated stub (and mypy) know each element: (status, message, ...).
+using RepackResult = std::tuple<int, std::string, nb::bytes, tiles::Geometry, OffsetsOut>;
+using ScanResult = std::tuple<int, std::string, tiles::Geometry, OffsetsOut>;
+using SpliceResult = std::tuple<int, std::string, size_t, uint32_t, uint32_t, uint32_t, uint32_t>;
+
+RepackResult repack(Bytes data, uint32_t max_restart_mcus, bool keep_all_markers) {
     tiles::TiledRecord record;
     {
         nb::gil_scoped_release release;
@@ -39,11 +46,11 @@ nb::tuple repack(Bytes data, uint32_t max_restart_mcus, bool keep_all_markers) {
                                keep_all_markers ? tiles::Markers::kAll : tiles::Markers::kPixels);
     }
     nb::bytes out(reinterpret_cast<const char*>(record.data.data()), record.data.size());
-    return nb::make_tuple(static_cast<int>(record.status), record.message, out, record.geometry,
-                          offsets_array(std::move(record.offsets)));
+    return {static_cast<int>(record.status), record.message, out, record.geometry,
+            offsets_array(std::move(record.offsets))};
 }
 
-nb::tuple scan(Bytes data) {
+ScanResult scan(Bytes data) {
     tiles::Geometry geometry;
     std::vector<uint32_t> offsets;
     std::string message;
@@ -52,10 +59,10 @@ nb::tuple scan(Bytes data) {
         nb::gil_scoped_release release;
         status = tiles::scan_table(data.data(), data.shape(0), &geometry, &offsets, &message);
     }
-    return nb::make_tuple(static_cast<int>(status), message, geometry, offsets_array(std::move(offsets)));
+    return {static_cast<int>(status), message, geometry, offsets_array(std::move(offsets))};
 }
 
-nb::tuple splice_into(Bytes data, const tiles::Geometry& geometry, Offsets offsets, int64_t top,
+SpliceResult splice_into(Bytes data, const tiles::Geometry& geometry, Offsets offsets, int64_t top,
                       int64_t left, int64_t height, int64_t width, uint32_t context, Scratch out) {
     tiles::Spliced result;
     {
@@ -64,8 +71,8 @@ nb::tuple splice_into(Bytes data, const tiles::Geometry& geometry, Offsets offse
         result = tiles::splice(data.data(), data.shape(0), geometry, offsets.data(),
                                offsets.shape(0), crop, context, out.data(), out.shape(0));
     }
-    return nb::make_tuple(static_cast<int>(result.status), result.message, result.size,
-                          result.y0, result.x0, result.height, result.width);
+    return {static_cast<int>(result.status), result.message, result.size,
+            result.y0, result.x0, result.height, result.width};
 }
 
 // Field names in the order of tiles::Geometry (and of an index row of tile headers).

@@ -63,3 +63,6 @@ def test_the_build_generates_the_stub_mypy_reads() -> None:
                  "def header(", "def decode_into(", "def tiles_splice_into("):
         assert name in text, name
     assert "*, dct_scaling: bool = True" in text
+    # Results are typed tuples, so mypy knows each element at the call sites.
+    assert "-> tuple[list[str | None], list[int]]" in text
+    assert "-> tuple[int, str, bytes, TileGeometry," in text
