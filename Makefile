@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-installed
 BUILD_STAMP := $(VENV)/.fastloader-built
 NATIVE_SOURCES := $(wildcard csrc/*.cpp csrc/*.h) CMakeLists.txt pyproject.toml
 
-.PHONY: install test test-native test-fallback lint demo bench clean
+.PHONY: install test test-native test-fallback test-slow lint docs demo bench clean
 
 install: $(BUILD_STAMP)
 
@@ -20,8 +20,9 @@ $(DEPS_STAMP):
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q "scikit-build-core>=0.10" "nanobind>=2.0" ninja cmake
 	# DALI is optional (the [dali] extra): its tests run where it installs and skip, saying
-	# why, where it cannot (no wheel for this platform, no network).
-	$(PIP) install -q nvidia-dali-cuda120 || echo "NVIDIA DALI could not be installed: DALI tests will be skipped"
+	# why, where it cannot (no wheel for this platform, no network). `make test` lists the
+	# skips at its end, and CI (FASTLOADER_EXPECT_DALI=1) fails when DALI is missing.
+	$(PIP) install -q nvidia-dali-cuda120 || echo "WARNING: NVIDIA DALI could not be installed: its tests will be SKIPPED" >&2
 	touch $@
 
 $(BUILD_STAMP): $(DEPS_STAMP) $(NATIVE_SOURCES)
@@ -32,16 +33,27 @@ test: install
 	$(MAKE) --no-print-directory test-native
 	$(MAKE) --no-print-directory test-fallback
 
+# -rs lists each skipped test with its reason; conftest.py sums the skips up by reason.
 test-native: install
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -rs -p no:cacheprovider tests
 
 # The same suite through the Pillow/numpy fallback, as if the extension had not been built.
 test-fallback: install
-	FASTLOADER_DISABLE_NATIVE=1 $(PY) -m pytest -q -p no:cacheprovider tests
+	FASTLOADER_DISABLE_NATIVE=1 $(PY) -m pytest -q -rs -p no:cacheprovider tests
+
+# The `slow`-marked tests (soak and speed runs that print their figures), excluded from
+# `make test`; .ci/run runs them too. -s shows what they print.
+test-slow: install
+	$(PY) -m pytest -q -s -rs -p no:cacheprovider -m "slow and not gpu" tests
 
 lint: install
 	$(PY) -m ruff check src tests benchmarks tools
 	$(PY) -m mypy
+
+# The API reference from the docstrings (Sphinx; warnings are errors) in docs/_build/html.
+docs: install
+	$(PY) -m pip install -q "sphinx>=7"
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 demo: install
 	$(PY) benchmarks/demo.py
@@ -52,4 +64,4 @@ bench: install
 	$(PY) benchmarks/plot.py benchmarks/results/loader.jsonl
 
 clean:
-	rm -rf build $(VENV) .pytest_cache .mypy_cache .ruff_cache demo_data
+	rm -rf build $(VENV) .pytest_cache .mypy_cache .ruff_cache demo_data docs/_build

@@ -10,8 +10,6 @@
 namespace fl {
 namespace {
 
-namespace tiles = fastloader::tiles;
-
 // Pixels of real neighbours the splice keeps around a crop for chroma upsampling
 // (tiles.py's UPSAMPLING_CONTEXT); a DCT-scaled decode upsamples in scaled pixels, so the
 // context grows with the scale (measured: 1 px differed at 4:2:2 with 1/2 scaling).

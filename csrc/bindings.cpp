@@ -1,9 +1,12 @@
-// The only file that sees Python: exposes the C++ core as fastloader._core.
+// The Python bridge of the decode core, fastloader._core: checks shapes and dtypes, releases the
+// GIL, maps status to errors. It and tiles_bindings.cpp (restart tiles) are the only files that
+// see Python; everything else in csrc/ is plain C++ in namespace fl.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdio>
 #include <jpeglib.h>
@@ -14,6 +17,7 @@
 
 #include "batch.h"
 #include "jpeg.h"
+#include "tiles.h"
 #include "tiles_bindings.h"
 
 namespace nb = nanobind;
@@ -58,13 +62,14 @@ using Slot = nb::ndarray<uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 using Batch = nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
 using Crops = nb::ndarray<const int32_t, nb::shape<-1, 4>, nb::c_contig, nb::device::cpu>;
 using Flips = nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using TileHeaders = nb::ndarray<const int64_t, nb::shape<-1, 9>, nb::c_contig, nb::device::cpu>;
+using TileHeaders =
+    nb::ndarray<const int64_t, nb::shape<-1, fl::tiles::kGeometryFields>, nb::c_contig, nb::device::cpu>;
 using TileOffsets = nb::ndarray<const uint32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using TileSpans = nb::ndarray<const uint64_t, nb::shape<-1, 2>, nb::c_contig, nb::device::cpu>;
 using Planar = nb::ndarray<nb::ndim<4>, nb::c_contig, nb::device::cpu>;
 using Affine = std::tuple<float, float, float>;
 
-nb::tuple header(nb::handle data) {
+fl::JpegHeader header(nb::handle data) {
     BufferView view = require_buffer(data, "data");
     fl::JpegHeader h;
     std::string error;
@@ -73,7 +78,7 @@ nb::tuple header(nb::handle data) {
         error = fl::read_jpeg_header(view.data(), view.size(), h);
     }
     if (!error.empty()) throw nb::value_error(error.c_str());
-    return nb::make_tuple(h.width, h.height, h.components, h.color_space, h.subsampling, h.progressive);
+    return h;
 }
 
 std::optional<std::string> decode_into(nb::handle data, std::tuple<int, int, int, int> crop, bool flip,
@@ -105,11 +110,12 @@ std::vector<fl::TileRef> tile_refs(const std::optional<TileHeaders> &headers,
     if (!headers || !offsets || !spans)
         throw nb::value_error("tile_headers, tile_offsets and tile_spans go together: pass all or none");
     if (headers->shape(0) != n || spans->shape(0) != n)
-        throw nb::value_error("tile_headers (N, 9) and tile_spans (N, 2) must have one row per record");
+        throw nb::value_error("tile_headers (N, TileGeometry fields) and tile_spans (N, 2) must have one row per "
+                              "record");
     std::vector<fl::TileRef> refs(n);
     const uint64_t total = offsets->shape(0);
     for (size_t k = 0; k < n; ++k) {
-        refs[k].header = headers->data() + 9 * k;
+        refs[k].header = headers->data() + fl::tiles::kGeometryFields * k;
         const uint64_t begin = (*spans)(k, 0), end = (*spans)(k, 1);
         if (begin <= end && end <= total) {
             refs[k].offsets = offsets->data() + begin;
@@ -143,7 +149,10 @@ fl::PlanarOutput planar_output(const std::optional<Planar> &planar, const Batch 
     return result;
 }
 
-nb::tuple batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops crops, Flips flips,
+// (per-sample error or None, indices of the non-JPEG records left to the caller).
+using BatchResult = std::tuple<std::vector<std::optional<std::string>>, std::vector<size_t>>;
+
+BatchResult batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops crops, Flips flips,
                             Batch out, bool dct_scaling, std::optional<TileHeaders> tile_headers,
                             std::optional<TileOffsets> tile_offsets, std::optional<TileSpans> tile_spans,
                             std::optional<Planar> planar, std::optional<Affine> scale,
@@ -170,52 +179,75 @@ nb::tuple batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crops 
                     static_cast<int>(out.shape(2)), options, errors, skipped,
                     tiles.empty() ? nullptr : tiles.data(), &planar_out);
     }
-    nb::list error_list, skipped_list;
+    BatchResult result;
+    auto &[error_list, skipped_list] = result;
+    error_list.resize(n);
     for (size_t k = 0; k < n; ++k) {
         if (!views[k].ok() && errors[k].empty()) errors[k] = "record is not a contiguous bytes-like object";
-        if (errors[k].empty())
-            error_list.append(nb::none());
-        else
-            error_list.append(nb::str(errors[k].c_str()));
+        if (!errors[k].empty()) error_list[k] = std::move(errors[k]);
     }
     for (size_t k : skipped)
-        if (views[k].ok()) skipped_list.append(k);
-    return nb::make_tuple(error_list, skipped_list);
+        if (views[k].ok()) skipped_list.push_back(k);
+    return result;
+}
+
+void register_header(nb::module_ &m) {
+    nb::class_<fl::JpegHeader>(m, "JpegHeader", "What a JPEG's headers say, read without decoding pixels.")
+        .def_ro("width", &fl::JpegHeader::width, "Image width in pixels.")
+        .def_ro("height", &fl::JpegHeader::height, "Image height in pixels.")
+        .def_ro("components", &fl::JpegHeader::components, "Colour components (1, 3 or 4).")
+        .def_ro("color_space", &fl::JpegHeader::color_space,
+                "gray | ycbcr | rgb | cmyk | ycck | unknown, as libjpeg reads the markers.")
+        .def_ro("subsampling", &fl::JpegHeader::subsampling,
+                "4:4:4 | 4:2:2 | 4:2:0 | 4:4:0 | 4:1:1 | gray | other.")
+        .def_ro("progressive", &fl::JpegHeader::progressive, "True for a progressive JPEG.")
+        .def("__repr__", [](const fl::JpegHeader &h) {
+            return "JpegHeader(width=" + std::to_string(h.width) + ", height=" + std::to_string(h.height) +
+                   ", components=" + std::to_string(h.components) + ", color_space='" + h.color_space +
+                   "', subsampling='" + h.subsampling + "', progressive=" + (h.progressive ? "True" : "False") +
+                   ")";
+        });
+}
+
+void register_batch_decoder(nb::module_ &m) {
+    nb::class_<fl::BatchDecoder>(m, "BatchDecoder", "A persistent thread pool that decodes batches of records.")
+        .def(nb::init<int>(), nb::arg("num_threads") = 1)
+        // Both wait for a running batch to end: wait without the GIL, so Python threads go on.
+        .def_prop_rw(
+            "num_threads", &fl::BatchDecoder::num_threads,
+            [](fl::BatchDecoder &self, int n) {
+                nb::gil_scoped_release release;
+                self.set_num_threads(n);
+            },
+            "Decode threads of the pool; setting it waits for a running batch.")
+        .def("close", &fl::BatchDecoder::close, nb::call_guard<nb::gil_scoped_release>(),
+             "Stop the pool's threads (waits for a running batch).")
+        .def("decode_into", &batch_decode_into, nb::arg("records"), nb::arg("crops"), nb::arg("flips"),
+             nb::arg("out"), nb::kw_only(), nb::arg("dct_scaling") = true,
+             nb::arg("tile_headers").none() = nb::none(), nb::arg("tile_offsets").none() = nb::none(),
+             nb::arg("tile_spans").none() = nb::none(), nb::arg("planar").none() = nb::none(),
+             nb::arg("scale").none() = nb::none(), nb::arg("shift").none() = nb::none(),
+             "Decode a batch with the GIL released; returns (errors, non_jpeg_indices). "
+             "tile_headers (N, len(TileGeometry.fields)) int64, tile_offsets uint32 and tile_spans "
+             "(N, 2) uint64 give restart-tile tables (all-zero header row: untiled). planar "
+             "(N, 3, H, W) float32 also receives each decoded JPEG sample as x * scale[c] + shift[c] "
+             "(uint8: as is); non-JPEG samples are left to the caller.");
 }
 
 }  // namespace
 
 NB_MODULE(_core, m) {
-    m.doc() = "fastloader native core (libjpeg-turbo decode, resize, batch)";
+    m.doc() = "fastloader native core (libjpeg-turbo decode, resize, batch, restart tiles)";
     m.attr("__version__") = FASTLOADER_VERSION;
     m.attr("jpeg_lib_version") = JPEG_LIB_VERSION;
 
+    register_header(m);
     m.def("header", &header, nb::arg("data"),
-          "(width, height, components, color_space, subsampling, progressive) of JPEG bytes; "
-          "ValueError with libjpeg's message on bad bytes.");
+          "The JpegHeader of JPEG bytes; ValueError with libjpeg's message on bad bytes.");
     m.def("decode_into", &decode_into, nb::arg("data"), nb::arg("crop"), nb::arg("flip"), nb::arg("out"),
-          nb::arg("dct_scaling") = true,
+          nb::kw_only(), nb::arg("dct_scaling") = true,
           "Decode JPEG bytes cropped to (top, left, height, width) ((0,0,0,0): whole image), "
           "resized to out's (H, W) and mirrored if flip; returns None or the error message.");
-
-    nb::class_<fl::BatchDecoder>(m, "BatchDecoder")
-        .def(nb::init<int>(), nb::arg("num_threads") = 1)
-        // Both wait for a running batch to end: wait without the GIL, so Python threads go on.
-        .def_prop_rw("num_threads", &fl::BatchDecoder::num_threads,
-                     [](fl::BatchDecoder &self, int n) {
-                         nb::gil_scoped_release release;
-                         self.set_num_threads(n);
-                     })
-        .def("close", &fl::BatchDecoder::close, nb::call_guard<nb::gil_scoped_release>())
-        .def("decode_into", &batch_decode_into, nb::arg("records"), nb::arg("crops"), nb::arg("flips"),
-             nb::arg("out"), nb::arg("dct_scaling") = true, nb::arg("tile_headers").none() = nb::none(),
-             nb::arg("tile_offsets").none() = nb::none(), nb::arg("tile_spans").none() = nb::none(),
-             nb::arg("planar").none() = nb::none(), nb::arg("scale").none() = nb::none(),
-             nb::arg("shift").none() = nb::none(),
-             "Decode a batch with the GIL released; returns (errors, non_jpeg_indices). "
-             "tile_headers (N, 9) int64, tile_offsets uint32 and tile_spans (N, 2) uint64 give "
-             "restart-tile tables (all-zero header row: untiled). planar (N, 3, H, W) float32 "
-             "also receives each decoded JPEG sample as x * scale[c] + shift[c] (uint8: as is); "
-             "non-JPEG samples are left to the caller.");
+    register_batch_decoder(m);
     register_tiles(m);
 }

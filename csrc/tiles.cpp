@@ -9,7 +9,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
-namespace fastloader::tiles {
+namespace fl::tiles {
 namespace {
 
 // ---- libjpeg plumbing: errors longjmp back, warnings are remembered, output goes to a vector.
@@ -326,4 +326,4 @@ Status scan_table(const uint8_t* data, size_t size, Geometry* g, std::vector<uin
     return Status::kOk;
 }
 
-}  // namespace fastloader::tiles
+}  // namespace fl::tiles

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace fastloader::tiles {
+namespace fl::tiles {
 
 enum class Status : int {
     kOk = 0,
@@ -90,4 +90,4 @@ Spliced splice(const uint8_t* data, size_t size, const Geometry& geometry,
                const uint32_t* offsets, size_t n_offsets, const Crop& crop, uint32_t context,
                uint8_t* out, size_t out_capacity);
 
-}  // namespace fastloader::tiles
+}  // namespace fl::tiles

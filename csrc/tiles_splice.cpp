@@ -3,7 +3,7 @@
 
 #include "tiles.h"
 
-namespace fastloader::tiles {
+namespace fl::tiles {
 namespace {
 
 uint32_t read_u16(const uint8_t* p) { return (static_cast<uint32_t>(p[0]) << 8) | p[1]; }
@@ -150,4 +150,4 @@ Spliced splice(const uint8_t* data, size_t size, const Geometry& g, const uint32
     return result;
 }
 
-}  // namespace fastloader::tiles
+}  // namespace fl::tiles

@@ -1,12 +1,22 @@
-"""Shared pytest set-up: skip native-only tests when the extension is disabled."""
+"""Shared pytest set-up: session-scoped data fixtures, native-only skips, the DALI expectation.
+
+Fixtures here build each dataset once per session; tests that modify a dataset copy it first
+(shutil.copytree into tmp_path), because every other test reads the same files.
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
+from helpers import packed_tree
+from treegen import make_mixed_tree
+
 NATIVE_DISABLED = os.environ.get("FASTLOADER_DISABLE_NATIVE", "") not in ("", "0")
+# Set by .ci/run where DALI must be installed: its tests then may not quietly become skips.
+DALI_EXPECTED = os.environ.get("FASTLOADER_EXPECT_DALI", "") not in ("", "0")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -16,3 +26,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "native" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not DALI_EXPECTED:
+        return
+    from fastloader.loader.dali_pipeline import dali_available
+
+    if not dali_available():
+        raise pytest.UsageError(
+            "FASTLOADER_EXPECT_DALI=1 but NVIDIA DALI is not importable: its tests would be "
+            "skipped. Install it (pip install nvidia-dali-cuda120) or unset FASTLOADER_EXPECT_DALI."
+        )
+
+
+@pytest.fixture(scope="session")
+def mixed_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    """(root, relpath -> bytes) of treegen's mixed tree (every mode, format, odd size, plus
+    files to ignore). Read-only: a test that adds files copies it first."""
+    root = tmp_path_factory.mktemp("mixed") / "src"
+    return root, make_mixed_tree(root)
+
+
+@pytest.fixture(scope="session")
+def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 3-class x 8-image LMDB dataset (images of slightly different sizes). Read-only."""
+    return packed_tree(tmp_path_factory.mktemp("packed"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Say at the end how many tests were skipped and why, one line per reason."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    mode = "without the extension" if NATIVE_DISABLED else "with the extension"
+    terminalreporter.write_sep("=", f"skipped {mode}: {len(skipped)}")
+    for reason, count in sorted(reasons.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{count:5d}  {reason}")

@@ -24,7 +24,7 @@ from fastloader.loader.autotune import (
 )
 from fastloader.loader.loader import FastLoader
 from fastloader.loader.sampler import threads_per_rank
-from test_loader import TRAIN, packed_tree
+from helpers import TRAIN, packed_tree
 
 # Epochs of 12 batches: one more than AutoTuner.max_batches_to_settle(cores, 5) needs.
 EPOCHS = AutoTuner.max_batches_to_settle(threads_per_rank(1), 5) // 12 + 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -81,43 +81,61 @@ def test_summarize_median_and_spread() -> None:
         harness.summarize([])
 
 
+def _burn_cpu(seconds: float) -> float:
+    """Spin until this process has used `seconds` of CPU time (not wall time: on a loaded
+    machine the wall clock runs on while we wait for a core); return the CPU time used."""
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+    return time.process_time() - start
+
+
 def test_monitor_counts_cpu_and_child_memory() -> None:
     child = "import time; b = bytearray(80 * 2**20); b[::4096] = b'x' * len(b[::4096]); " \
             "time.sleep(0.6)"
     with harness.TreeMonitor(interval_s=0.02) as monitor:
         proc = subprocess.Popen([sys.executable, "-c", child])
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 0.3:  # busy: CPU time must show up
-            pass
+        burnt = _burn_cpu(0.3)  # busy: this CPU time must show up
         proc.wait()
     usage = monitor.usage
-    assert usage.cpu_s > 0.15
+    assert usage.cpu_s >= burnt * 0.95
     assert usage.peak_processes >= 2
     assert usage.peak_rss_bytes - usage.start_rss_bytes > 60 * 2**20
 
 
 def test_unpolled_monitor_still_counts_cpu_and_takes_polled_peaks() -> None:
     with harness.TreeMonitor(poll=False) as monitor:
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 0.2:
-            pass
-    assert monitor._thread is None  # nothing polled during the run
-    assert monitor.usage.cpu_s > 0.1
+        burnt = _burn_cpu(0.2)
+    assert monitor.usage.cpu_s >= burnt * 0.95
     polled = harness.Usage(peak_rss_bytes=10 * 2**40, peak_pss_bytes=2**40, peak_processes=5)
     merged = harness._with_peaks(monitor.usage, polled)
     assert merged.peak_rss_bytes == 10 * 2**40 and merged.peak_processes == 5
     assert merged.cpu_s == monitor.usage.cpu_s
 
 
-def test_timed_iteration_skips_warmup_and_times_first_batch() -> None:
-    def batches() -> list[list[int]]:
-        time.sleep(0.05)  # slow start: must land in time-to-first-batch, not in the rate
-        return [[0] * 10 for _ in range(6)]
+class FakeClock:
+    """A clock that reads what the test sets: timing bookkeeping without real time."""
 
-    run = harness.timed_iteration(batches, len, images=30, warmup_batches=2)
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_timed_iteration_skips_warmup_and_times_first_batch() -> None:
+    clock = FakeClock()
+
+    def batches() -> Iterator[list[int]]:
+        clock.now += 5.0  # slow start: must land in time-to-first-batch, not in the rate
+        for _ in range(6):
+            clock.now += 0.5
+            yield [0] * 10
+
+    run = harness.timed_iteration(batches, len, images=30, warmup_batches=2, clock=clock)
     assert run.images == 30 and run.total_images == 50
-    assert run.first_batch_s is not None and run.first_batch_s >= 0.05
-    assert run.seconds < 0.05
+    assert run.first_batch_s == pytest.approx(5.5)  # start-up + the first batch
+    assert run.seconds == pytest.approx(3 * 0.5)  # batches 3, 4, 5 after the warm-up
 
 
 def test_run_interleaved_alternates_configs() -> None:

@@ -13,19 +13,18 @@ import pytest
 
 from fastloader.format.dataset import open_dataset
 from fastloader.pack.cli import main, parse_size
-from treegen import CLASSES, add_broken_files, make_flat_tree, make_mixed_tree
+from treegen import CLASSES, add_broken_files, make_flat_tree
 
 
 @pytest.fixture(scope="module")
-def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("cli") / "src"
-    make_mixed_tree(root)
-    return root
+def src(mixed_tree: tuple[Path, dict[str, bytes]]) -> Path:
+    return mixed_tree[0]
 
 
 @pytest.fixture(scope="module", params=[".lmdb", ".h5"])
-def dataset(request: pytest.FixtureRequest, src: Path) -> Path:
-    dst = src.parent / f"out{request.param}"
+def dataset(request: pytest.FixtureRequest, src: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dst = tmp_path_factory.mktemp("cli") / f"out{request.param}"
     assert main([str(src), str(dst), "--shard-size", "6K", "--workers", "1", "--quiet"]) == 0
     return dst
 

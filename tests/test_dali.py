@@ -26,6 +26,7 @@ from fastloader.gpu.pixel_ops import GpuColorJitter
 from fastloader.loader.dali_pipeline import dali_available
 from fastloader.loader.sampler import epoch_indices
 from fastloader.pack.write import pack
+from helpers import MEAN, STD, collect
 from imagegen import make_tree
 
 needs_dali = pytest.mark.skipif(
@@ -33,7 +34,6 @@ needs_dali = pytest.mark.skipif(
     reason='NVIDIA DALI is not importable here: pip install "fastloader[dali]" to run these',
 )
 TRAIN = [RandomResizedCrop(24), RandomHorizontalFlip()]
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +58,6 @@ def dali_loader(path: Path | PackedDataset, **kwargs: Any) -> Any:
 
     options: dict[str, Any] = {"batch_size": 4, "device": "cpu", "num_threads": 1}
     return DaliLoader(path, **{**options, **kwargs})
-
-
-def collect(loader: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(images.clone(), labels.clone()) for images, labels in loader]
 
 
 @needs_dali

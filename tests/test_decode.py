@@ -10,22 +10,10 @@ from PIL import Image
 
 from fastloader.decode.decode import decode, header
 from fastloader.errors import DecodeError, InvalidArgumentError, InvalidTypeError
+from helpers import pillow_reference
 from jpeg_corpus import corpus, photo_jpeg, psnr, random_boxes
 
 CORPUS = corpus()
-
-
-def pillow_reference(data: bytes, crop=None, size=None, flip=False) -> np.ndarray:
-    """The documented semantics, spelled out with Pillow alone."""
-    im = Image.open(io.BytesIO(data)).convert("RGB")
-    if crop is not None:
-        top, left, h, w = crop
-        im = im.crop((left, top, left + w, top + h))
-    if size is not None:
-        im = im.resize((size[1], size[0]), Image.Resampling.BILINEAR)
-    if flip:
-        im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    return np.asarray(im)
 
 
 @pytest.mark.parametrize("image", CORPUS, ids=lambda im: im.name)

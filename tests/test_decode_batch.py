@@ -2,39 +2,17 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
+import psutil
 import pytest
 import torch
-from PIL import Image
 
 from fastloader.decode.decode import BatchDecoder, decode
 from fastloader.errors import FastloaderError, InvalidArgumentError, InvalidTypeError
-from jpeg_corpus import corpus, photo_jpeg, random_boxes
+from helpers import make_batch, pillow_reference
+from jpeg_corpus import corpus, photo_jpeg
 
 OUT = (48, 40)
-
-
-def png_bytes(seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (50, 70, 3), dtype=np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def make_batch(n: int = 24, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    records, crops = [], []
-    for k in range(n):
-        if k % 6 == 5:
-            records.append(png_bytes(k))
-            crops.append(random_boxes(rng, 50, 70, 1)[0])
-        else:
-            records.append(memoryview(photo_jpeg(120, 160, seed=k, progressive=k % 4 == 1)))
-            crops.append(random_boxes(rng, 120, 160, 1)[0])
-    flips = rng.integers(0, 2, n).astype(bool)
-    return records, np.array(crops, np.int32), flips
 
 
 def test_batch_matches_single_decodes():
@@ -109,24 +87,42 @@ def test_torch_tensor_out_is_written_in_place():
     records, crops, flips = make_batch(4, seed=2)
     tensor = torch.zeros((4, *OUT, 3), dtype=torch.uint8)
     assert BatchDecoder().decode_into(records, crops, flips, tensor) == [None] * 4
-    assert tensor.sum().item() > 0
+    want = np.empty((4, *OUT, 3), np.uint8)
+    assert BatchDecoder().decode_into(records, crops, flips, want) == [None] * 4
+    np.testing.assert_array_equal(tensor.numpy(), want)
 
 
-def test_num_threads_setter_and_backend():
+def test_num_threads_setter_resizes_the_pool():
+    # The decoder's threads are OS threads (C++ pool or Python executor): count them.
+    process = psutil.Process()
+    records, crops, flips = make_batch(12, seed=5)
+    out = np.empty((12, *OUT, 3), np.uint8)
+    reference = np.empty_like(out)
     decoder = BatchDecoder(num_threads=1)
-    assert decoder.backend in ("native", "pillow")
-    decoder.num_threads = 3
-    assert decoder.num_threads == 3
-    records, crops, flips = make_batch(6, seed=5)
-    out = np.empty((6, *OUT, 3), np.uint8)
-    assert decoder.decode_into(records, crops, flips, out) == [None] * 6
+    assert decoder.decode_into(records, crops, flips, reference) == [None] * 12
+    one_thread = process.num_threads()
+    decoder.num_threads = 4
+    assert decoder.decode_into(records, crops, flips, out) == [None] * 12
+    assert process.num_threads() > one_thread  # the pool grew
+    np.testing.assert_array_equal(out, reference)
     decoder.close()
     with pytest.raises(FastloaderError):
         decoder.decode_into(records, crops, flips, out)
+    for bad in (0, -1):
+        with pytest.raises(InvalidArgumentError, match="num_threads"):
+            BatchDecoder(num_threads=1).num_threads = bad
 
 
 def test_pillow_backend_is_forced():
-    assert BatchDecoder(backend="pillow").backend == "pillow"
+    # Forced onto Pillow, a JPEG crop decodes to exactly the Pillow reference semantics.
+    decoder = BatchDecoder(backend="pillow")
+    assert decoder.backend == "pillow"
+    records, crops, flips = make_batch(5, seed=6)
+    out = np.empty((5, *OUT, 3), np.uint8)
+    assert decoder.decode_into(records, crops, flips, out) == [None] * 5
+    for k in range(5):
+        want = pillow_reference(bytes(records[k]), tuple(crops[k]), OUT, bool(flips[k]))
+        np.testing.assert_array_equal(out[k], want)
 
 
 @pytest.mark.parametrize(

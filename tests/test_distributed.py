@@ -23,7 +23,7 @@ def _free_port() -> int:
 def _rank_main(rank: int, path: str, port: int, out: str) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from fastloader.loader.loader import FastLoader
-    from test_loader import TRAIN
+    from helpers import TRAIN
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
                             rank=rank, world_size=WORLD)
@@ -47,7 +47,7 @@ def _rank_main(rank: int, path: str, port: int, out: str) -> None:
 
 def test_two_ranks_split_the_dataset(tmp_path: Path) -> None:
     from fastloader.format.dataset import open_dataset
-    from test_loader import packed_tree
+    from helpers import packed_tree
 
     path = packed_tree(tmp_path, classes=3, per_class=9)  # 27 samples: uneven over 2 ranks
     mp.spawn(_rank_main, args=(str(path), _free_port(), str(tmp_path)), nprocs=WORLD,

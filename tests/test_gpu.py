@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
@@ -17,6 +16,7 @@ from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, GpuRandomR
 from fastloader.gpu.pixel_ops import GpuColorJitter, GpuCutMix, GpuMixUp
 from fastloader.loader.dali_pipeline import dali_available
 from fastloader.pack.write import pack
+from helpers import MEAN, STD
 from imagegen import make_tree
 
 pytestmark = [
@@ -24,7 +24,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 TRAIN = [RandomResizedCrop(32), RandomHorizontalFlip()]
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @pytest.fixture(scope="module")
@@ -120,22 +119,18 @@ def test_gpu_ops_on_cuda_match_cpu(op: Any) -> None:
     torch.testing.assert_close(on_gpu[1].cpu(), on_cpu[1])
 
 
-def test_gpu_op_chain_throughput_is_reported() -> None:
-    """Not a speed assertion: prints the measured images/s of a typical chain for the log."""
+def test_gpu_op_chain_runs_on_the_device_in_one_shape() -> None:
+    """A typical chain on a large batch stays on the device and keeps its shape and dtype
+    (its speed is measured by benchmarks/gpu_check.sh, not asserted here)."""
     ops = [GpuRandomResizedCrop(224), GpuRandomHorizontalFlip(), GpuColorJitter(0.4, 0.4, 0.4),
            GpuNormalize(MEAN, STD)]
     images = torch.randint(0, 256, (256, 3, 256, 256), dtype=torch.uint8, device="cuda")
     labels = torch.zeros(256, dtype=torch.int64, device="cuda")
-    timings = []
-    for b in range(6):
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        out, _ = images, labels
-        rng = gpu_rng(0, 0, b)
-        for op in ops:
-            out, _ = op(out, labels, rng)
-        torch.cuda.synchronize()
-        timings.append(time.perf_counter() - started)
-    rate = 256 / float(np.median(timings[1:]))
-    print(f"gpu_ops chain (RRC224+flip+jitter+normalize) on 256x3x256x256: {rate:,.0f} img/s")
-    assert out.shape == (256, 3, 224, 224) and rate > 0
+    out, _ = images, labels
+    rng = gpu_rng(0, 0, 0)
+    for op in ops:
+        out, _ = op(out, labels, rng)
+    assert out.shape == (256, 3, 224, 224) and out.is_cuda and out.dtype == torch.float32
+    assert torch.isfinite(out).all()
+    mean = out.float().mean(dim=(0, 2, 3)).cpu()  # normalized uniform pixels: near zero mean
+    assert mean.abs().max() < 1.0

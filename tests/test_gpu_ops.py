@@ -21,8 +21,7 @@ from fastloader.gpu.ops import (
     resized_crop,
 )
 from fastloader.gpu.pixel_ops import GpuColorJitter, GpuCutMix, GpuMixUp
-
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+from helpers import MEAN, STD
 
 
 def batch(n: int = 6, h: int = 20, w: int = 28, seed: int = 0) -> torch.Tensor:

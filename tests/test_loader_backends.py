@@ -12,34 +12,23 @@ from fastloader.errors import InvalidArgumentError
 from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, gpu_rng
 from fastloader.loader.dali_pipeline import dali_available
 from fastloader.loader.loader import FastLoader
-from fastloader.pack.write import pack
-from imagegen import make_tree
-
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("backends")
-    make_tree(root / "tree", classes=2, per_class=6, size=(40, 52))
-    pack(root / "tree", root / "data.lmdb", workers=1)
-    return root / "data.lmdb"
+from helpers import MEAN, STD, collect
 
 
 def batches(loader: FastLoader) -> list[tuple[torch.Tensor, torch.Tensor]]:
     with loader:
-        return [(images.clone(), labels.clone()) for images, labels in loader]
+        return collect(loader)
 
 
-def test_gpu_transforms_equal_the_ops_applied_by_hand(packed: Path) -> None:
+def test_gpu_transforms_equal_the_ops_applied_by_hand(dataset_path: Path) -> None:
     crop = [RandomResizedCrop(24)]
     common = {"batch_size": 4, "seed": 3, "transforms": crop, "device": "cpu", "num_threads": 1}
-    plain = batches(FastLoader(packed, **common))
+    plain = batches(FastLoader(dataset_path, **common))
     flip = GpuRandomHorizontalFlip(p=0.5)
-    augmented = batches(FastLoader(packed, gpu_transforms=[flip], normalize=(MEAN, STD),
+    augmented = batches(FastLoader(dataset_path, gpu_transforms=[flip], normalize=(MEAN, STD),
                                    **common))
     normalize = GpuNormalize(MEAN, STD)
-    assert len(plain) == len(augmented) == 3
+    assert len(plain) == len(augmented) == 6
     for b, ((images, labels), (got, got_labels)) in enumerate(zip(plain, augmented, strict=True)):
         flipped, _ = flip(images, labels, gpu_rng(3, 0, b, 0))
         expected, _ = normalize(flipped, labels, gpu_rng(3, 0, b, 0))
@@ -48,20 +37,20 @@ def test_gpu_transforms_equal_the_ops_applied_by_hand(packed: Path) -> None:
         torch.testing.assert_close(got, expected)
 
 
-def test_unknown_backend_names_the_choices(packed: Path) -> None:
+def test_unknown_backend_names_the_choices(dataset_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="dali"):
-        FastLoader(packed, batch_size=4, backend="turbo")
+        FastLoader(dataset_path, batch_size=4, backend="turbo")
 
 
 @pytest.mark.skipif(not dali_available(), reason='NVIDIA DALI is not importable here: '
                     'pip install "fastloader[dali]" to run this')
-def test_dali_backend_behind_fastloader_matches_native_crops(packed: Path) -> None:
+def test_dali_backend_behind_fastloader_matches_native_crops(dataset_path: Path) -> None:
     common = {"batch_size": 4, "seed": 1, "transforms": [RandomResizedCrop(24)],
               "device": "cpu", "num_threads": 1, "shuffle": True}
-    dali = FastLoader(packed, backend="dali", **common)
-    assert len(dali) == 3
+    dali = FastLoader(dataset_path, backend="dali", **common)
+    assert len(dali) == 6
     dali_batches = batches(dali)
-    native = batches(FastLoader(packed, **common))
+    native = batches(FastLoader(dataset_path, **common))
     for (d_images, d_labels), (n_images, n_labels) in zip(dali_batches, native, strict=True):
         assert torch.equal(d_labels, n_labels)  # same sampler order
         assert d_images.shape == n_images.shape == (4, 3, 24, 24)
@@ -70,9 +59,9 @@ def test_dali_backend_behind_fastloader_matches_native_crops(packed: Path) -> No
         assert difference < 4.0
 
 
-def test_dali_backend_refuses_options_it_cannot_honour(packed: Path) -> None:
+def test_dali_backend_refuses_options_it_cannot_honour(dataset_path: Path) -> None:
     # Checked before DALI is imported, so this holds whether or not DALI is installed.
     with pytest.raises(InvalidArgumentError, match="on_error"):
-        FastLoader(packed, batch_size=4, backend="dali", on_error="skip")
+        FastLoader(dataset_path, batch_size=4, backend="dali", on_error="skip")
     with pytest.raises(InvalidArgumentError, match="memory_budget"):
-        FastLoader(packed, batch_size=4, backend="dali", memory_budget=1 << 20)
+        FastLoader(dataset_path, batch_size=4, backend="dali", memory_budget=1 << 20)

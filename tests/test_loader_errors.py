@@ -9,32 +9,8 @@ import pytest
 import torch
 
 from fastloader.errors import CorruptRecordError, DecodeError
-from fastloader.format.dataset import PackedDataset, open_dataset
 from fastloader.loader.loader import FastLoader
-from test_loader import TRAIN, packed_tree
-
-BAD = 5
-
-
-@pytest.fixture(scope="module")
-def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return packed_tree(tmp_path_factory.mktemp("errors"))
-
-
-def damaged(path: Path, how: str) -> PackedDataset:
-    """The packed dataset with record BAD replaced by garbage, or failing its read."""
-    dataset = open_dataset(path)
-    good = dataset.record
-
-    def record(i: int, verify: bool = False) -> object:
-        if i != BAD:
-            return good(i)
-        if how == "garbage":
-            return b"\xff\xd8\xff\xe0 this is not a JPEG" + bytes(64)
-        raise CorruptRecordError(f"{dataset.describe(i)} fails its crc32 check")
-
-    dataset.record = record  # type: ignore[method-assign]
-    return dataset
+from helpers import BAD, TRAIN, damaged
 
 
 @pytest.mark.parametrize("how", ["garbage", "unreadable"])

@@ -12,19 +12,14 @@ import pytest
 
 from fastloader.errors import FastloaderError
 from fastloader.loader.loader import FastLoader
-from test_loader import TRAIN, packed_tree
-
-
-@pytest.fixture(scope="module")
-def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return packed_tree(tmp_path_factory.mktemp("lifetime"))
+from helpers import TRAIN
 
 
 def fastloader_threads(kind: str = "fastloader-") -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith(kind) and t.is_alive()]
 
 
-def wait_for_no_threads(kind: str, seconds: float = 2.0) -> list[str]:
+def wait_for_no_threads(kind: str, seconds: float = 30.0) -> list[str]:
     deadline = time.monotonic() + seconds
     while fastloader_threads(kind) and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,31 +13,13 @@ from fastloader.errors import InvalidArgumentError
 from fastloader.gpu.device import DeviceStep
 from fastloader.gpu.planar import TensorPool
 from fastloader.loader.loader import FastLoader
-from test_decode_batch import make_batch
-from test_loader import TRAIN, packed_tree
-from test_loader_errors import damaged
-
-OUT = (37, 45)  # odd sizes: the vector kernels' scalar tail runs too
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+from helpers import MEAN, STD, TRAIN, collect, damaged, decode_planar
 
 
 def step_reference(nhwc: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The consumer-side conversion FastLoader used before: DeviceStep on a uint8 NHWC batch."""
     step = DeviceStep(torch.device("cpu"), (MEAN, STD), dtype)
     return step(torch.from_numpy(nhwc.copy()), np.zeros(len(nhwc), np.int64))[0]
-
-
-def decode_planar(threads: int = 2, n: int = 24, dtype: type = np.float32):
-    records, crops, flips = make_batch(n)  # JPEGs (baseline, progressive) and PNGs
-    out = np.empty((n, *OUT, 3), np.uint8)
-    planar = np.full((n, 3, *OUT), 7, dtype)
-    spec = DeviceStep(torch.device("cpu"), (MEAN, STD), None).planar
-    assert spec is not None
-    affine = {"scale": spec.scale, "shift": spec.shift} if dtype == np.float32 else {}
-    with BatchDecoder(num_threads=threads) as decoder:
-        errors = decoder.decode_into(records, crops, flips, out, planar=planar, **affine)
-    assert errors == [None] * n
-    return out, planar, spec
 
 
 def test_planar_float_equals_the_device_step_within_rounding():
@@ -64,18 +43,6 @@ def test_planar_uint8_is_the_layout_change():
 
 def test_planar_is_identical_on_one_or_three_threads():
     np.testing.assert_array_equal(decode_planar(1)[1], decode_planar(3)[1])
-
-
-@pytest.mark.native
-def test_scalar_and_avx2_kernels_give_the_same_bits(tmp_path: Path):
-    script = (
-        "import numpy as np, sys; sys.path.insert(0, 'tests'); import test_normalize as t; "
-        f"np.save({str(tmp_path / 'p.npy')!r}, t.decode_planar()[1])"
-    )
-    env = dict(os.environ, FASTLOADER_RESIZE_SCALAR="1")
-    root = Path(__file__).resolve().parent.parent
-    subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=root)
-    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), decode_planar()[1])
 
 
 def test_failed_samples_are_the_conversion_of_zeros():
@@ -117,15 +84,10 @@ def test_planar_may_not_overlap_out():
 # -- FastLoader on the CPU -----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return packed_tree(tmp_path_factory.mktemp("normalize"))
-
-
 def batches(path, **options) -> list[tuple[torch.Tensor, torch.Tensor]]:
     with FastLoader(path, batch_size=5, shuffle=True, seed=3, transforms=TRAIN, device="cpu",
                     **options) as loader:
-        return [(images.clone(), labels.clone()) for images, labels in loader]
+        return collect(loader)
 
 
 @pytest.mark.parametrize("dtype", [None, torch.float16, torch.bfloat16, torch.float64])

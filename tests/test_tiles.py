@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from fastloader.decode import tiles
+from helpers import pillow_pixels
 from imagegen import encode, photo_like
 
 pytestmark = pytest.mark.native
@@ -33,8 +34,7 @@ def make_jpeg(height: int, width: int, seed: int = 0, **options: object) -> byte
 
 
 def pixels(data: bytes) -> np.ndarray:
-    with Image.open(io.BytesIO(data)) as image:
-        array = np.asarray(image)
+    array = pillow_pixels(data)
     return array if array.ndim == 3 else array[:, :, None]
 
 

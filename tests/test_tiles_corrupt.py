@@ -65,7 +65,8 @@ def table_with_offsets(table: tiles.TileTable, offsets: np.ndarray) -> tiles.Til
     return tiles.TileTable(**values, offsets=offsets.astype(np.uint32))
 
 
-def test_lying_offsets_are_caught_by_the_splice(record: tiles.TiledRecord) -> None:
+@pytest.mark.parametrize("lie", ["shifted", "reversed", "past_end", "zeros"])
+def test_lying_offsets_are_caught_by_the_splice(record: tiles.TiledRecord, lie: str) -> None:
     offsets = record.table.offsets.astype(np.int64)
     lies = {
         "shifted": np.concatenate([offsets[:1], offsets[1:-1] + 1, offsets[-1:]]),
@@ -73,11 +74,10 @@ def test_lying_offsets_are_caught_by_the_splice(record: tiles.TiledRecord) -> No
         "past_end": np.concatenate([offsets[:-1], [len(record.data) + 100]]),
         "zeros": np.concatenate([offsets[:1], np.zeros(offsets.size - 1, np.int64)]),
     }
-    for name, offs in lies.items():
-        table = table_with_offsets(record.table, offs)
-        with pytest.raises(CorruptRecordError):
-            tiles.splice(record.data, table, (0, 0, record.table.height, record.table.width))
-        assert name
+    assert not np.array_equal(lies[lie], offsets)  # the table really lies
+    table = table_with_offsets(record.table, lies[lie])
+    with pytest.raises(CorruptRecordError):
+        tiles.splice(record.data, table, (0, 0, record.table.height, record.table.width))
 
 
 def test_truncated_and_foreign_records_are_rejected(record: tiles.TiledRecord) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from fastloader.decode import tiles
 from fastloader.decode.decode import BatchDecoder
@@ -17,15 +16,11 @@ from fastloader.format.manifest import read_manifest
 from fastloader.pack.cli import main
 from fastloader.pack.journal import staging_path
 from fastloader.pack.write import pack
+from helpers import pillow_pixels
 from imagegen import encode, photo_like
-from treegen import make_flat_tree, make_mixed_tree
+from treegen import make_flat_tree
 
 TILE_FIELDS = ("tiles_header", "tiles_offsets", "tiles_start", "source_crc32")
-
-
-def _pixels(data: bytes | memoryview) -> np.ndarray:
-    with Image.open(io.BytesIO(data)) as image:
-        return np.asarray(image)
 
 
 def _add_photos(root: Path) -> None:
@@ -37,9 +32,10 @@ def _add_photos(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def packed(tmp_path_factory: pytest.TempPathFactory,
+           mixed_tree: tuple[Path, dict[str, bytes]]) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiles_pack")
-    make_mixed_tree(root / "src")
+    shutil.copytree(mixed_tree[0], root / "src")  # the shared tree stays as it is
     _add_photos(root / "src")
     pack(root / "src", root / "tiled.lmdb", tiles=True, workers=1)
     pack(root / "src", root / "plain.lmdb", workers=1)
@@ -48,9 +44,11 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.mark.parametrize("suffix", [".lmdb", ".h5"])
 @pytest.mark.native
-def test_tiled_records_decode_to_exactly_the_source_pixels(tmp_path: Path, suffix: str) -> None:
-    written = make_mixed_tree(tmp_path / "src")
-    manifest = pack(tmp_path / "src", tmp_path / f"t{suffix}", tiles=True, workers=1)
+def test_tiled_records_decode_to_exactly_the_source_pixels(
+    tmp_path: Path, suffix: str, mixed_tree: tuple[Path, dict[str, bytes]]
+) -> None:
+    src, written = mixed_tree
+    manifest = pack(src, tmp_path / f"t{suffix}", tiles=True, workers=1)
     assert manifest.options["tiles"] == {"version": 1, "restart_mcus": 2}
     with open_dataset(tmp_path / f"t{suffix}") as ds:
         tiled = [i for i in range(len(ds)) if ds.tile_table(i) is not None]
@@ -61,7 +59,7 @@ def test_tiled_records_decode_to_exactly_the_source_pixels(tmp_path: Path, suffi
         for i in range(len(ds)):
             source, record = written[ds.path(i)], bytes(ds.record(i, verify=True))
             if i in tiled:
-                assert np.array_equal(_pixels(record), _pixels(source)), ds.path(i)
+                assert np.array_equal(pillow_pixels(record), pillow_pixels(source)), ds.path(i)
                 assert tiles.scan(record).offsets.tolist() == ds.tile_table(i).offsets.tolist()
             else:  # PNG, GIF, BMP, WebP keep their bytes
                 assert record == source
@@ -239,9 +237,8 @@ def test_a_resume_without_tiles_starts_over_instead_of_mixing_formats(tmp_path: 
         )
 
 
-@pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.native), False])
 def test_without_the_extension_tiles_are_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fastloader.errors import PackError
 
@@ -261,7 +258,7 @@ def test_tiled_data_reads_with_pillow_alone(
     with open_dataset(packed["tiled"]) as ds, open_dataset(packed["plain"]) as plain:
         assert ds.tiled
         for i in range(len(ds)):  # Pillow decodes tiled records fully: same pixels
-            assert np.array_equal(_pixels(ds.record(i)), _pixels(plain.record(i)))
+            assert np.array_equal(pillow_pixels(ds.record(i)), pillow_pixels(plain.record(i)))
 
 
 def test_bad_tiles_arguments_raise_typed_errors() -> None:

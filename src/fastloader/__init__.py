@@ -10,9 +10,14 @@ torch until a name that needs it is touched.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# The library logs on "fastloader" (skips, autotune decisions, fallbacks) and never prints; it
+# stays silent unless the application configures logging (a library's NullHandler).
+logging.getLogger("fastloader").addHandler(logging.NullHandler())
 
 # Public name -> module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -34,12 +39,14 @@ _EXPORTS: dict[str, str] = {
     "GpuRandomResizedCrop": "fastloader.gpu.ops",
     "ImageHeader": "fastloader.decode.pillow",
     "InvalidArgumentError": "fastloader.errors",
+    "InvalidTypeError": "fastloader.errors",
     "LoaderStats": "fastloader.loader.stats",
     "Manifest": "fastloader.format.manifest",
     "NativeUnavailableError": "fastloader.errors",
     "OptionalDependencyError": "fastloader.errors",
     "PackError": "fastloader.errors",
     "PackedDataset": "fastloader.format.dataset",
+    "ProducerError": "fastloader.errors",
     "RandomHorizontalFlip": "fastloader.decode.augment",
     "RandomResizedCrop": "fastloader.decode.augment",
     "Resize": "fastloader.decode.augment",
@@ -71,9 +78,11 @@ if TYPE_CHECKING:  # let type checkers see the real objects
         DecodeError,
         FastloaderError,
         InvalidArgumentError,
+        InvalidTypeError,
         NativeUnavailableError,
         OptionalDependencyError,
         PackError,
+        ProducerError,
     )
     from fastloader.format.dataset import (
         PackedDataset,

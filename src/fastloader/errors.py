@@ -33,6 +33,11 @@ class DecodeError(FastloaderError, ValueError):
     """Image bytes could not be decoded."""
 
 
+class ProducerError(FastloaderError, RuntimeError):
+    """An exception other than a FastloaderError raised while a batch was produced; chained
+    to the original (its __cause__), naming the stage and the batch."""
+
+
 class PackError(FastloaderError):
     """Packing a source tree failed (bad source, unwritable destination, bad files in --strict)."""
 

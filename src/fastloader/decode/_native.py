@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import threading
 import warnings
@@ -10,6 +11,8 @@ from types import ModuleType
 
 from fastloader import __version__
 from fastloader.errors import NativeUnavailableError
+
+log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 
 DISABLE_ENV = "FASTLOADER_DISABLE_NATIVE"
 _BUILD_HINT = (
@@ -19,7 +22,7 @@ _BUILD_HINT = (
 )
 
 # What decode.py calls on the module; a build without these is treated as stale.
-_REQUIRED_API = ("header", "decode_into", "BatchDecoder")
+_REQUIRED_API = ("header", "decode_into", "BatchDecoder", "JpegHeader", "TileGeometry")
 
 _lock = threading.Lock()
 _loaded = False
@@ -61,6 +64,7 @@ def _load() -> tuple[ModuleType | None, str]:
             _module, _reason = _import_core()
             _loaded = True
             if _module is None:  # said once per process; later calls stay quiet
+                log.warning("native extension unusable, falling back to Pillow: %s", _reason)
                 warnings.warn(f"fastloader: {_reason}", RuntimeWarning, stacklevel=4)
     return _module, _reason
 
@@ -73,7 +77,13 @@ def native_module() -> ModuleType | None:
 
 
 def native_available() -> bool:
-    """True when the compiled decode core is built, current and not disabled."""
+    """Say whether the compiled decode core is built, current and not disabled.
+
+    Returns:
+        bool: True when fastloader._core imports, matches this package's version and
+        FASTLOADER_DISABLE_NATIVE is not set; otherwise decoding falls back to Pillow (the
+        reason is logged on the "fastloader" logger).
+    """
     return native_module() is not None
 
 

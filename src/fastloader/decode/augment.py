@@ -49,7 +49,19 @@ def _range_pair(name: str, value: object) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class RandomResizedCrop:
-    """torchvision's RandomResizedCrop(size, scale, ratio): random area/aspect box, resized."""
+    """torchvision's RandomResizedCrop: a random area/aspect box of the image, resized to size.
+
+    Planned per batch from (seed, epoch, batch, rank) and fused into the decode.
+
+    Args:
+        size: output size, an int (square) or (height, width).
+        scale: range of the box's area as a fraction of the image, within (0, 1].
+        ratio: range of the box's aspect ratio (width / height).
+
+    Raises:
+        InvalidArgumentError: a size is not positive, or a range is empty or out of bounds.
+        InvalidTypeError: size is not an int or a pair of ints.
+    """
 
     size: int | tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)
@@ -69,7 +81,15 @@ class RandomResizedCrop:
 
 @dataclass(frozen=True)
 class Resize:
-    """torchvision's Resize(size): an int matches the shorter side, a pair sets (h, w)."""
+    """torchvision's Resize: scale the image to size.
+
+    Args:
+        size: an int matches the shorter side (aspect kept), a pair sets (height, width).
+
+    Raises:
+        InvalidArgumentError: a size is not positive.
+        InvalidTypeError: size is not an int or a pair of ints.
+    """
 
     size: int | tuple[int, int]
 
@@ -79,7 +99,15 @@ class Resize:
 
 @dataclass(frozen=True)
 class CenterCrop:
-    """torchvision's CenterCrop(size); an image smaller than the crop is stretched, not padded."""
+    """torchvision's CenterCrop: the centred box of size; a smaller image is stretched, not padded.
+
+    Args:
+        size: an int (square) or (height, width).
+
+    Raises:
+        InvalidArgumentError: a size is not positive.
+        InvalidTypeError: size is not an int or a pair of ints.
+    """
 
     size: int | tuple[int, int]
     out: tuple[int, int] = field(init=False, repr=False)
@@ -90,7 +118,15 @@ class CenterCrop:
 
 @dataclass(frozen=True)
 class RandomHorizontalFlip:
-    """torchvision's RandomHorizontalFlip(p): mirror left-right with probability p."""
+    """torchvision's RandomHorizontalFlip: mirror left-right with probability p.
+
+    Args:
+        p: the probability of a flip, in [0, 1].
+
+    Raises:
+        InvalidArgumentError: p is outside [0, 1].
+        InvalidTypeError: p is not a number.
+    """
 
     p: float = 0.5
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from fastloader.decode.pillow import (
     is_jpeg,
     to_planar,
 )
+from fastloader.decode.tiles import HEADER_FIELDS
 from fastloader.errors import (
     DecodeError,
     FastloaderError,
@@ -29,6 +31,10 @@ __all__ = ["BatchDecoder", "ImageHeader", "decode", "header"]
 
 _THREADS_FIX = "Use 1 per core you want decoding."
 
+if TYPE_CHECKING:
+    from fastloader import _core
+
+log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 _BACKENDS = ("auto", "native", "pillow")
 _MAX_PIXELS = 2 * 89478485  # Pillow's decompression-bomb error threshold; the C++ core uses it too
 
@@ -42,15 +48,29 @@ def _as_bytes_like(data: Any, name: str = "data") -> Any:
 
 
 def header(data: Any) -> ImageHeader:
-    """Width, height, components, colour space, subsampling and progressiveness of image bytes."""
+    """Read what an image says about itself, without decoding its pixels.
+
+    Args:
+        data: the encoded image (bytes, bytearray, memoryview or a uint8 numpy array).
+
+    Returns:
+        ImageHeader: width, height, components, colour space, subsampling and progressiveness.
+
+    Raises:
+        InvalidTypeError: data is not bytes-like.
+        DecodeError: the bytes are not a readable image.
+    """
     data = _as_bytes_like(data)
-    core = _native.native_module()
-    if core is None or not is_jpeg(data):
+    if _native.native_module() is None or not is_jpeg(data):
         return header_pillow(data)
+    from fastloader import _core  # loaded and checked by _native; typed by _core.pyi
+
     try:
-        return ImageHeader(*core.header(data))
+        native = _core.header(data)
     except ValueError as exc:
         raise DecodeError(f"cannot read JPEG header ({len(data)} bytes): {exc}") from exc
+    return ImageHeader(native.width, native.height, native.components, native.color_space,
+                       native.subsampling, native.progressive)
 
 
 def _int_tuple(name: str, value: Any, length: int, what: str) -> tuple[int, ...]:
@@ -106,18 +126,30 @@ def decode(
     size: Sequence[int] | None = None,
     flip: bool = False,
 ) -> np.ndarray:
-    """Decode image bytes to RGB uint8 (H, W, 3).
+    """Decode image bytes to an RGB uint8 array, optionally cropped, resized and mirrored.
 
-    crop=(top, left, height, width) in source pixels, size=(height, width) of the output
-    (bilinear, antialiased on downscale like Pillow's BILINEAR), flip mirrors left-right.
-    Bad arguments raise InvalidArgumentError; undecodable bytes raise DecodeError.
+    Resizing is bilinear, antialiased on downscale like Pillow's BILINEAR; the native path
+    decodes only the crop's rows and columns and may use libjpeg's DCT scaling.
+
+    Args:
+        data: the encoded image (bytes, bytearray, memoryview or a uint8 numpy array).
+        crop: (top, left, height, width) in source pixels; None for the whole image.
+        size: (height, width) of the output; None keeps the crop's size.
+        flip: mirror the result left-right.
+
+    Returns:
+        numpy.ndarray: a (height, width, 3) uint8 array.
+
+    Raises:
+        InvalidArgumentError: the crop is outside the image or a size is not positive.
+        InvalidTypeError: data is not bytes-like, or crop/size are not int sequences.
+        DecodeError: the bytes cannot be decoded (or exceed the decompression-bomb limit).
     """
     data = _as_bytes_like(data)
     hdr = header(data)
     box = _check_crop(crop, hdr) if crop is not None else None
     out_size = _check_size(size) if size is not None else None
-    core = _native.native_module()
-    if core is None or not is_jpeg(data):
+    if _native.native_module() is None or not is_jpeg(data):
         return decode_pillow(data, box, out_size, bool(flip))
     if hdr.width * hdr.height > _MAX_PIXELS:  # before allocating: a hostile header can say anything
         raise DecodeError(
@@ -126,7 +158,9 @@ def decode(
         )
     full = box or (0, 0, hdr.height, hdr.width)
     out = np.empty((*(out_size or full[2:]), 3), np.uint8)
-    error = core.decode_into(data, full, bool(flip), out)
+    from fastloader import _core  # loaded and checked by _native; typed by _core.pyi
+
+    error = _core.decode_into(data, full, bool(flip), out)
     if error is not None:
         raise DecodeError(f"cannot decode JPEG ({len(data)} bytes): {error}")
     return out
@@ -201,11 +235,19 @@ def _decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndar
 
 
 class BatchDecoder:
-    """Decodes a batch of records into one NHWC uint8 buffer over a persistent thread pool.
+    """Decodes batches of records into one NHWC uint8 buffer over a persistent thread pool.
 
-    backend="auto" uses the compiled core when it is available, "native" demands it
-    (NativeUnavailableError otherwise), "pillow" forces the reference path. Output is
-    bitwise identical for any num_threads.
+    Output is bitwise identical for any num_threads. Use it as a context manager, or call
+    close() to stop the threads.
+
+    Args:
+        num_threads: decode threads (>= 1); settable later through the num_threads property.
+        backend: "auto" uses the compiled core when it is available, "native" demands it,
+            "pillow" forces the reference path.
+
+    Raises:
+        InvalidArgumentError: num_threads < 1 or an unknown backend.
+        NativeUnavailableError: backend="native" but the extension is missing or stale.
     """
 
     def __init__(self, num_threads: int = 1, backend: str = "auto") -> None:
@@ -217,12 +259,19 @@ class BatchDecoder:
                 "Use 'auto' unless you need to force one path.",
             )
         self._num_threads = int_at_least("num_threads", num_threads, 1, _THREADS_FIX)
-        core = None
+        native = False
         if backend == "native":
-            core = _native.require_native()
+            native = _native.require_native() is not None
         elif backend == "auto":
-            core = _native.native_module()
-        self._core = core.BatchDecoder(self._num_threads) if core is not None else None
+            native = _native.native_module() is not None
+        self._core: _core.BatchDecoder | None = None
+        if native:
+            from fastloader import _core  # loaded and checked by _native; typed by _core.pyi
+
+            self._core = _core.BatchDecoder(self._num_threads)
+        elif backend == "auto":
+            log.info("BatchDecoder: the native extension is not in use (%s); decoding with "
+                     "Pillow", _native.unavailable_reason())
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
 
@@ -273,14 +322,28 @@ class BatchDecoder:
     ) -> list[str | None]:
         """Decode records[k] cropped to crops[k], resized to out's H x W, mirrored if flips[k].
 
-        Returns one entry per sample: None on success, else the error message (that slot is
-        zero-filled). crops rows are [top, left, height, width]; [0, 0, 0, 0] is the whole image.
-        tiles: the batch's restart-tile tables (a fastloader.decode.tiles.TileBatch or its
-        (headers, offsets, spans) tuple; None: untiled); the native path then decodes a crop
-        from only the segments it needs, the Pillow path ignores them (same pixels).
-        planar: an (N, 3, H, W) float32 or uint8 array (or CPU tensor) that also receives each
-        sample channel-first, converted by the decoding thread while the sample is in cache:
-        float32 as out * scale[c] + shift[c] (3 numbers each; default 1 and 0), in float32.
+        A sample that fails is zero-filled and reported; the others are still decoded.
+
+        Args:
+            records: N encoded images (bytes-like each).
+            crops: (N, 4) ints, rows [top, left, height, width]; [0, 0, 0, 0] is the whole image.
+            flips: N booleans.
+            out: a C-contiguous (N, H, W, 3) uint8 numpy array or CPU tensor, written in place.
+            tiles: the batch's restart-tile tables (a fastloader.decode.tiles.TileBatch or its
+                (headers, offsets, spans) tuple; None: untiled). The native path then decodes a crop
+                from only the segments it needs; the Pillow path ignores them (same pixels).
+            planar: an (N, 3, H, W) float32 or uint8 array (or CPU tensor) that also receives each
+                sample channel-first, converted by the decoding thread while the sample is in cache.
+            scale: 3 floats, float32 planar only: planar = out * scale[c] + shift[c] (default 1).
+            shift: 3 floats, float32 planar only (default 0).
+
+        Returns:
+            list: one entry per sample, None on success or the error message.
+
+        Raises:
+            FastloaderError: the decoder was closed.
+            InvalidArgumentError: shapes, dtypes or lengths disagree, or planar overlaps out.
+            InvalidTypeError: records is not a sequence, or tiles is not a TileBatch.
         """
         if self._closed:
             raise FastloaderError("this BatchDecoder was closed; create a new one")
@@ -290,10 +353,12 @@ class BatchDecoder:
         if self._core is None:
             return self._decode_pillow(records, crops_arr, flips_arr, array, conversion)
         dst, scale_arr, shift_arr = conversion or (None, None, None)
+        tile_headers, tile_offsets, tile_spans = tile_arrays
         errors, fallback = self._core.decode_into(
-            records, crops_arr, flips_arr, array, True, *tile_arrays, dst,
-            None if scale_arr is None else tuple(scale_arr.tolist()),
-            None if shift_arr is None else tuple(shift_arr.tolist()),
+            records, crops_arr, flips_arr, array, tile_headers=tile_headers,
+            tile_offsets=tile_offsets, tile_spans=tile_spans, planar=dst,
+            scale=None if scale_arr is None else _three(scale_arr),
+            shift=None if shift_arr is None else _three(shift_arr),
         )
         for k in fallback:  # non-JPEG records: Pillow, with the GIL held
             errors[k] = _decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k])
@@ -319,6 +384,12 @@ class BatchDecoder:
 
 
 _Conversion = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
+
+
+def _three(values: np.ndarray) -> tuple[float, float, float]:
+    """A 3-vector as the (c0, c1, c2) float tuple the native call takes."""
+    c0, c1, c2 = (float(v) for v in values.tolist())
+    return c0, c1, c2
 
 
 def _affine(name: str, value: Any) -> np.ndarray | None:
@@ -368,7 +439,8 @@ def _check_planar(planar: Any, out: np.ndarray, scale: Any, shift: Any) -> _Conv
 
 
 def _check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
-    """(headers (n, 9) int64, offsets uint32, spans (n, 2) uint64) or three Nones."""
+    """(headers (n, fields) int64, offsets uint32, spans (n, 2) uint64) or three Nones."""
+    fields = len(HEADER_FIELDS)
     if tiles is None:
         return (None, None, None)
     if not isinstance(tiles, tuple) or len(tiles) != 3:
@@ -376,11 +448,11 @@ def _check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
     headers = np.ascontiguousarray(tiles[0], np.int64)
     offsets = np.ascontiguousarray(tiles[1], np.uint32)
     spans = np.ascontiguousarray(tiles[2], np.uint64)
-    if headers.shape != (n, 9) or offsets.ndim != 1 or spans.shape != (n, 2):
+    if headers.shape != (n, fields) or offsets.ndim != 1 or spans.shape != (n, 2):
         raise invalid_argument(
             "tiles",
             f"headers {headers.shape}, offsets {offsets.shape}, spans {spans.shape}",
-            f"headers must be ({n}, 9), offsets 1-D and spans ({n}, 2)",
+            f"headers must be ({n}, {fields}), offsets 1-D and spans ({n}, 2)",
             "Build it with PackedDataset.tile_batch(indices) or TileBatch.from_tables().",
         )
     return headers, offsets, spans

@@ -25,7 +25,16 @@ _SAMPLING_NAMES = {0: "4:4:4", 1: "4:2:2", 2: "4:2:0"}
 
 @dataclass(frozen=True)
 class ImageHeader:
-    """What an encoded image says about itself, read without decoding pixels."""
+    """What an encoded image says about itself, read without decoding pixels.
+
+    Attributes:
+        width: width in pixels.
+        height: height in pixels.
+        components: colour components (1, 3 or 4).
+        color_space: "gray", "ycbcr", "rgb", "cmyk", "ycck" or Pillow's mode, lowercased.
+        subsampling: "4:4:4", "4:2:2", "4:2:0", "gray" or "other".
+        progressive: True for a progressive JPEG.
+    """
 
     width: int
     height: int

@@ -11,8 +11,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -25,7 +24,11 @@ from fastloader.errors import (
     invalid_type,
 )
 
-# Order of TileTable's scalar fields in to_arrays()' header row (and in the C++ Geometry).
+if TYPE_CHECKING:
+    from fastloader import _core
+
+# Order of TileTable's scalar fields in to_arrays()' header row; the same as the extension's
+# TileGeometry.fields (the C++ Geometry), which tests/test_native_types.py checks.
 HEADER_FIELDS: tuple[str, ...] = (
     "width",
     "height",
@@ -51,17 +54,15 @@ _BUILD_HINT = (
 )
 
 
-def _core() -> ModuleType:
-    """The extension module holding the tiles functions, or NativeUnavailableError.
-
-    Goes through fastloader.decode._native like the decoder, so the same version check applies.
-    """
+def require_extension() -> None:
+    """Check that the extension holding the tiles functions is usable, or raise
+    NativeUnavailableError. Goes through fastloader.decode._native like the decoder, so the
+    same version check applies; callers then import fastloader._core, typed by _core.pyi."""
     module = _native.native_module()
     if module is None:
         raise NativeUnavailableError(f"{_native.unavailable_reason()}. {_BUILD_HINT}")
     if not hasattr(module, "tiles_splice_into"):
         raise NativeUnavailableError(f"fastloader._core is a stale build. {_BUILD_HINT}")
-    return module
 
 
 def _as_bytes_array(data: Any, name: str = "data") -> np.ndarray:
@@ -188,9 +189,25 @@ class TiledRecord:
     table: TileTable
 
 
-def _table_from(geometry: tuple[int, ...], offsets: np.ndarray) -> TileTable:
-    values = dict(zip(HEADER_FIELDS, geometry, strict=True))
+def _table_from(geometry: _core.TileGeometry, offsets: np.ndarray) -> TileTable:
+    """A TileTable from the extension's TileGeometry (fields by name) and offsets."""
+    values = {name: int(getattr(geometry, name)) for name in HEADER_FIELDS}
     return TileTable(**values, offsets=offsets)
+
+
+def _geometry_of(table: TileTable) -> _core.TileGeometry:
+    """The extension's TileGeometry for a table; CorruptRecordError for values no real table
+    holds (outside uint32)."""
+    values = {name: getattr(table, name) for name in HEADER_FIELDS}
+    if not all(isinstance(v, (int, np.integer)) and 0 <= v <= 0xFFFFFFFF for v in values.values()):
+        raise CorruptRecordError(
+            f"tile table header values must be integers in uint32 range, got {values}; "
+            "re-pack the dataset with tiles."
+        )
+    require_extension()
+    from fastloader import _core
+
+    return _core.TileGeometry(**{name: int(v) for name, v in values.items()})
 
 
 def check_restart_mcus(restart_mcus: Any) -> int:
@@ -219,7 +236,10 @@ def repack_with_reason(
     """
     limit = check_restart_mcus(restart_mcus)
     array = _as_bytes_array(data)
-    status, message, out, geometry, offsets = _core().tiles_repack(array, limit, keep_metadata)
+    require_extension()
+    from fastloader import _core
+
+    status, message, out, geometry, offsets = _core.tiles_repack(array, limit, keep_metadata)
     if status != _STATUS_OK:
         return None, message
     return TiledRecord(out, _table_from(geometry, offsets)), ""
@@ -234,7 +254,10 @@ def repack(
 
 def scan(data: Any) -> TileTable:
     """Read the table of a tiled record by scanning its bytes; CorruptRecordError if not one."""
-    status, message, geometry, offsets = _core().tiles_scan(_as_bytes_array(data))
+    require_extension()
+    from fastloader import _core
+
+    status, message, geometry, offsets = _core.tiles_scan(_as_bytes_array(data))
     if status != _STATUS_OK:
         raise CorruptRecordError(f"not a valid tiled record: {message}.")
     return _table_from(geometry, offsets)
@@ -269,9 +292,12 @@ def splice_into(
     Returns (bytes written, (y0, x0, height, width) of the spliced image in source pixels).
     """
     top, left, height, width = _check_crop(crop, table)
-    header, offsets = table.to_arrays()
-    status, message, size, y0, x0, h, w = _core().tiles_splice_into(
-        _as_bytes_array(data), header, offsets, top, left, height, width, context, out
+    offsets = np.ascontiguousarray(table.offsets, np.uint32)
+    from fastloader import _core  # _geometry_of checked it is usable
+
+    status, message, size, y0, x0, h, w = _core.tiles_splice_into(
+        _as_bytes_array(data), _geometry_of(table), offsets, top, left, height, width, context,
+        out,
     )
     if status == _STATUS_INVALID:
         raise invalid_argument("out", f"<{out.size} bytes>", message, "Pass len(data) bytes.")

@@ -152,11 +152,24 @@ class ProfileReport:
 
 def profile(dataloader: Iterable[Any], steps: int = 50, step_ms: float | None = None,
             warmup: int = 1) -> ProfileReport:
-    """Time `steps` next() calls of any loader; does it starve a step of `step_ms`?
+    """Time steps next() calls of any loader and say whether it starves a step of step_ms.
 
-    With step_ms, each batch is followed by time.sleep(step_ms) (a stand-in for a GPU step
-    that leaves the CPU free), and the verdict says whether the step waited for data. The
-    first `warmup` batches (worker start-up) are not timed. Returns a ProfileReport; print it.
+    With step_ms, each batch is followed by time.sleep(step_ms) (a stand-in for a GPU step that
+    leaves the CPU free), and the verdict says whether the step waited for data. The first
+    warmup batches (worker start-up) are not timed.
+
+    Args:
+        dataloader: any iterable of batches (a FastLoader, a torch DataLoader, a list).
+        steps: batches to time, >= 1; a short loader is iterated again.
+        step_ms: the training step to simulate, in milliseconds; None for none.
+        warmup: batches taken before timing starts.
+
+    Returns:
+        ProfileReport: the stage times, the machine's state and a verdict; print it.
+
+    Raises:
+        InvalidArgumentError: steps < 1 or step_ms < 0.
+        InvalidTypeError: dataloader is not iterable.
     """
     if not isinstance(dataloader, Iterable):
         raise invalid_type("dataloader", dataloader, "an iterable such as a DataLoader")

@@ -18,10 +18,17 @@ from fastloader.format.manifest import Manifest, read_manifest
 
 
 class PackedDataset:
-    """A packed dataset: `ds[i] -> (record bytes view, label)`, plus its index arrays.
+    """A packed dataset: ds[i] -> (record bytes view, label), plus its index arrays.
 
-    Record views are zero-copy (into the LMDB map or the HDF5 shard's mmap) and stay valid
-    until close(). Reads are safe from many threads at once and in forked children.
+    Record views are zero-copy (into the LMDB map or the HDF5 shard's mmap) and stay valid until
+    close(). Reads are safe from many threads at once and in forked children. A context manager.
+
+    Args:
+        path: the packed dataset folder (NAME.lmdb or NAME.h5).
+
+    Raises:
+        DatasetNotFoundError: there is no packed dataset at path.
+        DatasetError: its manifest or index is unreadable or inconsistent.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -107,7 +114,21 @@ class PackedDataset:
         return self.record(index), int(self.labels[index])
 
     def record(self, i: int, verify: bool = False) -> memoryview:
-        """Record i's encoded bytes (zero-copy view); verify=True also checks its crc32."""
+        """Record i's encoded bytes.
+
+        Args:
+            i: the sample index, 0 <= i < len(ds).
+            verify: also check the record's crc32.
+
+        Returns:
+            memoryview: a zero-copy view, valid until close().
+
+        Raises:
+            DatasetError: the dataset is closed.
+            CorruptRecordError: the record is missing, has the wrong length, or fails its crc32.
+            IndexError: i is out of range.
+            TypeError: i is not an integer.
+        """
         index = self._check_index(i)
         length = int(self._length[index])
         if self._reader is None:
@@ -227,7 +248,18 @@ class PackedDataset:
 
 
 def open_dataset(path: str | os.PathLike[str]) -> PackedDataset:
-    """Open the packed dataset folder at path (e.g. out.lmdb/ or out.h5/)."""
+    """Open the packed dataset folder at path (e.g. out.lmdb/ or out.h5/).
+
+    Args:
+        path: the folder pack() wrote.
+
+    Returns:
+        PackedDataset: the open dataset; close it, or use it in a with block.
+
+    Raises:
+        DatasetNotFoundError: there is no packed dataset at path.
+        DatasetError: its manifest or index is unreadable or inconsistent.
+    """
     return PackedDataset(path)
 
 

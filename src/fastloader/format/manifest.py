@@ -67,7 +67,20 @@ class FieldInfo:
 
 @dataclass
 class Manifest:
-    """Everything manifest.json says; written last, so its presence means the dataset is whole."""
+    """Everything manifest.json says; written last, so its presence means the dataset is whole.
+
+    Read one with fastloader.format.manifest.read_manifest(path), or from
+    PackedDataset.manifest; pack() returns the one it wrote.
+
+    Attributes:
+        backend: "lmdb" or "hdf5".
+        num_samples: records in the dataset.
+        classes: class names; label k is classes[k].
+        shards: each shard file's name, record count, bytes and sha256.
+        fields: the per-sample index arrays (one .npy each) and their dtypes.
+        options: how it was packed (shard_size, max_side, quality, tiles).
+        stats: what packing found (files found, packed, skipped, re-encoded, ...).
+    """
 
     backend: str
     num_samples: int

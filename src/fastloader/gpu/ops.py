@@ -194,7 +194,22 @@ class GpuGeometry:
 
 
 class GpuRandomResizedCrop(GpuGeometry):
-    """torchvision's RandomResizedCrop on a batch, boxes drawn by fastloader.decode.augment."""
+    """torchvision's RandomResizedCrop on a batch on the device, boxes drawn by the CPU planner.
+
+    Calling it as op(images, labels, rng) returns the new (images, labels): images a uint8 or
+    float NCHW tensor on any device, labels a (N,) int64 tensor (or soft targets), rng the
+    batch's numpy Generator (fastloader.gpu.ops.gpu_rng).
+
+    Args:
+        size: output size, an int (square) or (height, width).
+        scale: range of the box's area as a fraction of the image, within (0, 1].
+        ratio: range of the box's aspect ratio (width / height).
+        mode: grid_sample interpolation, "bilinear", "nearest" or "bicubic".
+
+    Raises:
+        InvalidArgumentError: a bad size, range or mode (and, when called, a bad batch).
+        InvalidTypeError: size is not an int or a pair of ints.
+    """
 
     def __init__(
         self,
@@ -209,7 +224,19 @@ class GpuRandomResizedCrop(GpuGeometry):
 
 
 class GpuRandomHorizontalFlip:
-    """Flip each image left-right with probability p (a per-sample mask, one torch.where)."""
+    """Flip each image left-right with probability p (a per-sample mask, one torch.where).
+
+    Calling it as op(images, labels, rng) returns the new (images, labels): images a uint8 or
+    float NCHW tensor on any device, labels a (N,) int64 tensor (or soft targets), rng the
+    batch's numpy Generator (fastloader.gpu.ops.gpu_rng).
+
+    Args:
+        p: the probability of a flip, in [0, 1].
+
+    Raises:
+        InvalidArgumentError: p is outside [0, 1].
+        InvalidTypeError: p is not a number.
+    """
 
     def __init__(self, p: float = 0.5) -> None:
         self.p = _check_probability("p", p)
@@ -226,9 +253,21 @@ class GpuRandomHorizontalFlip:
 
 
 class GpuNormalize:
-    """(x / 255 - mean) / std per channel, to `dtype`; mean and std on the 0..1 scale.
+    """(x / 255 - mean) / std per channel, to dtype; uint8 input is scaled by 1/255 first,
+    floating input is taken as already on the 0..1 scale.
 
-    uint8 input is scaled by 1/255 first; floating input is taken as already on 0..1.
+    Calling it as op(images, labels, rng) returns the new (images, labels): images a uint8 or
+    float NCHW tensor on any device, labels a (N,) int64 tensor (or soft targets), rng the
+    batch's numpy Generator (fastloader.gpu.ops.gpu_rng).
+
+    Args:
+        mean: 3 channel means on the 0..1 scale.
+        std: 3 positive channel standard deviations on the 0..1 scale.
+        dtype: the floating output dtype (float32, float16, bfloat16 or float64).
+
+    Raises:
+        InvalidArgumentError: not 3 values, a std <= 0, or a non-floating dtype.
+        InvalidTypeError: mean or std is not a sequence of numbers.
     """
 
     def __init__(
@@ -285,7 +324,18 @@ def _check_channel_values(name: str, values: object, positive: bool) -> tuple[fl
 
 
 class GpuCompose:
-    """Run GpuTransforms in order on one batch; itself a GpuTransform."""
+    """Run GpuTransforms in order on one batch; itself a GpuTransform.
+
+    Calling it as op(images, labels, rng) returns the new (images, labels): images a uint8 or
+    float NCHW tensor on any device, labels a (N,) int64 tensor (or soft targets), rng the
+    batch's numpy Generator (fastloader.gpu.ops.gpu_rng).
+
+    Args:
+        transforms: the ops, each a callable (images, labels, rng) -> (images, labels).
+
+    Raises:
+        InvalidTypeError: transforms is not a sequence of such callables.
+    """
 
     def __init__(self, transforms: Sequence[GpuTransform]) -> None:
         if isinstance(transforms, (str, bytes)) or not isinstance(transforms, Sequence):

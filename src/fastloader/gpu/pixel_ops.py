@@ -54,6 +54,19 @@ class GpuColorJitter:
     Same blends as torchvision's ColorJitter (hue is not supported); the order is fixed, not
     shuffled per image, so the whole batch takes three vectorised blends. uint8 batches are
     processed in float and rounded once at the end.
+
+    Calling it as op(images, labels, rng) returns the new (images, labels): images a uint8 or
+    float NCHW tensor on any device, labels a (N,) int64 tensor (or soft targets), rng the
+    batch's numpy Generator (fastloader.gpu.ops.gpu_rng).
+
+    Args:
+        brightness: a factor range: x gives [max(0, 1 - x), 1 + x]; a pair is (low, high).
+        contrast: as brightness.
+        saturation: as brightness.
+
+    Raises:
+        InvalidArgumentError: a negative amount or an empty range.
+        InvalidTypeError: an amount is not a number or a pair of numbers.
     """
 
     def __init__(
@@ -145,6 +158,18 @@ class GpuMixUp(_BatchMix):
     """MixUp: each image blends with the previous one in the batch by lam ~ Beta(alpha, alpha).
 
     Labels become soft targets (N, num_classes) float, mixed by the same lam.
+
+    Calling it as op(images, labels, rng) returns the new (images, labels): images a uint8 or
+    float NCHW tensor on any device, labels a (N,) int64 tensor (or soft targets), rng the
+    batch's numpy Generator (fastloader.gpu.ops.gpu_rng).
+
+    Args:
+        alpha: the Beta distribution's parameter, > 0.
+        num_classes: classes of the soft targets, >= 1.
+
+    Raises:
+        InvalidArgumentError: alpha <= 0 or num_classes < 1 (and, when called, labels outside
+            0..num_classes-1).
     """
 
     def __call__(
@@ -162,6 +187,18 @@ class GpuCutMix(_BatchMix):
     """CutMix: one box (torchvision v2's rule) of each image comes from the previous image.
 
     lam is corrected to the pasted area, and labels become soft targets mixed by it.
+
+    Calling it as op(images, labels, rng) returns the new (images, labels): images a uint8 or
+    float NCHW tensor on any device, labels a (N,) int64 tensor (or soft targets), rng the
+    batch's numpy Generator (fastloader.gpu.ops.gpu_rng).
+
+    Args:
+        alpha: the Beta distribution's parameter, > 0.
+        num_classes: classes of the soft targets, >= 1.
+
+    Raises:
+        InvalidArgumentError: alpha <= 0 or num_classes < 1 (and, when called, labels outside
+            0..num_classes-1).
     """
 
     def box(self, rng: np.random.Generator, height: int, width: int) -> tuple[int, int, int, int]:

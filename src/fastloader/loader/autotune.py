@@ -29,6 +29,7 @@ state machine fed with times (record_produce, record_consume): tests drive it sy
 
 from __future__ import annotations
 
+import logging
 import statistics
 import threading
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from typing import Any
 
 from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument
+
+log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 
 AUTO = "auto"
 WARMUP_BATCHES = 1  # after a change of setting (thread pool restart, caches), not measured
@@ -222,6 +225,9 @@ class AutoTuner:
         medians = {t: self._median(t) for t in self._samples}
         self.measured.update(medians)
         if medians[rival] <= GAIN * medians[self._current] or self._keeps_up(medians[rival]):
+            log.info("autotune: %d decode threads are as fast as %d or keep up (%.3f vs "
+                     "%.3f ms/image): stepping down", rival, self._current,
+                     1000 * medians[rival], 1000 * medians[self._current])
             self._current = rival  # as fast, or fast enough, with fewer threads: step down
             self._samples = {rival: self._samples[rival][-MEASURE_BATCHES:]}
             self._probe_below()  # the rival's block just ran: it is the fresh baseline
@@ -258,6 +264,8 @@ class AutoTuner:
         self._reset_window()
         if consumer_waited and producer_blocked and self.prefetch * 2 <= self.max_prefetch:
             self.prefetch *= 2
+            log.info("autotune: the consumer waited on a bursty producer: prefetch -> %d",
+                     self.prefetch)
             return
         self._end_phase()
 
@@ -272,6 +280,9 @@ class AutoTuner:
             return
         self.state = "settled"
         self.settled_after = self.batches_seen
+        log.info("autotune: settled after %d batches on %d decode threads, prefetch %d "
+                 "(measured ms/image per thread count: %s)", self.batches_seen, self.threads,
+                 self.prefetch, {t: round(v * 1000, 4) for t, v in sorted(self.measured.items())})
 
     def summary(self) -> dict[str, Any]:
         """State, current setting and the measured ms per image per thread count."""

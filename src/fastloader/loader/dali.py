@@ -53,12 +53,38 @@ class _WeakSource:
 class DaliLoader(FastLoader):
     """Iterate (images NCHW, labels int64) batches of a packed dataset through a DALI pipeline.
 
-    Arguments mean what they mean for FastLoader. `device` "cuda[:k]" decodes with nvJPEG
-    (DALI "mixed" operators) straight to that GPU; "cpu" (the default without CUDA) runs DALI's
-    CPU operators with no CUDA context. `gpu_transforms` (fastloader.gpu.ops) run on the
-    output batch on `device`, seeded by (seed, epoch, batch, rank). `roi_decode=False` decodes
-    whole images and then slices the planned box: more decode work, but DALI's docs say ROI
-    decoding turns the A100/H100 hardware JPEG decoder off, so it can win there (measure).
+    Built by FastLoader(..., backend="dali"); the arguments mean what they mean for FastLoader.
+    device "cuda[:k]" decodes with nvJPEG (DALI "mixed" operators) straight to that GPU; "cpu"
+    (the default without CUDA) runs DALI's CPU operators with no CUDA context. gpu_transforms
+    (fastloader.gpu.ops) run on the output batch on device, seeded by (seed, epoch, batch, rank).
+
+    Args:
+        data: a packed dataset folder or an open PackedDataset.
+        batch_size: samples per batch, >= 1.
+        shuffle: a new order each epoch.
+        seed: the seed of the order and of the planned crops and flips.
+        transforms: CPU transforms, planned by fastloader and decoded by DALI.
+        normalize: (mean, std) as for FastLoader; None gives uint8.
+        dtype: the floating output dtype with normalize.
+        device: "cuda[:k]" or "cpu".
+        num_threads: DALI's CPU threads (None or "auto": the cores of this rank).
+        drop_last: drop each rank's last partial batch.
+        rank: this process's rank.
+        world_size: the number of ranks.
+        prefetch: DALI's prefetch queue depth.
+        gpu_transforms: fastloader.gpu ops run after decode on device.
+        roi_decode: decode only the planned box (False decodes whole images and slices: more
+            work, but DALI's docs say ROI decoding turns the A100/H100 hardware decoder off).
+        on_error: only "raise" (DALI stops at a bad record).
+        backend: only "dali".
+        memory_budget: not used by DALI (must stay None).
+        **dataloader_kwargs: refused (named in the error).
+
+    Raises:
+        OptionalDependencyError: NVIDIA DALI is not installed.
+        InvalidArgumentError: an argument is out of range or not supported by DALI.
+        InvalidTypeError: an argument has the wrong type.
+        DecodeError: while iterating, DALI could not decode a record.
     """
 
     def __init__(

@@ -39,12 +39,60 @@ class FastLoader:
     ring while the consumer waits on a bursty producer, never beyond `memory_budget` bytes of
     ring (512 MiB by default). stats() shows the choice.
 
+    `on_error`: "raise" (default) stops at the first undecodable or corrupt record, naming it;
+    "skip" replaces it with the next good record and counts it in stats(). `max_skips` (packed
+    loader) is skip's error budget per pass: a count, or a fraction of the pass's samples;
+    past it the pass fails naming every skipped record. Skips, autotune decisions and
+    fallbacks are logged on the "fastloader" logger (logging.getLogger("fastloader")).
+
     `backend`: "auto" (native decode, Pillow when the extension is missing), "native" (demand
     the extension), "pillow", or "dali". `gpu_transforms`: fastloader.gpu.ops transforms
     applied batched on `device` after the copy, on uint8 pixels, before normalize.
 
     Each pass follows `sampler.epoch`; a pass that runs to its end advances the epoch by one
     (reshuffling like DataLoader(shuffle=True)); set_epoch(e) chooses it explicitly.
+
+    Args:
+        data: a packed dataset folder (str or PathLike), an open PackedDataset (the caller
+            closes it), or a map-style torch Dataset (the drop-in loader).
+        batch_size: samples per batch, >= 1.
+        shuffle: a new order each epoch, drawn from (seed, epoch).
+        seed: the seed of the order and of every random crop and flip.
+        transforms: CPU transforms fused into decode (RandomResizedCrop, Resize, CenterCrop,
+            RandomHorizontalFlip); None needs images of one size.
+        normalize: (mean, std), 3 values each, in the 0-1 or 0-255 scale; None gives uint8.
+        dtype: the floating output dtype with normalize (default float32).
+        device: "cuda", "cuda:k" or "cpu"; default this process's CUDA device if any.
+        num_threads: decode threads: "auto" (tuned online), an int, or None (all cores of
+            this rank).
+        prefetch: batches decoded ahead: an int >= 1 or "auto".
+        drop_last: drop each rank's last partial batch.
+        rank: this process's rank; default from torch.distributed when initialised, else 0.
+        world_size: the number of ranks (default likewise).
+        on_error: "raise" or "skip" (replace a bad record by the next good one).
+        max_skips: with on_error="skip", the most samples one pass may replace: a count, or
+            a fraction of the pass's samples; None for no limit (packed loader only).
+        backend: "auto", "native", "pillow" or "dali".
+        memory_budget: bytes of ring prefetch="auto" may use (default 512 MiB).
+        gpu_transforms: fastloader.gpu ops run batched on device after the copy.
+        **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
+
+    Returns:
+        FastLoader: a PackedLoader, DaliLoader or DropInLoader. Iterating it yields
+        (images, labels) batches: images (N, 3, H, W) on device, labels (N,) int64.
+
+    Raises:
+        InvalidArgumentError: an argument is out of range or names a wrong choice (the
+            message names it and how to fix it).
+        InvalidTypeError: an argument has the wrong type.
+        DatasetNotFoundError: data is a path with no packed dataset.
+        NativeUnavailableError: backend="native" without the extension.
+        OptionalDependencyError: backend="dali" without NVIDIA DALI installed.
+        DecodeError: while iterating, with on_error="raise", an undecodable record (or, with
+            on_error="skip", more than max_skips of them); it names the record and batch.
+        CorruptRecordError: while iterating, a record fails its read.
+        ProducerError: while iterating, the dataset or a transform raised another exception
+            (chained as its __cause__).
     """
 
     def __new__(cls, data: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -61,19 +109,45 @@ class FastLoader:
         raise NotImplementedError
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch of the next pass."""
+        """Choose the epoch of the next pass (its order, crops and flips).
+
+        Args:
+            epoch: the epoch, >= 0.
+
+        Raises:
+            InvalidArgumentError: epoch < 0.
+        """
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the loader stands, for load_state_dict to resume exactly."""
+        """Where the loader stands, for load_state_dict to resume exactly.
+
+        Returns:
+            dict: epoch, batches done in it, and what a loader must match to load it.
+        """
         raise NotImplementedError
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from a state_dict: the next pass yields exactly the batches left."""
+        """Resume from a state_dict: the next pass yields exactly the batches left.
+
+        Loading during a pass ends that pass. A checkpoint of another rank of the same run
+        loads too: each rank resumes its own shard of the order.
+
+        Args:
+            state: a dict from state_dict() of a loader built with the same arguments.
+
+        Raises:
+            InvalidArgumentError: the state does not match this loader (it names the field).
+            InvalidTypeError: state is not a dict.
+        """
         raise NotImplementedError
 
     def stats(self) -> Any:
-        """Live counters (fastloader.loader.stats.LoaderStats)."""
+        """Live counters.
+
+        Returns:
+            LoaderStats: a snapshot; .as_dict() gives a plain dict.
+        """
         raise NotImplementedError
 
     def close(self) -> None:
@@ -119,6 +193,10 @@ def _loader_class(data: Any, backend: Any) -> type[FastLoader]:
 
 def refuse_dataloader_kwargs(dataloader_kwargs: dict[str, Any], path: str) -> None:
     """The packed paths take no DataLoader-only keyword: name the first one given."""
+    if "max_skips" in dataloader_kwargs:  # a packed-loader keyword, not a DataLoader one
+        raise invalid_argument(
+            "max_skips", dataloader_kwargs["max_skips"], f"the {path} has no on_error='skip'",
+            "Drop max_skips; it bounds the packed loader's skipped records.")
     if dataloader_kwargs:
         name = sorted(dataloader_kwargs)[0]
         raise invalid_argument(

@@ -20,6 +20,7 @@ from fastloader.loader.loader import BACKENDS, FastLoader, refuse_dataloader_kwa
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.pipeline import EpochPlan, Producer
 from fastloader.loader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
+from fastloader.loader.skips import check_max_skips
 from fastloader.loader.stats import Counters, LoaderStats
 
 
@@ -46,6 +47,7 @@ class PackedLoader(FastLoader):
         rank: int | None = None,
         world_size: int | None = None,
         on_error: str = "raise",
+        max_skips: int | float | None = None,
         backend: str = "auto",
         memory_budget: int | None = None,
         gpu_transforms: Any = None,
@@ -53,6 +55,7 @@ class PackedLoader(FastLoader):
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
         refuse_dataloader_kwargs(dataloader_kwargs, "packed path")
+        self.max_skips = check_max_skips(max_skips, on_error)  # on_error="skip"'s budget
         if backend not in BACKENDS or backend == "dali":
             raise invalid_argument("backend", backend, "is not a backend of the packed loader",
                                    "Pass 'auto', 'native' or 'pillow' (FastLoader(..., "
@@ -139,7 +142,7 @@ class PackedLoader(FastLoader):
         tuner = self._tuner if self._tuner.state == "measuring" else None
         producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
                             self._counters, self.on_error, epoch_plan, tuner,
-                            self._step.planar).start()
+                            self._step.planar, self.max_skips).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)

@@ -6,11 +6,15 @@ reads and plans batch b + 1 while batch b decodes (GIL released), so the decode 
 not idle through that Python work between batches. With an
 AutoTuner it applies the tuner's setting (decode threads, ring depth) between batches and
 reports each batch's own time and its wait for a slot.
+
+An error on either thread ends the pass; the consumer's next() raises it chained to the
+original, naming the stage ("read", "plan", "decode", "slot wait", "tune") and the batch.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -23,14 +27,16 @@ import numpy as np
 
 from fastloader.decode.augment import Transform, batch_rng, plan
 from fastloader.decode.decode import BatchDecoder
-from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError
+from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError, ProducerError
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.autotune import AutoTuner, Setting
 from fastloader.loader.memory import BatchRing
+from fastloader.loader.skips import SkipBudget
 from fastloader.loader.stats import Counters, Timer
 
 SKIP_ATTEMPTS = 16  # replacement candidates tried for one bad sample under on_error="skip"
 _thread_ids = itertools.count()
+log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 
 
 @dataclass(frozen=True)
@@ -74,10 +80,45 @@ class _Prepared:
 
 
 class _Done:
-    """Queue sentinel: the producer finished (error is set when it failed)."""
+    """Queue sentinel: the producer finished (error is set when it failed, with where)."""
 
-    def __init__(self, error: BaseException | None = None) -> None:
+    def __init__(self, error: BaseException | None = None, stage: str = "",
+                 batch: int = -1) -> None:
         self.error = error
+        self.stage = stage
+        self.batch = batch
+
+
+class _StageError(Exception):
+    """The helper thread's failure in one stage of one batch; the original is __cause__."""
+
+    def __init__(self, stage: str, batch: int) -> None:
+        super().__init__(f"{stage} failed on batch {batch}")
+        self.stage = stage
+        self.batch = batch
+
+
+def producer_error(error: BaseException, stage: str, batch: int) -> BaseException:
+    """The error to raise in the consumer for `error` raised on the producer's side.
+
+    A fastloader error keeps its type (callers catch DecodeError, CorruptRecordError) and
+    gains where it happened; any other exception becomes a ProducerError. Both are chained to
+    the original (raise ... from error), whose traceback shows the producer's frames.
+    KeyboardInterrupt and the like pass through as they are.
+    """
+    if not isinstance(error, Exception):
+        return error
+    where = f"[fastloader producer: stage {stage!r}, batch {batch}]"
+    if isinstance(error, FastloaderError):
+        try:
+            wrapped: Exception = type(error)(f"{error} {where}")
+        except Exception:  # a subclass with another constructor
+            wrapped = ProducerError(f"{type(error).__name__}: {error} {where}")
+    else:
+        wrapped = ProducerError(f"{type(error).__name__}: {error} {where}. The dataset or a "
+                                "transform raised it while a batch was prepared.")
+    wrapped.__cause__ = error
+    return wrapped
 
 
 class Producer:
@@ -94,8 +135,11 @@ class Producer:
         epoch_plan: EpochPlan,
         tuner: AutoTuner | None = None,
         planar: PlanarSpec | None = None,
+        max_skips: int | float | None = None,
     ) -> None:
         self.dataset = dataset
+        self.budget = SkipBudget(max_skips, len(epoch_plan.indices))
+        self._where = ("start", epoch_plan.start)  # (stage, batch) the producer is in
         self.tuner = tuner
         self.transforms = tuple(transforms)
         self.decoder = decoder
@@ -125,26 +169,33 @@ class Producer:
             upcoming = self._prepare_later(helper, self.plan.start)
             for b in range(self.plan.start, self.plan.num_batches):
                 if self.tuner is not None:
+                    self._where = ("tune", b)
                     self._apply(self.tuner.setting())
                 slot_started = time.perf_counter()
+                self._where = ("slot wait", b)
                 with Timer(self.counters, "slot_wait"):
                     slot = self.ring.acquire(self.stop_event)
                 if slot is None:
                     break
                 fill_started = time.perf_counter()
                 try:
+                    self._where = ("read", b)  # or plan: _prepare re-raises with its stage
                     prepared = upcoming.result()  # batch b's own read errors surface here
                     upcoming = self._prepare_later(helper, b + 1)
+                    self._where = ("decode", b)
                     ready = self._fill(b, slot, prepared)
                 except BaseException:
                     self.ring.release(slot)
                     raise
                 if self.tuner is not None:
+                    self._where = ("tune", b)
                     self.tuner.record_produce(time.perf_counter() - fill_started,
                                               fill_started - slot_started, ready.count)
                 self.ready.put(ready)
+        except _StageError as exc:  # the helper thread's read or plan failed
+            outcome = _Done(exc.__cause__, exc.stage, exc.batch)
         except BaseException as exc:  # handed to the consumer, raised in the training loop
-            outcome = _Done(exc)
+            outcome = _Done(exc, *self._where)
         finally:
             helper.shutdown(wait=True, cancel_futures=True)
             self.counters.add_time("producer", time.perf_counter() - started)
@@ -169,12 +220,18 @@ class Producer:
     def _prepare(self, b: int) -> _Prepared:
         """Read and plan batch b (on the helper thread, while the previous batch decodes)."""
         samples = self.plan.batch(b).copy()
-        with Timer(self.counters, "read"):
-            records, failures = self._read(samples)
-            tiles = self.dataset.tile_batch(samples)
-        with Timer(self.counters, "plan"):
-            rng = batch_rng(self.plan.seed, self.plan.epoch, b, self.plan.rank)
-            crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
+        try:
+            with Timer(self.counters, "read"):
+                records, failures = self._read(samples)
+                tiles = self.dataset.tile_batch(samples)
+        except Exception as exc:
+            raise _StageError("read", b) from exc
+        try:
+            with Timer(self.counters, "plan"):
+                rng = batch_rng(self.plan.seed, self.plan.epoch, b, self.plan.rank)
+                crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
+        except Exception as exc:
+            raise _StageError("plan", b) from exc
         return _Prepared(samples, records, failures, crops, flips, tiles)
 
     def _fill(self, b: int, slot: int, prepared: _Prepared) -> ReadyBatch:
@@ -223,7 +280,11 @@ class Producer:
                 f"{error} (batch {b}, position {k}). Repack or remove that source file, or "
                 "pass on_error='skip' to replace bad samples and count them in stats()."
             ) from error
-        self.counters.add_skip(self.dataset.describe(sample))
+        description = self.dataset.describe(sample)
+        self.counters.add_skip(description)
+        log.warning("on_error='skip': %s (batch %d, position %d) replaced: %s",
+                    description, b, k, error)
+        self.budget.spend(description)
         n = len(self.dataset)
         for attempt in range(1, SKIP_ATTEMPTS + 1):
             candidate = (sample + attempt) % n
@@ -238,6 +299,7 @@ class Producer:
             tiles = self.dataset.tile_batch([candidate])
             if self.decoder.decode_into([record], crops, flips, out[k : k + 1], tiles,
                                         **self._planar_kwargs(images, k, k + 1))[0] is None:
+                log.info("replacement for %s: record %d", description, candidate)
                 return candidate
         raise DecodeError(
             f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
@@ -261,7 +323,7 @@ class Producer:
             counters.add_time("wait", time.perf_counter() - started)
         if isinstance(item, _Done):
             if item.error is not None:
-                raise item.error
+                raise producer_error(item.error, item.stage, item.batch)
             return None
         return item
 

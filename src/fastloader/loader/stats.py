@@ -29,6 +29,19 @@ class LoaderStats:
     copy_s (device step: H2D copy issue + NCHW layout + normalize on CUDA; on the CPU only
     handing over the batch the producer already laid out), active_s (time iterating).
     num_threads and prefetch are the current values (the autotuner's choice when "auto").
+
+    Attributes:
+        images: images delivered.
+        batches: batches delivered.
+        skipped: records replaced under on_error="skip".
+        images_per_s: images / active_s.
+        queue_depth: decoded batches waiting for the consumer now.
+        ring_slots: slots of the ring (prefetch + 1).
+        ring_bytes: bytes the ring holds.
+        pinned: whether the ring is in pinned memory (CUDA).
+        backend: the decode path in use ("native", "pillow" or "dali").
+        autotune_state: "off", "measuring" or "settled".
+        skipped_samples: where the first 32 skipped records live.
     """
 
     images: int

@@ -39,7 +39,7 @@ def check_tiles_option(tiles_on: Any, restart_mcus: Any) -> dict[str, int] | Non
     if not tiles_on:
         return None
     try:
-        tiles._core()
+        tiles.require_extension()
     except NativeUnavailableError as exc:
         raise PackError(f"tiles=True needs the native extension: {exc}") from None
     return {"version": TILES_VERSION, "restart_mcus": limit}

@@ -27,7 +27,7 @@ from fastloader.errors import FastloaderError, NativeUnavailableError
 def native_available() -> bool:
     """Whether the tile checks can run (they need the compiled extension)."""
     try:
-        tiles._core()
+        tiles.require_extension()
     except NativeUnavailableError:
         return False
     return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import signal
 import sys
@@ -35,6 +36,7 @@ from fastloader.pack.validate import Prepared, prepare
 
 DEFAULT_SHARD_SIZE = 256 << 20
 SKIPPED_NAME = "skipped.json"
+log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 # Test hook: SIGKILL this process right after this many shards are journaled in one run, so a
 # test can check that a killed pack leaves no dataset and that --resume finishes it.
 KILL_AFTER_SHARDS_ENV = "FASTLOADER_PACK_TEST_KILL_AFTER_SHARDS"
@@ -130,6 +132,7 @@ class _ShardBuilder:
         if prepared.data is None:
             self.consumed.append([source.relpath, source.size, source.mtime_ns])
             self.skipped.append([source.relpath, prepared.error or "unknown error"])
+            log.warning("pack: skipped %s: %s", source.relpath, self.skipped[-1][1])
             return
         if self.data and self.size + len(prepared.data) > self.shard_size:
             self.flush()
@@ -318,16 +321,38 @@ def pack(
     tiles: bool = False,
     restart_mcus: int = tiling.tiles.DEFAULT_RESTART_MCUS,
 ) -> Manifest:
-    """Pack the ImageFolder tree at src into a sharded dataset folder dst; return its manifest.
+    """Pack the ImageFolder tree at src into a sharded dataset folder dst.
 
-    format: "lmdb" | "hdf5" | None (from dst's suffix .lmdb/.h5/.hdf5). Records keep the
-    original bytes unless max_side is set and an image is larger (then JPEG at quality).
-    Unreadable images are skipped and listed in dst/skipped.json (strict=True: PackError).
-    dst appears only when complete; resume=True reuses the finished shards of a killed pack.
-    progress(files_done, files_total, bytes_done) is called per file; quiet=False shows a
-    tqdm bar when stderr is a terminal. tiles=True repacks JPEGs losslessly as restart-tiled
-    records (decode-aware packing, needs the native extension; see pack/tiling.py) with
-    restart segments of at most restart_mcus MCUs.
+    Records keep the original bytes unless max_side is set and an image is larger (then JPEG at
+    quality). Unreadable images are skipped and listed in dst/skipped.json. dst appears only when
+    complete (built in a hidden staging folder, renamed last).
+
+    Args:
+        src: the image tree, src/<class>/<images> (found recursively; hidden and non-image files
+            are ignored).
+        dst: the dataset folder to create, NAME.lmdb or NAME.h5.
+        format: "lmdb", "hdf5" or None (from dst's suffix).
+        shard_size: bytes per shard file.
+        workers: processes that read and check images (None: every usable core).
+        max_side: re-encode images whose longer side exceeds it, as JPEG; None keeps all bytes.
+        quality: the JPEG quality of those re-encodes, 1-100.
+        overwrite: replace dst if it is a packed dataset.
+        resume: reuse the finished shards of an interrupted pack of the same src and options.
+        strict: fail on the first unreadable image instead of skipping it.
+        quiet: no progress bar (quiet=False shows tqdm's when stderr is a terminal).
+        progress: called as progress(files_done, files_total, bytes_done) after each file.
+        tiles: repack JPEGs losslessly as restart-tiled records (decode-aware packing; needs
+            the native extension), so crops decode only the segments they cover.
+        restart_mcus: with tiles, at most this many MCUs per restart segment.
+
+    Returns:
+        Manifest: what was written (also in dst/manifest.json).
+
+    Raises:
+        PackError: a bad source or destination, no decodable image, tiles without the
+            extension, or (strict=True) an unreadable image.
+        InvalidArgumentError: an option is out of range.
+        OSError: the disk filled or a file could not be written (rerun with resume=True).
     """
     shard_size, workers, max_side, quality = _check_options(shard_size, workers, max_side, quality)
     tile_option = tiling.check_tiles_option(tiles, restart_mcus)

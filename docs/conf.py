@@ -1,0 +1,17 @@
+"""Sphinx configuration of fastloader's API reference (built by `make docs`, warnings are
+errors)."""
+
+import fastloader
+
+project = "fastloader"
+author = "fastloader authors"
+release = fastloader.__version__
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_ivar = True  # dataclass Attributes as fields, not duplicate attribute entries
+autodoc_typehints = "description"
+autodoc_member_order = "bysource"
+autodoc_default_options = {"undoc-members": False}
+html_theme = "alabaster"
+exclude_patterns = ["_build"]

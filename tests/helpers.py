@@ -1,0 +1,183 @@
+"""Helpers shared by the tests: reference decodes, packed trees, batch collectors, damage.
+
+Test modules import from here (and from the data generators imagegen, treegen, jpeg_corpus),
+never from one another. Subprocess scripts import from here too.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from imagegen import encode, make_tree
+from jpeg_corpus import photo_jpeg, random_boxes
+
+# ImageNet's channel statistics in the 0-1 scale, as torchvision writes them.
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+BAD = 5  # the record damaged() breaks
+
+
+def train_transforms(size: int = 24) -> list[Any]:
+    """RandomResizedCrop(size) + RandomHorizontalFlip: the usual training pipeline."""
+    from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
+
+    return [RandomResizedCrop(size), RandomHorizontalFlip()]
+
+
+TRAIN = tuple(train_transforms())
+
+
+def packed_tree(root: Path, classes: int = 3, per_class: int = 8, **pack_options: Any) -> Path:
+    """Pack a tiny ImageFolder tree (sizes vary per image) into root/data.lmdb."""
+    from fastloader.pack.write import pack
+
+    make_tree(root / "tree", classes=classes, per_class=per_class)
+    options: dict[str, Any] = {"workers": 1, "quiet": True, **pack_options}
+    pack(root / "tree", root / "data.lmdb", **options)
+    return root / "data.lmdb"
+
+
+def collect(loader: Any) -> list[tuple[Any, Any]]:
+    """One pass of a loader, each batch cloned (ring slots and pooled buffers are reused)."""
+    return [(images.clone(), labels.clone()) for images, labels in loader]
+
+
+def same_batches(a: list, b: list) -> bool:
+    """True when two collected passes have equal images and labels, batch by batch."""
+    import torch
+
+    return len(a) == len(b) and all(
+        torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b, strict=True)
+    )
+
+
+def pillow_reference(data: bytes, crop=None, size=None, flip=False) -> np.ndarray:
+    """The documented decode semantics, spelled out with Pillow alone."""
+    im = Image.open(io.BytesIO(data)).convert("RGB")
+    if crop is not None:
+        top, left, h, w = crop
+        im = im.crop((left, top, left + w, top + h))
+    if size is not None:
+        im = im.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+    if flip:
+        im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    return np.asarray(im)
+
+
+def pillow_pixels(data: bytes | memoryview) -> np.ndarray:
+    """Decode with Pillow in the image's own mode (no conversion): for lossless comparisons."""
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image)
+
+
+def png_bytes(seed: int) -> bytes:
+    """A 50x70 PNG of random pixels."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (50, 70, 3), dtype=np.uint8)
+    return encode(pixels, "PNG")
+
+
+def make_batch(n: int = 24, seed: int = 0):
+    """A mixed decode batch: baseline and progressive JPEGs, every sixth a PNG; crops, flips."""
+    rng = np.random.default_rng(seed)
+    records, crops = [], []
+    for k in range(n):
+        if k % 6 == 5:
+            records.append(png_bytes(k))
+            crops.append(random_boxes(rng, 50, 70, 1)[0])
+        else:
+            records.append(memoryview(photo_jpeg(120, 160, seed=k, progressive=k % 4 == 1)))
+            crops.append(random_boxes(rng, 120, 160, 1)[0])
+    flips = rng.integers(0, 2, n).astype(bool)
+    return records, np.array(crops, np.int32), flips
+
+
+def damaged(path: Path, how: str) -> Any:
+    """The packed dataset with record BAD replaced by garbage, or failing its read."""
+    from fastloader.errors import CorruptRecordError
+    from fastloader.format.dataset import open_dataset
+
+    dataset = open_dataset(path)
+    good = dataset.record
+
+    def record(i: int, verify: bool = False) -> object:
+        if i != BAD:
+            return good(i)
+        if how == "garbage":
+            return b"\xff\xd8\xff\xe0 this is not a JPEG" + bytes(64)
+        raise CorruptRecordError(f"{dataset.describe(i)} fails its crc32 check")
+
+    dataset.record = record
+    return dataset
+
+
+# -- SIMD against scalar kernels: one subprocess with FASTLOADER_RESIZE_SCALAR=1 ------------
+
+RESIZE_SOURCE = (120, 160)  # (height, width) of the resize test photo
+# (crop (top, left, h, w), output (h, w)): up- and downscale on each axis, one axis unchanged,
+# odd and tiny sizes, and downscales past 2.5x (windows wider than the 5-tap SIMD kernel).
+RESIZE_CASES = [
+    ((0, 0, 120, 160), (224, 224)),
+    ((10, 7, 37, 53), (224, 224)),
+    ((5, 3, 110, 150), (61, 47)),
+    ((0, 0, 120, 160), (120, 77)),
+    ((0, 0, 120, 160), (45, 160)),
+    ((20, 30, 90, 101), (90, 33)),
+    ((1, 2, 100, 9), (31, 200)),
+    ((3, 4, 7, 150), (150, 7)),
+    ((0, 0, 120, 160), (11, 13)),
+    ((0, 0, 120, 160), (1, 1)),
+    ((50, 60, 1, 1), (5, 3)),
+    ((2, 2, 115, 140), (40, 150)),
+    ((2, 2, 115, 140), (150, 40)),
+    ((0, 1, 119, 158), (100, 97)),
+]
+PLANAR_OUT = (37, 45)  # odd sizes: the vector kernels' scalar tail runs too
+
+
+def resize_photo() -> bytes:
+    return photo_jpeg(*RESIZE_SOURCE, seed=11)
+
+
+def native_resizes(data: bytes) -> list[np.ndarray]:
+    """The native decode of every RESIZE_CASES crop, unflipped and flipped (no DCT scaling)."""
+    from fastloader.decode import _native
+
+    core = _native.require_native()
+    outs = []
+    for crop, size in RESIZE_CASES:
+        for flip in (False, True):
+            out = np.empty((*size, 3), np.uint8)
+            assert core.decode_into(data, crop, flip, out, dct_scaling=False) is None
+            outs.append(out)
+    return outs
+
+
+def decode_planar(threads: int = 2, n: int = 24, dtype: type = np.float32):
+    """make_batch(n) decoded to NHWC `out` and, fused, to normalized NCHW `planar`."""
+    import torch
+
+    from fastloader.decode.decode import BatchDecoder
+    from fastloader.gpu.device import DeviceStep
+
+    records, crops, flips = make_batch(n)
+    out = np.empty((n, *PLANAR_OUT, 3), np.uint8)
+    planar = np.full((n, 3, *PLANAR_OUT), 7, dtype)
+    spec = DeviceStep(torch.device("cpu"), (MEAN, STD), None).planar
+    assert spec is not None
+    affine = {"scale": spec.scale, "shift": spec.shift} if dtype == np.float32 else {}
+    with BatchDecoder(num_threads=threads) as decoder:
+        errors = decoder.decode_into(records, crops, flips, out, planar=planar, **affine)
+    assert errors == [None] * n
+    return out, planar, spec
+
+
+def kernel_outputs() -> dict[str, np.ndarray]:
+    """Everything the SIMD kernels compute, for one process's run (resize and normalize)."""
+    outputs = {f"resize_{k}": a for k, a in enumerate(native_resizes(resize_photo()))}
+    outputs["planar"] = decode_planar()[1]
+    return outputs
+
