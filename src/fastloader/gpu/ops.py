@@ -78,8 +78,12 @@ def check_labels(labels: object, batch: int) -> torch.Tensor:
 
 
 def as_working_float(images: torch.Tensor) -> torch.Tensor:
-    """The batch as float32 (or its own float dtype) for arithmetic, values unchanged."""
-    return images if images.dtype.is_floating_point else images.float()
+    """The batch as float32 (float64 stays) for arithmetic, values unchanged.
+
+    Half-precision batches are widened too: bf16 has 8 significant bits, too few for means,
+    blends and sampling grids; the result is cast back once (back_to_dtype).
+    """
+    return images if images.dtype == torch.float64 else images.float()
 
 
 def back_to_dtype(result: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -131,11 +135,16 @@ def resized_crop(
     size: tuple[int, int],
     flips: np.ndarray | None = None,
     mode: str = "bilinear",
+    antialias: bool = False,
 ) -> torch.Tensor:
     """Crop box k (top, left, h, w) of image k, resize it to `size` and optionally flip it.
 
-    One affine_grid + grid_sample for the whole batch; samples outside the image take the
-    nearest border pixel. No antialiasing: strong downscales alias (decode-time crops do not).
+    antialias=False: one affine_grid + grid_sample for the whole batch; samples outside the
+    image take the nearest border pixel; strong downscales alias. antialias=True (bilinear
+    only): the decode path's resize, Pillow's triangle filter widened by the downscale factor
+    over the box alone, as two batched matmuls with per-sample weight matrices.
+    Both sample in float32 (float64 images in float64) whatever the image dtype (bf16 cannot
+    even hold the grid: 499 rounds to 500) and cast once at the end.
     """
     check_images(images)
     boxes = np.asarray(boxes)
@@ -144,25 +153,66 @@ def resized_crop(
             "boxes.shape", boxes.shape, f"must be ({images.shape[0]}, 4) rows of (top, left, h, w)",
             "Pass one crop box per image.",
         )
-    if flips is None:
-        flips = np.zeros(len(boxes), bool)
-    height, width = images.shape[2], images.shape[3]
-    work = as_working_float(images)
-    thetas = crop_thetas(boxes, np.asarray(flips, bool), height, width)
-    theta = host_tensor(thetas, work, work.dtype)
-    grid = F.affine_grid(theta, [images.shape[0], images.shape[1], *size], align_corners=False)
-    out = F.grid_sample(work, grid, mode=mode, padding_mode="border", align_corners=False)
+    flips = np.zeros(len(boxes), bool) if flips is None else np.asarray(flips, bool)
+    work = as_working_float(images)  # float32 (float64 stays), never half precision
+    if antialias and mode == "bilinear":
+        out = _antialiased_crop(work, boxes, size, flips)
+    else:
+        height, width = images.shape[2], images.shape[3]
+        theta = host_tensor(crop_thetas(boxes, flips, height, width), work, work.dtype)
+        grid = F.affine_grid(theta, [images.shape[0], images.shape[1], *size],
+                             align_corners=False)
+        out = F.grid_sample(work, grid, mode=mode, padding_mode="border", align_corners=False)
     return back_to_dtype(out, images.dtype)
+
+
+def resize_weights(starts: torch.Tensor, lengths: torch.Tensor, out: int, size: int,
+                   flips: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, out, size) float32 rows of Pillow's antialiased bilinear taps along one axis.
+
+    Output j of sample k covers input [start, start + length) (float64 tensors on the
+    images' device): centre c = (j + 0.5) * length / out, support s = max(length / out, 1),
+    weight of pixel x (relative to start) = max(0, 1 - |x + 0.5 - c| / s), zero outside the
+    box, each row normalized to sum 1. A flipped sample takes its rows in reverse order.
+    Built in float64 (a centre near 5000 has float32 steps of 5e-4 px), returned as float32.
+    """
+    scale = (lengths / out).view(-1, 1, 1)
+    support = scale.clamp(min=1.0)
+    centre = (torch.arange(out, dtype=torch.float64, device=starts.device).view(1, -1, 1)
+              + 0.5) * scale
+    rel = torch.arange(size, dtype=torch.float64, device=starts.device).view(1, 1, -1) \
+        - starts.view(-1, 1, 1)
+    weights = (1.0 - ((rel + 0.5 - centre).abs() / support)).clamp(min=0.0)
+    weights = weights * ((rel >= 0) & (rel < lengths.view(-1, 1, 1)))
+    weights = weights / weights.sum(dim=2, keepdim=True).clamp(min=1e-12)
+    if flips is not None:
+        weights = torch.where(flips.view(-1, 1, 1), weights.flip(1), weights)
+    return weights.float()
+
+
+def _antialiased_crop(work: torch.Tensor, boxes: np.ndarray, size: tuple[int, int],
+                      flips: np.ndarray) -> torch.Tensor:
+    """Crop + antialiased resize + flip of a float32 batch: rows then columns, as matmuls."""
+    params = host_tensor(boxes.astype(np.float64), work, torch.float64)
+    flip_mask = host_tensor(flips, work, torch.bool)
+    rows = resize_weights(params[:, 0], params[:, 2], size[0], work.shape[2])
+    cols = resize_weights(params[:, 1], params[:, 3], size[1], work.shape[3], flip_mask)
+    # (N,C,H,W) @ (N,1,W,w) -> (N,C,H,w); (N,1,h,H) @ that -> (N,C,h,w).
+    rows, cols = rows.to(work.dtype), cols.to(work.dtype)
+    return rows.unsqueeze(1) @ (work @ cols.transpose(1, 2).unsqueeze(1))
 
 
 class GpuGeometry:
     """Decode-time transforms (fastloader.decode.augment) applied to an already-decoded batch.
 
-    Boxes and flips come from fastloader.decode.augment.plan, the very planner the decode path uses,
-    treating every image as height x width; one grid_sample then crops, resizes and flips.
+    Boxes and flips come from fastloader.decode.augment.plan, the very planner the decode path
+    uses, treating every image as height x width. Bilinear with antialias (the default) resizes
+    like the decode path (Pillow's filter, antialiased on downscale); antialias=False or another
+    mode takes one grid_sample, which aliases on strong downscales.
     """
 
-    def __init__(self, transforms: Sequence[object], mode: str = "bilinear") -> None:
+    def __init__(self, transforms: Sequence[object], mode: str = "bilinear",
+                 antialias: bool = True) -> None:
         from fastloader.decode.augment import check_transforms
 
         self.transforms = check_transforms(list(transforms))
@@ -171,6 +221,9 @@ class GpuGeometry:
                 "mode", mode, "must be 'bilinear', 'nearest' or 'bicubic'", "Pick one of those."
             )
         self.mode = mode
+        if not isinstance(antialias, bool):
+            raise invalid_type("antialias", antialias, "a bool")
+        self.antialias = antialias
 
     def plan(
         self, rng: np.random.Generator, count: int, height: int, width: int
@@ -187,7 +240,8 @@ class GpuGeometry:
         boxes, flips, size = self.plan(rng, images.shape[0], images.shape[2], images.shape[3])
         if images.shape[0] == 0:
             return images, labels
-        return resized_crop(images, boxes, size, flips, mode=self.mode), labels
+        return resized_crop(images, boxes, size, flips, mode=self.mode,
+                            antialias=self.antialias), labels
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self.transforms)!r})"
@@ -202,10 +256,12 @@ class GpuRandomResizedCrop(GpuGeometry):
         scale: tuple[float, float] = (0.08, 1.0),
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         mode: str = "bilinear",
+        antialias: bool = True,
     ) -> None:
         from fastloader.decode.augment import RandomResizedCrop
 
-        super().__init__([RandomResizedCrop(size, scale=scale, ratio=ratio)], mode=mode)
+        super().__init__([RandomResizedCrop(size, scale=scale, ratio=ratio)], mode=mode,
+                         antialias=antialias)
 
 
 class GpuRandomHorizontalFlip:
@@ -267,9 +323,10 @@ class GpuNormalize:
         check_images(images, channels=len(self.mean))
         scale = 1.0 / 255.0 if images.dtype == torch.uint8 else 1.0
         shift, multiplier = self._on(images.device, scale)
-        # One fused multiply-add: x * (scale / std) - mean / std.
-        out = torch.addcmul(shift, images.to(torch.float32), multiplier)
-        return out.to(self.dtype), labels
+        # One fused multiply-add, x * (scale / std) - mean / std: read in the input dtype,
+        # computed in float32, written once in self.dtype (no float32 batch in between).
+        out = torch.empty_like(images, dtype=self.dtype)
+        return torch.addcmul(shift, images, multiplier, out=out), labels
 
     def __repr__(self) -> str:
         return f"GpuNormalize(mean={self.mean}, std={self.std}, dtype={self.dtype})"
@@ -306,16 +363,33 @@ class GpuCompose:
         return f"GpuCompose({self.transforms!r})"
 
 
+class GpuLayout:
+    """Make the batch `memory_format` (e.g. torch.channels_last); a no-op when it already is."""
+
+    def __init__(self, memory_format: torch.memory_format) -> None:
+        self.memory_format = memory_format
+
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return images.contiguous(memory_format=self.memory_format), labels
+
+    def __repr__(self) -> str:
+        return f"GpuLayout({self.memory_format})"
+
+
 def device_ops(
     gpu_transforms: Sequence[GpuTransform] | None,
     constants: tuple[np.ndarray, np.ndarray] | None,
     dtype: torch.dtype,
+    memory_format: torch.memory_format | None = None,
 ) -> GpuCompose | None:
     """What a loader runs on the device after the copy: the gpu_transforms, then normalize.
 
     The ops see uint8 pixels, not normalized values, so normalize (mean, std in the 0-255
-    scale, as device.normalize_constants gives them) is appended last. None without ops:
-    the loader's own copy step normalizes then.
+    scale, as device.normalize_constants gives them) is appended last, writing `dtype`
+    directly, then the layout when channels_last is asked. None without ops: the loader's
+    own copy step normalizes (and lays out) then.
     """
     if not gpu_transforms:
         return None
@@ -323,6 +397,8 @@ def device_ops(
     if constants is not None:
         mean, std = constants
         ops.append(GpuNormalize(tuple(mean / 255.0), tuple(std / 255.0), dtype=dtype))
+    if memory_format is not None and memory_format != torch.contiguous_format:
+        ops.append(GpuLayout(memory_format))
     return GpuCompose(ops)
 
 
