@@ -8,7 +8,6 @@ out-of-bounds boxes for the transposing orientations 5-8 on a non-square image).
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any
 
 import numpy as np

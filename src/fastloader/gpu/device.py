@@ -86,7 +86,7 @@ def resolve_memory_format(memory_format: object) -> torch.memory_format:
         raise invalid_argument("memory_format", memory_format,
                                "must be torch.contiguous_format or torch.channels_last",
                                "Pass memory_format=torch.channels_last for NHWC-strided output.")
-    return memory_format  # type: ignore[return-value]
+    return memory_format
 
 
 def normalize_constants(normalize: object) -> tuple[np.ndarray, np.ndarray] | None:

@@ -311,10 +311,13 @@ class GpuNormalize:
     def _on(self, device: torch.device, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         key = (device, scale)
         if key not in self._constants:
-            mean = torch.tensor(self.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-            inv_std = 1.0 / torch.tensor(self.std, dtype=torch.float32, device=device)
-            self._constants[key] = (-mean * inv_std.view(1, -1, 1, 1),
-                                    (scale * inv_std).view(1, -1, 1, 1))
+            mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
+            inv_std = 1.0 / torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
+            # Computed on the host, moved without a blocking copy (torch.tensor(device=cuda)
+            # is one, which sync debug mode reports).
+            self._constants[key] = (
+                (-mean * inv_std).to(device, non_blocking=True),
+                (scale * inv_std).to(device, non_blocking=True))
         return self._constants[key]
 
     def __call__(

@@ -25,7 +25,7 @@ _LUMA = (0.2989, 0.587, 0.114)
 @functools.lru_cache(maxsize=16)
 def _luma_weights(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     # Cached per device: a torch.tensor() copy to the GPU per call would wait for the stream.
-    return torch.tensor(_LUMA, dtype=dtype, device=device).view(1, 3, 1, 1)
+    return torch.tensor(_LUMA, dtype=dtype).view(1, 3, 1, 1).to(device, non_blocking=True)
 
 
 def grayscale(images: torch.Tensor) -> torch.Tensor:
