@@ -194,3 +194,16 @@ def test_dali_channels_last_output(packed: Path) -> None:
             for a, b in zip(plain, nhwc, strict=True):
                 assert b.is_contiguous(memory_format=torch.channels_last)
                 torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
+
+
+def test_doctor_names_the_copy_row_by_what_it_measures(packed: Path) -> None:
+    """On CUDA the copy row is GPU time from events, not the host's enqueue time."""
+    import dataclasses
+
+    from fastloader.doctor.doctor import format_report, run_doctor
+
+    report = run_doctor(str(packed), seconds=0.3, batch_size=2, image_size=16, device="cpu",
+                        num_threads=1, prefetch=1)
+    assert "hand-over (CPU)" in format_report(report)
+    on_cuda = dataclasses.replace(report, stats={**report.stats, "device": "cuda"})
+    assert "H2D copy+convert (GPU time)" in format_report(on_cuda)
