@@ -82,3 +82,16 @@ def test_dali_and_native_ignore_exif_orientation_alike(oriented: Any) -> None:
         difference = (dali_images[k].float() - native_images[k].float()).abs().mean()
         # libjpeg-turbo builds and resamplers differ by a level or two, not by a rotation.
         assert difference < 4.0, f"orientation {orientation}: mean |diff| {difference:.1f}"
+
+
+def test_decoder_arguments_on_cpu_and_gpu() -> None:
+    """One orientation rule on both devices; unpinned decoder threads on the GPU."""
+    from fastloader.loader.dali_pipeline import GraphSpec, decoder_args
+
+    spec = GraphSpec(batch_size=2, num_threads=1, device_id=None, prefetch=2, out_size=(8, 8),
+                     mean=None, std=None, dali_float16=False, seed=0)
+    assert decoder_args(spec, "RGB") == {"device": "cpu", "output_type": "RGB",
+                                         "adjust_orientation": False}
+    on_gpu = decoder_args(GraphSpec(**{**spec.__dict__, "device_id": 1}), "RGB")
+    assert on_gpu["device"] == "mixed" and on_gpu["affine"] is False
+    assert on_gpu["adjust_orientation"] is False

@@ -104,6 +104,16 @@ class GraphSpec:
     channels_last: bool = False  # HWC output: NCHW views with channels_last strides
 
 
+def decoder_args(spec: GraphSpec, rgb: Any) -> dict[str, Any]:
+    """The decoder's arguments: the same orientation rule as the native path (none), and on
+    the GPU ("mixed") threads the OS may move, so ranks on one node do not pin the same cores."""
+    args: dict[str, Any] = {"device": "cpu" if spec.device_id is None else "mixed",
+                            "output_type": rgb, "adjust_orientation": False}
+    if spec.device_id is not None:
+        args["affine"] = False
+    return args
+
+
 def build_pipeline(spec: GraphSpec, source: Callable[[], FeedBatch]) -> Any:
     """Build the DALI pipeline: external_source -> image_slice -> resize -> crop_mirror_normalize.
 
@@ -125,10 +135,7 @@ def build_pipeline(spec: GraphSpec, source: Callable[[], FeedBatch]) -> Any:
         records, anchors, shapes, mirror, labels = fn.external_source(
             source=source, num_outputs=5, batch=True,
             dtype=[types.UINT8, types.FLOAT, types.FLOAT, types.INT32, types.INT64])
-        decoder: dict[str, Any] = {"device": "mixed" if on_gpu else "cpu",
-                                   "output_type": types.RGB, "adjust_orientation": False}
-        if on_gpu:
-            decoder["affine"] = False
+        decoder = decoder_args(spec, types.RGB)
         if spec.roi_decode:
             images = fn.decoders.image_slice(records, anchors, shapes, normalized_anchor=False,
                                              normalized_shape=False, **decoder)
