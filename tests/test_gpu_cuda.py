@@ -188,3 +188,32 @@ def test_copy_time_comes_from_cuda_events(fresh: Path) -> None:
         RACE_SWITCHES.side_sleep_cycles = 0
     assert count == 4 and sleep_s > 0.001
     assert copy_s >= 0.9 * count * sleep_s
+
+
+def test_a_cuda_graph_captures_while_the_producer_runs(fresh: Path) -> None:
+    """The documented mode: capture_error_mode="thread_local" lets this thread capture while
+    the producer thread waits on CUDA events (and, pinned ring allocated up front, nothing
+    registers host memory meanwhile)."""
+    from fastloader.loader.loader import FastLoader
+
+    with FastLoader(str(fresh), batch_size=16, transforms=TRAIN, normalize=(MEAN, STD),
+                    device="cuda", prefetch="auto", num_threads=2) as loader:
+        iterator = iter(loader)
+        images, _ = next(iterator)
+        static = torch.zeros_like(images)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            static.mul_(2.0).add_(1.0)  # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            static.mul_(2.0).add_(1.0)
+        total = 0
+        for images, _ in iterator:
+            static.copy_(images)
+            graph.replay()
+            total += 1
+        torch.cuda.synchronize()
+    assert total == len(loader) - 1
+    torch.testing.assert_close(static, images * 2.0 + 1.0)

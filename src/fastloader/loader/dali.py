@@ -133,6 +133,7 @@ class DaliLoader(FastLoader):
         self._pipe: Any = None
         self._feed: Iterator[Any] = iter(())
         self._in_flight: list[np.ndarray] = []  # samples of batches handed to DALI, oldest first
+        self._held: Any = None  # the last batch's DALI outputs (see _next_batch)
         self._needs_drain = False  # a pass started since the pipeline's last reset
         self._counters = Counters()
         self._active: object | None = None  # token of the pass now iterating
@@ -237,6 +238,9 @@ class DaliLoader(FastLoader):
         with Timer(self._counters, "copy"):
             out_dtype = self._dali_dtype if self._torch_normalizes else self.dtype
             images, labels = to_torch(outputs, self.device, self._dali_dtype, out_dtype)
+            # On CUDA the copy out of DALI's buffers is only enqueued: keep them alive until
+            # the next batch, whose work on the same stream comes after it.
+            self._held = outputs
             if self._gpu_ops.transforms:
                 rng = gpu_rng(self.sampler.seed, epoch, b, self.sampler.rank)
                 images, labels = self._gpu_ops(images, labels, rng)

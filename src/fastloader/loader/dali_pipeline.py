@@ -127,7 +127,6 @@ def build_pipeline(spec: GraphSpec, source: Callable[[], FeedBatch]) -> Any:
     """
     dali = import_dali()
     fn, types = dali.fn, dali.types
-    on_gpu = spec.device_id is not None
     pipe = dali.Pipeline(batch_size=spec.batch_size, num_threads=spec.num_threads,
                          device_id=spec.device_id, prefetch_queue_depth=spec.prefetch,
                          seed=spec.seed)

@@ -14,6 +14,7 @@ import torch
 from fastloader.errors import FastloaderError, invalid_argument
 
 PAGE = mmap.PAGESIZE
+_HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable
 
 
 def pinned_nbytes(nbytes: int) -> int:
@@ -36,7 +37,8 @@ class PinnedBuffer:
         self.array = np.frombuffer(self._map, dtype=np.uint8)
         address = int(self.array.ctypes.data)
         cudart: Any = torch.cuda.cudart()
-        error = cudart.cudaHostRegister(address, self.nbytes, 0)
+        # Portable: pinned for every device's context, whichever device is current now.
+        error = cudart.cudaHostRegister(address, self.nbytes, _HOST_REGISTER_PORTABLE)
         if int(error) != 0:
             raise FastloaderError(
                 f"cudaHostRegister of a {self.nbytes}-byte ring slot failed (CUDA error "
