@@ -46,6 +46,11 @@ TABLE_ROWS = (
 # On a CPU device the decode threads also lay samples out NCHW and normalize them, so the
 # consumer's copy step only hands the batch over.
 CPU_LABELS = {"decode": "decode+crop+resize+flip+normalize", "copy": "hand-over (CPU)"}
+# On CUDA the copy row is device time from CUDA events (fastloader.gpu.timing): the H2D copy
+# on the side stream plus the conversion and gpu_transforms on the consumer's stream. The
+# host only enqueues that work, so its own clock would show almost nothing. Intervals are
+# read once complete, so the total trails the GPU by the batches still in flight.
+CUDA_LABELS = {"copy": "H2D copy+convert (GPU time)"}
 
 
 @dataclass(frozen=True)
@@ -126,10 +131,10 @@ def run_doctor(path: str, *, seconds: float = 10.0, batch_size: int = 128,
 def format_report(report: DoctorReport) -> str:
     """The per-stage table, throughput, CPU per core, memory and the verdict, as text."""
     s, m = report.stats, report.machine
-    cpu_device = s.get("device") == "cpu"
+    labels = CPU_LABELS if s.get("device") == "cpu" else CUDA_LABELS
     lines = [f"{'stage':<36}{'thread':<10}{'ms/batch':>10}{'share of wall':>15}"]
     for label, key, thread in TABLE_ROWS:
-        label = CPU_LABELS.get(key, label) if cpu_device else label
+        label = labels.get(key, label)
         lines.append(f"{label:<36}{thread:<10}{s[key + '_ms']:>10.2f}"
                      f"{100 * s[key + '_share']:>14.1f}%")
     if s["simulated_step_ms"]:

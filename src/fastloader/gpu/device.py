@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -10,26 +13,80 @@ import torch
 
 from fastloader.errors import invalid_argument, invalid_type
 from fastloader.gpu.planar import PlanarSpec
+from fastloader.gpu.timing import DeviceTimer
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+MEMORY_FORMATS = (torch.contiguous_format, torch.channels_last)
+
+
+@dataclass
+class RaceSwitches:
+    """Test-only switches of the CUDA copy (tests/test_gpu_race.py); never set elsewhere.
+
+    `skip` names guards to leave out ("event", "wait_stream", "record_stream") so a negative
+    control can show the race test sees the race each one prevents; `side_sleep_cycles`
+    delays the side stream before each copy (torch.cuda._sleep) to widen the window.
+    """
+
+    skip: set[str] = field(default_factory=set)
+    side_sleep_cycles: int = 0
+
+
+RACE_SWITCHES = RaceSwitches()
+
+
+def cuda_index(local_rank: str | None, count: int, current: int) -> int:
+    """This process's GPU: LOCAL_RANK (set by torchrun) modulo the visible GPUs, else current.
+
+    Without it every rank of a DDP job that has not called set_device yet would take cuda:0;
+    modulo keeps one-visible-GPU-per-rank setups (CUDA_VISIBLE_DEVICES) on their only GPU.
+    """
+    if local_rank is not None and local_rank.strip().isdigit() and count > 0:
+        return int(local_rank) % count
+    return current
 
 
 def resolve_device(device: object, default_cuda: bool) -> torch.device:
-    """A torch.device from a str/device/None; None means CUDA (this rank's) when there is one."""
+    """A torch.device from a str/device/None; None means CUDA (this rank's) when there is one.
+
+    A CUDA device always comes back with its index (see cuda_index), fixed now: a later
+    torch.cuda.set_device cannot split the side stream, constants and outputs over two GPUs.
+    """
     if device is None:
         if default_cuda and torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
-    if isinstance(device, (str, torch.device)):
-        try:
-            resolved = torch.device(device)
-        except (RuntimeError, ValueError) as exc:
-            raise invalid_argument("device", device, str(exc), "Pass 'cpu' or 'cuda[:k]'.") from exc
-        if resolved.type == "cuda" and not torch.cuda.is_available():
-            raise invalid_argument("device", device, "CUDA is not available on this machine",
-                                   "Pass device='cpu' (or None to pick automatically).")
+            device = "cuda"
+        else:
+            return torch.device("cpu")
+    if not isinstance(device, (str, torch.device)):
+        raise invalid_type("device", device, "a str, torch.device or None")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise invalid_argument("device", device, str(exc), "Pass 'cpu' or 'cuda[:k]'.") from exc
+    if resolved.type != "cuda":
         return resolved
-    raise invalid_type("device", device, "a str, torch.device or None")
+    if not torch.cuda.is_available():
+        raise invalid_argument("device", device, "CUDA is not available on this machine",
+                               "Pass device='cpu' (or None to pick automatically).")
+    count = torch.cuda.device_count()
+    if resolved.index is None:
+        return torch.device("cuda", cuda_index(os.environ.get("LOCAL_RANK"), count,
+                                               torch.cuda.current_device()))
+    if resolved.index >= count:
+        raise invalid_argument("device", device, f"this machine has {count} visible GPU(s)",
+                               f"Pass 'cuda:0' .. 'cuda:{count - 1}', or 'cuda' for this rank's.")
+    return resolved
+
+
+def resolve_memory_format(memory_format: object) -> torch.memory_format:
+    """torch.contiguous_format (None, the default) or torch.channels_last."""
+    if memory_format is None:
+        return torch.contiguous_format
+    if memory_format not in MEMORY_FORMATS:
+        raise invalid_argument("memory_format", memory_format,
+                               "must be torch.contiguous_format or torch.channels_last",
+                               "Pass memory_format=torch.channels_last for NHWC-strided output.")
+    return memory_format
 
 
 def normalize_constants(normalize: object) -> tuple[np.ndarray, np.ndarray] | None:
@@ -80,29 +137,35 @@ class DeviceStep:
     """uint8 NHWC host batch -> NCHW batch on `device`: a new tensor, never the ring's memory.
 
     On CUDA the copy is non_blocking on a side stream; the returned event marks when the host
-    buffer may be reused. Conversion (uint8 -> dtype, * scale + shift) runs on the device, in
-    a layout-changing copy and one in-place addcmul. Float output without normalize is scaled
-    to [0, 1] like ToTensor.
+    buffer may be reused. Conversion (uint8 -> dtype, * scale + shift) runs on the device in
+    one addcmul that reads the uint8 batch, computes in float32 and writes `dtype` (bf16 and
+    fp16 included) in `memory_format` directly. Float output without normalize is scaled to
+    [0, 1] like ToTensor. channels_last output is the staged NHWC memory's own order.
 
-    On the CPU, `planar` asks the producer to have the decoder write each batch channel-first
-    into a fresh tensor (float32 with the same float32 scale and shift, or uint8) while each
-    sample is still in cache; the step then only finishes that tensor (see __call__).
+    On the CPU with the default layout, `planar` asks the producer to have the decoder write
+    each batch channel-first into a fresh tensor (float32 with the same float32 scale and
+    shift, or uint8) while each sample is still in cache; the step then only finishes that
+    tensor (see __call__). channels_last on the CPU converts from the ring instead.
     """
 
-    def __init__(self, device: torch.device, normalize: object, dtype: object) -> None:
+    def __init__(self, device: torch.device, normalize: object, dtype: object,
+                 memory_format: object = None) -> None:
         self.device = device
         constants = normalize_constants(normalize)
         self.dtype = resolve_dtype(dtype, constants is not None)
+        self.memory_format = resolve_memory_format(memory_format)
         self.stream: Any = None
+        self.timer: DeviceTimer | None = None
         if device.type == "cuda":
             self.stream = torch.cuda.Stream(device)
+            self.timer = DeviceTimer()
         mean, std = constants if constants is not None else (np.zeros(3), np.ones(3) * 255.0)
         # y = x / std - mean / std, with x in 0-255: one multiply-add per element.
         scale, shift = (1.0 / std).astype(np.float32), (-mean / std).astype(np.float32)
         self.scale = torch.tensor(scale, device=device).view(1, 3, 1, 1)
         self.shift = torch.tensor(shift, device=device).view(1, 3, 1, 1)
         self.planar: PlanarSpec | None = None
-        if device.type == "cpu":
+        if device.type == "cpu" and self.memory_format == torch.contiguous_format:
             self.planar = (PlanarSpec(torch.uint8) if self.dtype == torch.uint8
                            else PlanarSpec(torch.float32, scale, shift))
 
@@ -121,28 +184,53 @@ class DeviceStep:
         if planar is not None:
             images = planar if planar.dtype == self.dtype else planar.to(self.dtype)
             return images, torch.from_numpy(labels), None
-        event = None
-        if self.stream is not None:
-            current = torch.cuda.current_stream(self.device)
-            with torch.cuda.stream(self.stream):
-                staged = batch.to(self.device, non_blocking=True)
-                event = torch.cuda.Event()
-                event.record(self.stream)
-            current.wait_stream(self.stream)
-            staged.record_stream(current)  # allocated on the side stream, used on this one
-        else:
-            staged = batch
-        nchw = staged.permute(0, 3, 1, 2)
-        if self.dtype == torch.uint8:
-            images = nchw.contiguous() if staged is not batch else nchw.clone(
-                memory_format=torch.contiguous_format)
-        else:
-            # Transpose-convert first, then scale in place: about 2x faster on CPU than one
-            # addcmul reading the strided uint8 view (48 vs 94 ms for 32x224x224, measured).
-            images = torch.empty(nchw.shape, dtype=torch.float32, device=self.device)
-            images.copy_(nchw)
-            torch.addcmul(self.shift, images, self.scale, out=images)
-            if self.dtype != torch.float32:
-                images = images.to(self.dtype)
-        label_tensor = torch.from_numpy(labels).to(self.device, non_blocking=True)
+        staged, event = self._stage(batch)
+        with self.on_device():
+            images = self._convert(staged.permute(0, 3, 1, 2), fresh=staged is not batch)
+            label_tensor = torch.from_numpy(labels).to(self.device, non_blocking=True)
         return images, label_tensor, event
+
+    def _stage(self, batch: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """The batch on the device (CUDA: copied on the side stream, guarded), and its event."""
+        if self.stream is None or self.timer is None:
+            return batch, None
+        skip = RACE_SWITCHES.skip
+        current = torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(self.stream), self.timer.interval(self.stream):
+            if RACE_SWITCHES.side_sleep_cycles:
+                torch.cuda._sleep(RACE_SWITCHES.side_sleep_cycles)
+            staged = batch.to(self.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        if "wait_stream" not in skip:
+            current.wait_stream(self.stream)  # the conversion reads what the copy wrote
+        if "record_stream" not in skip:
+            staged.record_stream(current)  # allocated on the side stream, used on this one
+        return staged, None if "event" in skip else event
+
+    def _convert(self, nchw: torch.Tensor, fresh: bool) -> torch.Tensor:
+        """NCHW view of the staged batch -> a new tensor of dtype and memory_format."""
+        layout = self.memory_format
+        if self.dtype == torch.uint8:
+            if fresh and nchw.is_contiguous(memory_format=layout):
+                return nchw  # the staged copy is already new memory in this layout
+            return nchw.clone(memory_format=layout)
+        images = torch.empty(nchw.shape, dtype=self.dtype, device=self.device,
+                             memory_format=layout)
+        # Reads uint8, computes x * scale + shift in float32, rounds once into dtype.
+        return torch.addcmul(self.shift, nchw, self.scale, out=images)
+
+    @contextlib.contextmanager
+    def on_device(self) -> Iterator[None]:
+        """Work enqueued inside runs with this step's device current, timed on CUDA."""
+        if self.timer is None:
+            yield
+            return
+        with torch.cuda.device(self.device), self.timer.interval(
+                torch.cuda.current_stream(self.device)):
+            yield
+
+    def copy_seconds(self, host_s: float) -> float:
+        """The copy step's time to count for a batch: the host's on the CPU; on CUDA the
+        device time (events) of the intervals that have completed since the last call."""
+        return host_s if self.timer is None else self.timer.collect()

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.gpu.resample import antialiased_crop
 
 # Tags the GPU ops' random stream so it never coincides with the decode-time transforms' one.
 _GPU_STREAM = 0x67707530
@@ -78,8 +79,12 @@ def check_labels(labels: object, batch: int) -> torch.Tensor:
 
 
 def as_working_float(images: torch.Tensor) -> torch.Tensor:
-    """The batch as float32 (or its own float dtype) for arithmetic, values unchanged."""
-    return images if images.dtype.is_floating_point else images.float()
+    """The batch as float32 (float64 stays) for arithmetic, values unchanged.
+
+    Half-precision batches are widened too: bf16 has 8 significant bits, too few for means,
+    blends and sampling grids; the result is cast back once (back_to_dtype).
+    """
+    return images if images.dtype == torch.float64 else images.float()
 
 
 def back_to_dtype(result: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -131,11 +136,16 @@ def resized_crop(
     size: tuple[int, int],
     flips: np.ndarray | None = None,
     mode: str = "bilinear",
+    antialias: bool = False,
 ) -> torch.Tensor:
     """Crop box k (top, left, h, w) of image k, resize it to `size` and optionally flip it.
 
-    One affine_grid + grid_sample for the whole batch; samples outside the image take the
-    nearest border pixel. No antialiasing: strong downscales alias (decode-time crops do not).
+    antialias=False: one affine_grid + grid_sample for the whole batch; samples outside the
+    image take the nearest border pixel; strong downscales alias. antialias=True (bilinear
+    only): the decode path's resize, Pillow's triangle filter widened by the downscale factor
+    over the box alone, as two batched matmuls with per-sample weight matrices.
+    Both sample in float32 (float64 images in float64) whatever the image dtype (bf16 cannot
+    even hold the grid: 499 rounds to 500) and cast once at the end.
     """
     check_images(images)
     boxes = np.asarray(boxes)
@@ -144,25 +154,30 @@ def resized_crop(
             "boxes.shape", boxes.shape, f"must be ({images.shape[0]}, 4) rows of (top, left, h, w)",
             "Pass one crop box per image.",
         )
-    if flips is None:
-        flips = np.zeros(len(boxes), bool)
-    height, width = images.shape[2], images.shape[3]
-    work = as_working_float(images)
-    thetas = crop_thetas(boxes, np.asarray(flips, bool), height, width)
-    theta = host_tensor(thetas, work, work.dtype)
-    grid = F.affine_grid(theta, [images.shape[0], images.shape[1], *size], align_corners=False)
-    out = F.grid_sample(work, grid, mode=mode, padding_mode="border", align_corners=False)
+    flips = np.zeros(len(boxes), bool) if flips is None else np.asarray(flips, bool)
+    work = as_working_float(images)  # float32 (float64 stays), never half precision
+    if antialias and mode == "bilinear":
+        out = antialiased_crop(work, boxes, size, flips)
+    else:
+        height, width = images.shape[2], images.shape[3]
+        theta = host_tensor(crop_thetas(boxes, flips, height, width), work, work.dtype)
+        grid = F.affine_grid(theta, [images.shape[0], images.shape[1], *size],
+                             align_corners=False)
+        out = F.grid_sample(work, grid, mode=mode, padding_mode="border", align_corners=False)
     return back_to_dtype(out, images.dtype)
 
 
 class GpuGeometry:
     """Decode-time transforms (fastloader.decode.augment) applied to an already-decoded batch.
 
-    Boxes and flips come from fastloader.decode.augment.plan, the very planner the decode path uses,
-    treating every image as height x width; one grid_sample then crops, resizes and flips.
+    Boxes and flips come from fastloader.decode.augment.plan, the very planner the decode path
+    uses, treating every image as height x width. Bilinear with antialias (the default) resizes
+    like the decode path (Pillow's filter, antialiased on downscale); antialias=False or another
+    mode takes one grid_sample, which aliases on strong downscales.
     """
 
-    def __init__(self, transforms: Sequence[object], mode: str = "bilinear") -> None:
+    def __init__(self, transforms: Sequence[object], mode: str = "bilinear",
+                 antialias: bool = True) -> None:
         from fastloader.decode.augment import check_transforms
 
         self.transforms = check_transforms(list(transforms))
@@ -171,6 +186,9 @@ class GpuGeometry:
                 "mode", mode, "must be 'bilinear', 'nearest' or 'bicubic'", "Pick one of those."
             )
         self.mode = mode
+        if not isinstance(antialias, bool):
+            raise invalid_type("antialias", antialias, "a bool")
+        self.antialias = antialias
 
     def plan(
         self, rng: np.random.Generator, count: int, height: int, width: int
@@ -187,7 +205,8 @@ class GpuGeometry:
         boxes, flips, size = self.plan(rng, images.shape[0], images.shape[2], images.shape[3])
         if images.shape[0] == 0:
             return images, labels
-        return resized_crop(images, boxes, size, flips, mode=self.mode), labels
+        return resized_crop(images, boxes, size, flips, mode=self.mode,
+                            antialias=self.antialias), labels
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self.transforms)!r})"
@@ -217,10 +236,12 @@ class GpuRandomResizedCrop(GpuGeometry):
         scale: tuple[float, float] = (0.08, 1.0),
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         mode: str = "bilinear",
+        antialias: bool = True,
     ) -> None:
         from fastloader.decode.augment import RandomResizedCrop
 
-        super().__init__([RandomResizedCrop(size, scale=scale, ratio=ratio)], mode=mode)
+        super().__init__([RandomResizedCrop(size, scale=scale, ratio=ratio)], mode=mode,
+                         antialias=antialias)
 
 
 class GpuRandomHorizontalFlip:
@@ -294,10 +315,13 @@ class GpuNormalize:
     def _on(self, device: torch.device, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         key = (device, scale)
         if key not in self._constants:
-            mean = torch.tensor(self.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-            inv_std = 1.0 / torch.tensor(self.std, dtype=torch.float32, device=device)
-            self._constants[key] = (-mean * inv_std.view(1, -1, 1, 1),
-                                    (scale * inv_std).view(1, -1, 1, 1))
+            mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
+            inv_std = 1.0 / torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
+            # Computed on the host, moved without a blocking copy (torch.tensor(device=cuda)
+            # is one, which sync debug mode reports).
+            self._constants[key] = (
+                (-mean * inv_std).to(device, non_blocking=True),
+                (scale * inv_std).to(device, non_blocking=True))
         return self._constants[key]
 
     def __call__(
@@ -306,9 +330,10 @@ class GpuNormalize:
         check_images(images, channels=len(self.mean))
         scale = 1.0 / 255.0 if images.dtype == torch.uint8 else 1.0
         shift, multiplier = self._on(images.device, scale)
-        # One fused multiply-add: x * (scale / std) - mean / std.
-        out = torch.addcmul(shift, images.to(torch.float32), multiplier)
-        return out.to(self.dtype), labels
+        # One fused multiply-add, x * (scale / std) - mean / std: read in the input dtype,
+        # computed in float32, written once in self.dtype (no float32 batch in between).
+        out = torch.empty_like(images, dtype=self.dtype)
+        return torch.addcmul(shift, images, multiplier, out=out), labels
 
     def __repr__(self) -> str:
         return f"GpuNormalize(mean={self.mean}, std={self.std}, dtype={self.dtype})"
@@ -356,16 +381,33 @@ class GpuCompose:
         return f"GpuCompose({self.transforms!r})"
 
 
+class GpuLayout:
+    """Make the batch `memory_format` (e.g. torch.channels_last); a no-op when it already is."""
+
+    def __init__(self, memory_format: torch.memory_format) -> None:
+        self.memory_format = memory_format
+
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return images.contiguous(memory_format=self.memory_format), labels
+
+    def __repr__(self) -> str:
+        return f"GpuLayout({self.memory_format})"
+
+
 def device_ops(
     gpu_transforms: Sequence[GpuTransform] | None,
     constants: tuple[np.ndarray, np.ndarray] | None,
     dtype: torch.dtype,
+    memory_format: torch.memory_format | None = None,
 ) -> GpuCompose | None:
     """What a loader runs on the device after the copy: the gpu_transforms, then normalize.
 
     The ops see uint8 pixels, not normalized values, so normalize (mean, std in the 0-255
-    scale, as device.normalize_constants gives them) is appended last. None without ops:
-    the loader's own copy step normalizes then.
+    scale, as device.normalize_constants gives them) is appended last, writing `dtype`
+    directly, then the layout when channels_last is asked. None without ops: the loader's
+    own copy step normalizes (and lays out) then.
     """
     if not gpu_transforms:
         return None
@@ -373,6 +415,8 @@ def device_ops(
     if constants is not None:
         mean, std = constants
         ops.append(GpuNormalize(tuple(mean / 255.0), tuple(std / 255.0), dtype=dtype))
+    if memory_format is not None and memory_format != torch.contiguous_format:
+        ops.append(GpuLayout(memory_format))
     return GpuCompose(ops)
 
 

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fastloader.errors import invalid_argument, invalid_type
 from fastloader.gpu.ops import (
@@ -26,7 +25,7 @@ _LUMA = (0.2989, 0.587, 0.114)
 @functools.lru_cache(maxsize=16)
 def _luma_weights(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     # Cached per device: a torch.tensor() copy to the GPU per call would wait for the stream.
-    return torch.tensor(_LUMA, dtype=dtype, device=device).view(1, 3, 1, 1)
+    return torch.tensor(_LUMA, dtype=dtype).view(1, 3, 1, 1).to(device, non_blocking=True)
 
 
 def grayscale(images: torch.Tensor) -> torch.Tensor:
@@ -124,13 +123,21 @@ def soft_targets(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     if labels.dtype.is_floating_point:
         raise invalid_argument("labels.dtype", labels.dtype, "class indices must be integers",
                                "Pass int64 labels.")
-    low, high = int(labels.min()), int(labels.max())
-    if low < 0 or high >= num_classes:
-        raise invalid_argument(
-            "labels", (low, high), f"must lie in [0, {num_classes})",
-            "Pass num_classes larger than the largest label.",
-        )
-    return F.one_hot(labels.long(), num_classes).float()
+    if labels.device.type == "cpu":
+        low, high = int(labels.min()), int(labels.max())
+        if low < 0 or high >= num_classes:
+            raise invalid_argument(
+                "labels", (low, high), f"must lie in [0, {num_classes})",
+                "Pass num_classes larger than the largest label.",
+            )
+    else:
+        # Reading min/max back would be two blocking device-to-host syncs per batch: the
+        # check runs on the device and fails at a later kernel launch instead. (The packed
+        # and DALI loaders' labels come from the dataset's index, in range by construction.)
+        in_range = ((labels >= 0) & (labels < num_classes)).all()
+        torch._assert_async(in_range, f"labels must lie in [0, {num_classes})")
+    rows = torch.zeros((labels.shape[0], num_classes), dtype=torch.float32, device=labels.device)
+    return rows.scatter_(1, labels.long().clamp(0, num_classes - 1).view(-1, 1), 1.0)
 
 
 class _BatchMix:

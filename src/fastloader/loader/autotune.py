@@ -117,6 +117,11 @@ class AutoTuner:
             if self._tune_threads and len(self._ladder) == 1:
                 self._end_phase()  # one usable core: nothing to choose
 
+    @property
+    def tunes_prefetch(self) -> bool:
+        """Whether prefetch is "auto" (it may deepen up to max_prefetch)."""
+        return self._tune_prefetch
+
     def setting(self) -> Setting:
         with self._lock:
             return Setting(self.threads, self.prefetch)

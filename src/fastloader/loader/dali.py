@@ -21,7 +21,12 @@ from fastloader.checks import flag, positive_int
 from fastloader.decode.augment import batch_rng, check_transforms, output_size, plan
 from fastloader.errors import DecodeError, FastloaderError, invalid_argument
 from fastloader.format.dataset import PackedDataset, dataset_from
-from fastloader.gpu.device import normalize_constants, resolve_device, resolve_dtype
+from fastloader.gpu.device import (
+    normalize_constants,
+    resolve_device,
+    resolve_dtype,
+    resolve_memory_format,
+)
 from fastloader.gpu.ops import GpuCompose, device_ops, gpu_rng
 from fastloader.loader.dali_pipeline import (
     GraphSpec,
@@ -29,6 +34,7 @@ from fastloader.loader.dali_pipeline import (
     feed_batch,
     import_dali,
     release_pipeline,
+    run_pipeline,
     to_torch,
 )
 from fastloader.loader.loader import FastLoader, refuse_dataloader_kwargs
@@ -108,6 +114,7 @@ class DaliLoader(FastLoader):
         on_error: str = "raise",
         backend: str = "dali",
         memory_budget: int | None = None,
+        memory_format: torch.memory_format | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so close()/__del__ are safe on a failed init
@@ -128,9 +135,10 @@ class DaliLoader(FastLoader):
         self.device = resolve_device(device, default_cuda=True)
         constants = normalize_constants(normalize)
         self.dtype = resolve_dtype(dtype, constants is not None)
+        self.memory_format = resolve_memory_format(memory_format)
         # GPU ops see pixels, not normalized values: DALI then hands over uint8 and the
         # normalize runs last, on the device, after the ops.
-        ops = device_ops(gpu_transforms, constants, self.dtype)
+        ops = device_ops(gpu_transforms, constants, self.dtype, self.memory_format)
         self._torch_normalizes = ops is not None and constants is not None
         self._gpu_ops = ops if ops is not None else GpuCompose([])
         rank, world = resolve_rank_world(rank, world_size)
@@ -151,6 +159,7 @@ class DaliLoader(FastLoader):
         self._pipe: Any = None
         self._feed: Iterator[Any] = iter(())
         self._in_flight: list[np.ndarray] = []  # samples of batches handed to DALI, oldest first
+        self._held: Any = None  # the last batch's DALI outputs (see _next_batch)
         self._needs_drain = False  # a pass started since the pipeline's last reset
         self._counters = Counters()
         self._active: object | None = None  # token of the pass now iterating
@@ -160,11 +169,8 @@ class DaliLoader(FastLoader):
 
     def _graph_spec(self, constants: tuple[np.ndarray, np.ndarray] | None,
                     roi_decode: bool) -> GraphSpec:
-        on_gpu = self.device.type == "cuda"
-        device_id = None
-        if on_gpu:
-            device_id = self.device.index if self.device.index is not None else (
-                torch.cuda.current_device())
+        # resolve_device fixed the CUDA index (LOCAL_RANK under torchrun): one device for all.
+        device_id = self.device.index if self.device.type == "cuda" else None
         mean, std = constants if constants is not None else (None, None)
         if mean is None and self._dali_dtype != torch.uint8:  # float, no normalize: x / 255
             mean, std = np.zeros(3), np.full(3, 255.0)
@@ -174,7 +180,8 @@ class DaliLoader(FastLoader):
             mean=None if mean is None else (float(mean[0]), float(mean[1]), float(mean[2])),
             std=None if std is None else (float(std[0]), float(std[1]), float(std[2])),
             dali_float16=self._dali_dtype == torch.float16, seed=self.sampler.seed,
-            roi_decode=roi_decode)
+            roi_decode=roi_decode,
+            channels_last=self.memory_format == torch.channels_last)
 
     @property
     def _dali_dtype(self) -> torch.dtype:
@@ -247,7 +254,7 @@ class DaliLoader(FastLoader):
     def _next_batch(self, epoch: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         try:
             with Timer(self._counters, "wait"):  # DALI decodes ahead; this is the time behind
-                outputs = self._pipe.run()
+                outputs = run_pipeline(self._pipe, self.device)
         except StopIteration:
             raise FastloaderError(f"DALI ended the pass early, before batch {b}") from None
         except RuntimeError as exc:
@@ -257,6 +264,9 @@ class DaliLoader(FastLoader):
         with Timer(self._counters, "copy"):
             out_dtype = self._dali_dtype if self._torch_normalizes else self.dtype
             images, labels = to_torch(outputs, self.device, self._dali_dtype, out_dtype)
+            # On CUDA the copy out of DALI's buffers is only enqueued: keep them alive until
+            # the next batch, whose work on the same stream comes after it.
+            self._held = outputs
             if self._gpu_ops.transforms:
                 rng = gpu_rng(self.sampler.seed, epoch, b, self.sampler.rank)
                 images, labels = self._gpu_ops(images, labels, rng)

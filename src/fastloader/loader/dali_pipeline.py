@@ -101,6 +101,17 @@ class GraphSpec:
     dali_float16: bool  # the output dtype is float16 (else float32 or uint8)
     seed: int
     roi_decode: bool = True  # False: decode whole images, then slice (keeps the HW decoder)
+    channels_last: bool = False  # HWC output: NCHW views with channels_last strides
+
+
+def decoder_args(spec: GraphSpec, rgb: Any) -> dict[str, Any]:
+    """The decoder's arguments: the same orientation rule as the native path (none), and on
+    the GPU ("mixed") threads the OS may move, so ranks on one node do not pin the same cores."""
+    args: dict[str, Any] = {"device": "cpu" if spec.device_id is None else "mixed",
+                            "output_type": rgb, "adjust_orientation": False}
+    if spec.device_id is not None:
+        args["affine"] = False
+    return args
 
 
 def build_pipeline(spec: GraphSpec, source: Callable[[], FeedBatch]) -> Any:
@@ -109,10 +120,13 @@ def build_pipeline(spec: GraphSpec, source: Callable[[], FeedBatch]) -> Any:
     The crop windows come from the source (planned by fastloader.decode.augment), so the decoder
     decodes only the crop region (nvJPEG ROI decode on "mixed") and DALI draws no random
     numbers itself: results are a function of (seed, epoch, batch, rank) like the native path.
+    EXIF orientation is ignored (adjust_orientation=False), as the native and Pillow decoders
+    ignore it: the planner's boxes are in stored pixels, and both backends give the same ones.
+    The mixed decoder's threads are not pinned to cores (affine=False): ranks sharing a node
+    would otherwise pin theirs to the same cores.
     """
     dali = import_dali()
     fn, types = dali.fn, dali.types
-    on_gpu = spec.device_id is not None
     pipe = dali.Pipeline(batch_size=spec.batch_size, num_threads=spec.num_threads,
                          device_id=spec.device_id, prefetch_queue_depth=spec.prefetch,
                          seed=spec.seed)
@@ -120,24 +134,24 @@ def build_pipeline(spec: GraphSpec, source: Callable[[], FeedBatch]) -> Any:
         records, anchors, shapes, mirror, labels = fn.external_source(
             source=source, num_outputs=5, batch=True,
             dtype=[types.UINT8, types.FLOAT, types.FLOAT, types.INT32, types.INT64])
-        decoder_device = "mixed" if on_gpu else "cpu"
+        decoder = decoder_args(spec, types.RGB)
         if spec.roi_decode:
-            images = fn.decoders.image_slice(
-                records, anchors, shapes, device=decoder_device, output_type=types.RGB,
-                normalized_anchor=False, normalized_shape=False)
+            images = fn.decoders.image_slice(records, anchors, shapes, normalized_anchor=False,
+                                             normalized_shape=False, **decoder)
         else:  # DALI's docs: ROI decoding disables the A100/H100 hardware JPEG decoder
-            images = fn.decoders.image(records, device=decoder_device, output_type=types.RGB)
+            images = fn.decoders.image(records, **decoder)
             images = fn.slice(images, anchors, shapes, normalized_anchor=False,
                               normalized_shape=False)
         images = fn.resize(images, resize_x=spec.out_size[1], resize_y=spec.out_size[0],
                            interp_type=types.INTERP_LINEAR, antialias=True)
+        layout = "HWC" if spec.channels_last else "CHW"
         if spec.mean is None or spec.std is None:
             images = fn.crop_mirror_normalize(images, mirror=mirror, dtype=types.UINT8,
-                                              output_layout="CHW")
+                                              output_layout=layout)
         else:
             images = fn.crop_mirror_normalize(
                 images, mirror=mirror, mean=list(spec.mean), std=list(spec.std),
-                dtype=types.FLOAT16 if spec.dali_float16 else types.FLOAT, output_layout="CHW")
+                dtype=types.FLOAT16 if spec.dali_float16 else types.FLOAT, output_layout=layout)
         pipe.set_outputs(images, labels)
     pipe.build()
     return pipe
@@ -156,17 +170,28 @@ def feed_batch(records: Sequence[Any], crops: np.ndarray, flips: np.ndarray,
     )
 
 
+def run_pipeline(pipe: Any, device: torch.device) -> Any:
+    """One batch of outputs; on CUDA valid on the current torch stream, without a host wait
+    (run() without cuda_stream would block the host until the batch is done)."""
+    if device.type == "cuda":
+        return pipe.run(torch.cuda.current_stream(device).cuda_stream)
+    return pipe.run()
+
+
 def to_torch(outputs: Sequence[Any], device: torch.device, dali_dtype: torch.dtype,
              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """DALI outputs (images CHW, labels) -> torch (images NCHW on `device`, labels int64)."""
+    """DALI outputs (images CHW or HWC, labels) -> torch (images NCHW on `device`, labels
+    int64); HWC output comes back as an NCHW view with channels_last strides, not copied."""
     from nvidia.dali.plugin.pytorch import feed_ndarray
 
     image_list, label_list = outputs
-    dense = image_list.as_tensor()  # one contiguous NCHW buffer (all samples share a size)
+    dense = image_list.as_tensor()  # one contiguous buffer (all samples share a size)
     images = torch.empty(tuple(dense.shape()), dtype=dali_dtype, device=device)
     stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
     feed_ndarray(dense, images, cuda_stream=stream)
+    if str(image_list.layout()) == "HWC":
+        images = images.permute(0, 3, 1, 2)
     labels = torch.from_numpy(label_list.as_array().reshape(-1).astype(np.int64, copy=False))
     if dtype != dali_dtype:
-        images = images.to(dtype)
+        images = images.to(dtype)  # preserves the strides, channels_last included
     return images, labels.to(device, non_blocking=True)

@@ -17,7 +17,7 @@ from fastloader.gpu.device import DeviceStep, normalize_constants, resolve_devic
 from fastloader.gpu.ops import device_ops, gpu_rng
 from fastloader.loader.autotune import make_tuner
 from fastloader.loader.loader import BACKENDS, FastLoader, refuse_dataloader_kwargs
-from fastloader.loader.memory import BatchRing
+from fastloader.loader.memory import BatchRing, pinned_nbytes
 from fastloader.loader.pipeline import EpochPlan, Producer
 from fastloader.loader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
 from fastloader.loader.skips import check_max_skips
@@ -51,6 +51,7 @@ class PackedLoader(FastLoader):
         backend: str = "auto",
         memory_budget: int | None = None,
         gpu_transforms: Any = None,
+        memory_format: torch.memory_format | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
@@ -60,22 +61,23 @@ class PackedLoader(FastLoader):
             raise invalid_argument("backend", backend, "is not a backend of the packed loader",
                                    "Pass 'auto', 'native' or 'pillow' (FastLoader(..., "
                                    "backend='dali') builds the DALI loader).")
-        self._init_device(device, normalize, dtype, gpu_transforms)
+        self._init_device(device, normalize, dtype, gpu_transforms, memory_format)
         self._init_packed(data, batch_size, shuffle, seed, transforms, drop_last, rank,
                           world_size, on_error, backend)
         self._init_tuning(num_threads, prefetch, memory_budget)
 
-    def _init_device(self, device: Any, normalize: Any, dtype: Any, gpu_transforms: Any) -> None:
+    def _init_device(self, device: Any, normalize: Any, dtype: Any, gpu_transforms: Any,
+                     memory_format: Any) -> None:
         """The copy step, and the gpu_transforms run after it on uint8 pixels, normalize last."""
         self.device = resolve_device(device, default_cuda=True)
         constants = normalize_constants(normalize)
         self._gpu_ops = device_ops(gpu_transforms, constants,
-                                   resolve_dtype(dtype, constants is not None))
+                                   resolve_dtype(dtype, constants is not None), memory_format)
         if self._gpu_ops is not None and constants is not None:
             # The ops normalize, last: the copy step only moves uint8 pixels.
-            self._step = DeviceStep(self.device, None, torch.uint8)
+            self._step = DeviceStep(self.device, None, torch.uint8, memory_format)
         else:
-            self._step = DeviceStep(self.device, normalize, dtype)
+            self._step = DeviceStep(self.device, normalize, dtype, memory_format)
 
     def _init_packed(self, data: Any, batch_size: int, shuffle: bool, seed: int,
                      transforms: Any, drop_last: bool, rank: int | None,
@@ -114,7 +116,7 @@ class PackedLoader(FastLoader):
         num_threads=None means a fixed count: the cores this rank may use.
         """
         height, width = self.image_size
-        slot_bytes = self.batch_size * height * width * 3
+        slot_bytes = pinned_nbytes(self.batch_size * height * width * 3)  # what a slot pins
         try:
             self._tuner = make_tuner(self._max_threads if num_threads is None else num_threads,
                                      prefetch, memory_budget, self._max_threads, slot_bytes)
@@ -131,8 +133,10 @@ class PackedLoader(FastLoader):
         self._stop_active()  # one pass at a time: a new iter() ends the previous one
         if self._ring is None:
             height, width = self.image_size
+            # A pinned ring takes every slot prefetch="auto" may reach now, before training.
+            capacity = self._tuner.max_prefetch + 1 if self._tuner.tunes_prefetch else None
             self._ring = BatchRing(self.prefetch + 1, self.batch_size, height, width,
-                                   pin=self.device.type == "cuda")
+                                   pin=self.device.type == "cuda", capacity=capacity)
         start, self._resume_batch = self._resume_batch, 0
         epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
                                self.sampler.epoch, self.sampler.seed, self.sampler.rank)
@@ -173,9 +177,11 @@ class PackedLoader(FastLoader):
                                                    item.labels, item.images)
                 ring.release(item.slot, event)
                 if self._gpu_ops is not None:
-                    images, labels = self._gpu_ops(images, labels, gpu_rng(
-                        epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank))
-                self._counters.add_time("copy", time.perf_counter() - start_copy)
+                    with self._step.on_device():
+                        images, labels = self._gpu_ops(images, labels, gpu_rng(
+                            epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank))
+                self._counters.add_time("copy", self._step.copy_seconds(
+                    time.perf_counter() - start_copy))
                 self._counters.add_batch(item.count)
                 self._batches_done = item.index + 1
                 yield images, labels
