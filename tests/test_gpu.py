@@ -6,7 +6,6 @@ The pinned ring's race test, with its negative controls, is tests/test_gpu_race.
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
