@@ -7,7 +7,7 @@ DEPS_STAMP := $(VENV)/.deps-installed
 BUILD_STAMP := $(VENV)/.fastloader-built
 NATIVE_SOURCES := $(wildcard csrc/*.cpp csrc/*.h) CMakeLists.txt pyproject.toml
 
-.PHONY: install test test-native test-fallback test-slow lint docs demo bench clean
+.PHONY: install test test-native test-fallback test-slow lint docs demo bench clean wheel
 
 install: $(BUILD_STAMP)
 
@@ -62,6 +62,12 @@ demo: install
 bench: install
 	$(PY) benchmarks/bench_loader.py --repeats 5 --formats LMDB HDF5 "tiled LMDB"
 	$(PY) benchmarks/plot.py benchmarks/results/loader.jsonl
+
+# A self-contained wheel in dist/ (the system's libjpeg-turbo vendored into fastloader.libs/, or a
+# static 3.x with FASTLOADER_JPEG_ROOT; manylinux tag), then checked in a fresh venv with the
+# system's libjpeg masked: see tools/wheel.sh. Needs no `make install`.
+wheel:
+	PYTHON=$(PYTHON) bash tools/wheel.sh
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .mypy_cache .ruff_cache demo_data docs/_build
