@@ -114,6 +114,10 @@ class AutoTuner:
             if self._tune_threads and len(self._ladder) == 1:
                 self._end_phase()  # one usable core: nothing to choose
 
+    def after_fork(self) -> None:
+        """In a forked child: the lock may have been copied held by a parent thread."""
+        self._lock = threading.Lock()
+
     def setting(self) -> Setting:
         with self._lock:
             return Setting(self.threads, self.prefetch)

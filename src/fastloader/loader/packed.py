@@ -16,14 +16,20 @@ from fastloader.format.dataset import dataset_from
 from fastloader.gpu.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
 from fastloader.gpu.ops import device_ops, gpu_rng
 from fastloader.loader.autotune import make_tuner
-from fastloader.loader.loader import BACKENDS, FastLoader, refuse_dataloader_kwargs
+from fastloader.loader.loader import (
+    BACKENDS,
+    FastLoader,
+    PackedAttributes,
+    parameter_names,
+    refuse_dataloader_kwargs,
+)
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.pipeline import EpochPlan, Producer
 from fastloader.loader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats
 
 
-class PackedLoader(FastLoader):
+class PackedLoader(FastLoader, PackedAttributes):
     """FastLoader over a packed dataset: the native (or Pillow) decode pipeline.
 
     Built by FastLoader(path_or_packed_dataset, ...); see FastLoader for the arguments.
@@ -52,7 +58,8 @@ class PackedLoader(FastLoader):
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
-        refuse_dataloader_kwargs(dataloader_kwargs, "packed path")
+        refuse_dataloader_kwargs(dataloader_kwargs, "packed path",
+                                 parameter_names(PackedLoader.__init__))
         if backend not in BACKENDS or backend == "dali":
             raise invalid_argument("backend", backend, "is not a backend of the packed loader",
                                    "Pass 'auto', 'native' or 'pillow' (FastLoader(..., "
@@ -85,14 +92,14 @@ class PackedLoader(FastLoader):
                                    "Pass on_error='skip' to replace undecodable samples.")
         self.on_error = on_error
         self.transforms = check_transforms(transforms)
-        rank, world = resolve_rank_world(rank, world_size)
+        _, world = resolve_rank_world(rank, world_size)
         self._max_threads = threads_per_rank(world)
         self.dataset, self._owns_dataset = dataset_from(
             data, "a packed dataset path, a PackedDataset or a map-style torch Dataset")
         try:
             self.image_size = output_size(self.transforms, self.dataset.shapes)
-            self.sampler = EpochSampler(len(self.dataset), seed, rank, world,
-                                        flag("shuffle", shuffle), self.drop_last)
+            self.sampler = EpochSampler.for_loader(len(self.dataset), seed, rank, world_size,
+                                                   flag("shuffle", shuffle), self.drop_last)
             self._decoder = BatchDecoder(1, backend)  # _init_tuning sets its thread count
         except BaseException:
             if self._owns_dataset:
@@ -131,8 +138,9 @@ class PackedLoader(FastLoader):
             self._ring = BatchRing(self.prefetch + 1, self.batch_size, height, width,
                                    pin=self.device.type == "cuda")
         start, self._resume_batch = self._resume_batch, 0
+        epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
         epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
-                               self.sampler.epoch, self.sampler.seed, self.sampler.rank)
+                               epoch, self.sampler.seed, self.sampler.rank)
         # The tuner may have settled on the last batch of a pass, after the producer's last
         # chance to apply it: take its setting here so a settled count is never left unapplied.
         self._decoder.num_threads = self._tuner.setting().threads
@@ -155,7 +163,9 @@ class PackedLoader(FastLoader):
             while True:
                 if self._active is not producer:
                     raise FastloaderError("this iterator was ended because a newer pass over "
-                                          "the same FastLoader started (or it was closed)")
+                                          "the same FastLoader started, or it was closed, or "
+                                          "this process was forked from the one that began "
+                                          "it; start a new pass with iter(loader)")
                 asked = time.perf_counter()
                 if taken:  # the training loop's own time on the batch it had
                     self._tuner.record_consume(waited, asked - taken)
@@ -204,8 +214,10 @@ class PackedLoader(FastLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: epoch and batches consumed, plus what must match on load."""
-        done = self._batches_done if self._active is not None else self._resume_batch
-        return self.sampler.state(done, self.batch_size, self.drop_last)
+        if self._active is not None:
+            return self.sampler.state(self._batches_done, self.batch_size, self.drop_last)
+        return self.sampler.state(self._resume_batch, self.batch_size, self.drop_last,
+                                  epoch=self.sampler.next_epoch())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
@@ -252,6 +264,18 @@ class PackedLoader(FastLoader):
         self._ring = None
         if self._owns_dataset:
             self.dataset.close()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: the producer thread and its helper exist only in the parent,
+        and the ring, counters and tuner may have been mid-update there. Forget the pass
+        (its iterator ends with a clear error), and rebuild the ring on the next pass. The
+        native decoder rebuilds its own thread pool (csrc/batch.cpp's fork handler)."""
+        if self._closed:
+            return
+        self._active = None
+        self._ring = None
+        self._counters = Counters()
+        self._tuner.after_fork()
 
     def __repr__(self) -> str:
         if not hasattr(self, "sampler"):

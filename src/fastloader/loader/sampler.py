@@ -80,10 +80,44 @@ class EpochSampler:
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.epoch = 0
+        # rank/world read from torch.distributed at each pass, not fixed at construction.
+        self.follow_distributed = False
+        # A pass began on self.epoch and no set_epoch() chose the next one since: the next pass
+        # takes epoch + 1 (DataLoader reshuffles on every iter(), even after a break).
+        self._used = False
+
+    @classmethod
+    def for_loader(cls, n: int, seed: int, rank: int | None, world_size: int | None,
+                   shuffle: bool, drop_last: bool) -> EpochSampler:
+        """A loader's sampler: rank and world as given, or (both None) those of
+        torch.distributed when each pass starts, so a loader built before
+        init_process_group shards once the group exists instead of reading everything."""
+        resolved_rank, world = resolve_rank_world(rank, world_size)
+        sampler = cls(n, seed, resolved_rank, world, shuffle, drop_last)
+        sampler.follow_distributed = rank is None
+        return sampler
+
+    def refresh(self) -> None:
+        """Re-read rank and world from torch.distributed (only when neither was given)."""
+        if self.follow_distributed:
+            self.rank, self.world_size = resolve_rank_world(None, None)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose order __iter__ (and the loader) produces next."""
         self.epoch = int_at_least("epoch", epoch, 0)
+        self._used = False
+
+    def begin_pass(self) -> int:
+        """The epoch of a pass that starts now (see set_epoch and next_epoch)."""
+        self.refresh()
+        if self._used:
+            self.epoch += 1
+        self._used = True
+        return self.epoch
+
+    def next_epoch(self) -> int:
+        """The epoch the next pass will read when no pass is running."""
+        return self.epoch + 1 if self._used else self.epoch
 
     def indices(self, epoch: int | None = None) -> np.ndarray:
         """This rank's indices for `epoch` (default: the current one) as an int64 array."""
@@ -103,12 +137,15 @@ class EpochSampler:
         count = len(self)
         return count // batch_size if drop else -(-count // batch_size)
 
-    def state(self, batches_done: int, batch_size: int, drop_last: bool) -> dict[str, Any]:
+    def state(self, batches_done: int, batch_size: int, drop_last: bool,
+              epoch: int | None = None) -> dict[str, Any]:
         """A loader's checkpoint: where it stands in which epoch, plus what must match on load.
 
         FastLoader and DaliLoader share this layout, so checkpoints move between backends.
         """
-        return {"version": STATE_VERSION, "epoch": self.epoch, "batches_done": batches_done,
+        self.refresh()
+        return {"version": STATE_VERSION, "epoch": self.epoch if epoch is None else epoch,
+                "batches_done": batches_done,
                 "seed": self.seed, "num_samples": self.n, "batch_size": batch_size,
                 "rank": self.rank, "world_size": self.world_size, "shuffle": self.shuffle,
                 "drop_last": drop_last}
@@ -132,9 +169,11 @@ class EpochSampler:
         return int_at_least("state['epoch']", state.get("epoch"), 0), done
 
     def __iter__(self) -> Iterator[int]:
+        self.refresh()
         return iter(self.indices().tolist())
 
     def __len__(self) -> int:
+        self.refresh()
         return samples_per_rank(self.n, self.world_size, self.drop_last)
 
     def __repr__(self) -> str:
