@@ -194,7 +194,8 @@ def parameter_names(function: Any) -> list[str]:
 # torch DataLoader's keyword arguments that have no meaning on the packed paths.
 DATALOADER_ONLY = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
                    "multiprocessing_context", "generator", "prefetch_factor",
-                   "persistent_workers", "pin_memory_device", "in_order", "batch_sampler")
+                   "persistent_workers", "pin_memory_device", "in_order", "batch_sampler",
+                   "sampler")
 
 
 def refuse_dataloader_kwargs(dataloader_kwargs: dict[str, Any], path: str,

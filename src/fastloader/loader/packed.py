@@ -55,6 +55,8 @@ class PackedLoader(FastLoader, PackedAttributes):
         backend: str = "auto",
         memory_budget: int | None = None,
         gpu_transforms: Any = None,
+        sampler: Any = None,
+        batch_transform: Any = None,
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
@@ -65,8 +67,12 @@ class PackedLoader(FastLoader, PackedAttributes):
                                    "Pass 'auto', 'native' or 'pillow' (FastLoader(..., "
                                    "backend='dali') builds the DALI loader).")
         self._init_device(device, normalize, dtype, gpu_transforms)
+        if batch_transform is not None and not callable(batch_transform):
+            raise invalid_argument("batch_transform", batch_transform, "must be callable",
+                                   "Pass a function of a uint8 NCHW batch tensor.")
+        self.batch_transform = batch_transform
         self._init_packed(data, batch_size, shuffle, seed, transforms, drop_last, rank,
-                          world_size, on_error, backend)
+                          world_size, on_error, backend, sampler)
         self._init_tuning(num_threads, prefetch, memory_budget)
 
     def _init_device(self, device: Any, normalize: Any, dtype: Any, gpu_transforms: Any) -> None:
@@ -84,7 +90,7 @@ class PackedLoader(FastLoader, PackedAttributes):
     def _init_packed(self, data: Any, batch_size: int, shuffle: bool, seed: int,
                      transforms: Any, drop_last: bool, rank: int | None,
                      world_size: int | None, on_error: str,
-                     backend: str) -> None:
+                     backend: str, source: Any) -> None:
         self.batch_size = positive_int("batch_size", batch_size)
         self.drop_last = flag("drop_last", drop_last)
         if on_error not in ("raise", "skip"):
@@ -99,7 +105,8 @@ class PackedLoader(FastLoader, PackedAttributes):
         try:
             self.image_size = output_size(self.transforms, self.dataset.shapes)
             self.sampler = EpochSampler.for_loader(len(self.dataset), seed, rank, world_size,
-                                                   flag("shuffle", shuffle), self.drop_last)
+                                                   flag("shuffle", shuffle), self.drop_last,
+                                                   source)
             self._decoder = BatchDecoder(1, backend)  # _init_tuning sets its thread count
         except BaseException:
             if self._owns_dataset:
@@ -145,9 +152,12 @@ class PackedLoader(FastLoader, PackedAttributes):
         # chance to apply it: take its setting here so a settled count is never left unapplied.
         self._decoder.num_threads = self._tuner.setting().threads
         tuner = self._tuner if self._tuner.state == "measuring" else None
+        # A batch_transform sees uint8 pixels, so the decoder cannot also write the normalized
+        # channel-first output in the same pass: the copy step converts after the transform.
+        planar = self._step.planar if self.batch_transform is None else None
         producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
                             self._counters, self.on_error, epoch_plan, tuner,
-                            self._step.planar).start()
+                            planar, self.batch_transform).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)

@@ -80,6 +80,29 @@ class _Done:
         self.error = error
 
 
+def apply_batch_transform(transform: Any, out: np.ndarray) -> None:
+    """Run a user's batch_transform on a decoded batch, in place in its ring slot.
+
+    It gets the batch as a uint8 NCHW tensor (a view of the slot) and returns a tensor of the
+    same shape and dtype (or the one it was given, changed in place). It runs on the producer
+    thread, holding the GIL for its Python parts: torch kernels release it, Python loops do not.
+    """
+    import torch
+
+    view = torch.from_numpy(out).permute(0, 3, 1, 2)
+    result = transform(view)
+    if not isinstance(result, torch.Tensor) or result.shape != view.shape or (
+            result.dtype != torch.uint8):
+        got = (f"{type(result).__name__}" if not isinstance(result, torch.Tensor)
+               else f"a {result.dtype} tensor of shape {tuple(result.shape)}")
+        raise FastloaderError(
+            f"batch_transform returned {got}; it must return a torch.uint8 tensor of the "
+            f"shape it was given, {tuple(view.shape)} (N, C, H, W). Convert to float in "
+            "normalize= or gpu_transforms, not in batch_transform.")
+    if result is not view:
+        view.copy_(result)
+
+
 class Producer:
     """One pass over an EpochPlan on a thread named fastloader-producer-N."""
 
@@ -94,8 +117,10 @@ class Producer:
         epoch_plan: EpochPlan,
         tuner: AutoTuner | None = None,
         planar: PlanarSpec | None = None,
+        batch_transform: Any = None,
     ) -> None:
         self.dataset = dataset
+        self.batch_transform = batch_transform
         self.tuner = tuner
         self.transforms = tuple(transforms)
         self.decoder = decoder
@@ -192,6 +217,9 @@ class Producer:
                     failures[k] = DecodeError(f"{self.dataset.describe(samples[k])}: {message}")
             for k, error in sorted(failures.items()):
                 samples[k] = self._recover(b, k, int(samples[k]), error, out, images)
+        if self.batch_transform is not None:
+            with Timer(self.counters, "decode"):  # stats: decode_s includes it
+                apply_batch_transform(self.batch_transform, out)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
         return ReadyBatch(b, slot, len(samples), labels, samples, images)
 
