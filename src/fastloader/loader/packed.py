@@ -152,12 +152,9 @@ class PackedLoader(FastLoader, PackedAttributes):
         # chance to apply it: take its setting here so a settled count is never left unapplied.
         self._decoder.num_threads = self._tuner.setting().threads
         tuner = self._tuner if self._tuner.state == "measuring" else None
-        # A batch_transform sees uint8 pixels, so the decoder cannot also write the normalized
-        # channel-first output in the same pass: the copy step converts after the transform.
-        planar = self._step.planar if self.batch_transform is None else None
         producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
                             self._counters, self.on_error, epoch_plan, tuner,
-                            planar, self.batch_transform).start()
+                            self._step.planar, self.batch_transform).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)

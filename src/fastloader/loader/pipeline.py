@@ -103,6 +103,18 @@ def apply_batch_transform(transform: Any, out: np.ndarray) -> None:
         view.copy_(result)
 
 
+def fill_planar(images: Any, out: np.ndarray, spec: PlanarSpec) -> None:
+    """Write the NHWC uint8 batch `out` into its channel-first output as the decoder would
+    have: x * scale + shift per channel in float32, or a plain layout change for uint8."""
+    import torch
+
+    images.copy_(torch.from_numpy(out).permute(0, 3, 1, 2))
+    if spec.scale is not None and spec.shift is not None and images.is_floating_point():
+        scale = torch.from_numpy(np.asarray(spec.scale, np.float32)).view(1, 3, 1, 1)
+        shift = torch.from_numpy(np.asarray(spec.shift, np.float32)).view(1, 3, 1, 1)
+        torch.addcmul(shift, images, scale, out=images)
+
+
 class Producer:
     """One pass over an EpochPlan on a thread named fastloader-producer-N."""
 
@@ -208,23 +220,28 @@ class Producer:
         _, out = self.ring.view(slot, len(samples))
         # Taken with the slot, so planar tensors in flight never outnumber the ring's slots.
         images = self.planar.allocate(len(samples), *out.shape[1:3]) if self.planar else None
+        # A batch_transform must see the uint8 pixels first: the decoder then writes only the
+        # slot, and the channel-first output is filled from it after the transform.
+        fused = images if self.batch_transform is None else None
         with Timer(self.counters, "decode"):
             errors = self.decoder.decode_into(prepared.records, prepared.crops, prepared.flips,
                                               out, tiles=prepared.tiles,
-                                              **self._planar_kwargs(images, 0, len(samples)))
+                                              **self._planar_kwargs(fused, 0, len(samples)))
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:
                     failures[k] = DecodeError(f"{self.dataset.describe(samples[k])}: {message}")
             for k, error in sorted(failures.items()):
-                samples[k] = self._recover(b, k, int(samples[k]), error, out, images)
+                samples[k] = self._recover(b, k, int(samples[k]), error, out, fused)
         if self.batch_transform is not None:
             with Timer(self.counters, "decode"):  # stats: decode_s includes it
                 apply_batch_transform(self.batch_transform, out)
+                if images is not None and self.planar is not None:
+                    fill_planar(images, out, self.planar)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
         return ReadyBatch(b, slot, len(samples), labels, samples, images)
 
     def _planar_kwargs(self, images: Any, start: int, stop: int) -> dict[str, Any]:
-        if self.planar is None:
+        if self.planar is None or images is None:
             return {}
         return self.planar.decode_kwargs(images[start:stop])
 
