@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
+from fastloader.errors import FastloaderError
 from fastloader.loader.loader import FastLoader
 from fastloader.pack.write import pack
 from imagegen import make_tree
@@ -98,10 +99,16 @@ def test_a_forked_child_gets_a_working_loader(packed: dict[str, Path]) -> None:
             code = 1
             try:
                 os.close(reader)
+                try:
+                    next(it)  # the parent's pass: its producer thread is not in this process
+                    code = 4
+                    raise AssertionError("an inherited pass went on in the child")
+                except FastloaderError as exc:
+                    assert "forked" in str(exc)
                 loader.set_epoch(0)
                 labels = [lab.tolist() for _, lab in loader]  # a new pass in the child
                 code = 0 if labels == expected else 2
-            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            except BaseException as exc:  # any failure is reported to the parent
                 os.write(writer, repr(exc).encode()[:500])
                 code = 3
             finally:
