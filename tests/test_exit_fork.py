@@ -46,6 +46,8 @@ SCRIPT = textwrap.dedent("""
             sys.exit(0)
         if mode == "raise":
             raise SystemExit(0)  # unwinds through the frames that hold the iterator
+        if mode == "error":  # an uncaught exception, as when a training run fails
+            raise RuntimeError("loss is NaN")
         if mode == "local":
             local = iter(loader)  # a second pass, still referenced by a frame at exit
             next(local)
@@ -59,14 +61,15 @@ def test_exit_with_a_live_iterator_is_clean_20_times(packed: dict[str, Path],
                                                      tmp_path: Path) -> None:
     script = tmp_path / "exit_live.py"
     script.write_text(SCRIPT)
-    modes = ["return", "sys.exit", "raise", "local"]
+    modes = ["return", "sys.exit", "raise", "local", "error"]
     failures = []
     for run in range(20):
         path = packed["lmdb" if run % 2 == 0 else "h5"]
         mode = modes[run % len(modes)]
         done = subprocess.run([sys.executable, str(script), str(path), mode],
                               capture_output=True, text=True, timeout=120)
-        if done.returncode != 0 or "terminate" in done.stderr:
+        expected = 1 if mode == "error" else 0  # Python's own code for an uncaught error
+        if done.returncode != expected or "terminate" in done.stderr:
             failures.append((run, path.suffix, mode, done.returncode, done.stderr[-300:]))
     assert failures == []
 
