@@ -16,6 +16,7 @@ from fastloader.format.dataset import dataset_from
 from fastloader.gpu.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
 from fastloader.gpu.ops import device_ops, gpu_rng
 from fastloader.loader.autotune import make_tuner
+from fastloader.loader.batch_transform import check_batch_transform
 from fastloader.loader.loader import (
     BACKENDS,
     FastLoader,
@@ -67,10 +68,7 @@ class PackedLoader(FastLoader, PackedAttributes):
                                    "Pass 'auto', 'native' or 'pillow' (FastLoader(..., "
                                    "backend='dali') builds the DALI loader).")
         self._init_device(device, normalize, dtype, gpu_transforms)
-        if batch_transform is not None and not callable(batch_transform):
-            raise invalid_argument("batch_transform", batch_transform, "must be callable",
-                                   "Pass a function of a uint8 NCHW batch tensor.")
-        self.batch_transform = batch_transform
+        self.batch_transform = check_batch_transform(batch_transform)
         self._init_packed(data, batch_size, shuffle, seed, transforms, drop_last, rank,
                           world_size, on_error, backend, sampler)
         self._init_tuning(num_threads, prefetch, memory_budget)

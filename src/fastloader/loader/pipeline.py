@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from fastloader.decode.augment import Transform, batch_rng, plan
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.autotune import AutoTuner, Setting
+from fastloader.loader.batch_transform import transform_planar, transform_slot
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.stats import Counters, Timer
 
@@ -80,39 +82,12 @@ class _Done:
         self.error = error
 
 
-def apply_batch_transform(transform: Any, out: np.ndarray) -> None:
-    """Run a user's batch_transform on a decoded batch, in place in its ring slot.
-
-    It gets the batch as a uint8 NCHW tensor (a view of the slot) and returns a tensor of the
-    same shape and dtype (or the one it was given, changed in place). It runs on the producer
-    thread, holding the GIL for its Python parts: torch kernels release it, Python loops do not.
-    """
-    import torch
-
-    view = torch.from_numpy(out).permute(0, 3, 1, 2)
-    result = transform(view)
-    if not isinstance(result, torch.Tensor) or result.shape != view.shape or (
-            result.dtype != torch.uint8):
-        got = (f"{type(result).__name__}" if not isinstance(result, torch.Tensor)
-               else f"a {result.dtype} tensor of shape {tuple(result.shape)}")
-        raise FastloaderError(
-            f"batch_transform returned {got}; it must return a torch.uint8 tensor of the "
-            f"shape it was given, {tuple(view.shape)} (N, C, H, W). Convert to float in "
-            "normalize= or gpu_transforms, not in batch_transform.")
-    if result is not view:
-        view.copy_(result)
-
-
-def fill_planar(images: Any, out: np.ndarray, spec: PlanarSpec) -> None:
-    """Write the NHWC uint8 batch `out` into its channel-first output as the decoder would
-    have: x * scale + shift per channel in float32, or a plain layout change for uint8."""
-    import torch
-
-    images.copy_(torch.from_numpy(out).permute(0, 3, 1, 2))
-    if spec.scale is not None and spec.shift is not None and images.is_floating_point():
-        scale = torch.from_numpy(np.asarray(spec.scale, np.float32)).view(1, 3, 1, 1)
-        shift = torch.from_numpy(np.asarray(spec.shift, np.float32)).view(1, 3, 1, 1)
-        torch.addcmul(shift, images, scale, out=images)
+def _planar_kwargs(spec: PlanarSpec | None, images: Any, start: int,
+                   stop: int) -> dict[str, Any]:
+    """decode_into's arguments for writing images[start:stop] channel-first, if asked."""
+    if spec is None or images is None:
+        return {}
+    return spec.decode_kwargs(images[start:stop])
 
 
 class Producer:
@@ -143,6 +118,10 @@ class Producer:
         self.planar = planar
         if planar is not None:
             planar.pool.reserve(ring.slots + 1)
+        # CPU target with a batch_transform: the decoder writes uint8 channel-first pixels
+        # here (fused, on its threads) for the transform; the output is filled from them.
+        self.staging = (PlanarSpec(torch.uint8) if planar is not None and batch_transform
+                        is not None else None)
         self.ready: queue.SimpleQueue[ReadyBatch | _Done] = queue.SimpleQueue()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(
@@ -220,30 +199,25 @@ class Producer:
         _, out = self.ring.view(slot, len(samples))
         # Taken with the slot, so planar tensors in flight never outnumber the ring's slots.
         images = self.planar.allocate(len(samples), *out.shape[1:3]) if self.planar else None
-        # A batch_transform must see the uint8 pixels first: the decoder then writes only the
-        # slot, and the channel-first output is filled from it after the transform.
-        fused = images if self.batch_transform is None else None
+        spec, target = self.planar, images  # what the decoder writes channel-first, if any
+        if self.staging is not None:
+            spec, target = self.staging, self.staging.allocate(len(samples), *out.shape[1:3])
         with Timer(self.counters, "decode"):
             errors = self.decoder.decode_into(prepared.records, prepared.crops, prepared.flips,
                                               out, tiles=prepared.tiles,
-                                              **self._planar_kwargs(fused, 0, len(samples)))
+                                              **_planar_kwargs(spec, target, 0, len(samples)))
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:
                     failures[k] = DecodeError(f"{self.dataset.describe(samples[k])}: {message}")
             for k, error in sorted(failures.items()):
-                samples[k] = self._recover(b, k, int(samples[k]), error, out, fused)
-        if self.batch_transform is not None:
-            with Timer(self.counters, "decode"):  # stats: decode_s includes it
-                apply_batch_transform(self.batch_transform, out)
-                if images is not None and self.planar is not None:
-                    fill_planar(images, out, self.planar)
+                samples[k] = self._recover(b, k, int(samples[k]), error, out, spec, target)
+            if self.batch_transform is not None:  # stats: decode_s includes it
+                if target is not None and images is not None and self.planar is not None:
+                    images = transform_planar(self.batch_transform, target, images, self.planar)
+                else:
+                    transform_slot(self.batch_transform, out)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
         return ReadyBatch(b, slot, len(samples), labels, samples, images)
-
-    def _planar_kwargs(self, images: Any, start: int, stop: int) -> dict[str, Any]:
-        if self.planar is None or images is None:
-            return {}
-        return self.planar.decode_kwargs(images[start:stop])
 
     def _read(self, samples: np.ndarray) -> tuple[list[Any], dict[int, FastloaderError]]:
         records: list[Any] = []
@@ -257,7 +231,7 @@ class Producer:
         return records, failures
 
     def _recover(self, b: int, k: int, sample: int, error: FastloaderError,
-                 out: np.ndarray, images: Any) -> int:
+                 out: np.ndarray, spec: PlanarSpec | None, images: Any) -> int:
         """on_error="raise": raise. "skip": decode a replacement into out[k], return its index.
 
         Replacements are the next records after the bad one (sample+1, sample+2, ...), planned
@@ -282,7 +256,7 @@ class Producer:
             crops, flips, _ = plan(self.transforms, self.dataset.shapes[[candidate]], rng)
             tiles = self.dataset.tile_batch([candidate])
             if self.decoder.decode_into([record], crops, flips, out[k : k + 1], tiles,
-                                        **self._planar_kwargs(images, k, k + 1))[0] is None:
+                                        **_planar_kwargs(spec, images, k, k + 1))[0] is None:
                 return candidate
         raise DecodeError(
             f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
