@@ -144,3 +144,20 @@ def test_demo_tree_has_no_file_that_packdata_ignores(tmp_path: Path) -> None:
     assert (result.ignored_hidden, result.ignored_non_image,
             result.ignored_outside_classes) == (0, 0, 0)
     assert make_images.ensure_tree(tree, 4, classes=2) is False  # still reused
+
+
+# -- a loader built under torchrun before init_process_group ----------------------------------
+
+def test_threads_are_shared_by_the_ranks_a_launcher_announced(
+        packed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastloader.loader.sampler import usable_cores
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets them, before the group exists
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with FastLoader(packed, batch_size=2, transforms=TRAIN, num_threads=None,
+                    device="cpu") as loader:
+        assert loader.num_threads == max(1, usable_cores() // 2)
+        assert loader.sampler.world_size == 1  # no process group yet: sharding waits for it
+    dropin = FastLoader(Numbers(), batch_size=2)
+    assert dropin.num_workers == max(1, usable_cores() // 2)
+    dropin.close()

@@ -37,7 +37,7 @@ from fastloader.loader.loader import (
     parameter_names,
     refuse_dataloader_kwargs,
 )
-from fastloader.loader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
+from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats, Timer
 
 
@@ -113,7 +113,7 @@ class DaliLoader(FastLoader, PackedAttributes):
         ops = device_ops(gpu_transforms, constants, self.dtype)
         self._torch_normalizes = ops is not None and constants is not None
         self._gpu_ops = ops if ops is not None else GpuCompose([])
-        _, world = resolve_rank_world(rank, world_size)
+        world = planned_world(rank, world_size)
         threads = threads_per_rank(world) if num_threads is None else num_threads
         self._threads = positive_int("num_threads", threads)
         self.dataset, self._owns_dataset = dataset_from(

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from fastloader.errors import FastloaderError, invalid_argument
 from fastloader.gpu.device import resolve_device
 from fastloader.loader.loader import FastLoader
-from fastloader.loader.sampler import resolve_rank_world, threads_per_rank
+from fastloader.loader.sampler import planned_world, resolve_rank_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats, batch_size_of
 
 # FastLoader's packed-only arguments and their defaults: the drop-in path takes them only at
@@ -92,7 +92,8 @@ class DropInLoader(FastLoader):
         elif shuffle and "generator" not in kwargs and "sampler" not in kwargs:
             self._generator = torch.Generator().manual_seed(self.seed)
             kwargs["generator"] = self._generator
-        workers = kwargs.setdefault("num_workers", threads_per_rank(world))
+        workers = kwargs.setdefault("num_workers", threads_per_rank(
+            world if world > 1 or not self._follow_distributed else planned_world(None, None)))
         if workers > 0:
             kwargs.setdefault("persistent_workers", True)
             kwargs.setdefault("prefetch_factor", DEFAULT_PREFETCH_FACTOR)

@@ -26,7 +26,7 @@ from fastloader.loader.loader import (
 )
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.pipeline import EpochPlan, Producer
-from fastloader.loader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
+from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats
 
 
@@ -96,8 +96,7 @@ class PackedLoader(FastLoader, PackedAttributes):
                                    "Pass on_error='skip' to replace undecodable samples.")
         self.on_error = on_error
         self.transforms = check_transforms(transforms)
-        _, world = resolve_rank_world(rank, world_size)
-        self._max_threads = threads_per_rank(world)
+        self._max_threads = threads_per_rank(planned_world(rank, world_size))
         self.dataset, self._owns_dataset = dataset_from(
             data, "a packed dataset path, a PackedDataset or a map-style torch Dataset")
         try:

@@ -252,6 +252,16 @@ def resolve_rank_world(rank: int | None, world_size: int | None) -> tuple[int, i
     return 0, 1
 
 
+def planned_world(rank: int | None, world_size: int | None) -> int:
+    """The world size to share this machine's cores by: as given, else torch.distributed's,
+    else (before init_process_group) the WORLD_SIZE a launcher such as torchrun announced."""
+    _, world = resolve_rank_world(rank, world_size)
+    announced = os.environ.get("WORLD_SIZE", "")
+    if world_size is None and world == 1 and announced.isdigit() and int(announced) > 1:
+        return int(announced)
+    return world
+
+
 def usable_cores() -> int:
     """Cores this process may use: its CPU affinity where the OS has one, else all of them."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
