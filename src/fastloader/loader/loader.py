@@ -77,8 +77,14 @@ class FastLoader:
     the extension), "pillow", or "dali". `gpu_transforms`: fastloader.gpu.ops transforms
     applied batched on `device` after the copy, on uint8 pixels, before normalize.
 
-    Each pass follows `sampler.epoch`; a pass that runs to its end advances the epoch by one
-    (reshuffling like DataLoader(shuffle=True)); set_epoch(e) chooses it explicitly.
+    Each iter() is a pass over one epoch. A pass that was started (run to its end or cut
+    short) moves the next pass to the next epoch, reshuffled, as DataLoader(shuffle=True)
+    reshuffles on every iter(); set_epoch(e) chooses the next pass's epoch explicitly. Rank and
+    world size (unless given) are read from torch.distributed when each pass starts.
+
+    Packed path only: `sampler` (any sized iterable of indices) sets each epoch's order before
+    sharding; `batch_transform` (a callable of the uint8 NCHW batch, returning one like it)
+    runs on the producer thread before normalize. See the README's training-code section.
     """
 
     def __new__(cls, data: Any = None, *args: Any, **kwargs: Any) -> Any:
