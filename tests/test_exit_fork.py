@@ -122,3 +122,4 @@ def test_a_forked_child_gets_a_working_loader(packed: dict[str, Path]) -> None:
         os.close(reader)
         assert status == 0, f"child exit {status} (None: hung): {message}"
         assert sum(1 for _ in it) == len(loader) - 1  # the parent's pass goes on
+
