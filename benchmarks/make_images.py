@@ -168,17 +168,22 @@ def generate(
         return list(pool.map(_write_one, jobs, chunksize=8))
 
 
-STAMP = ".make_images.json"
+STAMP_SUFFIX = ".make_images.json"
+
+
+def stamp_path(out: Path) -> Path:
+    """The parameters a tree was made with, in a file beside it (not inside: packdata would
+    report a file in the tree as ignored)."""
+    return out.with_name(out.name + STAMP_SUFFIX)
 
 
 def ensure_tree(out: Path, count: int, classes: int = 10, seed: int = 0) -> bool:
     """Generate the tree unless `out` already holds one made with the same parameters.
 
-    Returns True when it generated. The parameters live in a hidden stamp file that
-    packdata and ImageFolder ignore.
+    Returns True when it generated. The parameters live in a stamp file beside the tree.
     """
     wanted = {"count": count, "classes": classes, "seed": seed, "quality": QUALITY}
-    stamp = out / STAMP
+    stamp = stamp_path(out)
     try:
         if json.loads(stamp.read_text()) == wanted:
             return False
@@ -190,6 +195,7 @@ def ensure_tree(out: Path, count: int, classes: int = 10, seed: int = 0) -> bool
                 f"{out} exists and was not made by make_images.py; pass an empty or new folder."
             )
         shutil.rmtree(out)
+    stamp.unlink(missing_ok=True)  # a tree half-made by an interrupted run is not reused
     records = generate(out, count, classes, seed)
     print(format_stats(size_stats(records)))
     stamp.write_text(json.dumps(wanted))

@@ -1,9 +1,12 @@
 // Persistent thread pool and the batch decode loop: one status per sample, never an exception.
 #include "batch.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <new>
 
 #include "tiles.h"
 
@@ -32,6 +35,40 @@ bool to_geometry(const int64_t *h, tiles::Geometry &g) {
         *fields[i] = static_cast<uint32_t>(h[i]);
     }
     return true;
+}
+
+// Every live BatchDecoder, for the fork handlers. Function-local statics: never destroyed, so a
+// decoder freed during static destruction at exit still finds them.
+std::mutex &registry_mutex() {
+    static auto *mutex = new std::mutex();
+    return *mutex;
+}
+
+std::vector<BatchDecoder *> &registry() {
+    static auto *decoders = new std::vector<BatchDecoder *>();
+    return *decoders;
+}
+
+// The registry lock is held across fork(), so the child never inherits it locked by a thread
+// that is not there; the child then resets every decoder while it is the only thread.
+void before_fork() { registry_mutex().lock(); }
+void after_fork_in_parent() { registry_mutex().unlock(); }
+void after_fork_in_child() {
+    for (BatchDecoder *decoder : registry()) decoder->reset_after_fork();
+    registry_mutex().unlock();  // locked by this very thread in before_fork
+}
+
+void register_decoder(BatchDecoder *decoder) {
+    static std::once_flag installed;
+    std::call_once(installed, [] { pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); });
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    registry().push_back(decoder);
+}
+
+void unregister_decoder(BatchDecoder *decoder) {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto &all = registry();
+    all.erase(std::remove(all.begin(), all.end(), decoder), all.end());
 }
 
 }  // namespace
@@ -65,13 +102,42 @@ void ThreadPool::stop_workers() {
 void ThreadPool::resize(int num_threads) {
     std::lock_guard<std::mutex> run_lock(run_mutex_);
     stop_workers();
+    restart_ = false;
+    closed_ = false;
     start_workers(num_threads);
 }
 
 void ThreadPool::close() {
     std::lock_guard<std::mutex> run_lock(run_mutex_);
     stop_workers();
+    restart_ = false;
+    closed_ = true;
     num_threads_ = 1;  // a closed pool still works, on the calling thread alone
+}
+
+// Only the forking thread exists in the child: the parent's workers are gone, and any lock or
+// condition may have been copied mid-use. Placement new gives fresh ones and forgets the
+// thread handles without their destructors (a joinable std::thread's destructor aborts, and
+// join() on a thread of the parent hangs or fails). No allocation here: fork handlers should
+// not allocate. The memory of the forgotten vector is leaked once per fork, by design.
+void ThreadPool::reset_after_fork() {
+    new (&run_mutex_) std::mutex();
+    new (&mutex_) std::mutex();
+    new (&wake_) std::condition_variable();
+    new (&finished_) std::condition_variable();
+    new (&workers_) std::vector<std::thread>();
+    task_ = nullptr;
+    count_ = 0;
+    next_.store(0);
+    idle_workers_ = 0;
+    stopping_ = false;
+    restart_ = !closed_ && num_threads_ > 1;
+}
+
+void ThreadPool::restart_if_forked() {
+    if (!restart_) return;
+    restart_ = false;
+    start_workers(num_threads_);
 }
 
 void ThreadPool::drain(int slot) {
@@ -97,6 +163,7 @@ void ThreadPool::worker_loop(int slot, uint64_t seen) {
 
 void ThreadPool::run(size_t count, const std::function<void(size_t, int)> &task) {
     std::lock_guard<std::mutex> run_lock(run_mutex_);
+    restart_if_forked();
     const int workers = static_cast<int>(workers_.size());
     if (workers == 0 || count < 2) {
         for (size_t i = 0; i < count; ++i) task(i, 0);
@@ -118,7 +185,14 @@ void ThreadPool::run(size_t count, const std::function<void(size_t, int)> &task)
     task_ = nullptr;
 }
 
-BatchDecoder::BatchDecoder(int num_threads) : pool_(num_threads) {}
+BatchDecoder::BatchDecoder(int num_threads) : pool_(num_threads) { register_decoder(this); }
+
+BatchDecoder::~BatchDecoder() { unregister_decoder(this); }
+
+void BatchDecoder::reset_after_fork() {
+    new (&mutex_) std::mutex();
+    pool_.reset_after_fork();
+}
 
 void BatchDecoder::set_num_threads(int num_threads) {
     std::lock_guard<std::mutex> lock(mutex_);

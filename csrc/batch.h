@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <sys/types.h>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -17,6 +18,12 @@
 namespace fl {
 
 // Fixed set of worker threads; run() spreads indices over the workers and the calling thread.
+//
+// Lifetime: the destructor joins the workers. A forked child inherits the pool's memory but not
+// its threads (only the forking thread exists there), and a mutex may have been copied locked:
+// a pthread_atfork child handler gives every pool fresh locks and forgets the parent's thread
+// handles (never joined: joining a thread that does not exist hangs or fails), and the next
+// run() or resize() starts new workers in the child.
 class ThreadPool {
 public:
     explicit ThreadPool(int num_threads);
@@ -27,12 +34,15 @@ public:
     int num_threads() const { return num_threads_; }
     void resize(int num_threads);  // waits for a running batch first
     void close();
+    // In a forked child, called by the atfork handler while only one thread exists.
+    void reset_after_fork();
     // Calls task(index, thread_slot) for every index in [0, count); thread_slot < num_threads().
     void run(size_t count, const std::function<void(size_t, int)> &task);
 
 private:
     void start_workers(int num_threads);
     void stop_workers();
+    void restart_if_forked();  // under run_mutex_
     void worker_loop(int slot, uint64_t seen);
     void drain(int slot);
 
@@ -47,6 +57,8 @@ private:
     uint64_t generation_ = 0;
     int idle_workers_ = 0;
     bool stopping_ = false;
+    bool restart_ = false;  // set in a forked child: start workers before the next batch
+    bool closed_ = false;
     int num_threads_ = 1;
 };
 
@@ -67,9 +79,14 @@ struct TileRef {
 class BatchDecoder {
 public:
     explicit BatchDecoder(int num_threads);
+    ~BatchDecoder();
+    BatchDecoder(const BatchDecoder &) = delete;
+    BatchDecoder &operator=(const BatchDecoder &) = delete;
     int num_threads() const { return pool_.num_threads(); }
     void set_num_threads(int num_threads);
     void close();
+    // In a forked child, called by the atfork handler while only one thread exists.
+    void reset_after_fork();
 
     // Decodes records[k] (crops[4k..4k+3] = top, left, height, width; flips[k]) into
     // out + k * H * W * 3. errors[k] is "" on success; failed slots are zero-filled.

@@ -240,6 +240,9 @@ NB_MODULE(_core, m) {
     m.doc() = "fastloader native core (libjpeg-turbo decode, resize, batch, restart tiles)";
     m.attr("__version__") = FASTLOADER_VERSION;
     m.attr("jpeg_lib_version") = JPEG_LIB_VERSION;
+    // A decoder still referenced at exit (a module global, a daemon thread's frame) is not a
+    // reference-counting bug; nanobind's leak report would tell users it is.
+    nb::set_leak_warnings(false);
 
     register_header(m);
     m.def("header", &header, nb::arg("data"),

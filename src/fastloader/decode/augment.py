@@ -271,10 +271,22 @@ def plan(
             _center_crop(op, boxes)
         else:
             boxes.flip ^= rng.random(len(boxes.flip)) < float(op.p)
-    return boxes.integer_crops(), boxes.flip.copy(), _uniform_size(boxes)
+    return boxes.integer_crops(), boxes.flip.copy(), _uniform_size(boxes, transforms)
 
 
-def _uniform_size(boxes: _Boxes) -> tuple[int, int]:
+def _fixed_size_fix(transforms: Sequence[Transform]) -> str:
+    """How to make these transforms end in one size (the error of _uniform_size)."""
+    sized = [op for op in transforms if not isinstance(op, RandomHorizontalFlip)]
+    last = sized[-1] if sized else None
+    if isinstance(last, Resize) and isinstance(last.size, int):
+        return (f"Resize({last.size}) sets the shorter side and keeps the aspect ratio, so "
+                f"images of different shapes stay different: add CenterCrop({last.size}) "
+                f"after it, or pass Resize(({last.size}, {last.size})).")
+    return ("Pass transforms that end in a fixed size: [Resize(256), CenterCrop(224)] for "
+            "validation or [RandomResizedCrop(224), RandomHorizontalFlip()] for training.")
+
+
+def _uniform_size(boxes: _Boxes, transforms: Sequence[Transform]) -> tuple[int, int]:
     if len(boxes.view_h) == 0:
         return (0, 0)
     height, width = int(boxes.view_h[0]), int(boxes.view_w[0])
@@ -284,12 +296,9 @@ def _uniform_size(boxes: _Boxes) -> tuple[int, int]:
     if len(sizes) > 1:
         shown = sorted(sizes)[:4]
         raise invalid_argument(
-            "transforms", None,
+            "transforms", list(transforms) or None,
             f"images would come out in {len(sizes)} different sizes (e.g. {shown}), "
-            "and a batch needs one size",
-            "Pass transforms that end in a fixed size: [Resize(256), CenterCrop(224)] for "
-            "validation or [RandomResizedCrop(224), RandomHorizontalFlip()] for training.",
-        )
+            "and a batch needs one size", _fixed_size_fix(transforms))
     (size,) = sizes
     return size
 

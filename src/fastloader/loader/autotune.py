@@ -122,6 +122,10 @@ class AutoTuner:
         """Whether prefetch is "auto" (it may deepen up to max_prefetch)."""
         return self._tune_prefetch
 
+    def after_fork(self) -> None:
+        """In a forked child: the lock may have been copied held by a parent thread."""
+        self._lock = threading.Lock()
+
     def setting(self) -> Setting:
         with self._lock:
             return Setting(self.threads, self.prefetch)

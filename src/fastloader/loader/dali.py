@@ -37,8 +37,13 @@ from fastloader.loader.dali_pipeline import (
     run_pipeline,
     to_torch,
 )
-from fastloader.loader.loader import FastLoader, refuse_dataloader_kwargs
-from fastloader.loader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
+from fastloader.loader.loader import (
+    FastLoader,
+    PackedAttributes,
+    parameter_names,
+    refuse_dataloader_kwargs,
+)
+from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats, Timer
 
 
@@ -56,7 +61,7 @@ class _WeakSource:
         return loader._source()
 
 
-class DaliLoader(FastLoader):
+class DaliLoader(FastLoader, PackedAttributes):
     """Iterate (images NCHW, labels int64) batches of a packed dataset through a DALI pipeline.
 
     Built by FastLoader(..., backend="dali"); the arguments mean what they mean for FastLoader.
@@ -118,7 +123,8 @@ class DaliLoader(FastLoader):
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so close()/__del__ are safe on a failed init
-        refuse_dataloader_kwargs(dataloader_kwargs, "DALI loader")
+        refuse_dataloader_kwargs(dataloader_kwargs, "DALI loader",
+                                 parameter_names(DaliLoader.__init__))
         # FastLoader's arguments the DALI path cannot honour: refused, never dropped silently.
         for name, value, default in (("on_error", on_error, "raise"), ("backend", backend, "dali"),
                                      ("memory_budget", memory_budget, None)):
@@ -141,15 +147,15 @@ class DaliLoader(FastLoader):
         ops = device_ops(gpu_transforms, constants, self.dtype, self.memory_format)
         self._torch_normalizes = ops is not None and constants is not None
         self._gpu_ops = ops if ops is not None else GpuCompose([])
-        rank, world = resolve_rank_world(rank, world_size)
+        world = planned_world(rank, world_size)
         threads = threads_per_rank(world) if num_threads is None else num_threads
         self._threads = positive_int("num_threads", threads)
         self.dataset, self._owns_dataset = dataset_from(
             data, "a packed dataset path or a PackedDataset")
         try:
             self.image_size = output_size(self.transforms, self.dataset.shapes)
-            self.sampler = EpochSampler(len(self.dataset), seed, rank, world,
-                                        flag("shuffle", shuffle), self.drop_last)
+            self.sampler = EpochSampler.for_loader(len(self.dataset), seed, rank, world_size,
+                                                   flag("shuffle", shuffle), self.drop_last)
         except BaseException:
             if self._owns_dataset:
                 self.dataset.close()
@@ -219,7 +225,8 @@ class DaliLoader(FastLoader):
             raise FastloaderError("this DaliLoader was closed; create a new one to iterate")
         self._end_pass()  # one pass at a time: a new iter() ends the previous one
         start, self._resume_batch = self._resume_batch, 0
-        epoch, stop = self.sampler.epoch, len(self)
+        epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
+        stop = len(self)
         self._feed = self._planned_batches(self.sampler.indices(), epoch, start, stop)
         self._in_flight = []
         if self._pipe is None:
@@ -322,8 +329,10 @@ class DaliLoader(FastLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch and batches consumed, plus what must match on load (FastLoader's layout)."""
-        done = self._batches_done if self._active is not None else self._resume_batch
-        return self.sampler.state(done, self.batch_size, self.drop_last)
+        if self._active is not None:
+            return self.sampler.state(self._batches_done, self.batch_size, self.drop_last)
+        return self.sampler.state(self._resume_batch, self.batch_size, self.drop_last,
+                                  epoch=self.sampler.next_epoch())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next pass yields exactly the batches an uninterrupted run had left."""

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from fastloader.errors import FastloaderError, invalid_argument
 from fastloader.gpu.device import resolve_device
 from fastloader.loader.loader import FastLoader
-from fastloader.loader.sampler import resolve_rank_world, threads_per_rank
+from fastloader.loader.sampler import planned_world, resolve_rank_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats, batch_size_of
 
 # FastLoader's packed-only arguments and their defaults: the drop-in path takes them only at
@@ -20,7 +20,7 @@ from fastloader.loader.stats import Counters, LoaderStats, batch_size_of
 _PACKED_DEFAULTS: dict[str, Any] = {
     "transforms": None, "normalize": None, "dtype": None, "num_threads": "auto",
     "on_error": "raise", "backend": "auto", "prefetch": 2, "gpu_transforms": None,
-    "memory_budget": None}
+    "memory_budget": None, "max_skips": None, "memory_format": None, "batch_transform": None}
 DEFAULT_PREFETCH_FACTOR = 4  # torch's 2 leaves workers idle behind a slow step more often
 
 
@@ -70,15 +70,30 @@ class DropInLoader(FastLoader):
         self.device = None if device is None else resolve_device(device, default_cuda=False)
         rank, world = resolve_rank_world(rank, world_size)
         self.seed = seed
+        # Without an explicit rank or sampler, shard by torch.distributed as it is when a pass
+        # starts: a loader built before init_process_group must not have every rank read all.
+        self._follow_distributed = (world_size is None and "sampler" not in kwargs
+                                    and "batch_sampler" not in kwargs)
+        self._args = (dataset, batch_size, shuffle, drop_last, dict(kwargs))
+        self._built_for = (rank, world)
+        self._counters = Counters()
+        self._build(rank, world)
+
+    def _build(self, rank: int, world: int) -> None:
+        """The DataLoader for this rank and world (a DistributedSampler when world > 1)."""
+        dataset, batch_size, shuffle, drop_last, kwargs = self._args
+        kwargs = dict(kwargs)
         self._generator: torch.Generator | None = None
         if world > 1 and "sampler" not in kwargs and "batch_sampler" not in kwargs:
             kwargs["sampler"] = DistributedSampler(dataset, num_replicas=world, rank=rank,
-                                                   shuffle=shuffle, seed=seed, drop_last=drop_last)
+                                                   shuffle=shuffle, seed=self.seed,
+                                                   drop_last=drop_last)
             shuffle = False
         elif shuffle and "generator" not in kwargs and "sampler" not in kwargs:
-            self._generator = torch.Generator().manual_seed(seed)
+            self._generator = torch.Generator().manual_seed(self.seed)
             kwargs["generator"] = self._generator
-        workers = kwargs.setdefault("num_workers", threads_per_rank(world))
+        workers = kwargs.setdefault("num_workers", threads_per_rank(
+            world if world > 1 or not self._follow_distributed else planned_world(None, None)))
         if workers > 0:
             kwargs.setdefault("persistent_workers", True)
             kwargs.setdefault("prefetch_factor", DEFAULT_PREFETCH_FACTOR)
@@ -90,21 +105,39 @@ class DropInLoader(FastLoader):
             self.loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
                                      drop_last=drop_last, **kwargs)
         self._non_blocking = bool(self.loader.pin_memory)
-        self._counters = Counters()
+        self._built_for = (rank, world)
 
-    @property
-    def sampler(self) -> Any:
-        return self.loader.sampler
+    def _follow(self) -> DataLoader[Any]:
+        """Rebuild the DataLoader when torch.distributed's rank or world changed since."""
+        if self._follow_distributed:
+            now = resolve_rank_world(None, None)
+            if now != self._built_for:
+                epoch = self._epoch
+                self.close()
+                self._build(*now)
+                if epoch is not None:
+                    self.set_epoch(epoch)
+        return self.loader
 
-    @property
-    def dataset(self) -> Any:
-        return self.loader.dataset
+    # DataLoader's attributes, read by training frameworks (Lightning, Accelerate), forwarded.
+    _FORWARDED = ("dataset", "batch_size", "drop_last", "num_workers", "collate_fn",
+                  "pin_memory", "prefetch_factor", "persistent_workers", "generator",
+                  "timeout", "worker_init_fn", "multiprocessing_context",
+                  "pin_memory_device", "in_order", "sampler", "batch_sampler")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in DropInLoader._FORWARDED and "loader" in self.__dict__:
+            return getattr(self._follow(), name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __len__(self) -> int:
-        return len(self.loader)
+        return len(self._follow())
+
+    _epoch: int | None = None  # the last set_epoch(), kept across a rebuild
 
     def set_epoch(self, epoch: int) -> None:
         """Forward to a sampler with set_epoch; else reseed the shuffle with (seed + epoch)."""
+        self._epoch = epoch
         holders: tuple[Any, ...] = (self.loader.sampler, self.loader.batch_sampler)
         for holder in holders:
             if hasattr(holder, "set_epoch"):
@@ -115,7 +148,7 @@ class DropInLoader(FastLoader):
 
     def __iter__(self) -> Iterator[Any]:
         started = time.perf_counter()
-        iterator = iter(self.loader)
+        iterator = iter(self._follow())
         try:
             while True:
                 wait_start = time.perf_counter()

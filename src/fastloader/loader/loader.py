@@ -2,13 +2,47 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import difflib
+import inspect
+import os
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 from fastloader.errors import invalid_argument
 
 BACKENDS = ("auto", "native", "pillow", "dali")
+
+# Every loader built in this process, weakly: closed at interpreter exit, told after fork().
+_LIVE: weakref.WeakSet[FastLoader] = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    """Stop every loader's threads before the interpreter finalizes.
+
+    A producer thread is a daemon; once finalization starts, a daemon thread that returns from
+    native decode (GIL released) is killed by pthread_exit while it takes the GIL back, and that
+    forced unwind through C++ aborts the process ("terminate called without an active
+    exception", exit code 134). atexit runs before that point, so joining the threads here
+    makes exit clean however a loader was left: finished, broken out of, raised through,
+    still referenced by a live iterator, or never closed.
+    """
+    for loader in list(_LIVE):
+        with contextlib.suppress(Exception):
+            loader.close()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads: let each loader drop what they held."""
+    for loader in list(_LIVE):
+        with contextlib.suppress(Exception):
+            loader._after_fork_in_child()
+
+
+atexit.register(_close_all_at_exit)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class FastLoader:
@@ -49,8 +83,14 @@ class FastLoader:
     the extension), "pillow", or "dali". `gpu_transforms`: fastloader.gpu.ops transforms
     applied batched on `device` after the copy, on uint8 pixels, before normalize.
 
-    Each pass follows `sampler.epoch`; a pass that runs to its end advances the epoch by one
-    (reshuffling like DataLoader(shuffle=True)); set_epoch(e) chooses it explicitly.
+    Each iter() is a pass over one epoch. A pass that was started (run to its end or cut
+    short) moves the next pass to the next epoch, reshuffled, as DataLoader(shuffle=True)
+    reshuffles on every iter(); set_epoch(e) chooses the next pass's epoch explicitly. Rank and
+    world size (unless given) are read from torch.distributed when each pass starts.
+
+    Packed path only: `sampler` (any sized iterable of indices) sets each epoch's order before
+    sharding; `batch_transform` (a callable of the uint8 NCHW batch, returning one like it)
+    runs on the producer thread before normalize. See the README's training-code section.
 
     Args:
         data: a packed dataset folder (str or PathLike), an open PackedDataset (the caller
@@ -75,6 +115,11 @@ class FastLoader:
         backend: "auto", "native", "pillow" or "dali".
         memory_budget: bytes of ring prefetch="auto" may use (default 512 MiB).
         gpu_transforms: fastloader.gpu ops run batched on device after the copy.
+        memory_format: torch.contiguous_format (default) or torch.channels_last output.
+        sampler: packed loader only: any sized iterable of indices giving each epoch's order
+            (before sharding across ranks); not with shuffle=True.
+        batch_transform: packed loader only: a callable on the uint8 NCHW batch that returns
+            one like it, run on the producer thread before normalize (it holds the GIL).
         **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
 
     Returns:
@@ -98,7 +143,9 @@ class FastLoader:
     def __new__(cls, data: Any = None, *args: Any, **kwargs: Any) -> Any:
         if cls is FastLoader:  # the factory: the one place that knows all three loaders
             cls = _loader_class(data, kwargs.get("backend", "auto"))
-        return super().__new__(cls)
+        loader = super().__new__(cls)
+        _LIVE.add(loader)
+        return loader
 
     # -- the interface every loader implements ----------------------------------------------
 
@@ -154,6 +201,9 @@ class FastLoader:
         """Free threads, buffers and an owned dataset; safe to call twice."""
         raise NotImplementedError
 
+    def _after_fork_in_child(self) -> None:
+        """Called in a forked child: forget threads and locks that only the parent has."""
+
     # -- lifetime, shared ---------------------------------------------------------------------
 
     def __enter__(self) -> Any:
@@ -165,6 +215,35 @@ class FastLoader:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: modules may be gone
             self.close()
+
+
+class PackedAttributes:
+    """The DataLoader attributes training frameworks read, with what is true of a packed loader.
+
+    Lightning reads `batch_sampler` (then `.sampler`) to decide whether a loader shuffles and to
+    call set_epoch; Accelerate and others read the DataLoader keyword attributes. A packed
+    loader batches itself (no batch sampler: None, as DataLoader(batch_size=None) has), decodes
+    on threads rather than worker processes (num_workers=0), and collates nothing.
+    """
+
+    batch_sampler: Any = None
+    num_workers = 0
+    collate_fn: Any = None
+    prefetch_factor: Any = None  # DataLoader's value without worker processes
+    persistent_workers = False
+    generator: Any = None  # order and crops come from `seed`, not from a torch Generator
+    timeout = 0
+    worker_init_fn: Any = None
+    multiprocessing_context: Any = None
+    pin_memory_device = ""
+    in_order = True
+    device: Any
+
+    @property
+    def pin_memory(self) -> bool:
+        """Whether batches are staged in pinned memory (a CUDA target)."""
+        device = getattr(self, "device", None)
+        return device is not None and device.type == "cuda"
 
 
 def _loader_class(data: Any, backend: Any) -> type[FastLoader]:
@@ -191,14 +270,39 @@ def _loader_class(data: Any, backend: Any) -> type[FastLoader]:
     return PackedLoader
 
 
-def refuse_dataloader_kwargs(dataloader_kwargs: dict[str, Any], path: str) -> None:
-    """The packed paths take no DataLoader-only keyword: name the first one given."""
+def parameter_names(function: Any) -> list[str]:
+    """The keyword names a loader's __init__ takes (for "did you mean" hints)."""
+    return [name for name, p in inspect.signature(function).parameters.items()
+            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+
+
+# torch DataLoader's keyword arguments that have no meaning on the packed paths.
+DATALOADER_ONLY = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
+                   "multiprocessing_context", "generator", "prefetch_factor",
+                   "persistent_workers", "pin_memory_device", "in_order", "batch_sampler",
+                   "sampler")
+
+
+def refuse_dataloader_kwargs(dataloader_kwargs: dict[str, Any], path: str,
+                             accepted: Any = ()) -> None:
+    """The packed paths take no DataLoader-only keyword: name the first one given.
+
+    A name that is no DataLoader argument either is a typo: say so, and name the closest
+    argument this loader does take (`accepted`: its parameter names).
+    """
     if "max_skips" in dataloader_kwargs:  # a packed-loader keyword, not a DataLoader one
         raise invalid_argument(
             "max_skips", dataloader_kwargs["max_skips"], f"the {path} has no on_error='skip'",
             "Drop max_skips; it bounds the packed loader's skipped records.")
-    if dataloader_kwargs:
-        name = sorted(dataloader_kwargs)[0]
+    if not dataloader_kwargs:
+        return
+    name = sorted(dataloader_kwargs)[0]
+    if name in DATALOADER_ONLY:
         raise invalid_argument(
             name, dataloader_kwargs[name], f"is a DataLoader argument the {path} does not "
             "take", "Drop it; use num_threads= for parallelism and prefetch= for depth.")
+    close = difflib.get_close_matches(name, list(accepted), n=1)
+    hint = f"Did you mean {close[0]}=?" if close else (
+        f"The arguments it takes are: {', '.join(sorted(accepted))}.")
+    raise invalid_argument(name, dataloader_kwargs[name],
+                           f"is not an argument of FastLoader's {path}", hint)

@@ -16,15 +16,22 @@ from fastloader.format.dataset import dataset_from
 from fastloader.gpu.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
 from fastloader.gpu.ops import device_ops, gpu_rng
 from fastloader.loader.autotune import make_tuner
-from fastloader.loader.loader import BACKENDS, FastLoader, refuse_dataloader_kwargs
+from fastloader.loader.batch_transform import check_batch_transform
+from fastloader.loader.loader import (
+    BACKENDS,
+    FastLoader,
+    PackedAttributes,
+    parameter_names,
+    refuse_dataloader_kwargs,
+)
 from fastloader.loader.memory import BatchRing, pinned_nbytes
 from fastloader.loader.pipeline import EpochPlan, Producer
-from fastloader.loader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
+from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
 from fastloader.loader.skips import check_max_skips
 from fastloader.loader.stats import Counters, LoaderStats
 
 
-class PackedLoader(FastLoader):
+class PackedLoader(FastLoader, PackedAttributes):
     """FastLoader over a packed dataset: the native (or Pillow) decode pipeline.
 
     Built by FastLoader(path_or_packed_dataset, ...); see FastLoader for the arguments.
@@ -52,18 +59,22 @@ class PackedLoader(FastLoader):
         memory_budget: int | None = None,
         gpu_transforms: Any = None,
         memory_format: torch.memory_format | None = None,
+        sampler: Any = None,
+        batch_transform: Any = None,
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
-        refuse_dataloader_kwargs(dataloader_kwargs, "packed path")
+        refuse_dataloader_kwargs(dataloader_kwargs, "packed path",
+                                 parameter_names(PackedLoader.__init__))
         self.max_skips = check_max_skips(max_skips, on_error)  # on_error="skip"'s budget
         if backend not in BACKENDS or backend == "dali":
             raise invalid_argument("backend", backend, "is not a backend of the packed loader",
                                    "Pass 'auto', 'native' or 'pillow' (FastLoader(..., "
                                    "backend='dali') builds the DALI loader).")
         self._init_device(device, normalize, dtype, gpu_transforms, memory_format)
+        self.batch_transform = check_batch_transform(batch_transform)
         self._init_packed(data, batch_size, shuffle, seed, transforms, drop_last, rank,
-                          world_size, on_error, backend)
+                          world_size, on_error, backend, sampler)
         self._init_tuning(num_threads, prefetch, memory_budget)
 
     def _init_device(self, device: Any, normalize: Any, dtype: Any, gpu_transforms: Any,
@@ -82,7 +93,7 @@ class PackedLoader(FastLoader):
     def _init_packed(self, data: Any, batch_size: int, shuffle: bool, seed: int,
                      transforms: Any, drop_last: bool, rank: int | None,
                      world_size: int | None, on_error: str,
-                     backend: str) -> None:
+                     backend: str, source: Any) -> None:
         self.batch_size = positive_int("batch_size", batch_size)
         self.drop_last = flag("drop_last", drop_last)
         if on_error not in ("raise", "skip"):
@@ -90,14 +101,14 @@ class PackedLoader(FastLoader):
                                    "Pass on_error='skip' to replace undecodable samples.")
         self.on_error = on_error
         self.transforms = check_transforms(transforms)
-        rank, world = resolve_rank_world(rank, world_size)
-        self._max_threads = threads_per_rank(world)
+        self._max_threads = threads_per_rank(planned_world(rank, world_size))
         self.dataset, self._owns_dataset = dataset_from(
             data, "a packed dataset path, a PackedDataset or a map-style torch Dataset")
         try:
             self.image_size = output_size(self.transforms, self.dataset.shapes)
-            self.sampler = EpochSampler(len(self.dataset), seed, rank, world,
-                                        flag("shuffle", shuffle), self.drop_last)
+            self.sampler = EpochSampler.for_loader(len(self.dataset), seed, rank, world_size,
+                                                   flag("shuffle", shuffle), self.drop_last,
+                                                   source)
             self._decoder = BatchDecoder(1, backend)  # _init_tuning sets its thread count
         except BaseException:
             if self._owns_dataset:
@@ -138,15 +149,16 @@ class PackedLoader(FastLoader):
             self._ring = BatchRing(self.prefetch + 1, self.batch_size, height, width,
                                    pin=self.device.type == "cuda", capacity=capacity)
         start, self._resume_batch = self._resume_batch, 0
+        epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
         epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
-                               self.sampler.epoch, self.sampler.seed, self.sampler.rank)
+                               epoch, self.sampler.seed, self.sampler.rank)
         # The tuner may have settled on the last batch of a pass, after the producer's last
         # chance to apply it: take its setting here so a settled count is never left unapplied.
         self._decoder.num_threads = self._tuner.setting().threads
         tuner = self._tuner if self._tuner.state == "measuring" else None
         producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
                             self._counters, self.on_error, epoch_plan, tuner,
-                            self._step.planar, self.max_skips).start()
+                            self._step.planar, self.max_skips, self.batch_transform).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)
@@ -162,7 +174,9 @@ class PackedLoader(FastLoader):
             while True:
                 if self._active is not producer:
                     raise FastloaderError("this iterator was ended because a newer pass over "
-                                          "the same FastLoader started (or it was closed)")
+                                          "the same FastLoader started, or it was closed, or "
+                                          "this process was forked from the one that began "
+                                          "it; start a new pass with iter(loader)")
                 asked = time.perf_counter()
                 if taken:  # the training loop's own time on the batch it had
                     self._tuner.record_consume(waited, asked - taken)
@@ -213,8 +227,10 @@ class PackedLoader(FastLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: epoch and batches consumed, plus what must match on load."""
-        done = self._batches_done if self._active is not None else self._resume_batch
-        return self.sampler.state(done, self.batch_size, self.drop_last)
+        if self._active is not None:
+            return self.sampler.state(self._batches_done, self.batch_size, self.drop_last)
+        return self.sampler.state(self._resume_batch, self.batch_size, self.drop_last,
+                                  epoch=self.sampler.next_epoch())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
@@ -261,6 +277,18 @@ class PackedLoader(FastLoader):
         self._ring = None
         if self._owns_dataset:
             self.dataset.close()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: the producer thread and its helper exist only in the parent,
+        and the ring, counters and tuner may have been mid-update there. Forget the pass
+        (its iterator ends with a clear error), and rebuild the ring on the next pass. The
+        native decoder rebuilds its own thread pool (csrc/batch.cpp's fork handler)."""
+        if self._closed:
+            return
+        self._active = None
+        self._ring = None
+        self._counters = Counters()
+        self._tuner.after_fork()
 
     def __repr__(self) -> str:
         if not hasattr(self, "sampler"):

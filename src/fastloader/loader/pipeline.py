@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from fastloader.decode.augment import Transform, batch_rng, plan
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError, ProducerError
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.autotune import AutoTuner, Setting
+from fastloader.loader.batch_transform import transform_planar, transform_slot
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.skips import SkipBudget
 from fastloader.loader.stats import Counters, Timer
@@ -121,6 +123,14 @@ def producer_error(error: BaseException, stage: str, batch: int) -> BaseExceptio
     return wrapped
 
 
+def _planar_kwargs(spec: PlanarSpec | None, images: Any, start: int,
+                   stop: int) -> dict[str, Any]:
+    """decode_into's arguments for writing images[start:stop] channel-first, if asked."""
+    if spec is None or images is None:
+        return {}
+    return spec.decode_kwargs(images[start:stop])
+
+
 class Producer:
     """One pass over an EpochPlan on a thread named fastloader-producer-N."""
 
@@ -136,10 +146,12 @@ class Producer:
         tuner: AutoTuner | None = None,
         planar: PlanarSpec | None = None,
         max_skips: int | float | None = None,
+        batch_transform: Any = None,
     ) -> None:
         self.dataset = dataset
         self.budget = SkipBudget(max_skips, len(epoch_plan.indices))
         self._where = ("start", epoch_plan.start)  # (stage, batch) the producer is in
+        self.batch_transform = batch_transform
         self.tuner = tuner
         self.transforms = tuple(transforms)
         self.decoder = decoder
@@ -150,6 +162,10 @@ class Producer:
         self.planar = planar
         if planar is not None:
             planar.pool.reserve(ring.slots + 1)
+        # CPU target with a batch_transform: the decoder writes uint8 channel-first pixels
+        # here (fused, on its threads) for the transform; the output is filled from them.
+        self.staging = (PlanarSpec(torch.uint8) if planar is not None and batch_transform
+                        is not None else None)
         self.ready: queue.SimpleQueue[ReadyBatch | _Done] = queue.SimpleQueue()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(
@@ -240,22 +256,25 @@ class Producer:
         _, out = self.ring.view(slot, len(samples))
         # Taken with the slot, so planar tensors in flight never outnumber the ring's slots.
         images = self.planar.allocate(len(samples), *out.shape[1:3]) if self.planar else None
+        spec, target = self.planar, images  # what the decoder writes channel-first, if any
+        if self.staging is not None:
+            spec, target = self.staging, self.staging.allocate(len(samples), *out.shape[1:3])
         with Timer(self.counters, "decode"):
             errors = self.decoder.decode_into(prepared.records, prepared.crops, prepared.flips,
                                               out, tiles=prepared.tiles,
-                                              **self._planar_kwargs(images, 0, len(samples)))
+                                              **_planar_kwargs(spec, target, 0, len(samples)))
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:
                     failures[k] = DecodeError(f"{self.dataset.describe(samples[k])}: {message}")
             for k, error in sorted(failures.items()):
-                samples[k] = self._recover(b, k, int(samples[k]), error, out, images)
+                samples[k] = self._recover(b, k, int(samples[k]), error, out, spec, target)
+            if self.batch_transform is not None:  # stats: decode_s includes it
+                if target is not None and images is not None and self.planar is not None:
+                    images = transform_planar(self.batch_transform, target, images, self.planar)
+                else:
+                    transform_slot(self.batch_transform, out)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
         return ReadyBatch(b, slot, len(samples), labels, samples, images)
-
-    def _planar_kwargs(self, images: Any, start: int, stop: int) -> dict[str, Any]:
-        if self.planar is None:
-            return {}
-        return self.planar.decode_kwargs(images[start:stop])
 
     def _read(self, samples: np.ndarray) -> tuple[list[Any], dict[int, FastloaderError]]:
         records: list[Any] = []
@@ -269,7 +288,7 @@ class Producer:
         return records, failures
 
     def _recover(self, b: int, k: int, sample: int, error: FastloaderError,
-                 out: np.ndarray, images: Any) -> int:
+                 out: np.ndarray, spec: PlanarSpec | None, images: Any) -> int:
         """on_error="raise": raise. "skip": decode a replacement into out[k], return its index.
 
         Replacements are the next records after the bad one (sample+1, sample+2, ...), planned
@@ -298,7 +317,7 @@ class Producer:
             crops, flips, _ = plan(self.transforms, self.dataset.shapes[[candidate]], rng)
             tiles = self.dataset.tile_batch([candidate])
             if self.decoder.decode_into([record], crops, flips, out[k : k + 1], tiles,
-                                        **self._planar_kwargs(images, k, k + 1))[0] is None:
+                                        **_planar_kwargs(spec, images, k, k + 1))[0] is None:
                 log.info("replacement for %s: record %d", description, candidate)
                 return candidate
         raise DecodeError(

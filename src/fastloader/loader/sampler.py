@@ -50,11 +50,43 @@ def epoch_indices(
         order = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n)
     else:
         order = np.arange(n, dtype=np.int64)
-    per_rank = samples_per_rank(n, world_size, drop_last)
+    return shard(order, rank, world_size, drop_last)
+
+
+def shard(order: np.ndarray, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
+    """Rank `rank`'s share of an epoch order: positions rank, rank + world_size, ...
+
+    Without drop_last the order is padded by wrapping to the start so every rank gets the
+    same count (DistributedSampler's rule); with drop_last the uneven tail is dropped.
+    """
+    per_rank = samples_per_rank(len(order), world_size, drop_last)
     total = per_rank * world_size
-    if total > n:  # pad by wrapping (may wrap several times when n < world_size)
+    if total > len(order):  # pad by wrapping (may wrap several times when n < world_size)
         order = np.resize(order, total)
     return np.ascontiguousarray(order[rank:total:world_size], dtype=np.int64)
+
+
+def sampler_order(source: Any, n: int, seed: int, epoch: int) -> np.ndarray:
+    """One epoch of a user's sampler (any iterable of indices), made reproducible.
+
+    The sampler's set_epoch(epoch) is called when it has one, and a torch Generator it keeps in
+    `.generator` (RandomSampler, WeightedRandomSampler, SubsetRandomSampler) is reseeded from
+    (seed, epoch) first: the same epoch then gives the same order in every run, on every
+    rank, which sharding and exact resume need.
+    """
+    import torch  # only with a sampler: torch's samplers hold torch Generators
+
+    if callable(getattr(source, "set_epoch", None)):
+        source.set_epoch(epoch)
+    if hasattr(source, "generator"):
+        entropy = np.random.SeedSequence([seed, epoch]).generate_state(2, np.uint64)
+        source.generator = torch.Generator().manual_seed(int(entropy[0] >> np.uint64(1)))
+    order = np.fromiter((int(i) for i in source), dtype=np.int64)
+    if len(order) and (order.min() < 0 or order.max() >= n):
+        bad = int(order.min() if order.min() < 0 else order.max())
+        raise invalid_argument("sampler", source, f"it yielded index {bad}, outside the "
+                               f"dataset's 0..{n - 1}", "Sample indices of this dataset.")
+    return order
 
 
 class EpochSampler:
@@ -80,13 +112,63 @@ class EpochSampler:
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.epoch = 0
+        self.source: Any = None  # a user's sampler= (an iterable of indices), or None
+        # rank/world read from torch.distributed at each pass, not fixed at construction.
+        self.follow_distributed = False
+        # A pass began on self.epoch and no set_epoch() chose the next one since: the next pass
+        # takes epoch + 1 (DataLoader reshuffles on every iter(), even after a break).
+        self._used = False
+
+    @classmethod
+    def for_loader(cls, n: int, seed: int, rank: int | None, world_size: int | None,
+                   shuffle: bool, drop_last: bool, source: Any = None) -> EpochSampler:
+        """A loader's sampler: rank and world as given, or (both None) those of
+        torch.distributed when each pass starts, so a loader built before
+        init_process_group shards once the group exists instead of reading everything.
+        `source`: a user's sampler (any sized iterable of indices) giving each epoch's order
+        before sharding, instead of the seeded permutation."""
+        resolved_rank, world = resolve_rank_world(rank, world_size)
+        sampler = cls(n, seed, resolved_rank, world, shuffle, drop_last)
+        sampler.follow_distributed = rank is None
+        if source is not None:
+            if shuffle:
+                raise invalid_argument("shuffle", shuffle, "sampler= sets the order itself",
+                                       "Pass shuffle=False with a sampler, as DataLoader "
+                                       "requires (a random sampler shuffles).")
+            if not hasattr(source, "__iter__") or not hasattr(source, "__len__"):
+                raise invalid_type("sampler", source, "a sized iterable of sample indices "
+                                   "(a torch Sampler, a list, a range)")
+            sampler.source = source
+        return sampler
+
+    def refresh(self) -> None:
+        """Re-read rank and world from torch.distributed (only when neither was given)."""
+        if self.follow_distributed:
+            self.rank, self.world_size = resolve_rank_world(None, None)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose order __iter__ (and the loader) produces next."""
         self.epoch = int_at_least("epoch", epoch, 0)
+        self._used = False
+
+    def begin_pass(self) -> int:
+        """The epoch of a pass that starts now (see set_epoch and next_epoch)."""
+        self.refresh()
+        if self._used:
+            self.epoch += 1
+        self._used = True
+        return self.epoch
+
+    def next_epoch(self) -> int:
+        """The epoch the next pass will read when no pass is running."""
+        return self.epoch + 1 if self._used else self.epoch
 
     def indices(self, epoch: int | None = None) -> np.ndarray:
         """This rank's indices for `epoch` (default: the current one) as an int64 array."""
+        if self.source is not None:
+            order = sampler_order(self.source, self.n, self.seed,
+                                  self.epoch if epoch is None else epoch)
+            return shard(order, self.rank, self.world_size, self.drop_last)
         return epoch_indices(
             self.n,
             self.epoch if epoch is None else epoch,
@@ -103,12 +185,15 @@ class EpochSampler:
         count = len(self)
         return count // batch_size if drop else -(-count // batch_size)
 
-    def state(self, batches_done: int, batch_size: int, drop_last: bool) -> dict[str, Any]:
+    def state(self, batches_done: int, batch_size: int, drop_last: bool,
+              epoch: int | None = None) -> dict[str, Any]:
         """A loader's checkpoint: where it stands in which epoch, plus what must match on load.
 
         FastLoader and DaliLoader share this layout, so checkpoints move between backends.
         """
-        return {"version": STATE_VERSION, "epoch": self.epoch, "batches_done": batches_done,
+        self.refresh()
+        return {"version": STATE_VERSION, "epoch": self.epoch if epoch is None else epoch,
+                "batches_done": batches_done,
                 "seed": self.seed, "num_samples": self.n, "batch_size": batch_size,
                 "rank": self.rank, "world_size": self.world_size, "shuffle": self.shuffle,
                 "drop_last": drop_last}
@@ -132,10 +217,13 @@ class EpochSampler:
         return int_at_least("state['epoch']", state.get("epoch"), 0), done
 
     def __iter__(self) -> Iterator[int]:
+        self.refresh()
         return iter(self.indices().tolist())
 
     def __len__(self) -> int:
-        return samples_per_rank(self.n, self.world_size, self.drop_last)
+        self.refresh()
+        count = self.n if self.source is None else len(self.source)
+        return samples_per_rank(count, self.world_size, self.drop_last)
 
     def __repr__(self) -> str:
         return (
@@ -162,6 +250,16 @@ def resolve_rank_world(rank: int | None, world_size: int | None) -> tuple[int, i
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def planned_world(rank: int | None, world_size: int | None) -> int:
+    """The world size to share this machine's cores by: as given, else torch.distributed's,
+    else (before init_process_group) the WORLD_SIZE a launcher such as torchrun announced."""
+    _, world = resolve_rank_world(rank, world_size)
+    announced = os.environ.get("WORLD_SIZE", "")
+    if world_size is None and world == 1 and announced.isdigit() and int(announced) > 1:
+        return int(announced)
+    return world
 
 
 def usable_cores() -> int:
