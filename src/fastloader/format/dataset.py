@@ -13,6 +13,7 @@ import numpy as np
 from fastloader.decode.tiles import HEADER_FIELDS, TileBatch, TileTable
 from fastloader.errors import CorruptRecordError, DatasetError, invalid_type
 from fastloader.format import index as index_mod
+from fastloader.format import integrity
 from fastloader.format.backends import ShardReader, open_reader
 from fastloader.format.manifest import Manifest, read_manifest
 
@@ -24,12 +25,19 @@ class PackedDataset:
     until close(). Reads are safe from many threads at once and in forked children.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], check_sha256: bool = True) -> None:
+        # check_sha256=False: verify's own open (it reports edited index files itself); the
+        # range checks that keep reads inside the shards run either way.
+        self._check_sha256 = check_sha256
         self.root = Path(path).expanduser().absolute()
         self.manifest: Manifest = read_manifest(self.root)
         self.backend: str = self.manifest.backend
         self.classes: list[str] = list(self.manifest.classes)
+        integrity.shard_paths(self.root, self.manifest)  # whole, regular, inside: before mmap
         self._load_index()
+        # Every shard is opened now, not on first use: a missing or damaged one fails here with
+        # its name, and a reader keeps the version it opened to the end even if `packdata
+        # --overwrite` replaces the folder meanwhile (open files outlive their unlinking).
         self._reader: ShardReader | None = open_reader(
             self.backend, self.root, self.manifest.shards
         )
@@ -38,9 +46,11 @@ class PackedDataset:
     def _load_index(self) -> None:
         def load(name: str) -> np.ndarray:
             # Loaded into memory (not mmap): plain ndarray indexing is several times faster.
-            return index_mod.load_field(self.root, self.manifest, name, mmap=False)
+            return index_mod.load_field(self.root, self.manifest, name, mmap=False,
+                                        check_sha256=self._check_sha256)
 
         count = self.manifest.num_samples
+        integrity.check_dtypes(self.root, self.manifest)
         self._shard = load("shard")
         self._offset = load("offset")
         self._length = load("length")
@@ -57,6 +67,11 @@ class PackedDataset:
                 f"{self.root}: index arrays do not all have {count} entries as manifest.json "
                 "says; the dataset is damaged: pack it again."
             )
+        integrity.check_index(self.root, self.manifest, {
+            "shard": self._shard, "offset": self._offset, "length": self._length,
+            "label": self.labels, "shape": self.shapes, "codec": self.codecs,
+            "path_offsets": self._path_offsets, "path_bytes": self._path_bytes,
+        })
         self._tiles: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if self.tiled:
             self._load_tiles(count)
@@ -65,7 +80,8 @@ class PackedDataset:
         # Memory-mapped: tiles_offsets holds every segment offset of the dataset, and the page
         # cache shares all three between loader processes.
         headers, offsets, starts = (
-            index_mod.load_field(self.root, self.manifest, name, mmap=True)
+            index_mod.load_field(self.root, self.manifest, name, mmap=True,
+                                 check_sha256=self._check_sha256)
             for name in ("tiles_header", "tiles_offsets", "tiles_start")
         )
         if (
@@ -112,7 +128,13 @@ class PackedDataset:
         length = int(self._length[index])
         if self._reader is None:
             raise DatasetError(f"{self.root} is closed; open it again with open_dataset().")
-        data = self._reader.read(int(self._shard[index]), int(self._offset[index]), length)
+        try:
+            data = self._reader.read(int(self._shard[index]), int(self._offset[index]), length)
+        except CorruptRecordError as exc:  # the backend found the shard damaged
+            raise CorruptRecordError(
+                f"{self.describe(index)} cannot be read ({exc}); run `packdata verify "
+                f"{self.root}` and pack the dataset again."
+            ) from None
         if data is None or len(data) != length:
             got = "missing" if data is None else f"{len(data)} bytes"
             raise CorruptRecordError(

@@ -31,7 +31,7 @@ from fastloader.pack.journal import (
     staging_path,
 )
 from fastloader.pack.scan import ScanResult, SourceFile, scan
-from fastloader.pack.validate import Prepared, prepare
+from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE, Prepared, prepare
 
 DEFAULT_SHARD_SIZE = 256 << 20
 SKIPPED_NAME = "skipped.json"
@@ -188,7 +188,8 @@ def _prepared(
 ) -> Iterator[Prepared]:
     """Prepared records in file order, from a process pool holding at most two windows."""
     job: Callable[[str], Prepared] = functools.partial(
-        prepare, max_side=settings["max_side"], quality=settings["quality"]
+        prepare, max_side=settings["max_side"], quality=settings["quality"],
+        max_file_size=settings["max_file_size"],
     )
     if settings["tiles"] is not None:
         job = functools.partial(
@@ -196,6 +197,7 @@ def _prepared(
             max_side=settings["max_side"],
             quality=settings["quality"],
             restart_mcus=settings["tiles"]["restart_mcus"],
+            max_file_size=settings["max_file_size"],
         )
     paths = (str(root / f.relpath) for f in files)
     if workers == 1 or len(files) < 4 * workers:
@@ -256,7 +258,7 @@ def _stats(result: ScanResult, builder: _ShardBuilder, reencoded: int) -> dict[s
     return {
         "files_found": len(result.files),
         "packed": builder.next_sample,
-        "skipped": len(builder.all_skipped),
+        "skipped": len(builder.all_skipped) + len(result.refused),
         "reencoded": reencoded,
         "ignored_hidden": result.ignored_hidden,
         "ignored_non_image": result.ignored_non_image,
@@ -317,6 +319,7 @@ def pack(
     progress: Progress | None = None,
     tiles: bool = False,
     restart_mcus: int = tiling.tiles.DEFAULT_RESTART_MCUS,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
 ) -> Manifest:
     """Pack the ImageFolder tree at src into a sharded dataset folder dst; return its manifest.
 
@@ -327,7 +330,8 @@ def pack(
     progress(files_done, files_total, bytes_done) is called per file; quiet=False shows a
     tqdm bar when stderr is a terminal. tiles=True repacks JPEGs losslessly as restart-tiled
     records (decode-aware packing, needs the native extension; see pack/tiling.py) with
-    restart segments of at most restart_mcus MCUs.
+    restart segments of at most restart_mcus MCUs. Files over max_file_size bytes, and
+    anything that is not a regular file (FIFOs, devices), are not read: skipped.json lists them.
     """
     shard_size, workers, max_side, quality = _check_options(shard_size, workers, max_side, quality)
     tile_option = tiling.check_tiles_option(tiles, restart_mcus)
@@ -335,7 +339,9 @@ def pack(
     src_path = Path(src).expanduser().absolute()
     backend = resolve_backend(dst_path, format)
     _check_destination(dst_path, src_path, overwrite)
-    result = scan(src_path)
+    max_file_size = int_at_least("max_file_size", max_file_size, 1,
+                                 "Pass a size in bytes, e.g. 256 MiB.")
+    result = scan(src_path, max_file_size)
     options: dict[str, Any] = {"shard_size": shard_size, "max_side": max_side, "quality": quality}
     if tile_option is not None:  # untiled manifests stay exactly as before
         options["tiles"] = tile_option
@@ -347,7 +353,8 @@ def pack(
         reused = staging.reusable_shards(result.files, tiled)
         builder = _ShardBuilder(staging, backend, shard_size, reused, tiled)
         settings: dict[str, Any] = {"workers": workers, "max_side": max_side, "tiles": tile_option}
-        settings |= {"quality": quality, "strict": strict, "quiet": quiet}
+        settings |= {"quality": quality, "strict": strict, "quiet": quiet,
+                     "max_file_size": max_file_size}
         reencoded = _fill(builder, result, settings, progress)
         if not builder.records:
             raise PackError(
@@ -373,7 +380,8 @@ def _finish(
 
     arrays = _build_index(builder.records, "tiles" in options)
     fields = index_mod.write_index(staging.dir, arrays)
-    skipped = [{"path": path, "reason": reason} for path, reason in builder.all_skipped]
+    refusals = result.refused + builder.all_skipped  # the scan's first: never opened
+    skipped = [{"path": path, "reason": reason} for path, reason in refusals]
     (staging.dir / SKIPPED_NAME).write_text(json.dumps(skipped, indent=1) + "\n")
     manifest = Manifest(
         backend=backend,
