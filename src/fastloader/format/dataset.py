@@ -42,6 +42,10 @@ class PackedDataset:
             self.backend, self.root, self.manifest.shards
         )
         self._paths: list[str] | None = None
+        # Whether record() checks each record's crc32 (FastLoader(verify_records=True) sets
+        # it): a flipped byte in a shard then fails as CorruptRecordError, which
+        # on_error="skip" skips, instead of reaching the decoder.
+        self.verify_records = False
 
     def _load_index(self) -> None:
         def load(name: str) -> np.ndarray:
@@ -122,8 +126,9 @@ class PackedDataset:
         index = self._check_index(i)
         return self.record(index), int(self.labels[index])
 
-    def record(self, i: int, verify: bool = False) -> memoryview:
-        """Record i's encoded bytes (zero-copy view); verify=True also checks its crc32."""
+    def record(self, i: int, verify: bool | None = None) -> memoryview:
+        """Record i's encoded bytes (zero-copy view); verify=True also checks its crc32
+        (None: as self.verify_records says)."""
         index = self._check_index(i)
         length = int(self._length[index])
         if self._reader is None:
@@ -141,7 +146,7 @@ class PackedDataset:
                 f"{self.describe(index)} is {got}, the index says {length} bytes; "
                 f"run `packdata verify {self.root}` and pack the dataset again."
             )
-        if verify and zlib.crc32(data) != int(self.crc32s[index]):
+        if (self.verify_records if verify is None else verify) and zlib.crc32(data) != int(self.crc32s[index]):
             raise CorruptRecordError(
                 f"{self.describe(index)} fails its crc32 check; run `packdata verify "
                 f"{self.root}` and pack the dataset again."
@@ -242,10 +247,11 @@ class PackedDataset:
 
     def __getstate__(self) -> dict[str, Any]:
         # Spawned workers reopen from the path: handles never cross a process boundary.
-        return {"root": str(self.root)}
+        return {"root": str(self.root), "verify_records": self.verify_records}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["root"])  # type: ignore[misc]
+        self.verify_records = bool(state.get("verify_records", False))
 
 
 def open_dataset(path: str | os.PathLike[str]) -> PackedDataset:
