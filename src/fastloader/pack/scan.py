@@ -68,7 +68,8 @@ class _Walker:
         self.visited: set[tuple[int, int]] = set()
 
     def refuse(self, path: str, reason: str) -> None:
-        self.result.refused.append([os.path.relpath(path, self.root), reason])
+        folder = "/" if path.endswith("/") else ""  # relpath drops it; it marks a folder
+        self.result.refused.append([os.path.relpath(path, self.root) + folder, reason])
 
     def _inside_src(self, path: str) -> bool:
         real = os.path.realpath(path)
