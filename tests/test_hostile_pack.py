@@ -77,8 +77,7 @@ def hostile_tree(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     (src / "b" / "to_a").symlink_to(src / "a")  # class a's files again, under label b
     os.mkfifo(src / "a" / "x.jpg")  # hung forever
     (src / "a" / "zero.jpg").symlink_to("/dev/zero")  # read whole into memory
-    with open(src / "b" / "sparse.jpg", "wb") as handle:
-        handle.truncate(3 << 30)  # 3 GiB that take no disk
+    _sparse(src / "b" / "sparse.jpg", 3 << 30)
     (src / "b" / "dangling.jpg").symlink_to(tmp_path / "nothing")
     deep = _deep_folder(src / "a")
     refused = {
@@ -107,6 +106,40 @@ def test_hostile_tree_packs_each_real_file_once_and_lists_every_refusal(
         assert word in skipped[path], (path, skipped[path])
     assert manifest.stats["skipped"] == len(refused)
     assert verify(dst).ok
+
+
+def _sparse(path: Path, size: int) -> None:
+    with open(path, "wb") as handle:
+        handle.truncate(size)  # takes no disk
+
+
+def _trap(src: Path, kind: str) -> str:
+    """Put one trap into src (classes a, b); return a word of the reason it is refused for."""
+    traps = {
+        "loop": lambda: (src / "b" / "loop").symlink_to(".."),
+        "self-links": lambda: [(src / "a" / n).symlink_to(".") for n in ("s1", "s2")],
+        "fifo": lambda: os.mkfifo(src / "a" / "x.jpg"),
+        "dev-zero": lambda: (src / "a" / "zero.jpg").symlink_to("/dev/zero"),
+        "sparse": lambda: _sparse(src / "a" / "huge.jpg", 6 << 30),
+    }
+    traps[kind]()
+    return {"loop": "inside SRC", "self-links": "inside SRC", "fifo": "not a regular file",
+            "dev-zero": "not a regular file", "sparse": "max-file-size"}[kind]
+
+
+@pytest.mark.parametrize("kind", ["loop", "self-links", "fifo", "dev-zero", "sparse"])
+def test_each_trap_alone_is_refused_and_listed(tmp_path: Path, kind: str) -> None:
+    src = tmp_path / "src"
+    _images(src / "a", 2, 0)
+    _images(src / "b", 2, 5)
+    word = _trap(src, kind)
+    dst = tmp_path / "out.h5"
+    pack(src, dst, workers=1)
+    with open_dataset(dst) as ds:
+        assert sorted(zip(ds.paths, ds.labels.tolist(), strict=True)) == [
+            ("a/img0.jpg", 0), ("a/img1.jpg", 0), ("b/img0.jpg", 1), ("b/img1.jpg", 1)]
+    skipped = json.loads((dst / "skipped.json").read_text())
+    assert skipped and all(word in s["reason"] for s in skipped), skipped
 
 
 def test_size_cap_flag_skips_large_files_and_can_be_raised(tmp_path: Path) -> None:
