@@ -139,7 +139,7 @@ def load_field(
                 f"after packing); run `packdata verify {root}` and pack the dataset again."
             )
         source = path if payload is None else io.BytesIO(payload)
-        array = np.load(source, mmap_mode="r" if mmap else None, allow_pickle=False)
+        array = _parse_npy(source, mmap)
     except (OSError, ValueError) as exc:
         raise DatasetError(
             f"{path}: cannot load index field {name!r} ({exc}); run `packdata verify {root}` "
@@ -150,6 +150,18 @@ def load_field(
             f"{path}: index field {name!r} has shape {list(array.shape)} dtype {array.dtype}, "
             f"manifest says {info.shape} {info.dtype}; the dataset is damaged: pack it again."
         )
+    return array
+
+
+def _parse_npy(source: Path | io.BytesIO, mmap: bool) -> np.ndarray:
+    """np.load, with every way its header parser fails as ValueError: a damaged header
+    raises SyntaxError, tokenize.TokenError, MemoryError (a huge shape)... from numpy."""
+    try:
+        array: np.ndarray = np.load(source, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except OSError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"not a valid .npy file: {type(exc).__name__}: {exc}") from None
     return array
 
 
