@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastloader.errors import CorruptRecordError, DatasetError, DatasetNotFoundError
+from fastloader.errors import DatasetError, DatasetNotFoundError
 from fastloader.format.dataset import PackedDataset, open_dataset
 from fastloader.format.manifest import Codec, Manifest, read_manifest
 from fastloader.pack.write import pack

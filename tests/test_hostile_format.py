@@ -204,9 +204,9 @@ def test_flipped_record_byte_is_caught_on_read_and_skipped(copy: Path) -> None:
         with pytest.raises(CorruptRecordError, match=r"record 5 .*crc32"):
             ds.record(5)  # ...a verifying one does
     with fastloader.FastLoader(copy, batch_size=6, device="cpu", num_threads=1,
-                               transforms=[fastloader.Resize((16, 16))]) as loader:
-        with pytest.raises(CorruptRecordError, match="crc32"):
-            list(loader)
+                               transforms=[fastloader.Resize((16, 16))]) as loader, \
+            pytest.raises(CorruptRecordError, match="crc32"):
+        list(loader)
     with fastloader.FastLoader(copy, batch_size=6, device="cpu", num_threads=1,
                                transforms=[fastloader.Resize((16, 16))],
                                on_error="skip") as loader:

@@ -205,9 +205,9 @@ def test_lying_header_is_refused_by_pack_and_found_by_verify_decode(tmp_path: Pa
     assert report.bad_records == [liar] and "loader's decoder" in report.problems[0]
     assert verify(tmp_path / "pil.lmdb").ok  # its bytes are as packed: only decoding tells
     with fastloader.FastLoader(tmp_path / "pil.lmdb", batch_size=4, device="cpu",
-                               transforms=[fastloader.Resize((16, 16))]) as loader:
-        with pytest.raises(fastloader.DecodeError, match="liar.jpg"):
-            list(loader)
+                               transforms=[fastloader.Resize((16, 16))]) as loader, \
+            pytest.raises(fastloader.DecodeError, match=r"liar\.jpg"):
+        list(loader)
 
 
 # -- item 9: two packs of one DST ----------------------------------------------------------------

@@ -146,7 +146,8 @@ class PackedDataset:
                 f"{self.describe(index)} is {got}, the index says {length} bytes; "
                 f"run `packdata verify {self.root}` and pack the dataset again."
             )
-        if (self.verify_records if verify is None else verify) and zlib.crc32(data) != int(self.crc32s[index]):
+        check = self.verify_records if verify is None else verify
+        if check and zlib.crc32(data) != int(self.crc32s[index]):
             raise CorruptRecordError(
                 f"{self.describe(index)} fails its crc32 check; run `packdata verify "
                 f"{self.root}` and pack the dataset again."

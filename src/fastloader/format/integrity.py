@@ -92,7 +92,7 @@ def check_index(root: Path, manifest: Manifest, arrays: dict[str, np.ndarray]) -
     shape = arrays["shape"]
     if shape.ndim != 2 or shape.shape[1] != 2:
         raise _damaged(root, f"index field 'shape' has shape {list(shape.shape)}, not (N, 2)")
-    _first_bad(root, "shape", (shape < 1).any(axis=1), "height and width >= 1")
+    _first_bad(root, "shape", np.asarray((shape < 1).any(axis=1)), "height and width >= 1")
     bounds, blob = arrays["path_offsets"], arrays["path_bytes"]
     if bounds.size and (
         bounds[0] != 0 or bounds[-1] != blob.size or np.any(np.diff(bounds) < 0)

@@ -7,9 +7,10 @@ import enum
 import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from fastloader.errors import DatasetError, DatasetNotFoundError
 
@@ -122,7 +123,7 @@ def _damaged(where: str, what: str) -> DatasetError:
     return DatasetError(f"{where}: {what}; the dataset is damaged: pack it again.")
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -131,7 +132,7 @@ _SHARD_TYPES = {"file": str, "start": int, "count": int, "bytes": int, "sha256":
 _FIELD_TYPES = {"file": str, "dtype": str, "shape": list, "sha256": str}
 
 
-def _check_entry(entry: Any, types: dict[str, type], where: str, what: str) -> None:
+def _check_entry(entry: Any, types: Mapping[str, type], where: str, what: str) -> None:
     if not isinstance(entry, dict):
         raise _damaged(where, f"{what} is {type(entry).__name__}, not an object")
     for key, kind in types.items():
@@ -178,7 +179,8 @@ def _manifest_from_dict(raw: Any, where: str) -> Manifest:
         raise DatasetError(
             f"{where} has format version {version!r:.40} but this fastloader reads version "
             f"{FORMAT_VERSION}; "
-            + ("upgrade fastloader to read it." if newer else "the dataset is damaged: pack it again.")
+            + ("upgrade fastloader to read it." if newer else "the dataset is damaged: pack it "
+               "again.")
         )
     _check_types(raw, where)
     try:
@@ -196,8 +198,8 @@ def _manifest_from_dict(raw: Any, where: str) -> Manifest:
         raise DatasetError(
             f"{where} names backend {manifest.backend!r:.60}; this fastloader reads {BACKENDS}."
         )
-    for entry in [*manifest.shards, *manifest.fields.values()]:
-        check_member_name(entry.file, where)
+    for name in [s.file for s in manifest.shards] + [f.file for f in manifest.fields.values()]:
+        check_member_name(name, where)
     return manifest
 
 

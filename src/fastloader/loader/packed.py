@@ -23,7 +23,6 @@ from fastloader.loader.pipeline import EpochPlan, Producer
 from fastloader.loader.sampler import EpochSampler, resolve_rank_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats
 
-
 MAX_THREADS = 1024  # far above any core count; more only fails in pthread_create
 
 

@@ -232,7 +232,8 @@ def verify(
     decode=True also decodes every record with the loader's own decoder and checks its size.
     On a tiled dataset it also checks each tiled record's table against its bytes, a spliced
     crop against the full decode and, with source (the packed image tree), the pixels against
-    the source file (see pack/verify_tiles.py). Raises DatasetNotFoundError when path is not a dataset;
+    the source file (see pack/verify_tiles.py). Raises DatasetNotFoundError when path is not a
+    dataset;
     otherwise reports all it finds.
     """
     root = Path(path).expanduser().absolute()
