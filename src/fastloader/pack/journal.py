@@ -103,11 +103,16 @@ class Staging:
     def _lock(self) -> bool:
         """Take the staging folder's lock; False when the lock file found was not the one in
         place any more (a pack finished and moved its folder away meanwhile: try again)."""
+        created = False
         try:
             self.dir.mkdir(exist_ok=True)
+            created = True
             fd = os.open(self.dir / LOCK_NAME, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
-        except FileNotFoundError:
-            return False  # the folder was renamed between mkdir and open
+        except FileNotFoundError as exc:
+            if created:  # the folder was renamed away between mkdir and open
+                return False
+            raise PackError(f"cannot write in {self.dir.parent} ({exc.strerror}); choose a "
+                            "DST whose parent folder exists and is writable.") from None
         except OSError as exc:
             raise PackError(
                 f"cannot write in {self.dir.parent} ({exc.strerror}); choose a DST whose "
