@@ -204,18 +204,20 @@ def test_flipped_record_byte_is_caught_on_read_and_skipped(copy: Path) -> None:
         with pytest.raises(CorruptRecordError, match=r"record 5 .*crc32"):
             ds.record(5)  # ...a verifying one does
     with fastloader.FastLoader(copy, batch_size=6, device="cpu", num_threads=1,
-                               transforms=[fastloader.Resize((16, 16))]) as loader, \
+                               transforms=[fastloader.Resize((16, 16))],
+                               verify_records=True) as loader, \
             pytest.raises(CorruptRecordError, match="crc32"):
         list(loader)
     with fastloader.FastLoader(copy, batch_size=6, device="cpu", num_threads=1,
                                transforms=[fastloader.Resize((16, 16))],
-                               on_error="skip") as loader:
+                               verify_records=True, on_error="skip") as loader:
         assert sum(len(labels) for _, labels in loader) == 18
         assert loader.stats().skipped == 1
     with fastloader.FastLoader(copy, batch_size=6, device="cpu", num_threads=1,
                                transforms=[fastloader.Resize((16, 16))],
-                               verify_records=False, on_error="skip") as loader:
+                               on_error="skip") as loader:  # the default: not checked
         assert sum(len(labels) for _, labels in loader) == 18  # decoded as the bytes say
+        assert not loader.dataset.verify_records
 
 
 # -- item 8: clear errors instead of tracebacks ------------------------------------------------
@@ -225,7 +227,8 @@ def test_missing_zero_byte_and_garbage_shards_fail_naming_the_file(copy: Path) -
 
     def loader(on_error: str = "skip") -> Any:
         return fastloader.FastLoader(copy, on_error=on_error, device="cpu", batch_size=6,
-                                     transforms=[fastloader.Resize((16, 16))])
+                                     transforms=[fastloader.Resize((16, 16))],
+                                     verify_records=True)
 
     shard = sorted(copy.glob("shard-*"))[1]
     original = shard.read_bytes()
