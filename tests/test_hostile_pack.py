@@ -142,6 +142,14 @@ def test_each_trap_alone_is_refused_and_listed(tmp_path: Path, kind: str) -> Non
     assert skipped and all(word in s["reason"] for s in skipped), skipped
 
 
+def test_strict_stops_at_a_refused_file(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _images(src / "a", 2, 0)
+    os.mkfifo(src / "a" / "x.jpg")
+    with pytest.raises(PackError, match=r"x\.jpg: not a regular file"):
+        pack(src, tmp_path / "out.h5", workers=1, strict=True)
+
+
 def test_size_cap_flag_skips_large_files_and_can_be_raised(tmp_path: Path) -> None:
     src = tmp_path / "src"
     _images(src / "a", 3, 0, size=24)
@@ -238,6 +246,22 @@ def test_second_pack_cannot_take_over_a_finishing_pack(tmp_path: Path) -> None:
     assert verify(dst).ok and not (dst / ".lock").exists()
     with pytest.raises(PackError, match="already exists"):
         pack(src, dst, workers=1)
+
+
+def test_dst_appearing_while_packing_is_a_clear_error_not_a_merge(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _images(src / "a", 4, 0)
+    other = tmp_path / "other.lmdb"
+    pack(src, other, workers=1)
+    dst = tmp_path / "out.lmdb"
+
+    def finish_another_pack_meanwhile(done: int, total: int, _: int) -> None:
+        if done == total:  # as a second packdata of DST would, finishing first
+            other.rename(dst)
+
+    with pytest.raises(PackError, match="appeared while this pack ran"):
+        pack(src, dst, workers=1, progress=finish_another_pack_meanwhile)
+    assert verify(dst).ok  # the other pack's dataset is intact
 
 
 # -- item 10: --overwrite while a reader is mid-epoch ------------------------------------------

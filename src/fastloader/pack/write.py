@@ -273,6 +273,10 @@ def _fill(
     builder: _ShardBuilder, result: ScanResult, settings: dict[str, Any], progress: Progress | None
 ) -> int:
     """Prepare and add every file not covered by reused shards; return how many re-encoded."""
+    if settings["strict"] and result.refused:  # the scan's refusals count as unreadable files
+        path, reason = result.refused[0]
+        raise PackError(f"{result.root / path}: {reason}; fix or remove it, or pack without "
+                        "--strict to skip (and list) such files.")
     start = sum(len(r.consumed) for r in builder.records)
     todo = result.files[start:]
     bar = _progress_bar(len(result.files), settings["quiet"])
@@ -339,8 +343,7 @@ def pack(
     src_path = Path(src).expanduser().absolute()
     backend = resolve_backend(dst_path, format)
     _check_destination(dst_path, src_path, overwrite)
-    max_file_size = int_at_least("max_file_size", max_file_size, 1,
-                                 "Pass a size in bytes, e.g. 256 MiB.")
+    max_file_size = int_at_least("max_file_size", max_file_size, 1, "Pass a size in bytes.")
     result = scan(src_path, max_file_size)
     options: dict[str, Any] = {"shard_size": shard_size, "max_side": max_side, "quality": quality}
     if tile_option is not None:  # untiled manifests stay exactly as before
