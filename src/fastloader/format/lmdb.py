@@ -78,6 +78,11 @@ def _open_env(path: Path) -> Any:
             max_spare_txns=0,
         )
     except lmdb.Error as exc:  # garbage header, wrong version, too many open files...
+        if "Too many open files" in str(exc):  # every shard stays open while the dataset is
+            raise DatasetError(
+                f"{path}: too many open files to open every shard of {path.parent}; raise "
+                "the limit (`ulimit -n`) or pack with a larger --shard-size."
+            ) from None
         raise DatasetError(
             f"{path} is not a readable LMDB shard ({type(exc).__name__}: {exc}); run "
             f"`packdata verify {path.parent}` and pack the dataset again."
