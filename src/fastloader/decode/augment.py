@@ -17,6 +17,7 @@ import numpy as np
 
 from fastloader.errors import invalid_argument, invalid_type
 
+MAX_SIDE = 65535  # the largest JPEG (and PNG in practice) side: output sizes stay below it
 MAX_TRIES = 10  # torchvision's RandomResizedCrop tries 10 boxes before its centre fallback
 
 
@@ -32,6 +33,9 @@ def _size_pair(name: str, size: object) -> tuple[int, int]:
         raise invalid_type(name, size, "an int or a (height, width) pair of ints")
     if min(pair) <= 0:
         raise invalid_argument(name, size, "sizes must be positive", "Pass e.g. 224 or (224, 224).")
+    if max(pair) > MAX_SIDE:  # no image is larger (JPEG's limit); a batch of them would not fit
+        raise invalid_argument(name, size, f"sizes must be at most {MAX_SIDE} pixels",
+                               "Pass e.g. 224 or (224, 224).")
     return pair
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from fastloader.decode.tiles import HEADER_FIELDS, TileBatch, TileTable
 from fastloader.errors import CorruptRecordError, DatasetError, invalid_type
 from fastloader.format import index as index_mod
+from fastloader.format import integrity
 from fastloader.format.backends import ShardReader, open_reader
 from fastloader.format.manifest import Manifest, read_manifest
 
@@ -31,23 +32,36 @@ class PackedDataset:
         DatasetError: its manifest or index is unreadable or inconsistent.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], check_sha256: bool = True) -> None:
+        # check_sha256=False: verify's own open (it reports edited index files itself); the
+        # range checks that keep reads inside the shards run either way.
+        self._check_sha256 = check_sha256
         self.root = Path(path).expanduser().absolute()
         self.manifest: Manifest = read_manifest(self.root)
         self.backend: str = self.manifest.backend
         self.classes: list[str] = list(self.manifest.classes)
+        integrity.shard_paths(self.root, self.manifest)  # whole, regular, inside: before mmap
         self._load_index()
+        # Every shard is opened now, not on first use: a missing or damaged one fails here with
+        # its name, and a reader keeps the version it opened to the end even if `packdata
+        # --overwrite` replaces the folder meanwhile (open files outlive their unlinking).
         self._reader: ShardReader | None = open_reader(
             self.backend, self.root, self.manifest.shards
         )
         self._paths: list[str] | None = None
+        # Whether record() checks each record's crc32 (FastLoader(verify_records=True) sets
+        # it): a flipped byte in a shard then fails as CorruptRecordError, which
+        # on_error="skip" skips, instead of reaching the decoder.
+        self.verify_records = False
 
     def _load_index(self) -> None:
         def load(name: str) -> np.ndarray:
             # Loaded into memory (not mmap): plain ndarray indexing is several times faster.
-            return index_mod.load_field(self.root, self.manifest, name, mmap=False)
+            return index_mod.load_field(self.root, self.manifest, name, mmap=False,
+                                        check_sha256=self._check_sha256)
 
         count = self.manifest.num_samples
+        integrity.check_dtypes(self.root, self.manifest)
         self._shard = load("shard")
         self._offset = load("offset")
         self._length = load("length")
@@ -64,6 +78,11 @@ class PackedDataset:
                 f"{self.root}: index arrays do not all have {count} entries as manifest.json "
                 "says; the dataset is damaged: pack it again."
             )
+        integrity.check_index(self.root, self.manifest, {
+            "shard": self._shard, "offset": self._offset, "length": self._length,
+            "label": self.labels, "shape": self.shapes, "codec": self.codecs,
+            "path_offsets": self._path_offsets, "path_bytes": self._path_bytes,
+        })
         self._tiles: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if self.tiled:
             self._load_tiles(count)
@@ -72,7 +91,8 @@ class PackedDataset:
         # Memory-mapped: tiles_offsets holds every segment offset of the dataset, and the page
         # cache shares all three between loader processes.
         headers, offsets, starts = (
-            index_mod.load_field(self.root, self.manifest, name, mmap=True)
+            index_mod.load_field(self.root, self.manifest, name, mmap=True,
+                                 check_sha256=self._check_sha256)
             for name in ("tiles_header", "tiles_offsets", "tiles_start")
         )
         if (
@@ -113,12 +133,12 @@ class PackedDataset:
         index = self._check_index(i)
         return self.record(index), int(self.labels[index])
 
-    def record(self, i: int, verify: bool = False) -> memoryview:
+    def record(self, i: int, verify: bool | None = None) -> memoryview:
         """Record i's encoded bytes.
 
         Args:
             i: the sample index, 0 <= i < len(ds).
-            verify: also check the record's crc32.
+            verify: also check the record's crc32 (None: as self.verify_records says).
 
         Returns:
             memoryview: a zero-copy view, valid until close().
@@ -133,14 +153,21 @@ class PackedDataset:
         length = int(self._length[index])
         if self._reader is None:
             raise DatasetError(f"{self.root} is closed; open it again with open_dataset().")
-        data = self._reader.read(int(self._shard[index]), int(self._offset[index]), length)
+        try:
+            data = self._reader.read(int(self._shard[index]), int(self._offset[index]), length)
+        except CorruptRecordError as exc:  # the backend found the shard damaged
+            raise CorruptRecordError(
+                f"{self.describe(index)} cannot be read ({exc}); run `packdata verify "
+                f"{self.root}` and pack the dataset again."
+            ) from None
         if data is None or len(data) != length:
             got = "missing" if data is None else f"{len(data)} bytes"
             raise CorruptRecordError(
                 f"{self.describe(index)} is {got}, the index says {length} bytes; "
                 f"run `packdata verify {self.root}` and pack the dataset again."
             )
-        if verify and zlib.crc32(data) != int(self.crc32s[index]):
+        check = self.verify_records if verify is None else verify
+        if check and zlib.crc32(data) != int(self.crc32s[index]):
             raise CorruptRecordError(
                 f"{self.describe(index)} fails its crc32 check; run `packdata verify "
                 f"{self.root}` and pack the dataset again."
@@ -241,10 +268,11 @@ class PackedDataset:
 
     def __getstate__(self) -> dict[str, Any]:
         # Spawned workers reopen from the path: handles never cross a process boundary.
-        return {"root": str(self.root)}
+        return {"root": str(self.root), "verify_records": self.verify_records}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["root"])  # type: ignore[misc]
+        self.verify_records = bool(state.get("verify_records", False))
 
 
 def open_dataset(path: str | os.PathLike[str]) -> PackedDataset:

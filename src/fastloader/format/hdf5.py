@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fastloader.errors import DatasetError
 from fastloader.format.backends import ShardLayout
 from fastloader.format.manifest import ShardInfo
 
@@ -60,6 +61,21 @@ class Reader:
         self._pid = os.getpid()
         self._maps: dict[int, mmap.mmap] = {}
         self._views: dict[int, memoryview] = {}
+        # Mapped now, not on first use: the dataset keeps the files it opened even if they are
+        # unlinked (packdata --overwrite), and a damaged one fails at open with its name.
+        try:
+            for shard, info in enumerate(shards):
+                if len(self._view(shard)) != info.bytes:
+                    raise DatasetError(
+                        f"{self._paths[shard]} changed size since the dataset was checked; "
+                        "open the dataset again."
+                    )
+        except OSError as exc:
+            self.close()
+            raise DatasetError(f"cannot map shard {exc.filename} ({exc.strerror})") from None
+        except BaseException:
+            self.close()
+            raise
 
     def _view(self, shard: int) -> memoryview:
         view = self._views.get(shard)

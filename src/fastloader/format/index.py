@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from fastloader.errors import DatasetError
-from fastloader.format.manifest import FieldInfo, Manifest
+from fastloader.format.manifest import FieldInfo, Manifest, member_path
 
 INDEX_DIR = "index"
 
@@ -88,17 +88,58 @@ def write_index(
     return fields
 
 
-def load_field(root: Path, manifest: Manifest, name: str, mmap: bool = True) -> np.ndarray:
-    """Load one index field (memory-mapped by default); DatasetError if missing or malformed."""
+_NPY_HEADER_MAX = 1 << 16  # an .npy header is far smaller; bounds the read of a hostile file
+
+
+def _expected_bytes(path: Path, name: str, info: FieldInfo) -> int:
+    """Bytes of the array data manifest.json promises for field `name`."""
+    try:
+        dtype = np.dtype(info.dtype)
+    except TypeError:
+        dtype = np.dtype(object)
+    if dtype.hasobject or dtype.itemsize == 0:
+        raise DatasetError(
+            f"{path}: manifest.json gives index field {name!r} dtype {info.dtype!r:.40}, not a "
+            "numeric dtype; the dataset is damaged: pack it again."
+        )
+    return int(np.prod(info.shape, dtype=np.int64)) * dtype.itemsize
+
+
+def load_field(
+    root: Path, manifest: Manifest, name: str, mmap: bool = True, check_sha256: bool = True
+) -> np.ndarray:
+    """Load one index field (memory-mapped by default) after checking its sha256 against
+    manifest.json; DatasetError if it is missing, outside the dataset, edited or malformed.
+    check_sha256=False is for verify, which reports a mismatch itself and reads on."""
     info = manifest.fields.get(name)
     if info is None:
         raise DatasetError(
             f"{root}: manifest.json lists no index field {name!r}; the dataset is damaged or "
             "from an incompatible packer: pack it again."
         )
-    path = root / info.file
+    path = member_path(root, info.file)
+    expected = _expected_bytes(path, name, info)
     try:
-        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        size = path.stat().st_size
+        if not expected <= size <= expected + _NPY_HEADER_MAX:
+            raise DatasetError(
+                f"{path}: index field {name!r} is {size} bytes, manifest.json promises "
+                f"{expected} bytes of data; the dataset is damaged: pack it again."
+            )
+        payload = None if mmap else path.read_bytes()
+        if not check_sha256:
+            digest = ""
+        elif payload is not None:
+            digest = hashlib.sha256(payload).hexdigest()
+        else:
+            digest = _sha256(path)
+        if check_sha256 and digest != info.sha256:
+            raise DatasetError(
+                f"{path}: index field {name!r} fails its sha256 check (the file was changed "
+                f"after packing); run `packdata verify {root}` and pack the dataset again."
+            )
+        source = path if payload is None else io.BytesIO(payload)
+        array = _parse_npy(source, mmap)
     except (OSError, ValueError) as exc:
         raise DatasetError(
             f"{path}: cannot load index field {name!r} ({exc}); run `packdata verify {root}` "
@@ -110,3 +151,23 @@ def load_field(root: Path, manifest: Manifest, name: str, mmap: bool = True) -> 
             f"manifest says {info.shape} {info.dtype}; the dataset is damaged: pack it again."
         )
     return array
+
+
+def _parse_npy(source: Path | io.BytesIO, mmap: bool) -> np.ndarray:
+    """np.load, with every way its header parser fails as ValueError: a damaged header
+    raises SyntaxError, tokenize.TokenError, MemoryError (a huge shape)... from numpy."""
+    try:
+        array: np.ndarray = np.load(source, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except OSError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"not a valid .npy file: {type(exc).__name__}: {exc}") from None
+    return array
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

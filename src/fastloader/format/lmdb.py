@@ -10,6 +10,7 @@ from typing import Any
 
 import lmdb
 
+from fastloader.errors import CorruptRecordError, DatasetError
 from fastloader.format.backends import ShardLayout
 from fastloader.format.manifest import ShardInfo
 
@@ -65,21 +66,45 @@ def _reinit_lock_in_child() -> None:
 os.register_at_fork(after_in_child=_reinit_lock_in_child)
 
 
+def _open_env(path: Path) -> Any:
+    """A read-only environment on path; DatasetError naming it when LMDB refuses the file."""
+    try:
+        env = lmdb.open(
+            str(path),
+            subdir=False,
+            readonly=True,
+            lock=False,  # read-only files: no writer to coordinate with
+            readahead=False,  # random access: readahead wastes page cache
+            max_spare_txns=0,
+        )
+    except lmdb.Error as exc:  # garbage header, wrong version, too many open files...
+        if "Too many open files" in str(exc):  # every shard stays open while the dataset is
+            raise DatasetError(
+                f"{path}: too many open files to open every shard of {path.parent}; raise "
+                "the limit (`ulimit -n`) or pack with a larger --shard-size."
+            ) from None
+        raise DatasetError(
+            f"{path} is not a readable LMDB shard ({type(exc).__name__}: {exc}); run "
+            f"`packdata verify {path.parent}` and pack the dataset again."
+        ) from None
+    # Pages past the file's end would be mapped but not backed: touching one is SIGBUS.
+    used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    if used > path.stat().st_size:
+        env.close()
+        raise DatasetError(
+            f"{path} says it uses {used} bytes of pages but holds {path.stat().st_size} "
+            "(truncated); pack the dataset again."
+        )
+    return env
+
+
 def _acquire_env(path: Path) -> tuple[tuple[int, int], Any]:
     stat = path.stat()
     key = (stat.st_dev, stat.st_ino)
     with _OPEN_LOCK:
         entry = _OPEN.get(key)
         if entry is None:
-            env = lmdb.open(
-                str(path),
-                subdir=False,
-                readonly=True,
-                lock=False,  # read-only files: no writer to coordinate with
-                readahead=False,  # random access: readahead wastes page cache
-                max_spare_txns=0,
-            )
-            entry = _OPEN[key] = [env, 0]
+            entry = _OPEN[key] = [_open_env(path), 0]
         entry[1] += 1
         return key, entry[0]
 
@@ -105,6 +130,12 @@ class Reader:
         self._keys: dict[int, tuple[int, int]] = {}
         self._pid = os.getpid()
         self._local = threading.local()
+        try:
+            for shard in range(len(self._paths)):
+                self._env(shard)
+        except BaseException:
+            self.close()
+            raise
 
     def _env(self, shard: int) -> Any:
         env = self._envs.get(shard)
@@ -132,7 +163,10 @@ class Reader:
 
     def read(self, shard: int, offset: int, length: int) -> memoryview | None:
         """The record stored under key `offset` in `shard`, or None when the key is missing."""
-        value = self._txn(shard).get(record_key(offset))
+        try:
+            value = self._txn(shard).get(record_key(offset))
+        except lmdb.Error as exc:  # a damaged page (LMDB checks page numbers and flags)
+            raise CorruptRecordError(f"LMDB: {type(exc).__name__}: {exc}") from None
         return None if value is None else memoryview(value)
 
     def close(self) -> None:

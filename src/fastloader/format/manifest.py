@@ -6,9 +6,11 @@ import dataclasses
 import enum
 import json
 import os
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from fastloader.errors import DatasetError, DatasetNotFoundError
 
@@ -112,6 +114,10 @@ class Manifest:
                 f"{where} is not valid JSON ({exc.msg} at line {exc.lineno}); "
                 "the dataset is damaged: pack it again."
             ) from None
+        except RecursionError:  # hostile nesting: json recurses once per level
+            raise DatasetError(
+                f"{where} nests too deeply to be a manifest; the dataset is damaged: pack it again."
+            ) from None
         return _manifest_from_dict(raw, where)
 
     def write(self, folder: str | os.PathLike[str]) -> Path:
@@ -126,6 +132,54 @@ class Manifest:
         return path
 
 
+def _damaged(where: str, what: str) -> DatasetError:
+    return DatasetError(f"{where}: {what}; the dataset is damaged: pack it again.")
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# Each entry's fields and the types they must have (bool is refused where an int is asked).
+_SHARD_TYPES = {"file": str, "start": int, "count": int, "bytes": int, "sha256": str}
+_FIELD_TYPES = {"file": str, "dtype": str, "shape": list, "sha256": str}
+
+
+def _check_entry(entry: Any, types: Mapping[str, type], where: str, what: str) -> None:
+    if not isinstance(entry, dict):
+        raise _damaged(where, f"{what} is {type(entry).__name__}, not an object")
+    for key, kind in types.items():
+        value = entry.get(key)
+        ok = _is_int(value) and value >= 0 if kind is int else isinstance(value, kind)
+        if not ok:
+            raise _damaged(where, f"{what} has {key}={value!r:.60}, expected a "
+                           f"{'non-negative int' if kind is int else kind.__name__}")
+
+
+def _check_types(raw: dict[str, Any], where: str) -> None:
+    """Every entry the readers rely on has the type they assume, before any is used."""
+    count = raw.get("num_samples")
+    if not _is_int(count) or count < 0:
+        raise _damaged(where, f"num_samples is {count!r:.60}, not a non-negative int")
+    classes = raw.get("classes")
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise _damaged(where, f"classes is {classes!r:.60}, not a list of names")
+    if not isinstance(raw.get("shards"), list) or not isinstance(raw.get("fields"), dict):
+        raise _damaged(where, "shards must be a list and fields an object")
+    for k, shard in enumerate(raw["shards"]):
+        _check_entry(shard, _SHARD_TYPES, where, f"shard {k}")
+        offset = shard.get("data_offset")
+        if offset is not None and not (_is_int(offset) and offset >= 0):
+            raise _damaged(where, f"shard {k} has data_offset={offset!r:.60}")
+    for name, info in raw["fields"].items():
+        _check_entry(info, _FIELD_TYPES, where, f"index field {name!r}")
+        if not all(_is_int(n) and n >= 0 for n in info["shape"]):
+            raise _damaged(where, f"index field {name!r} has shape {info['shape']!r:.60}")
+    for key in ("options", "stats"):
+        if not isinstance(raw.get(key, {}), dict):
+            raise _damaged(where, f"{key} is {type(raw[key]).__name__}, not an object")
+
+
 def _manifest_from_dict(raw: Any, where: str) -> Manifest:
     if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
         raise DatasetError(
@@ -133,11 +187,15 @@ def _manifest_from_dict(raw: Any, where: str) -> Manifest:
             "point at a folder made by packdata."
         )
     version = raw.get("version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not _is_int(version) or version != FORMAT_VERSION:
+        newer = _is_int(version) and version > FORMAT_VERSION
         raise DatasetError(
-            f"{where} has format version {version!r} but this fastloader reads up to "
-            f"{FORMAT_VERSION}; upgrade fastloader to read it."
+            f"{where} has format version {version!r:.40} but this fastloader reads version "
+            f"{FORMAT_VERSION}; "
+            + ("upgrade fastloader to read it." if newer else "the dataset is damaged: pack it "
+               "again.")
         )
+    _check_types(raw, where)
     try:
         shards = [ShardInfo(**shard) for shard in raw["shards"]]
         fields = {name: FieldInfo(**info) for name, info in raw["fields"].items()}
@@ -151,9 +209,53 @@ def _manifest_from_dict(raw: Any, where: str) -> Manifest:
         ) from None
     if manifest.backend not in BACKENDS:
         raise DatasetError(
-            f"{where} names backend {manifest.backend!r}; this fastloader reads {BACKENDS}."
+            f"{where} names backend {manifest.backend!r:.60}; this fastloader reads {BACKENDS}."
         )
+    for name in [s.file for s in manifest.shards] + [f.file for f in manifest.fields.values()]:
+        check_member_name(name, where)
     return manifest
+
+
+def check_member_name(name: str, where: str) -> None:
+    """A file named in the manifest must be a plain relative path inside the dataset folder."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or "\\" in name or "\0" in name or any(
+        part in ("", ".", "..") for part in parts
+    ):
+        raise DatasetError(
+            f"{where} names the file {name!r:.120}, which is not a plain relative path inside "
+            "the dataset folder; the manifest is damaged or hostile: pack the dataset again."
+        )
+
+
+def member_path(root: Path, name: str) -> Path:
+    """root/name after checking that it resolves inside root and is a regular file.
+
+    Raises DatasetError naming the file otherwise: an escaping symlink, a FIFO or device (which
+    would hang or stream forever when read), a folder, or nothing at all.
+    """
+    check_member_name(name, str(root / MANIFEST_NAME))
+    path = root / name
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise DatasetError(
+            f"{path} resolves to {real}, outside the dataset folder {root}; fastloader reads "
+            "only files inside it: pack the dataset again."
+        )
+    try:
+        mode = os.stat(real).st_mode
+    except OSError as exc:
+        raise DatasetError(
+            f"{path} cannot be read ({exc.strerror}); the dataset is incomplete: run "
+            f"`packdata verify {root}` and pack it again."
+        ) from None
+    if not stat.S_ISREG(mode):
+        raise DatasetError(
+            f"{path} is not a regular file (a folder, FIFO or device); the dataset is damaged: "
+            "pack it again."
+        )
+    return path
 
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
@@ -175,4 +277,11 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
             "(an interrupted pack?); run `packdata IMAGES_DIR "
             f"{root} --overwrite` to pack it again."
         )
-    return Manifest.from_json(manifest_path.read_text(encoding="utf-8"), str(manifest_path))
+    try:
+        text = manifest_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(
+            f"{manifest_path} cannot be read as UTF-8 text ({exc}); the dataset is damaged: "
+            "pack it again."
+        ) from None
+    return Manifest.from_json(text, str(manifest_path))

@@ -109,7 +109,8 @@ def normalize_constants(normalize: object) -> tuple[np.ndarray, np.ndarray] | No
         mean = np.repeat(mean, 3)
     if std.size == 1:
         std = np.repeat(std, 3)
-    if mean.size != 3 or std.size != 3 or not np.isfinite(mean).all() or (std <= 0).any():
+    if (mean.size != 3 or std.size != 3 or not np.isfinite(mean).all()
+            or not np.isfinite(std).all() or (std <= 0).any()):  # NaN <= 0 is False: test it
         raise invalid_argument("normalize", normalize,
                                "needs 3 finite means and 3 positive stds (RGB)",
                                "Pass e.g. ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)).")

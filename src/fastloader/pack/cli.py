@@ -13,6 +13,7 @@ from typing import Any
 from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import FastloaderError
 from fastloader.pack.info import dataset_info, format_info, human_bytes
+from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
 from fastloader.pack.write import DEFAULT_SHARD_SIZE, SKIPPED_NAME, pack
 
 SUBCOMMANDS = ("info", "verify")
@@ -71,6 +72,9 @@ def _pack_parser() -> argparse.ArgumentParser:
     add("--resume", action="store_true", help="reuse the finished shards of an interrupted pack")
     add("--strict", action="store_true", help="fail on the first unreadable image")
     add("--quiet", action="store_true", help="no progress bar and no summary")
+    add("--max-file-size", type=parse_size, default=DEFAULT_MAX_FILE_SIZE, metavar="SIZE",
+        help="skip (and list in skipped.json) source files larger than SIZE "
+        "(default: 256M)")  # fmt: skip
     add("--tiles", action="store_true",
         help="decode-aware packing: repack JPEGs losslessly with restart markers so crops "
         "decode only the tiles they need (needs the native extension)")  # fmt: skip
@@ -144,6 +148,7 @@ def _run_pack(argv: Sequence[str]) -> int:
         quiet=args.quiet,
         tiles=args.tiles,
         restart_mcus=args.restart_mcus,
+        max_file_size=args.max_file_size,
     )
     if not args.quiet:
         dst = Path(args.dst).expanduser().absolute()

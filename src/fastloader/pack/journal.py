@@ -87,27 +87,54 @@ class Staging:
 
     def open(self, plan: dict[str, Any], resume: bool) -> None:
         """Create or reuse the folder; keep earlier shards only when resuming the same plan."""
-        try:
-            self.dir.mkdir(exist_ok=True)
-            self._lock_fd = os.open(self.dir / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o644)
-        except OSError as exc:
-            raise PackError(
-                f"cannot write in {self.dir.parent} ({exc.strerror}); choose a DST whose "
-                "parent folder exists and is writable."
-            ) from None
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise PackError(
-                f"another packdata is writing {self.dst} right now (lock on {self.dir}); "
-                "wait for it to finish or choose another DST."
-            ) from None
+        for _ in range(100):  # retried only while other packs finish or swap the folder
+            if self._lock():
+                break
+        else:
+            raise PackError(f"could not lock {self.dir}: other packdata runs keep replacing it; "
+                            "run one packdata per DST at a time.")
         plan_path = self.dir / PLAN_NAME
         old_plan = json.loads(plan_path.read_text()) if plan_path.is_file() else None
         if not resume or old_plan != plan:
             self._clear()
         self.journal.mkdir(exist_ok=True)
         _write_atomic(plan_path, json.dumps(plan, sort_keys=True))
+
+    def _lock(self) -> bool:
+        """Take the staging folder's lock; False when the lock file found was not the one in
+        place any more (a pack finished and moved its folder away meanwhile: try again)."""
+        created = False
+        try:
+            self.dir.mkdir(exist_ok=True)
+            created = True
+            fd = os.open(self.dir / LOCK_NAME, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError as exc:
+            if created:  # the folder was renamed away between mkdir and open
+                return False
+            raise PackError(f"cannot write in {self.dir.parent} ({exc.strerror}); choose a "
+                            "DST whose parent folder exists and is writable.") from None
+        except OSError as exc:
+            raise PackError(
+                f"cannot write in {self.dir.parent} ({exc.strerror}); choose a DST whose "
+                "parent folder exists and is writable."
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise PackError(
+                f"another packdata is writing {self.dst} right now (lock on {self.dir}); "
+                "wait for it to finish or choose another DST."
+            ) from None
+        try:  # the lock counts only if its file is still this folder's .lock
+            same = os.path.samestat(os.fstat(fd), os.stat(self.dir / LOCK_NAME))
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
 
     def _clear(self) -> None:
         for entry in self.dir.iterdir():
@@ -172,18 +199,28 @@ class Staging:
         _write_atomic(self.journal / f"{shard_id:05d}.json", record.to_json())
 
     def finish(self, write_manifest: Any, overwrite: bool) -> None:
-        """Drop the journal, write the manifest (last file), rename the folder to DST."""
+        """Drop the journal, write the manifest (last file), rename the folder to DST.
+
+        The lock file moves with the folder and is removed from DST only after the rename, so
+        no other pack can lock (and clear) this folder between the manifest and the rename.
+        """
         shutil.rmtree(self.journal, ignore_errors=True)
         (self.dir / PLAN_NAME).unlink(missing_ok=True)
         write_manifest(self.dir)
-        (self.dir / LOCK_NAME).unlink(missing_ok=True)  # the flock stays held on the open fd
+        _test_hold(self.dir)
         trash = self.dst.parent / f".{self.dst.name}.old-{os.getpid()}"
-        replacing = overwrite and (self.dst.exists() or self.dst.is_symlink())
-        if replacing:
+        present = self.dst.exists() or self.dst.is_symlink()
+        if present and not overwrite:
+            raise PackError(
+                f"{self.dst} appeared while this pack ran (another packdata finished it?); "
+                "rerun with --overwrite to replace it, or choose another DST."
+            )
+        if present:
             os.rename(self.dst, trash)
         os.rename(self.dir, self.dst)
+        (self.dst / LOCK_NAME).unlink(missing_ok=True)  # the flock stays held on the open fd
         _fsync_dir(self.dst.parent)
-        if replacing:
+        if present:
             if trash.is_dir() and not trash.is_symlink():
                 shutil.rmtree(trash, ignore_errors=True)
             else:
@@ -195,6 +232,24 @@ class Staging:
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)
             self._lock_fd = None
+
+
+# Test hook: finish() waits just before renaming the staging folder while this names a folder:
+# it writes HOLD/waiting, then waits (at most a minute) for HOLD/go, so a test can start a
+# second pack of the same DST inside that window.
+HOLD_BEFORE_RENAME_ENV = "FASTLOADER_PACK_TEST_HOLD_BEFORE_RENAME"
+
+
+def _test_hold(staging: Path) -> None:
+    hold = os.environ.get(HOLD_BEFORE_RENAME_ENV)
+    if not hold:
+        return
+    import time
+
+    (Path(hold) / "waiting").write_text(str(staging))
+    deadline = time.monotonic() + 60
+    while not (Path(hold) / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _fsync_dir(path: Path) -> None:

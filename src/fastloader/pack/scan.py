@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastloader.errors import PackError
+from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
+
+PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 4096
 
 IMAGE_EXTENSIONS = frozenset(
     {
@@ -37,6 +41,7 @@ class ScanResult:
     ignored_non_image: int = 0
     ignored_outside_classes: int = 0
     empty_classes: list[str] = field(default_factory=list)
+    refused: list[list[str]] = field(default_factory=list)  # [relpath, reason]: skipped.json
 
     @property
     def total_bytes(self) -> int:
@@ -47,32 +52,114 @@ def _is_hidden(name: str) -> bool:
     return name.startswith(".")
 
 
-def _scan_class(root: Path, folder: str, label: int, result: ScanResult) -> int:
+class _Walker:
+    """Walks class folders so each real folder is visited once and only regular files count.
+
+    A folder symlink is followed only when its target lies outside SRC (inside, the target is
+    packed in its own place: following would pack it twice, under another label, or loop) and
+    was not visited already (a loop outside SRC). Nothing is read: sizes come from stat.
+    """
+
+    def __init__(self, root: Path, result: ScanResult, max_file_size: int) -> None:
+        self.root = root
+        self.real_root = os.path.realpath(root)
+        self.result = result
+        self.max_file_size = max_file_size
+        self.visited: set[tuple[int, int]] = set()
+
+    def refuse(self, path: str, reason: str) -> None:
+        folder = "/" if path.endswith("/") else ""  # relpath drops it; it marks a folder
+        self.result.refused.append([os.path.relpath(path, self.root) + folder, reason])
+
+    def _inside_src(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return os.path.commonpath([self.real_root, real]) == self.real_root
+
+    def enter(self, path: str, linked: bool) -> bool:
+        """Whether to walk the folder at path (refusals are listed)."""
+        if len(os.fsencode(path)) >= PATH_MAX:
+            self.refuse(path + "/", f"folder path is over PATH_MAX ({PATH_MAX} bytes): the "
+                        "files below it cannot be opened; move them to a shorter path")
+            return False
+        if linked and self._inside_src(path):
+            self.refuse(path + "/", "symlink to a folder inside SRC (packed in its own place "
+                        "once, not again through the link)")
+            return False
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            self.refuse(path + "/", f"cannot read folder: {exc.strerror}")
+            return False
+        key = (info.st_dev, info.st_ino)
+        if key in self.visited:
+            self.refuse(path + "/", "folder already visited (a symlink loop or a second link)")
+            return False
+        self.visited.add(key)
+        return True
+
+    def walk(self, top: str) -> list[tuple[str, list[os.DirEntry[str]]]]:
+        """(folder, image file entries) of every folder under top, top included."""
+        found = []
+        stack = [top]
+        while stack:
+            folder = stack.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError as exc:
+                self.refuse(folder + "/", f"cannot read folder: {exc.strerror}")
+                continue
+            files = []
+            for entry in entries:
+                if _is_hidden(entry.name):
+                    self.result.ignored_hidden += 1
+                elif _is_dir(entry):
+                    if self.enter(entry.path, entry.is_symlink()):
+                        stack.append(entry.path)
+                elif os.path.splitext(entry.name)[1].lower() not in IMAGE_EXTENSIONS:
+                    self.result.ignored_non_image += 1
+                else:
+                    files.append(entry)
+            found.append((folder, files))
+        return found
+
+    def source(self, entry: os.DirEntry[str], label: int) -> SourceFile | None:
+        """The SourceFile of an image-named entry, or None (and a refusal) if it is not one."""
+        if len(os.fsencode(entry.path)) >= PATH_MAX:
+            self.refuse(entry.path, f"path is over PATH_MAX ({PATH_MAX} bytes)")
+            return None
+        try:
+            info = os.stat(entry.path)  # follows a file symlink: its target is what is read
+        except OSError as exc:
+            self.refuse(entry.path, f"cannot stat (a dangling symlink?): {exc.strerror}")
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            self.refuse(entry.path, "not a regular file (a FIFO, device or socket)")
+            return None
+        if info.st_size > self.max_file_size:
+            self.refuse(entry.path, f"{info.st_size} bytes, over the --max-file-size cap of "
+                        f"{self.max_file_size}")
+            return None
+        relpath = Path(entry.path).relative_to(self.root).as_posix()
+        return SourceFile(relpath, label, info.st_size, info.st_mtime_ns)
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()  # follows symlinks; a loop or dangling link is not a folder
+    except OSError:
+        return False
+
+
+def _scan_class(walker: _Walker, folder: str, label: int) -> int:
     """Append the image files under root/folder to result.files; return how many."""
     found = 0
-    walked = []
-    for dirpath, dirnames, filenames in os.walk(root / folder, followlinks=True):
-        result.ignored_hidden += sum(_is_hidden(d) for d in dirnames)
-        dirnames[:] = [d for d in dirnames if not _is_hidden(d)]
-        walked.append((dirpath, filenames))
     # Sorted by folder then name, the order torchvision's ImageFolder uses: same indices.
-    for dirpath, filenames in sorted(walked):
-        for name in sorted(filenames):
-            if _is_hidden(name):
-                result.ignored_hidden += 1
-                continue
-            if os.path.splitext(name)[1].lower() not in IMAGE_EXTENSIONS:
-                result.ignored_non_image += 1
-                continue
-            path = Path(dirpath) / name
-            try:
-                stat = path.stat()
-            except OSError:  # a dangling symlink: nothing to pack
-                result.ignored_non_image += 1
-                continue
-            relpath = path.relative_to(root).as_posix()
-            result.files.append(SourceFile(relpath, label, stat.st_size, stat.st_mtime_ns))
-            found += 1
+    for _, entries in sorted(walker.walk(str(walker.root / folder)), key=lambda fe: fe[0]):
+        for entry in sorted(entries, key=lambda e: e.name):
+            source = walker.source(entry, label)
+            if source is not None:
+                walker.result.files.append(source)
+                found += 1
     return found
 
 
@@ -86,10 +173,12 @@ def _check_source(src: Path) -> None:
         )
 
 
-def scan(src: str | os.PathLike[str]) -> ScanResult:
+def scan(src: str | os.PathLike[str], max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> ScanResult:
     """Find classes (sorted non-hidden sub-folders of src) and their image files, recursively.
 
     Files directly in src, hidden files and non-image extensions are ignored and counted.
+    Files that cannot be packed safely (not regular, over max_file_size bytes, below a path
+    over PATH_MAX, through a folder link already visited) are listed in result.refused.
     Raises PackError naming src when it is missing, a file, or holds no images.
     """
     root = Path(src).expanduser().absolute()
@@ -101,15 +190,19 @@ def scan(src: str | os.PathLike[str]) -> ScanResult:
             f"cannot read source {root} ({exc.strerror}); check its permissions."
         ) from None
     result = ScanResult(root=root, classes=[], files=[])
+    walker = _Walker(root, result, max_file_size)
+    walker.visited.add((os.stat(root).st_dev, os.stat(root).st_ino))
     for entry in entries:
         if _is_hidden(entry.name):
             result.ignored_hidden += 1
-        elif entry.is_dir():
+        elif _is_dir(entry):
             result.classes.append(entry.name)
         else:
             result.ignored_outside_classes += 1
+    # Class folders are walked as classes, so a link into one from elsewhere is refused.
+    walkable = [walker.enter(str(root / name), False) for name in result.classes]
     for label, name in enumerate(result.classes):
-        if _scan_class(root, name, label, result) == 0:
+        if not walkable[label] or _scan_class(walker, name, label) == 0:
             result.empty_classes.append(name)
     if not result.files:
         raise PackError(

@@ -21,7 +21,7 @@ import numpy as np
 from fastloader.decode import tiles
 from fastloader.errors import NativeUnavailableError, PackError, invalid_type
 from fastloader.format.manifest import Codec
-from fastloader.pack.validate import Prepared, prepare
+from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE, Prepared, prepare
 
 TILES_VERSION = 1
 INDEX_FIELDS = ("tiles_header", "tiles_offsets", "tiles_start", "source_crc32")
@@ -47,10 +47,10 @@ def check_tiles_option(tiles_on: Any, restart_mcus: Any) -> dict[str, int] | Non
 
 def prepare_tiled(
     path: str, max_side: int | None = None, quality: int = 90,
-    restart_mcus: int = tiles.DEFAULT_RESTART_MCUS,
+    restart_mcus: int = tiles.DEFAULT_RESTART_MCUS, max_file_size: int = DEFAULT_MAX_FILE_SIZE,
 ) -> Prepared:
     """prepare(), then a lossless restart-tile repack of JPEG records (others stay as they are)."""
-    prepared = prepare(path, max_side=max_side, quality=quality)
+    prepared = prepare(path, max_side=max_side, quality=quality, max_file_size=max_file_size)
     if prepared.data is None:
         return prepared
     untiled = prepared._replace(source_crc32=prepared.crc32)

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import io
+import os
+import stat
 import zlib
 from typing import Any, NamedTuple
 
 from PIL import Image, UnidentifiedImageError
 
+from fastloader.decode import _native
+from fastloader.decode import decode as decoder
+from fastloader.errors import DecodeError
 from fastloader.format.manifest import Codec
+
+# Largest source file read (packdata --max-file-size): bounds each pool worker's memory, and a
+# huge file (a 6 GB sparse "image") is listed in skipped.json instead of exhausting it.
+DEFAULT_MAX_FILE_SIZE = 256 << 20
 
 
 class Prepared(NamedTuple):
@@ -32,19 +41,48 @@ def _reject(reason: str) -> Prepared:
 
 
 def check_image(data: bytes) -> tuple[Codec, int, int]:
-    """Decode data with Pillow to prove it is whole; return (codec, height, width).
+    """Decode data as the loader will to prove it is whole; return (codec, height, width).
 
-    Raises whatever Pillow raises for empty, truncated or garbage input.
+    JPEGs go through the loader's own decoder when the native core is built (a libjpeg warning
+    such as "corrupt data" is an error there, while Pillow returns grey pixels for it); other
+    images, or JPEGs without the core, through Pillow as the loader's fallback does. Raises
+    whatever Pillow raises, or DecodeError, for empty, truncated or garbage input.
     """
     with Image.open(io.BytesIO(data)) as image:
         codec = Codec.from_pillow(image.format)
         width, height = image.size  # from the header, before any draft scaling
+        if codec == Codec.JPEG and _native.native_module() is not None:
+            # A 1/8-size decode still entropy-decodes every scan: damage anywhere is found.
+            decoder.decode(data, size=(max(1, height // 8), max(1, width // 8)))
+            return codec, height, width
         if image.format == "JPEG":
             # A 1/8-scale DCT decode still entropy-decodes every scan, so truncation and
             # corrupt Huffman data fail as they would at full size, for a fraction of the cost.
             image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
         image.load()
     return codec, height, width
+
+
+def read_source(path: str, max_bytes: int) -> bytes:
+    """The bytes of the regular file at path, at most max_bytes; OSError/ValueError otherwise.
+
+    Opened without blocking (a FIFO put in place after the scan would wait for a writer
+    forever) and checked to be a regular file before reading (a link to /dev/zero never ends).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file (a FIFO, device or socket); nothing to pack")
+        if info.st_size > max_bytes:
+            raise ValueError(f"{info.st_size} bytes, over the --max-file-size cap of {max_bytes}")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # grew since the stat
+        raise ValueError(f"more than {max_bytes} bytes, over the --max-file-size cap")
+    return data
 
 
 def reencode(data: bytes, max_side: int, quality: int) -> tuple[bytes, int, int]:
@@ -62,13 +100,17 @@ def reencode(data: bytes, max_side: int, quality: int) -> tuple[bytes, int, int]
     return buffer.getvalue(), size[1], size[0]
 
 
-def prepare(path: str, max_side: int | None = None, quality: int = 90) -> Prepared:
+def prepare(
+    path: str, max_side: int | None = None, quality: int = 90,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+) -> Prepared:
     """Read the file at path and return its record; never raises for a bad file."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = read_source(path, max_file_size)
     except OSError as exc:
         return _reject(f"cannot read: {exc.strerror or exc}")
+    except ValueError as exc:
+        return _reject(str(exc))
     if not data:
         return _reject("empty file")
     try:
@@ -77,6 +119,8 @@ def prepare(path: str, max_side: int | None = None, quality: int = 90) -> Prepar
         if max_side is not None and max(height, width) > max_side:
             data, height, width = reencode(data, max_side, quality)
             codec, reencoded = Codec.JPEG, True
+    except DecodeError as exc:
+        return _reject(f"truncated or corrupt JPEG, the loader's decoder says: {exc}")
     except UnidentifiedImageError:
         return _reject("not an image Pillow recognises (unknown or garbage header)")
     except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, bomb errors...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import io
+import json
 import os
 import zlib
 from collections.abc import Callable
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fastloader.errors import DatasetError
+from fastloader.decode import decode as decoder
+from fastloader.errors import DatasetError, FastloaderError
 from fastloader.format import index as index_mod
 from fastloader.format.dataset import PackedDataset
-from fastloader.format.manifest import Codec, Manifest, read_manifest
+from fastloader.format.manifest import Codec, Manifest, member_path, read_manifest
 from fastloader.pack import verify_tiles
 from fastloader.pack.journal import sha256_file
 
@@ -37,20 +38,32 @@ class VerifyReport:
         return not self.problems
 
 
+def _member(root: Path, name: str, what: str, report: VerifyReport) -> Path | None:
+    """root/name when it is a regular file inside the dataset, else None and a problem."""
+    if not os.path.lexists(root / name):
+        report.problems.append(f"{what}: file is missing")
+        return None
+    try:
+        return member_path(root, name)
+    except DatasetError as exc:
+        report.problems.append(f"{what}: {exc}")
+        return None
+
+
 def _check_fields(root: Path, manifest: Manifest, report: VerifyReport) -> None:
     for name, info in sorted(manifest.fields.items()):
-        path = root / info.file
-        if not path.is_file():
-            report.problems.append(f"index field {name!r}: file {info.file} is missing")
-        elif sha256_file(path)[1] != info.sha256:
+        path = _member(root, info.file, f"index field {name!r}", report)
+        if path is not None and sha256_file(path)[1] != info.sha256:
             report.problems.append(f"index field {name!r}: {info.file} fails its sha256 check")
     for name in index_mod.CORE_FIELDS:
         if name not in manifest.fields:
             report.problems.append(f"index field {name!r} is not listed in manifest.json")
 
 
-def _check_shards(root: Path, manifest: Manifest, report: VerifyReport) -> None:
+def _check_shards(root: Path, manifest: Manifest, report: VerifyReport) -> set[int]:
+    """Check every shard file; return the shards whose bytes differ from what was packed."""
     expected_start = 0
+    damaged: set[int] = set()
     for k, shard in enumerate(manifest.shards):
         where = f"shard {k} ({shard.file!r})"
         if shard.start != expected_start or shard.count < 1:
@@ -59,21 +72,23 @@ def _check_shards(root: Path, manifest: Manifest, report: VerifyReport) -> None:
                 f"expected to start at {expected_start}"
             )
         expected_start = shard.stop
-        path = root / shard.file
-        if not path.is_file():
-            report.problems.append(f"{where}: file is missing")
+        path = _member(root, shard.file, where, report)
+        if path is None:
+            damaged.add(k)
             continue
         size, sha256 = sha256_file(path)
         if size != shard.bytes:
             report.problems.append(f"{where}: {size} bytes on disk, manifest says {shard.bytes}")
         if sha256 != shard.sha256:
             report.problems.append(f"{where}: fails its sha256 check (the file was changed)")
+            damaged.add(k)
         if manifest.backend == "hdf5":
             _check_hdf5_offset(path, shard.data_offset, where, report)
     if expected_start != manifest.num_samples:
         report.problems.append(
             f"shards cover {expected_start} samples, manifest says {manifest.num_samples}"
         )
+    return damaged
 
 
 def _check_hdf5_offset(path: Path, stored: int | None, where: str, report: VerifyReport) -> None:
@@ -156,17 +171,54 @@ def _tile_problem(
 
 
 def _decode_problem(data: memoryview, shape: tuple[int, ...]) -> str | None:
-    from PIL import Image
-
+    """Decode as the loader does (its decoder, its rules: the native core when built, where a
+    libjpeg warning such as corrupt data is an error), at 1/8 size: every scan is still
+    entropy-decoded, so damage anywhere in the data is found."""
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()
-            size = (image.height, image.width)
-    except Exception as exc:  # any Pillow failure means the record is not a usable image
-        return f"does not decode ({type(exc).__name__}: {exc})"
-    if size != shape:
-        return f"decodes to {size[0]}x{size[1]}, the index says {shape[0]}x{shape[1]}"
+        hdr = decoder.header(data)
+        if (hdr.height, hdr.width) == shape:
+            decoder.decode(data, size=(max(1, hdr.height // 8), max(1, hdr.width // 8)))
+    except FastloaderError as exc:  # DecodeError, or a bomb/argument refusal of the header
+        return f"does not decode with the loader's decoder ({exc})"
+    if (hdr.height, hdr.width) != shape:
+        return f"decodes to {hdr.height}x{hdr.width}, the index says {shape[0]}x{shape[1]}"
     return None
+
+
+def _isolated_problems(
+    ds: PackedDataset, shards: set[int], decode: bool
+) -> dict[int, dict[int, str | None]]:
+    """Check the records of changed LMDB shards in a forked child: LMDB follows page numbers
+    stored in the file, and a changed one may point past the file's end (SIGBUS). A child that
+    dies marks all its shard's records bad; the parent lives to report it."""
+    found: dict[int, dict[int, str | None]] = {}
+    report = VerifyReport(ds.root)
+    report.tiles_unchecked = "not in a damaged shard"
+    for shard in sorted(shards):
+        info = ds.manifest.shards[shard]
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: check, send the verdicts, leave without cleanup
+            os.close(read)
+            try:
+                verdicts = {i: _check_record(ds, i, decode, report, None)
+                            for i in range(info.start, info.stop)}
+                with os.fdopen(write, "w") as out:
+                    json.dump(verdicts, out)
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            text = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        try:
+            found[shard] = {int(k): v for k, v in json.loads(text).items()}
+        except ValueError:
+            why = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                   else f"exit {os.waitstatus_to_exitcode(status)}")
+            problem = f"reading its damaged LMDB shard kills the reader ({why}): not readable"
+            found[shard] = {i: problem for i in range(info.start, info.stop)}
+    return found
 
 
 def verify(
@@ -177,10 +229,11 @@ def verify(
 ) -> VerifyReport:
     """Check manifest, index files, shard files (size, sha256) and every record's crc32.
 
-    decode=True also decodes every record with Pillow and checks its size. On a tiled dataset
-    it also checks each tiled record's table against its bytes, a spliced crop against the
-    full decode and, with source (the packed image tree), the pixels against the source file
-    (see pack/verify_tiles.py). Raises DatasetNotFoundError when path is not a dataset;
+    decode=True also decodes every record with the loader's own decoder and checks its size.
+    On a tiled dataset it also checks each tiled record's table against its bytes, a spliced
+    crop against the full decode and, with source (the packed image tree), the pixels against
+    the source file (see pack/verify_tiles.py). Raises DatasetNotFoundError when path is not a
+    dataset;
     otherwise reports all it finds.
     """
     root = Path(path).expanduser().absolute()
@@ -190,9 +243,9 @@ def verify(
     if "tiles" in manifest.options and not verify_tiles.native_available():
         report.tiles_unchecked = "tile checks need the native extension (not available)"
     _check_fields(root, manifest, report)
-    _check_shards(root, manifest, report)
+    damaged = _check_shards(root, manifest, report)
     try:
-        ds = PackedDataset(root)
+        ds = PackedDataset(root, check_sha256=False)  # _check_fields reported edited files
     except DatasetError as exc:
         report.problems.append(f"index cannot be loaded: {exc}")
         return report
@@ -201,8 +254,12 @@ def verify(
         tree = None
         if source_root is not None and ds.tiled:
             tree = (source_root, ds.field("source_crc32"))
+        isolated = _isolated_problems(ds, damaged, decode) if ds.backend == "lmdb" else {}
         for i in range(len(ds)):
-            problem = _check_record(ds, i, decode, report, tree)
+            if int(ds.shard_ids[i]) in isolated:
+                problem = isolated[int(ds.shard_ids[i])].get(i)
+            else:
+                problem = _check_record(ds, i, decode, report, tree)
             if problem is not None:
                 report.problems.append(f"{_name(ds, i)}: {problem}")
                 report.bad_records.append(i)

@@ -32,7 +32,7 @@ from fastloader.pack.journal import (
     staging_path,
 )
 from fastloader.pack.scan import ScanResult, SourceFile, scan
-from fastloader.pack.validate import Prepared, prepare
+from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE, Prepared, prepare
 
 DEFAULT_SHARD_SIZE = 256 << 20
 SKIPPED_NAME = "skipped.json"
@@ -191,7 +191,8 @@ def _prepared(
 ) -> Iterator[Prepared]:
     """Prepared records in file order, from a process pool holding at most two windows."""
     job: Callable[[str], Prepared] = functools.partial(
-        prepare, max_side=settings["max_side"], quality=settings["quality"]
+        prepare, max_side=settings["max_side"], quality=settings["quality"],
+        max_file_size=settings["max_file_size"],
     )
     if settings["tiles"] is not None:
         job = functools.partial(
@@ -199,6 +200,7 @@ def _prepared(
             max_side=settings["max_side"],
             quality=settings["quality"],
             restart_mcus=settings["tiles"]["restart_mcus"],
+            max_file_size=settings["max_file_size"],
         )
     paths = (str(root / f.relpath) for f in files)
     if workers == 1 or len(files) < 4 * workers:
@@ -259,7 +261,7 @@ def _stats(result: ScanResult, builder: _ShardBuilder, reencoded: int) -> dict[s
     return {
         "files_found": len(result.files),
         "packed": builder.next_sample,
-        "skipped": len(builder.all_skipped),
+        "skipped": len(builder.all_skipped) + len(result.refused),
         "reencoded": reencoded,
         "ignored_hidden": result.ignored_hidden,
         "ignored_non_image": result.ignored_non_image,
@@ -274,6 +276,10 @@ def _fill(
     builder: _ShardBuilder, result: ScanResult, settings: dict[str, Any], progress: Progress | None
 ) -> int:
     """Prepare and add every file not covered by reused shards; return how many re-encoded."""
+    if settings["strict"] and result.refused:  # the scan's refusals count as unreadable files
+        path, reason = result.refused[0]
+        raise PackError(f"{result.root / path}: {reason}; fix or remove it, or pack without "
+                        "--strict to skip (and list) such files.")
     start = sum(len(r.consumed) for r in builder.records)
     todo = result.files[start:]
     bar = _progress_bar(len(result.files), settings["quiet"])
@@ -320,6 +326,7 @@ def pack(
     progress: Progress | None = None,
     tiles: bool = False,
     restart_mcus: int = tiling.tiles.DEFAULT_RESTART_MCUS,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
 ) -> Manifest:
     """Pack the ImageFolder tree at src into a sharded dataset folder dst.
 
@@ -344,6 +351,8 @@ def pack(
         tiles: repack JPEGs losslessly as restart-tiled records (decode-aware packing; needs
             the native extension), so crops decode only the segments they cover.
         restart_mcus: with tiles, at most this many MCUs per restart segment.
+        max_file_size: files over this many bytes are not read (listed in skipped.json), nor
+            is anything that is not a regular file (FIFOs, devices).
 
     Returns:
         Manifest: what was written (also in dst/manifest.json).
@@ -360,7 +369,8 @@ def pack(
     src_path = Path(src).expanduser().absolute()
     backend = resolve_backend(dst_path, format)
     _check_destination(dst_path, src_path, overwrite)
-    result = scan(src_path)
+    max_file_size = int_at_least("max_file_size", max_file_size, 1, "Pass a size in bytes.")
+    result = scan(src_path, max_file_size)
     options: dict[str, Any] = {"shard_size": shard_size, "max_side": max_side, "quality": quality}
     if tile_option is not None:  # untiled manifests stay exactly as before
         options["tiles"] = tile_option
@@ -372,7 +382,8 @@ def pack(
         reused = staging.reusable_shards(result.files, tiled)
         builder = _ShardBuilder(staging, backend, shard_size, reused, tiled)
         settings: dict[str, Any] = {"workers": workers, "max_side": max_side, "tiles": tile_option}
-        settings |= {"quality": quality, "strict": strict, "quiet": quiet}
+        settings |= {"quality": quality, "strict": strict, "quiet": quiet,
+                     "max_file_size": max_file_size}
         reencoded = _fill(builder, result, settings, progress)
         if not builder.records:
             raise PackError(
@@ -398,7 +409,8 @@ def _finish(
 
     arrays = _build_index(builder.records, "tiles" in options)
     fields = index_mod.write_index(staging.dir, arrays)
-    skipped = [{"path": path, "reason": reason} for path, reason in builder.all_skipped]
+    refusals = result.refused + builder.all_skipped  # the scan's first: never opened
+    skipped = [{"path": path, "reason": reason} for path, reason in refusals]
     (staging.dir / SKIPPED_NAME).write_text(json.dumps(skipped, indent=1) + "\n")
     manifest = Manifest(
         backend=backend,

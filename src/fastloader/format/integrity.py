@@ -1,0 +1,100 @@
+"""Checks a dataset passes at open: shard files whole and in place, index values in range.
+
+Everything here is vectorised or per shard (never per record in Python), so opening stays
+cheap; what it proves lets record reads trust the index: every shard id names a shard, every
+offset and length lies inside its shard file, every label names a class.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from fastloader.errors import DatasetError
+from fastloader.format.index import CORE_FIELDS
+from fastloader.format.manifest import Codec, Manifest, member_path
+
+
+def _damaged(root: Path, what: str) -> DatasetError:
+    return DatasetError(
+        f"{root}: {what}; the dataset is damaged: run `packdata verify {root}` and pack it again."
+    )
+
+
+def shard_paths(root: Path, manifest: Manifest) -> list[Path]:
+    """Each shard's path, after checking that the shards tile 0..num_samples and that each file
+    is a regular file inside the dataset with the size manifest.json gives (a truncated shard
+    would be mapped past its end: SIGBUS on the first read of a missing page)."""
+    paths = []
+    expected_start = 0
+    for k, shard in enumerate(manifest.shards):
+        if shard.start != expected_start or shard.count < 1:
+            raise _damaged(root, f"shard {k} ({shard.file!r}) covers samples from {shard.start} "
+                           f"({shard.count} records), expected {expected_start} and at least 1")
+        expected_start = shard.stop
+        path = member_path(root, shard.file)
+        size = os.stat(path).st_size
+        if size != shard.bytes:
+            raise _damaged(root, f"shard {shard.file!r} is {size} bytes on disk, manifest.json "
+                           f"says {shard.bytes} (truncated or replaced)")
+        if manifest.backend == "hdf5" and (shard.data_offset is None
+                                           or shard.data_offset >= shard.bytes):
+            raise _damaged(root, f"shard {shard.file!r} has records at file offset "
+                           f"{shard.data_offset}, not inside its {shard.bytes} bytes")
+        paths.append(path)
+    if expected_start != manifest.num_samples:
+        raise _damaged(root, f"the shards hold {expected_start} records, manifest.json says "
+                       f"{manifest.num_samples}")
+    return paths
+
+
+def _first_bad(root: Path, name: str, bad: np.ndarray, rule: str) -> None:
+    where = np.flatnonzero(bad)
+    if where.size:
+        raise _damaged(root, f"index field {name!r} breaks its rule ({rule}) at {where.size} "
+                       f"records, the first being record {int(where[0])}")
+
+
+def check_dtypes(root: Path, manifest: Manifest) -> None:
+    """The core fields have the dtypes the format fixes (manifest.json could say otherwise)."""
+    for name, dtype in CORE_FIELDS.items():
+        info = manifest.fields.get(name)
+        if info is not None and info.dtype != dtype:
+            raise _damaged(root, f"index field {name!r} is listed as {info.dtype!r:.40}, the "
+                           f"format stores {dtype}")
+
+
+def check_index(root: Path, manifest: Manifest, arrays: dict[str, np.ndarray]) -> None:
+    """Every per-record value lies in its range (arrays: the core fields, by name)."""
+    shards = manifest.shards
+    counts = np.array([s.count for s in shards], np.int64)
+    starts = np.array([s.start for s in shards], np.int64)
+    sizes = np.array([s.bytes for s in shards], np.int64)
+    shard, offset, length = arrays["shard"], arrays["offset"], arrays["length"]
+    expected_ids = np.repeat(np.arange(len(shards), dtype=np.int32), counts)
+    _first_bad(root, "shard", shard != expected_ids, "records lie in the shard whose range "
+               "manifest.json gives them")
+    _first_bad(root, "label", (arrays["label"] < 0) | (arrays["label"] >= len(manifest.classes)),
+               f"0 <= label < {len(manifest.classes)} classes")
+    _first_bad(root, "length", (length <= 0) | (length > sizes[shard]),
+               "0 < length <= its shard's size")
+    if manifest.backend == "lmdb":  # offset is the record's key: its own index
+        ok = (offset >= starts[shard]) & (offset < starts[shard] + counts[shard])
+        _first_bad(root, "offset", ~ok, "an LMDB key inside its shard's range")
+    else:
+        data = np.array([s.data_offset or 0 for s in shards], np.int64)
+        room = sizes[shard] - data[shard]
+        ok = (offset >= 0) & (offset <= room) & (length <= room - np.minimum(offset, room))
+        _first_bad(root, "offset", ~ok, "offset + length inside its HDF5 shard")
+    _first_bad(root, "codec", arrays["codec"] > max(Codec), f"a codec 0..{int(max(Codec))}")
+    shape = arrays["shape"]
+    if shape.ndim != 2 or shape.shape[1] != 2:
+        raise _damaged(root, f"index field 'shape' has shape {list(shape.shape)}, not (N, 2)")
+    _first_bad(root, "shape", np.asarray((shape < 1).any(axis=1)), "height and width >= 1")
+    bounds, blob = arrays["path_offsets"], arrays["path_bytes"]
+    if bounds.size and (
+        bounds[0] != 0 or bounds[-1] != blob.size or np.any(np.diff(bounds) < 0)
+    ):
+        raise _damaged(root, "index field 'path_offsets' does not slice 'path_bytes' in order")
