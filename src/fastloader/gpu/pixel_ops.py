@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from fastloader.errors import invalid_argument, invalid_type
-from fastloader.gpu.ops import (
+from fastloader.gpu.tensors import (
     as_working_float,
     back_to_dtype,
     check_images,

@@ -1,0 +1,130 @@
+"""Argument checks of BatchDecoder.decode_into: records, boxes, flips, out, planar, tiles."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastloader.decode.tiles import HEADER_FIELDS
+from fastloader.errors import invalid_argument, invalid_type
+
+
+def check_batch(records: Any, crops: Any, flips: Any, out: Any) -> tuple[Any, Any, np.ndarray]:
+    if not isinstance(records, Sequence) or isinstance(records, (bytes, bytearray, memoryview)):
+        raise invalid_type("records", records, "a sequence of bytes-like records")
+    n = len(records)
+    if isinstance(out, np.ndarray):
+        array = out
+    elif hasattr(out, "data_ptr") and hasattr(out, "numpy"):  # a CPU torch tensor: share memory
+        array = out.numpy()
+    else:
+        raise invalid_type("out", out, "a uint8 numpy array or CPU torch tensor (N, H, W, 3)")
+    if (
+        array.dtype != np.uint8
+        or array.ndim != 4
+        or array.shape[0] != n
+        or array.shape[3] != 3
+        or not array.flags.c_contiguous
+        or not array.flags.writeable
+    ):
+        raise invalid_argument(
+            "out",
+            f"{array.dtype} array of shape {array.shape}",
+            f"it must be a writable C-contiguous uint8 array of shape ({n}, H, W, 3)",
+            "Allocate it with np.empty((N, H, W, 3), np.uint8) (or a contiguous uint8 tensor).",
+        )
+    crops_arr = np.ascontiguousarray(crops, dtype=np.int32)
+    if crops_arr.shape != (n, 4):
+        raise invalid_argument(
+            "crops",
+            f"array of shape {crops_arr.shape}",
+            f"it must have shape ({n}, 4): top, left, height, width",
+            "Give one box per record ([0, 0, 0, 0] means the whole image).",
+        )
+    flips_arr = np.ascontiguousarray(flips, dtype=np.bool_)
+    if flips_arr.shape != (n,):
+        raise invalid_argument(
+            "flips",
+            f"array of shape {flips_arr.shape}",
+            f"it must have shape ({n},)",
+            "Give one flag per record.",
+        )
+    return crops_arr, flips_arr, array
+
+
+
+Conversion = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
+
+
+def three(values: np.ndarray) -> tuple[float, float, float]:
+    """A 3-vector as the (c0, c1, c2) float tuple the native call takes."""
+    c0, c1, c2 = (float(v) for v in values.tolist())
+    return c0, c1, c2
+
+
+def affine(name: str, value: Any) -> np.ndarray | None:
+    """3 per-channel constants as float32 (None stays None)."""
+    if value is None:
+        return None
+    try:
+        arr = np.asarray(value, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError):
+        raise invalid_type(name, value, "3 numbers (one per RGB channel)") from None
+    if arr.shape != (3,) or not np.isfinite(arr).all():
+        raise invalid_argument(name, value, "it needs 3 finite numbers, one per RGB channel",
+                               "Pass e.g. scale=1/std and shift=-mean/std in 0-255 pixel units.")
+    return arr
+
+
+def check_planar(planar: Any, out: np.ndarray, scale: Any, shift: Any) -> Conversion | None:
+    """(planar array, scale, shift) checked against out (N, H, W, 3); None without planar."""
+    if planar is None:
+        if scale is not None or shift is not None:
+            raise invalid_argument("scale", scale, "scale and shift need a planar output",
+                                   "Pass planar=, or drop scale/shift.")
+        return None
+    array = planar.numpy() if hasattr(planar, "data_ptr") and hasattr(planar, "numpy") else planar
+    n, height, width, _ = out.shape
+    if (
+        not isinstance(array, np.ndarray)
+        or array.dtype not in (np.float32, np.uint8)
+        or array.shape != (n, 3, height, width)
+        or not array.flags.c_contiguous
+        or not array.flags.writeable
+    ):
+        raise invalid_argument(
+            "planar", f"{getattr(array, 'dtype', type(array).__name__)} of shape "
+            f"{getattr(array, 'shape', None)}",
+            f"it must be a writable C-contiguous float32 or uint8 array of shape "
+            f"({n}, 3, {height}, {width})",
+            "Allocate it with torch.empty((N, 3, H, W)) (float32) or np.empty(..., np.uint8).")
+    if np.may_share_memory(array, out):
+        raise invalid_argument("planar", "a view of out", "planar and out must not overlap",
+                               "Allocate planar separately.")
+    scale_arr, shift_arr = affine("scale", scale), affine("shift", shift)
+    if array.dtype == np.uint8 and (scale_arr is not None or shift_arr is not None):
+        raise invalid_argument("scale", scale, "scale and shift apply to float32 planar only",
+                               "Pass a float32 planar, or drop scale/shift.")
+    return array, scale_arr, shift_arr
+
+
+def check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
+    """(headers (n, fields) int64, offsets uint32, spans (n, 2) uint64) or three Nones."""
+    fields = len(HEADER_FIELDS)
+    if tiles is None:
+        return (None, None, None)
+    if not isinstance(tiles, tuple) or len(tiles) != 3:
+        raise invalid_type("tiles", tiles, "a TileBatch (headers, offsets, spans) or None")
+    headers = np.ascontiguousarray(tiles[0], np.int64)
+    offsets = np.ascontiguousarray(tiles[1], np.uint32)
+    spans = np.ascontiguousarray(tiles[2], np.uint64)
+    if headers.shape != (n, fields) or offsets.ndim != 1 or spans.shape != (n, 2):
+        raise invalid_argument(
+            "tiles",
+            f"headers {headers.shape}, offsets {offsets.shape}, spans {spans.shape}",
+            f"headers must be ({n}, {fields}), offsets 1-D and spans ({n}, 2)",
+            "Build it with PackedDataset.tile_batch(indices) or TileBatch.from_tables().",
+        )
+    return headers, offsets, spans
