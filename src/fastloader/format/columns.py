@@ -116,11 +116,11 @@ class Columns:
         raw = arrays["values"][start:stop]
         if spec.kind == "ndarray":
             return np.asarray(raw).reshape(tuple(int(d) for d in arrays["shapes"][i]))
-        data = raw.tobytes()
+        blob = raw.tobytes()
         if spec.kind in ("bytes", "image"):
-            return data
+            return blob
         try:
-            text = data.decode("utf-8")
+            text = blob.decode("utf-8")
             return text if spec.kind == "text" else json.loads(text)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise CorruptRecordError(f"{where}: field {name!r} is not valid "

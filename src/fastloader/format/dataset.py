@@ -14,9 +14,9 @@ from fastloader.decode.tiles import HEADER_FIELDS, TileBatch, TileTable
 from fastloader.errors import CorruptRecordError, DatasetError, invalid_type
 from fastloader.format import index as index_mod
 from fastloader.format import integrity
+from fastloader.format.backends import ShardReader, open_reader
 from fastloader.format.columns import Columns
 from fastloader.format.fields import FieldSpec, primary_image, specs_from_manifest
-from fastloader.format.backends import ShardReader, open_reader
 from fastloader.format.manifest import Manifest, read_manifest
 
 

@@ -24,7 +24,7 @@ def detect(src: str | os.PathLike[str], forced: str | None) -> str:
         return forced
     text = os.fspath(src)
     path = Path(text).expanduser()
-    if "{" in text and text.rstrip("}").endswith(".tar") or text.endswith(".tar"):
+    if ("{" in text and text.rstrip("}").endswith(".tar")) or text.endswith(".tar"):
         return "tar"
     if path.is_dir():
         entries = [e for e in path.iterdir() if not e.name.startswith(".")]
@@ -60,7 +60,7 @@ def open_source(src: str | os.PathLike[str], kind: str, *, fields: Any, image: s
                             "their fields by extension.")
         from fastloader.pack.groups import open_groups
 
-        return open_groups(src, kind, fields)  # type: ignore[no-any-return]
+        return open_groups(src, kind, fields)
     from fastloader.pack.tables import open_table
 
     return open_table(src, kind, fields, image, label, root)

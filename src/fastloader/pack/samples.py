@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import multiprocessing
+import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -113,7 +114,8 @@ def _fill(builder: Any, samples: Any, specs: Sequence[FieldSpec], settings: dict
             bar.close()
 
 
-def pack_samples(samples: Any, dst: str | Path, fields: Any, *, format: str | None = None,
+def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, *,
+                 format: str | None = None,
                  shard_size: int = write_mod.DEFAULT_SHARD_SIZE, workers: int | None = None,
                  max_side: int | None = None, quality: int = 90, overwrite: bool = False,
                  skip_bad: bool = False, quiet: bool = True, progress: Any = None,

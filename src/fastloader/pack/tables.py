@@ -95,7 +95,7 @@ def _cell_kind(value: Any, from_csv: bool) -> str:
             except ValueError:
                 pass
         return "text"
-    if isinstance(value, bool) or isinstance(value, (list, dict)):
+    if isinstance(value, (bool, list, dict)):
         return "json"
     if isinstance(value, int):
         return "int"
@@ -107,6 +107,12 @@ def _cell_kind(value: Any, from_csv: bool) -> str:
 def _infer(column: str, rows: list[tuple[int, Any]], from_csv: bool) -> str:
     kinds = {_cell_kind(r[column], from_csv) for _, r in rows
              if isinstance(r, dict) and r.get(column) is not None}
+    if not from_csv and len(kinds - {"int", "float"}) == 1 and kinds & {"int", "float"}:
+        # JSON values of two kinds: the column takes its first value's kind, and a value of
+        # another kind is that row's error (values.py names it), not a silent json column
+        first = next(_cell_kind(r[column], False) for _, r in rows
+                     if isinstance(r, dict) and r.get(column) is not None)
+        return "float" if first in ("int", "float") and "float" in kinds else first
     if kinds <= {"int"}:
         return "int" if kinds else "text"
     if kinds <= {"int", "float"}:

@@ -79,7 +79,9 @@ def _ndarray(spec: FieldSpec, value: Any) -> np.ndarray:
             raise BadValue(f"dtype {array.dtype} cannot become the field's {dtype}")
         array = array.astype(dtype)
     want = spec.shape or ()
-    if array.ndim != len(want) or any(w not in (-1, n) for w, n in zip(want, array.shape)):
+    if array.ndim != len(want) or any(
+        w not in (-1, n) for w, n in zip(want, array.shape, strict=True)
+    ):
         raise BadValue(f"shape {array.shape} does not fit the field's {tuple(want)} "
                        "(-1: any length)")
     return np.ascontiguousarray(array)
