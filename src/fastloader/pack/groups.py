@@ -83,6 +83,8 @@ def _value(spec: FieldSpec, data: bytes) -> Any:
     """A member's bytes as its field's value; ValueError saying why not."""
     if spec.kind == "image" or spec.kind == "bytes":
         return data
+    if spec.kind == "ndarray":
+        return np.load(io.BytesIO(data), allow_pickle=False)
     text = data.decode("utf-8")
     if spec.kind == "int":
         return int(text.strip())
@@ -94,7 +96,7 @@ def _value(spec: FieldSpec, data: bytes) -> Any:
         import json
 
         return json.loads(text)
-    return np.load(io.BytesIO(data), allow_pickle=False)
+    raise ValueError(f"no reader for kind {spec.kind!r}")
 
 
 def _sample(key: str, members: dict[str, Any], specs: list[FieldSpec], where: str,
@@ -109,7 +111,7 @@ def _sample(key: str, members: dict[str, Any], specs: list[FieldSpec], where: st
             sample[ext] = member if spec.kind == "image" and isinstance(member, Path) else \
                 _value(spec, read(member))
         except (ValueError, UnicodeDecodeError) as exc:
-            return {WHERE_KEY: f"{where} member {key}.{ext}", ERROR_KEY:
+            return {WHERE_KEY: f"{where}.{ext}", ERROR_KEY:
                     f"field {ext!r} ({spec.kind}): cannot be read ({exc})"}
     return sample
 

@@ -113,8 +113,10 @@ def _infer(column: str, rows: list[tuple[int, Any]], from_csv: bool) -> str:
         first = next(_cell_kind(r[column], False) for _, r in rows
                      if isinstance(r, dict) and r.get(column) is not None)
         return "float" if first in ("int", "float") and "float" in kinds else first
+    if not kinds:  # every cell empty
+        return "text" if from_csv else "json"
     if kinds <= {"int"}:
-        return "int" if kinds else "text"
+        return "int"
     if kinds <= {"int", "float"}:
         return "float"
     return "text" if kinds == {"text"} else "json"
