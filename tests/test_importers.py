@@ -177,13 +177,17 @@ def test_a_folder_of_file_groups(tmp_path: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for ext, data in group.items():
             (folder / f"s{k:03d}.{ext}").write_bytes(data)
-    (tmp_path / "src" / "top.txt").write_text("a file beside the folders: not ImageFolder")
-    with pytest.raises(PackError, match="has no field 'jpg'"):
+    (tmp_path / "src" / "top.txt").write_text("a group of one, without the other fields")
+    with pytest.raises(PackError, match="src/top: has no field 'jpg', which other samples"):
         fastloader.pack(tmp_path / "src", tmp_path / "o.lmdb", workers=1)
     (tmp_path / "src" / "top.txt").unlink()
-    assert main([str(tmp_path / "src"), str(tmp_path / "o.lmdb"), "--source-format", "files",
-                 "--quiet", "--workers", "2"]) == 0
+    assert main([str(tmp_path / "src"), str(tmp_path / "o.lmdb"), "--quiet", "--workers",
+                 "2"]) == 0  # detected: files share basenames with sidecars
     check_groups(tmp_path / "o.lmdb", groups)
+    assert main([str(tmp_path / "src"), str(tmp_path / "p.lmdb"), "--source-format",
+                 "imagefolder", "--quiet"]) == 0  # forced: classes a and b, sidecars ignored
+    with open_dataset(tmp_path / "p.lmdb") as ds:
+        assert ds.classes == ["a", "b"] and ds.manifest.version == 1
 
 
 def write_tar(path: Path, groups: list[dict[str, bytes]], start: int) -> Path:
@@ -247,7 +251,7 @@ def test_options_that_do_not_fit_the_source_are_refused(tmp_path: Path) -> None:
     make_tree(tmp_path / "tree", classes=2, per_class=2)
     with pytest.raises(PackError, match="do not apply to an ImageFolder tree"):
         fastloader.pack(tmp_path / "tree", tmp_path / "o.lmdb", label="x")
-    with pytest.raises(PackError, match="cannot tell what kind of source"):
+    with pytest.raises(PackError, match="is a file"):
         (tmp_path / "x.bin").write_bytes(b"")
         fastloader.pack(tmp_path / "x.bin", tmp_path / "o.lmdb")
     with pytest.raises(PackError, match="resume=True works for ImageFolder sources only"):

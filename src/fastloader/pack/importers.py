@@ -15,8 +15,8 @@ _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parqu
 
 def detect(src: str | os.PathLike[str], forced: str | None) -> str:
     """The source kind of src: `forced` if given, else by suffix (a table, a .tar or a brace
-    pattern of them), and a folder is an ImageFolder tree when it has subfolders and no files
-    beside them, else a folder of file groups (x.jpg, x.cls, ...)."""
+    pattern of them); a folder is a folder of file groups when files share a basename with a
+    sidecar (x.jpg beside x.cls, x.txt, ...), else an ImageFolder tree."""
     if forced is not None:
         if forced not in SOURCE_FORMATS:
             raise PackError(f"unknown source format {forced!r}; choose one of "
@@ -27,17 +27,28 @@ def detect(src: str | os.PathLike[str], forced: str | None) -> str:
     if ("{" in text and text.rstrip("}").endswith(".tar")) or text.endswith(".tar"):
         return "tar"
     if path.is_dir():
-        entries = [e for e in path.iterdir() if not e.name.startswith(".")]
-        has_files = any(e.is_file() for e in entries)
-        return "files" if has_files else "imagefolder"
+        return "files" if _has_groups(path) else "imagefolder"
     suffix = path.suffix.lower()
     if suffix in _SUFFIXES:
         return _SUFFIXES[suffix]
-    if not path.exists():
-        raise PackError(f"{src}: no such file or folder; pass an ImageFolder tree, a table "
-                        "(.csv .tsv .jsonl .parquet), a folder of file groups or .tar shards.")
-    raise PackError(f"{src}: cannot tell what kind of source this is from its suffix "
-                    f"{suffix!r}; pass --source-format ({', '.join(SOURCE_FORMATS)}).")
+    return "imagefolder"  # its scan says what is wrong (missing, a file...), as it always did
+
+
+def _has_groups(folder: Path, limit: int = 2000) -> bool:
+    """Whether files share a basename with a sidecar (x.jpg + x.cls/.txt/.json/.npy...): a
+    WebDataset-style folder. Looks at the first `limit` files only (an ImageFolder tree can be
+    huge, and a group folder shows its groups at once)."""
+    from fastloader.pack.groups import IMAGE_EXTENSIONS, split_key
+
+    exts: dict[str, set[str]] = {}
+    for count, file in enumerate(p for p in folder.rglob("*") if p.is_file()):
+        if count >= limit:
+            break
+        key, ext = split_key(file.relative_to(folder).as_posix())
+        exts.setdefault(key, set()).add(ext)
+        if len(exts[key]) > 1 and not exts[key] <= set(IMAGE_EXTENSIONS):
+            return True
+    return False
 
 
 def refuse_table_options(kind: str, fields: Any, image: Any, label: Any, root: Any,
