@@ -23,7 +23,7 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
-from fastloader.pack.values import ERROR_KEY, PATH_KEY, WHERE_KEY
+from fastloader.pack.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
 _KINDS = {"cls": "int", "txt": "text", "json": "json", "npy": "ndarray"}
@@ -108,8 +108,8 @@ def _sample(key: str, members: dict[str, Any], specs: list[FieldSpec], where: st
             return {WHERE_KEY: where, ERROR_KEY: f"has field {ext!r} ({key}.{ext}), which the "
                     "first samples do not have; declare it with --field or remove it"}
         try:
-            sample[ext] = member if spec.kind == "image" and isinstance(member, Path) else \
-                _value(spec, read(member))
+            sample[ext] = member if spec.kind == "image" and isinstance(
+                member, (Path, TarMember)) else _value(spec, read(member))
         except (ValueError, UnicodeDecodeError) as exc:
             return {WHERE_KEY: f"{where}.{ext}", ERROR_KEY:
                     f"field {ext!r} ({spec.kind}): cannot be read ({exc})"}
@@ -147,28 +147,40 @@ def open_folder(path: Path, fields: Any) -> tuple[list[dict[str, Any]], list[Fie
     return samples, specs, {"kind": "files", "path": str(path)}
 
 
-def _tar_groups(paths: list[Path]) -> Iterator[tuple[str, str, dict[str, bytes]]]:
-    """(tar name, key, {ext: bytes}) in order; a damaged tar ends with an error group."""
+def _tar_groups(paths: list[Path]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(tar name, key, {ext: bytes, or a TarMember for images}) in order. Only the headers
+    are walked here (uncompressed tars: data is skipped by seeking); image data is read by the
+    pool's workers. A damaged or truncated tar ends with an error group."""
     for tar_path in paths:
         key, group = None, {}
+        size = tar_path.stat().st_size
         try:
-            with tarfile.open(tar_path, "r|*") as tar:
+            with tarfile.open(tar_path, "r:") as tar:
                 for member in tar:
                     if not member.isfile() or member.name.split("/")[-1].startswith("."):
                         continue
+                    if member.offset_data + member.size > size:
+                        raise tarfile.ReadError(f"member {member.name!r} needs "
+                                                f"{member.size} bytes past the end of the file")
                     name_key, ext = split_key(member.name)
                     if key is not None and name_key != key:
                         yield str(tar_path), key, group
                         group = {}
                     key = name_key
-                    handle = tar.extractfile(member)
-                    group[ext] = handle.read() if handle is not None else b""
+                    group[ext] = _member_value(tar, tar_path, member, ext)
         except (tarfile.TarError, EOFError, OSError) as exc:
             yield str(tar_path), f"{key or '?'}", {"__error__": f"truncated or damaged tar after "
                                                   f"member {key!r} ({exc})".encode()}
             continue
         if key is not None:
             yield str(tar_path), key, group
+
+
+def _member_value(tar: tarfile.TarFile, path: Path, member: tarfile.TarInfo, ext: str) -> Any:
+    if _kind(ext) == "image":
+        return TarMember(str(path), member.offset_data, member.size, member.name)
+    handle = tar.extractfile(member)
+    return handle.read() if handle is not None else b""
 
 
 def open_tars(pattern: str, fields: Any) -> tuple[Iterator[dict[str, Any]], list[FieldSpec],

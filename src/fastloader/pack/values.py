@@ -22,6 +22,26 @@ PATH_KEY = "__path__"  # importers: the source path kept in the index (else WHER
 ERROR_KEY = "__error__"  # importers: this sample is bad already (a malformed line, ...): why
 
 
+class TarMember(NamedTuple):
+    """A member's data inside an uncompressed tar: read by the worker that checks it (the
+    parent only walks the headers), so a tar's images are read in parallel."""
+
+    tar: str
+    offset: int
+    size: int
+    name: str
+
+
+def read_member(member: TarMember) -> bytes:
+    """The member's bytes; BadValue if the tar ends before them."""
+    with open(member.tar, "rb") as handle:
+        data = os.pread(handle.fileno(), member.size, member.offset)
+    if len(data) != member.size:
+        raise BadValue(f"{member.tar} member {member.name}: truncated ({len(data)} of "
+                       f"{member.size} bytes)")
+    return data
+
+
 class BadValue(Exception):
     """A value that does not fit its field; the message says why."""
 
@@ -37,6 +57,11 @@ class PreparedSample(NamedTuple):
 def _image_bytes(value: Any, max_file_size: int) -> bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
+    if isinstance(value, TarMember):
+        try:
+            return read_member(value)
+        except OSError as exc:
+            raise BadValue(f"cannot read {value.tar}: {exc.strerror or exc}") from None
     if isinstance(value, (str, os.PathLike)):
         try:
             return read_source(os.fspath(value), max_file_size)
