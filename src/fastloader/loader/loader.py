@@ -129,7 +129,7 @@ class FastLoader:
             table, WebDataset files): the field names each batch holds, as a tuple in that
             order. None: (images, labels) for an image + label dataset, else a dict of every
             field. Collation (fastloader.loader.collate): int/float -> tensor [B]; fixed
-            ndarrays -> tensor [B, *shape]; variable-length ndarrays -> a list of tensors;
+            ndarrays -> tensor [B] + shape; variable-length ndarrays -> a list of tensors;
             text, bytes, json and further image fields (undecoded bytes) -> lists.
         multi_hot: packed loader only: NUM_CLASSES (or {field: NUM_CLASSES}) turns a
             variable-length int field (a multi-label list) into a [B, C] float32 tensor.
