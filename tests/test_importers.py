@@ -256,3 +256,42 @@ def test_options_that_do_not_fit_the_source_are_refused(tmp_path: Path) -> None:
         fastloader.pack(tmp_path / "x.bin", tmp_path / "o.lmdb")
     with pytest.raises(PackError, match="resume=True works for ImageFolder sources only"):
         fastloader.pack([{}], tmp_path / "o.lmdb", fields={"image": "image"}, resume=True)
+
+
+def test_parquet_needs_pyarrow_or_reads_back(tmp_path: Path) -> None:
+    from fastloader.errors import OptionalDependencyError
+
+    write_images(tmp_path, 2)
+    table = tmp_path / "t.parquet"
+    try:
+        import pyarrow as pa  # type: ignore[import-not-found]
+        import pyarrow.parquet as pq  # type: ignore[import-not-found]
+    except ImportError:
+        table.write_bytes(b"PAR1")
+        with pytest.raises(OptionalDependencyError, match="t.parquet: reading .parquet needs "
+                           "pyarrow"):
+            fastloader.pack(table, tmp_path / "o.lmdb")
+        return
+    pq.write_table(pa.table({"path": ["img/0.jpg", "img/1.jpg"], "n": [3, 4]}), table)
+    fastloader.pack(table, tmp_path / "o.lmdb", workers=1)
+    with open_dataset(tmp_path / "o.lmdb") as ds:
+        assert [ds.sample(k)["n"] for k in range(2)] == [3, 4]
+
+
+def test_named_classes_from_python_and_bad_field_options(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    samples = [{"image": jpeg(k), "kind": ["owl", "cat"][k % 2]} for k in range(4)]
+    fastloader.pack(samples, tmp_path / "o.lmdb", workers=1,
+                    fields={"image": "image", "kind": ("int", ["cat", "owl"])})
+    with open_dataset(tmp_path / "o.lmdb") as ds:
+        assert ds.classes == ["cat", "owl"] and ds.labels.tolist() == [1, 0, 1, 0]
+        assert ds.fields["kind"].classes == ("cat", "owl")
+    samples[2]["kind"] = "dog"
+    with pytest.raises(PackError, match=r"sample 2: field 'kind' \(int \(2 classes\)\): "
+                       "expected an int, got str 'dog'"):
+        fastloader.pack(samples, tmp_path / "p.lmdb", workers=1,
+                        fields={"image": "image", "kind": ("int", ["cat", "owl"])})
+    write_images(tmp_path, 1)
+    (tmp_path / "t.csv").write_text("path,n\nimg/0.jpg,1\n")
+    assert main([str(tmp_path / "t.csv"), str(tmp_path / "q.lmdb"), "--field", "n:vector"]) == 2
+    assert "is not NAME:KIND" in capsys.readouterr().err
