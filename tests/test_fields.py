@@ -287,3 +287,17 @@ def test_a_hostile_sample_fields_entry_is_a_dataset_error(v2: Any, tmp_path: Pat
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(DatasetError, match="has kind"):
         open_dataset(copy)
+
+
+def test_padded_gives_values_and_lengths(v2: Any) -> None:
+    dst, samples = v2
+    with FastLoader(dst, batch_size=4, device="cpu", num_threads=1, padded=True,
+                    transforms=[fastloader.Resize((8, 8))], fields=["tokens", "grid"]) as loader:
+        (tokens, lengths), (grid, grid_lengths) = next(iter(loader))
+    assert lengths.tolist() == [0, 1, 2, 3] and tokens.shape == (4, 3)
+    assert tokens.dtype == torch.int32
+    for row, sample in enumerate(samples[:4]):
+        np.testing.assert_array_equal(tokens[row, : lengths[row]].numpy(), sample["tokens"])
+        assert not tokens[row, lengths[row]:].any()
+    assert grid.shape == (4, 2, 3) and grid_lengths.tolist() == [0, 1, 2, 0]
+    np.testing.assert_array_equal(grid[2].numpy(), samples[2]["grid"])

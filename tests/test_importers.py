@@ -268,8 +268,8 @@ def test_parquet_needs_pyarrow_or_reads_back(tmp_path: Path) -> None:
         import pyarrow.parquet as pq  # type: ignore[import-not-found]
     except ImportError:
         table.write_bytes(b"PAR1")
-        with pytest.raises(OptionalDependencyError, match="t.parquet: reading .parquet needs "
-                           "pyarrow"):
+        with pytest.raises(OptionalDependencyError, match=r"t\.parquet: reading \.parquet "
+                           r"needs pyarrow"):
             fastloader.pack(table, tmp_path / "o.lmdb")
         return
     pq.write_table(pa.table({"path": ["img/0.jpg", "img/1.jpg"], "n": [3, 4]}), table)

@@ -3,8 +3,9 @@
 - the records' image field: the decoded batch, (B, 3, H, W) as always;
 - int / float fields: a tensor [B] (int64 / float64); the label field is the int64 labels;
 - fixed-shape ndarray fields: a tensor [B, *shape] of the field's dtype;
-- variable-length ndarray fields: a list of B tensors, or with multi_hot=C (1-D int fields) a
-  [B, C] float32 tensor with 1 at each listed class;
+- variable-length ndarray fields: a list of B tensors; with padded=True, a field variable in
+  its first dim only as (values [B, L, ...] zero-padded to the batch's longest, lengths [B]
+  int64); with multi_hot=C (1-D int fields) a [B, C] float32 tensor with 1 at each class;
 - text, bytes, json (and further image fields, undecoded): lists of B Python values.
 Numeric tensors go to the loader's device; lists stay Python objects. fields=[...] yields a
 tuple in that order; without it a classification dataset (image + label) yields (images,
@@ -55,9 +56,11 @@ class FieldCollator:
         dataset: the open PackedDataset.
         fields: the field names to yield as a tuple, or None (see the module rules).
         multi_hot: an int or {field: classes}: multi-label fields as [B, C] tensors.
+        padded: variable-length ndarrays as (padded tensor, lengths) instead of lists.
     """
 
-    def __init__(self, dataset: Any, fields: Any, multi_hot: Any) -> None:
+    def __init__(self, dataset: Any, fields: Any, multi_hot: Any, padded: bool = False) -> None:
+        self.padded = padded
         self.dataset = dataset
         specs: dict[str, FieldSpec] = dataset.fields
         self.specs = specs
@@ -101,6 +104,8 @@ class FieldCollator:
         if spec.kind == "ndarray":
             if name in self.multi_hot:
                 return self._hot(name, values, device)
+            if self.padded and -1 not in (spec.shape or ())[1:]:
+                return _pad(values, np.dtype(spec.dtype), device)
             return [torch.from_numpy(np.array(v)).to(device) for v in values]
         return values
 
@@ -116,3 +121,14 @@ class FieldCollator:
                     "the dataset's class count.")
             out[row, ids] = 1.0
         return out.to(device)
+
+
+def _pad(values: list[np.ndarray], dtype: np.dtype, device: torch.device
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values zero-padded along dim 0 to the longest, lengths) of arrays variable in dim 0."""
+    lengths = np.array([len(v) for v in values], np.int64)
+    rest = values[0].shape[1:] if values else ()
+    out = np.zeros((len(values), int(lengths.max(initial=0)), *rest), dtype)
+    for row, value in enumerate(values):
+        out[row, : len(value)] = value
+    return torch.from_numpy(out).to(device), torch.from_numpy(lengths).to(device)

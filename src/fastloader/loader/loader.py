@@ -133,6 +133,8 @@ class FastLoader:
             text, bytes, json and further image fields (undecoded bytes) -> lists.
         multi_hot: packed loader only: NUM_CLASSES (or {field: NUM_CLASSES}) turns a
             variable-length int field (a multi-label list) into a [B, C] float32 tensor.
+        padded: packed loader only: a variable-length ndarray field (variable in its first
+            dim) comes as (values zero-padded to the batch's longest, lengths [B]).
         **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
 
     Returns:

@@ -83,6 +83,7 @@ class PackedLoader(FastLoader, PackedAttributes):
         verify_records: bool = False,
         fields: Any = None,
         multi_hot: Any = None,
+        padded: bool = False,
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
@@ -102,7 +103,8 @@ class PackedLoader(FastLoader, PackedAttributes):
         # default: it costs ~3% of the loader's CPU on ImageNet-sized records (README).
         self.dataset.verify_records = verify
         try:  # what each batch holds: (images, labels), a tuple of fields= or a dict
-            self._collate = FieldCollator(self.dataset, fields, multi_hot)
+            self._collate = FieldCollator(self.dataset, fields, multi_hot,
+                                          flag("padded", padded))
         except BaseException:
             self.close()
             raise
