@@ -6,7 +6,9 @@
 - variable-length ndarray fields: a list of B tensors; with padded=True, a field variable in
   its first dim only as (values [B, L, ...] zero-padded to the batch's longest, lengths [B]
   int64); with multi_hot=C (1-D int fields) a [B, C] float32 tensor with 1 at each class;
-- text, bytes, json (and further image fields, undecoded): lists of B Python values.
+- text, bytes, json: lists of B Python values;
+- further image fields: decoded with the same transforms (their own crops and flips) as uint8
+  (B, 3, H, W) tensors (loader/extra_images.py); decode_images=False gives their bytes.
 Numeric tensors go to the loader's device; lists stay Python objects. fields=[...] yields a
 tuple in that order; without it a classification dataset (image + label) yields (images,
 labels) and any other dataset a dict of every field.
@@ -22,6 +24,7 @@ import torch
 
 from fastloader.errors import InvalidArgumentError, invalid_type
 from fastloader.format.fields import FieldSpec, is_classification, label_field
+from fastloader.loader.extra_images import ExtraImages
 
 
 def _multi_hot(multi_hot: Any, specs: dict[str, FieldSpec], names: Sequence[str]
@@ -59,8 +62,10 @@ class FieldCollator:
         padded: variable-length ndarrays as (padded tensor, lengths) instead of lists.
     """
 
-    def __init__(self, dataset: Any, fields: Any, multi_hot: Any, padded: bool = False) -> None:
+    def __init__(self, dataset: Any, fields: Any, multi_hot: Any, padded: bool = False,
+                 images: ExtraImages | None = None) -> None:
         self.padded = padded
+        self.images = images  # None: further image fields come as bytes
         self.dataset = dataset
         specs: dict[str, FieldSpec] = dataset.fields
         self.specs = specs
@@ -81,9 +86,12 @@ class FieldCollator:
         if self.classic and self.multi_hot:
             self.classic = False
 
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray) -> Any:
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray,
+                 seeds: tuple[int, int, int, int] = (0, 0, 0, 0)) -> Any:
+        """The batch's output; seeds (seed, epoch, batch, rank) draw further images' crops."""
         if self.classic:
             return images, labels
+        self._seeds = seeds
         values = [self._column(name, images, labels, indices) for name in self.names]
         return dict(zip(self.names, values, strict=True)) if self.as_dict else tuple(values)
 
@@ -101,6 +109,9 @@ class FieldCollator:
         device = labels.device
         if spec.kind in ("int", "float") or (spec.kind == "ndarray" and not spec.variable):
             return torch.from_numpy(np.ascontiguousarray(values)).to(device)
+        if spec.kind == "image" and self.images is not None:
+            rng = np.random.default_rng([*self._seeds, 1 + self.names.index(name)])
+            return self.images.decode(name, values, indices, rng, device)
         if spec.kind == "ndarray":
             if name in self.multi_hot:
                 return self._hot(name, values, device)

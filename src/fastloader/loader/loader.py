@@ -130,11 +130,14 @@ class FastLoader:
             order. None: (images, labels) for an image + label dataset, else a dict of every
             field. Collation (fastloader.loader.collate): int/float -> tensor [B]; fixed
             ndarrays -> tensor [B] + shape; variable-length ndarrays -> a list of tensors;
-            text, bytes, json and further image fields (undecoded bytes) -> lists.
+            text, bytes, json -> lists; further image fields -> uint8 (B, 3, H, W).
         multi_hot: packed loader only: NUM_CLASSES (or {field: NUM_CLASSES}) turns a
             variable-length int field (a multi-label list) into a [B, C] float32 tensor.
         padded: packed loader only: a variable-length ndarray field (variable in its first
             dim) comes as (values zero-padded to the batch's longest, lengths [B]).
+        decode_images: packed loader only: further image fields (beyond the first) are
+            decoded with the same transforms, their own crops and flips, as uint8 tensors
+            (True, the default); False yields their encoded bytes.
         **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
 
     Returns:
