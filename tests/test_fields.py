@@ -287,15 +287,25 @@ def test_bad_field_declarations_are_refused(tmp_path: Path, fields: Any, message
         fastloader.pack(make_samples(2), tmp_path / "x.lmdb", fields=fields, workers=1)
 
 
-def test_a_hostile_sample_fields_entry_is_a_dataset_error(v2: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda m: m["sample_fields"].__setitem__(2, {"name": "score", "kind": "pickle"}),
+     "has kind"),
+    (lambda m: m["fields"].pop("field.caption.values"), "lists no index field "
+     "'field.caption.values'"),
+    (lambda m: m.pop("sample_fields"), "sample_fields is not a list"),
+    (lambda m: m["sample_fields"].append({"name": "image", "kind": "text"}), "appears twice"),
+    (lambda m: m.update(version=1), "a version 1 manifest has sample_fields"),
+])
+def test_a_hostile_manifest_of_fields_is_a_dataset_error(v2: Any, tmp_path: Path, edit: Any,
+                                                        message: str) -> None:
     import shutil
 
     copy = tmp_path / "copy.lmdb"
     shutil.copytree(v2[0], copy)
     manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["sample_fields"][2] = {"name": "score", "kind": "pickle"}
+    edit(manifest)
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(DatasetError, match="has kind"):
+    with pytest.raises(DatasetError, match=message):
         open_dataset(copy)
 
 

@@ -123,7 +123,7 @@ def test_bad_table_rows_are_named_and_skip_bad_packs_the_rest(
 def test_jsonl_bad_records_and_kinds_are_named(tmp_path: Path) -> None:
     write_images(tmp_path, 3)
     lines = ['{"path": "img/0.jpg", "n": 1}', '{"path": "img/1.jpg", "n": "two"}',
-             '{"path": "img/2.jpg", "n": ', '[1, 2]']
+             '{"path": "img/2.jpg", "n": ', '[1, 2]', '{"path": "img/2.jpg"}']
     (tmp_path / "t.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(PackError, match=r"t.jsonl line 2: field 'n' \(int\): expected an int, "
                        "got str 'two'"):
@@ -131,8 +131,9 @@ def test_jsonl_bad_records_and_kinds_are_named(tmp_path: Path) -> None:
     manifest = fastloader.pack(tmp_path / "t.jsonl", tmp_path / "o.lmdb", workers=1,
                                skip_bad=True)
     reasons = [s["reason"] for s in manifest.stats["skipped_samples"]]
-    assert manifest.num_samples == 1 and len(reasons) == 3
+    assert manifest.num_samples == 1 and len(reasons) == 4
     assert "line 3: malformed JSON record" in reasons[1] and "line 4: a JSON list" in reasons[2]
+    assert "line 5: has no field 'n', which other records have" in reasons[3]
 
 
 def test_table_errors_before_any_row(tmp_path: Path) -> None:

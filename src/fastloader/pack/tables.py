@@ -155,6 +155,9 @@ def _row_sample(line: int, row: Any, table: Path, specs: list[FieldSpec], column
         return {WHERE_KEY: where, ERROR_KEY: row}
     sample: dict[str, Any] = {WHERE_KEY: where}
     for spec in specs:
+        if columns[spec.name] not in row:  # JSONL: a key other records have (not a null)
+            return {WHERE_KEY: where, ERROR_KEY: f"has no field {columns[spec.name]!r}, which "
+                    "other records have (write null for an empty value)"}
         value = row.get(columns[spec.name])
         try:
             if spec.kind == "image":
