@@ -321,3 +321,22 @@ def test_padded_gives_values_and_lengths(v2: Any) -> None:
         assert not tokens[row, lengths[row]:].any()
     assert grid.shape == (4, 2, 3) and grid_lengths.tolist() == [0, 1, 2, 0]
     np.testing.assert_array_equal(grid[2].numpy(), samples[2]["grid"])
+
+
+def test_a_map_style_dataset_is_read_in_the_workers(tmp_path: Path) -> None:
+    import os
+
+    image = encode(photo_like(8, 8, 0))
+
+    class Reads:
+        def __len__(self) -> int:
+            return 16
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            return {"image": image, "pid": os.getpid()}  # which process ran __getitem__
+
+    fastloader.pack(Reads(), tmp_path / "p.lmdb", fields={"image": "image", "pid": "int"},
+                    workers=2)
+    with open_dataset(tmp_path / "p.lmdb") as ds:
+        pids = {int(ds.sample(i)["pid"]) for i in range(len(ds))}
+    assert os.getpid() not in pids

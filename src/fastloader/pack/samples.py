@@ -61,7 +61,9 @@ def _prepared(samples: Any, specs: Sequence[FieldSpec], settings: dict[str, Any]
     global _SOURCE
     job: Callable[[Any], PreparedSample] = functools.partial(_job, specs=specs,
                                                              settings=settings)
-    forked = _is_sequence(samples) and multiprocessing.get_start_method() == "fork"
+    # fork, explicitly (whatever the global default): workers inherit the sequence and call
+    # its __getitem__; without fork, samples travel to the workers pickled, in order.
+    forked = _is_sequence(samples) and "fork" in multiprocessing.get_all_start_methods()
     items: Iterable[Any] = (range(len(samples)) if forked else
                             ((f"sample {k}", s) for k, s in enumerate(samples)))
     if settings["workers"] == 1:
