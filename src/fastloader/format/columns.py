@@ -52,6 +52,21 @@ def encode_column(spec: FieldSpec, values: Sequence[Any]) -> dict[str, np.ndarra
     return out
 
 
+def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
+    """encode_column's inverse: the per-sample stored values (a resumed pack's journal)."""
+    names = spec.arrays()
+    if not spec.variable:
+        data = arrays[names["data"]]
+        return list(data) if spec.kind == "ndarray" else data.tolist()
+    values, offsets = arrays[names["values"]], arrays[names["offsets"]].tolist()
+    if spec.kind != "ndarray":
+        blob = values.tobytes()
+        return [blob[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+    shapes = arrays[names["shapes"]]
+    return [values[offsets[i]:offsets[i + 1]].reshape(tuple(shapes[i]))
+            for i in range(len(offsets) - 1)]
+
+
 class Columns:
     """The field columns of an open v2 dataset: value(name, i) and gather(name, indices)."""
 

@@ -47,8 +47,9 @@ def pack(
         skip_bad: pack the samples that are fine and list the others (why, where) in the
             manifest's stats and skipped.json, instead of stopping at the first bad one.
         **options: format, shard_size, workers, max_side, quality, overwrite, quiet,
-            progress, max_file_size; ImageFolder sources also resume, strict, tiles,
-            restart_mcus (see fastloader.pack.write.pack).
+            progress, max_file_size, resume (not for Python samples: their sameness cannot be
+            checked); ImageFolder sources also strict, tiles, restart_mcus (see
+            fastloader.pack.write.pack).
 
     Returns:
         Manifest: what was written (also in dst/manifest.json).
@@ -63,10 +64,9 @@ def pack(
     if kind == "imagefolder":
         importers.refuse_table_options(kind, fields, image, label, root, skip_bad)
         return pack_imagefolder(src, dst, **options)
-    for name in ("resume", "tiles"):
-        if options.pop(name, False):
-            raise PackError(f"{name}=True works for ImageFolder sources only; a table, file "
-                            "groups or Python samples are packed from the start, untiled.")
+    if options.pop("tiles", False):
+        raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
+                        "or Python samples are packed untiled.")
     options.pop("restart_mcus", None)
     if options.pop("strict", False) and skip_bad:
         raise PackError("strict and skip_bad contradict each other; pass one.")

@@ -62,9 +62,35 @@ def refuse_table_options(kind: str, fields: Any, image: Any, label: Any, root: A
                         "pass --source-format files if it is a folder of file groups.")
 
 
+def fingerprint(kind: str, path: str) -> str:
+    """sha256 of the source files' names, sizes and mtimes: a resumed pack must read the same
+    source (a table's image files are not included: check them with verify --decode)."""
+    import hashlib
+    import json
+
+    if kind == "tar":
+        from fastloader.pack.groups import expand_braces
+
+        files = [Path(p) for p in expand_braces(path)]
+    elif kind == "files":
+        files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+    else:
+        files = [Path(path)]
+    entries = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
+
+
 def open_source(src: str | os.PathLike[str], kind: str, *, fields: Any, image: str | None,
                 label: str | None, root: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """(samples, field specs, source description) of a table or of file groups."""
+    """(samples, field specs, source description with its fingerprint) of a table or of file
+    groups."""
+    samples, specs, source = _open(src, kind, fields=fields, image=image, label=label,
+                                   root=root)
+    return samples, specs, source | {"fingerprint": fingerprint(kind, source["path"])}
+
+
+def _open(src: str | os.PathLike[str], kind: str, *, fields: Any, image: str | None,
+          label: str | None, root: Any) -> tuple[Any, Any, dict[str, Any]]:
     if kind in ("files", "tar"):
         if image or label or root:
             raise PackError("--image, --label and --root are table options; file groups name "

@@ -29,6 +29,7 @@ from fastloader.format import index as index_mod
 from fastloader.format.columns import encode_column
 from fastloader.format.fields import FieldSpec, label_field, parse_fields, primary_image
 from fastloader.format.manifest import Manifest
+from fastloader.pack import journal_columns
 from fastloader.pack import write as write_mod
 from fastloader.pack.scan import SourceFile
 from fastloader.pack.values import PreparedSample, prepare_sample
@@ -55,17 +56,18 @@ def _is_sequence(samples: Any) -> bool:
         samples, (dict, str, bytes))
 
 
-def _prepared(samples: Any, specs: Sequence[FieldSpec], settings: dict[str, Any]
-              ) -> Iterator[PreparedSample]:
-    """Prepared samples in order, from a pool holding at most two windows."""
+def _prepared(samples: Any, specs: Sequence[FieldSpec], settings: dict[str, Any],
+              start: int = 0) -> Iterator[PreparedSample]:
+    """Prepared samples in order from sample `start` on, from a pool holding at most two
+    windows."""
     global _SOURCE
     job: Callable[[Any], PreparedSample] = functools.partial(_job, specs=specs,
                                                              settings=settings)
     # fork, explicitly (whatever the global default): workers inherit the sequence and call
     # its __getitem__; without fork, samples travel to the workers pickled, in order.
     forked = _is_sequence(samples) and "fork" in multiprocessing.get_all_start_methods()
-    items: Iterable[Any] = (range(len(samples)) if forked else
-                            ((f"sample {k}", s) for k, s in enumerate(samples)))
+    items: Iterable[Any] = (range(start, len(samples)) if forked else itertools.islice(
+        ((f"sample {k}", s) for k, s in enumerate(samples)), start, None))
     if settings["workers"] == 1:
         _SOURCE = samples
         yield from map(job, items)
@@ -91,11 +93,12 @@ def _prepared(samples: Any, specs: Sequence[FieldSpec], settings: dict[str, Any]
 def _fill(builder: Any, samples: Any, specs: Sequence[FieldSpec], settings: dict[str, Any],
           columns: dict[str, list[Any]]) -> None:
     total = len(samples) if _is_sequence(samples) else 0
+    start = sum(len(r.consumed) for r in builder.records)  # resumed: these are packed
     bar = write_mod._progress_bar(total, settings["quiet"])
     progress = settings["progress"]
     label = label_field(specs)
     try:
-        for k, prepared in enumerate(_prepared(samples, specs, settings), 1):
+        for k, prepared in enumerate(_prepared(samples, specs, settings, start), start + 1):
             record = prepared.record
             if record.data is None and not settings["skip_bad"]:
                 raise PackError(f"{record.error}; fix it, or pass --skip-bad (skip_bad=True) to "
@@ -122,12 +125,18 @@ def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, *,
                  max_side: int | None = None, quality: int = 90, overwrite: bool = False,
                  skip_bad: bool = False, quiet: bool = True, progress: Any = None,
                  max_file_size: int = write_mod.DEFAULT_MAX_FILE_SIZE,
-                 source: dict[str, Any] | None = None) -> Manifest:
+                 source: dict[str, Any] | None = None, resume: bool = False) -> Manifest:
     """Pack samples into dst as a format v2 dataset (see fastloader.pack for the arguments).
 
     `fields` is a dict (parsed here) or a list of FieldSpecs (from an importer); `source`
-    describes where an importer read from, kept in the manifest's options.
+    describes where an importer read from, kept in the manifest's options; with its
+    `fingerprint` (the source files' names, sizes and mtimes) resume=True reuses the shards
+    an interrupted pack of the same source and options finished.
     """
+    resumable = bool(source and source.get("fingerprint"))
+    if resume and not resumable:
+        raise PackError("resume=True needs a source that can be recognised again (a table, "
+                        "file groups or .tar shards); Python samples are packed from the start.")
     specs = fields if isinstance(fields, list) else parse_fields(fields)
     shard_size, workers, max_side, quality = write_mod._check_options(shard_size, workers,
                                                                       max_side, quality)
@@ -140,22 +149,27 @@ def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, *,
     staging = write_mod.Staging(dst_path)
     settings = {"workers": workers, "max_side": max_side, "quality": quality, "quiet": quiet,
                 "max_file_size": max_file_size, "skip_bad": skip_bad, "progress": progress}
-    finished = False
+    finished = interrupted = False
     try:
         staging.open({"backend": backend, **options, "fields": [s.to_json() for s in specs]},
-                     False)  # no --resume for samples: a plan cannot prove the same input
-        builder = write_mod._ShardBuilder(staging, backend, shard_size, [], False)
+                     resume)  # the plan holds the source's fingerprint: same input only
         records = primary_image(specs).name
         columns: dict[str, list[Any]] = {s.name: [] for s in specs if s.name != records}
+        reused = journal_columns.reuse(staging, specs, columns) if resume else []
+        builder = journal_columns.ColumnShardBuilder(staging, backend, shard_size, reused,
+                                                     specs, columns)
         _fill(builder, samples, specs, settings, columns)
         if not builder.records:
             raise PackError(f"no sample could be packed into {dst_path} "
                             f"({len(builder.all_skipped)} skipped); see why with skip_bad=False.")
         manifest = _finish(staging, builder, specs, columns, backend, options, overwrite)
         finished = True
+    except (KeyboardInterrupt, OSError):
+        interrupted = resumable  # kept for resume=True; a bad input is not resumable
+        raise
     finally:
         staging.release()
-        if not finished:  # nothing half-made: no --resume here, so the staging folder goes
+        if not finished and not interrupted:  # nothing half-made is left behind
             shutil.rmtree(staging.dir, ignore_errors=True)
     return manifest
 
