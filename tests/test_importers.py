@@ -244,6 +244,7 @@ def test_packdata_info_lists_the_fields(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["info", str(tmp_path / "o.lmdb")]) == 0
     out = capsys.readouterr().out
     assert "fields    image (image), label (int (3 classes)), count (int), weight (float)" in out
+    assert "skipped   0 bad samples" in out
 
 
 def test_options_that_do_not_fit_the_source_are_refused(tmp_path: Path) -> None:

@@ -97,7 +97,9 @@ def format_info(info: dict[str, Any]) -> str:
         f"width     {width['min']} min, {width['median']:g} median, {width['max']} max",
         "codecs    " + ", ".join(f"{k} {v}" for k, v in info["codecs"].items()),
         "options   " + ", ".join(f"{k}={v}" for k, v in sorted(info["options"].items())),
-        f"skipped   {info['skipped']} unreadable source files (listed in skipped.json)",
+        f"skipped   {info['skipped']} "
+        + ("unreadable source files" if info["format_version"] == 1 else "bad samples")
+        + " (listed in skipped.json)",
         "fields    " + ", ".join(f"{k} ({v})" for k, v in info["fields"].items()),
         f"classes   {info['classes']}",
         *_class_lines(info["class_counts"]),
