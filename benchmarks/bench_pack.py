@@ -1,9 +1,12 @@
-"""Packing speed: packdata into LMDB and HDF5 against tar and cp -r of the same tree, same disk."""
+"""Packing speed: packdata into LMDB and HDF5 against tar and cp -r of the same tree, same disk;
+and the same images from a CSV table and from WebDataset .tar shards (the importers)."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,9 +64,44 @@ def _pack_run(tree: Path, dst: Path, files: int, workers: int | None) -> RunResu
     return RunResult(files, elapsed, files)
 
 
+def _import_run(src: Path | str, dst: Path, files: int, workers: int | None,
+                **options: object) -> RunResult:
+    import fastloader
+
+    _remove(dst)
+    t0 = time.perf_counter()
+    fastloader.pack(src, dst, workers=workers, quiet=True, **options)
+    elapsed = time.perf_counter() - t0
+    _remove(dst)
+    return RunResult(files, elapsed, files)
+
+
+def make_sources(tree: Path, work: Path, shards: int = 4) -> tuple[Path, str]:
+    """The tree as a CSV table (path,species) beside it and as WebDataset tars (x.jpg, x.cls),
+    written once, untimed."""
+    import tarfile
+
+    images = sorted(p for p in tree.rglob("*") if p.is_file() and not p.name.startswith("."))
+    classes = sorted({p.parent.name for p in images})
+    table = work / "table.csv"  # paths relative to the tree (root=tree)
+    lines = ["path,species"] + [f"{p.relative_to(tree)},{p.parent.name}" for p in images]
+    table.write_text("\n".join(lines) + "\n")
+    per = -(-len(images) // shards)
+    for k in range(shards):
+        with tarfile.open(work / f"wds-{k:03d}.tar", "w") as tar:
+            for n, image in enumerate(images[k * per:(k + 1) * per], k * per):
+                tar.add(image, f"s{n:07d}.jpg")
+                label = str(classes.index(image.parent.name)).encode()
+                info = tarfile.TarInfo(f"s{n:07d}.cls")
+                info.size = len(label)
+                tar.addfile(info, io.BytesIO(label))
+    return table, str(work / f"wds-{{000..{shards - 1:03d}}}.tar")
+
+
 def configs(tree: Path, work: Path, files: int, workers: int | None) -> dict:
     """Every way of turning the tree into one artefact on the work disk."""
     tar_dst, cp_dst = work / "tree.tar", work / "tree_copy"
+    table, shards = make_sources(tree, work)
     tar = ["tar", "-cf", str(tar_dst), "-C", str(tree.parent), tree.name]
     cp = ["cp", "-r", str(tree), str(cp_dst)]
     runs: dict[str, Callable[[], RunResult]] = {
@@ -71,6 +109,9 @@ def configs(tree: Path, work: Path, files: int, workers: int | None) -> dict:
         "packdata -> HDF5": lambda: _pack_run(tree, work / "out.h5", files, workers),
         "tar -cf": lambda: _command_run(tar, tar_dst, files),
         "cp -r": lambda: _command_run(cp, cp_dst, files),
+        "CSV table -> LMDB": lambda: _import_run(table, work / "t.lmdb", files, workers,
+                                                 label="species", root=tree),
+        "WebDataset tars -> LMDB": lambda: _import_run(shards, work / "w.lmdb", files, workers),
     }
     return runs
 
@@ -78,13 +119,15 @@ def configs(tree: Path, work: Path, files: int, workers: int | None) -> dict:
 def print_table(rows: list[dict], total_bytes: int, files: int, env: dict) -> None:
     tar = next(r for r in rows if r["name"] == "tar -cf")
     mb = total_bytes / 1e6
-    header = ["method", "files/s median (min-max)", "MB/s median", "s median", "vs tar"]
+    header = ["method", "files/s median (min-max)", "MB/s median", "s median", "vs tar",
+              "vs packdata LMDB (same round, median)"]
     body = []
     for row in rows:
         rate = row["img_per_s"]["median"]
         body.append([
             row["name"], spread_text(row["img_per_s"]), f"{rate * mb / files:.1f}",
             f"{files / rate:.2f}", f"{rate / tar['img_per_s']['median']:.2f}x",
+            f"{row.get('vs_imagefolder', 1.0):.2f}x",
         ])
     print(format_table(header, body))
     print(f"{files} files, {mb:.1f} MB; source tree in the page cache (every method reads hot)")
@@ -120,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
                 on_run=lambda name, i, run, usage: writer.write(run_row(name, i, run, usage)),
             )
             rows = [summary_row(name, r) for name, r in results.items()]
+            base_runs = [run.rate for run, _ in results["packdata -> LMDB"]]
+            for row in rows:  # each round's rate over the ImageFolder pack's of that round
+                ratios = [run.rate / b for (run, _), b in zip(results[row["name"]], base_runs,
+                                                              strict=True)]
+                row["vs_imagefolder"] = statistics.median(ratios)
             for row in rows:
                 row["unit"] = "files"
                 row["mb_per_s_median"] = row["img_per_s"]["median"] * total_bytes / 1e6 / files

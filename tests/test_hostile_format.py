@@ -252,7 +252,7 @@ def test_missing_zero_byte_and_garbage_shards_fail_naming_the_file(copy: Path) -
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("version", 0, "format version 0"),
     ("version", True, "format version True"),
-    ("version", 2, "upgrade fastloader"),
+    ("version", 3, "upgrade fastloader"),
     ("classes", 5, "classes is 5"),
     ("classes", [1, 2], "classes is"),
     ("num_samples", -1, "num_samples"),

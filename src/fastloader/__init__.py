@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "header": "fastloader.decode.decode",
     "native_available": "fastloader.decode._native",
     "open_dataset": "fastloader.format.dataset",
-    "pack": "fastloader.pack.write",
+    "pack": "fastloader.pack.api",
     "profile": "fastloader.doctor.doctor",
 }
 
@@ -103,7 +103,7 @@ if TYPE_CHECKING:  # let type checkers see the real objects
     from fastloader.loader.dali import DaliLoader
     from fastloader.loader.loader import FastLoader
     from fastloader.loader.stats import LoaderStats
-    from fastloader.pack.write import pack
+    from fastloader.pack.api import pack
 
 
 def __getattr__(name: str) -> Any:

@@ -15,6 +15,8 @@ from fastloader.errors import CorruptRecordError, DatasetError, invalid_type
 from fastloader.format import index as index_mod
 from fastloader.format import integrity
 from fastloader.format.backends import ShardReader, open_reader
+from fastloader.format.columns import Columns
+from fastloader.format.fields import FieldSpec, primary_image, specs_from_manifest
 from fastloader.format.manifest import Manifest, read_manifest
 
 
@@ -86,6 +88,26 @@ class PackedDataset:
         self._tiles: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if self.tiled:
             self._load_tiles(count)
+        self._load_fields(count)
+
+    def _load_fields(self, count: int) -> None:
+        # v1: the fields image + label. v2: the declared ones; every column but the records'
+        # image is index arrays, memory-mapped (an embedding column can be large), checked now.
+        if self.manifest.version == 1:
+            classes = tuple(self.classes)
+            self.fields: dict[str, FieldSpec] = {
+                "image": FieldSpec("image", "image"),
+                "label": FieldSpec("label", "int", classes=classes),
+            }
+            self.image_field = "image"
+            self.columns: Columns | None = None
+            return
+        specs = specs_from_manifest(self.manifest.sample_fields, str(self.root))
+        self.fields = {s.name: s for s in specs}
+        self.image_field = primary_image(specs).name
+        self.columns = Columns(self.root, specs, count, lambda name: index_mod.load_field(
+            self.root, self.manifest, name, mmap=True, check_sha256=self._check_sha256),
+            self.image_field)
 
     def _load_tiles(self, count: int) -> None:
         # Memory-mapped: tiles_offsets holds every segment offset of the dataset, and the page
@@ -173,6 +195,35 @@ class PackedDataset:
                 f"{self.root}` and pack the dataset again."
             )
         return data
+
+    def value(self, name: str, i: int) -> Any:
+        """Sample i's raw value of field name (see sample())."""
+        index = self._check_index(i)
+        if name not in self.fields:
+            raise KeyError(f"{self.root} has no field {name!r}; its fields are "
+                           f"{list(self.fields)}")
+        if name == self.image_field:
+            return bytes(self.record(index))
+        if self.columns is None:  # v1: the label
+            return self.labels[index]
+        return self.columns.value(name, index, self.describe(index))
+
+    def sample(self, i: int) -> dict[str, Any]:
+        """Sample i as a dict of its raw field values.
+
+        Args:
+            i: the sample index, 0 <= i < len(ds).
+
+        Returns:
+            dict: field name -> value: images as bytes, int/float as numpy scalars, ndarrays as
+            numpy arrays (views of the memory-mapped column), text as str, bytes as bytes,
+            json as the parsed Python value.
+
+        Raises:
+            CorruptRecordError: a record or value is damaged.
+            IndexError: i is out of range.
+        """
+        return {name: self.value(name, i) for name in self.fields}
 
     # -- metadata ------------------------------------------------------------------------
 

@@ -76,8 +76,10 @@ def check_index(root: Path, manifest: Manifest, arrays: dict[str, np.ndarray]) -
     expected_ids = np.repeat(np.arange(len(shards), dtype=np.int32), counts)
     _first_bad(root, "shard", shard != expected_ids, "records lie in the shard whose range "
                "manifest.json gives them")
-    _first_bad(root, "label", (arrays["label"] < 0) | (arrays["label"] >= len(manifest.classes)),
-               f"0 <= label < {len(manifest.classes)} classes")
+    # A v2 dataset without a label field stores label 0 for every sample (and no classes).
+    classes = max(len(manifest.classes), 1 if manifest.version >= 2 else 0)
+    _first_bad(root, "label", (arrays["label"] < 0) | (arrays["label"] >= classes),
+               f"0 <= label < {classes} classes")
     _first_bad(root, "length", (length <= 0) | (length > sizes[shard]),
                "0 < length <= its shard's size")
     if manifest.backend == "lmdb":  # offset is the record's key: its own index

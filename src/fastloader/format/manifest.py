@@ -1,4 +1,7 @@
-"""The dataset's manifest.json: what a packed dataset holds and how to read it (format v1)."""
+"""The dataset's manifest.json: what a packed dataset holds and how to read it (format v1, v2).
+
+v2 adds `sample_fields`, the declared fields in order (format/fields.py); a v1 dataset is the
+fields image + label (its classes)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from typing import Any, TypeGuard
 from fastloader.errors import DatasetError, DatasetNotFoundError
 
 FORMAT_NAME = "fastloader-packed"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+VERSIONS = (1, 2)  # v1: ImageFolder datasets (image + label); v2: declared sample_fields
 MANIFEST_NAME = "manifest.json"
 BACKENDS = ("lmdb", "hdf5")
 
@@ -82,6 +86,7 @@ class Manifest:
         fields: the per-sample index arrays (one .npy each) and their dtypes.
         options: how it was packed (shard_size, max_side, quality, tiles).
         stats: what packing found (files found, packed, skipped, re-encoded, ...).
+        sample_fields: (v2) the declared fields in order, each {"name", "kind", ...}.
     """
 
     backend: str
@@ -94,7 +99,8 @@ class Manifest:
     created_by: str = ""
     created_at: str = ""
     format: str = FORMAT_NAME
-    version: int = FORMAT_VERSION
+    version: int = 1
+    sample_fields: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -102,7 +108,10 @@ class Manifest:
 
     def to_json(self) -> str:
         """The manifest as indented JSON text (stable key order)."""
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+        raw = dataclasses.asdict(self)
+        if self.version == 1:  # a v1 manifest stays exactly what v1 readers know
+            raw.pop("sample_fields")
+        return json.dumps(raw, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str, where: str = "manifest.json") -> Manifest:
@@ -187,7 +196,7 @@ def _manifest_from_dict(raw: Any, where: str) -> Manifest:
             "point at a folder made by packdata."
         )
     version = raw.get("version")
-    if not _is_int(version) or version != FORMAT_VERSION:
+    if not _is_int(version) or version not in VERSIONS:
         newer = _is_int(version) and version > FORMAT_VERSION
         raise DatasetError(
             f"{where} has format version {version!r:.40} but this fastloader reads version "
@@ -196,6 +205,12 @@ def _manifest_from_dict(raw: Any, where: str) -> Manifest:
                "again.")
         )
     _check_types(raw, where)
+    if version == 2:
+        from fastloader.format.fields import specs_from_manifest
+
+        specs_from_manifest(raw.get("sample_fields"), where)
+    elif "sample_fields" in raw:
+        raise _damaged(where, "a version 1 manifest has sample_fields")
     try:
         shards = [ShardInfo(**shard) for shard in raw["shards"]]
         fields = {name: FieldInfo(**info) for name, info in raw["fields"].items()}

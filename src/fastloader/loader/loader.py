@@ -125,11 +125,25 @@ class FastLoader:
             (before sharding across ranks); not with shuffle=True.
         batch_transform: packed loader only: a callable on the uint8 NCHW batch that returns
             one like it, run on the producer thread before normalize (it holds the GIL).
+        fields: packed loader only, for a dataset with fields (pack(samples, fields=...), a
+            table, WebDataset files): the field names each batch holds, as a tuple in that
+            order. None: (images, labels) for an image + label dataset, else a dict of every
+            field. Collation (fastloader.loader.collate): int/float -> tensor [B]; fixed
+            ndarrays -> tensor [B] + shape; variable-length ndarrays -> a list of tensors;
+            text, bytes, json -> lists; further image fields -> uint8 (B, 3, H, W).
+        multi_hot: packed loader only: NUM_CLASSES (or {field: NUM_CLASSES}) turns a
+            variable-length int field (a multi-label list) into a [B, C] float32 tensor.
+        padded: packed loader only: a variable-length ndarray field (variable in its first
+            dim) comes as (values zero-padded to the batch's longest, lengths [B]).
+        decode_images: packed loader only: further image fields (beyond the first) are
+            decoded with the same transforms, their own crops and flips, as uint8 tensors
+            (True, the default); False yields their encoded bytes.
         **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
 
     Returns:
         FastLoader: a PackedLoader, DaliLoader or DropInLoader. Iterating it yields
-        (images, labels) batches: images (N, 3, H, W) on device, labels (N,) int64.
+        (images, labels) batches: images (N, 3, H, W) on device, labels (N,) int64 (with
+        fields: a tuple or dict, see fields).
 
     Raises:
         InvalidArgumentError: an argument is out of range or names a wrong choice (the

@@ -18,6 +18,8 @@ from fastloader.gpu.device import DeviceStep, normalize_constants, resolve_devic
 from fastloader.gpu.ops import device_ops, gpu_rng
 from fastloader.loader.autotune import make_tuner
 from fastloader.loader.batch_transform import check_batch_transform
+from fastloader.loader.collate import FieldCollator
+from fastloader.loader.extra_images import ExtraImages
 from fastloader.loader.loader import (
     BACKENDS,
     FastLoader,
@@ -80,6 +82,10 @@ class PackedLoader(FastLoader, PackedAttributes):
         sampler: Any = None,
         batch_transform: Any = None,
         verify_records: bool = False,
+        fields: Any = None,
+        multi_hot: Any = None,
+        padded: bool = False,
+        decode_images: bool = True,
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
@@ -98,6 +104,16 @@ class PackedLoader(FastLoader, PackedAttributes):
         # On the dataset, which reads the records (the producer's reads go through it). Off by
         # default: it costs ~3% of the loader's CPU on ImageNet-sized records (README).
         self.dataset.verify_records = verify
+        try:  # what each batch holds: (images, labels), a tuple of fields= or a dict
+            extra = [n for n, s in self.dataset.fields.items()
+                     if s.kind == "image" and n != self.dataset.image_field]
+            self._extra_images = (ExtraImages(self.transforms, backend)
+                                  if extra and flag("decode_images", decode_images) else None)
+            self._collate = FieldCollator(self.dataset, fields, multi_hot,
+                                          flag("padded", padded), self._extra_images)
+        except BaseException:
+            self.close()
+            raise
         self._init_tuning(num_threads, prefetch, memory_budget)
 
     def _init_device(self, device: Any, normalize: Any, dtype: Any, gpu_transforms: Any,
@@ -222,7 +238,8 @@ class PackedLoader(FastLoader, PackedAttributes):
                     time.perf_counter() - start_copy))
                 self._counters.add_batch(item.count)
                 self._batches_done = item.index + 1
-                yield images, labels
+                yield self._collate(images, labels, item.samples, (
+                    epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank))
         finally:
             self._counters.add_time("active", time.perf_counter() - started)
             if self._active is producer:
@@ -297,6 +314,9 @@ class PackedLoader(FastLoader, PackedAttributes):
         self._closed = True
         self._stop_active()
         self._decoder.close()
+        extra: ExtraImages | None = getattr(self, "_extra_images", None)
+        if extra is not None:
+            extra.close()
         self._step.close()
         self._ring = None
         if self._owns_dataset:

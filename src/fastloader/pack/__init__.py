@@ -14,7 +14,7 @@ from typing import Any
 
 class _CallablePackage(types.ModuleType):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from fastloader.pack.write import pack
+        from fastloader.pack.api import pack
 
         return pack(*args, **kwargs)
 

@@ -12,9 +12,11 @@ from typing import Any
 
 from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import FastloaderError
+from fastloader.pack.api import pack
+from fastloader.pack.cli_sources import add_source_options, samples_summary, source_options
 from fastloader.pack.info import dataset_info, format_info, human_bytes
 from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
-from fastloader.pack.write import DEFAULT_SHARD_SIZE, SKIPPED_NAME, pack
+from fastloader.pack.write import DEFAULT_SHARD_SIZE, SKIPPED_NAME
 
 SUBCOMMANDS = ("info", "verify")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -31,7 +33,10 @@ other commands:
                                    exit 0 only if intact
 
 SRC is an ImageFolder tree: SRC/<class>/<image files> (found recursively; hidden and
-non-image files are ignored). DST's suffix picks the backend: NAME.lmdb or NAME.h5.
+non-image files are ignored), or a table (.csv .tsv .jsonl .parquet: --image, --label,
+--root, --field), or WebDataset-style file groups (x.jpg x.cls x.txt ...) in a folder or
+in .tar shards ('data-{000..009}.tar'); --source-format forces the kind.
+DST's suffix picks the backend: NAME.lmdb or NAME.h5.
 A source folder literally named "info" or "verify" must be written as ./info.
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input."""
 
@@ -81,6 +86,7 @@ def _pack_parser() -> argparse.ArgumentParser:
     add("--restart-mcus", type=int, default=DEFAULT_RESTART_MCUS, metavar="R",
         help="with --tiles: at most R MCUs per restart segment "
         f"(default {DEFAULT_RESTART_MCUS})")  # fmt: skip
+    add_source_options(parser)
     return parser
 
 
@@ -137,6 +143,7 @@ def _run_pack(argv: Sequence[str]) -> int:
     manifest = pack(
         args.src,
         args.dst,
+        **source_options(args),
         format=args.format,
         shard_size=args.shard_size,
         workers=args.workers,
@@ -152,7 +159,10 @@ def _run_pack(argv: Sequence[str]) -> int:
     )
     if not args.quiet:
         dst = Path(args.dst).expanduser().absolute()
-        print(_summary(manifest.stats, time.perf_counter() - began, dst), file=sys.stderr)
+        seconds = time.perf_counter() - began
+        text = (_summary(manifest.stats, seconds, dst) if manifest.version == 1
+                else samples_summary(manifest, seconds, dst))
+        print(text, file=sys.stderr)
     return 0
 
 
@@ -173,7 +183,9 @@ def _run_verify(argv: Sequence[str]) -> int:
     what = "records checked and decoded" if args.decode else "records checked"
     if report.ok:
         if not args.quiet:
-            print(f"OK: {report.root}: {report.records_checked} {what}, all intact")
+            values = (f" and {report.values_checked} text/json/image field values"
+                      if report.values_checked else "")
+            print(f"OK: {report.root}: {report.records_checked} {what}{values}, all intact")
             if report.tiles_checked or report.tiles_unchecked:
                 print(_tiles_line(report, args.source is not None))
         return 0

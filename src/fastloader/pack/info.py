@@ -37,7 +37,7 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A JSON-ready summary of the dataset at path (DatasetNotFoundError if it is not one)."""
     with open_dataset(path) as ds:
         manifest = ds.manifest
-        histogram = np.bincount(ds.labels, minlength=len(ds.classes))
+        histogram = np.bincount(ds.labels, minlength=len(ds.classes))[: len(ds.classes)]
         codecs = np.bincount(ds.codecs, minlength=len(Codec))
         skipped_file = Path(ds.root) / "skipped.json"
         skipped = json.loads(skipped_file.read_text()) if skipped_file.is_file() else []
@@ -48,6 +48,7 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
             "created_by": manifest.created_by,
             "created_at": manifest.created_at,
             "records": len(ds),
+            "fields": {name: spec.describe() for name, spec in ds.fields.items()},
             "classes": len(ds.classes),
             "class_counts": dict(zip(ds.classes, histogram.tolist(), strict=True)),
             "shards": [
@@ -66,6 +67,8 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _class_lines(counts: dict[str, int]) -> list[str]:
     names = list(counts)
+    if not names:
+        return []
     width = max(len(n) for n in names[:_SHOWN_CLASSES])
     lines = [f"  {n:<{width}}  {counts[n]}" for n in names[:_SHOWN_CLASSES]]
     if len(names) > _SHOWN_CLASSES:
@@ -94,7 +97,10 @@ def format_info(info: dict[str, Any]) -> str:
         f"width     {width['min']} min, {width['median']:g} median, {width['max']} max",
         "codecs    " + ", ".join(f"{k} {v}" for k, v in info["codecs"].items()),
         "options   " + ", ".join(f"{k}={v}" for k, v in sorted(info["options"].items())),
-        f"skipped   {info['skipped']} unreadable source files (listed in skipped.json)",
+        f"skipped   {info['skipped']} "
+        + ("unreadable source files" if info["format_version"] == 1 else "bad samples")
+        + " (listed in skipped.json)",
+        "fields    " + ", ".join(f"{k} ({v})" for k, v in info["fields"].items()),
         f"classes   {info['classes']}",
         *_class_lines(info["class_counts"]),
     ]

@@ -111,6 +111,11 @@ def prepare(
         return _reject(f"cannot read: {exc.strerror or exc}")
     except ValueError as exc:
         return _reject(str(exc))
+    return prepare_data(data, max_side, quality)
+
+
+def prepare_data(data: bytes, max_side: int | None = None, quality: int = 90) -> Prepared:
+    """The record of image bytes (checked, maybe re-encoded); never raises for bad bytes."""
     if not data:
         return _reject("empty file")
     try:

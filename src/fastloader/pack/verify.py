@@ -18,6 +18,7 @@ from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import Codec, Manifest, member_path, read_manifest
 from fastloader.pack import verify_tiles
 from fastloader.pack.journal import sha256_file
+from fastloader.pack.verify_fields import check_fields
 
 
 @dataclass
@@ -32,6 +33,7 @@ class VerifyReport:
     tiles_unchecked: str = ""  # why tile checks could not run, "" when they did or none exist
     sources_compared: int = 0  # tiled records compared pixel for pixel with their source
     sources_unavailable: int = 0  # ... whose source was gone, changed or re-encoded
+    values_checked: int = 0  # v2: text/json/image field values read back (verify_fields.py)
 
     @property
     def ok(self) -> bool:
@@ -113,7 +115,8 @@ def _check_index(ds: PackedDataset, report: VerifyReport) -> None:
             report.problems.append(
                 f"index: samples {shard.start}..{shard.stop - 1} not all in shard {k}"
             )
-    bad_label = np.flatnonzero((ds.labels < 0) | (ds.labels >= len(ds.classes)))
+    classes = max(len(ds.classes), 1 if ds.manifest.version >= 2 else 0)  # v2: 0 if unlabelled
+    bad_label = np.flatnonzero((ds.labels < 0) | (ds.labels >= classes))
     bad_length = np.flatnonzero(ds.lengths <= 0)
     bad_codec = np.flatnonzero(ds.codecs > max(Codec))
     for what, where in (("label", bad_label), ("length", bad_length), ("codec", bad_codec)):
@@ -266,4 +269,5 @@ def verify(
             report.records_checked += 1
             if progress is not None:
                 progress(i + 1, len(ds))
+        report.values_checked = check_fields(ds, report, decode)
     return report

@@ -1,0 +1,151 @@
+"""The columns of a v2 dataset's fields: written as index arrays, checked and read at open.
+
+Every column array is an index file (sha256 in manifest.json, checked at open) and is range-
+checked at open like the core index: offsets start at 0, never decrease and end at the values'
+size; a variable ndarray's shapes fit its fixed dims and its offsets; a label lies in its
+classes. After that, a value read is a slice of a memory-mapped array (no copy for ndarrays).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastloader.errors import CorruptRecordError, DatasetError
+from fastloader.format.fields import FieldSpec
+
+Loader = Callable[[str], np.ndarray]
+
+
+def _flat(values: Sequence[bytes | np.ndarray], dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets (N+1,) int64) of variable-length items, concatenated."""
+    offsets = np.zeros(len(values) + 1, np.int64)
+    if not values:
+        return np.zeros(0, dtype), offsets
+    if isinstance(values[0], (bytes, bytearray, memoryview)):
+        np.cumsum([len(v) for v in values], out=offsets[1:])
+        return np.frombuffer(b"".join(values), np.uint8).copy(), offsets  # type: ignore[arg-type]
+    flat = [np.asarray(v, dtype).reshape(-1) for v in values]
+    np.cumsum([v.size for v in flat], out=offsets[1:])
+    return np.concatenate(flat).astype(dtype, copy=False), offsets
+
+
+def encode_column(spec: FieldSpec, values: Sequence[Any]) -> dict[str, np.ndarray]:
+    """Index arrays of one field from its per-sample stored values (pack/values.py's forms:
+    int, float, ndarray of the field's dtype, or bytes)."""
+    names = spec.arrays()
+    if not spec.variable:
+        shape = (len(values), *(spec.shape or ()))
+        data = np.asarray(values, spec.storage_dtype) if values else np.zeros(shape,
+                                                                             spec.storage_dtype)
+        return {names["data"]: data.reshape(shape)}
+    flat, offsets = _flat(values, spec.storage_dtype)
+    out = {names["values"]: flat, names["offsets"]: offsets}
+    if "shapes" in names:
+        ndim = len(spec.shape or ())
+        shapes = np.asarray([np.shape(v) for v in values], np.int64).reshape(len(values), ndim)
+        out[names["shapes"]] = shapes
+    return out
+
+
+def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
+    """encode_column's inverse: the per-sample stored values (a resumed pack's journal)."""
+    names = spec.arrays()
+    if not spec.variable:
+        data = arrays[names["data"]]
+        return list(data) if spec.kind == "ndarray" else data.tolist()
+    values, offsets = arrays[names["values"]], arrays[names["offsets"]].tolist()
+    if spec.kind != "ndarray":
+        blob = values.tobytes()
+        return [blob[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+    shapes = arrays[names["shapes"]]
+    return [values[offsets[i]:offsets[i + 1]].reshape(tuple(shapes[i]))
+            for i in range(len(offsets) - 1)]
+
+
+class Columns:
+    """The field columns of an open v2 dataset: value(name, i) and gather(name, indices)."""
+
+    def __init__(self, root: Path, specs: Sequence[FieldSpec], count: int, load: Loader,
+                 records: str) -> None:
+        self.root = root
+        self.specs = {s.name: s for s in specs}
+        self.records = records  # the image field stored as the shards' records
+        self.count = count
+        self.arrays: dict[str, dict[str, np.ndarray]] = {}
+        for spec in specs:
+            if spec.name == records:
+                continue
+            arrays = {role: load(name) for role, name in spec.arrays().items()}
+            self._check(spec, arrays)
+            self.arrays[spec.name] = arrays
+
+    def _damaged(self, spec: FieldSpec, what: str) -> DatasetError:
+        return DatasetError(f"{self.root}: field {spec.name!r} ({spec.describe()}): {what}; the "
+                            f"dataset is damaged: run `packdata verify {self.root}` and pack it "
+                            "again.")
+
+    def _check(self, spec: FieldSpec, arrays: dict[str, np.ndarray]) -> None:
+        """Shapes, dtypes and every offset and label in range, before any value is read."""
+        n = self.count
+        if not spec.variable:
+            data = arrays["data"]
+            if data.shape != (n, *(spec.shape or ())) or str(data.dtype) != spec.storage_dtype:
+                raise self._damaged(spec, f"stored as {data.dtype} {data.shape}, expected "
+                                    f"{spec.storage_dtype} {(n, *(spec.shape or ()))}")
+            if spec.classes is not None and n and (
+                int(data.min()) < 0 or int(data.max()) >= len(spec.classes)
+            ):
+                raise self._damaged(spec, f"a label outside 0..{len(spec.classes) - 1}")
+            return
+        values, offsets = arrays["values"], arrays["offsets"]
+        if (values.ndim != 1 or str(values.dtype) != spec.storage_dtype
+                or offsets.shape != (n + 1,) or offsets.dtype != np.int64):
+            raise self._damaged(spec, "its values or offsets have the wrong shape or dtype")
+        if offsets[0] != 0 or offsets[-1] != values.size or np.any(np.diff(offsets) < 0):
+            raise self._damaged(spec, "its offsets do not slice its values in order")
+        if "shapes" in arrays:
+            self._check_shapes(spec, arrays["shapes"], np.diff(offsets))
+
+    def _check_shapes(self, spec: FieldSpec, shapes: np.ndarray, sizes: np.ndarray) -> None:
+        want = np.asarray(spec.shape or (), np.int64)
+        if shapes.shape != (self.count, want.size) or shapes.dtype != np.int64:
+            raise self._damaged(spec, f"its shapes array is {shapes.dtype} {shapes.shape}")
+        fixed = want >= 0
+        if np.any(shapes < 0) or np.any(shapes[:, fixed] != want[fixed]) or np.any(
+            np.prod(shapes, axis=1) != sizes
+        ):
+            raise self._damaged(spec, "a per-sample shape disagrees with its fixed dims or size")
+
+    def value(self, name: str, i: int, where: str) -> Any:
+        """Sample i's value of field name (not the records' image)."""
+        spec, arrays = self.specs[name], self.arrays[name]
+        if not spec.variable:
+            data = np.asarray(arrays["data"][i])
+            return data if spec.kind == "ndarray" else data[()]
+        start, stop = int(arrays["offsets"][i]), int(arrays["offsets"][i + 1])
+        raw = arrays["values"][start:stop]
+        if spec.kind == "ndarray":
+            return np.asarray(raw).reshape(tuple(int(d) for d in arrays["shapes"][i]))
+        blob = raw.tobytes()
+        if spec.kind in ("bytes", "image"):
+            return blob
+        try:
+            text = blob.decode("utf-8")
+            return text if spec.kind == "text" else json.loads(text)
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise CorruptRecordError(f"{where}: field {name!r} is not valid "
+                                     f"{'UTF-8' if spec.kind == 'text' else 'JSON'} ({exc}); "
+                                     f"run `packdata verify {self.root}` and pack it again."
+                                     ) from None
+
+    def gather(self, name: str, indices: np.ndarray) -> Any:
+        """The values of indices: an array [B, ...] for fixed fields, else a list."""
+        spec, arrays = self.specs[name], self.arrays[name]
+        if not spec.variable:
+            return np.asarray(arrays["data"][indices])
+        return [self.value(name, int(i), f"sample {int(i)}") for i in indices]

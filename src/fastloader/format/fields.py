@@ -1,0 +1,210 @@
+"""Declared sample fields of a format v2 dataset: kinds, their specs and how each is stored.
+
+A field is name -> kind (image, int, float, ndarray, text, bytes, json), with a dtype and shape
+for ndarray (-1 marks a variable dimension) and class names for a label int. The first image
+field is the dataset's records (the shards, read by the fused decode path); every other field is
+a column of index arrays under index/: a fixed-size field is one (N, ...) array, a variable one
+is flat `values` plus (N+1,) `offsets` (and an (N, ndim) `shapes` for variable ndarrays), so a
+value is a slice of a memory-mapped file, never a pickle.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fastloader.errors import DatasetError, InvalidArgumentError
+
+KINDS = ("image", "int", "float", "ndarray", "text", "bytes", "json")
+VARIABLE_KINDS = ("image", "text", "bytes", "json")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
+FIELD_PREFIX = "field."  # index array names of the columns: field.NAME[.values|.offsets|.shapes]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One declared field.
+
+    Attributes:
+        name: the field's name (a key of ds.sample(i)).
+        kind: one of KINDS.
+        dtype: the numpy dtype of an ndarray field (int64 for int, float64 for float).
+        shape: an ndarray field's per-sample shape; -1 marks a variable dimension.
+        classes: class names of a label int field (value k is classes[k]).
+    """
+
+    name: str
+    kind: str
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    classes: tuple[str, ...] | None = None
+
+    @property
+    def variable(self) -> bool:
+        """Stored as values + offsets (text, bytes, json, image, ndarray with a -1 dim)."""
+        return self.kind in VARIABLE_KINDS or (self.kind == "ndarray" and -1 in (self.shape or ()))
+
+    @property
+    def storage_dtype(self) -> str:
+        """The dtype of the stored values."""
+        if self.kind == "int":
+            return "int64"
+        if self.kind == "float":
+            return "float64"
+        return self.dtype if self.kind == "ndarray" and self.dtype else "uint8"
+
+    def arrays(self) -> dict[str, str]:
+        """Role ("data", "values", "offsets", "shapes") -> index array name."""
+        base = FIELD_PREFIX + self.name
+        if not self.variable:
+            return {"data": base}
+        names = {"values": base + ".values", "offsets": base + ".offsets"}
+        if self.kind == "ndarray":
+            names["shapes"] = base + ".shapes"
+        return names
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest entry of this field."""
+        entry: dict[str, Any] = {"name": self.name, "kind": self.kind}
+        if self.kind == "ndarray":
+            entry |= {"dtype": self.dtype, "shape": list(self.shape or ())}
+        if self.classes is not None:
+            entry["classes"] = list(self.classes)
+        return entry
+
+    def describe(self) -> str:
+        """'ndarray float32 (512,)', 'int (10 classes)', 'text', ..."""
+        if self.kind == "ndarray":
+            return f"ndarray {self.dtype} {tuple(self.shape or ())}"
+        if self.classes is not None:
+            return f"int ({len(self.classes)} classes)"
+        return self.kind
+
+
+def _check_name(name: Any, bad: type[Exception], where: str) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise bad(f"{where}: field name {name!r:.60} is not 1-64 letters, digits, '_', '-' or "
+                  "'.' (not starting with '.'); rename the field.")
+    return name
+
+
+def _check_dtype(dtype: Any, bad: type[Exception], where: str) -> str:
+    try:
+        parsed = np.dtype(dtype)
+    except TypeError:
+        parsed = np.dtype(object)
+    if parsed.hasobject or parsed.kind not in "biuf" or parsed.itemsize == 0:
+        raise bad(f"{where}: dtype {dtype!r:.40} is not a numeric dtype (bool, int, uint, float); "
+                  "use one such as 'float32'.")
+    return str(parsed)
+
+
+def _check_shape(shape: Any, bad: type[Exception], where: str) -> tuple[int, ...]:
+    if not isinstance(shape, (list, tuple)) or len(shape) > 8 or not all(
+        isinstance(n, int) and not isinstance(n, bool) and (n >= 0 or n == -1) for n in shape
+    ):
+        raise bad(f"{where}: shape {shape!r:.60} is not a list of up to 8 sizes >= 0 (or -1 for "
+                  "a variable dimension); e.g. (512,) or (-1, 4).")
+    return tuple(shape)
+
+
+def make_spec(name: str, spec: Any, bad: type[Exception] = InvalidArgumentError,
+              where: str = "fields") -> FieldSpec:
+    """A FieldSpec from what a user writes: "text", ("ndarray", "float32", (512,)),
+    ("int", ["cat", "dog"]), or a manifest-style dict {"kind": ..., "dtype": ..., ...}."""
+    _check_name(name, bad, where)
+    if isinstance(spec, str):
+        spec = {"kind": spec}
+    elif isinstance(spec, (tuple, list)) and spec:
+        kind = spec[0]
+        if kind == "ndarray" and len(spec) == 3:
+            spec = {"kind": kind, "dtype": spec[1], "shape": spec[2]}
+        elif kind == "int" and len(spec) == 2:
+            spec = {"kind": kind, "classes": spec[1]}
+        else:
+            raise bad(f"{where}: field {name!r} is {spec!r:.80}; write a kind ('text'), "
+                      "('ndarray', DTYPE, SHAPE) or ('int', CLASS_NAMES).")
+    if not isinstance(spec, Mapping) or spec.get("kind") not in KINDS:
+        raise bad(f"{where}: field {name!r} has kind {spec!r:.80}; choose one of "
+                  f"{', '.join(KINDS)}.")
+    kind = spec["kind"]
+    dtype = shape = classes = None
+    if kind == "ndarray":
+        dtype = _check_dtype(spec.get("dtype"), bad, f"{where}: field {name!r}")
+        shape = _check_shape(spec.get("shape"), bad, f"{where}: field {name!r}")
+    if spec.get("classes") is not None:
+        names = spec["classes"]
+        if kind != "int" or not isinstance(names, (list, tuple)) or not all(
+            isinstance(c, str) for c in names
+        ):
+            raise bad(f"{where}: field {name!r}: class names belong to an int field and must "
+                      "be a list of strings.")
+        classes = tuple(names)
+    return FieldSpec(name, kind, dtype, shape, classes)
+
+
+def parse_fields(fields: Any) -> list[FieldSpec]:
+    """pack()'s fields= mapping, in its order; InvalidArgumentError naming a bad entry."""
+    if not isinstance(fields, Mapping) or not fields:
+        raise InvalidArgumentError(
+            f"fields={fields!r:.80} is invalid: give a dict of field name -> kind, e.g. "
+            "{'image': 'image', 'label': 'int', 'caption': 'text'}."
+        )
+    specs = [make_spec(name, spec) for name, spec in fields.items()]
+    check_specs(specs, InvalidArgumentError, "fields")
+    return specs
+
+
+def check_specs(specs: Sequence[FieldSpec], bad: type[Exception], where: str) -> None:
+    """Names unique, one image field at least (the first one is the records), at most one
+    int field with class names (the label)."""
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise bad(f"{where}: a field name appears twice in {names}; names must be unique.")
+    if not any(s.kind == "image" for s in specs):
+        raise bad(f"{where}: no field of kind 'image' among {names}; a packed dataset stores "
+                  "one image per sample (its records): declare one.")
+    if sum(s.classes is not None for s in specs) > 1:
+        raise bad(f"{where}: more than one int field has class names; only the label has.")
+
+
+def specs_from_manifest(raw: Any, where: str) -> list[FieldSpec]:
+    """manifest.json's sample_fields list as specs; DatasetError naming what is wrong."""
+    if not isinstance(raw, list):
+        raise DatasetError(f"{where}: sample_fields is not a list; the dataset is damaged: "
+                           "pack it again.")
+    specs = []
+    for entry in raw:
+        if not isinstance(entry, dict):
+            raise DatasetError(f"{where}: a sample_fields entry is {entry!r:.60}, not an object; "
+                               "the dataset is damaged: pack it again.")
+        specs.append(make_spec(entry.get("name"), entry, DatasetError, where))  # type: ignore[arg-type]
+    check_specs(specs, DatasetError, where)
+    return specs
+
+
+def primary_image(specs: Sequence[FieldSpec]) -> FieldSpec:
+    """The image field stored as the records (the first one declared)."""
+    return next(s for s in specs if s.kind == "image")
+
+
+def label_field(specs: Sequence[FieldSpec]) -> FieldSpec | None:
+    """The int field whose values are the dataset's labels: the one with class names, else one
+    named label or cls, else the only int field of an image + int dataset."""
+    named = [s for s in specs if s.classes is not None]
+    if named:
+        return named[0]
+    ints = [s for s in specs if s.kind == "int"]
+    by_name = [s for s in ints if s.name in ("label", "cls")]
+    if by_name:
+        return by_name[0]
+    return ints[0] if len(specs) == 2 and len(ints) == 1 else None
+
+
+def is_classification(specs: Sequence[FieldSpec]) -> bool:
+    """Exactly one image field and one label int field."""
+    return len(specs) == 2 and label_field(specs) is not None

@@ -1,0 +1,145 @@
+"""What a packed loader yields for a dataset's fields: the collation rules.
+
+- the records' image field: the decoded batch, (B, 3, H, W) as always;
+- int / float fields: a tensor [B] (int64 / float64); the label field is the int64 labels;
+- fixed-shape ndarray fields: a tensor [B, *shape] of the field's dtype;
+- variable-length ndarray fields: a list of B tensors; with padded=True, a field variable in
+  its first dim only as (values [B, L, ...] zero-padded to the batch's longest, lengths [B]
+  int64); with multi_hot=C (1-D int fields) a [B, C] float32 tensor with 1 at each class;
+- text, bytes, json: lists of B Python values;
+- further image fields: decoded with the same transforms (their own crops and flips) as uint8
+  (B, 3, H, W) tensors (loader/extra_images.py); decode_images=False gives their bytes.
+Numeric tensors go to the loader's device; lists stay Python objects. fields=[...] yields a
+tuple in that order; without it a classification dataset (image + label) yields (images,
+labels) and any other dataset a dict of every field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastloader.errors import InvalidArgumentError, invalid_type
+from fastloader.format.fields import FieldSpec, is_classification, label_field
+from fastloader.loader.extra_images import ExtraImages
+
+
+def _multi_hot(multi_hot: Any, specs: dict[str, FieldSpec], names: Sequence[str]
+               ) -> dict[str, int]:
+    """multi_hot as {field: classes}: an int applies to the one variable 1-D int field."""
+    if multi_hot is None:
+        return {}
+    candidates = [n for n in names if specs[n].kind == "ndarray" and specs[n].variable
+                  and len(specs[n].shape or ()) == 1
+                  and np.dtype(specs[n].dtype).kind in "iu"]
+    if isinstance(multi_hot, int) and not isinstance(multi_hot, bool):
+        if len(candidates) != 1:
+            raise InvalidArgumentError(
+                f"multi_hot={multi_hot} is invalid: it needs exactly one variable-length 1-D "
+                f"int field among the output, found {candidates}. Pass "
+                "multi_hot={'FIELD': NUM_CLASSES}.")
+        multi_hot = {candidates[0]: multi_hot}
+    if not isinstance(multi_hot, dict):
+        raise invalid_type("multi_hot", multi_hot, "an int or a dict of field -> classes")
+    for name, classes in multi_hot.items():
+        if name not in candidates or not isinstance(classes, int) or classes < 1:
+            raise InvalidArgumentError(
+                f"multi_hot={{{name!r}: {classes!r}}} is invalid: it needs a variable-length "
+                f"1-D int field of the output ({candidates}) and a class count >= 1.")
+    return dict(multi_hot)
+
+
+class FieldCollator:
+    """Builds each batch's output from the decoded images, the labels and the sample indices.
+
+    Args:
+        dataset: the open PackedDataset.
+        fields: the field names to yield as a tuple, or None (see the module rules).
+        multi_hot: an int or {field: classes}: multi-label fields as [B, C] tensors.
+        padded: variable-length ndarrays as (padded tensor, lengths) instead of lists.
+    """
+
+    def __init__(self, dataset: Any, fields: Any, multi_hot: Any, padded: bool = False,
+                 images: ExtraImages | None = None) -> None:
+        self.padded = padded
+        self.images = images  # None: further image fields come as bytes
+        self.dataset = dataset
+        specs: dict[str, FieldSpec] = dataset.fields
+        self.specs = specs
+        label = label_field(list(specs.values()))
+        self.label = label.name if label is not None else None
+        self.classic = fields is None and is_classification(list(specs.values()))
+        if fields is not None and (isinstance(fields, str) or not all(
+                isinstance(f, str) for f in fields)):
+            raise invalid_type("fields", fields, "a list of field names")
+        self.names = list(specs) if fields is None else list(fields)
+        self.as_dict = fields is None
+        unknown = [n for n in self.names if n not in specs]
+        if unknown:
+            raise InvalidArgumentError(
+                f"fields={fields!r} is invalid: {dataset.root} has no field {unknown[0]!r}. "
+                f"Its fields are {list(specs)}.")
+        self.multi_hot = _multi_hot(multi_hot, specs, self.names)
+        if self.classic and self.multi_hot:
+            self.classic = False
+
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray,
+                 seeds: tuple[int, int, int, int] = (0, 0, 0, 0)) -> Any:
+        """The batch's output; seeds (seed, epoch, batch, rank) draw further images' crops."""
+        if self.classic:
+            return images, labels
+        self._seeds = seeds
+        values = [self._column(name, images, labels, indices) for name in self.names]
+        return dict(zip(self.names, values, strict=True)) if self.as_dict else tuple(values)
+
+    def _column(self, name: str, images: torch.Tensor, labels: torch.Tensor,
+                indices: np.ndarray) -> Any:
+        if name == self.dataset.image_field:
+            return images
+        if name == self.label:
+            return labels
+        columns = self.dataset.columns
+        if columns is None:  # pragma: no cover - v1 has only image and label
+            raise InvalidArgumentError(f"{self.dataset.root} has no field {name!r}")
+        spec = self.specs[name]
+        values = columns.gather(name, indices)
+        device = labels.device
+        if spec.kind in ("int", "float") or (spec.kind == "ndarray" and not spec.variable):
+            return torch.from_numpy(np.ascontiguousarray(values)).to(device)
+        if spec.kind == "image" and self.images is not None:
+            rng = np.random.default_rng([*self._seeds, 1 + self.names.index(name)])
+            return self.images.decode(name, values, indices, rng, device)
+        if spec.kind == "ndarray":
+            if name in self.multi_hot:
+                return self._hot(name, values, device)
+            if self.padded and -1 not in (spec.shape or ())[1:]:
+                return _pad(values, np.dtype(spec.dtype), device)
+            return [torch.from_numpy(np.array(v)).to(device) for v in values]
+        return values
+
+    def _hot(self, name: str, values: list[np.ndarray], device: torch.device) -> torch.Tensor:
+        classes = self.multi_hot[name]
+        out = torch.zeros(len(values), classes, dtype=torch.float32)
+        for row, value in enumerate(values):
+            ids = torch.from_numpy(np.array(value, np.int64))
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= classes):
+                raise InvalidArgumentError(
+                    f"multi_hot={classes} is invalid for field {name!r}: a sample lists class "
+                    f"{int(ids.max()) if int(ids.max()) >= classes else int(ids.min())}. Pass "
+                    "the dataset's class count.")
+            out[row, ids] = 1.0
+        return out.to(device)
+
+
+def _pad(values: list[np.ndarray], dtype: np.dtype, device: torch.device
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values zero-padded along dim 0 to the longest, lengths) of arrays variable in dim 0."""
+    lengths = np.array([len(v) for v in values], np.int64)
+    rest = values[0].shape[1:] if values else ()
+    out = np.zeros((len(values), int(lengths.max(initial=0)), *rest), dtype)
+    for row, value in enumerate(values):
+        out[row, : len(value)] = value
+    return torch.from_numpy(out).to(device), torch.from_numpy(lengths).to(device)

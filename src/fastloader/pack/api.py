@@ -1,0 +1,77 @@
+"""fastloader.pack(): one entry for every source: an ImageFolder tree, a table, WebDataset-style
+file groups (a folder or .tar shards), or Python samples."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fastloader.errors import PackError
+from fastloader.format.manifest import Manifest
+from fastloader.pack import importers
+from fastloader.pack.samples import pack_samples
+from fastloader.pack.write import pack as pack_imagefolder
+
+
+def pack(
+    src: Any,
+    dst: str | os.PathLike[str],
+    *,
+    fields: Any = None,
+    source_format: str | None = None,
+    image: str | None = None,
+    label: str | None = None,
+    root: str | os.PathLike[str] | None = None,
+    skip_bad: bool = False,
+    **options: Any,
+) -> Manifest:
+    """Pack src into the dataset folder dst (NAME.lmdb or NAME.h5), atomically.
+
+    src is an ImageFolder tree (format v1: image + label, as packdata always made), a table
+    (.csv, .tsv, .jsonl, .parquet), WebDataset-style files grouped by basename (a folder, a
+    .tar, or a brace pattern of .tar shards), or Python samples: a sequence or map-style
+    dataset of dicts (read by index in parallel workers) or any iterable of dicts (in order).
+    The last three make a format v2 dataset with declared fields (README: other datasets).
+
+    Args:
+        src: the source (see above).
+        dst: the dataset folder to create.
+        fields: Python samples: name -> kind ("image", "int", "float", "text", "bytes",
+            "json", ("ndarray", DTYPE, SHAPE) with -1 for variable dims, ("int", CLASSES)).
+            Tables and file groups: kinds that override the inferred ones.
+        source_format: force the source kind: "imagefolder", "csv", "tsv", "jsonl",
+            "parquet", "files" (a folder of file groups) or "tar" (None: detected).
+        image: tables: the image column (default: path, image, file or filename).
+        label: tables: a column of class names, turned into class ids (sorted names).
+        root: tables: the folder image paths are relative to (default: the table's folder).
+        skip_bad: pack the samples that are fine and list the others (why, where) in the
+            manifest's stats and skipped.json, instead of stopping at the first bad one.
+        **options: format, shard_size, workers, max_side, quality, overwrite, quiet,
+            progress, max_file_size, resume (not for Python samples: their sameness cannot be
+            checked); ImageFolder sources also strict, tiles, restart_mcus (see
+            fastloader.pack.write.pack).
+
+    Returns:
+        Manifest: what was written (also in dst/manifest.json).
+
+    Raises:
+        PackError: a bad source or destination, or (skip_bad=False) a bad sample: the message
+            names the file, the line or member, and the field.
+        InvalidArgumentError: an option or a field declaration is invalid.
+    """
+    kind = None if not isinstance(src, (str, os.PathLike)) else importers.detect(
+        src, source_format)
+    if kind == "imagefolder":
+        importers.refuse_table_options(kind, fields, image, label, root, skip_bad)
+        return pack_imagefolder(src, dst, **options)
+    if options.pop("tiles", False):
+        raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
+                        "or Python samples are packed untiled.")
+    options.pop("restart_mcus", None)
+    if options.pop("strict", False) and skip_bad:
+        raise PackError("strict and skip_bad contradict each other; pass one.")
+    if kind is None:
+        return pack_samples(src, dst, fields, skip_bad=skip_bad, **options)
+    samples, specs, source = importers.open_source(src, kind, fields=fields, image=image,
+                                                   label=label, root=root)
+    return pack_samples(samples, dst, specs, skip_bad=skip_bad, source=source, **options)
