@@ -92,14 +92,14 @@ class RemoteDataset(PackedDataset):
         self.manifest = manifest
         meta = len(raw) + sum(int(np.prod(f.shape)) * np.dtype(f.dtype).itemsize + 4096
                               for f in manifest.fields.values())
-        at_once = max(1, window) + self.prefetch
+        at_once = min(max(1, window) + self.prefetch, len(manifest.shards))
         need = self.min_cache_limit(at_once, meta)
         if limit < need:
             raise invalid_argument(
                 "cache_limit", limit,
                 f"cannot hold the index and the {at_once} largest shards that are read at once "
                 f"(window {max(1, window)} + prefetch {self.prefetch}) of {self.url}",
-                f"Pass cache_limit >= {need} bytes ({need / 1e9:.3g} GB), or a smaller "
+                f"Pass cache_limit >= {need} bytes ({need / 2**20:.1f} MiB), or a smaller "
                 "shuffle window or prefetch.")
 
     def _fetch_meta(self, manifest: Manifest, raw: bytes) -> None:
