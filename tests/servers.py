@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,14 +80,27 @@ class _Handler(SimpleHTTPRequestHandler):
         if fails:
             self.send_error(503, "try again")
             return
+        delay = self.state["delay"].get(name)
+        if delay:  # half the body, a pause, the rest: a download caught in the middle
+            data = (Path(self.directory) / name).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            time.sleep(delay)
+            self.wfile.write(data[len(data) // 2:])
+            return
         super().do_GET()
 
 
 @contextmanager
 def http_server(folder: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Serve folder at http://127.0.0.1:PORT; state["gets"] counts whole-file GETs per path
-    and state["fail"][path] = N makes the next N GETs of path answer 503."""
-    state: dict[str, Any] = {"gets": Counter(), "fail": {}, "lock": threading.Lock()}
+    state["fail"][path] = N makes the next N GETs of path answer 503, and
+    state["delay"][path] = S pauses S seconds in the middle of each GET of path."""
+    state: dict[str, Any] = {"gets": Counter(), "fail": {}, "delay": {},
+                             "lock": threading.Lock()}
     handler = partial(_Handler, directory=os.fspath(folder), state=state)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -170,7 +170,6 @@ class ShardCache:
     def _evict_for(self, size: int) -> bool:
         """Evict unpinned files, least recently used first, until size more bytes fit."""
         assert self.limit is not None
-        self._drop_stale_parts()
         used = self.usage()
         if used + size <= self.limit:
             return True
@@ -207,6 +206,7 @@ class ShardCache:
         deadline = time.monotonic() + self.wait_s
         while True:
             with self._accounting():
+                self._drop_stale_parts()  # a killed download's leftovers: never trusted
                 if self.limit is None or self._evict_for(size):
                     part = self.root / f"{name}.part-{size}-{os.getpid()}"
                     part.parent.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,7 @@ class RemoteDataset(PackedDataset):
         self.cache: ShardCache = open_cache(cache_dir, cache_limit)
         raw = self._remote.read_bytes("manifest.json")
         self._folder = cache_folder(self.url, raw)
+        self._manifest_sha = hashlib.sha256(raw).hexdigest()
         manifest = Manifest.from_json(raw.decode("utf-8", "replace"), self._remote.url_of(
             "manifest.json"))
         self.prefetch = max(0, int(prefetch))
@@ -124,8 +125,26 @@ class RemoteDataset(PackedDataset):
 
     def _download(self, shard: int) -> None:
         info = self.manifest.shards[shard]
-        fetch_verified(self.cache, self._remote, self._local(shard), info.file, info.bytes,
-                       info.sha256)
+        try:
+            fetch_verified(self.cache, self._remote, self._local(shard), info.file, info.bytes,
+                           info.sha256)
+        except DatasetError as exc:
+            self._check_unchanged(exc)
+            raise
+
+    def _check_unchanged(self, cause: DatasetError) -> None:
+        """After a failed download: if manifest.json changed remotely since open, say so (a
+        rewritten dataset is never mixed with the version this reader opened)."""
+        try:
+            now = hashlib.sha256(self._remote.read_bytes("manifest.json")).hexdigest()
+        except DatasetError:
+            now = ""
+        if now != self._manifest_sha:
+            raise DatasetError(
+                f"the dataset at {self.url} changed while this reader had it open "
+                f"(manifest.json differs: {self._manifest_sha[:12]}... at open, "
+                f"{now[:12] or 'gone'}... now); its records are never mixed: open it again "
+                f"to read the new version. ({cause})") from cause
 
     def _ensure(self, shard: int) -> None:
         """Shard in the cache and pinned (once per shard while it is in use)."""
