@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,8 @@ def s3_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
+    # moto keeps its buckets per process, not per server: start each server empty.
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
     for key, value in {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
         monkeypatch.setenv(key, value)
     import s3fs
