@@ -71,7 +71,7 @@ class _Handler(SimpleHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # quiet
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         name = self.path.lstrip("/")
         with self.state["lock"]:
             start = (self.headers.get("Range") or "bytes=0-").split("=")[1].split("-")[0]

@@ -190,7 +190,7 @@ def test_network_errors_retry_then_fail_naming_shard_and_url(served) -> None:
 
 def test_a_url_with_no_dataset_is_a_clear_error(served) -> None:
     url, _, tmp = served
-    with pytest.raises(FastloaderError, match="manifest.json does not exist"):
+    with pytest.raises(FastloaderError, match=r"manifest\.json does not exist"):
         open_dataset(url + "-missing", cache_dir=tmp / "cache")
     with pytest.raises(InvalidArgumentError, match="URL only"):
         open_dataset(tmp / "src" / "data.lmdb", cache_dir=tmp / "cache")

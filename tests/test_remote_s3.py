@@ -13,8 +13,8 @@ from fastloader.format.dataset import open_dataset
 from fastloader.loader.loader import FastLoader
 from fastloader.pack.cli import main as packdata
 from helpers import train_transforms
-from servers import s3_server
 from imagegen import make_tree
+from servers import s3_server
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 URL = "s3://bucket/train.lmdb"

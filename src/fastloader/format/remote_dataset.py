@@ -283,7 +283,7 @@ class _Plan:
 
     def wanted(self, held: int) -> list[int]:
         """Shards to start fetching now, given `held` shards in use or in flight."""
-        out = []
+        out: list[int] = []
         while held + len(out) < self.keep and self.next < len(self.sequence):
             out.append(self.sequence[self.next])
             self.next += 1

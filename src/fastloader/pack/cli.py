@@ -186,7 +186,7 @@ def _run_verify(argv: Sequence[str]) -> int:
             local = download(args.dst, Path(tmp) / "dataset")
             report = verify(local, decode=args.decode or args.source is not None,
                             source=args.source)
-            report.root = args.dst  # type: ignore[assignment]
+            report.root = args.dst
     else:
         report = verify(args.dst, decode=args.decode or args.source is not None,
                         source=args.source)

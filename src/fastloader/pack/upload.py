@@ -66,7 +66,7 @@ def upload(folder: str | os.PathLike[str], url: str, overwrite: bool = False,
                   if p.is_file() and p.name != "manifest.json")
     order += [name for name in rest if name not in order]
     sent = 0
-    for name in order + ["manifest.json"]:
+    for name in [*order, "manifest.json"]:
         _put(remote, root / name, name)
         sent += (root / name).stat().st_size
     return sent
