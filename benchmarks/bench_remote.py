@@ -11,6 +11,7 @@ how often consecutive samples share a label, and how many classes a batch holds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -27,9 +28,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from make_images import ensure_tree  # noqa: E402
-
-from fastloader.loader.shard_shuffle import shard_epoch_indices  # noqa: E402
+from fastloader.loader.shard_shuffle import shard_epoch_indices
+from make_images import ensure_tree
 
 
 def shuffle_quality(shards: int = 100, per_shard: int = 1000, batch: int = 256,
@@ -75,10 +75,12 @@ def start_s3() -> tuple[subprocess.Popen[bytes], str]:
     return proc, endpoint
 
 
-def one_pass(data: str, cache: Path | None, batch: int, threads: int) -> dict[str, float]:
+def one_pass(data: str, cache: Path | None, batch: int, threads: int,
+             prefetch: int = 2) -> dict[str, float]:
     from fastloader.loader.loader import FastLoader
 
-    extra: dict[str, Any] = {} if cache is None else {"cache_dir": cache}
+    extra: dict[str, Any] = {} if cache is None else {"cache_dir": cache,
+                                                      "prefetch_shards": prefetch}
     began = time.perf_counter()
     loader = FastLoader(data, batch_size=batch, shuffle=True, shuffle_window=8,
                         num_threads=threads, transforms=_transforms(), **extra)
@@ -90,7 +92,9 @@ def one_pass(data: str, cache: Path | None, batch: int, threads: int) -> dict[st
         images += len(x)
     total = time.perf_counter() - began
     loader.close()
-    return {"img_s": images / total, "first_batch_s": first or 0.0}
+    after_first = images - batch
+    return {"img_s": images / total, "first_batch_s": first or 0.0,
+            "img_s_after_first": after_first / max(1e-9, total - (first or 0.0))}
 
 
 def _transforms() -> list[Any]:
@@ -104,7 +108,8 @@ def speed(count: int, rounds: int, batch: int, threads: int, work: Path) -> dict
     from fastloader.pack.write import pack
 
     tree = work / "tree"
-    ensure_tree(tree, count)
+    with contextlib.redirect_stdout(sys.stderr):  # its stats, off the JSON on stdout
+        ensure_tree(tree, count)
     local = work / "data.lmdb"
     if not local.exists():
         pack(tree, local, shard_size=4 << 20, quiet=True)
@@ -116,22 +121,47 @@ def speed(count: int, rounds: int, batch: int, threads: int, work: Path) -> dict
         upload(local, "s3://bench/data.lmdb")
         warm = work / "warm-cache"
         one_pass("s3://bench/data.lmdb", warm, batch, threads)  # fill it
-        runs: dict[str, list[dict[str, float]]] = {"local": [], "s3 cold": [], "s3 warm": []}
-        for _ in range(rounds):
-            runs["local"].append(one_pass(str(local), None, batch, threads))
-            cold = work / "cold-cache"
+        url = "s3://bench/data.lmdb"
+        cold = work / "cold-cache"
+
+        def cold_pass(prefetch: int) -> dict[str, float]:
             shutil.rmtree(cold, ignore_errors=True)
-            runs["s3 cold"].append(one_pass("s3://bench/data.lmdb", cold, batch, threads))
-            runs["s3 warm"].append(one_pass("s3://bench/data.lmdb", warm, batch, threads))
+            return one_pass(url, cold, batch, threads, prefetch)
+        configs = {"local": lambda: one_pass(str(local), None, batch, threads),
+                   "s3 cold, prefetch 2": lambda: cold_pass(2),
+                   "s3 cold, prefetch 4": lambda: cold_pass(4),
+                   "s3 warm": lambda: one_pass(url, warm, batch, threads),
+                   "s3 raw download (4 threads)": lambda: raw_download(local, url)}
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
+        names = list(configs)
+        for r in range(rounds):  # interleaved, the order rotated each round
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                runs[name].append(configs[name]())
     finally:
         proc.terminate()
         proc.wait()
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"dataset_mb": sum(p.stat().st_size for p in local.iterdir()) / 1e6}
     for name, rows in runs.items():
         out[name] = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
         out[name]["vs_local"] = out[name]["img_s"] / statistics.median(
             r["img_s"] for r in runs["local"])
     return out
+
+
+def raw_download(local: Path, url: str) -> dict[str, float]:
+    """What the S3 server itself delivers: every shard fetched by 4 threads, no cache."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url)
+    names = [p.name for p in local.iterdir() if p.suffix == ".mdb"]
+    began = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        sizes = list(pool.map(lambda n: len(fs.cat_file(f"{root}/{n}")), names))
+    seconds = time.perf_counter() - began
+    return {"img_s": 0.0, "first_batch_s": 0.0, "img_s_after_first": 0.0,
+            "mb_s": sum(sizes) / 1e6 / seconds}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -194,3 +194,15 @@ def test_a_url_with_no_dataset_is_a_clear_error(served) -> None:
         open_dataset(url + "-missing", cache_dir=tmp / "cache")
     with pytest.raises(InvalidArgumentError, match="URL only"):
         open_dataset(tmp / "src" / "data.lmdb", cache_dir=tmp / "cache")
+
+
+def test_a_pickled_remote_dataset_reopens_from_its_url_and_shares_the_cache(served) -> None:
+    import pickle
+
+    url, state, tmp = served
+    with open_dataset(url, cache_dir=tmp / "cache") as ds:
+        expected = all_records(ds)
+        copy = pickle.loads(pickle.dumps(ds))
+    with copy:
+        assert copy.url == url and all_records(copy) == expected
+    assert set(shard_gets(state).values()) == {1}

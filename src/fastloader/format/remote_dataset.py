@@ -49,6 +49,8 @@ class RemoteDataset(PackedDataset):
                  storage_options: dict[str, Any] | None = None, prefetch: int = 2,
                  window: int = 1) -> None:
         self.url = url.rstrip("/")
+        self._args = {"cache_dir": cache_dir, "cache_limit": cache_limit,
+                      "storage_options": storage_options, "prefetch": prefetch, "window": window}
         self._remote = Remote(self.url, storage_options)
         self.cache: ShardCache = open_cache(cache_dir, cache_limit)
         raw = self._remote.read_bytes("manifest.json")
@@ -114,6 +116,11 @@ class RemoteDataset(PackedDataset):
             raise DatasetError(f"{self.cache.root / local}: the cached manifest differs from "
                                f"{self._remote.url_of('manifest.json')}'s; delete it.")
         for info in manifest.fields.values():
+            local = f"{self._folder}/{info.file}"
+            self.cache.pin(local)
+            if self.cache.is_verified(local):  # warm: no request at all
+                continue
+            self.cache.unpin(local)
             size = self._remote.fs.size(f"{self._remote.path}/{info.file}")
             fetch_verified(self.cache, self._remote, f"{self._folder}/{info.file}", info.file,
                            int(size), info.sha256)
@@ -262,8 +269,12 @@ class RemoteDataset(PackedDataset):
         self._reader = None
 
     def __getstate__(self) -> dict[str, Any]:
-        raise TypeError("a RemoteDataset is not picklable; open it again from its URL in "
-                        "each process (they share the cache)")
+        # A worker process reopens it from the URL and shares the node's cache.
+        return {"url": self.url, "args": self._args, "verify_records": self.verify_records}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], **state["args"])  # type: ignore[misc]
+        self.verify_records = bool(state.get("verify_records", False))
 
     def __repr__(self) -> str:
         return (f"RemoteDataset({self.url!r}, cache={str(self.cache.root)!r}, "
