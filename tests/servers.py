@@ -77,6 +77,7 @@ class _Handler(SimpleHTTPRequestHandler):
             start = (self.headers.get("Range") or "bytes=0-").split("=")[1].split("-")[0]
             if start in ("", "0"):
                 self.state["gets"][name] += 1
+                self.state["log"].append(name)
             fails = self.state["fail"].get(name, 0)
             if fails:
                 self.state["fail"][name] = fails - 1
@@ -100,9 +101,9 @@ class _Handler(SimpleHTTPRequestHandler):
 @contextmanager
 def http_server(folder: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Serve folder at http://127.0.0.1:PORT; state["gets"] counts whole-file GETs per path
-    state["fail"][path] = N makes the next N GETs of path answer 503, and
+    (state["log"] lists them in order), state["fail"][path] = N makes the next N GETs of path answer 503, and
     state["delay"][path] = S pauses S seconds in the middle of each GET of path."""
-    state: dict[str, Any] = {"gets": Counter(), "fail": {}, "delay": {},
+    state: dict[str, Any] = {"gets": Counter(), "log": [], "fail": {}, "delay": {},
                              "lock": threading.Lock()}
     handler = partial(_Handler, directory=os.fspath(folder), state=state)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
