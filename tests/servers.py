@@ -102,7 +102,8 @@ class _Handler(SimpleHTTPRequestHandler):
 def http_server(folder: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Serve folder at http://127.0.0.1:PORT; state["gets"] counts whole-file GETs per path
     (state["log"] lists them in order), state["fail"][path] = N makes the next N GETs of
-    path answer 503, and state["delay"][path] = S pauses S seconds in the middle of each GET of path."""
+    path answer 503, and state["delay"][path] = S pauses S seconds in the middle of each
+    GET of path."""
     state: dict[str, Any] = {"gets": Counter(), "log": [], "fail": {}, "delay": {},
                              "lock": threading.Lock()}
     handler = partial(_Handler, directory=os.fspath(folder), state=state)
