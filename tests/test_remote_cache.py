@@ -206,3 +206,17 @@ def test_a_pickled_remote_dataset_reopens_from_its_url_and_shares_the_cache(serv
     with copy:
         assert copy.url == url and all_records(copy) == expected
     assert set(shard_gets(state).values()) == {1}
+
+
+def test_hdf5_datasets_and_file_urls_read_through_the_cache(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    packed_tree(src, classes=3, per_class=6, shard_size=12000)
+    from fastloader.pack.write import pack
+
+    pack(src / "tree", src / "data.h5", workers=1, quiet=True, shard_size=12000)
+    for name in ("data.h5", "data.lmdb"):
+        with open_dataset(src / name) as local, \
+                open_dataset(f"file://{src / name}", cache_dir=tmp_path / "cache",
+                             cache_limit="10MB") as ds:
+            assert len(ds.manifest.shards) > 1
+            assert all_records(ds) == all_records(local)
