@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from fastloader.decode.tiles import HEADER_FIELDS, TileBatch, TileTable
-from fastloader.errors import CorruptRecordError, DatasetError, invalid_type
+from fastloader.errors import CorruptRecordError, DatasetError, invalid_argument, invalid_type
 from fastloader.format import index as index_mod
 from fastloader.format import integrity
 from fastloader.format.backends import ShardReader, open_reader
@@ -326,11 +326,13 @@ class PackedDataset:
         self.verify_records = bool(state.get("verify_records", False))
 
 
-def open_dataset(path: str | os.PathLike[str]) -> PackedDataset:
-    """Open the packed dataset folder at path (e.g. out.lmdb/ or out.h5/).
+def open_dataset(path: str | os.PathLike[str], **remote: Any) -> PackedDataset:
+    """Open the packed dataset folder at path (e.g. out.lmdb/ or out.h5/), or at a URL.
 
     Args:
-        path: the folder pack() wrote.
+        path: the folder pack() wrote, or its fsspec URL (s3://, gs://, http(s)://, file://),
+            read through a verified local cache (format/remote_dataset.RemoteDataset).
+        **remote: for a URL: cache_dir, cache_limit, storage_options, prefetch, window.
 
     Returns:
         PackedDataset: the open dataset; close it, or use it in a with block.
@@ -339,15 +341,25 @@ def open_dataset(path: str | os.PathLike[str]) -> PackedDataset:
         DatasetNotFoundError: there is no packed dataset at path.
         DatasetError: its manifest or index is unreadable or inconsistent.
     """
+    from fastloader.format.remote import is_url
+
+    if is_url(path):
+        from fastloader.format.remote_dataset import RemoteDataset
+
+        return RemoteDataset(str(path), **remote)
+    if remote:
+        raise invalid_argument(next(iter(remote)), remote[next(iter(remote))],
+                               "applies to a dataset at a URL only",
+                               "Drop it, or pass the dataset's s3:// (or other) URL.")
     return PackedDataset(path)
 
 
-def dataset_from(data: object, accepted: str) -> tuple[PackedDataset, bool]:
+def dataset_from(data: object, accepted: str, **remote: Any) -> tuple[PackedDataset, bool]:
     """A loader's `data` as (dataset, owned): a PackedDataset as given (its caller closes it),
-    or one opened from a path (owned: the loader closes it). `accepted` names what the loader
-    takes, for the error."""
+    or one opened from a path or URL (owned: the loader closes it; `remote`: open_dataset's
+    URL options, those left None dropped). `accepted` names what the loader takes."""
     if isinstance(data, PackedDataset):
         return data, False
     if isinstance(data, (str, os.PathLike)):
-        return open_dataset(data), True
+        return open_dataset(data, **{k: v for k, v in remote.items() if v is not None}), True
     raise invalid_type("data", data, accepted)

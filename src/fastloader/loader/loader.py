@@ -138,6 +138,12 @@ class FastLoader:
         decode_images: packed loader only: further image fields (beyond the first) are
             decoded with the same transforms, their own crops and flips, as uint8 tensors
             (True, the default); False yields their encoded bytes.
+        cache_dir, cache_limit, storage_options: packed loader on a dataset URL (s3://,
+            gs://, http(s)://, file://): the node's shard cache folder, its byte limit (int or
+            "200GB"), fsspec options (README "Datasets in object storage").
+        shuffle_window: packed loader: shards shuffled together by the shard-aware shuffle
+            (default 8 on a URL; None on a local dataset: the full permutation).
+        prefetch_shards: packed loader on a URL: shards downloaded ahead of the reader.
         **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
 
     Returns:

@@ -29,6 +29,7 @@ from fastloader.loader.loader import (
 )
 from fastloader.loader.memory import BatchRing, pinned_nbytes
 from fastloader.loader.pipeline import EpochPlan, Producer
+from fastloader.loader.remote import plan_shards, remote_options
 from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
 from fastloader.loader.skips import check_max_skips
 from fastloader.loader.stats import Counters, LoaderStats
@@ -86,6 +87,11 @@ class PackedLoader(FastLoader, PackedAttributes):
         multi_hot: Any = None,
         padded: bool = False,
         decode_images: bool = True,
+        cache_dir: Any = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        shuffle_window: int | None = None,
+        prefetch_shards: int = 2,
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init
@@ -99,6 +105,8 @@ class PackedLoader(FastLoader, PackedAttributes):
                                    "backend='dali') builds the DALI loader).")
         self._init_device(device, normalize, dtype, gpu_transforms, memory_format)
         self.batch_transform = check_batch_transform(batch_transform)
+        self._remote = remote_options(data, cache_dir, cache_limit, storage_options,
+                                      shuffle_window, prefetch_shards, sampler)
         self._init_packed(data, batch_size, shuffle, seed, transforms, drop_last, rank,
                           world_size, on_error, backend, sampler)
         # On the dataset, which reads the records (the producer's reads go through it). Off by
@@ -142,12 +150,14 @@ class PackedLoader(FastLoader, PackedAttributes):
         self.transforms = check_transforms(transforms)
         self._max_threads = threads_per_rank(planned_world(rank, world_size))
         self.dataset, self._owns_dataset = dataset_from(
-            data, "a packed dataset path, a PackedDataset or a map-style torch Dataset")
+            data, "a packed dataset path or URL, a PackedDataset or a map-style torch Dataset",
+            **self._remote.open_options)
         try:
             self.image_size = output_size(self.transforms, self.dataset.shapes)
             self.sampler = EpochSampler.for_loader(len(self.dataset), seed, rank, world_size,
                                                    flag("shuffle", shuffle), self.drop_last,
                                                    source)
+            self.sampler.shard_layout = self._remote.layout(self.dataset)
             self._decoder = BatchDecoder(1, backend)  # _init_tuning sets its thread count
         except BaseException:
             if self._owns_dataset:
@@ -192,6 +202,7 @@ class PackedLoader(FastLoader, PackedAttributes):
         epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
         epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
                                epoch, self.sampler.seed, self.sampler.rank)
+        plan_shards(self.dataset, epoch_plan.indices, start, len(self), self.batch_size)
         # The tuner may have settled on the last batch of a pass, after the producer's last
         # chance to apply it: take its setting here so a settled count is never left unapplied.
         self._decoder.num_threads = self._tuner.setting().threads

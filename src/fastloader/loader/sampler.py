@@ -10,6 +10,7 @@ import numpy as np
 
 from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.loader.shard_shuffle import per_rank_count, shard_epoch_indices
 
 STATE_VERSION = 1  # layout of EpochSampler.state(), the loaders' state_dict()
 
@@ -113,6 +114,9 @@ class EpochSampler:
         self.drop_last = bool(drop_last)
         self.epoch = 0
         self.source: Any = None  # a user's sampler= (an iterable of indices), or None
+        # The shard-aware shuffle (loader/shard_shuffle.py): (shard starts, counts, window W),
+        # or None for the plain permutation.
+        self.shard_layout: tuple[np.ndarray, np.ndarray, int] | None = None
         # rank/world read from torch.distributed at each pass, not fixed at construction.
         self.follow_distributed = False
         # A pass began on self.epoch and no set_epoch() chose the next one since: the next pass
@@ -169,6 +173,11 @@ class EpochSampler:
             order = sampler_order(self.source, self.n, self.seed,
                                   self.epoch if epoch is None else epoch)
             return shard(order, self.rank, self.world_size, self.drop_last)
+        if self.shard_layout is not None:
+            starts, counts, window = self.shard_layout
+            return shard_epoch_indices(starts, counts, self.epoch if epoch is None else epoch,
+                                       self.seed, self.rank, self.world_size, window,
+                                       self.shuffle, self.drop_last)
         return epoch_indices(
             self.n,
             self.epoch if epoch is None else epoch,
@@ -196,7 +205,8 @@ class EpochSampler:
                 "batches_done": batches_done,
                 "seed": self.seed, "num_samples": self.n, "batch_size": batch_size,
                 "rank": self.rank, "world_size": self.world_size, "shuffle": self.shuffle,
-                "drop_last": drop_last}
+                "drop_last": drop_last,
+                **({"shuffle_window": self.shard_layout[2]} if self.shard_layout else {})}
 
     def check_state(self, state: object, batch_size: int, drop_last: bool) -> tuple[int, int]:
         """(epoch, batches_done) of a checkpoint made by an identically built loader, or raise."""
@@ -204,10 +214,10 @@ class EpochSampler:
             raise invalid_type("state", state, "a dict from the loader's state_dict()")
         mine = self.state(0, batch_size, drop_last)
         for key in ("version", "num_samples", "batch_size", "world_size", "shuffle",
-                    "drop_last", "seed"):
-            if state.get(key) != mine[key]:
+                    "drop_last", "seed", "shuffle_window"):
+            if state.get(key) != mine.get(key):
                 raise invalid_argument(
-                    f"state[{key!r}]", state.get(key), f"this loader has {key}={mine[key]!r}",
+                    f"state[{key!r}]", state.get(key), f"this loader has {key}={mine.get(key)!r}",
                     "Resume with a loader built with the same dataset and arguments.")
         done = state.get("batches_done")
         total = self.num_batches(batch_size, drop_last)
@@ -222,6 +232,9 @@ class EpochSampler:
 
     def __len__(self) -> int:
         self.refresh()
+        if self.shard_layout is not None and self.source is None:
+            return per_rank_count(self.shard_layout[1], self.world_size, self.seed,
+                                  self.drop_last)
         count = self.n if self.source is None else len(self.source)
         return samples_per_rank(count, self.world_size, self.drop_last)
 

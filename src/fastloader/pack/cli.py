@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,9 +14,11 @@ from typing import Any
 
 from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import FastloaderError
+from fastloader.format.remote import is_url
 from fastloader.pack.api import pack
 from fastloader.pack.cli_sources import add_source_options, samples_summary, source_options
 from fastloader.pack.info import dataset_info, format_info, human_bytes
+from fastloader.pack.upload import download, staging_folder, upload
 from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
 from fastloader.pack.write import DEFAULT_SHARD_SIZE, SKIPPED_NAME
 
@@ -37,6 +41,8 @@ non-image files are ignored), or a table (.csv .tsv .jsonl .parquet: --image, --
 --root, --field), or WebDataset-style file groups (x.jpg x.cls x.txt ...) in a folder or
 in .tar shards ('data-{000..009}.tar'); --source-format forces the kind.
 DST's suffix picks the backend: NAME.lmdb or NAME.h5.
+DST may be a URL (s3://bucket/x.lmdb, gs://..., file://...): packed into --staging, then
+uploaded (shards, index, manifest.json last); info and verify take URLs too.
 A source folder literally named "info" or "verify" must be written as ./info.
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input."""
 
@@ -87,12 +93,14 @@ def _pack_parser() -> argparse.ArgumentParser:
         help="with --tiles: at most R MCUs per restart segment "
         f"(default {DEFAULT_RESTART_MCUS})")  # fmt: skip
     add_source_options(parser)
+    add("--staging", metavar="DIR", help="when DST is a URL (s3://bucket/x.lmdb): pack into "
+        "DIR first, then upload (default: the system's temp folder)")  # fmt: skip
     return parser
 
 
 def _sub_parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"packdata {command}")
-    parser.add_argument("dst", metavar="DST", help="a packed dataset folder")
+    parser.add_argument("dst", metavar="DST", help="a packed dataset folder, or its URL")
     if command == "info":
         parser.add_argument("--json", action="store_true", help="print JSON with every field")
     else:
@@ -140,16 +148,17 @@ def _summary(manifest_stats: dict, seconds: float, dst: Path) -> str:
 def _run_pack(argv: Sequence[str]) -> int:
     args = _pack_parser().parse_args(argv)
     began = time.perf_counter()
+    dst = staging_folder(args.dst, args.staging) if is_url(args.dst) else args.dst
     manifest = pack(
         args.src,
-        args.dst,
+        dst,
         **source_options(args),
         format=args.format,
         shard_size=args.shard_size,
         workers=args.workers,
         max_side=args.max_side,
         quality=args.quality,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite or (dst != args.dst and not args.resume),  # our staging
         resume=args.resume,
         strict=args.strict,
         quiet=args.quiet,
@@ -158,11 +167,16 @@ def _run_pack(argv: Sequence[str]) -> int:
         max_file_size=args.max_file_size,
     )
     if not args.quiet:
-        dst = Path(args.dst).expanduser().absolute()
         seconds = time.perf_counter() - began
-        text = (_summary(manifest.stats, seconds, dst) if manifest.version == 1
-                else samples_summary(manifest, seconds, dst))
+        local = Path(dst).expanduser().absolute()
+        text = (_summary(manifest.stats, seconds, local) if manifest.version == 1
+                else samples_summary(manifest, seconds, local))
         print(text, file=sys.stderr)
+    if dst != args.dst:  # shards, index, then manifest.json last; then the staging goes
+        sent = upload(dst, args.dst, overwrite=args.overwrite)
+        shutil.rmtree(Path(dst).parent)
+        if not args.quiet:
+            print(f"uploaded {human_bytes(sent)} to {args.dst}", file=sys.stderr)
     return 0
 
 
@@ -177,7 +191,15 @@ def _run_verify(argv: Sequence[str]) -> int:
     from fastloader.pack.verify import verify
 
     args = _sub_parser("verify").parse_args(argv)
-    report = verify(args.dst, decode=args.decode or args.source is not None, source=args.source)
+    if is_url(args.dst):  # a full sha256-checked copy, then the same checks as a folder's
+        with tempfile.TemporaryDirectory(prefix="packdata-verify-") as tmp:
+            local = download(args.dst, Path(tmp) / "dataset")
+            report = verify(local, decode=args.decode or args.source is not None,
+                            source=args.source)
+            report.root = args.dst
+    else:
+        report = verify(args.dst, decode=args.decode or args.source is not None,
+                        source=args.source)
     for problem in report.problems:
         print(problem)
     what = "records checked and decoded" if args.decode else "records checked"

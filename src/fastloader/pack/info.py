@@ -42,7 +42,7 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
         skipped_file = Path(ds.root) / "skipped.json"
         skipped = json.loads(skipped_file.read_text()) if skipped_file.is_file() else []
         return {
-            "path": str(ds.root),
+            "path": str(getattr(ds, "url", ds.root)),  # a remote dataset: its URL
             "backend": ds.backend,
             "format_version": manifest.version,
             "created_by": manifest.created_by,

@@ -1,0 +1,63 @@
+"""The packed loader's remote-dataset options: cache, shard-aware shuffle, shard prefetch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fastloader.checks import int_at_least
+from fastloader.errors import invalid_argument
+from fastloader.format.remote import is_url
+
+DEFAULT_WINDOW = 8  # shards shuffled together on a remote dataset (BENCHMARKS.md: quality)
+
+
+@dataclass
+class RemoteOptions:
+    """What PackedLoader passes to open_dataset for a URL, and the shuffle window."""
+
+    window: int | None
+    open_options: dict[str, Any] = field(default_factory=dict)
+
+    def layout(self, dataset: Any) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The sampler's shard layout (starts, counts, window), or None: plain shuffle."""
+        if self.window is None:
+            return None
+        shards = dataset.manifest.shards
+        starts = np.asarray([s.start for s in shards], dtype=np.int64)
+        counts = np.asarray([s.count for s in shards], dtype=np.int64)
+        return starts, counts, self.window
+
+
+def remote_options(data: Any, cache_dir: Any, cache_limit: Any, storage_options: Any,
+                   shuffle_window: Any, prefetch_shards: Any, sampler: Any) -> RemoteOptions:
+    """Check the remote options; a URL gets the shard-aware shuffle (window DEFAULT_WINDOW
+    unless shuffle_window says), a local dataset only when shuffle_window is given."""
+    window = None if shuffle_window is None else int_at_least("shuffle_window",
+                                                              shuffle_window, 1)
+    prefetch = int_at_least("prefetch_shards", prefetch_shards, 0)
+    if not is_url(data):
+        given = {"cache_dir": cache_dir, "cache_limit": cache_limit,
+                 "storage_options": storage_options}
+        for name, value in given.items():
+            if value is not None:
+                raise invalid_argument(name, value, "applies to a dataset at a URL only",
+                                       "Drop it, or pass the dataset's s3:// (or other) URL.")
+        return RemoteOptions(None if sampler is not None else window)
+    if sampler is None and window is None:
+        window = DEFAULT_WINDOW
+    options = {"cache_dir": cache_dir, "cache_limit": cache_limit,
+               "storage_options": storage_options, "prefetch": prefetch,
+               "window": window or 1}
+    return RemoteOptions(None if sampler is not None else window, options)
+
+
+def plan_shards(dataset: Any, indices: np.ndarray, start: int, num_batches: int,
+                batch_size: int) -> None:
+    """Tell a remote dataset the records this pass reads, in order, so its prefetch follows
+    them (a local dataset has no plan_epoch and needs none)."""
+    plan = getattr(dataset, "plan_epoch", None)
+    if plan is not None:
+        plan(indices[start * batch_size: num_batches * batch_size])
