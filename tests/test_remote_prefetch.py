@@ -70,12 +70,13 @@ def test_plan_epoch_prefetches_the_next_shards_of_the_order_before_any_read(serv
         ds.plan_epoch(order)
         wait_for(lambda: len(fetched_shards(state)) >= 3)  # window 1 + prefetch 2
         time.sleep(0.3)
-        assert fetched_shards(state) == files[:3]  # those, in order, and no more
+        # Those and no more. They download in parallel, so the server may see them in any order.
+        assert sorted(fetched_shards(state)) == sorted(files[:3])
         first = order[ds.shard_ids[order] == sequence[0]]
         for i in first:  # the first shard read to its end: it is released, one more comes
             ds.record(int(i))
         wait_for(lambda: len(fetched_shards(state)) >= 4)
-        assert fetched_shards(state) == files[:4]
+        assert sorted(fetched_shards(state)) == sorted(files[:4])
 
 
 def test_ranks_on_one_node_read_their_own_shards_in_equal_batches(served) -> None:
