@@ -54,6 +54,20 @@ def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return packed_tree(tmp_path_factory.mktemp("packed"))
 
 
+@pytest.fixture()
+def served(tmp_path: Path):
+    """A 32-record LMDB dataset of several shards under tmp_path/www, served over HTTP on
+    127.0.0.1: yields (its URL, the server's request log and counts, tmp_path)."""
+    import shutil
+
+    from servers import http_server
+
+    packed_tree(tmp_path / "src", classes=4, per_class=8, shard_size=12000)
+    shutil.copytree(tmp_path / "src" / "data.lmdb", tmp_path / "www" / "data.lmdb")
+    with http_server(tmp_path / "www") as (url, state):
+        yield f"{url}/data.lmdb", state, tmp_path
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """Say at the end how many tests were skipped and why, one line per reason."""
     skipped = terminalreporter.stats.get("skipped", [])

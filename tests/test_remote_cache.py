@@ -18,21 +18,12 @@ from fastloader.errors import DatasetError, FastloaderError, InvalidArgumentErro
 from fastloader.format.dataset import open_dataset
 from fastloader.format.remote import HashMismatchError
 from helpers import packed_tree
-from servers import http_server
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 pytest.importorskip("aiohttp", reason="aiohttp (fsspec's http://) is not installed")
 
 TESTS = Path(__file__).parent
 
-
-@pytest.fixture()
-def served(tmp_path: Path):
-    """A 32-record dataset of several shards under tmp_path/www, served over HTTP."""
-    packed_tree(tmp_path / "src", classes=4, per_class=8, shard_size=12000)
-    shutil.copytree(tmp_path / "src" / "data.lmdb", tmp_path / "www" / "data.lmdb")
-    with http_server(tmp_path / "www") as (url, state):
-        yield f"{url}/data.lmdb", state, tmp_path
 
 
 def all_records(ds) -> list[bytes]:

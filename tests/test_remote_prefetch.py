@@ -3,7 +3,6 @@ HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -12,19 +11,11 @@ import pytest
 
 from fastloader.format.dataset import open_dataset
 from fastloader.loader.loader import FastLoader
-from helpers import packed_tree, train_transforms
-from servers import http_server
+from helpers import train_transforms
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 pytest.importorskip("aiohttp", reason="aiohttp (fsspec's http://) is not installed")
 
-
-@pytest.fixture()
-def served(tmp_path: Path):
-    packed_tree(tmp_path / "src", classes=4, per_class=8, shard_size=12000)
-    shutil.copytree(tmp_path / "src" / "data.lmdb", tmp_path / "www" / "data.lmdb")
-    with http_server(tmp_path / "www") as (url, state):
-        yield f"{url}/data.lmdb", state, tmp_path
 
 
 def loader(url: str, cache: Path, **kw):

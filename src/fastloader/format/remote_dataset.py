@@ -165,16 +165,21 @@ class RemoteDataset(PackedDataset):
             else:
                 mine = False
         if mine:
-            try:
-                self._download(shard)
-                future.set_result(None)
-            except BaseException as exc:
-                with self._lock:
-                    self._futures.pop(shard, None)
-                future.set_exception(exc)
-                raise
+            self._fetch_settling(shard, future)
         else:
             future.result()
+
+    def _fetch_settling(self, shard: int, future: Future[Any]) -> None:
+        """Download shard and settle its future; a failure also forgets the future, so a
+        later read tries again, and is raised."""
+        try:
+            self._download(shard)
+            future.set_result(None)
+        except BaseException as exc:
+            with self._lock:
+                self._futures.pop(shard, None)
+            future.set_exception(exc)
+            raise
 
     def _prefetch(self, shard: int) -> None:
         with self._lock:
@@ -185,16 +190,8 @@ class RemoteDataset(PackedDataset):
                                                 thread_name_prefix="fastloader-fetch")
             future: Future[Any] = Future()
             self._futures[shard] = future
-
-        def job() -> None:
-            try:
-                self._download(shard)
-                future.set_result(None)
-            except BaseException as exc:
-                with self._lock:
-                    self._futures.pop(shard, None)
-                future.set_exception(exc)
-        self._pool.submit(job)
+        # The pool's own future swallows the re-raise: readers see the error through `future`.
+        self._pool.submit(self._fetch_settling, shard, future)
 
     def shard_reader(self, shard: int) -> ShardReader:
         """An open reader of shard alone (downloaded first if needed)."""

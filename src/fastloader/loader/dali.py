@@ -43,6 +43,7 @@ from fastloader.loader.loader import (
     parameter_names,
     refuse_dataloader_kwargs,
 )
+from fastloader.loader.passes import EpochPasses
 from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats, Timer
 
@@ -61,7 +62,7 @@ class _WeakSource:
         return loader._source()
 
 
-class DaliLoader(FastLoader, PackedAttributes):
+class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
     """Iterate (images NCHW, labels int64) batches of a packed dataset through a DALI pipeline.
 
     Built by FastLoader(..., backend="dali"); the arguments mean what they mean for FastLoader.
@@ -316,30 +317,8 @@ class DaliLoader(FastLoader, PackedAttributes):
         if pipe is not None:
             release_pipeline(pipe)
 
-    def __len__(self) -> int:
-        return self.sampler.num_batches(self.batch_size, self.drop_last)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
-        if epoch != self.sampler.epoch:
-            self._resume_batch = 0
-        self.sampler.set_epoch(epoch)
-
-    # -- checkpointing -------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """Epoch and batches consumed, plus what must match on load (FastLoader's layout)."""
-        if self._active is not None:
-            return self.sampler.state(self._batches_done, self.batch_size, self.drop_last)
-        return self.sampler.state(self._resume_batch, self.batch_size, self.drop_last,
-                                  epoch=self.sampler.next_epoch())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
-        epoch, done = self.sampler.check_state(state, self.batch_size, self.drop_last)
+    def _end_active_pass(self) -> None:
         self._end_pass()
-        self.sampler.set_epoch(epoch)
-        self._resume_batch = done
 
     def stats(self) -> LoaderStats:
         """Live counters in FastLoader's layout; decode time is inside DALI (wait_s shows it

@@ -28,6 +28,7 @@ from fastloader.loader.loader import (
     refuse_dataloader_kwargs,
 )
 from fastloader.loader.memory import BatchRing, pinned_nbytes
+from fastloader.loader.passes import EpochPasses
 from fastloader.loader.pipeline import EpochPlan, Producer
 from fastloader.loader.remote import plan_shards, remote_options
 from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
@@ -52,7 +53,7 @@ def _check_sizes(num_threads: Any, batch_size: int, image_size: tuple[int, int],
             "Lower batch_size or the output size of transforms.")
 
 
-class PackedLoader(FastLoader, PackedAttributes):
+class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
     """FastLoader over a packed dataset: the native (or Pillow) decode pipeline.
 
     Built by FastLoader(path_or_packed_dataset, ...); see FastLoader for the arguments.
@@ -266,32 +267,8 @@ class PackedLoader(FastLoader, PackedAttributes):
             if self._ring is not None:
                 self._ring.reset()
 
-    def __len__(self) -> int:
-        return self.sampler.num_batches(self.batch_size, self.drop_last)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
-        if epoch != self.sampler.epoch:
-            self._resume_batch = 0
-        self.sampler.set_epoch(epoch)
-
-    # -- checkpointing -------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the loader stands: epoch and batches consumed, plus what must match on load."""
-        if self._active is not None:
-            return self.sampler.state(self._batches_done, self.batch_size, self.drop_last)
-        return self.sampler.state(self._resume_batch, self.batch_size, self.drop_last,
-                                  epoch=self.sampler.next_epoch())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
-        epoch, done = self.sampler.check_state(state, self.batch_size, self.drop_last)
+    def _end_active_pass(self) -> None:
         self._stop_active()
-        self.sampler.set_epoch(epoch)
-        self._resume_batch = done
-
-    # -- introspection and lifetime -----------------------------------------------------------
 
     def stats(self) -> LoaderStats:
         """Live counters (see fastloader.loader.stats.LoaderStats); .as_dict() for a plain dict."""
