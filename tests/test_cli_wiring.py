@@ -16,7 +16,8 @@ import pytest
 from fastloader.format.dataset import open_dataset
 from fastloader.format.manifest import read_manifest
 from fastloader.pack.cli import main, parse_size
-from imagegen import encode, make_tree, photo_like
+from fastloader.pack.journal import HOLD_BEFORE_RENAME_ENV
+from imagegen import make_tree
 
 QUIET = ["--workers", "1", "--quiet"]
 
@@ -97,20 +98,19 @@ def test_an_os_error_exits_1_with_the_resume_hint(tree: Path, tmp_path: Path, ca
 
 
 def test_an_interrupt_exits_130_with_the_resume_hint(tmp_path: Path) -> None:
-    # Large JPEGs re-encoded one at a time: the pack runs for seconds, long enough to be
-    # interrupted once its staging folder exists.
-    big = encode(photo_like(900, 1200, 1), quality=95)
-    for k in range(2):
-        (tmp_path / "src" / f"c{k}").mkdir(parents=True)
-        for i in range(150):
-            (tmp_path / "src" / f"c{k}" / f"{i}.jpg").write_bytes(big)
+    # The pack holds (a test hook) once every shard is written, just before its final rename:
+    # the interrupt lands there on any machine, however fast or loaded.
+    make_tree(tmp_path / "src", classes=2, per_class=4, size=(40, 48))
+    hold = tmp_path / "hold"
+    hold.mkdir()
     dst = tmp_path / "out.lmdb"
     command = [sys.executable, "-m", "fastloader.pack.cli", str(tmp_path / "src"), str(dst),
                "--max-side", "64", "--workers", "1", "--quiet"]
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, HOLD_BEFORE_RENAME_ENV: str(hold)}
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     staging = tmp_path / ".out.lmdb.partial"
     deadline = time.monotonic() + 120  # a hang guard, not a speed assertion
-    while not (staging / "plan.json").exists() and proc.poll() is None and \
+    while not (hold / "waiting").exists() and proc.poll() is None and \
             time.monotonic() < deadline:
         time.sleep(0.01)
     assert proc.poll() is None, "the pack ended before it could be interrupted"
@@ -118,9 +118,8 @@ def test_an_interrupt_exits_130_with_the_resume_hint(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "--resume" in err and "Traceback" not in err
-    assert not dst.exists()
-    plan = json.loads((staging / "plan.json").read_text())
-    assert plan["max_side"] == 64
+    assert not dst.exists()  # interrupted before the rename: only the staging folder is there
+    assert read_manifest(staging).options["max_side"] == 64
 
 
 @pytest.mark.native
