@@ -30,6 +30,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture()
 def s3(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys):
     """An S3 server holding URL, packed with `packdata tree s3://...` (6+ shards)."""
+    monkeypatch.setenv("FASTLOADER_CACHE_DIR", str(tmp_path / "cache"))  # never ~/.cache
     with s3_server(monkeypatch):
         import s3fs
 
@@ -46,7 +47,8 @@ def test_packdata_to_s3_and_back_verifies(s3: Path, tree: Path, capsys) -> None:
     assert f"OK: {URL}: 40 records checked" in capsys.readouterr().out
     assert packdata(["info", URL, "--json"]) == 0
     assert '"records": 40' in capsys.readouterr().out
-    code = packdata([str(tree), URL, "--workers", "1", "--quiet"])  # no silent replacement
+    code = packdata([str(tree), URL, "--workers", "1", "--quiet",  # no silent replacement
+                     "--staging", str(s3 / "staging-again")])
     assert code == 2 and "--overwrite" in capsys.readouterr().err
     import s3fs
 
