@@ -7,6 +7,8 @@ never from one another. Subprocess scripts import from here too.
 from __future__ import annotations
 
 import io
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +183,15 @@ def kernel_outputs() -> dict[str, np.ndarray]:
     outputs["planar"] = decode_planar()[1]
     return outputs
 
+
+def wait_child(pid: int, seconds: float) -> int | None:
+    """The child's exit code, or None (after killing it) when it hangs."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
 from fastloader.errors import FastloaderError
 from fastloader.loader.loader import FastLoader
 from fastloader.pack.write import pack
+from helpers import wait_child
 from imagegen import make_tree
 
 TRAIN = [RandomResizedCrop(48), RandomHorizontalFlip()]
@@ -74,19 +74,6 @@ def test_exit_with_a_live_iterator_is_clean_20_times(packed: dict[str, Path],
     assert failures == []
 
 
-def _wait_child(pid: int, seconds: float) -> int | None:
-    """The child's exit code, or None (after killing it) when it hangs."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return None
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork with threads: the case tested
 def test_a_forked_child_gets_a_working_loader(packed: dict[str, Path]) -> None:
@@ -117,7 +104,7 @@ def test_a_forked_child_gets_a_working_loader(packed: dict[str, Path]) -> None:
             finally:
                 os._exit(code)
         os.close(writer)
-        status = _wait_child(pid, 60)
+        status = wait_child(pid, 60)
         message = os.read(reader, 1000).decode()
         os.close(reader)
         assert status == 0, f"child exit {status} (None: hung): {message}"

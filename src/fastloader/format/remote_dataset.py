@@ -26,6 +26,17 @@ from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import Manifest
 from fastloader.format.remote import Remote, cache_folder, fetch_verified, open_cache
 
+# Every open RemoteDataset, weakly: reset in a forked child (see RemoteDataset.after_fork).
+_LIVE: weakref.WeakSet[RemoteDataset] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for dataset in list(_LIVE):
+        dataset.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 class RemoteDataset(PackedDataset):
     """A packed dataset at an fsspec URL, read through a verified, bounded local cache.
@@ -79,6 +90,18 @@ class RemoteDataset(PackedDataset):
         self._futures: dict[int, Future[Any]] = {}
         self._plan: _Plan | None = None
         self._reader = _CachedReader(self)
+        _LIVE.add(self)
+
+    def after_fork(self) -> None:
+        """In a forked child: the download threads, and any lock they held, exist only in the
+        parent. Start with a fresh lock, no pool and no downloads in flight (a shard the parent
+        was fetching is fetched again on demand: the cache's file locks tell who does it); the
+        epoch plan is the parent's, so reads follow no plan until the next plan_epoch. Shards
+        already open stay open: their readers are fork-safe like a local dataset's."""
+        self._lock = threading.RLock()
+        self._pool = None
+        self._futures = {}
+        self._plan = None
 
     # -- construction ------------------------------------------------------------------
 
