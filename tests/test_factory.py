@@ -70,3 +70,30 @@ def test_the_packed_loader_knows_nothing_of_the_others() -> None:
     source = inspect.getsource(packed)
     for other in ("_delegate", "DropInLoader", "DaliLoader", "loader.dropin", "loader.dali"):
         assert other not in source
+
+
+PACKED_ONLY_DEFAULTS = {"max_skips": None, "batch_transform": None, "verify_records": False,
+                        "fields": None, "multi_hot": None, "padded": False,
+                        "decode_images": True, "cache_dir": None, "cache_limit": None,
+                        "storage_options": None, "shuffle_window": None, "prefetch_shards": 2}
+
+
+def test_one_set_of_arguments_serves_every_loader(packed_path: Path) -> None:
+    """Packed-only arguments at their defaults are taken by the drop-in and DALI loaders too
+    (not a DataLoader TypeError); another value is refused naming the argument."""
+    loader = FastLoader(Numbers(), batch_size=2, num_workers=0, **PACKED_ONLY_DEFAULTS)
+    assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]
+    loader.close()
+    for name in PACKED_ONLY_DEFAULTS:
+        with pytest.raises(fastloader.InvalidArgumentError, match=rf"{name}.*packed loader only"):
+            FastLoader(Numbers(), batch_size=2, num_workers=0, **{name: 7})
+
+
+def test_the_dali_loader_takes_packed_only_defaults(packed_path: Path) -> None:
+    pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (the [dali] extra)")
+    with FastLoader(packed_path, batch_size=2, device="cpu", backend="dali", transforms=CROP,
+                    **PACKED_ONLY_DEFAULTS) as loader:
+        assert len(list(loader)) == 3
+    with pytest.raises(fastloader.InvalidArgumentError, match=r"verify_records.*DALI loader"):
+        FastLoader(packed_path, batch_size=2, device="cpu", backend="dali", transforms=CROP,
+                   verify_records=True)

@@ -38,10 +38,12 @@ from fastloader.loader.dali_pipeline import (
     to_torch,
 )
 from fastloader.loader.loader import (
+    PACKED_LOADER_ONLY,
     FastLoader,
     PackedAttributes,
     parameter_names,
     refuse_dataloader_kwargs,
+    take_defaults,
 )
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
@@ -124,6 +126,8 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so close()/__del__ are safe on a failed init
+        take_defaults(dataloader_kwargs, PACKED_LOADER_ONLY, "DALI loader",
+                      "Drop it, or use the native backend (backend='auto').")
         refuse_dataloader_kwargs(dataloader_kwargs, "DALI loader",
                                  parameter_names(DaliLoader.__init__))
         # FastLoader's arguments the DALI path cannot honour: refused, never dropped silently.

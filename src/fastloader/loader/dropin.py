@@ -9,32 +9,21 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from fastloader.errors import FastloaderError, invalid_argument
+from fastloader.errors import FastloaderError
 from fastloader.gpu.device import resolve_device
-from fastloader.loader.loader import FastLoader
+from fastloader.loader.loader import PACKED_LOADER_ONLY, FastLoader, take_defaults
 from fastloader.loader.sampler import planned_world, resolve_rank_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats, batch_size_of
 
-# FastLoader's packed-only arguments and their defaults: the drop-in path takes them only at
-# these values (torch's DataLoader has its own knobs for the same jobs).
+# FastLoader's arguments for packed datasets and their defaults: the drop-in path takes them only
+# at these values (torch's DataLoader has its own knobs for the same jobs). `sampler` is not
+# among them: it goes to the DataLoader.
 _PACKED_DEFAULTS: dict[str, Any] = {
     "transforms": None, "normalize": None, "dtype": None, "num_threads": "auto",
     "on_error": "raise", "backend": "auto", "prefetch": 2, "gpu_transforms": None,
-    "memory_budget": None, "max_skips": None, "memory_format": None, "batch_transform": None}
+    "memory_budget": None, "memory_format": None,
+    **{k: v for k, v in PACKED_LOADER_ONLY.items() if k != "sampler"}}
 DEFAULT_PREFETCH_FACTOR = 4  # torch's 2 leaves workers idle behind a slow step more often
-
-
-def _refuse_packed_only(kwargs: dict[str, Any]) -> None:
-    """Take FastLoader's packed-only arguments out of kwargs; refuse any not at its default."""
-    for name, default in _PACKED_DEFAULTS.items():
-        if name not in kwargs:
-            continue
-        value = kwargs.pop(name)
-        if value is not default and value != default:
-            raise invalid_argument(
-                name, value, "applies to packed datasets only, not to a torch Dataset",
-                "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
-                " or pack the images with `packdata` and pass the packed path.")
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
@@ -66,7 +55,9 @@ class DropInLoader(FastLoader):
                  seed: int = 0, device: Any = None, drop_last: bool = False,
                  rank: int | None = None, world_size: int | None = None,
                  **kwargs: Any) -> None:
-        _refuse_packed_only(kwargs)
+        take_defaults(kwargs, _PACKED_DEFAULTS, "drop-in loader of a torch Dataset",
+                      "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
+                      " or pack the images with `packdata` and pass the packed path.")
         self.device = None if device is None else resolve_device(device, default_cuda=False)
         rank, world = resolve_rank_world(rank, world_size)
         self.seed = seed

@@ -301,6 +301,27 @@ def parameter_names(function: Any) -> list[str]:
             if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
 
 
+# Arguments only the packed loader takes, with their defaults. The drop-in and DALI loaders take
+# them at these values (so one set of keyword arguments serves every backend) and refuse others.
+PACKED_LOADER_ONLY: dict[str, Any] = {
+    "max_skips": None, "sampler": None, "batch_transform": None, "verify_records": False,
+    "fields": None, "multi_hot": None, "padded": False, "decode_images": True,
+    "cache_dir": None, "cache_limit": None, "storage_options": None, "shuffle_window": None,
+    "prefetch_shards": 2}
+
+
+def take_defaults(kwargs: dict[str, Any], defaults: dict[str, Any], path: str,
+                  fix: str) -> None:
+    """Take the arguments named in `defaults` out of kwargs; refuse any not at its default."""
+    for name, default in defaults.items():
+        if name not in kwargs:
+            continue
+        value = kwargs.pop(name)
+        if value is not default and value != default:
+            raise invalid_argument(name, value, f"applies to the packed loader only, not to the "
+                                   f"{path}", fix)
+
+
 # torch DataLoader's keyword arguments that have no meaning on the packed paths.
 DATALOADER_ONLY = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
                    "multiprocessing_context", "generator", "prefetch_factor",
@@ -315,10 +336,6 @@ def refuse_dataloader_kwargs(dataloader_kwargs: dict[str, Any], path: str,
     A name that is no DataLoader argument either is a typo: say so, and name the closest
     argument this loader does take (`accepted`: its parameter names).
     """
-    if "max_skips" in dataloader_kwargs:  # a packed-loader keyword, not a DataLoader one
-        raise invalid_argument(
-            "max_skips", dataloader_kwargs["max_skips"], f"the {path} has no on_error='skip'",
-            "Drop max_skips; it bounds the packed loader's skipped records.")
     if not dataloader_kwargs:
         return
     name = sorted(dataloader_kwargs)[0]
