@@ -112,7 +112,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
                           world_size, on_error, backend, sampler)
         # On the dataset, which reads the records (the producer's reads go through it). Off by
         # default: it costs ~3% of the loader's CPU on ImageNet-sized records (README).
-        self.dataset.verify_records = verify
+        if verify or self._owns_dataset:  # a caller's dataset keeps its own choice otherwise
+            self.dataset.verify_records = verify
         try:  # what each batch holds: (images, labels), a tuple of fields= or a dict
             extra = [n for n, s in self.dataset.fields.items()
                      if s.kind == "image" and n != self.dataset.image_field]

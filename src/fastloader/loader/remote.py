@@ -38,20 +38,31 @@ def remote_options(data: Any, cache_dir: Any, cache_limit: Any, storage_options:
     window = None if shuffle_window is None else int_at_least("shuffle_window",
                                                               shuffle_window, 1)
     prefetch = int_at_least("prefetch_shards", prefetch_shards, 0)
+    if sampler is not None and window is not None:
+        raise invalid_argument("shuffle_window", shuffle_window, "sets the shard-aware "
+                               "shuffle, and sampler= sets the order itself",
+                               "Drop one of shuffle_window= and sampler=.")
     if not is_url(data):
         given = {"cache_dir": cache_dir, "cache_limit": cache_limit,
-                 "storage_options": storage_options}
+                 "storage_options": storage_options,
+                 "prefetch_shards": None if prefetch_shards == 2 else prefetch_shards}
         for name, value in given.items():
             if value is not None:
                 raise invalid_argument(name, value, "applies to a dataset at a URL only",
                                        "Drop it, or pass the dataset's s3:// (or other) URL.")
-        return RemoteOptions(None if sampler is not None else window)
+        return RemoteOptions(window)
+    if sampler is not None and cache_limit is not None:
+        # A sampler's order may touch every shard before any is done with: no window bounds
+        # what a reader pins, so a cache limit could stall the pass.
+        raise invalid_argument("cache_limit", cache_limit, "cannot bound the cache under "
+                               "sampler=, whose order may read from every shard at once",
+                               "Drop cache_limit (or sampler=, to get the shard-aware shuffle).")
     if sampler is None and window is None:
         window = DEFAULT_WINDOW
     options = {"cache_dir": cache_dir, "cache_limit": cache_limit,
                "storage_options": storage_options, "prefetch": prefetch,
                "window": window or 1}
-    return RemoteOptions(None if sampler is not None else window, options)
+    return RemoteOptions(window, options)
 
 
 def plan_shards(dataset: Any, indices: np.ndarray, start: int, num_batches: int,

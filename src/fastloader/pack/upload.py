@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ def staging_folder(url: str, staging: str | os.PathLike[str] | None) -> Path:
 
 def _put(remote: Remote, local: Path, name: str) -> None:
     target = f"{remote.path}/{name}"
+    # Object stores have no folders, but file:// and other file systems need the parents.
+    remote.fs.makedirs(posixpath.dirname(target), exist_ok=True)
     remote._attempts(name, lambda: remote.fs.put_file(os.fspath(local), target))
     size = remote.fs.size(target)
     if size != local.stat().st_size:
