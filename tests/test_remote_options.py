@@ -52,3 +52,24 @@ def test_a_callers_dataset_keeps_its_record_check(tmp_path: Path) -> None:
         ds.verify_records = True
         with FastLoader(ds, **OPTIONS):  # verify_records=False by default: not imposed
             assert ds.verify_records
+
+
+def test_info_counts_skips_without_skipped_json(tmp_path: Path) -> None:
+    """A dataset read from a URL has no skipped.json in its cache: the manifest's count
+    stands in (here: the file removed from a local dataset with two unreadable files)."""
+    from fastloader.pack.info import dataset_info
+
+    make_tree(tmp_path / "tree", classes=2, per_class=3, size=(24, 28))
+    for k in range(2):
+        (tmp_path / "tree" / f"class_{k}" / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    path = packed_tree_from(tmp_path / "tree", tmp_path / "d.lmdb")
+    assert dataset_info(path)["skipped"] == 2
+    (path / "skipped.json").unlink()
+    assert dataset_info(path)["skipped"] == 2
+
+
+def packed_tree_from(tree: Path, dst: Path) -> Path:
+    from fastloader.pack.write import pack
+
+    pack(tree, dst, workers=1, quiet=True)
+    return dst

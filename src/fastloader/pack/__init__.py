@@ -1,8 +1,9 @@
-"""Packing image trees into datasets (scan, validate, write, CLI); callable as fastloader.pack().
+"""Packing datasets (image trees, tables, file groups, Python samples; scan, validate, write,
+verify, CLI); callable as fastloader.pack().
 
 `fastloader.pack` names both this subpackage and the pack() function. Importing any
 fastloader.pack.* module makes Python bind the subpackage to that attribute, which would hide
-the function; so the subpackage itself is callable and forwards to fastloader.pack.write.pack.
+the function; so the subpackage itself is callable and forwards to fastloader.pack.api.pack.
 """
 
 from __future__ import annotations

@@ -39,8 +39,9 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
         manifest = ds.manifest
         histogram = np.bincount(ds.labels, minlength=len(ds.classes))[: len(ds.classes)]
         codecs = np.bincount(ds.codecs, minlength=len(Codec))
-        skipped_file = Path(ds.root) / "skipped.json"
-        skipped = json.loads(skipped_file.read_text()) if skipped_file.is_file() else []
+        skipped_file = Path(ds.root) / "skipped.json"  # not fetched for a URL: stats count
+        skipped_count = (len(json.loads(skipped_file.read_text())) if skipped_file.is_file()
+                         else int(manifest.stats.get("skipped", 0)))
         return {
             "path": str(getattr(ds, "url", ds.root)),  # a remote dataset: its URL
             "backend": ds.backend,
@@ -61,7 +62,7 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
             "codecs": {Codec(c).name: int(n) for c, n in enumerate(codecs.tolist()) if n},
             "options": manifest.options,
             "stats": manifest.stats,
-            "skipped": len(skipped),
+            "skipped": skipped_count,
         }
 
 
