@@ -73,3 +73,10 @@ def packed_tree_from(tree: Path, dst: Path) -> Path:
 
     pack(tree, dst, workers=1, quiet=True)
     return dst
+
+
+def test_open_dataset_takes_none_for_the_url_options(dataset_path: Path) -> None:
+    with open_dataset(dataset_path, cache_dir=None, cache_limit=None) as ds:  # "not given"
+        assert len(ds) > 0
+    with pytest.raises(InvalidArgumentError, match=r"cache_dir.*URL only"):
+        open_dataset(dataset_path, cache_dir="somewhere")

@@ -347,8 +347,9 @@ def open_dataset(path: str | os.PathLike[str], **remote: Any) -> PackedDataset:
         from fastloader.format.remote_dataset import RemoteDataset
 
         return RemoteDataset(str(path), **remote)
-    if remote:
-        raise invalid_argument(next(iter(remote)), remote[next(iter(remote))],
+    given = {name: value for name, value in remote.items() if value is not None}
+    if given:  # None means "not given", as FastLoader passes it along
+        raise invalid_argument(next(iter(given)), given[next(iter(given))],
                                "applies to a dataset at a URL only",
                                "Drop it, or pass the dataset's s3:// (or other) URL.")
     return PackedDataset(path)
