@@ -87,6 +87,7 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
         world_size: the number of ranks.
         prefetch: DALI's prefetch queue depth.
         gpu_transforms: fastloader.gpu ops run after decode on device.
+        memory_format: torch.contiguous_format (default) or torch.channels_last output.
         roi_decode: decode only the planned box (False decodes whole images and slices: more
             work, but DALI's docs say ROI decoding turns the A100/H100 hardware decoder off).
         on_error: only "raise" (DALI stops at a bad record).

@@ -98,8 +98,9 @@ class FastLoader:
     runs on the producer thread before normalize. See the README's training-code section.
 
     Args:
-        data: a packed dataset folder (str or PathLike), an open PackedDataset (the caller
-            closes it), or a map-style torch Dataset (the drop-in loader).
+        data: a packed dataset folder (str or PathLike), its fsspec URL (s3://, gs://,
+            http(s)://, file://; read through the shard cache), an open PackedDataset (the
+            caller closes it), or a map-style torch Dataset (the drop-in loader).
         batch_size: samples per batch, >= 1.
         shuffle: a new order each epoch, drawn from (seed, epoch).
         seed: the seed of the order and of every random crop and flip.
