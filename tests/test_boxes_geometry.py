@@ -20,6 +20,7 @@ import torch
 import fastloader
 from fastloader.decode.augment import batch_rng, plan
 from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
+from helpers import BAD, damaged
 
 BACKGROUND = (128, 128, 128)
 COLOURS = [(255, 0, 0), (0, 200, 0), (0, 0, 255), (255, 255, 0)]  # label k is COLOURS[k]
@@ -133,6 +134,28 @@ def _check_visibility(classes: np.ndarray, sample: dict, kept: set[int], scale: 
             assert label not in kept, f"label {label} {visible:.0%} visible was kept"
         dropped += label not in kept
     return dropped
+
+
+def test_a_replaced_sample_brings_its_own_crop_for_its_boxes(
+        shapes_dataset: tuple[Path, list[dict]]) -> None:
+    """on_error="skip" decodes the next record with a crop of its own: its boxes use that one."""
+    dst, samples = shapes_dataset
+    dataset = damaged(dst, "garbage")
+    checked = 0
+    with dataset, fastloader.FastLoader(
+            dataset, batch_size=8, seed=5, on_error="skip", device="cpu",
+            transforms=TRANSFORMS["rrc+flip"], fields=["image", "boxes", "box_labels", "idx"],
+            min_box_visibility=0.5) as loader:
+        for images, boxes, labels, idx in loader:
+            for k in np.nonzero(idx.numpy() == BAD + 1)[0].tolist():  # the replacement (twice)
+                classes = _classes(images[k].numpy())
+                assert len(boxes[k]), "the replacement's boxes were all dropped"
+                for box, label in zip(boxes[k].numpy(), labels[k].tolist(), strict=True):
+                    iou = _iou(box.astype(np.float64), _pixel_box(classes == 1 + label))
+                    assert iou >= 0.9, f"replacement box {box} label {label}: IoU {iou:.3f}"
+                    checked += 1
+        assert loader.stats().skipped == 1
+    assert checked >= 3
 
 
 def test_default_min_visibility_is_the_documented_one() -> None:
