@@ -13,9 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-
 import torch
+from PIL import Image
 
 import fastloader
 from fastloader.decode.augment import batch_rng, plan
@@ -73,7 +72,8 @@ def _pixel_box(mask: np.ndarray) -> np.ndarray:
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    inter = max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter_w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    inter = inter_w * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
     area = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
     return inter / area
 
@@ -139,7 +139,7 @@ def _check_visibility(classes: np.ndarray, sample: dict, kept: set[int], scale: 
 def test_a_replaced_sample_brings_its_own_crop_for_its_boxes(
         shapes_dataset: tuple[Path, list[dict]]) -> None:
     """on_error="skip" decodes the next record with a crop of its own: its boxes use that one."""
-    dst, samples = shapes_dataset
+    dst, _ = shapes_dataset
     dataset = damaged(dst, "garbage")
     checked = 0
     with dataset, fastloader.FastLoader(

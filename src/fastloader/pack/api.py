@@ -37,7 +37,8 @@ def pack(
         src: the source (see above).
         dst: the dataset folder to create.
         fields: Python samples: name -> kind ("image", "int", "float", "text", "bytes",
-            "json", ("ndarray", DTYPE, SHAPE) with -1 for variable dims, ("int", CLASSES)).
+            "json", ("ndarray", DTYPE, SHAPE) with -1 for variable dims, ("int", CLASSES),
+            ("boxes", PER_BOX_FIELDS): float32 [k, 4] XYXY source-pixel boxes).
             Tables and file groups: kinds that override the inferred ones.
         source_format: force the source kind: "imagefolder", "csv", "tsv", "jsonl",
             "parquet", "files" (a folder of file groups) or "tar" (None: detected).
