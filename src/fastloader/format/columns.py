@@ -57,9 +57,9 @@ def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
     names = spec.arrays()
     if not spec.variable:
         data = arrays[names["data"]]
-        return list(data) if spec.kind == "ndarray" else data.tolist()
+        return list(data) if spec.is_array else data.tolist()
     values, offsets = arrays[names["values"]], arrays[names["offsets"]].tolist()
-    if spec.kind != "ndarray":
+    if not spec.is_array:
         blob = values.tobytes()
         return [blob[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
     shapes = arrays[names["shapes"]]
@@ -126,10 +126,10 @@ class Columns:
         spec, arrays = self.specs[name], self.arrays[name]
         if not spec.variable:
             data = np.asarray(arrays["data"][i])
-            return data if spec.kind == "ndarray" else data[()]
+            return data if spec.is_array else data[()]
         start, stop = int(arrays["offsets"][i]), int(arrays["offsets"][i + 1])
         raw = arrays["values"][start:stop]
-        if spec.kind == "ndarray":
+        if spec.is_array:
             return np.asarray(raw).reshape(tuple(int(d) for d in arrays["shapes"][i]))
         blob = raw.tobytes()
         if spec.kind in ("bytes", "image"):

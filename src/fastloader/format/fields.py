@@ -1,7 +1,8 @@
 """Declared sample fields of a format v2 dataset: kinds, their specs and how each is stored.
 
-A field is name -> kind (image, int, float, ndarray, text, bytes, json), with a dtype and shape
-for ndarray (-1 marks a variable dimension) and class names for a label int. The first image
+A field is name -> kind (image, int, float, ndarray, boxes, text, bytes, json), with a dtype and
+shape for ndarray (-1 marks a variable dimension), class names for a label int, and for boxes
+(float32 [k, 4] XYXY in source pixels) the names of its per-box fields. The first image
 field is the dataset's records (the shards, read by the fused decode path); every other field is
 a column of index arrays under index/: a fixed-size field is one (N, ...) array, a variable one
 is flat `values` plus (N+1,) `offsets` (and an (N, ndim) `shapes` for variable ndarrays), so a
@@ -19,7 +20,9 @@ import numpy as np
 
 from fastloader.errors import DatasetError, InvalidArgumentError
 
-KINDS = ("image", "int", "float", "ndarray", "text", "bytes", "json")
+KINDS = ("image", "int", "float", "ndarray", "boxes", "text", "bytes", "json")
+ARRAY_KINDS = ("ndarray", "boxes")  # stored as values + offsets + shapes of a numeric dtype
+BOXES_DTYPE, BOXES_SHAPE = "float32", (-1, 4)  # XYXY in source pixels, one row per box
 VARIABLE_KINDS = ("image", "text", "bytes", "json")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
 FIELD_PREFIX = "field."  # index array names of the columns: field.NAME[.values|.offsets|.shapes]
@@ -35,6 +38,8 @@ class FieldSpec:
         dtype: the numpy dtype of an ndarray field (int64 for int, float64 for float).
         shape: an ndarray field's per-sample shape; -1 marks a variable dimension.
         classes: class names of a label int field (value k is classes[k]).
+        per_box: a boxes field's per-box fields (one row per box, kept in step when boxes
+            are dropped), e.g. ("box_labels", "iscrowd").
     """
 
     name: str
@@ -42,11 +47,17 @@ class FieldSpec:
     dtype: str | None = None
     shape: tuple[int, ...] | None = None
     classes: tuple[str, ...] | None = None
+    per_box: tuple[str, ...] = ()
+
+    @property
+    def is_array(self) -> bool:
+        """A numeric array per sample (ndarray, boxes)."""
+        return self.kind in ARRAY_KINDS
 
     @property
     def variable(self) -> bool:
-        """Stored as values + offsets (text, bytes, json, image, ndarray with a -1 dim)."""
-        return self.kind in VARIABLE_KINDS or (self.kind == "ndarray" and -1 in (self.shape or ()))
+        """Stored as values + offsets (text, bytes, json, image, arrays with a -1 dim)."""
+        return self.kind in VARIABLE_KINDS or (self.is_array and -1 in (self.shape or ()))
 
     @property
     def storage_dtype(self) -> str:
@@ -55,7 +66,7 @@ class FieldSpec:
             return "int64"
         if self.kind == "float":
             return "float64"
-        return self.dtype if self.kind == "ndarray" and self.dtype else "uint8"
+        return self.dtype if self.is_array and self.dtype else "uint8"
 
     def arrays(self) -> dict[str, str]:
         """Role ("data", "values", "offsets", "shapes") -> index array name."""
@@ -63,7 +74,7 @@ class FieldSpec:
         if not self.variable:
             return {"data": base}
         names = {"values": base + ".values", "offsets": base + ".offsets"}
-        if self.kind == "ndarray":
+        if self.is_array:
             names["shapes"] = base + ".shapes"
         return names
 
@@ -74,6 +85,8 @@ class FieldSpec:
             entry |= {"dtype": self.dtype, "shape": list(self.shape or ())}
         if self.classes is not None:
             entry["classes"] = list(self.classes)
+        if self.kind == "boxes":
+            entry["per_box"] = list(self.per_box)
         return entry
 
     def describe(self) -> str:
@@ -82,6 +95,8 @@ class FieldSpec:
             return f"ndarray {self.dtype} {tuple(self.shape or ())}"
         if self.classes is not None:
             return f"int ({len(self.classes)} classes)"
+        if self.kind == "boxes":
+            return f"boxes XYXY float32 (-1, 4), per box {list(self.per_box)}"
         return self.kind
 
 
@@ -115,7 +130,8 @@ def _check_shape(shape: Any, bad: type[Exception], where: str) -> tuple[int, ...
 def make_spec(name: str, spec: Any, bad: type[Exception] = InvalidArgumentError,
               where: str = "fields") -> FieldSpec:
     """A FieldSpec from what a user writes: "text", ("ndarray", "float32", (512,)),
-    ("int", ["cat", "dog"]), or a manifest-style dict {"kind": ..., "dtype": ..., ...}."""
+    ("int", ["cat", "dog"]), ("boxes", ["box_labels"]) (per-box fields), or a manifest-style
+    dict {"kind": ..., "dtype": ..., ...}."""
     _check_name(name, bad, where)
     if isinstance(spec, str):
         spec = {"kind": spec}
@@ -125,9 +141,12 @@ def make_spec(name: str, spec: Any, bad: type[Exception] = InvalidArgumentError,
             spec = {"kind": kind, "dtype": spec[1], "shape": spec[2]}
         elif kind == "int" and len(spec) == 2:
             spec = {"kind": kind, "classes": spec[1]}
+        elif kind == "boxes" and len(spec) == 2:
+            spec = {"kind": kind, "per_box": spec[1]}
         else:
             raise bad(f"{where}: field {name!r} is {spec!r:.80}; write a kind ('text'), "
-                      "('ndarray', DTYPE, SHAPE) or ('int', CLASS_NAMES).")
+                      "('ndarray', DTYPE, SHAPE), ('int', CLASS_NAMES) or "
+                      "('boxes', PER_BOX_FIELDS).")
     if not isinstance(spec, Mapping) or spec.get("kind") not in KINDS:
         raise bad(f"{where}: field {name!r} has kind {spec!r:.80}; choose one of "
                   f"{', '.join(KINDS)}.")
@@ -144,7 +163,35 @@ def make_spec(name: str, spec: Any, bad: type[Exception] = InvalidArgumentError,
             raise bad(f"{where}: field {name!r}: class names belong to an int field and must "
                       "be a list of strings.")
         classes = tuple(names)
+    if kind == "boxes":
+        return FieldSpec(name, kind, BOXES_DTYPE, BOXES_SHAPE,
+                         per_box=_per_box(spec.get("per_box", ()), name, bad, where))
     return FieldSpec(name, kind, dtype, shape, classes)
+
+
+def _per_box(names: Any, field: str, bad: type[Exception], where: str) -> tuple[str, ...]:
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise bad(f"{where}: boxes field {field!r}: per_box {names!r:.60} is not a list of "
+                  "field names; write e.g. ('boxes', ['box_labels']).")
+    return tuple(names)
+
+
+def _check_per_box(specs: Sequence[FieldSpec], bad: type[Exception], where: str) -> None:
+    """Each per-box field is declared once, an array variable in its first dim (one row a box)."""
+    by_name = {s.name: s for s in specs}
+    owners: dict[str, str] = {}
+    for spec in (s for s in specs if s.kind == "boxes"):
+        for name in spec.per_box:
+            other = by_name.get(name)
+            if other is None or not other.is_array or other.kind == "boxes" or (
+                    (other.shape or (0,))[:1] != (-1,)):
+                raise bad(f"{where}: boxes field {spec.name!r} lists per-box field {name!r}, "
+                          "which must be a declared ndarray field variable in its first "
+                          "dimension, e.g. ('ndarray', 'int64', (-1,)).")
+            if name in owners:
+                raise bad(f"{where}: field {name!r} is per-box of both {owners[name]!r} and "
+                          f"{spec.name!r}; a per-box field belongs to one boxes field.")
+            owners[name] = spec.name
 
 
 def parse_fields(fields: Any) -> list[FieldSpec]:
@@ -170,6 +217,7 @@ def check_specs(specs: Sequence[FieldSpec], bad: type[Exception], where: str) ->
                   "one image per sample (its records): declare one.")
     if sum(s.classes is not None for s in specs) > 1:
         raise bad(f"{where}: more than one int field has class names; only the label has.")
+    _check_per_box(specs, bad, where)
 
 
 def specs_from_manifest(raw: Any, where: str) -> list[FieldSpec]:

@@ -6,6 +6,9 @@
 - variable-length ndarray fields: a list of B tensors; with padded=True, a field variable in
   its first dim only as (values [B, L, ...] zero-padded to the batch's longest, lengths [B]
   int64); with multi_hot=C (1-D int fields) a [B, C] float32 tensor with 1 at each class;
+- boxes fields: a list of B float32 [k, 4] tensors, XYXY in output pixels: mapped through each
+  sample's crop, resize and flip (decode/boxes.py), clipped, and boxes less visible than
+  min_box_visibility dropped; their per-box fields (lists, or padded) drop the same rows;
 - text, bytes, json: lists of B Python values;
 - further image fields: decoded with the same transforms (their own crops and flips) as uint8
   (B, 3, H, W) tensors (loader/extra_images.py); decode_images=False gives their bytes.
@@ -22,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, map_boxes
 from fastloader.errors import InvalidArgumentError, invalid_type
 from fastloader.format.fields import FieldSpec, is_classification, label_field
 from fastloader.loader.extra_images import ExtraImages
@@ -60,10 +64,13 @@ class FieldCollator:
         fields: the field names to yield as a tuple, or None (see the module rules).
         multi_hot: an int or {field: classes}: multi-label fields as [B, C] tensors.
         padded: variable-length ndarrays as (padded tensor, lengths) instead of lists.
+        images: the decoder of further image fields (None: they come as bytes).
+        min_visibility: boxes with a smaller visible area fraction are dropped.
     """
 
     def __init__(self, dataset: Any, fields: Any, multi_hot: Any, padded: bool = False,
-                 images: ExtraImages | None = None) -> None:
+                 images: ExtraImages | None = None,
+                 min_visibility: float = DEFAULT_MIN_BOX_VISIBILITY) -> None:
         self.padded = padded
         self.images = images  # None: further image fields come as bytes
         self.dataset = dataset
@@ -85,13 +92,23 @@ class FieldCollator:
         self.multi_hot = _multi_hot(multi_hot, specs, self.names)
         if self.classic and self.multi_hot:
             self.classic = False
+        self.min_visibility = min_visibility
+        # per-box field -> its boxes field; the boxes fields whose keep masks a batch needs
+        self.owner = {n: s.name for s in specs.values() if s.kind == "boxes" for n in s.per_box}
+        self.box_fields = sorted({self.owner.get(n, n) for n in self.names
+                                  if n in self.owner or specs[n].kind == "boxes"})
+        self._boxes: dict[str, tuple[list[torch.Tensor], list[np.ndarray]]] = {}
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray,
-                 seeds: tuple[int, int, int, int] = (0, 0, 0, 0)) -> Any:
-        """The batch's output; seeds (seed, epoch, batch, rank) draw further images' crops."""
+                 seeds: tuple[int, int, int, int] = (0, 0, 0, 0),
+                 geometry: tuple[np.ndarray, np.ndarray, tuple[int, int]] | None = None) -> Any:
+        """The batch's output; seeds (seed, epoch, batch, rank) draw further images' crops;
+        geometry (crops, flips, output size) is the plan the images were decoded with."""
         if self.classic:
             return images, labels
         self._seeds = seeds
+        self._boxes = {name: self._map(name, indices, geometry, labels.device)
+                       for name in self.box_fields}
         values = [self._column(name, images, labels, indices) for name in self.names]
         return dict(zip(self.names, values, strict=True)) if self.as_dict else tuple(values)
 
@@ -105,7 +122,12 @@ class FieldCollator:
         if columns is None:  # pragma: no cover - v1 has only image and label
             raise InvalidArgumentError(f"{self.dataset.root} has no field {name!r}")
         spec = self.specs[name]
+        if spec.kind == "boxes":
+            return self._boxes[name][0]
         values = columns.gather(name, indices)
+        if name in self.owner:  # a per-box field drops the rows of the dropped boxes
+            values = [v[keep] for v, keep in zip(values, self._boxes[self.owner[name]][1],
+                                                 strict=True)]
         device = labels.device
         if spec.kind in ("int", "float") or (spec.kind == "ndarray" and not spec.variable):
             return torch.from_numpy(np.ascontiguousarray(values)).to(device)
@@ -119,6 +141,24 @@ class FieldCollator:
                 return _pad(values, np.dtype(spec.dtype), device)
             return [torch.from_numpy(np.array(v)).to(device) for v in values]
         return values
+
+    def _map(self, name: str, indices: np.ndarray,
+             geometry: tuple[np.ndarray, np.ndarray, tuple[int, int]] | None,
+             device: torch.device) -> tuple[list[torch.Tensor], list[np.ndarray]]:
+        """Boxes field name of the batch in output pixels, and each sample's keep mask."""
+        if geometry is None:
+            raise InvalidArgumentError(
+                f"field {name!r} holds boxes, which need the crop plan the images were decoded "
+                "with; this loader does not give it. Use the packed loader (backend 'auto', "
+                "'native' or 'pillow').")
+        crops, flips, size = geometry
+        out: list[torch.Tensor] = []
+        keeps: list[np.ndarray] = []
+        for k, boxes in enumerate(self.dataset.columns.gather(name, indices)):
+            mapped, keep = map_boxes(boxes, crops[k], bool(flips[k]), size, self.min_visibility)
+            out.append(torch.from_numpy(mapped).to(device))
+            keeps.append(keep)
+        return out, keeps
 
     def _hot(self, name: str, values: list[np.ndarray], device: torch.device) -> torch.Tensor:
         classes = self.multi_hot[name]

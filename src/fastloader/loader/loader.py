@@ -136,6 +136,9 @@ class FastLoader:
             variable-length int field (a multi-label list) into a [B, C] float32 tensor.
         padded: packed loader only: a variable-length ndarray field (variable in its first
             dim) comes as (values zero-padded to the batch's longest, lengths [B]).
+        min_box_visibility: packed loader only: a boxes field's box whose visible area, after
+            the sample's crop, is below this fraction of its whole area is dropped with its
+            per-box fields (default 0.25; 0 keeps every box with any area inside).
         decode_images: packed loader only: further image fields (beyond the first) are
             decoded with the same transforms, their own crops and flips, as uint8 tensors
             (True, the default); False yields their encoded bytes.

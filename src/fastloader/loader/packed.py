@@ -11,8 +11,9 @@ import torch
 
 from fastloader.checks import flag, positive_int
 from fastloader.decode.augment import check_transforms, output_size
+from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, check_min_visibility
 from fastloader.decode.decode import BatchDecoder
-from fastloader.errors import FastloaderError, invalid_argument
+from fastloader.errors import FastloaderError, InvalidArgumentError, invalid_argument
 from fastloader.format.dataset import dataset_from
 from fastloader.gpu.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
 from fastloader.gpu.ops import device_ops, gpu_rng
@@ -87,6 +88,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
         fields: Any = None,
         multi_hot: Any = None,
         padded: bool = False,
+        min_box_visibility: float = DEFAULT_MIN_BOX_VISIBILITY,
         decode_images: bool = True,
         cache_dir: Any = None,
         cache_limit: int | str | None = None,
@@ -120,7 +122,13 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
             self._extra_images = (ExtraImages(self.transforms, backend)
                                   if extra and flag("decode_images", decode_images) else None)
             self._collate = FieldCollator(self.dataset, fields, multi_hot,
-                                          flag("padded", padded), self._extra_images)
+                                          flag("padded", padded), self._extra_images,
+                                          check_min_visibility(min_box_visibility))
+            if self._gpu_ops is not None and self._collate.box_fields:
+                raise InvalidArgumentError(
+                    "gpu_transforms= with boxes fields is not supported: the device ops move "
+                    "pixels after the boxes were mapped. Use the CPU transforms= (fused crop, "
+                    "resize and flip), which move boxes with the pixels.")
         except BaseException:
             self.close()
             raise
@@ -252,7 +260,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
                 self._counters.add_batch(item.count)
                 self._batches_done = item.index + 1
                 yield self._collate(images, labels, item.samples, (
-                    epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank))
+                    epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank),
+                    item.geometry)
         finally:
             self._counters.add_time("active", time.perf_counter() - started)
             if self._active is producer:

@@ -67,6 +67,8 @@ class ReadyBatch:
     labels: np.ndarray
     samples: np.ndarray  # dataset indices actually delivered (after any skip replacement)
     images: Any = None  # the fresh channel-first tensor when a PlanarSpec was given
+    # (crops, flips, (out_h, out_w)) of the delivered samples: boxes follow their pixels
+    geometry: tuple[np.ndarray, np.ndarray, tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -266,15 +268,18 @@ class Producer:
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:
                     failures[k] = DecodeError(f"{self.dataset.describe(samples[k])}: {message}")
+            crops, flips = prepared.crops.copy(), prepared.flips.copy()
             for k, error in sorted(failures.items()):
-                samples[k] = self._recover(b, k, int(samples[k]), error, out, spec, target)
+                samples[k], crops[k], flips[k] = self._recover(b, k, int(samples[k]), error,
+                                                               out, spec, target)
             if self.batch_transform is not None:  # stats: decode_s includes it
                 if target is not None and images is not None and self.planar is not None:
                     images = transform_planar(self.batch_transform, target, images, self.planar)
                 else:
                     transform_slot(self.batch_transform, out)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
-        return ReadyBatch(b, slot, len(samples), labels, samples, images)
+        geometry = (crops, flips, (int(out.shape[1]), int(out.shape[2])))
+        return ReadyBatch(b, slot, len(samples), labels, samples, images, geometry)
 
     def _read(self, samples: np.ndarray) -> tuple[list[Any], dict[int, FastloaderError]]:
         records: list[Any] = []
@@ -288,8 +293,10 @@ class Producer:
         return records, failures
 
     def _recover(self, b: int, k: int, sample: int, error: FastloaderError,
-                 out: np.ndarray, spec: PlanarSpec | None, images: Any) -> int:
-        """on_error="raise": raise. "skip": decode a replacement into out[k], return its index.
+                 out: np.ndarray, spec: PlanarSpec | None, images: Any
+                 ) -> tuple[int, np.ndarray, bool]:
+        """on_error="raise": raise. "skip": decode a replacement into out[k], return its index,
+        crop and flip.
 
         Replacements are the next records after the bad one (sample+1, sample+2, ...), planned
         from a generator keyed by (seed, epoch, batch, rank, position, attempt): deterministic.
@@ -319,7 +326,7 @@ class Producer:
             if self.decoder.decode_into([record], crops, flips, out[k : k + 1], tiles,
                                         **_planar_kwargs(spec, images, k, k + 1))[0] is None:
                 log.info("replacement for %s: record %d", description, candidate)
-                return candidate
+                return candidate, crops[0], bool(flips[0])
         raise DecodeError(
             f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
             "was found. The dataset looks badly damaged: run `packdata verify` and repack it."

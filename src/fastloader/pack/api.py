@@ -23,6 +23,7 @@ def pack(
     label: str | None = None,
     root: str | os.PathLike[str] | None = None,
     skip_bad: bool = False,
+    skip_empty: bool = False,
     **options: Any,
 ) -> Manifest:
     """Pack src into the dataset folder dst (NAME.lmdb or NAME.h5), atomically.
@@ -37,7 +38,8 @@ def pack(
         src: the source (see above).
         dst: the dataset folder to create.
         fields: Python samples: name -> kind ("image", "int", "float", "text", "bytes",
-            "json", ("ndarray", DTYPE, SHAPE) with -1 for variable dims, ("int", CLASSES)).
+            "json", ("ndarray", DTYPE, SHAPE) with -1 for variable dims, ("int", CLASSES),
+            ("boxes", PER_BOX_FIELDS): float32 [k, 4] XYXY source-pixel boxes).
             Tables and file groups: kinds that override the inferred ones.
         source_format: force the source kind: "imagefolder", "csv", "tsv", "jsonl",
             "parquet", "files" (a folder of file groups) or "tar" (None: detected).
@@ -46,6 +48,8 @@ def pack(
         root: tables: the folder image paths are relative to (default: the table's folder).
         skip_bad: pack the samples that are fine and list the others (why, where) in the
             manifest's stats and skipped.json, instead of stopping at the first bad one.
+        skip_empty: COCO files: leave out images without annotations (kept by default,
+            with empty boxes).
         **options: format, shard_size, workers, max_side, quality, overwrite, quiet,
             progress, max_file_size, resume (not for Python samples: their sameness cannot be
             checked); ImageFolder sources also strict, tiles, restart_mcus (see
@@ -61,6 +65,8 @@ def pack(
     """
     kind = None if not isinstance(src, (str, os.PathLike)) else importers.detect(
         src, source_format)
+    if skip_empty and kind != "coco":
+        raise PackError("skip_empty (--skip-empty) applies to COCO files only.")
     if kind == "imagefolder":
         importers.refuse_table_options(kind, fields, image, label, root, skip_bad)
         return pack_imagefolder(src, dst, **options)
@@ -73,5 +79,6 @@ def pack(
     if kind is None:
         return pack_samples(src, dst, fields, skip_bad=skip_bad, **options)
     samples, specs, source = importers.open_source(src, kind, fields=fields, image=image,
-                                                   label=label, root=root)
+                                                   label=label, root=root,
+                                                   skip_empty=skip_empty)
     return pack_samples(samples, dst, specs, skip_bad=skip_bad, source=source, **options)

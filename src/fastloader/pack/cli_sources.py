@@ -43,6 +43,10 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         "(default: the table's folder)")
     add("--field", type=parse_field, action="append", metavar="NAME:KIND",
         help="a column's or extension's kind, overriding the inferred one (repeatable)")
+    add("--images", metavar="DIR", dest="root", help="COCO file: the folder its file_name "
+        "entries are relative to (default: the file's folder; same as --root)")
+    add("--skip-empty", action="store_true", help="COCO file: leave out images without "
+        "annotations")
     add("--skip-bad", action="store_true", help="tables and file groups: pack the good "
         "samples and list the bad ones (file, line or member, field, why)")
 
@@ -59,6 +63,8 @@ def source_options(args: argparse.Namespace) -> dict[str, Any]:
         options["fields"] = dict(args.field)
     if args.skip_bad:
         options["skip_bad"] = True
+    if args.skip_empty:
+        options["skip_empty"] = True
     return options
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from fastloader.errors import PackError
 
-SOURCE_FORMATS = ("imagefolder", "csv", "tsv", "jsonl", "parquet", "files", "tar")
+SOURCE_FORMATS = ("imagefolder", "csv", "tsv", "jsonl", "parquet", "files", "tar", "coco")
 _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet",
-             ".tar": "tar"}
+             ".tar": "tar", ".json": "coco"}
 
 
 def detect(src: str | os.PathLike[str], forced: str | None) -> str:
@@ -81,9 +81,18 @@ def fingerprint(kind: str, path: str) -> str:
 
 
 def open_source(src: str | os.PathLike[str], kind: str, *, fields: Any, image: str | None,
-                label: str | None, root: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """(samples, field specs, source description with its fingerprint) of a table or of file
-    groups."""
+                label: str | None, root: Any, skip_empty: bool = False
+                ) -> tuple[Any, Any, dict[str, Any]]:
+    """(samples, field specs, source description with its fingerprint) of a table, of file
+    groups or of a COCO file."""
+    if kind == "coco":
+        if fields or image or label:
+            raise PackError("--field, --image and --label do not apply to a COCO file: its "
+                            "fields are image, boxes, box_labels, iscrowd and image_id.")
+        from fastloader.pack.coco import open_coco
+
+        samples, specs, source = open_coco(src, root, skip_empty)
+        return samples, specs, source | {"fingerprint": fingerprint(kind, source["path"])}
     samples, specs, source = _open(src, kind, fields=fields, image=image, label=label,
                                    root=root)
     return samples, specs, source | {"fingerprint": fingerprint(kind, source["path"])}

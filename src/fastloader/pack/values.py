@@ -112,6 +112,30 @@ def _ndarray(spec: FieldSpec, value: Any) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+def _boxes(spec: FieldSpec, value: Any) -> np.ndarray:
+    """float32 [k, 4] XYXY: finite, positive width and height (an empty list is no boxes)."""
+    if isinstance(value, (list, tuple)) and len(value) == 0:
+        return np.zeros((0, 4), np.float32)
+    boxes = _ndarray(spec, value)
+    bad = ~np.isfinite(boxes).all(axis=1) | (boxes[:, 2] <= boxes[:, 0]) | (
+        boxes[:, 3] <= boxes[:, 1])
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise BadValue(f"box {k} is {boxes[k].tolist()}: boxes are XYXY (x1, y1, x2, y2) in "
+                       "source pixels with x2 > x1 and y2 > y1, all finite; fix or drop it")
+    return boxes
+
+
+def _per_box_lengths(specs: Sequence[FieldSpec], values: Mapping[str, Any]) -> str | None:
+    """Why a sample's per-box fields are out of step with its boxes, or None."""
+    for spec in (s for s in specs if s.kind == "boxes"):
+        for name in spec.per_box:
+            if len(values[name]) != len(values[spec.name]):
+                return (f"field {name!r} has {len(values[name])} rows but {spec.name!r} has "
+                        f"{len(values[spec.name])} boxes; a per-box field has one row a box")
+    return None
+
+
 def _blob(spec: FieldSpec, value: Any) -> bytes:
     if spec.kind == "text":
         if not isinstance(value, str):
@@ -136,7 +160,9 @@ def stored_value(spec: FieldSpec, value: Any, max_file_size: int) -> Any:
         return _int(spec, value)
     if spec.kind == "float":
         return _float(value)
-    if spec.kind == "ndarray":
+    if spec.kind == "boxes":
+        return _boxes(spec, value)
+    if spec.is_array:
         return _ndarray(spec, value)
     if spec.kind == "image":
         data = _image_bytes(value, max_file_size)
@@ -183,4 +209,7 @@ def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
             return PreparedSample(_reject(f"{where}: field {spec.name!r} ({spec.describe()}): "
                                           f"{exc}"), {}, path)
     assert record is not None  # check_specs: an image field is declared
+    mismatch = _per_box_lengths(specs, values)
+    if mismatch is not None:
+        return PreparedSample(_reject(f"{where}: {mismatch}"), {}, path)
     return PreparedSample(record, values, path)

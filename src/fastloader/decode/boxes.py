@@ -1,0 +1,59 @@
+"""Boxes through a sample's crop plan: the geometry the fused decode applied to its pixels.
+
+The decoder takes the integer source box (top, left, height, width) of augment.plan, resizes it
+to the output size and mirrors it when flipped; output pixel edges map linearly to source pixel
+edges, so a source point (x, y) lands at ((x - left) * out_w / width, (y - top) * out_h /
+height), then x -> out_w - x when flipped. Boxes are clipped to the output; a box whose visible
+area is below `min_visibility` of its whole mapped area is dropped (with its per-box rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fastloader.errors import invalid_argument, invalid_type
+
+DEFAULT_MIN_BOX_VISIBILITY = 0.25  # a box less than a quarter visible is mostly cropped away
+
+
+def check_min_visibility(value: object) -> float:
+    """min_box_visibility as a float in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise invalid_type("min_box_visibility", value, "a float in [0, 1]")
+    if not 0.0 <= float(value) <= 1.0:
+        raise invalid_argument("min_box_visibility", value, "must lie in [0, 1]",
+                               "Pass e.g. 0.25 (0 keeps every box with any visible area).")
+    return float(value)
+
+
+def map_boxes(boxes: np.ndarray, crop: np.ndarray, flip: bool, out_size: tuple[int, int],
+              min_visibility: float) -> tuple[np.ndarray, np.ndarray]:
+    """One sample's boxes (float32 [k, 4] XYXY, source pixels) in output pixels.
+
+    Args:
+        boxes: the sample's boxes.
+        crop: its int (top, left, height, width) source crop from augment.plan.
+        flip: whether its output is mirrored left-right.
+        out_size: the output (height, width).
+        min_visibility: boxes with a smaller visible area fraction are dropped.
+
+    Returns:
+        (kept boxes float32 [j, 4] XYXY clipped to the output, keep: bool [k]).
+    """
+    top, left, height, width = (float(v) for v in crop)
+    out_h, out_w = float(out_size[0]), float(out_size[1])
+    src = np.asarray(boxes, np.float64).reshape(-1, 4)
+    sx, sy = out_w / width, out_h / height
+    x1, x2 = (src[:, 0] - left) * sx, (src[:, 2] - left) * sx
+    y1, y2 = (src[:, 1] - top) * sy, (src[:, 3] - top) * sy
+    if flip:
+        x1, x2 = out_w - x2, out_w - x1
+    full = (x2 - x1) * (y2 - y1)
+    cx1, cx2 = np.clip(x1, 0, out_w), np.clip(x2, 0, out_w)
+    cy1, cy2 = np.clip(y1, 0, out_h), np.clip(y2, 0, out_h)
+    visible = np.maximum(cx2 - cx1, 0) * np.maximum(cy2 - cy1, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fraction = np.where(full > 0, visible / np.where(full > 0, full, 1), 0.0)
+    keep = (visible > 0) & (fraction >= min_visibility)
+    mapped = np.stack([cx1, cy1, cx2, cy2], axis=1)[keep].astype(np.float32)
+    return mapped.reshape(-1, 4), keep
