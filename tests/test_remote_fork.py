@@ -46,3 +46,28 @@ def test_a_forked_child_reads_a_remote_dataset(served, tmp_path: Path) -> None:
         os.close(reader)
         assert status == 0, f"child exit {status} (None: hung): {message}"
         assert sum(1 for _ in it) == len(loader) - 1  # the parent's pass goes on
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.timeout(60)
+def test_a_forked_child_does_not_keep_its_parents_download_lock(tmp_path: Path) -> None:
+    """A flock lives until every fd of it is closed: the child's inherited copy of a download
+    lock the parent holds must not outlive the parent's release (the child would then wait
+    for that shard forever)."""
+    import fcntl
+
+    from fastloader.format import cache
+
+    path = tmp_path / "shard.dl"
+    fd = cache._flock(path, fcntl.LOCK_EX)  # as a download in flight holds it
+    assert fd is not None
+    pid = os.fork()
+    if pid == 0:  # the child: take the same lock once the parent lets go
+        code = 1
+        try:
+            child_fd = cache._flock(path, fcntl.LOCK_EX)
+            code = 0 if child_fd is not None else 2
+        finally:
+            os._exit(code)
+    cache._unlock(fd)  # the parent's download ends
+    assert wait_child(pid, 20) == 0, "the child never got the lock (None: it hung)"

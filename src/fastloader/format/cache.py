@@ -16,6 +16,7 @@ Flock locks die with their process (no stale lock files to remove, no shared-mem
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -53,6 +54,26 @@ def parse_size(value: int | str | None, name: str = "cache_limit") -> int | None
                            "Pass an int or a string such as '200GB', '500MiB'.")
 
 
+# The fds through which this process holds a flock. A forked child inherits copies of them, and
+# a flock lives until every fd of its open file description is closed: a copy left open in the
+# child would keep, say, a download lock of the parent's held for as long as the child lives,
+# and the child would wait on it forever. The child closes its copies at once.
+_HELD: set[int] = set()
+_HELD_LOCK = threading.Lock()
+
+
+def _close_inherited_locks() -> None:
+    global _HELD_LOCK
+    _HELD_LOCK = threading.Lock()  # a parent thread may have held it at fork time
+    for fd in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
 def _flock(path: Path, mode: int) -> int | None:
     """An fd holding flock `mode` on path (created if missing), or None if LOCK_NB failed."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -64,11 +85,17 @@ def _flock(path: Path, mode: int) -> int | None:
     except BaseException:
         os.close(fd)
         raise
+    with _HELD_LOCK:
+        _HELD.add(fd)
     return fd
 
 
 def _unlock(fd: int) -> None:
-    os.close(fd)  # closing the last fd of the description releases its flock
+    with _HELD_LOCK:
+        if fd not in _HELD:  # a parent's fd this forked child has closed already
+            return
+        _HELD.discard(fd)
+        os.close(fd)  # closing the last fd of the description releases its flock
 
 
 class ShardCache:
