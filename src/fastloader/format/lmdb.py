@@ -58,12 +58,24 @@ _OPEN: dict[tuple[int, int], list[Any]] = {}  # (st_dev, st_ino) -> [environment
 _OPEN_LOCK = threading.Lock()
 
 
+# The table is held across fork(): no thread is then half-way through opening or closing an
+# environment (one py-lmdb counts as open but the table does not list would make the child's
+# next open of that file fail with "already open in this process").
+def _lock_before_fork() -> None:
+    _OPEN_LOCK.acquire()
+
+
+def _unlock_in_parent() -> None:
+    _OPEN_LOCK.release()
+
+
 def _reinit_lock_in_child() -> None:
     global _OPEN_LOCK
-    _OPEN_LOCK = threading.Lock()  # another thread may have held it at fork time
+    _OPEN_LOCK = threading.Lock()  # the forking thread's hold on the parent's lock is void here
 
 
-os.register_at_fork(after_in_child=_reinit_lock_in_child)
+os.register_at_fork(before=_lock_before_fork, after_in_parent=_unlock_in_parent,
+                    after_in_child=_reinit_lock_in_child)
 
 
 def _open_env(path: Path) -> Any:
