@@ -3,12 +3,12 @@ the old version unaffected, bad inputs refused with a clear message."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from treegen import make_flat_tree
 
 from fastloader.errors import PackError
 from fastloader.format.dataset import PackedDataset
@@ -17,6 +17,7 @@ from fastloader.pack.cli import main
 from fastloader.pack.grow import append, merge, merged_classes
 from fastloader.pack.verify import verify
 from fastloader.pack.write import pack
+from treegen import make_flat_tree
 
 SHARD = 2048  # small shards: several per input
 
@@ -39,6 +40,15 @@ def _samples(path: Path) -> list[tuple[str, str, bytes]]:
     with PackedDataset(path) as ds:
         return [(ds.path(i), ds.classes[int(ds.labels[i])], bytes(ds.record(i, verify=True)))
                 for i in range(len(ds))]
+
+
+def _files(manifest) -> list[tuple[str, str]]:
+    return ([(s.file, s.sha256) for s in manifest.shards]
+            + [(f.file, f.sha256) for f in manifest.fields.values()])
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture()
@@ -82,9 +92,14 @@ def test_append_tree_in_place_keeps_ids_and_old_readers(tmp_path: Path, two) -> 
         assert new == sorted((f"c{c:02d}/img_{i:04d}.jpg", f"c{c:02d}")
                              for c in (1, 2) for i in range(5))
         assert verify(a, decode=True).ok
+        replaced = read_manifest(a)
         append(a, two[1], workers=1)  # a second append: the first reader's index is gone now
         assert len(_samples(a)) == len(after) + 10
         assert verify(a).ok
+        # A reader that read the replaced manifest just before the switch still finds every
+        # file it names, unchanged.
+        for name, sha in _files(replaced):
+            assert _sha(a / name) == sha, name
         # The reader opened before both appends still reads its version, all of it.
         assert len(old_reader) == len(before)
         assert [(old_reader.path(i), old_reader.classes[int(old_reader.labels[i])],
@@ -148,10 +163,10 @@ def test_damaged_input_is_not_spread_and_dst_stays_whole(tmp_path: Path, two,
     where = bytes(data).index(target) + len(target) // 2
     data[where] ^= 0xFF
     shard.write_bytes(bytes(data))
-    with pytest.raises(PackError, match="sha256|crc32"):
+    with pytest.raises(PackError, match=r"sha256|crc32"):
         append(a, b)
     assert _samples(a) == before and verify(a).ok  # DST unchanged, still whole
-    with pytest.raises(PackError, match="sha256|crc32"):
+    with pytest.raises(PackError, match=r"sha256|crc32"):
         merge([a, b], tmp_path / f"o{suffix}")
     assert not (tmp_path / f"o{suffix}").exists()
 

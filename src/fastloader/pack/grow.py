@@ -39,7 +39,7 @@ from fastloader.format import index as index_mod
 from fastloader.format.backends import backend_module
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import MANIFEST_NAME, Manifest, ShardInfo
-from fastloader.pack.journal import Staging, is_dataset
+from fastloader.pack.journal import Staging, file_digest, is_dataset
 
 SKIPPED_NAME = "skipped.json"
 _LOCK_NAME = ".append.lock"
@@ -164,8 +164,7 @@ class _Combined:
             else:
                 _copy_checked(ds.root / info.file, target, info)
                 offsets = np.asarray(ds.offsets[span], np.int64)
-            size = target.stat().st_size
-            sha = info.sha256 if ds.backend != "lmdb" else _sha256(target)
+            size, sha = file_digest(target)
             self._add("shard", np.full(info.count, len(self.shards), np.int32))
             self._add("offset", offsets)
             self._add("label", label_map[np.asarray(ds.labels[span])])
@@ -182,14 +181,6 @@ class _Combined:
         out = {name: np.concatenate(parts) for name, parts in self.columns.items()}
         out["path_offsets"], out["path_bytes"] = index_mod.encode_paths(self.paths)
         return out
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _stats(datasets: Sequence[PackedDataset]) -> dict[str, Any]:
@@ -393,10 +384,11 @@ def append(
     with _append_lock(root):
         if is_dataset(source):
             return _append_into(root, [source])
-        options = read_manifest(root).options
-        settings = {"format": read_manifest(root).backend, "quiet": True, "overwrite": True}
-        settings |= {k: options[k] for k in ("shard_size", "max_side", "quality")
-                     if k in options}
+        current = read_manifest(root)
+        settings: dict[str, Any] = {"format": current.backend, "quiet": True,
+                                    "overwrite": True}
+        settings |= {k: current.options[k] for k in ("shard_size", "max_side", "quality")
+                     if k in current.options}
         settings |= pack_options
         temp = root.parent / f".{root.name}.append-{os.getpid()}"
         try:
