@@ -48,7 +48,8 @@ in .tar shards ('data-{000..009}.tar'); --source-format forces the kind.
 DST's suffix picks the backend: NAME.lmdb or NAME.h5.
 DST may be a URL (s3://bucket/x.lmdb, gs://..., file://...): packed into --staging, then
 uploaded (shards, index, manifest.json last); info and verify take URLs too.
-A source folder literally named "info" or "verify" must be written as ./info.
+A source folder literally named "info", "verify", "append" or "merge" must be written as
+./info.
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input."""
 
 
@@ -69,7 +70,8 @@ def parse_size(text: str) -> int:
 def _pack_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="packdata",
-        usage="packdata SRC DST [options]\n       packdata {info,verify} DST [options]",
+        usage="packdata SRC DST [options]\n       packdata {info,verify} DST [options]\n"
+              "       packdata append DST NEW | packdata merge A B [...] OUT",
         description="Pack an ImageFolder-style image tree into a sharded LMDB or HDF5 dataset.",
         epilog=USAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
