@@ -146,6 +146,12 @@ def test_refusals(tmp_path: Path, two) -> None:
     with pytest.raises(PackError, match="format v2"):
         append(v2, a)
     assert not (tmp_path / "o.lmdb").exists()
+    empty = _tree(tmp_path / "empty", 1)
+    for image in (empty / "c00").iterdir():
+        image.write_bytes(b"not an image")
+    with pytest.raises(PackError, match="could be decoded"):
+        append(a, empty, workers=1)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 @pytest.mark.parametrize("suffix", [".lmdb", ".h5"])
@@ -169,6 +175,7 @@ def test_damaged_input_is_not_spread_and_dst_stays_whole(tmp_path: Path, two,
     with pytest.raises(PackError, match=r"sha256|crc32"):
         merge([a, b], tmp_path / f"o{suffix}")
     assert not (tmp_path / f"o{suffix}").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 def test_cli_append_and_merge(tmp_path: Path, two, capsys) -> None:

@@ -39,7 +39,7 @@ from fastloader.format import index as index_mod
 from fastloader.format.backends import backend_module
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import MANIFEST_NAME, Manifest, ShardInfo
-from fastloader.pack.journal import Staging, file_digest, is_dataset
+from fastloader.pack.journal import Staging, file_digest, is_dataset, staging_path
 
 SKIPPED_NAME = "skipped.json"
 _LOCK_NAME = ".append.lock"
@@ -266,12 +266,13 @@ def merge(
         raise PackError(f"{dst} already exists; pass --overwrite to replace a packed dataset, "
                         "or choose another OUT.")
     datasets: list[PackedDataset] = []
-    staging = Staging(dst)
+    staging, opened = Staging(dst), False
     try:
         for k, root in enumerate(roots):
             datasets.append(_open_input(root, f"input {k + 1}"))
         _check_same(datasets)
         staging.open({"merge": [str(r) for r in roots]}, resume=False)
+        opened = True
         classes, maps = merged_classes([ds.classes for ds in datasets])
         suffix = backend_module(datasets[0].backend).SHARD_SUFFIX
         combined = _Combined(staging.dir, suffix, set())
@@ -281,6 +282,10 @@ def merge(
         _write_text_atomic(staging.dir / SKIPPED_NAME, json.dumps(_skipped(roots), indent=1))
         manifest = _manifest(datasets, combined, classes, fields)
         staging.finish(manifest.write, overwrite)
+    except BaseException:
+        if opened:  # a merge has nothing to resume: leave no staging folder behind
+            shutil.rmtree(staging.dir, ignore_errors=True)
+        raise
     finally:
         staging.release()
         for ds in datasets:
@@ -394,5 +399,6 @@ def append(
         try:
             pack(source, temp, **settings)
             return _append_into(root, [temp])
-        finally:
+        finally:  # the packed copy, or what a failed pack of it left
             shutil.rmtree(temp, ignore_errors=True)
+            shutil.rmtree(staging_path(temp), ignore_errors=True)
