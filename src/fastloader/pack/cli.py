@@ -22,7 +22,7 @@ from fastloader.pack.upload import download, staging_folder, upload
 from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
 from fastloader.pack.write import DEFAULT_SHARD_SIZE, SKIPPED_NAME
 
-SUBCOMMANDS = ("info", "verify")
+SUBCOMMANDS = ("info", "verify", "append", "merge")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SHOWN_SKIPPED = 10
 
@@ -35,6 +35,11 @@ other commands:
                                    checks each tile table, a spliced crop against the full
                                    decode and, with --source, pixels against the source tree);
                                    exit 0 only if intact
+  packdata append DST NEW          add NEW (an image tree or a packed dataset) to DST in place:
+                                   new shards, new class names at the end, manifest switched
+                                   last (readers of the old version keep working)
+  packdata merge A B [...] OUT     one dataset from several (records copied, not decoded);
+                                   classes by name: A's ids kept, new names added at the end
 
 SRC is an ImageFolder tree: SRC/<class>/<image files> (found recursively; hidden and
 non-image files are ignored), or a table (.csv .tsv .jsonl .parquet: --image, --label,
@@ -43,7 +48,8 @@ in .tar shards ('data-{000..009}.tar'); --source-format forces the kind.
 DST's suffix picks the backend: NAME.lmdb or NAME.h5.
 DST may be a URL (s3://bucket/x.lmdb, gs://..., file://...): packed into --staging, then
 uploaded (shards, index, manifest.json last); info and verify take URLs too.
-A source folder literally named "info" or "verify" must be written as ./info.
+A source folder literally named "info", "verify", "append" or "merge" must be written as
+./info.
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input."""
 
 
@@ -64,7 +70,8 @@ def parse_size(text: str) -> int:
 def _pack_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="packdata",
-        usage="packdata SRC DST [options]\n       packdata {info,verify} DST [options]",
+        usage="packdata SRC DST [options]\n       packdata {info,verify} DST [options]\n"
+              "       packdata append DST NEW | packdata merge A B [...] OUT",
         description="Pack an ImageFolder-style image tree into a sharded LMDB or HDF5 dataset.",
         epilog=USAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -180,6 +187,33 @@ def _run_pack(argv: Sequence[str]) -> int:
     return 0
 
 
+def _run_grow(command: str, argv: Sequence[str]) -> int:
+    from fastloader.pack.grow import append, merge
+
+    parser = argparse.ArgumentParser(prog=f"packdata {command}")
+    if command == "append":
+        parser.add_argument("dst", metavar="DST", help="the packed dataset to grow")
+        parser.add_argument("new", metavar="NEW", help="an image tree or a packed dataset")
+        parser.add_argument("--workers", type=int, metavar="N", help="processes for a tree")
+    else:
+        parser.add_argument("paths", nargs="+", metavar="DATASET", help="inputs, then OUT")
+        parser.add_argument("--overwrite", action="store_true", help="replace OUT")
+    parser.add_argument("--quiet", action="store_true", help="no summary")
+    args = parser.parse_args(argv)
+    if command == "append":
+        manifest = append(args.dst, args.new, workers=args.workers)
+        target = args.dst
+    else:
+        if len(args.paths) < 3:
+            parser.error("merge needs two or more datasets and OUT")
+        manifest = merge(args.paths[:-1], args.paths[-1], overwrite=args.overwrite)
+        target = args.paths[-1]
+    if not args.quiet:
+        print(f"{target}: {manifest.num_samples} records in {len(manifest.shards)} shards, "
+              f"{len(manifest.classes)} classes", file=sys.stderr)
+    return 0
+
+
 def _run_info(argv: Sequence[str]) -> int:
     args = _sub_parser("info").parse_args(argv)
     info = dataset_info(args.dst)
@@ -235,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run packdata with argv (default sys.argv[1:]); return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        if args and args[0] in ("append", "merge"):
+            return _run_grow(args[0], args[1:])
         if args and args[0] in SUBCOMMANDS:
             return _run_info(args[1:]) if args[0] == "info" else _run_verify(args[1:])
         return _run_pack(args)
