@@ -20,6 +20,22 @@ from fastloader.pack.tiling import load_columns, save_columns
 PLAN_NAME = "plan.json"
 JOURNAL_DIR = "journal"
 LOCK_NAME = ".lock"
+
+# The staging locks this process holds. A pool worker forked while one is held would keep a
+# copy of its fd, and a flock lives until its last fd closes: when the packer is killed, its
+# orphaned workers would hold the lock and `--resume` would find "another packdata" writing.
+# Forked children close their copies at once (the parent's lock is not affected).
+_HELD_LOCKS: set[int] = set()
+
+
+def _close_inherited_locks() -> None:
+    for fd in list(_HELD_LOCKS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
 SAMPLE_COLUMNS = ("relpath", "label", "offset", "length", "height", "width", "codec", "crc32")
 
 
@@ -134,6 +150,7 @@ class Staging:
             os.close(fd)
             return False
         self._lock_fd = fd
+        _HELD_LOCKS.add(fd)
         return True
 
     def _clear(self) -> None:
@@ -229,8 +246,10 @@ class Staging:
     def release(self) -> None:
         """Unlock (the folder stays, so --resume can reuse its shards after a failure)."""
         if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._lock_fd)
+            if self._lock_fd in _HELD_LOCKS:  # not when a forked child closed its copy
+                _HELD_LOCKS.discard(self._lock_fd)
+                with contextlib.suppress(OSError):
+                    os.close(self._lock_fd)
             self._lock_fd = None
 
 
