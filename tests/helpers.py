@@ -195,3 +195,26 @@ def wait_child(pid: int, seconds: float) -> int | None:
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     return None
+
+
+def run_in_fork(child: Any, seconds: float = 60) -> tuple[int | None, str]:
+    """Fork; the child runs child() -> exit code (an exception: 3, its repr sent back) and never
+    returns into pytest. Returns (the child's exit code, None when it hung and was killed; what
+    it reported)."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(reader)
+            code = child()
+        except BaseException as exc:  # any failure is reported to the parent
+            os.write(writer, repr(exc).encode()[:500])
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(writer)
+    status = wait_child(pid, seconds)
+    message = os.read(reader, 1000).decode()
+    os.close(reader)
+    return status, message

@@ -14,7 +14,7 @@ from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
 from fastloader.errors import FastloaderError
 from fastloader.loader.loader import FastLoader
 from fastloader.pack.write import pack
-from helpers import wait_child
+from helpers import run_in_fork
 from imagegen import make_tree
 
 TRAIN = [RandomResizedCrop(48), RandomHorizontalFlip()]
@@ -83,30 +83,17 @@ def test_a_forked_child_gets_a_working_loader(packed: dict[str, Path]) -> None:
         loader.set_epoch(0)
         it = iter(loader)
         next(it)  # a pass in flight, pool threads busy, at fork time
-        reader, writer = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: report through the pipe, never return into pytest
-            code = 1
+        def child() -> int:
             try:
-                os.close(reader)
-                try:
-                    next(it)  # the parent's pass: its producer thread is not in this process
-                    code = 4
-                    raise AssertionError("an inherited pass went on in the child")
-                except FastloaderError as exc:
-                    assert "forked" in str(exc)
-                loader.set_epoch(0)
-                labels = [lab.tolist() for _, lab in loader]  # a new pass in the child
-                code = 0 if labels == expected else 2
-            except BaseException as exc:  # any failure is reported to the parent
-                os.write(writer, repr(exc).encode()[:500])
-                code = 3
-            finally:
-                os._exit(code)
-        os.close(writer)
-        status = wait_child(pid, 60)
-        message = os.read(reader, 1000).decode()
-        os.close(reader)
+                next(it)  # the parent's pass: its producer thread is not in this process
+                raise AssertionError("an inherited pass went on in the child")
+            except FastloaderError as exc:
+                assert "forked" in str(exc)
+            loader.set_epoch(0)
+            labels = [lab.tolist() for _, lab in loader]  # a new pass in the child
+            return 0 if labels == expected else 2
+
+        status, message = run_in_fork(child, 60)
         assert status == 0, f"child exit {status} (None: hung): {message}"
         assert sum(1 for _ in it) == len(loader) - 1  # the parent's pass goes on
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fastloader.loader.loader import FastLoader
-from helpers import train_transforms, wait_child
+from helpers import run_in_fork, train_transforms, wait_child
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 pytest.importorskip("aiohttp", reason="aiohttp (fsspec's http://) is not installed")
@@ -29,24 +29,12 @@ def test_a_forked_child_reads_a_remote_dataset(served, tmp_path: Path) -> None:
         loader.set_epoch(0)
         it = iter(loader)
         next(it)  # downloads and a pass in flight at fork time
-        reader, writer = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: report through the pipe, never return into pytest
-            code = 1
-            try:
-                os.close(reader)
-                loader.set_epoch(0)
-                labels = [lab.tolist() for _, lab in loader]  # a new pass in the child
-                code = 0 if labels == expected else 2
-            except BaseException as exc:  # any failure is reported to the parent
-                os.write(writer, repr(exc).encode()[:500])
-                code = 3
-            finally:
-                os._exit(code)
-        os.close(writer)
-        status = wait_child(pid, 60)
-        message = os.read(reader, 1000).decode()
-        os.close(reader)
+        def child() -> int:
+            loader.set_epoch(0)
+            labels = [lab.tolist() for _, lab in loader]  # a new pass in the child
+            return 0 if labels == expected else 2
+
+        status, message = run_in_fork(child, 60)
         assert status == 0, f"child exit {status} (None: hung): {message}"
         assert sum(1 for _ in it) == len(loader) - 1  # the parent's pass goes on
 
