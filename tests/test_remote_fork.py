@@ -17,9 +17,6 @@ pytest.importorskip("aiohttp", reason="aiohttp (fsspec's http://) is not install
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork with threads: the case tested
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(reason="known: a child forked while the parent's downloads run can still "
-                   "hang (seen 1 in ~15 runs, Pillow path); README says to build the loader in "
-                   "the child", strict=False)
 def test_a_forked_child_reads_a_remote_dataset(served, tmp_path: Path) -> None:
     url, _, tmp = served
     with FastLoader(url, batch_size=4, shuffle=True, transforms=train_transforms(),

@@ -54,7 +54,11 @@ def write_shard(path: Path, start: int, records: Sequence[bytes | memoryview]) -
 # refuses to open the same file twice in a process, and a forked child keeps using the
 # environments it inherited (safe here: opened read-only with lock=False, so the child shares no
 # lock table with its parent, only a read-only mapping), so its record views stay valid too.
-_OPEN: dict[tuple[int, int], list[Any]] = {}  # (st_dev, st_ino) -> [environment, users]
+# A child never closes an environment it inherited: closing one while the parent's threads had
+# transactions on it can block forever inside LMDB (seen 2 in 30 forks with a pass in flight),
+# and LMDB's rule is that a child leaves the parent's environments alone. Such an entry stays in
+# the table, reused by the child's readers, until the child exits.
+_OPEN: dict[tuple[int, int], list[Any]] = {}  # (st_dev, st_ino) -> [environment, users, inherited]
 _OPEN_LOCK = threading.Lock()
 
 
@@ -72,6 +76,8 @@ def _unlock_in_parent() -> None:
 def _reinit_lock_in_child() -> None:
     global _OPEN_LOCK
     _OPEN_LOCK = threading.Lock()  # the forking thread's hold on the parent's lock is void here
+    for entry in _OPEN.values():
+        entry[2] = True
 
 
 os.register_at_fork(before=_lock_before_fork, after_in_parent=_unlock_in_parent,
@@ -116,7 +122,7 @@ def _acquire_env(path: Path) -> tuple[tuple[int, int], Any]:
     with _OPEN_LOCK:
         entry = _OPEN.get(key)
         if entry is None:
-            entry = _OPEN[key] = [_open_env(path), 0]
+            entry = _OPEN[key] = [_open_env(path), 0, False]
         entry[1] += 1
         return key, entry[0]
 
@@ -127,7 +133,7 @@ def _release_env(key: tuple[int, int]) -> None:
         if entry is None:
             return
         entry[1] -= 1
-        if entry[1] <= 0:
+        if entry[1] <= 0 and not entry[2]:
             del _OPEN[key]
             entry[0].close()
 
@@ -149,9 +155,16 @@ class Reader:
             self.close()
             raise
 
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():  # forked: transactions are per process, start new ones
+            self._pid = os.getpid()
+            self._local = threading.local()
+            self._lock = threading.Lock()  # a thread of the parent may have held it at fork
+
     def _env(self, shard: int) -> Any:
         env = self._envs.get(shard)
         if env is None:
+            self._check_fork()
             with self._lock:
                 env = self._envs.get(shard)
                 if env is None:
@@ -160,10 +173,7 @@ class Reader:
         return env
 
     def _txn(self, shard: int) -> Any:
-        if self._pid != os.getpid():  # forked: transactions are per process, start new ones
-            self._pid = os.getpid()
-            self._local = threading.local()
-            self._lock = threading.Lock()  # a thread of the parent may have held it at fork
+        self._check_fork()
         txns = getattr(self._local, "txns", None)
         if txns is None:
             txns = self._local.txns = {}
@@ -183,6 +193,7 @@ class Reader:
 
     def close(self) -> None:
         """Release the environments; views returned earlier must not be used afterwards."""
+        self._check_fork()
         with self._lock:
             self._local = threading.local()
             for key in self._keys.values():
