@@ -260,7 +260,7 @@ class RemoteDataset(PackedDataset):
         for shard in held:  # outside the lock: a download in flight finishes first
             self.release(shard)
         with self._lock:
-            self._plan = _Plan(np.asarray(self._shard)[np.asarray(order, dtype=np.int64)],
+            self._plan = _Plan(np.asarray(order, dtype=np.int64), np.asarray(self._shard),
                                self._keep)
         self._advance()
 
@@ -271,9 +271,21 @@ class RemoteDataset(PackedDataset):
         for shard in plan.wanted(len(self._futures)):
             self._prefetch(shard)
 
-    def _after_read(self, shard: int) -> None:
-        plan = self._plan
-        if plan is not None and plan.read(shard):
+    def record(self, i: int, verify: bool | None = None) -> memoryview:
+        """As PackedDataset.record; the read also counts toward the pass's plan (a shard is
+        released after its last planned record), even when it fails."""
+        index = self._check_index(i)
+        try:
+            return super().record(index, verify)
+        finally:
+            self._after_read(index)
+
+    def _after_read(self, index: int) -> None:
+        with self._lock:
+            plan = self._plan
+            shard = int(self._shard[index])
+            last = plan is not None and plan.read(index, shard)
+        if last:
             self.release(shard)
             self._advance()
 
@@ -284,10 +296,21 @@ class RemoteDataset(PackedDataset):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        self._settle_cancelled()
         for shard in list(self._futures):
             self.release(shard)
         self.cache.unpin_all()
         self._reader = None
+
+    def _settle_cancelled(self) -> None:
+        """Fail the futures of prefetches the pool's shutdown dropped before they ran, so no
+        one waits on them forever. (The pool ran or finished every other one; a future a
+        reader settles itself is marked running.)"""
+        with self._lock:
+            dropped = [f for f in self._futures.values() if not f.done() and not f.running()]
+        for future in dropped:
+            future.set_exception(DatasetError(
+                f"{self.url} was closed before this shard's download started; open it again."))
 
     def __getstate__(self) -> dict[str, Any]:
         # A worker process reopens it from the URL and shares the node's cache.
@@ -303,11 +326,19 @@ class RemoteDataset(PackedDataset):
 
 
 class _Plan:
-    """Per shard: records left this pass; the shards in order of first use."""
+    """Per record and per shard: planned reads left this pass; the shards in order of first use.
 
-    def __init__(self, shards_in_order: np.ndarray, keep: int) -> None:
+    Only a planned read counts: a read of a record the pass does not (or no longer) expect, such
+    as on_error="skip"'s replacement of a bad record, neither releases its shard early nor
+    leaves it pinned. (A replacement that is read before its own planned turn takes that turn's
+    count; its shard is then reopened if that turn comes after the shard's release.)
+    """
+
+    def __init__(self, order: np.ndarray, shard_of: np.ndarray, keep: int) -> None:
+        shards_in_order = shard_of[order]
         ids, first = np.unique(shards_in_order, return_index=True)
         counts = np.bincount(shards_in_order, minlength=int(ids.max()) + 1 if ids.size else 0)
+        self.records = np.bincount(order, minlength=len(shard_of)).astype(np.int32)
         self.left = {int(k): int(counts[k]) for k in ids}
         self.sequence = [int(k) for k in ids[np.argsort(first)]]
         self.next = 0
@@ -321,13 +352,15 @@ class _Plan:
             self.next += 1
         return out
 
-    def read(self, shard: int) -> bool:
-        """Count one record of shard read; True when it was its last this pass."""
-        left = self.left.get(shard)
-        if left is None:
+    def read(self, index: int, shard: int) -> bool:
+        """Count one read of record index (in shard); True when it was the shard's last
+        planned read this pass."""
+        if self.records[index] <= 0:
             return False
-        self.left[shard] = left - 1
-        return left == 1
+        self.records[index] -= 1
+        left = self.left[shard] - 1
+        self.left[shard] = left
+        return left == 0
 
 
 class _CachedReader:
@@ -338,9 +371,7 @@ class _CachedReader:
 
     def read(self, shard: int, offset: int, length: int) -> memoryview | None:
         data = self._ds.shard_reader(shard).read(0, offset, length)
-        out = None if data is None else memoryview(bytes(data))
-        self._ds._after_read(shard)
-        return out
+        return None if data is None else memoryview(bytes(data))
 
     def close(self) -> None:
         pass
