@@ -5,12 +5,15 @@ to the output size and mirrors it when flipped; output pixel edges map linearly 
 edges, so a source point (x, y) lands at ((x - left) * out_w / width, (y - top) * out_h /
 height), then x -> out_w - x when flipped. Boxes are clipped to the output; a box whose visible
 area is below `min_visibility` of its whole mapped area is dropped (with its per-box rows).
+With ResizeFit the output is the image's rectangle of the canvas (map_sample_boxes adds its
+offset); see decode/geometry.py.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from fastloader.decode.geometry import Geometry
 from fastloader.errors import invalid_argument, invalid_type
 
 DEFAULT_MIN_BOX_VISIBILITY = 0.25  # a box less than a quarter visible is mostly cropped away
@@ -57,3 +60,24 @@ def map_boxes(boxes: np.ndarray, crop: np.ndarray, flip: bool, out_size: tuple[i
     keep = (visible > 0) & (fraction >= min_visibility)
     mapped = np.stack([cx1, cy1, cx2, cy2], axis=1)[keep].astype(np.float32)
     return mapped.reshape(-1, 4), keep
+
+
+def map_sample_boxes(boxes: np.ndarray, geometry: Geometry, k: int,
+                     min_visibility: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sample k's boxes through the batch's Geometry: crop, resize and flip into the image's
+    rectangle of the output (the whole output, or ResizeFit's letterbox), clipped to it.
+
+    Args:
+        boxes: the sample's boxes (float32 [k, 4] XYXY, source pixels).
+        geometry: the batch's plan (augment.plan_geometry).
+        k: the sample's position in the batch.
+        min_visibility: boxes with a smaller visible area fraction are dropped.
+
+    Returns:
+        (kept boxes float32 [j, 4] XYXY in output pixels, keep: bool [k]).
+    """
+    crop, flip, place = geometry.sample(k)
+    mapped, keep = map_boxes(boxes, crop, flip, (int(place[2]), int(place[3])), min_visibility)
+    if place[0] or place[1]:  # the letterbox's offset: the image starts at (left, top)
+        mapped += np.array([place[1], place[0], place[1], place[0]], np.float32)
+    return mapped, keep
