@@ -81,3 +81,44 @@ def map_sample_boxes(boxes: np.ndarray, geometry: Geometry, k: int,
     if place[0] or place[1]:  # the letterbox's offset: the image starts at (left, top)
         mapped += np.array([place[1], place[0], place[1], place[0]], np.float32)
     return mapped, keep
+
+
+def map_batch_boxes(boxes: list[np.ndarray], geometry: Geometry, min_visibility: float
+                    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Every sample's boxes through the batch's Geometry in one numpy pass (map_sample_boxes
+    per sample costs ~0.15 ms each in Python overhead, on the consumer's thread).
+
+    Args:
+        boxes: B arrays (float [k, 4] XYXY, source pixels).
+        geometry: the batch's plan.
+        min_visibility: boxes with a smaller visible area fraction are dropped.
+
+    Returns:
+        (B kept float32 [j, 4] arrays in output pixels, B keep masks bool [k]).
+    """
+    counts = np.array([len(b) for b in boxes], np.int64)
+    if not counts.sum():
+        return ([np.zeros((0, 4), np.float32) for _ in boxes],
+                [np.zeros(0, bool) for _ in boxes])
+    src = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b in boxes])
+    owner = np.repeat(np.arange(len(boxes)), counts)
+    crops = geometry.crops[owner].astype(np.float64)
+    place = geometry.placed()[owner].astype(np.float64)
+    sx, sy = place[:, 3] / crops[:, 3], place[:, 2] / crops[:, 2]
+    x1, x2 = (src[:, 0] - crops[:, 1]) * sx, (src[:, 2] - crops[:, 1]) * sx
+    y1, y2 = (src[:, 1] - crops[:, 0]) * sy, (src[:, 3] - crops[:, 0]) * sy
+    flip = geometry.flips[owner]
+    x1, x2 = np.where(flip, place[:, 3] - x2, x1), np.where(flip, place[:, 3] - x1, x2)
+    full = (x2 - x1) * (y2 - y1)
+    cx1, cx2 = np.clip(x1, 0, place[:, 3]), np.clip(x2, 0, place[:, 3])
+    cy1, cy2 = np.clip(y1, 0, place[:, 2]), np.clip(y2, 0, place[:, 2])
+    visible = np.maximum(cx2 - cx1, 0) * np.maximum(cy2 - cy1, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fraction = np.where(full > 0, visible / np.where(full > 0, full, 1), 0.0)
+    keep = (visible > 0) & (fraction >= min_visibility)
+    offset = np.stack([place[:, 1], place[:, 0], place[:, 1], place[:, 0]], axis=1)
+    mapped = (np.stack([cx1, cy1, cx2, cy2], axis=1) + offset).astype(np.float32)
+    splits = np.cumsum(counts)[:-1]
+    keeps = np.split(keep, splits)
+    return ([m[k].reshape(-1, 4) for m, k in zip(np.split(mapped, splits), keeps, strict=True)],
+            keeps)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, map_sample_boxes
+from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, map_batch_boxes
 from fastloader.decode.geometry import Geometry
 from fastloader.errors import InvalidArgumentError, invalid_type
 from fastloader.format.fields import FieldSpec, is_classification, label_field
@@ -167,13 +167,9 @@ class FieldCollator:
                 f"field {name!r} holds boxes, which need the crop plan the images were decoded "
                 "with; this loader does not give it. Use the packed loader (backend 'auto', "
                 "'native' or 'pillow').")
-        out: list[torch.Tensor] = []
-        keeps: list[np.ndarray] = []
-        for k, boxes in enumerate(self.dataset.columns.gather(name, indices)):
-            mapped, keep = map_sample_boxes(boxes, geometry, k, self.min_visibility)
-            out.append(torch.from_numpy(mapped).to(device))
-            keeps.append(keep)
-        return out, keeps
+        mapped, keeps = map_batch_boxes(self.dataset.columns.gather(name, indices), geometry,
+                                        self.min_visibility)
+        return [torch.from_numpy(m).to(device) for m in mapped], keeps
 
     def _hot(self, name: str, values: list[np.ndarray], device: torch.device) -> torch.Tensor:
         classes = self.multi_hot[name]
