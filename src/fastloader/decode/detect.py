@@ -112,7 +112,7 @@ class RandomIoUCrop:
     field: str | None = None
 
     def __post_init__(self) -> None:
-        low, high = range_pair("RandomIoUCrop.min_scale/max_scale",
+        _, high = range_pair("RandomIoUCrop.min_scale/max_scale",
                                (self.min_scale, self.max_scale))
         if high > 1:
             raise invalid_argument("RandomIoUCrop.max_scale", self.max_scale,

@@ -108,8 +108,8 @@ class FieldCollator:
         self.min_visibility = min_visibility
         # per-box field -> its boxes field; the boxes fields whose keep masks a batch needs
         self.owner = {n: s.name for s in specs.values() if s.kind == "boxes" for n in s.per_box}
-        self.box_fields = sorted({self.owner.get(n, n) for n in self.names
-                                  if n in self.owner or n in specs and specs[n].kind == "boxes"})
+        self.box_fields = sorted({self.owner.get(n, n) for n in self.names if n in self.owner
+                                  or (n in specs and specs[n].kind == "boxes")})
         self._boxes: dict[str, tuple[list[torch.Tensor], list[np.ndarray]]] = {}
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray,
