@@ -18,6 +18,7 @@ from PIL import Image
 import fastloader
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
+from helpers import BAD, damaged
 
 BACKGROUND = (128, 128, 128)
 COLOURS = [(255, 0, 0), (0, 200, 0), (0, 0, 255), (255, 255, 0)]  # label k is COLOURS[k]
@@ -194,3 +195,47 @@ def test_the_device_ops_refuse_resize_fit() -> None:
 
     with pytest.raises(InvalidArgumentError, match="ResizeFit is not supported by the device"):
         GpuGeometry([fastloader.ResizeFit(64)])
+
+
+@pytest.mark.parametrize("transforms", [
+    [fastloader.ResizeFit(64)], [fastloader.RandomIoUCrop(), fastloader.Resize((32, 32))]])
+def test_the_dali_backend_refuses_the_detection_transforms_naming_the_native_one(
+        letterbox_dataset: tuple[Path, list[dict]], transforms: list) -> None:
+    from fastloader.loader.dali_pipeline import dali_available
+
+    if not dali_available():
+        pytest.skip('NVIDIA DALI is not importable here: pip install "fastloader[dali]"')
+    with pytest.raises(InvalidArgumentError, match=r"not supported by backend=\"dali\".*native"):
+        fastloader.FastLoader(letterbox_dataset[0], backend="dali", device="cpu",
+                              transforms=transforms)
+
+
+def test_a_replaced_sample_is_letterboxed_by_its_own_placement(
+        letterbox_dataset: tuple[Path, list[dict]]) -> None:
+    """on_error="skip" decodes the next record into the bad one's slot: its own shape gives it
+    its own rectangle, and its boxes, scale and pad follow that rectangle."""
+    dst, samples = letterbox_dataset
+    dataset = damaged(dst, "garbage")
+    checked = 0
+    with dataset, fastloader.FastLoader(
+            dataset, batch_size=8, seed=5, on_error="skip", device="cpu",
+            transforms=[fastloader.ResizeFit(SIDE, fill=FILL)]) as loader:
+        for batch in loader:
+            for k in np.nonzero(batch["idx"].numpy() == BAD + 1)[0].tolist():
+                left, top, right, bottom = batch["pad"][k].tolist()
+                image = batch["image"][k].numpy()
+                assert (image[:, :top] == FILL).all() and (image[:, SIDE - bottom:] == FILL).all()
+                assert (image[:, :, :left] == FILL).all()
+                assert (image[:, :, SIDE - right:] == FILL).all()
+                back = ((batch["boxes"][k].numpy() - [left, top, left, top])
+                        / np.tile(batch["scale"][k].numpy(), 2))
+                assert np.abs(back - samples[BAD + 1]["boxes"]).max() <= 1.0
+                classes = _classes(image)  # and the boxes bound the pixels actually decoded
+                for box, label in zip(batch["boxes"][k].numpy(),
+                                      batch["box_labels"][k].tolist(), strict=True):
+                    rows, cols = np.nonzero(classes == 1 + label)
+                    pixel_box = np.array([cols.min(), rows.min(), cols.max() + 1, rows.max() + 1])
+                    assert _iou(box.astype(np.float64), pixel_box.astype(np.float64)) >= 0.9
+                checked += 1
+        assert loader.stats().skipped == 1
+    assert checked == 2  # the bad sample's replacement, and the record itself in its place
