@@ -144,12 +144,14 @@ def test_native_and_pillow_give_the_same_geometry(
         assert (a["image"].int() - b["image"].int()).abs().float().mean() < 2.0
 
 
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])  # PNG: the native path's Pillow fallback
 @pytest.mark.parametrize("backend", ["auto", "pillow"])
-def test_the_decoder_writes_into_the_place_and_fills_the_rest(backend: str) -> None:
+def test_the_decoder_writes_into_the_place_and_fills_the_rest(backend: str, fmt: str) -> None:
     pixels = np.zeros((40, 60, 3), np.uint8)
     pixels[:, :30] = (250, 10, 10)
     buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, "JPEG", quality=95, subsampling=0)
+    options = {"quality": 95, "subsampling": 0} if fmt == "JPEG" else {}
+    Image.fromarray(pixels).save(buffer, fmt, **options)
     out = np.zeros((1, 50, 50, 3), np.uint8)
     with BatchDecoder(1, backend) as decoder:
         errors = decoder.decode_into([buffer.getvalue()], [[0, 0, 40, 60]], [True], out,
