@@ -5,8 +5,8 @@ to the output size and mirrors it when flipped; output pixel edges map linearly 
 edges, so a source point (x, y) lands at ((x - left) * out_w / width, (y - top) * out_h /
 height), then x -> out_w - x when flipped. Boxes are clipped to the output; a box whose visible
 area is below `min_visibility` of its whole mapped area is dropped (with its per-box rows).
-With ResizeFit the output is the image's rectangle of the canvas (map_sample_boxes adds its
-offset); see decode/geometry.py.
+With ResizeFit the output is the image's rectangle of the canvas, offset by its top-left
+corner; see decode/geometry.py.
 """
 
 from __future__ import annotations
@@ -43,50 +43,16 @@ def map_boxes(boxes: np.ndarray, crop: np.ndarray, flip: bool, out_size: tuple[i
     Returns:
         (kept boxes float32 [j, 4] XYXY clipped to the output, keep: bool [k]).
     """
-    top, left, height, width = (float(v) for v in crop)
-    out_h, out_w = float(out_size[0]), float(out_size[1])
-    src = np.asarray(boxes, np.float64).reshape(-1, 4)
-    sx, sy = out_w / width, out_h / height
-    x1, x2 = (src[:, 0] - left) * sx, (src[:, 2] - left) * sx
-    y1, y2 = (src[:, 1] - top) * sy, (src[:, 3] - top) * sy
-    if flip:
-        x1, x2 = out_w - x2, out_w - x1
-    full = (x2 - x1) * (y2 - y1)
-    cx1, cx2 = np.clip(x1, 0, out_w), np.clip(x2, 0, out_w)
-    cy1, cy2 = np.clip(y1, 0, out_h), np.clip(y2, 0, out_h)
-    visible = np.maximum(cx2 - cx1, 0) * np.maximum(cy2 - cy1, 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fraction = np.where(full > 0, visible / np.where(full > 0, full, 1), 0.0)
-    keep = (visible > 0) & (fraction >= min_visibility)
-    mapped = np.stack([cx1, cy1, cx2, cy2], axis=1)[keep].astype(np.float32)
-    return mapped.reshape(-1, 4), keep
-
-
-def map_sample_boxes(boxes: np.ndarray, geometry: Geometry, k: int,
-                     min_visibility: float) -> tuple[np.ndarray, np.ndarray]:
-    """Sample k's boxes through the batch's Geometry: crop, resize and flip into the image's
-    rectangle of the output (the whole output, or ResizeFit's letterbox), clipped to it.
-
-    Args:
-        boxes: the sample's boxes (float32 [k, 4] XYXY, source pixels).
-        geometry: the batch's plan (augment.plan_geometry).
-        k: the sample's position in the batch.
-        min_visibility: boxes with a smaller visible area fraction are dropped.
-
-    Returns:
-        (kept boxes float32 [j, 4] XYXY in output pixels, keep: bool [k]).
-    """
-    crop, flip, place = geometry.sample(k)
-    mapped, keep = map_boxes(boxes, crop, flip, (int(place[2]), int(place[3])), min_visibility)
-    if place[0] or place[1]:  # the letterbox's offset: the image starts at (left, top)
-        mapped += np.array([place[1], place[0], place[1], place[0]], np.float32)
-    return mapped, keep
-
+    geometry = Geometry(np.asarray(crop, np.int64).reshape(1, 4), np.array([bool(flip)]),
+                        (int(out_size[0]), int(out_size[1])))
+    mapped, keeps = map_batch_boxes([boxes], geometry, min_visibility)
+    return mapped[0], keeps[0]
 
 def map_batch_boxes(boxes: list[np.ndarray], geometry: Geometry, min_visibility: float
                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Every sample's boxes through the batch's Geometry in one numpy pass (map_sample_boxes
-    per sample costs ~0.15 ms each in Python overhead, on the consumer's thread).
+    """Every sample's boxes through the batch's Geometry: crop, resize and flip into the image's
+    rectangle of the output (all of it, or ResizeFit's), clipped to it. One numpy pass for the
+    batch (sample by sample costs ~0.15 ms each in Python overhead, on the consumer's thread).
 
     Args:
         boxes: B arrays (float [k, 4] XYXY, source pixels).
