@@ -204,10 +204,22 @@ void BatchDecoder::close() {
     pool_.close();
 }
 
+// Sets every pixel of the height x width slot outside the rectangle row (top, left, h, w) to fill.
+static void fill_outside(uint8_t *slot, int height, int width, const int32_t *row, uint8_t fill) {
+    const size_t stride = static_cast<size_t>(width) * 3;
+    const int top = row[0], left = row[1], bottom = row[0] + row[2], right = row[1] + row[3];
+    std::memset(slot, fill, stride * top);
+    std::memset(slot + stride * bottom, fill, stride * (height - bottom));
+    for (int y = top; y < bottom; ++y) {
+        std::memset(slot + stride * y, fill, static_cast<size_t>(left) * 3);
+        std::memset(slot + stride * y + static_cast<size_t>(right) * 3, fill, static_cast<size_t>(width - right) * 3);
+    }
+}
+
 void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *crops, const bool *flips,
                           uint8_t *out, int height, int width, const DecodeOptions &options,
                           std::vector<std::string> &errors, std::vector<size_t> &skipped,
-                          const TileRef *tiles, const PlanarOutput *planar) {
+                          const TileRef *tiles, const PlanarOutput *planar, const Placement *place) {
     std::lock_guard<std::mutex> lock(mutex_);
     const size_t n = records.size();
     const size_t slot_bytes = static_cast<size_t>(height) * width * 3;
@@ -224,7 +236,14 @@ void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *cro
         if (!is_jpeg[k]) return;
         uint8_t *dst = out + k * slot_bytes;
         const CropBox crop{crops[4 * k], crops[4 * k + 1], crops[4 * k + 2], crops[4 * k + 3]};
-        const OutputSlot target{dst, height, width, static_cast<std::ptrdiff_t>(width) * 3, flips[k]};
+        const std::ptrdiff_t stride = static_cast<std::ptrdiff_t>(width) * 3;
+        OutputSlot target{dst, height, width, stride, flips[k]};
+        if (place != nullptr && place->rows != nullptr) {  // letterbox: the crop in its rectangle
+            const int32_t *row = place->rows + 4 * k;
+            fill_outside(dst, height, width, row, place->fill);
+            target = OutputSlot{dst + row[0] * stride + static_cast<std::ptrdiff_t>(row[1]) * 3, row[2], row[3],
+                                stride, flips[k]};
+        }
         try {  // the whole body: nothing may escape a pool task (bad_alloc included)
             errors[k] = decode_one(records[k], crop, target, tiles ? &tiles[k] : nullptr, slot, options);
             if (!errors[k].empty()) std::memset(dst, 0, slot_bytes);

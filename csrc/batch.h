@@ -75,6 +75,14 @@ struct TileRef {
     size_t n_offsets = 0;
 };
 
+// Where each sample's resized crop sits in its slot (a letterbox): rows[4k..4k+3] = top, left,
+// height, width inside the H x W slot, the rest of the slot set to fill. rows == nullptr: every
+// crop fills its whole slot. The bindings check every row lies inside the slot.
+struct Placement {
+    const int32_t *rows = nullptr;
+    uint8_t fill = 0;
+};
+
 // One batch decoder: a pool plus per-thread scratch buffers.
 class BatchDecoder {
 public:
@@ -95,10 +103,13 @@ public:
     // a crop is decoded from a JPEG spliced from only the segments the crop needs.
     // planar (nullptr or no data: none) also gets each decoded sample as CHW planes, converted
     // by the same thread right after its resize (skipped records are left to the caller).
+    // place (nullptr or no rows: none) puts each resized crop in a sub-rectangle of its slot
+    // and fills the rest (skipped records are left to the caller, fill included).
     void decode(const std::vector<Record> &records, const int32_t *crops, const bool *flips,
                 uint8_t *out, int height, int width, const DecodeOptions &options,
                 std::vector<std::string> &errors, std::vector<size_t> &skipped,
-                const TileRef *tiles = nullptr, const PlanarOutput *planar = nullptr);
+                const TileRef *tiles = nullptr, const PlanarOutput *planar = nullptr,
+                const Placement *place = nullptr);
 
 private:
     std::string decode_one(const Record &record, const CropBox &crop, const OutputSlot &target,

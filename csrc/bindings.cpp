@@ -149,6 +149,28 @@ fl::PlanarOutput planar_output(const std::optional<Planar> &planar, const Batch 
     return result;
 }
 
+// The letterbox rectangles (N, 4) top, left, height, width, each checked to lie inside the
+// (H, W) slot with a positive size, and the fill byte; no places: every crop fills its slot.
+fl::Placement placement(const std::optional<Crops> &places, int fill, const Batch &out) {
+    fl::Placement result;
+    if (fill < 0 || fill > 255) throw nb::value_error("fill must be an int in [0, 255]");
+    result.fill = static_cast<uint8_t>(fill);
+    if (!places) return result;
+    const size_t n = out.shape(0);
+    const int64_t height = out.shape(1), width = out.shape(2);
+    if (places->shape(0) != n) throw nb::value_error("places must have shape (N, 4), one row per record");
+    for (size_t k = 0; k < n; ++k) {
+        const int64_t top = (*places)(k, 0), left = (*places)(k, 1), h = (*places)(k, 2), w = (*places)(k, 3);
+        if (top < 0 || left < 0 || h < 1 || w < 1 || top + h > height || left + w > width)
+            throw nb::value_error(("places row " + std::to_string(k) +
+                                   " must be a rectangle (top, left, height, width) of positive size inside the "
+                                   "output's (H, W)")
+                                      .c_str());
+    }
+    result.rows = places->data();
+    return result;
+}
+
 // (per-sample error or None, indices of the non-JPEG records left to the caller).
 using BatchResult = std::tuple<std::vector<std::optional<std::string>>, std::vector<size_t>>;
 
@@ -156,12 +178,13 @@ BatchResult batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crop
                             Batch out, bool dct_scaling, std::optional<TileHeaders> tile_headers,
                             std::optional<TileOffsets> tile_offsets, std::optional<TileSpans> tile_spans,
                             std::optional<Planar> planar, std::optional<Affine> scale,
-                            std::optional<Affine> shift) {
+                            std::optional<Affine> shift, std::optional<Crops> places, int fill) {
     const size_t n = nb::len(records);
     if (crops.shape(0) != n || flips.shape(0) != n || out.shape(0) != n || out.shape(3) != 3)
         throw nb::value_error("records, crops (N, 4), flips (N,) and out (N, H, W, 3) disagree on N");
     const std::vector<fl::TileRef> tiles = tile_refs(tile_headers, tile_offsets, tile_spans, n);
     const fl::PlanarOutput planar_out = planar_output(planar, out, scale, shift);
+    const fl::Placement place = placement(places, fill, out);
     std::vector<BufferView> views;
     views.reserve(n);
     std::vector<fl::Record> recs(n);
@@ -177,7 +200,7 @@ BatchResult batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crop
         nb::gil_scoped_release release;
         self.decode(recs, crops.data(), flips.data(), out.data(), static_cast<int>(out.shape(1)),
                     static_cast<int>(out.shape(2)), options, errors, skipped,
-                    tiles.empty() ? nullptr : tiles.data(), &planar_out);
+                    tiles.empty() ? nullptr : tiles.data(), &planar_out, &place);
     }
     BatchResult result;
     auto &[error_list, skipped_list] = result;
@@ -227,11 +250,14 @@ void register_batch_decoder(nb::module_ &m) {
              nb::arg("tile_headers").none() = nb::none(), nb::arg("tile_offsets").none() = nb::none(),
              nb::arg("tile_spans").none() = nb::none(), nb::arg("planar").none() = nb::none(),
              nb::arg("scale").none() = nb::none(), nb::arg("shift").none() = nb::none(),
+             nb::arg("places").none() = nb::none(), nb::arg("fill") = 0,
              "Decode a batch with the GIL released; returns (errors, non_jpeg_indices). "
              "tile_headers (N, len(TileGeometry.fields)) int64, tile_offsets uint32 and tile_spans "
              "(N, 2) uint64 give restart-tile tables (all-zero header row: untiled). planar "
              "(N, 3, H, W) float32 also receives each decoded JPEG sample as x * scale[c] + shift[c] "
-             "(uint8: as is); non-JPEG samples are left to the caller.");
+             "(uint8: as is); places (N, 4) int32 puts each resized crop at (top, left, height, width) "
+             "of its slot and sets the rest to fill (a letterbox); non-JPEG samples are left to the "
+             "caller.");
 }
 
 }  // namespace

@@ -48,8 +48,10 @@ _EXPORTS: dict[str, str] = {
     "PackedDataset": "fastloader.format.dataset",
     "ProducerError": "fastloader.errors",
     "RandomHorizontalFlip": "fastloader.decode.augment",
+    "RandomIoUCrop": "fastloader.decode.detect",
     "RandomResizedCrop": "fastloader.decode.augment",
     "Resize": "fastloader.decode.augment",
+    "ResizeFit": "fastloader.decode.detect",
     "decode": "fastloader.decode.decode",
     "header": "fastloader.decode.decode",
     "native_available": "fastloader.decode._native",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:  # let type checkers see the real objects
         Resize,
     )
     from fastloader.decode.decode import BatchDecoder, decode, header
+    from fastloader.decode.detect import RandomIoUCrop, ResizeFit
     from fastloader.decode.pillow import ImageHeader
     from fastloader.doctor.doctor import profile
     from fastloader.errors import (

@@ -15,40 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fastloader.decode.detect import RandomIoUCrop, ResizeFit, plan_iou_crop, plan_resize_fit
+from fastloader.decode.geometry import Geometry, PlanState
+from fastloader.decode.transform_args import range_pair as _range_pair
+from fastloader.decode.transform_args import size_pair as _size_pair
 from fastloader.errors import invalid_argument, invalid_type
 
-MAX_SIDE = 65535  # the largest JPEG (and PNG in practice) side: output sizes stay below it
 MAX_TRIES = 10  # torchvision's RandomResizedCrop tries 10 boxes before its centre fallback
-
-
-def _size_pair(name: str, size: object) -> tuple[int, int]:
-    """Normalise an int or (height, width) size, rejecting non-positive values."""
-    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
-        pair = (int(size), int(size))
-    elif isinstance(size, Sequence) and len(size) == 2 and all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in size
-    ):
-        pair = (int(size[0]), int(size[1]))
-    else:
-        raise invalid_type(name, size, "an int or a (height, width) pair of ints")
-    if min(pair) <= 0:
-        raise invalid_argument(name, size, "sizes must be positive", "Pass e.g. 224 or (224, 224).")
-    if max(pair) > MAX_SIDE:  # no image is larger (JPEG's limit); a batch of them would not fit
-        raise invalid_argument(name, size, f"sizes must be at most {MAX_SIDE} pixels",
-                               "Pass e.g. 224 or (224, 224).")
-    return pair
-
-
-def _range_pair(name: str, value: object) -> tuple[float, float]:
-    """Normalise a (low, high) range of positive floats with low <= high."""
-    if not isinstance(value, Sequence) or len(value) != 2:
-        raise invalid_type(name, value, "a (low, high) pair of numbers")
-    low, high = float(value[0]), float(value[1])
-    if not (0 < low <= high) or not math.isfinite(high):
-        raise invalid_argument(
-            name, value, "needs 0 < low <= high, both finite", "Pass e.g. (0.08, 1.0)."
-        )
-    return low, high
 
 
 @dataclass(frozen=True)
@@ -143,8 +116,10 @@ class RandomHorizontalFlip:
             )
 
 
-Transform = RandomResizedCrop | Resize | CenterCrop | RandomHorizontalFlip
-_KINDS = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip)
+Transform = (RandomResizedCrop | Resize | CenterCrop | RandomHorizontalFlip | ResizeFit
+             | RandomIoUCrop)
+_KINDS = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ResizeFit, RandomIoUCrop)
+_Boxes = PlanState  # the planner state's former name
 
 
 def check_transforms(transforms: object) -> tuple[Transform, ...]:
@@ -157,51 +132,35 @@ def check_transforms(transforms: object) -> tuple[Transform, ...]:
         if not isinstance(item, _KINDS):
             raise invalid_argument(
                 f"transforms[{k}]", item,
-                "only fastloader.RandomResizedCrop, Resize, CenterCrop and RandomHorizontalFlip "
-                "run at decode time",
+                "only fastloader.RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, "
+                "ResizeFit and RandomIoUCrop run at decode time",
                 "Use those, or pass a torch Dataset that applies any transform (drop-in path).",
             )
+        if any(isinstance(op, ResizeFit) for op in checked) and not isinstance(
+                item, RandomHorizontalFlip):
+            raise invalid_argument(
+                f"transforms[{k}]", item, "only RandomHorizontalFlip may follow ResizeFit (its "
+                "canvas is padded: a later crop or resize would move the padding)",
+                "Put ResizeFit last, e.g. [RandomIoUCrop(), ResizeFit(512), "
+                "RandomHorizontalFlip()].")
         checked.append(item)
     return tuple(checked)
 
 
-class _Boxes:
-    """Per-sample state while walking the transforms: a source box seen as a virtual image."""
-
-    def __init__(self, shapes: np.ndarray) -> None:
-        n = len(shapes)
-        self.src_h = shapes[:, 0].astype(np.float64)
-        self.src_w = shapes[:, 1].astype(np.float64)
-        self.top = np.zeros(n)
-        self.left = np.zeros(n)
-        self.box_h = self.src_h.copy()
-        self.box_w = self.src_w.copy()
-        self.view_h = shapes[:, 0].astype(np.int64)  # the image size the next op sees
-        self.view_w = shapes[:, 1].astype(np.int64)
-        self.flip = np.zeros(n, dtype=bool)
-
-    def crop(self, top: np.ndarray, left: np.ndarray, h: np.ndarray, w: np.ndarray) -> None:
-        """Narrow the box to a sub-box given in the current view's pixels."""
-        scale_y = self.box_h / self.view_h
-        scale_x = self.box_w / self.view_w
-        left = np.where(self.flip, self.view_w - left - w, left)  # a flipped view mirrors x
-        self.top = self.top + top * scale_y
-        self.left = self.left + left * scale_x
-        self.box_h = h * scale_y
-        self.box_w = w * scale_x
-        self.view_h = np.asarray(h, dtype=np.int64).copy()
-        self.view_w = np.asarray(w, dtype=np.int64).copy()
-
-    def integer_crops(self) -> np.ndarray:
-        """The box rounded to whole source pixels, clipped inside the image: int32 (N, 4)."""
-        top = np.clip(np.rint(self.top), 0, self.src_h - 1)
-        left = np.clip(np.rint(self.left), 0, self.src_w - 1)
-        bottom = np.clip(np.rint(self.top + self.box_h), top + 1, self.src_h)
-        right = np.clip(np.rint(self.left + self.box_w), left + 1, self.src_w)
-        return np.stack([top, left, bottom - top, right - left], axis=1).astype(np.int32)
+def needs_boxes(transforms: Sequence[Transform]) -> list[RandomIoUCrop]:
+    """The transforms that read each sample's boxes at plan time."""
+    return [op for op in transforms if isinstance(op, RandomIoUCrop)]
 
 
-def _random_resized_crop(op: RandomResizedCrop, boxes: _Boxes, rng: np.random.Generator) -> None:
+def refuse_detection(transforms: Sequence[Transform], where: str, fix: str) -> None:
+    """Raise when ResizeFit or RandomIoUCrop is given to a path that cannot run them."""
+    for k, op in enumerate(transforms):
+        if isinstance(op, (ResizeFit, RandomIoUCrop)):
+            raise invalid_argument(f"transforms[{k}]", op, f"{type(op).__name__} is not "
+                                   f"supported by {where}", fix)
+
+
+def _random_resized_crop(op: RandomResizedCrop, boxes: PlanState, rng: np.random.Generator) -> None:
     """torchvision's get_params, vectorised: first of 10 valid tries, else the centre fallback."""
     n = len(boxes.flip)
     height, width = boxes.view_h, boxes.view_w
@@ -229,7 +188,7 @@ def _random_resized_crop(op: RandomResizedCrop, boxes: _Boxes, rng: np.random.Ge
     boxes.view_w = np.full(n, op.out[1], dtype=np.int64)
 
 
-def _resize(op: Resize, boxes: _Boxes) -> None:
+def _resize(op: Resize, boxes: PlanState) -> None:
     """Change the view's size only; the source box stays (resizing is fused into decode)."""
     if isinstance(op.size, (int, np.integer)):
         short = np.minimum(boxes.view_h, boxes.view_w)
@@ -243,7 +202,7 @@ def _resize(op: Resize, boxes: _Boxes) -> None:
         boxes.view_w = np.full(len(boxes.flip), op.size[1], dtype=np.int64)
 
 
-def _center_crop(op: CenterCrop, boxes: _Boxes) -> None:
+def _center_crop(op: CenterCrop, boxes: PlanState) -> None:
     crop_h = np.minimum(op.out[0], boxes.view_h)
     crop_w = np.minimum(op.out[1], boxes.view_w)
     top = np.rint((boxes.view_h - crop_h) / 2.0)
@@ -253,29 +212,66 @@ def _center_crop(op: CenterCrop, boxes: _Boxes) -> None:
     boxes.view_w = np.full(len(boxes.flip), op.out[1], dtype=np.int64)
 
 
+def plan_geometry(
+    transforms: Sequence[Transform], shapes: np.ndarray, rng: np.random.Generator,
+    boxes: Sequence[np.ndarray] | None = None,
+) -> Geometry:
+    """Draw every sample's crop box, flip and placement: the batch's Geometry.
+
+    Args:
+        transforms: checked transforms (check_transforms).
+        shapes: (N, 2) source (height, width).
+        rng: the batch's generator (batch_rng).
+        boxes: each sample's boxes (float [k, 4] XYXY, source pixels); needed by RandomIoUCrop.
+
+    Returns:
+        Geometry: crops int32 (N, 4) (top, left, height, width), flips, the output size and,
+        after ResizeFit, each image's rectangle in it.
+
+    Raises:
+        InvalidArgumentError: the transforms leave samples of different output sizes, a shape
+            is not positive, or RandomIoUCrop has no boxes.
+    """
+    shapes = np.asarray(shapes, dtype=np.int64).reshape(-1, 2)
+    if len(shapes) and shapes.min() <= 0:
+        raise invalid_argument("shapes", shapes.min(), "image sizes must be positive",
+                               "Repack the dataset; its index holds an empty image.")
+    state = PlanState(shapes)
+    for op in transforms:
+        if isinstance(op, RandomResizedCrop):
+            _random_resized_crop(op, state, rng)
+        elif isinstance(op, Resize):
+            _resize(op, state)
+        elif isinstance(op, CenterCrop):
+            _center_crop(op, state)
+        elif isinstance(op, ResizeFit):
+            plan_resize_fit(op, state)
+        elif isinstance(op, RandomIoUCrop):
+            if boxes is None or len(boxes) != len(shapes):
+                raise invalid_argument("boxes", None if boxes is None else len(boxes),
+                                       "RandomIoUCrop plans from each sample's boxes",
+                                       "Pass one boxes array per sample (a dataset with a "
+                                       "boxes field).")
+            plan_iou_crop(op, state, rng, boxes)
+        else:
+            state.flip ^= rng.random(len(state.flip)) < float(op.p)
+    return Geometry(state.integer_crops(), state.flip.copy(), _uniform_size(state, transforms),
+                    state.places, state.fill)
+
+
 def plan(
     transforms: Sequence[Transform], shapes: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
     """Draw every sample's crop box (int32 (N,4): top, left, height, width) and flip.
 
     `shapes` is (N, 2) source (height, width). Returns (crops, flips, (out_h, out_w)); raises
-    InvalidArgumentError when the transforms leave samples of different output sizes.
+    InvalidArgumentError when the transforms leave samples of different output sizes, or hold
+    ResizeFit or RandomIoUCrop (their plans need plan_geometry: placements, boxes).
     """
-    shapes = np.asarray(shapes, dtype=np.int64).reshape(-1, 2)
-    if len(shapes) and shapes.min() <= 0:
-        raise invalid_argument("shapes", shapes.min(), "image sizes must be positive",
-                               "Repack the dataset; its index holds an empty image.")
-    boxes = _Boxes(shapes)
-    for op in transforms:
-        if isinstance(op, RandomResizedCrop):
-            _random_resized_crop(op, boxes, rng)
-        elif isinstance(op, Resize):
-            _resize(op, boxes)
-        elif isinstance(op, CenterCrop):
-            _center_crop(op, boxes)
-        else:
-            boxes.flip ^= rng.random(len(boxes.flip)) < float(op.p)
-    return boxes.integer_crops(), boxes.flip.copy(), _uniform_size(boxes, transforms)
+    refuse_detection(transforms, "this planner", "Use plan_geometry(), which gives each "
+                     "sample's placement and takes the boxes.")
+    geometry = plan_geometry(transforms, shapes, rng)
+    return geometry.crops, geometry.flips, geometry.size
 
 
 def _fixed_size_fix(transforms: Sequence[Transform]) -> str:
@@ -286,11 +282,14 @@ def _fixed_size_fix(transforms: Sequence[Transform]) -> str:
         return (f"Resize({last.size}) sets the shorter side and keeps the aspect ratio, so "
                 f"images of different shapes stay different: add CenterCrop({last.size}) "
                 f"after it, or pass Resize(({last.size}, {last.size})).")
+    if isinstance(last, RandomIoUCrop):
+        return ("RandomIoUCrop's crops vary in size: follow it with ResizeFit(512) or "
+                "Resize((512, 512)).")
     return ("Pass transforms that end in a fixed size: [Resize(256), CenterCrop(224)] for "
             "validation or [RandomResizedCrop(224), RandomHorizontalFlip()] for training.")
 
 
-def _uniform_size(boxes: _Boxes, transforms: Sequence[Transform]) -> tuple[int, int]:
+def _uniform_size(boxes: PlanState, transforms: Sequence[Transform]) -> tuple[int, int]:
     if len(boxes.view_h) == 0:
         return (0, 0)
     height, width = int(boxes.view_h[0]), int(boxes.view_w[0])
@@ -316,4 +315,5 @@ def batch_rng(seed: int, epoch: int, batch: int, rank: int) -> np.random.Generat
 def output_size(transforms: Sequence[Transform], shapes: np.ndarray) -> tuple[int, int]:
     """The one (height, width) the transforms give over all `shapes`, or a clear error."""
     unique = np.unique(np.asarray(shapes, dtype=np.int64).reshape(-1, 2), axis=0)
-    return plan(transforms, unique, np.random.default_rng(0))[2]
+    empty = [np.zeros((0, 4))] * len(unique)  # the size never depends on the boxes
+    return plan_geometry(transforms, unique, np.random.default_rng(0), empty).size

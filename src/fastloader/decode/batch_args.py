@@ -55,6 +55,28 @@ def check_batch(records: Any, crops: Any, flips: Any, out: Any) -> tuple[Any, An
 
 
 
+def check_places(places: Any, fill: Any, out: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """(places int32 (N, 4) each inside out's (H, W) with a positive size, or None; fill)."""
+    if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)) or not 0 <= fill <= 255:
+        raise invalid_argument("fill", fill, "must be an int in [0, 255]", "Pass e.g. 0.")
+    if places is None:
+        return None, int(fill)
+    n, height, width, _ = out.shape
+    rows = np.ascontiguousarray(places, dtype=np.int32)
+    if rows.shape != (n, 4):
+        raise invalid_argument("places", f"array of shape {rows.shape}",
+                               f"it must have shape ({n}, 4): top, left, height, width",
+                               "Give one rectangle of the output per record.")
+    bad = ((rows[:, 0] < 0) | (rows[:, 1] < 0) | (rows[:, 2] < 1) | (rows[:, 3] < 1)
+           | (rows[:, 0] + rows[:, 2] > height) | (rows[:, 1] + rows[:, 3] > width))
+    if bad.any():
+        k = int(bad.argmax())
+        raise invalid_argument("places", rows[k].tolist(), f"row {k} must be a rectangle of "
+                               f"positive size inside the {height}x{width} (HxW) output",
+                               "Take the places of augment.plan_geometry().")
+    return rows, int(fill)
+
+
 Conversion = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
 
 

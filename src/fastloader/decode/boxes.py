@@ -5,12 +5,15 @@ to the output size and mirrors it when flipped; output pixel edges map linearly 
 edges, so a source point (x, y) lands at ((x - left) * out_w / width, (y - top) * out_h /
 height), then x -> out_w - x when flipped. Boxes are clipped to the output; a box whose visible
 area is below `min_visibility` of its whole mapped area is dropped (with its per-box rows).
+With ResizeFit the output is the image's rectangle of the canvas, offset by its top-left
+corner; see decode/geometry.py.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from fastloader.decode.geometry import Geometry
 from fastloader.errors import invalid_argument, invalid_type
 
 DEFAULT_MIN_BOX_VISIBILITY = 0.25  # a box less than a quarter visible is mostly cropped away
@@ -40,20 +43,48 @@ def map_boxes(boxes: np.ndarray, crop: np.ndarray, flip: bool, out_size: tuple[i
     Returns:
         (kept boxes float32 [j, 4] XYXY clipped to the output, keep: bool [k]).
     """
-    top, left, height, width = (float(v) for v in crop)
-    out_h, out_w = float(out_size[0]), float(out_size[1])
-    src = np.asarray(boxes, np.float64).reshape(-1, 4)
-    sx, sy = out_w / width, out_h / height
-    x1, x2 = (src[:, 0] - left) * sx, (src[:, 2] - left) * sx
-    y1, y2 = (src[:, 1] - top) * sy, (src[:, 3] - top) * sy
-    if flip:
-        x1, x2 = out_w - x2, out_w - x1
+    geometry = Geometry(np.asarray(crop, np.int64).reshape(1, 4), np.array([bool(flip)]),
+                        (int(out_size[0]), int(out_size[1])))
+    mapped, keeps = map_batch_boxes([boxes], geometry, min_visibility)
+    return mapped[0], keeps[0]
+
+def map_batch_boxes(boxes: list[np.ndarray], geometry: Geometry, min_visibility: float
+                    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Every sample's boxes through the batch's Geometry: crop, resize and flip into the image's
+    rectangle of the output (all of it, or ResizeFit's), clipped to it. One numpy pass for the
+    batch (sample by sample costs ~0.15 ms each in Python overhead, on the consumer's thread).
+
+    Args:
+        boxes: B arrays (float [k, 4] XYXY, source pixels).
+        geometry: the batch's plan.
+        min_visibility: boxes with a smaller visible area fraction are dropped.
+
+    Returns:
+        (B kept float32 [j, 4] arrays in output pixels, B keep masks bool [k]).
+    """
+    counts = np.array([len(b) for b in boxes], np.int64)
+    if not counts.sum():
+        return ([np.zeros((0, 4), np.float32) for _ in boxes],
+                [np.zeros(0, bool) for _ in boxes])
+    src = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b in boxes])
+    owner = np.repeat(np.arange(len(boxes)), counts)
+    crops = geometry.crops[owner].astype(np.float64)
+    place = geometry.placed()[owner].astype(np.float64)
+    sx, sy = place[:, 3] / crops[:, 3], place[:, 2] / crops[:, 2]
+    x1, x2 = (src[:, 0] - crops[:, 1]) * sx, (src[:, 2] - crops[:, 1]) * sx
+    y1, y2 = (src[:, 1] - crops[:, 0]) * sy, (src[:, 3] - crops[:, 0]) * sy
+    flip = geometry.flips[owner]
+    x1, x2 = np.where(flip, place[:, 3] - x2, x1), np.where(flip, place[:, 3] - x1, x2)
     full = (x2 - x1) * (y2 - y1)
-    cx1, cx2 = np.clip(x1, 0, out_w), np.clip(x2, 0, out_w)
-    cy1, cy2 = np.clip(y1, 0, out_h), np.clip(y2, 0, out_h)
+    cx1, cx2 = np.clip(x1, 0, place[:, 3]), np.clip(x2, 0, place[:, 3])
+    cy1, cy2 = np.clip(y1, 0, place[:, 2]), np.clip(y2, 0, place[:, 2])
     visible = np.maximum(cx2 - cx1, 0) * np.maximum(cy2 - cy1, 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         fraction = np.where(full > 0, visible / np.where(full > 0, full, 1), 0.0)
     keep = (visible > 0) & (fraction >= min_visibility)
-    mapped = np.stack([cx1, cy1, cx2, cy2], axis=1)[keep].astype(np.float32)
-    return mapped.reshape(-1, 4), keep
+    offset = np.stack([place[:, 1], place[:, 0], place[:, 1], place[:, 0]], axis=1)
+    mapped = (np.stack([cx1, cy1, cx2, cy2], axis=1) + offset).astype(np.float32)
+    splits = np.cumsum(counts)[:-1]
+    keeps = np.split(keep, splits)
+    return ([m[k].reshape(-1, 4) for m, k in zip(np.split(mapped, splits), keeps, strict=True)],
+            keeps)

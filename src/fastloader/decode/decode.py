@@ -15,6 +15,7 @@ from fastloader.decode import _native
 from fastloader.decode.batch_args import (
     Conversion,
     check_batch,
+    check_places,
     check_planar,
     check_tiles,
     three,
@@ -185,12 +186,22 @@ def _crop_or_none(row: np.ndarray) -> tuple[int, int, int, int] | None:
     return top, left, height, width
 
 
-def _decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndarray) -> str | None:
-    """Decode one record into slot through Pillow; a failure zero-fills it and returns why."""
+def _decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndarray,
+                        place: np.ndarray | None = None, fill: int = 0) -> str | None:
+    """Decode one record into slot through Pillow; a failure zero-fills it and returns why.
+
+    place (top, left, height, width): the resized crop goes there, the rest of slot is fill."""
     try:
-        slot[...] = decode_pillow(
-            _as_bytes_like(record, "record"), _crop_or_none(crop), slot.shape[:2], bool(flip)
+        target = slot
+        if place is not None:
+            top, left, height, width = (int(v) for v in place)
+            target = slot[top:top + height, left:left + width]
+        target[...] = decode_pillow(
+            _as_bytes_like(record, "record"), _crop_or_none(crop), target.shape[:2], bool(flip)
         )
+        if place is not None:  # the padding around the image, as the native path writes it
+            slot[:top], slot[top + height:] = fill, fill
+            slot[top:top + height, :left], slot[top:top + height, left + width:] = fill, fill
         return None
     except (DecodeError, FastloaderError, TypeError) as exc:
         slot.fill(0)
@@ -282,6 +293,8 @@ class BatchDecoder:
         planar: Any = None,
         scale: Any = None,
         shift: Any = None,
+        places: Any = None,
+        fill: int = 0,
     ) -> list[str | None]:
         """Decode records[k] cropped to crops[k], resized to out's H x W, mirrored if flips[k].
 
@@ -299,6 +312,10 @@ class BatchDecoder:
                 sample channel-first, converted by the decoding thread while the sample is in cache.
             scale: 3 floats, float32 planar only: planar = out * scale[c] + shift[c] (default 1).
             shift: 3 floats, float32 planar only (default 0).
+            places: (N, 4) ints, rows [top, left, height, width]: sample k's resized crop goes
+                into that rectangle of its slot (a letterbox, augment.plan_geometry's places)
+                and every other pixel of the slot is `fill`; None: crops fill their slots.
+            fill: the padding value with places, an int in [0, 255].
 
         Returns:
             list: one entry per sample, None on success or the error message.
@@ -313,28 +330,32 @@ class BatchDecoder:
         crops_arr, flips_arr, array = check_batch(records, crops, flips, out)
         tile_arrays = check_tiles(tiles, len(records))
         conversion = check_planar(planar, array, scale, shift)
+        rows, fill = check_places(places, fill, array)
         if self._core is None:
-            return self._decode_pillow(records, crops_arr, flips_arr, array, conversion)
+            return self._decode_pillow(records, crops_arr, flips_arr, array, conversion, rows,
+                                       fill)
         dst, scale_arr, shift_arr = conversion or (None, None, None)
         tile_headers, tile_offsets, tile_spans = tile_arrays
         errors, fallback = self._core.decode_into(
             records, crops_arr, flips_arr, array, tile_headers=tile_headers,
             tile_offsets=tile_offsets, tile_spans=tile_spans, planar=dst,
             scale=None if scale_arr is None else three(scale_arr),
-            shift=None if shift_arr is None else three(shift_arr),
+            shift=None if shift_arr is None else three(shift_arr), places=rows, fill=fill,
         )
         for k in fallback:  # non-JPEG records: Pillow, with the GIL held
-            errors[k] = _decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k])
+            errors[k] = _decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k],
+                                            None if rows is None else rows[k], fill)
             if dst is not None:
                 to_planar(array[k], dst[k], scale_arr, shift_arr)
         return list(errors)
 
     def _decode_pillow(
         self, records: Sequence[Any], crops: np.ndarray, flips: np.ndarray, out: np.ndarray,
-        conversion: Conversion | None,
+        conversion: Conversion | None, places: np.ndarray | None = None, fill: int = 0,
     ) -> list[str | None]:
         def one(k: int) -> str | None:
-            error = _decode_slot_pillow(records[k], crops[k], flips[k], out[k])
+            error = _decode_slot_pillow(records[k], crops[k], flips[k], out[k],
+                                        None if places is None else places[k], fill)
             if conversion is not None:
                 to_planar(out[k], conversion[0][k], conversion[1], conversion[2])
             return error

@@ -95,9 +95,11 @@ class GpuGeometry:
 
     def __init__(self, transforms: Sequence[object], mode: str = "bilinear",
                  antialias: bool = True) -> None:
-        from fastloader.decode.augment import check_transforms
+        from fastloader.decode.augment import check_transforms, refuse_detection
 
         self.transforms = check_transforms(list(transforms))
+        refuse_detection(self.transforms, "the device ops", "Pass ResizeFit and RandomIoUCrop "
+                         "in the loader's transforms=, which decode them fused on the CPU.")
         if mode not in ("bilinear", "nearest", "bicubic"):
             raise invalid_argument(
                 "mode", mode, "must be 'bilinear', 'nearest' or 'bicubic'", "Pick one of those."

@@ -7,8 +7,11 @@
   its first dim only as (values [B, L, ...] zero-padded to the batch's longest, lengths [B]
   int64); with multi_hot=C (1-D int fields) a [B, C] float32 tensor with 1 at each class;
 - boxes fields: a list of B float32 [k, 4] tensors, XYXY in output pixels: mapped through each
-  sample's crop, resize and flip (decode/boxes.py), clipped, and boxes less visible than
-  min_box_visibility dropped; their per-box fields (lists, or padded) drop the same rows;
+  sample's crop, resize, flip and (ResizeFit) placement (decode/boxes.py), clipped, and boxes
+  less visible than min_box_visibility dropped; their per-box fields (lists, or padded) drop
+  the same rows;
+- with ResizeFit, `scale` (float32 [B, 2]) and `pad` (int64 [B, 4]) of each sample
+  (loader/detection.py), in the dict and nameable in fields=;
 - text, bytes, json: lists of B Python values;
 - further image fields: decoded with the same transforms (their own crops and flips) as uint8
   (B, 3, H, W) tensors (loader/extra_images.py); decode_images=False gives their bytes.
@@ -25,9 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, map_boxes
+from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, map_batch_boxes
+from fastloader.decode.geometry import Geometry
 from fastloader.errors import InvalidArgumentError, invalid_type
 from fastloader.format.fields import FieldSpec, is_classification, label_field
+from fastloader.loader.detection import LETTERBOX_KEYS, check_letterbox_names, letterbox_value
 from fastloader.loader.extra_images import ExtraImages
 
 
@@ -66,11 +71,13 @@ class FieldCollator:
         padded: variable-length ndarrays as (padded tensor, lengths) instead of lists.
         images: the decoder of further image fields (None: they come as bytes).
         min_visibility: boxes with a smaller visible area fraction are dropped.
+        letterbox: the transforms end in ResizeFit: `scale` and `pad` join the fields.
     """
 
     def __init__(self, dataset: Any, fields: Any, multi_hot: Any, padded: bool = False,
                  images: ExtraImages | None = None,
-                 min_visibility: float = DEFAULT_MIN_BOX_VISIBILITY) -> None:
+                 min_visibility: float = DEFAULT_MIN_BOX_VISIBILITY,
+                 letterbox: bool = False) -> None:
         self.padded = padded
         self.images = images  # None: further image fields come as bytes
         self.dataset = dataset
@@ -84,7 +91,13 @@ class FieldCollator:
             raise invalid_type("fields", fields, "a list of field names")
         self.names = list(specs) if fields is None else list(fields)
         self.as_dict = fields is None
-        unknown = [n for n in self.names if n not in specs]
+        self.letterbox = letterbox
+        if letterbox:
+            check_letterbox_names(specs, dataset.root)
+            if fields is None and not self.classic:
+                self.names += list(LETTERBOX_KEYS)
+        unknown = [n for n in self.names if n not in specs
+                   and not (letterbox and n in LETTERBOX_KEYS)]
         if unknown:
             raise InvalidArgumentError(
                 f"fields={fields!r} is invalid: {dataset.root} has no field {unknown[0]!r}. "
@@ -95,18 +108,19 @@ class FieldCollator:
         self.min_visibility = min_visibility
         # per-box field -> its boxes field; the boxes fields whose keep masks a batch needs
         self.owner = {n: s.name for s in specs.values() if s.kind == "boxes" for n in s.per_box}
-        self.box_fields = sorted({self.owner.get(n, n) for n in self.names
-                                  if n in self.owner or specs[n].kind == "boxes"})
+        self.box_fields = sorted({self.owner.get(n, n) for n in self.names if n in self.owner
+                                  or (n in specs and specs[n].kind == "boxes")})
         self._boxes: dict[str, tuple[list[torch.Tensor], list[np.ndarray]]] = {}
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray,
                  seeds: tuple[int, int, int, int] = (0, 0, 0, 0),
-                 geometry: tuple[np.ndarray, np.ndarray, tuple[int, int]] | None = None) -> Any:
+                 geometry: Geometry | None = None) -> Any:
         """The batch's output; seeds (seed, epoch, batch, rank) draw further images' crops;
-        geometry (crops, flips, output size) is the plan the images were decoded with."""
+        geometry is the plan the images were decoded with."""
         if self.classic:
             return images, labels
         self._seeds = seeds
+        self._geometry = geometry
         self._boxes = {name: self._map(name, indices, geometry, labels.device)
                        for name in self.box_fields}
         values = [self._column(name, images, labels, indices) for name in self.names]
@@ -118,6 +132,8 @@ class FieldCollator:
             return images
         if name == self.label:
             return labels
+        if self.letterbox and name in LETTERBOX_KEYS:
+            return letterbox_value(name, self._geometry, labels.device)
         columns = self.dataset.columns
         if columns is None:  # pragma: no cover - v1 has only image and label
             raise InvalidArgumentError(f"{self.dataset.root} has no field {name!r}")
@@ -143,7 +159,7 @@ class FieldCollator:
         return values
 
     def _map(self, name: str, indices: np.ndarray,
-             geometry: tuple[np.ndarray, np.ndarray, tuple[int, int]] | None,
+             geometry: Geometry | None,
              device: torch.device) -> tuple[list[torch.Tensor], list[np.ndarray]]:
         """Boxes field name of the batch in output pixels, and each sample's keep mask."""
         if geometry is None:
@@ -151,14 +167,9 @@ class FieldCollator:
                 f"field {name!r} holds boxes, which need the crop plan the images were decoded "
                 "with; this loader does not give it. Use the packed loader (backend 'auto', "
                 "'native' or 'pillow').")
-        crops, flips, size = geometry
-        out: list[torch.Tensor] = []
-        keeps: list[np.ndarray] = []
-        for k, boxes in enumerate(self.dataset.columns.gather(name, indices)):
-            mapped, keep = map_boxes(boxes, crops[k], bool(flips[k]), size, self.min_visibility)
-            out.append(torch.from_numpy(mapped).to(device))
-            keeps.append(keep)
-        return out, keeps
+        mapped, keeps = map_batch_boxes(self.dataset.columns.gather(name, indices), geometry,
+                                        self.min_visibility)
+        return [torch.from_numpy(m).to(device) for m in mapped], keeps
 
     def _hot(self, name: str, values: list[np.ndarray], device: torch.device) -> torch.Tensor:
         classes = self.multi_hot[name]

@@ -18,7 +18,13 @@ import numpy as np
 import torch
 
 from fastloader.checks import flag, positive_int
-from fastloader.decode.augment import batch_rng, check_transforms, output_size, plan
+from fastloader.decode.augment import (
+    batch_rng,
+    check_transforms,
+    output_size,
+    plan,
+    refuse_detection,
+)
 from fastloader.errors import DecodeError, FastloaderError, invalid_argument
 from fastloader.format.dataset import PackedDataset, dataset_from
 from fastloader.gpu.device import (
@@ -144,6 +150,8 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
         self.prefetch = positive_int("prefetch", prefetch)
         self.drop_last = flag("drop_last", drop_last)
         self.transforms = check_transforms(transforms)
+        refuse_detection(self.transforms, 'backend="dali"', "Use the native backend "
+                         "(backend='auto'), which letterboxes and plans box-aware crops.")
         self.device = resolve_device(device, default_cuda=True)
         constants = normalize_constants(normalize)
         self.dtype = resolve_dtype(dtype, constants is not None)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastloader.decode.augment import plan
+from fastloader.decode.augment import plan_geometry
 from fastloader.decode.decode import BatchDecoder, header
 from fastloader.errors import DecodeError, FastloaderError
 
@@ -36,9 +36,11 @@ class ExtraImages:
                 raise DecodeError(f"sample {int(indices[k])}: image field {name!r}: "
                                   f"{exc}") from None
             shapes[k] = (head.height, head.width)
-        crops, flips, (height, width) = plan(self.transforms, shapes, rng)
-        out = np.empty((len(records), height, width, 3), np.uint8)
-        errors = self._decoder.decode_into(records, crops, flips, out)
+        # RandomIoUCrop sees no boxes here (they belong to the first image): random crops
+        geometry = plan_geometry(self.transforms, shapes, rng, [np.zeros((0, 4))] * len(shapes))
+        out = np.empty((len(records), *geometry.size, 3), np.uint8)
+        errors = self._decoder.decode_into(records, geometry.crops, geometry.flips, out,
+                                           places=geometry.places, fill=geometry.fill)
         for k, message in enumerate(errors):
             if message is not None:
                 raise DecodeError(f"sample {int(indices[k])}: image field {name!r}: {message}")

@@ -105,7 +105,8 @@ class FastLoader:
         shuffle: a new order each epoch, drawn from (seed, epoch).
         seed: the seed of the order and of every random crop and flip.
         transforms: CPU transforms fused into decode (RandomResizedCrop, Resize, CenterCrop,
-            RandomHorizontalFlip); None needs images of one size.
+            RandomHorizontalFlip; packed native/Pillow paths also ResizeFit, RandomIoUCrop);
+            None needs images of one size.
         normalize: (mean, std), 3 values each, in the 0-1 or 0-255 scale; None gives uint8.
         dtype: the floating output dtype with normalize (default float32).
         device: "cuda", "cuda:k" or "cpu"; default this process's CUDA device if any.

@@ -20,6 +20,7 @@ from fastloader.gpu.ops import device_ops, gpu_rng
 from fastloader.loader.autotune import make_tuner
 from fastloader.loader.batch_transform import check_batch_transform
 from fastloader.loader.collate import FieldCollator
+from fastloader.loader.detection import letterboxed, plan_boxes_field
 from fastloader.loader.extra_images import ExtraImages
 from fastloader.loader.loader import (
     BACKENDS,
@@ -123,7 +124,9 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
                                   if extra and flag("decode_images", decode_images) else None)
             self._collate = FieldCollator(self.dataset, fields, multi_hot,
                                           flag("padded", padded), self._extra_images,
-                                          check_min_visibility(min_box_visibility))
+                                          check_min_visibility(min_box_visibility),
+                                          letterboxed(self.transforms))
+            self._box_field = plan_boxes_field(self.dataset, self.transforms)
             if self._gpu_ops is not None and self._collate.box_fields:
                 raise InvalidArgumentError(
                     "gpu_transforms= with boxes fields is not supported: the device ops move "
@@ -219,7 +222,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
         tuner = self._tuner if self._tuner.state == "measuring" else None
         producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
                             self._counters, self.on_error, epoch_plan, tuner,
-                            self._step.planar, self.max_skips, self.batch_transform).start()
+                            self._step.planar, self.max_skips, self.batch_transform,
+                            self._box_field).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)

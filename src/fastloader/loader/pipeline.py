@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastloader.decode.augment import Transform, batch_rng, plan
+from fastloader.decode.augment import Transform, batch_rng, plan_geometry
 from fastloader.decode.decode import BatchDecoder
+from fastloader.decode.geometry import Geometry
 from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError, ProducerError
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.autotune import AutoTuner, Setting
@@ -67,8 +68,8 @@ class ReadyBatch:
     labels: np.ndarray
     samples: np.ndarray  # dataset indices actually delivered (after any skip replacement)
     images: Any = None  # the fresh channel-first tensor when a PlanarSpec was given
-    # (crops, flips, (out_h, out_w)) of the delivered samples: boxes follow their pixels
-    geometry: tuple[np.ndarray, np.ndarray, tuple[int, int]] | None = None
+    # the plan of the delivered samples (crops, flips, size, places): boxes follow their pixels
+    geometry: Geometry | None = None
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,7 @@ class _Prepared:
     samples: np.ndarray
     records: list[Any]
     failures: dict[int, FastloaderError]
-    crops: np.ndarray
-    flips: np.ndarray
+    geometry: Geometry
     tiles: Any  # the batch's restart-tile tables (TileBatch), None for an untiled dataset
 
 
@@ -149,8 +149,10 @@ class Producer:
         planar: PlanarSpec | None = None,
         max_skips: int | float | None = None,
         batch_transform: Any = None,
+        box_field: str | None = None,
     ) -> None:
         self.dataset = dataset
+        self.box_field = box_field  # the boxes column RandomIoUCrop plans from, if any
         self.budget = SkipBudget(max_skips, len(epoch_plan.indices))
         self._where = ("start", epoch_plan.start)  # (stage, batch) the producer is in
         self.batch_transform = batch_transform
@@ -247,10 +249,16 @@ class Producer:
         try:
             with Timer(self.counters, "plan"):
                 rng = batch_rng(self.plan.seed, self.plan.epoch, b, self.plan.rank)
-                crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
+                geometry = self._plan(samples, rng)
         except Exception as exc:
             raise _StageError("plan", b) from exc
-        return _Prepared(samples, records, failures, crops, flips, tiles)
+        return _Prepared(samples, records, failures, geometry, tiles)
+
+    def _plan(self, samples: np.ndarray, rng: np.random.Generator) -> Geometry:
+        """The samples' geometry; RandomIoUCrop reads their boxes from the dataset's column."""
+        boxes = (None if self.box_field is None
+                 else self.dataset.columns.gather(self.box_field, samples))
+        return plan_geometry(self.transforms, self.dataset.shapes[samples], rng, boxes)
 
     def _fill(self, b: int, slot: int, prepared: _Prepared) -> ReadyBatch:
         """Decode prepared batch b into `slot`, repairing or reporting bad samples."""
@@ -262,23 +270,24 @@ class Producer:
         if self.staging is not None:
             spec, target = self.staging, self.staging.allocate(len(samples), *out.shape[1:3])
         with Timer(self.counters, "decode"):
-            errors = self.decoder.decode_into(prepared.records, prepared.crops, prepared.flips,
-                                              out, tiles=prepared.tiles,
+            geometry = prepared.geometry
+            errors = self.decoder.decode_into(prepared.records, geometry.crops, geometry.flips,
+                                              out, tiles=prepared.tiles, places=geometry.places,
+                                              fill=geometry.fill,
                                               **_planar_kwargs(spec, target, 0, len(samples)))
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:
                     failures[k] = DecodeError(f"{self.dataset.describe(samples[k])}: {message}")
-            crops, flips = prepared.crops.copy(), prepared.flips.copy()
             for k, error in sorted(failures.items()):
-                samples[k], crops[k], flips[k] = self._recover(b, k, int(samples[k]), error,
-                                                               out, spec, target)
+                samples[k], replacement = self._recover(b, k, int(samples[k]), error, out,
+                                                        spec, target)
+                geometry = geometry.with_sample(k, replacement)
             if self.batch_transform is not None:  # stats: decode_s includes it
                 if target is not None and images is not None and self.planar is not None:
                     images = transform_planar(self.batch_transform, target, images, self.planar)
                 else:
                     transform_slot(self.batch_transform, out)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
-        geometry = (crops, flips, (int(out.shape[1]), int(out.shape[2])))
         return ReadyBatch(b, slot, len(samples), labels, samples, images, geometry)
 
     def _read(self, samples: np.ndarray) -> tuple[list[Any], dict[int, FastloaderError]]:
@@ -294,9 +303,9 @@ class Producer:
 
     def _recover(self, b: int, k: int, sample: int, error: FastloaderError,
                  out: np.ndarray, spec: PlanarSpec | None, images: Any
-                 ) -> tuple[int, np.ndarray, bool]:
-        """on_error="raise": raise. "skip": decode a replacement into out[k], return its index,
-        crop and flip.
+                 ) -> tuple[int, Geometry]:
+        """on_error="raise": raise. "skip": decode a replacement into out[k], return its index
+        and its one-sample geometry.
 
         Replacements are the next records after the bad one (sample+1, sample+2, ...), planned
         from a generator keyed by (seed, epoch, batch, rank, position, attempt): deterministic.
@@ -321,12 +330,14 @@ class Producer:
             rng = np.random.default_rng(
                 [self.plan.seed, self.plan.epoch, b, self.plan.rank, k, attempt]
             )
-            crops, flips, _ = plan(self.transforms, self.dataset.shapes[[candidate]], rng)
+            geometry = self._plan(np.array([candidate]), rng)
             tiles = self.dataset.tile_batch([candidate])
-            if self.decoder.decode_into([record], crops, flips, out[k : k + 1], tiles,
+            if self.decoder.decode_into([record], geometry.crops, geometry.flips,
+                                        out[k : k + 1], tiles, places=geometry.places,
+                                        fill=geometry.fill,
                                         **_planar_kwargs(spec, images, k, k + 1))[0] is None:
                 log.info("replacement for %s: record %d", description, candidate)
-                return candidate, crops[0], bool(flips[0])
+                return candidate, geometry
         raise DecodeError(
             f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
             "was found. The dataset looks badly damaged: run `packdata verify` and repack it."
