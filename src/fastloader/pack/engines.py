@@ -160,9 +160,9 @@ def run_ray(staging: Path, todo: Sequence[int], workers: int, address: str | Non
     started = not ray.is_initialized()
     if started and address:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    elif started:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                 _node_ip_address="127.0.0.1")
+    elif started:  # "local": a new instance even if a cluster runs on this machine
+        ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                 log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
         task = ray.remote(num_cpus=1, max_retries=3)(run_shard)
         refs = {task.remote(str(staging), k): k for k in todo}

@@ -36,9 +36,10 @@ log = logging.getLogger(__name__)
 SETTINGS_NAME = "settings.json"  # in plan/: what a run adds to the plan (strict)
 _ARRAYS = ("kept", "offset", "length", "height", "width", "codec", "crc32")
 _DTYPES = ("int64", "int64", "int64", "int32", "int32", "uint8", "uint32")
-# TEST ONLY: "K:FLAG" makes the task of shard K, on its first attempt (FLAG does not exist
-# yet: it is created), tear its shard file to half and exit the process at once (os._exit),
-# as a task killed mid-shard would; the retry must leave a correct dataset.
+# TEST ONLY: "K:FLAG" arms a kill in the task of shard K: while FLAG's folder exists and FLAG
+# does not, the task creates FLAG, tears its shard file to half and exits its process at once
+# (os._exit), as a task killed mid-shard would; the retry (FLAG now there) must leave a
+# correct dataset.
 DIE_IN_SHARD_ENV = "FASTLOADER_PACK_TEST_DIE_IN_SHARD"
 
 
@@ -113,7 +114,9 @@ def _save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> str:
 def _die_for_test(k: int, shard_path: Path) -> None:
     hook = os.environ.get(DIE_IN_SHARD_ENV, "")
     number, _, flag = hook.partition(":")
-    if not hook or int(number) != k or os.path.exists(flag):
+    if not hook or int(number) != k or not os.path.isdir(os.path.dirname(flag)):
+        return
+    if os.path.exists(flag):
         return
     Path(flag).write_text(str(os.getpid()))
     os.truncate(shard_path, shard_path.stat().st_size // 2)
