@@ -77,9 +77,11 @@ def _run_shard(argv: Sequence[str]) -> int:
     folder = staging_path(Path(args.dst).expanduser().absolute())
     plan, settings = ShardPlan.load(folder), read_settings(folder)
     lo, hi = args.range
-    if lo >= plan.num_shards:
-        raise PackError(f"--range {lo}:{hi} starts past the plan's {plan.num_shards} shards "
-                        f"(0:{plan.num_shards}).")
+    if lo >= plan.num_shards:  # an array task past the end (more tasks than shards)
+        if not args.quiet:
+            print(f"--range {lo}:{hi} starts past the plan's {plan.num_shards} shards: "
+                  "nothing to do", file=sys.stderr)
+        return 0
     todo = list(range(lo, min(hi, plan.num_shards)))
     meter = Meter(plan, todo, None, args.quiet)
     meter.files, meter.total = 0, sum(plan.span(k)[1] - plan.span(k)[0] for k in todo)

@@ -166,7 +166,7 @@ def build_part(staging: Path, plan: ShardPlan, k: int, settings: dict[str, Any],
     offsets: list[int] = []
     if data:
         part.info, offsets = _write_shard(staging, k, lo, data, settings["backend"])
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in range(5)]
+    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in range(5)]
     arrays = {name: np.asarray(values, dtype) for name, values, dtype in
               zip(_ARRAYS, [kept, offsets, *columns], _DTYPES, strict=True)}
     part.arrays_sha256 = _save_arrays(part_path(staging, k, ".part.npz"), arrays)
