@@ -58,6 +58,19 @@ def test_workers_do_not_change_a_byte(tmp_path: Path, suffix: str) -> None:
         assert [bytes(ds.record(i)) for i in range(len(ds))] == [written[p] for p in ds.paths]
 
 
+def test_a_shard_of_skipped_files_only_leaves_no_shard_file(tmp_path: Path, capsys) -> None:
+    written = broken_tree(tmp_path / "src", classes=2, per_class=3)
+    assert main(["plan", str(tmp_path / "src"), str(tmp_path / "out.lmdb"), "--shard-size",
+                 "1", "--quiet"]) == 0
+    stray = staging_path(tmp_path / "out.lmdb") / "shard-00099.mdb"
+    stray.write_bytes(b"left by an earlier plan")
+    manifest = pack(tmp_path / "src", tmp_path / "out.lmdb", shard_size=1, resume=True)
+    names = sorted(p.name for p in (tmp_path / "out.lmdb").glob("shard-*"))
+    assert names == [s.file for s in manifest.shards] and len(names) == len(written)
+    assert "shard-00000.mdb" not in names  # c00/a_broken.jpg was shard 0, alone
+    assert verify(tmp_path / "out.lmdb").ok and manifest.stats["skipped"] == 2
+
+
 def test_plan_shard_commit_in_separate_processes_equal_a_one_shot_pack(tmp_path: Path) -> None:
     broken_tree(tmp_path / "src")
     dst = tmp_path / "steps.lmdb"

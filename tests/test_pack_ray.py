@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fastloader.errors import PackError
 from fastloader.pack.part import DIE_IN_SHARD_ENV
 from fastloader.pack.verify import verify
 from fastloader.pack.write import pack
@@ -55,6 +56,8 @@ def test_ray_and_local_engines_write_the_same_dataset(tmp_path: Path, ray_instan
     assert dataset_bytes(tmp_path / "ray.lmdb") == dataset_bytes(tmp_path / "local.lmdb")
     assert calls[-1][:2] == (len(written) + 2, len(written) + 2)  # files found, on the driver
     assert not (ray_instance / "died").exists()
+    with pytest.raises(PackError, match=r"a_broken\.jpg.*without --strict"):  # a task's own
+        pack(tmp_path / "src", tmp_path / "strict.lmdb", engine="ray", strict=True)
 
 
 def test_a_task_killed_mid_shard_is_retried_into_a_correct_dataset(

@@ -127,6 +127,10 @@ def commit(staging: Staging, plan: ShardPlan, settings: dict[str, Any], overwrit
     parts = check_parts(staging, plan, trusted)
     tiled = settings.get("tiles") is not None
     arrays, shards = _index(staging, plan, parts, settings["backend"], tiled)
+    named = {shard.file for shard in shards}
+    for stray in staging.dir.glob("shard-*"):  # an earlier plan's, or an emptied shard's
+        if stray.name not in named:
+            stray.unlink()
     fields = index_mod.write_index(staging.dir, arrays)
     refusals = plan.scan["refused"] + [s for p in parts for s in p.skipped]  # scan's first
     skipped = [{"path": path, "reason": reason} for path, reason in refusals]
