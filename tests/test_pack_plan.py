@@ -171,3 +171,24 @@ def test_engine_ray_without_ray_says_how_to_get_it(tmp_path: Path, monkeypatch, 
     with pytest.raises(PackError, match="needs engine='ray'"):
         pack(tmp_path / "src", tmp_path / "out.lmdb", ray_address="127.0.0.1:6379")
     assert not (tmp_path / "out.lmdb").exists()
+
+
+def test_an_lmdb_shards_first_key_is_checked_at_open(tmp_path: Path) -> None:
+    import json
+
+    from fastloader.errors import DatasetError
+
+    broken_tree(tmp_path / "src")
+    dst = tmp_path / "out.lmdb"
+    pack(tmp_path / "src", dst, shard_size=SHARD)
+    raw = json.loads((dst / "manifest.json").read_text())
+    keyed = [s for s in raw["shards"] if "first_key" in s]
+    assert keyed and all(s["first_key"] > s["start"] for s in keyed)
+    keyed[0].pop("first_key")  # keys then seem to start at `start`: outside the shard's range
+    (dst / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(DatasetError, match="LMDB key inside its shard's range"):
+        open_dataset(dst)
+    keyed[0]["first_key"] = -1
+    (dst / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(DatasetError, match="first_key=-1"):
+        open_dataset(dst)
