@@ -40,6 +40,10 @@ def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
     from fastloader.pack.write import plan_pack
 
     pack_parser.prog = "packdata plan"
+    pack_parser.usage = "packdata plan SRC DST [options of packdata SRC DST]"
+    pack_parser.description = ("List SRC once and write the shard plan into DST's staging "
+                               "folder; prints the number of shards.")
+    pack_parser.epilog = None
     args = pack_parser.parse_args(argv)
     if args.engine != "local" or args.ray_address:
         raise PackError("packdata plan takes no --engine: the shard runs are yours to "
