@@ -1,10 +1,13 @@
 """Packing speed: packdata into LMDB and HDF5 against tar and cp -r of the same tree, same disk;
-and the same images from a CSV table and from WebDataset .tar shards (the importers)."""
+and the same images from a CSV table and from WebDataset .tar shards (the importers).
+--engines: `--engine ray` against `--engine local` on the same tree and shard plan."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
+import os
 import shutil
 import statistics
 import subprocess
@@ -116,6 +119,80 @@ def configs(tree: Path, work: Path, files: int, workers: int | None) -> dict:
     return runs
 
 
+def _engine_run(tree: Path, dst: Path, files: int, engine: str, workers: int,
+                shard_size: int) -> RunResult:
+    from fastloader.pack.write import pack
+
+    _remove(dst)
+    t0 = time.perf_counter()
+    manifest = pack(tree, dst, workers=workers, engine=engine, shard_size=shard_size, quiet=True)
+    elapsed = time.perf_counter() - t0
+    _remove(dst)
+    return RunResult(files, elapsed, files, extra={"shards": len(manifest.shards)})
+
+
+def _noop() -> None:
+    return None
+
+
+def _ray_task_overhead(ray: object, cores: int, tasks: int = 400) -> float:
+    """Seconds of wall time per no-op Ray task with `cores` running at once (warm workers)."""
+    noop = ray.remote(num_cpus=1)(_noop)  # type: ignore[attr-defined]
+    ray.get([noop.remote() for _ in range(4 * cores)])  # type: ignore[attr-defined]
+    t0 = time.perf_counter()
+    ray.get([noop.remote() for _ in range(tasks)])  # type: ignore[attr-defined]
+    return (time.perf_counter() - t0) / tasks
+
+
+def engine_rows(tree: Path, work: Path, files: int, total_bytes: int, workers: int | None,
+                repeats: int, writer: JsonlWriter) -> list[dict]:
+    """--engine ray vs --engine local, interleaved rounds on one shard plan (4 shards a core,
+    so Ray's one-task-per-shard can use every core); Ray is started once, outside the timing
+    (its start is reported apart), as a cluster would be."""
+    import ray
+
+    cores = workers or len(os.sched_getaffinity(0))
+    shard_size = max(1 << 16, total_bytes // (4 * cores))
+    t0 = time.perf_counter()
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1")
+    start_s = time.perf_counter() - t0
+    try:
+        overhead = _ray_task_overhead(ray, cores)
+        runs = {f"--engine {e}": functools.partial(_engine_run, tree, work / f"{e}.lmdb", files,
+                                                   e, cores, shard_size)
+                for e in ("local", "ray")}
+        results = run_interleaved(
+            runs, repeats,
+            on_run=lambda name, i, run, usage: writer.write(run_row(name, i, run, usage)))
+    finally:
+        ray.shutdown()
+    rows = [summary_row(name, r) for name, r in results.items()]
+    local = [run.rate for run, _ in results["--engine local"]]
+    for row in rows:
+        row["vs_local"] = statistics.median(
+            run.rate / base for (run, _), base in zip(results[row["name"]], local, strict=True))
+        row |= {"unit": "files", "cores": cores, "shard_size": shard_size,
+                "shards": results[row["name"]][0][0].extra["shards"],
+                "files_per_s_per_core": row["img_per_s"]["median"] / cores,
+                "ray_start_s": start_s, "ray_task_overhead_ms": overhead * 1e3}
+        writer.write(row)
+    return rows
+
+
+def print_engine_table(rows: list[dict], files: int, total_bytes: int, env: dict) -> None:
+    header = ["engine", "files/s median (min-max)", "files/s per core", "vs local (same round)"]
+    body = [[r["name"], spread_text(r["img_per_s"]), f"{r['files_per_s_per_core']:.0f}",
+             f"{r['vs_local']:.2f}x"] for r in rows]
+    print(format_table(header, body))
+    first = rows[0]
+    print(f"{files} files, {total_bytes / 1e6:.1f} MB in {first['shards']} shards of "
+          f"{first['shard_size'] / 2**20:.1f} MiB; {first['cores']} cores; Ray start "
+          f"{first['ray_start_s']:.1f} s (untimed); a no-op Ray task costs "
+          f"{first['ray_task_overhead_ms']:.2f} ms of wall time with every core busy")
+    print(env_line(env))
+
+
 def print_table(rows: list[dict], total_bytes: int, files: int, env: dict) -> None:
     tar = next(r for r in rows if r["name"] == "tar -cf")
     mb = total_bytes / 1e6
@@ -144,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "pack.jsonl")
     parser.add_argument("--quick", action="store_true", help="300 images, 2 repeats")
+    parser.add_argument("--engines", action="store_true",
+                        help="only --engine ray against --engine local (needs Ray)")
     args = parser.parse_args(argv)
     if args.quick:
         args.images, args.repeats = min(args.images, 300), min(args.repeats, 2)
@@ -155,6 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     work_parent = args.work or tree.parent
     work_parent.mkdir(parents=True, exist_ok=True)
     env = environment()
+    if args.engines:
+        with tempfile.TemporaryDirectory(dir=work_parent, prefix="bench_pack_") as tmp, \
+                JsonlWriter(args.out, "pack") as writer:
+            rows = engine_rows(tree, Path(tmp), files, total_bytes, args.workers, args.repeats,
+                               writer)
+        print_engine_table(rows, files, total_bytes, env)
+        print(f"wrote {args.out}")
+        return 0
     with tempfile.TemporaryDirectory(dir=work_parent, prefix="bench_pack_") as tmp:
         runs = configs(tree, Path(tmp), files, args.workers)
         with JsonlWriter(args.out, "pack") as writer:

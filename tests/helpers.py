@@ -218,3 +218,31 @@ def run_in_fork(child: Any, seconds: float = 60) -> tuple[int | None, str]:
     message = os.read(reader, 1000).decode()
     os.close(reader)
     return status, message
+
+
+def dataset_bytes(dst: Path) -> dict[str, Any]:
+    """Every file of a dataset folder by relative path: its sha256, and manifest.json's parsed
+    contents without created_at. Equal results mean byte-identical datasets bar timestamps."""
+    import hashlib
+    import json
+
+    found: dict[str, Any] = {}
+    for path in sorted(p for p in dst.rglob("*") if p.is_file()):
+        name = path.relative_to(dst).as_posix()
+        if name == "manifest.json":
+            found[name] = json.loads(path.read_text()) | {"created_at": None}
+        else:
+            found[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def broken_tree(root: Path, classes: int = 3, per_class: int = 30) -> dict[str, bytes]:
+    """make_flat_tree plus unreadable files early in the sorted listing (skipped when packed),
+    so the shards after them start at a sample number below their place in the plan."""
+    from treegen import make_flat_tree
+
+    written = make_flat_tree(root, classes=classes, per_class=per_class)
+    (root / "c00" / "a_broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    (root / "c01").mkdir(exist_ok=True)
+    (root / "c01" / "a_empty.jpg").write_bytes(b"")
+    return written

@@ -17,6 +17,7 @@ from fastloader.errors import InvalidArgumentError, InvalidTypeError, PackError
 from fastloader.format.dataset import open_dataset
 from fastloader.format.manifest import Codec, read_manifest
 from fastloader.pack.journal import staging_path
+from fastloader.pack.plan import ShardPlan
 from fastloader.pack.write import KILL_AFTER_SHARDS_ENV, pack
 from imagegen import encode, photo_like
 from treegen import add_broken_files, make_flat_tree, make_mixed_tree
@@ -68,7 +69,7 @@ def test_all_files_broken_is_an_error(tmp_path: Path) -> None:
 def test_parallel_pack_is_identical_to_serial(
     tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("fastloader.pack.write._WINDOW_FILES", 7)  # many pool windows
+    monkeypatch.setattr("fastloader.pack.engines._WINDOW_FILES", 7)  # many pool windows
     make_flat_tree(tmp_path / "src", classes=3, per_class=30)
     calls: list[tuple[int, int, int]] = []
     serial = pack(tmp_path / "src", tmp_path / f"one{suffix}", workers=1, shard_size=20_000)
@@ -202,8 +203,8 @@ def test_resume_reuses_unchanged_shards_and_rebuilds_changed_ones(tmp_path: Path
     before = _shard_inodes(staging)
     first_two = [s for s in sorted(before)][:2]
     # Change a file that went into shard 1: shard 0 stays valid, shard 1 on must be rebuilt.
-    journal = json.loads((staging / "journal" / "00001.json").read_text())
-    changed = journal["consumed"][0][0]
+    plan = ShardPlan.load(staging)
+    changed = plan.relpath(plan.span(1)[0])
     (tmp_path / "src" / changed).write_bytes(encode(photo_like(9, 9, 3)))
     pack(tmp_path / "src", dst, resume=True, **options)
     after = _shard_inodes(dst)

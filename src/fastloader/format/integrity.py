@@ -70,7 +70,6 @@ def check_index(root: Path, manifest: Manifest, arrays: dict[str, np.ndarray]) -
     """Every per-record value lies in its range (arrays: the core fields, by name)."""
     shards = manifest.shards
     counts = np.array([s.count for s in shards], np.int64)
-    starts = np.array([s.start for s in shards], np.int64)
     sizes = np.array([s.bytes for s in shards], np.int64)
     shard, offset, length = arrays["shard"], arrays["offset"], arrays["length"]
     expected_ids = np.repeat(np.arange(len(shards), dtype=np.int32), counts)
@@ -82,8 +81,9 @@ def check_index(root: Path, manifest: Manifest, arrays: dict[str, np.ndarray]) -
                f"0 <= label < {classes} classes")
     _first_bad(root, "length", (length <= 0) | (length > sizes[shard]),
                "0 < length <= its shard's size")
-    if manifest.backend == "lmdb":  # offset is the record's key: its own index
-        ok = (offset >= starts[shard]) & (offset < starts[shard] + counts[shard])
+    if manifest.backend == "lmdb":  # offset is the record's key: key_start + its place
+        keys = np.array([s.key_start for s in shards], np.int64)
+        ok = (offset >= keys[shard]) & (offset < keys[shard] + counts[shard])
         _first_bad(root, "offset", ~ok, "an LMDB key inside its shard's range")
     else:
         data = np.array([s.data_offset or 0 for s in shards], np.int64)

@@ -55,10 +55,19 @@ class ShardInfo:
     bytes: int
     sha256: str
     data_offset: int | None = None  # HDF5: file offset of the contiguous records dataset
+    # LMDB: the key of the shard's first record when it is not `start` (a shard packed as an
+    # independent task keys its records from its place in the shard plan, known before the
+    # files before it are read; skipped files there make its start smaller). Omitted if None.
+    first_key: int | None = None
 
     @property
     def stop(self) -> int:
         return self.start + self.count
+
+    @property
+    def key_start(self) -> int:
+        """LMDB: the key of the first record (records are keyed key_start, key_start + 1...)."""
+        return self.start if self.first_key is None else self.first_key
 
 
 @dataclass
@@ -111,6 +120,9 @@ class Manifest:
         raw = dataclasses.asdict(self)
         if self.version == 1:  # a v1 manifest stays exactly what v1 readers know
             raw.pop("sample_fields")
+        for shard in raw["shards"]:  # only where a key does not follow from start
+            if shard["first_key"] is None:
+                shard.pop("first_key")
         return json.dumps(raw, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -177,9 +189,10 @@ def _check_types(raw: dict[str, Any], where: str) -> None:
         raise _damaged(where, "shards must be a list and fields an object")
     for k, shard in enumerate(raw["shards"]):
         _check_entry(shard, _SHARD_TYPES, where, f"shard {k}")
-        offset = shard.get("data_offset")
-        if offset is not None and not (_is_int(offset) and offset >= 0):
-            raise _damaged(where, f"shard {k} has data_offset={offset!r:.60}")
+        for key in ("data_offset", "first_key"):
+            value = shard.get(key)
+            if value is not None and not (_is_int(value) and value >= 0):
+                raise _damaged(where, f"shard {k} has {key}={value!r:.60}")
     for name, info in raw["fields"].items():
         _check_entry(info, _FIELD_TYPES, where, f"index field {name!r}")
         if not all(_is_int(n) and n >= 0 for n in info["shape"]):

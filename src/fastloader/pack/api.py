@@ -74,6 +74,9 @@ def pack(
         raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
                         "or Python samples are packed untiled.")
     options.pop("restart_mcus", None)
+    if options.pop("engine", "local") != "local" or options.pop("ray_address", None):
+        raise PackError("engine='ray' (--engine ray) packs ImageFolder trees only; a table, "
+                        "file groups or Python samples are packed with the local engine.")
     if options.pop("strict", False) and skip_bad:
         raise PackError("strict and skip_bad contradict each other; pass one.")
     if kind is None:

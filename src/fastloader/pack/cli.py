@@ -15,6 +15,7 @@ from typing import Any
 from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import FastloaderError
 from fastloader.format.remote import is_url
+from fastloader.pack import cli_plan
 from fastloader.pack.api import pack
 from fastloader.pack.cli_sources import add_source_options, samples_summary, source_options
 from fastloader.pack.info import dataset_info, format_info, human_bytes
@@ -22,7 +23,7 @@ from fastloader.pack.upload import download, staging_folder, upload
 from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
 from fastloader.pack.write import DEFAULT_SHARD_SIZE, SKIPPED_NAME
 
-SUBCOMMANDS = ("info", "verify", "append", "merge")
+SUBCOMMANDS = ("info", "verify", "append", "merge", "plan", "shard", "commit")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SHOWN_SKIPPED = 10
 
@@ -40,6 +41,11 @@ other commands:
                                    last (readers of the old version keep working)
   packdata merge A B [...] OUT     one dataset from several (records copied, not decoded);
                                    classes by name: A's ids kept, new names added at the end
+  packdata plan SRC DST [options]  a pack in steps, for SLURM arrays and other schedulers:
+  packdata shard DST --range I:J   plan lists SRC once and prints the number of shards;
+  packdata commit DST              shard writes shards I..J-1 (anywhere DST's folder is
+                                   seen, any split, rerunnable); commit checks every part
+                                   and publishes DST (README: packing on many machines)
 
 SRC is an ImageFolder tree: SRC/<class>/<image files> (found recursively; hidden and
 non-image files are ignored), or a table (.csv .tsv .jsonl .parquet: --image, --label,
@@ -48,8 +54,8 @@ in .tar shards ('data-{000..009}.tar'); --source-format forces the kind.
 DST's suffix picks the backend: NAME.lmdb or NAME.h5.
 DST may be a URL (s3://bucket/x.lmdb, gs://..., file://...): packed into --staging, then
 uploaded (shards, index, manifest.json last); info and verify take URLs too.
-A source folder literally named "info", "verify", "append" or "merge" must be written as
-./info.
+A source folder literally named like a command ("info", "verify", "append", "merge",
+"plan", "shard", "commit") must be written as ./info.
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input."""
 
 
@@ -71,7 +77,9 @@ def _pack_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="packdata",
         usage="packdata SRC DST [options]\n       packdata {info,verify} DST [options]\n"
-              "       packdata append DST NEW | packdata merge A B [...] OUT",
+              "       packdata append DST NEW | packdata merge A B [...] OUT\n"
+              "       packdata plan SRC DST [options] | packdata shard DST --range I:J | "
+              "packdata commit DST",
         description="Pack an ImageFolder-style image tree into a sharded LMDB or HDF5 dataset.",
         epilog=USAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -100,6 +108,11 @@ def _pack_parser() -> argparse.ArgumentParser:
         help="with --tiles: at most R MCUs per restart segment "
         f"(default {DEFAULT_RESTART_MCUS})")  # fmt: skip
     add_source_options(parser)
+    add("--engine", choices=("local", "ray"), default="local",
+        help="who runs the shard tasks: this machine's processes (default) or Ray (one task "
+        "per shard; pip install \"fastloader[ray]\")")  # fmt: skip
+    add("--ray-address", metavar="ADDR", help="with --engine ray: the cluster to join "
+        "(default: a local Ray instance with --workers CPUs)")  # fmt: skip
     add("--staging", metavar="DIR", help="when DST is a URL (s3://bucket/x.lmdb): pack into "
         "DIR first, then upload (default: the system's temp folder)")  # fmt: skip
     return parser
@@ -172,6 +185,8 @@ def _run_pack(argv: Sequence[str]) -> int:
         tiles=args.tiles,
         restart_mcus=args.restart_mcus,
         max_file_size=args.max_file_size,
+        engine=args.engine,
+        ray_address=args.ray_address,
     )
     if not args.quiet:
         seconds = time.perf_counter() - began
@@ -271,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args and args[0] in ("append", "merge"):
             return _run_grow(args[0], args[1:])
+        if args and args[0] in cli_plan.COMMANDS:
+            return cli_plan.run(args[0], args[1:], _pack_parser())
         if args and args[0] in SUBCOMMANDS:
             return _run_info(args[1:]) if args[0] == "info" else _run_verify(args[1:])
         return _run_pack(args)

@@ -14,8 +14,8 @@ from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import MANIFEST_NAME, ShardInfo
-from fastloader.pack.scan import SourceFile
-from fastloader.pack.tiling import load_columns, save_columns
+from fastloader.pack.plan import PLAN_DIR
+from fastloader.pack.tiling import save_columns
 
 PLAN_NAME = "plan.json"
 JOURNAL_DIR = "journal"
@@ -116,6 +116,14 @@ class Staging:
         self.journal.mkdir(exist_ok=True)
         _write_atomic(plan_path, json.dumps(plan, sort_keys=True))
 
+    def adopt(self) -> None:
+        """Lock a planned pack's staging folder as it is (`packdata commit`): nothing cleared."""
+        if not (self.dir / PLAN_NAME).is_file():
+            raise PackError(f"{self.dst} has no planned pack ({self.dir / PLAN_NAME} is "
+                            f"missing); run `packdata plan SRC {self.dst}` first.")
+        if not self._lock():
+            raise PackError(f"{self.dir} was replaced while locking it; run the command again.")
+
     def _lock(self) -> bool:
         """Take the staging folder's lock; False when the lock file found was not the one in
         place any more (a pack finished and moved its folder away meanwhile: try again)."""
@@ -162,41 +170,12 @@ class Staging:
             else:
                 entry.unlink()
 
-    def reusable_shards(self, files: list[SourceFile], tiled: bool = False) -> list[ShardRecord]:
-        """The journal's longest prefix of shards built from exactly these files, unchanged."""
-        reused: list[ShardRecord] = []
-        position = 0
-        for shard_id in range(len(files) + 1):
-            record = self._load_record(shard_id)
-            if record is None or not self._matches(record, files, position):
-                break
-            if tiled:
-                record.tiles = load_columns(self.journal, shard_id)
-                if record.tiles is None or len(record.tiles["counts"]) != record.info.count:
-                    break
-            reused.append(record)
-            position += len(record.consumed)
-        self._drop_from(len(reused))
-        return reused
-
     def _load_record(self, shard_id: int) -> ShardRecord | None:
         path = self.journal / f"{shard_id:05d}.json"
         try:
             return ShardRecord.from_json(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, KeyError, TypeError):
             return None
-
-    def _matches(self, record: ShardRecord, files: list[SourceFile], position: int) -> bool:
-        expected = [
-            [f.relpath, f.size, f.mtime_ns]
-            for f in files[position : position + len(record.consumed)]
-        ]
-        if expected != record.consumed:
-            return False
-        shard_path = self.dir / record.info.file
-        if not shard_path.is_file() or shard_path.stat().st_size != record.info.bytes:
-            return False
-        return sha256_file(shard_path)[1] == record.info.sha256
 
     def _drop_from(self, shard_id: int) -> None:
         """Delete journal entries and shard files from shard_id on (they will be rebuilt)."""
@@ -222,6 +201,7 @@ class Staging:
         no other pack can lock (and clear) this folder between the manifest and the rename.
         """
         shutil.rmtree(self.journal, ignore_errors=True)
+        shutil.rmtree(self.dir / PLAN_DIR, ignore_errors=True)
         (self.dir / PLAN_NAME).unlink(missing_ok=True)
         write_manifest(self.dir)
         _test_hold(self.dir)

@@ -11,13 +11,13 @@ import numpy as np
 
 from fastloader.format.columns import decode_column, encode_column
 from fastloader.format.fields import FieldSpec
+from fastloader.pack.builder import ShardBuilder
 from fastloader.pack.journal import ShardRecord, Staging, sha256_file
-from fastloader.pack.write import _ShardBuilder
 
 _SUFFIX = ".columns.npz"
 
 
-class ColumnShardBuilder(_ShardBuilder):
+class ColumnShardBuilder(ShardBuilder):
     """The shard builder that also journals the columns of each shard it writes."""
 
     def __init__(self, staging: Staging, backend: str, shard_size: int,

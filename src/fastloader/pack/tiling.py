@@ -25,7 +25,7 @@ from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE, Prepared, prepare
 
 TILES_VERSION = 1
 INDEX_FIELDS = ("tiles_header", "tiles_offsets", "tiles_start", "source_crc32")
-_SHARD_SUFFIX = ".tiles.npz"  # per-shard tile columns in the staging journal
+SHARD_SUFFIX = ".tiles.npz"  # per-shard tile columns in the staging journal
 
 
 def check_tiles_option(tiles_on: Any, restart_mcus: Any) -> dict[str, int] | None:
@@ -100,7 +100,7 @@ class TileColumns:
 
 def save_columns(journal: Path, shard_id: int, columns: dict[str, np.ndarray]) -> None:
     """Write a shard's tile columns next to its journal entry (before the entry itself)."""
-    path = journal / f"{shard_id:05d}{_SHARD_SUFFIX}"
+    path = journal / f"{shard_id:05d}{SHARD_SUFFIX}"
     with open(path, "wb") as handle:
         np.savez(
             handle,
@@ -115,7 +115,7 @@ def save_columns(journal: Path, shard_id: int, columns: dict[str, np.ndarray]) -
 
 def load_columns(journal: Path, shard_id: int) -> dict[str, np.ndarray] | None:
     """A journaled shard's tile columns, or None when missing or unreadable."""
-    path = journal / f"{shard_id:05d}{_SHARD_SUFFIX}"
+    path = journal / f"{shard_id:05d}{SHARD_SUFFIX}"
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in ("headers", "offsets", "counts", "source_crc32")}

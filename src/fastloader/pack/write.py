@@ -1,49 +1,34 @@
-"""pack(): turn an image tree into a packed dataset; parallel, atomic and resumable."""
+"""pack(): turn an image tree into a packed dataset; parallel, atomic and resumable.
+
+scan the tree -> a shard plan (plan.py: the sorted listing cut by a rule of the files alone)
+in the staging folder -> one task per shard (part.py; run by engines.py: local processes or
+Ray) -> the commit step (commit.py) checks every part and writes the index and manifest.json
+last, then renames the folder to DST. `packdata plan/shard/commit` run these steps apart.
+"""
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
 import os
-import signal
-import sys
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fastloader.checks import int_at_least
 from fastloader.errors import PackError, invalid_argument
-from fastloader.format import index as index_mod
-from fastloader.format.backends import backend_for_suffix, backend_module
-from fastloader.format.manifest import BACKENDS, Manifest, ShardInfo
+from fastloader.format.backends import backend_for_suffix
+from fastloader.format.manifest import BACKENDS, Manifest
 from fastloader.pack import tiling
-from fastloader.pack.journal import (
-    SAMPLE_COLUMNS,
-    ShardRecord,
-    Staging,
-    file_digest,
-    is_dataset,
-    staging_path,
-)
-from fastloader.pack.scan import ScanResult, SourceFile, scan
-from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE, Prepared, prepare
+from fastloader.pack.builder import build_index as _build_index  # noqa: F401 (samples.py)
+from fastloader.pack.commit import SKIPPED_NAME, commit
+from fastloader.pack.engines import ENGINES, KILL_AFTER_SHARDS_ENV, Meter, Progress, pending_shards
+from fastloader.pack.engines import progress_bar as _progress_bar  # noqa: F401 (samples.py)
+from fastloader.pack.journal import Staging, is_dataset, staging_path
+from fastloader.pack.part import SETTINGS_NAME
+from fastloader.pack.plan import MAX_SHARD_FILES, PLAN_DIR, ShardPlan, from_scan
+from fastloader.pack.scan import scan
+from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
 
 DEFAULT_SHARD_SIZE = 256 << 20
-SKIPPED_NAME = "skipped.json"
-log = logging.getLogger(__name__)  # a child of the "fastloader" logger
-# Test hook: SIGKILL this process right after this many shards are journaled in one run, so a
-# test can check that a killed pack leaves no dataset and that --resume finishes it.
-KILL_AFTER_SHARDS_ENV = "FASTLOADER_PACK_TEST_KILL_AFTER_SHARDS"
-_WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memory
-_WINDOW_FILES = 2048
-
-Progress = Callable[[int, int, int], None]  # (files done, files total, source bytes done)
 
 
 def _check_options(
@@ -104,210 +89,64 @@ def _check_destination(dst: Path, src: Path, overwrite: bool) -> None:
         )
 
 
-class _ShardBuilder:
-    """Collects prepared records and writes a shard each time shard_size is reached."""
+def plan_pack(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    max_side: int | None = None,
+    quality: int = 90,
+    overwrite: bool = False,
+    resume: bool = False,
+    strict: bool = False,
+    tiles: bool = False,
+    restart_mcus: int = tiling.tiles.DEFAULT_RESTART_MCUS,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+) -> tuple[Staging, ShardPlan, dict[str, Any]]:
+    """Scan src and write the shard plan into dst's staging folder (locked on return).
 
-    def __init__(
-        self, staging: Staging, backend: str, shard_size: int, done: list[ShardRecord], tiled: bool
-    ):
-        self.staging = staging
-        self.tiles = tiling.TileColumns() if tiled else None
-        self.module = backend_module(backend)
-        self.shard_size = shard_size
-        self.records: list[ShardRecord] = list(done)
-        self.next_sample = sum(r.info.count for r in done)
-        self.tail_skipped: list[list[str]] = []
-        self._reset()
-        self._written_this_run = 0
-        self._kill_after = int(os.environ.get(KILL_AFTER_SHARDS_ENV, "0") or 0)
-
-    def _reset(self) -> None:
-        self.data: list[bytes] = []
-        self.size = 0
-        self.consumed: list[list[Any]] = []
-        self.skipped: list[list[str]] = []
-        self.samples: dict[str, list[Any]] = {name: [] for name in SAMPLE_COLUMNS}
-
-    def add(self, source: SourceFile, prepared: Prepared) -> None:
-        if prepared.data is None:
-            self.consumed.append([source.relpath, source.size, source.mtime_ns])
-            self.skipped.append([source.relpath, prepared.error or "unknown error"])
-            log.warning("pack: skipped %s: %s", source.relpath, self.skipped[-1][1])
-            return
-        if self.data and self.size + len(prepared.data) > self.shard_size:
-            self.flush()
-        self.consumed.append([source.relpath, source.size, source.mtime_ns])
-        self.data.append(prepared.data)
-        self.size += len(prepared.data)
-        row = (source.relpath, source.label, 0, len(prepared.data))
-        row2 = (prepared.height, prepared.width, prepared.codec, prepared.crc32)
-        for name, value in zip(SAMPLE_COLUMNS, row + row2, strict=True):
-            self.samples[name].append(value)
-        if self.tiles is not None:
-            self.tiles.add(prepared)
-
-    def flush(self) -> None:
-        """Write the pending records as the next shard, fsync it, then journal it."""
-        if not self.data:
-            self.tail_skipped.extend(self.skipped)
-            self.skipped = []
-            return
-        shard_id = len(self.records)
-        name = f"shard-{shard_id:05d}{self.module.SHARD_SUFFIX}"
-        layout = self.module.write_shard(self.staging.dir / name, self.next_sample, self.data)
-        self.samples["offset"] = layout.offsets
-        size, sha256 = file_digest(self.staging.dir / name)
-        info = ShardInfo(name, self.next_sample, len(self.data), size, sha256, layout.data_offset)
-        columns = self.tiles.take() if self.tiles is not None else None
-        record = ShardRecord(info, self.consumed, self.skipped, self.samples, columns)
-        self.staging.commit_shard(record, shard_id)
-        self.records.append(record)
-        self.next_sample += len(self.data)
-        self._reset()
-        self._written_this_run += 1
-        if self._kill_after and self._written_this_run >= self._kill_after:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    @property
-    def all_skipped(self) -> list[list[str]]:
-        return [s for r in self.records for s in r.skipped] + self.tail_skipped + self.skipped
-
-
-def _windows(files: list[SourceFile]) -> Iterator[list[SourceFile]]:
-    window: list[SourceFile] = []
-    size = 0
-    for source in files:
-        window.append(source)
-        size += source.size
-        if size >= _WINDOW_BYTES or len(window) >= _WINDOW_FILES:
-            yield window
-            window, size = [], 0
-    if window:
-        yield window
-
-
-def _prepared(
-    root: Path, files: list[SourceFile], workers: int, settings: dict[str, Any]
-) -> Iterator[Prepared]:
-    """Prepared records in file order, from a process pool holding at most two windows."""
-    job: Callable[[str], Prepared] = functools.partial(
-        prepare, max_side=settings["max_side"], quality=settings["quality"],
-        max_file_size=settings["max_file_size"],
-    )
-    if settings["tiles"] is not None:
-        job = functools.partial(
-            tiling.prepare_tiled,
-            max_side=settings["max_side"],
-            quality=settings["quality"],
-            restart_mcus=settings["tiles"]["restart_mcus"],
-            max_file_size=settings["max_file_size"],
-        )
-    paths = (str(root / f.relpath) for f in files)
-    if workers == 1 or len(files) < 4 * workers:
-        yield from map(job, paths)
-        return
-    import multiprocessing
-
-    with multiprocessing.Pool(workers) as pool:
-        pending: deque[Iterable[Prepared]] = deque()
-        for window in _windows(files):
-            chunk = max(1, min(32, len(window) // (4 * workers)))
-            pending.append(pool.imap(job, [str(root / f.relpath) for f in window], chunk))
-            if len(pending) > 1:  # keep the next window decoding while this one drains
-                yield from pending.popleft()
-        while pending:
-            yield from pending.popleft()
-
-
-def _progress_bar(total: int, quiet: bool) -> Any:
-    if quiet or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total,
-        unit="file",
-        unit_scale=True,
-        file=sys.stderr,
-        smoothing=0.1,
-        desc="packing",
-        dynamic_ncols=True,
-    )
-
-
-def _build_index(records: list[ShardRecord], tiled: bool) -> dict[str, np.ndarray]:
-    def column(name: str) -> list[Any]:
-        return [v for r in records for v in r.samples[name]]
-
-    shard = [k for k, r in enumerate(records) for _ in range(r.info.count)]
-    path_offsets, path_bytes = index_mod.encode_paths(column("relpath"))
-    extra = tiling.index_fields([r.tiles for r in records if r.tiles is not None]) if tiled else {}
-    return extra | {
-        "shard": np.asarray(shard, np.int32),
-        "offset": np.asarray(column("offset"), np.int64),
-        "length": np.asarray(column("length"), np.int64),
-        "label": np.asarray(column("label"), np.int64),
-        "shape": np.stack(
-            [np.asarray(column("height"), np.int32), np.asarray(column("width"), np.int32)], 1
-        ).reshape(-1, 2),
-        "codec": np.asarray(column("codec"), np.uint8),
-        "crc32": np.asarray(column("crc32"), np.uint32),
-        "path_offsets": path_offsets,
-        "path_bytes": path_bytes,
-    }
-
-
-def _stats(result: ScanResult, builder: _ShardBuilder, reencoded: int) -> dict[str, Any]:
-    return {
-        "files_found": len(result.files),
-        "packed": builder.next_sample,
-        "skipped": len(builder.all_skipped) + len(result.refused),
-        "reencoded": reencoded,
-        "ignored_hidden": result.ignored_hidden,
-        "ignored_non_image": result.ignored_non_image,
-        "ignored_outside_classes": result.ignored_outside_classes,
-        "empty_classes": result.empty_classes,
-        "source_bytes": result.total_bytes,
-        "record_bytes": int(sum(sum(r.samples["length"]) for r in builder.records)),
-    }
-
-
-def _fill(
-    builder: _ShardBuilder, result: ScanResult, settings: dict[str, Any], progress: Progress | None
-) -> int:
-    """Prepare and add every file not covered by reused shards; return how many re-encoded."""
-    if settings["strict"] and result.refused:  # the scan's refusals count as unreadable files
+    Without resume, or when the options differ from the staged plan's, the folder is cleared;
+    resuming keeps the parts (each is reused only if made from the same files). Returns the
+    staging (the caller releases it), the plan and the settings every shard task reads.
+    """
+    shard_size, _, max_side, quality = _check_options(shard_size, 1, max_side, quality)
+    tile_option = tiling.check_tiles_option(tiles, restart_mcus)
+    dst_path = Path(dst).expanduser().absolute()
+    src_path = Path(src).expanduser().absolute()
+    backend = resolve_backend(dst_path, format)
+    _check_destination(dst_path, src_path, overwrite)
+    max_file_size = int_at_least("max_file_size", max_file_size, 1, "Pass a size in bytes.")
+    result = scan(src_path, max_file_size)
+    if strict and result.refused:  # the scan's refusals count as unreadable files
         path, reason = result.refused[0]
         raise PackError(f"{result.root / path}: {reason}; fix or remove it, or pack without "
                         "--strict to skip (and list) such files.")
-    start = sum(len(r.consumed) for r in builder.records)
-    todo = result.files[start:]
-    bar = _progress_bar(len(result.files), settings["quiet"])
-    done_bytes, began, reencoded = sum(f.size for f in result.files[:start]), time.monotonic(), 0
-    if bar is not None:
-        bar.update(start)
+    plan = from_scan(result, shard_size)
+    identity: dict[str, Any] = {"backend": backend, "src": str(src_path),
+                                "classes": result.classes, "shard_size": shard_size,
+                                "max_side": max_side, "quality": quality,
+                                "max_file_size": max_file_size, "shard_files": MAX_SHARD_FILES}
+    if tile_option is not None:
+        identity["tiles"] = tile_option
+    staging = Staging(dst_path)
     try:
-        stream = _prepared(result.root, todo, settings["workers"], settings)
-        for k, (source, prepared) in enumerate(zip(todo, stream, strict=True), start + 1):
-            if prepared.data is None and settings["strict"]:
-                raise PackError(
-                    f"{result.root / source.relpath}: {prepared.error}; fix or remove it, or "
-                    "pack without --strict to skip unreadable files."
-                )
-            builder.add(source, prepared)
-            reencoded += prepared.reencoded
-            done_bytes += source.size
-            if progress is not None:
-                progress(k, len(result.files), done_bytes)
-            if bar is not None:
-                bar.update(1)
-                rate = done_bytes / max(time.monotonic() - began, 1e-9) / 1e6
-                bar.set_postfix_str(f"{rate:.1f} MB/s", refresh=False)
-        builder.flush()
-    finally:
-        if bar is not None:
-            bar.close()
-    return reencoded
+        staging.open(identity, resume)
+        plan.save(staging.dir)
+        run = {"strict": strict, "overwrite": overwrite}
+        (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text(json.dumps(run, sort_keys=True))
+    except BaseException:
+        staging.release()
+        raise
+    return staging, plan, identity | run
+
+
+def _check_engine(engine: Any, ray_address: Any) -> None:
+    if engine not in ENGINES:
+        raise invalid_argument("engine", engine, f"must be one of {ENGINES}",
+                               "Pass 'local' (this machine's processes) or 'ray'.")
+    if ray_address is not None and engine != "ray":
+        raise PackError("ray_address (--ray-address) needs engine='ray' (--engine ray).")
 
 
 def pack(
@@ -327,6 +166,8 @@ def pack(
     tiles: bool = False,
     restart_mcus: int = tiling.tiles.DEFAULT_RESTART_MCUS,
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> Manifest:
     """Pack the ImageFolder tree at src into a sharded dataset folder dst.
 
@@ -340,11 +181,13 @@ def pack(
         dst: the dataset folder to create, NAME.lmdb or NAME.h5.
         format: "lmdb", "hdf5" or None (from dst's suffix).
         shard_size: bytes per shard file.
-        workers: processes that read and check images (None: every usable core).
+        workers: processes that read and check images (None: every usable core); with
+            engine="ray" and no cluster, the CPUs of the local Ray instance.
         max_side: re-encode images whose longer side exceeds it, as JPEG; None keeps all bytes.
         quality: the JPEG quality of those re-encodes, 1-100.
         overwrite: replace dst if it is a packed dataset.
-        resume: reuse the finished shards of an interrupted pack of the same src and options.
+        resume: reuse the finished shards of an interrupted pack of the same src and options
+            (each one only if its files are unchanged).
         strict: fail on the first unreadable image instead of skipping it.
         quiet: no progress bar (quiet=False shows tqdm's when stderr is a terminal).
         progress: called as progress(files_done, files_total, bytes_done) after each file.
@@ -353,79 +196,47 @@ def pack(
         restart_mcus: with tiles, at most this many MCUs per restart segment.
         max_file_size: files over this many bytes are not read (listed in skipped.json), nor
             is anything that is not a regular file (FIFOs, devices).
+        engine: who runs the shard tasks: "local" (this machine's processes) or "ray" (one
+            Ray task per shard; needs `pip install "fastloader[ray]"`). Both give the same
+            dataset: shards are cut by the files' count and sizes alone.
+        ray_address: with engine="ray", the cluster to join (None: the Ray instance this
+            process joined, else a local one with `workers` CPUs).
 
     Returns:
         Manifest: what was written (also in dst/manifest.json).
 
     Raises:
         PackError: a bad source or destination, no decodable image, tiles without the
-            extension, or (strict=True) an unreadable image.
+            extension, engine="ray" without Ray installed, or (strict=True) an unreadable
+            image.
         InvalidArgumentError: an option is out of range.
         OSError: the disk filled or a file could not be written (rerun with resume=True).
     """
-    shard_size, workers, max_side, quality = _check_options(shard_size, workers, max_side, quality)
-    tile_option = tiling.check_tiles_option(tiles, restart_mcus)
-    dst_path = Path(dst).expanduser().absolute()
-    src_path = Path(src).expanduser().absolute()
-    backend = resolve_backend(dst_path, format)
-    _check_destination(dst_path, src_path, overwrite)
-    max_file_size = int_at_least("max_file_size", max_file_size, 1, "Pass a size in bytes.")
-    result = scan(src_path, max_file_size)
-    options: dict[str, Any] = {"shard_size": shard_size, "max_side": max_side, "quality": quality}
-    if tile_option is not None:  # untiled manifests stay exactly as before
-        options["tiles"] = tile_option
-    plan = {"backend": backend, "src": str(src_path), "classes": result.classes, **options}
-    staging = Staging(dst_path)
+    _check_engine(engine, ray_address)
+    _, workers, _, _ = _check_options(shard_size, workers, max_side, quality)
+    staging, plan, settings = plan_pack(
+        src, dst, format=format, shard_size=shard_size, max_side=max_side, quality=quality,
+        overwrite=overwrite, resume=resume, strict=strict, tiles=tiles,
+        restart_mcus=restart_mcus, max_file_size=max_file_size)
     try:
-        staging.open(plan, resume)
-        tiled = tile_option is not None
-        reused = staging.reusable_shards(result.files, tiled)
-        builder = _ShardBuilder(staging, backend, shard_size, reused, tiled)
-        settings: dict[str, Any] = {"workers": workers, "max_side": max_side, "tiles": tile_option}
-        settings |= {"quality": quality, "strict": strict, "quiet": quiet,
-                     "max_file_size": max_file_size}
-        reencoded = _fill(builder, result, settings, progress)
-        if not builder.records:
-            raise PackError(
-                f"no file under {src_path} could be decoded ({len(result.files)} tried); see "
-                "the reasons with --strict, or check the files are images."
-            )
-        manifest = _finish(staging, builder, result, backend, options, reencoded, overwrite)
+        todo = pending_shards(staging.dir, plan, resume)
+        meter = Meter(plan, todo, progress, quiet)
+        try:
+            if engine == "ray":
+                from fastloader.pack.engines import run_ray
+
+                written = run_ray(staging.dir, todo, workers, ray_address, meter, plan)
+            else:
+                from fastloader.pack.engines import run_local
+
+                written = run_local(staging.dir, plan, todo, settings, workers, meter)
+        finally:
+            meter.close()
+        manifest = commit(staging, plan, settings, overwrite, trusted=written)
     finally:
         staging.release()
     return manifest
 
 
-def _finish(
-    staging: Staging,
-    builder: _ShardBuilder,
-    result: ScanResult,
-    backend: str,
-    options: dict[str, Any],
-    reencoded: int,
-    overwrite: bool,
-) -> Manifest:
-    from fastloader import __version__
-
-    arrays = _build_index(builder.records, "tiles" in options)
-    fields = index_mod.write_index(staging.dir, arrays)
-    refusals = result.refused + builder.all_skipped  # the scan's first: never opened
-    skipped = [{"path": path, "reason": reason} for path, reason in refusals]
-    (staging.dir / SKIPPED_NAME).write_text(json.dumps(skipped, indent=1) + "\n")
-    manifest = Manifest(
-        backend=backend,
-        num_samples=builder.next_sample,
-        classes=result.classes,
-        shards=[r.info for r in builder.records],
-        fields=fields,
-        options=options,
-        stats=_stats(result, builder, reencoded)
-        | (tiling.tile_stats(arrays) if "tiles" in options else {}),
-        created_by=f"fastloader {__version__}",
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
-    staging.finish(manifest.write, overwrite)
-    return manifest
-
-
-__all__ = ["DEFAULT_SHARD_SIZE", "pack", "resolve_backend", "staging_path"]
+__all__ = ["DEFAULT_SHARD_SIZE", "KILL_AFTER_SHARDS_ENV", "SKIPPED_NAME", "pack", "plan_pack",
+           "resolve_backend", "staging_path"]

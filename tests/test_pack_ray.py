@@ -1,0 +1,84 @@
+"""--engine ray with a real local Ray instance (started and shut down here, on loopback): the
+same dataset as the local engine, byte for byte, and a shard task killed mid-shard is retried
+by Ray into a correct dataset. Skipped where Ray is not installed (the `ray` extra)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fastloader.errors import PackError
+from fastloader.pack.part import DIE_IN_SHARD_ENV
+from fastloader.pack.verify import verify
+from fastloader.pack.write import pack
+from helpers import broken_tree, dataset_bytes
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'fastloader[ray]')")
+SHARD = 20_000  # bytes: the 90-file tree makes 6 shards
+_ENV = {"RAY_AUTH_MODE": "disabled",  # a loopback test instance: no token under ~/.ray
+        "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@pytest.fixture(scope="module")
+def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A local Ray instance (2 CPUs) for this module; yields the kill hook's flag folder
+    (armed once created). Its workers get the hook's variable as they start."""
+    flags = tmp_path_factory.mktemp("ray-hook") / "armed"
+    env = _ENV | {DIE_IN_SHARD_ENV: f"1:{flags / 'died'}"}
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1")
+        yield flags
+    finally:
+        ray.shutdown()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    assert not ray.is_initialized()
+
+
+def test_ray_and_local_engines_write_the_same_dataset(tmp_path: Path, ray_instance: Path) -> None:
+    written = broken_tree(tmp_path / "src")
+    calls: list[tuple[int, int, int]] = []
+    by_ray = pack(tmp_path / "src", tmp_path / "ray.lmdb", engine="ray", shard_size=SHARD,
+                  progress=lambda *args: calls.append(args))
+    pack(tmp_path / "src", tmp_path / "local.lmdb", workers=1, shard_size=SHARD)
+    assert len(by_ray.shards) >= 4 and by_ray.num_samples == len(written)
+    assert dataset_bytes(tmp_path / "ray.lmdb") == dataset_bytes(tmp_path / "local.lmdb")
+    assert calls[-1][:2] == (len(written) + 2, len(written) + 2)  # files found, on the driver
+    assert not (ray_instance / "died").exists()
+    with pytest.raises(PackError, match=r"a_broken\.jpg.*without --strict"):  # a task's own
+        pack(tmp_path / "src", tmp_path / "strict.lmdb", engine="ray", strict=True)
+
+
+def test_a_task_killed_mid_shard_is_retried_into_a_correct_dataset(
+    tmp_path: Path, ray_instance: Path
+) -> None:
+    broken_tree(tmp_path / "src")
+    ray_instance.mkdir()  # arms the hook: shard 1's first attempt dies with a torn shard
+    pack(tmp_path / "src", tmp_path / "ray.h5", engine="ray", shard_size=SHARD)
+    assert (ray_instance / "died").exists()  # it did die, and Ray ran it again
+    pack(tmp_path / "src", tmp_path / "local.h5", workers=2, shard_size=SHARD)
+    assert dataset_bytes(tmp_path / "ray.h5") == dataset_bytes(tmp_path / "local.h5")
+    assert verify(tmp_path / "ray.h5").ok
+
+
+def test_packdata_engine_ray_starts_and_stops_its_own_instance(tmp_path: Path) -> None:
+    broken_tree(tmp_path / "src", classes=2, per_class=10)
+    argv = [str(tmp_path / "src"), str(tmp_path / "ray.lmdb"), "--engine", "ray",
+            "--workers", "2", "--shard-size", "8K", "--quiet"]
+    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
+                         env={**os.environ, **_ENV}, capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    pack(tmp_path / "src", tmp_path / "local.lmdb", shard_size=8 << 10)
+    assert dataset_bytes(tmp_path / "ray.lmdb") == dataset_bytes(tmp_path / "local.lmdb")
