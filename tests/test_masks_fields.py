@@ -14,9 +14,10 @@ import pytest
 from PIL import Image
 
 import fastloader
-from fastloader.decode.masks import map_mask
+from fastloader.decode import _native
+from fastloader.decode.masks import map_mask, map_runs
 from fastloader.errors import CorruptRecordError, PackError
-from fastloader.format.masks import MaskError, decode_mask, encode_mask
+from fastloader.format.masks import MaskError, decode_mask, encode_mask, mask_runs
 from fastloader.pack.verify import verify
 from imagegen import encode
 
@@ -115,19 +116,24 @@ def test_max_side_resizes_the_mask_with_its_image(tmp_path: Path) -> None:
         assert (stored[:, :30] == 0).all() and (stored[:, 30:] == 3).all()
 
 
-def test_a_damaged_mask_is_named_by_sample_and_field_and_verify_finds_it(
-        tmp_path: Path) -> None:
-    fastloader.pack(_samples(tmp_path, 3), tmp_path / "d.lmdb", fields=FIELDS, workers=1)
-    root = tmp_path / "d.lmdb"
+def _damage_mask(root: Path, sample: int) -> None:
+    """Flip bits in a sample's stored runs, past its header; the file's sha256 is rewritten
+    so only the value is damaged (what the index checks cannot see)."""
     manifest = json.loads((root / "manifest.json").read_text())
     entry = manifest["fields"]["field.mask.values"]
     values = np.load(root / entry["file"])
     offsets = np.load(root / manifest["fields"]["field.mask.offsets"]["file"])
-    values[int(offsets[1]) + 12:int(offsets[2])] ^= 0x5A  # sample 1's runs, past its header
+    values[int(offsets[sample]) + 12:int(offsets[sample + 1])] ^= 0x5A
     np.save(root / entry["file"], values)
-    # a damaged value the index checks cannot see: its file's sha256 matches the manifest
     entry["sha256"] = hashlib.sha256((root / entry["file"]).read_bytes()).hexdigest()
     (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_damaged_mask_is_named_by_sample_and_field_and_verify_finds_it(
+        tmp_path: Path) -> None:
+    fastloader.pack(_samples(tmp_path, 3), tmp_path / "d.lmdb", fields=FIELDS, workers=1)
+    root = tmp_path / "d.lmdb"
+    _damage_mask(root, 1)
     with fastloader.open_dataset(root) as ds:
         ds.sample(0)
         with pytest.raises(CorruptRecordError, match=r"sample 1.*mask field 'mask'"):
@@ -156,3 +162,34 @@ def test_map_mask_crops_resizes_nearest_and_flips() -> None:
     out = np.empty((3, 4), np.uint8)
     assert map_mask(mask, np.array([0, 0, 4, 4]), True, (3, 4), out) is out
     np.testing.assert_array_equal(out, mask[[0, 2, 3]][:, ::-1])  # centres 0.67, 2, 3.33
+
+
+def test_the_loader_names_a_damaged_mask_and_a_mask_of_the_wrong_size(tmp_path: Path) -> None:
+    fastloader.pack(_samples(tmp_path, 4), tmp_path / "d.lmdb", fields=FIELDS, workers=1)
+    _damage_mask(tmp_path / "d.lmdb", 2)
+    with fastloader.FastLoader(tmp_path / "d.lmdb", batch_size=4, device="cpu",
+                               fields=["image", "mask"],
+                               transforms=[fastloader.CenterCrop(32)]) as loader, \
+            pytest.raises(CorruptRecordError, match=r"sample 2.*mask field 'mask'.*'masks'"):
+        next(iter(loader))
+
+
+@pytest.mark.native
+def test_native_runs_kernel_equals_the_numpy_path() -> None:
+    """mask_from_runs (C++, straight from the runs) picks the pixels numpy's index maps do."""
+    core = _native.require_native()
+    rng = np.random.default_rng(1)
+    for _ in range(400):
+        height, width = (int(v) for v in rng.integers(1, 50, size=2))
+        mask = (rng.integers(0, 4, (height, width)) * (rng.random((height, width)) < 0.4)
+                ).astype(np.uint8)
+        values, lengths, _, _ = mask_runs(encode_mask(mask))
+        top, left = int(rng.integers(0, height)), int(rng.integers(0, width))
+        crop = np.array([top, left, rng.integers(1, height - top + 1),
+                         rng.integers(1, width - left + 1)], np.int64)
+        out = np.full((int(rng.integers(1, 80)), int(rng.integers(1, 80))), 99, np.uint8)
+        flip = bool(rng.integers(0, 2))
+        assert core.mask_from_runs(values, lengths, height, width, crop, flip, out) == ""
+        np.testing.assert_array_equal(out, map_mask(mask, crop, flip, out.shape))
+    with pytest.raises(ValueError, match="runs cover 3 pixels, not its 4 x 5"):
+        map_runs(values[:1], np.array([3], np.uint32), (4, 5), crop, False, out)

@@ -44,6 +44,16 @@ def encode_mask(mask: np.ndarray) -> bytes:
 
 def decode_mask(blob: bytes | memoryview) -> np.ndarray:
     """encode_mask's inverse: a fresh writable uint8 [H, W]; MaskError if the blob is damaged."""
+    values, lengths, height, width = mask_runs(blob)
+    if int(lengths.sum(dtype=np.int64)) != height * width:
+        raise MaskError(f"a stored mask's runs cover {int(lengths.sum(dtype=np.int64))} "
+                        f"pixels, not its {height} x {width}")
+    return np.repeat(values, lengths).reshape(height, width)
+
+
+def mask_runs(blob: bytes | memoryview) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """A stored blob's runs: (values uint8 [n], lengths uint32 [n], height, width), inflated
+    but not expanded (their sum is checked by whoever expands them); MaskError if damaged."""
     if len(blob) < _HEADER.size:
         raise MaskError(f"a stored mask of {len(blob)} bytes is shorter than its header")
     magic, height, width = _HEADER.unpack_from(blob)
@@ -58,18 +68,9 @@ def decode_mask(blob: bytes | memoryview) -> np.ndarray:
         raise MaskError(f"a stored mask's runs are {len(body)} bytes, not a multiple of 5")
     values = np.frombuffer(body, np.uint8, runs)
     lengths = np.frombuffer(body, "<u4", runs, offset=runs)
-    if int(lengths.sum(dtype=np.int64)) != height * width:
-        raise MaskError(f"a stored mask's runs cover {int(lengths.sum(dtype=np.int64))} "
-                        f"pixels, not its {height} x {width}")
-    return np.repeat(values, lengths).reshape(height, width)
-
-
-def mask_size(blob: bytes | memoryview) -> tuple[int, int]:
-    """(height, width) from a stored blob's header, without decoding it."""
-    if len(blob) < _HEADER.size or bytes(blob[:4]) != MAGIC:
-        raise MaskError("not a stored mask (bad header)")
-    _, height, width = _HEADER.unpack_from(blob)
-    return int(height), int(width)
+    if not lengths.flags.aligned:  # they follow the values: copied to an aligned array
+        lengths = lengths.copy()
+    return values, lengths.astype(np.uint32, copy=False), int(height), int(width)
 
 
 def _from_png(data: bytes, where: str) -> np.ndarray:

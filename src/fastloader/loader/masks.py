@@ -4,8 +4,9 @@ The producer's helper thread (which reads and plans batch b + 1 while batch b de
 `MaskBatches.build` with the planned crops, flips and output size; each mask field becomes a
 uint8 [B, H, W] tensor (page-locked when the loader's device is CUDA, so the consumer's copy is
 a non_blocking one). A sample replaced under on_error="skip" brings its own crop: `replace`
-redoes its row. Decoding (zlib inflate, np.repeat) and the nearest-neighbour gathers
-(np.take) release the GIL for their bulk, so this runs beside the decode threads.
+redoes its row. The runs are inflated (zlib, GIL released) and mapped by the extension's
+mask_from_runs (GIL released) or numpy's np.repeat + np.take, so this runs beside the decode
+threads.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastloader.decode.masks import map_mask
+from fastloader.decode.masks import map_runs
 from fastloader.errors import CorruptRecordError
+from fastloader.format.masks import mask_runs
 
 Geometry = tuple[np.ndarray, np.ndarray, tuple[int, int]]  # crops, flips, (out_h, out_w)
 
@@ -56,13 +58,15 @@ class MaskBatches:
             self._one(name, sample, crop, flip, batch.numpy()[k])
 
     def _one(self, name: str, i: int, crop: np.ndarray, flip: bool, out: np.ndarray) -> None:
-        columns = self.dataset.columns
         where = self.dataset.describe(i)
-        mask = columns.mask(name, columns.blob(name, i), where)
-        height, width = (int(v) for v in self.dataset.shapes[i])
-        if mask.shape != (height, width):  # verify finds these too; never map a wrong size
-            raise CorruptRecordError(
-                f"{where}: mask field {name!r} is {mask.shape[0]} x {mask.shape[1]} but its "
-                f"image is {height} x {width}; run `packdata verify {self.dataset.root}` and "
-                "pack it again.")
-        map_mask(mask, crop, flip, out.shape, out)
+        try:
+            values, lengths, *shape = mask_runs(self.dataset.columns.blob(name, i))
+            if tuple(shape) != tuple(int(v) for v in self.dataset.shapes[i]):
+                # verify finds these too; never map a mask onto an image of another size
+                raise ValueError(f"it is {shape[0]} x {shape[1]} but its image is "
+                                 f"{' x '.join(str(int(v)) for v in self.dataset.shapes[i])}")
+            map_runs(values, lengths, (shape[0], shape[1]), crop, flip, out)
+        except ValueError as exc:  # MaskError too: the stored blob is damaged
+            raise CorruptRecordError(f"{where}: mask field {name!r}: {exc}; run `packdata "
+                                     f"verify {self.dataset.root}` and pack it again."
+                                     ) from None
