@@ -10,6 +10,8 @@ import io
 import statistics
 import sys
 import tempfile
+import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -132,6 +134,42 @@ def fastloader_config(dst: Path, fields: list[str], batch: int, images: int,
     return run
 
 
+def codec_table(pairs: list[tuple[Path, Path]], repeats: int) -> str:
+    """The stored mask forms side by side on these masks: bytes, decode time to a uint8 array
+    (median of `repeats` passes over all masks, one thread)."""
+    from fastloader.format.masks import decode_mask, encode_mask
+
+    masks = [np.asarray(Image.open(m)) for _, m in pairs]
+
+    def png_decode(blob: bytes) -> np.ndarray:
+        with Image.open(io.BytesIO(blob)) as image:
+            return np.asarray(image)
+
+    def raw_decode(blob: bytes, shape: tuple[int, int]) -> np.ndarray:
+        return np.frombuffer(zlib.decompress(blob), np.uint8).reshape(shape)
+
+    forms = {
+        "8-bit PNG (Pillow)": ([p.read_bytes() for _, p in pairs], lambda b, m: png_decode(b)),
+        "raw + zlib": ([zlib.compress(m.tobytes(), 6) for m in masks],
+                       lambda b, m: raw_decode(b, m.shape)),
+        "runs + zlib (stored form)": ([encode_mask(m) for m in masks],
+                                      lambda b, m: decode_mask(b)),
+    }
+    rows = []
+    for name, (blobs, decode) in forms.items():
+        assert all((decode(b, m) == m).all() for b, m in zip(blobs, masks, strict=True))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for blob, mask in zip(blobs, masks, strict=True):
+                decode(blob, mask)
+            times.append((time.perf_counter() - start) / len(blobs))
+        rows.append([name, f"{statistics.mean(len(b) for b in blobs):.0f}",
+                     f"{statistics.median(times) * 1e6:.0f}"])
+    return format_table(["stored form", "bytes per mask (mean)", "decode us per mask (median)"],
+                        rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--images", type=int, default=256, help="generated photos + masks")
@@ -140,12 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2],
                         help="DataLoader num_workers values")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "segmentation.jsonl")
+    parser.add_argument("--codec-only", action="store_true",
+                        help="only the stored-form table (PNG vs raw vs runs)")
     args = parser.parse_args(argv)
     import fastloader
 
     env = environment()
     with tempfile.TemporaryDirectory(prefix="bench_segmentation_") as tmp:
         pairs = make_files(Path(tmp), args.images)
+        print(codec_table(pairs, max(args.repeats, 5)))
+        if args.codec_only:
+            return 0
         dst = Path(tmp) / "seg.lmdb"
         fastloader.pack([{"image": str(i), "mask": str(m)} for i, m in pairs], dst,
                         fields={"image": "image", "mask": "mask"}, quiet=True)
