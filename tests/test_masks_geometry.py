@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image, ImageDraw
 
 import fastloader
@@ -208,3 +209,20 @@ def test_a_replaced_sample_brings_its_own_crop_for_its_mask(
                 checked += 1
         assert loader.stats().skipped == 1
     assert checked == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_masks_on_cuda_are_the_cpu_loaders_masks(shapes_dataset: tuple[Path, list[dict]]
+                                                 ) -> None:
+    """device="cuda": the masks come from page-locked batches by a non_blocking copy."""
+    dst, _ = shapes_dataset
+    got = {}
+    for device in ("cpu", "cuda"):
+        with fastloader.FastLoader(dst, batch_size=8, shuffle=True, seed=SEED, device=device,
+                                   transforms=TRANSFORMS["rrc+flip"],
+                                   fields=["mask", "idx"]) as loader:
+            got[device] = [(masks, idx) for masks, idx in loader]
+    for (cpu, cpu_idx), (cuda, cuda_idx) in zip(got["cpu"], got["cuda"], strict=True):
+        assert cuda.is_cuda and cuda.dtype == torch.uint8
+        assert torch.equal(cpu, cuda.cpu()) and torch.equal(cpu_idx, cuda_idx.cpu())
