@@ -20,6 +20,7 @@ import torch
 from fastloader.decode.masks import map_runs
 from fastloader.errors import CorruptRecordError
 from fastloader.format.masks import mask_runs
+from fastloader.gpu.planar import TensorPool
 
 Geometry = tuple[np.ndarray, np.ndarray, tuple[int, int]]  # crops, flips, (out_h, out_w)
 
@@ -37,14 +38,19 @@ class MaskBatches:
         self.dataset = dataset
         self.names = list(names)
         self.pin = pin
+        # CPU batches on recycled buffers: fresh ones cost a page fault per 4 KiB on first
+        # touch, measured ~0.25 ms a 512x512 mask here against ~0.03 ms for the kernel itself
+        # (torch's pinned allocator recycles the CUDA ones)
+        self._pool = TensorPool(keep=2 * len(self.names) + 2)
 
     def build(self, samples: np.ndarray, geometry: Geometry) -> dict[str, torch.Tensor]:
         """Each mask field of the batch's samples as uint8 [B, out_h, out_w] (CPU tensors)."""
         crops, flips, (out_h, out_w) = geometry
         batches = {}
         for name in self.names:
-            batch = torch.empty((len(samples), out_h, out_w), dtype=torch.uint8,
-                                pin_memory=self.pin)
+            shape = (len(samples), out_h, out_w)
+            batch = (torch.empty(shape, dtype=torch.uint8, pin_memory=True) if self.pin
+                     else self._pool.tensor(shape, torch.uint8))
             out = batch.numpy()
             for k, i in enumerate(samples.tolist()):
                 self._one(name, i, crops[k], bool(flips[k]), out[k])
