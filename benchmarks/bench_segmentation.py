@@ -6,7 +6,9 @@ on the same generated photos and masks; interleaved rounds, same-round ratios.""
 from __future__ import annotations
 
 import argparse
+import gc
 import io
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -37,6 +39,7 @@ from harness import (
 from make_images import jpeg_bytes
 
 SIZE = 512
+SETTLE_S = 1.0  # after a DataLoader pass, before the next row starts
 Factory = Callable[[], RunResult]
 
 
@@ -111,7 +114,14 @@ def dataloader_config(pairs: list[tuple[Path, Path]], workers: int, batch: int, 
             return torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=True,
                                                num_workers=workers)
 
-        return timed_iteration(make, lambda b: len(b[0]), images, warmup_batches=2)
+        result = timed_iteration(make, lambda b: len(b[0]), images, warmup_batches=2)
+        # Let the workers' teardown finish here, untimed, and reap them (their CPU time counts
+        # to the process tree when reaped): the harness rotates rows but keeps their cyclic
+        # order, so one row always follows this one and would inherit both.
+        gc.collect()
+        time.sleep(SETTLE_S)
+        multiprocessing.active_children()
+        return result
 
     return run
 
