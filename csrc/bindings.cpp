@@ -18,6 +18,7 @@
 #include "batch.h"
 #include "jpeg.h"
 #include "tiles.h"
+#include "masks_bindings.h"
 #include "tiles_bindings.h"
 
 namespace nb = nanobind;
@@ -263,7 +264,7 @@ void register_batch_decoder(nb::module_ &m) {
 }  // namespace
 
 NB_MODULE(_core, m) {
-    m.doc() = "fastloader native core (libjpeg-turbo decode, resize, batch, restart tiles)";
+    m.doc() = "fastloader native core (libjpeg-turbo decode, resize, batch, restart tiles, masks)";
     m.attr("__version__") = FASTLOADER_VERSION;
     m.attr("jpeg_lib_version") = JPEG_LIB_VERSION;
     // A decoder still referenced at exit (a module global, a daemon thread's frame) is not a
@@ -279,4 +280,5 @@ NB_MODULE(_core, m) {
           "resized to out's (H, W) and mirrored if flip; returns None or the error message.");
     register_batch_decoder(m);
     register_tiles(m);
+    register_masks(m);
 }

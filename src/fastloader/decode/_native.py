@@ -22,7 +22,8 @@ _BUILD_HINT = (
 )
 
 # What decode.py calls on the module; a build without these is treated as stale.
-_REQUIRED_API = ("header", "decode_into", "BatchDecoder", "JpegHeader", "TileGeometry")
+_REQUIRED_API = ("header", "decode_into", "BatchDecoder", "JpegHeader", "TileGeometry",
+                 "mask_from_runs")
 
 _lock = threading.Lock()
 _loaded = False

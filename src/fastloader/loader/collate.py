@@ -12,6 +12,10 @@
   the same rows;
 - with ResizeFit, `scale` (float32 [B, 2]) and `pad` (int64 [B, 4]) of each sample
   (loader/detection.py), in the dict and nameable in fields=;
+- mask fields: a uint8 tensor [B, H, W] of labels, cropped, resized with nearest neighbour and
+  flipped with each sample's plan (decode/masks.py), with ResizeFit placed in its rectangle
+  and padded with 0; built by the producer's helper thread (loader/masks.py) and handed over
+  with the batch; page-locked and copied non_blocking on CUDA;
 - text, bytes, json: lists of B Python values;
 - further image fields: decoded with the same transforms (their own crops and flips) as uint8
   (B, 3, H, W) tensors (loader/extra_images.py); decode_images=False gives their bytes.
@@ -111,16 +115,21 @@ class FieldCollator:
         self.box_fields = sorted({self.owner.get(n, n) for n in self.names if n in self.owner
                                   or (n in specs and specs[n].kind == "boxes")})
         self._boxes: dict[str, tuple[list[torch.Tensor], list[np.ndarray]]] = {}
+        self.mask_fields = [n for n in self.names if specs[n].kind == "mask"]
+        self._masks: dict[str, torch.Tensor] | None = None
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray,
                  seeds: tuple[int, int, int, int] = (0, 0, 0, 0),
-                 geometry: Geometry | None = None) -> Any:
+                 geometry: Geometry | None = None,
+                 masks: dict[str, torch.Tensor] | None = None) -> Any:
         """The batch's output; seeds (seed, epoch, batch, rank) draw further images' crops;
-        geometry is the plan the images were decoded with."""
+        geometry is the plan the images were decoded with; masks the mask fields built with
+        that plan (loader/masks.py)."""
         if self.classic:
             return images, labels
         self._seeds = seeds
         self._geometry = geometry
+        self._masks = masks
         self._boxes = {name: self._map(name, indices, geometry, labels.device)
                        for name in self.box_fields}
         values = [self._column(name, images, labels, indices) for name in self.names]
@@ -140,6 +149,8 @@ class FieldCollator:
         spec = self.specs[name]
         if spec.kind == "boxes":
             return self._boxes[name][0]
+        if spec.kind == "mask":
+            return self._mask(name, labels.device)
         values = columns.gather(name, indices)
         if name in self.owner:  # a per-box field drops the rows of the dropped boxes
             values = [v[keep] for v, keep in zip(values, self._boxes[self.owner[name]][1],
@@ -170,6 +181,18 @@ class FieldCollator:
         mapped, keeps = map_batch_boxes(self.dataset.columns.gather(name, indices), geometry,
                                         self.min_visibility)
         return [torch.from_numpy(m).to(device) for m in mapped], keeps
+
+    def _mask(self, name: str, device: torch.device) -> torch.Tensor:
+        """Mask field name of the batch, uint8 [B, H, W] on device."""
+        if self._masks is None or name not in self._masks:
+            raise InvalidArgumentError(
+                f"field {name!r} is a mask, which needs the crop plan the images were decoded "
+                "with; this loader does not give it. Use the packed loader (backend 'auto', "
+                "'native' or 'pillow').")
+        batch = self._masks[name]
+        # a page-locked batch (CUDA): the copy overlaps; torch's host allocator keeps the
+        # block until the copy is done, so dropping the host tensor here is safe
+        return batch.to(device, non_blocking=batch.is_pinned())
 
     def _hot(self, name: str, values: list[np.ndarray], device: torch.device) -> torch.Tensor:
         classes = self.multi_hot[name]

@@ -132,7 +132,9 @@ class FastLoader:
             order. None: (images, labels) for an image + label dataset, else a dict of every
             field. Collation (fastloader.loader.collate): int/float -> tensor [B]; fixed
             ndarrays -> tensor [B] + shape; variable-length ndarrays -> a list of tensors;
-            text, bytes, json -> lists; further image fields -> uint8 (B, 3, H, W).
+            text, bytes, json -> lists; further image fields -> uint8 (B, 3, H, W); boxes
+            -> lists of float32 [k, 4] in output pixels; mask fields -> uint8 [B, H, W],
+            cropped, resized (nearest) and flipped with their image's plan.
         multi_hot: packed loader only: NUM_CLASSES (or {field: NUM_CLASSES}) turns a
             variable-length int field (a multi-label list) into a [B, C] float32 tensor.
         padded: packed loader only: a variable-length ndarray field (variable in its first

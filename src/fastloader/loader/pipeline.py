@@ -8,7 +8,7 @@ AutoTuner it applies the tuner's setting (decode threads, ring depth) between ba
 reports each batch's own time and its wait for a slot.
 
 An error on either thread ends the pass; the consumer's next() raises it chained to the
-original, naming the stage ("read", "plan", "decode", "slot wait", "tune") and the batch.
+original, naming the stage ("read", "plan", "masks", "decode", "slot wait", "tune") and the batch.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError, 
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.autotune import AutoTuner, Setting
 from fastloader.loader.batch_transform import transform_planar, transform_slot
+from fastloader.loader.masks import MaskBatches
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.skips import SkipBudget
 from fastloader.loader.stats import Counters, Timer
@@ -70,6 +71,7 @@ class ReadyBatch:
     images: Any = None  # the fresh channel-first tensor when a PlanarSpec was given
     # the plan of the delivered samples (crops, flips, size, places): boxes follow their pixels
     geometry: Geometry | None = None
+    masks: dict[str, torch.Tensor] | None = None  # mask fields, uint8 [B, H, W] (MaskBatches)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class _Prepared:
     failures: dict[int, FastloaderError]
     geometry: Geometry
     tiles: Any  # the batch's restart-tile tables (TileBatch), None for an untiled dataset
+    masks: dict[str, torch.Tensor] | None = None
 
 
 class _Done:
@@ -150,9 +153,11 @@ class Producer:
         max_skips: int | float | None = None,
         batch_transform: Any = None,
         box_field: str | None = None,
+        masks: MaskBatches | None = None,
     ) -> None:
         self.dataset = dataset
         self.box_field = box_field  # the boxes column RandomIoUCrop plans from, if any
+        self.masks = masks  # mask fields built on the helper thread with each batch's plan
         self.budget = SkipBudget(max_skips, len(epoch_plan.indices))
         self._where = ("start", epoch_plan.start)  # (stage, batch) the producer is in
         self.batch_transform = batch_transform
@@ -252,7 +257,14 @@ class Producer:
                 geometry = self._plan(samples, rng)
         except Exception as exc:
             raise _StageError("plan", b) from exc
-        return _Prepared(samples, records, failures, geometry, tiles)
+        masks = None
+        if self.masks is not None:
+            try:
+                with Timer(self.counters, "plan"):  # the spatial fields' share of the plan
+                    masks = self.masks.build(samples, geometry)
+            except Exception as exc:
+                raise _StageError("masks", b) from exc
+        return _Prepared(samples, records, failures, geometry, tiles, masks)
 
     def _plan(self, samples: np.ndarray, rng: np.random.Generator) -> Geometry:
         """The samples' geometry; RandomIoUCrop reads their boxes from the dataset's column."""
@@ -282,13 +294,16 @@ class Producer:
                 samples[k], replacement = self._recover(b, k, int(samples[k]), error, out,
                                                         spec, target)
                 geometry = geometry.with_sample(k, replacement)
+                if prepared.masks is not None and self.masks is not None:
+                    self.masks.replace(prepared.masks, k, int(samples[k]), geometry)
             if self.batch_transform is not None:  # stats: decode_s includes it
                 if target is not None and images is not None and self.planar is not None:
                     images = transform_planar(self.batch_transform, target, images, self.planar)
                 else:
                     transform_slot(self.batch_transform, out)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
-        return ReadyBatch(b, slot, len(samples), labels, samples, images, geometry)
+        return ReadyBatch(b, slot, len(samples), labels, samples, images, geometry,
+                          prepared.masks)
 
     def _read(self, samples: np.ndarray) -> tuple[list[Any], dict[int, FastloaderError]]:
         records: list[Any] = []

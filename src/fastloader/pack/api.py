@@ -39,7 +39,9 @@ def pack(
         dst: the dataset folder to create.
         fields: Python samples: name -> kind ("image", "int", "float", "text", "bytes",
             "json", ("ndarray", DTYPE, SHAPE) with -1 for variable dims, ("int", CLASSES),
-            ("boxes", PER_BOX_FIELDS): float32 [k, 4] XYXY source-pixel boxes).
+            ("boxes", PER_BOX_FIELDS): float32 [k, 4] XYXY source-pixel boxes, "mask": a
+            uint8 [H, W] label image the size of the first image field, given as an array,
+            PNG bytes or a PNG path).
             Tables and file groups: kinds that override the inferred ones.
         source_format: force the source kind: "imagefolder", "csv", "tsv", "jsonl",
             "parquet", "files" (a folder of file groups) or "tar" (None: detected).
