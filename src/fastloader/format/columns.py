@@ -17,6 +17,7 @@ import numpy as np
 
 from fastloader.errors import CorruptRecordError, DatasetError
 from fastloader.format.fields import FieldSpec
+from fastloader.format.masks import MaskError, decode_mask
 
 Loader = Callable[[str], np.ndarray]
 
@@ -134,6 +135,8 @@ class Columns:
         blob = raw.tobytes()
         if spec.kind in ("bytes", "image"):
             return blob
+        if spec.kind == "mask":
+            return self.mask(name, blob, where)
         try:
             text = blob.decode("utf-8")
             return text if spec.kind == "text" else json.loads(text)
@@ -142,6 +145,19 @@ class Columns:
                                      f"{'UTF-8' if spec.kind == 'text' else 'JSON'} ({exc}); "
                                      f"run `packdata verify {self.root}` and pack it again."
                                      ) from None
+
+    def blob(self, name: str, i: int) -> np.ndarray:
+        """Sample i's stored bytes of a variable field, as a uint8 view of the column."""
+        arrays = self.arrays[name]
+        return arrays["values"][int(arrays["offsets"][i]):int(arrays["offsets"][i + 1])]
+
+    def mask(self, name: str, blob: Any, where: str) -> np.ndarray:
+        """A stored mask blob decoded; CorruptRecordError naming where and the field."""
+        try:
+            return decode_mask(blob)
+        except MaskError as exc:
+            raise CorruptRecordError(f"{where}: mask field {name!r}: {exc}; run `packdata "
+                                     f"verify {self.root}` and pack it again.") from None
 
     def gather(self, name: str, indices: np.ndarray) -> Any:
         """The values of indices: an array [B, ...] for fixed fields, else a list."""

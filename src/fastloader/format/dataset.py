@@ -216,7 +216,8 @@ class PackedDataset:
 
         Returns:
             dict: field name -> value: images as bytes, int/float as numpy scalars, ndarrays as
-            numpy arrays (views of the memory-mapped column), text as str, bytes as bytes,
+            numpy arrays (views of the memory-mapped column), masks as uint8 numpy [H, W]
+            arrays (decoded, writable), text as str, bytes as bytes,
             json as the parsed Python value.
 
         Raises:

@@ -1,12 +1,13 @@
 """Declared sample fields of a format v2 dataset: kinds, their specs and how each is stored.
 
-A field is name -> kind (image, int, float, ndarray, boxes, text, bytes, json), with a dtype and
-shape for ndarray (-1 marks a variable dimension), class names for a label int, and for boxes
-(float32 [k, 4] XYXY in source pixels) the names of its per-box fields. The first image
-field is the dataset's records (the shards, read by the fused decode path); every other field is
-a column of index arrays under index/: a fixed-size field is one (N, ...) array, a variable one
-is flat `values` plus (N+1,) `offsets` (and an (N, ndim) `shapes` for variable ndarrays), so a
-value is a slice of a memory-mapped file, never a pickle.
+A field is name -> kind (image, int, float, ndarray, boxes, mask, text, bytes, json), with a dtype
+and shape for ndarray (-1 marks a variable dimension), class names for a label int, and for boxes
+(float32 [k, 4] XYXY in source pixels) the names of its per-box fields. A mask is a uint8 [H, W]
+label image the size of the first image field, stored as a compressed blob (format/masks.py).
+The first image field is the dataset's records (the shards, read by the fused decode path);
+every other field is a column of index arrays under index/: a fixed-size field is one (N, ...)
+array, a variable one is flat `values` plus (N+1,) `offsets` (and an (N, ndim) `shapes` for
+variable ndarrays), so a value is a slice of a memory-mapped file, never a pickle.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import numpy as np
 
 from fastloader.errors import DatasetError, InvalidArgumentError
 
-KINDS = ("image", "int", "float", "ndarray", "boxes", "text", "bytes", "json")
+KINDS = ("image", "int", "float", "ndarray", "boxes", "mask", "text", "bytes", "json")
 ARRAY_KINDS = ("ndarray", "boxes")  # stored as values + offsets + shapes of a numeric dtype
 BOXES_DTYPE, BOXES_SHAPE = "float32", (-1, 4)  # XYXY in source pixels, one row per box
-VARIABLE_KINDS = ("image", "text", "bytes", "json")
+VARIABLE_KINDS = ("image", "mask", "text", "bytes", "json")
+SPATIAL_KINDS = ("boxes", "mask")  # follow the first image field's crop, resize and flip
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
 FIELD_PREFIX = "field."  # index array names of the columns: field.NAME[.values|.offsets|.shapes]
 
@@ -56,7 +58,7 @@ class FieldSpec:
 
     @property
     def variable(self) -> bool:
-        """Stored as values + offsets (text, bytes, json, image, arrays with a -1 dim)."""
+        """Stored as values + offsets (text, bytes, json, image, mask, arrays with a -1 dim)."""
         return self.kind in VARIABLE_KINDS or (self.is_array and -1 in (self.shape or ()))
 
     @property
@@ -97,6 +99,8 @@ class FieldSpec:
             return f"int ({len(self.classes)} classes)"
         if self.kind == "boxes":
             return f"boxes XYXY float32 (-1, 4), per box {list(self.per_box)}"
+        if self.kind == "mask":
+            return "mask uint8 [H, W]"
         return self.kind
 
 

@@ -7,6 +7,7 @@ never a silent conversion (an int column never takes 2.5, a float never takes "x
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fastloader.format.fields import FieldSpec
+from fastloader.format.masks import MaskError, encode_mask, resize_nearest, to_mask
 from fastloader.pack.validate import Prepared, _reject, prepare_data, read_source
 
 WHERE_KEY = "__where__"  # importers: where the sample came from ("labels.csv line 14")
@@ -154,8 +156,48 @@ def _blob(spec: FieldSpec, value: Any) -> bytes:
         raise BadValue(f"not JSON-serializable ({exc})") from None
 
 
+def _mask(value: Any, max_file_size: int) -> np.ndarray:
+    """A mask value as uint8 [H, W] (its size is checked against the image afterwards)."""
+    try:
+        return to_mask(value, lambda path: read_source(path, max_file_size))
+    except MaskError as exc:
+        raise BadValue(str(exc)) from None
+    except ValueError as exc:  # read_source: over the size cap, not a regular file
+        raise BadValue(f"{os.fspath(value)!r}: {exc}") from None
+
+
+def _image_size(data: bytes) -> tuple[int, int]:
+    """(height, width) of image bytes that already decoded once (their header)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        return image.height, image.width
+
+
+def _masks_to_records(specs: Sequence[FieldSpec], values: dict[str, Any], source: bytes,
+                      record: Prepared) -> str | None:
+    """Each mask checked against its image's size and stored (resized with the image when
+    --max-side re-encoded it); why not, or None."""
+    masks = [s for s in specs if s.kind == "mask"]
+    if not masks:
+        return None
+    size = _image_size(source) if record.reencoded else (record.height, record.width)
+    for spec in masks:
+        mask = values[spec.name]
+        if tuple(mask.shape) != size:
+            return (f"field {spec.name!r} (mask) is {mask.shape[0]} x {mask.shape[1]} (H x W) "
+                    f"but its image is {size[0]} x {size[1]}; a mask has its image's size")
+        if record.reencoded:
+            mask = resize_nearest(mask, record.height, record.width)
+        values[spec.name] = encode_mask(mask)
+    return None
+
+
 def stored_value(spec: FieldSpec, value: Any, max_file_size: int) -> Any:
-    """value in the form its field stores; BadValue if it does not fit."""
+    """value in the form its field stores (a mask: its uint8 array, stored by prepare_sample
+    once its image's size is known); BadValue if it does not fit."""
+    if spec.kind == "mask":
+        return _mask(value, max_file_size)
     if spec.kind == "int":
         return _int(spec, value)
     if spec.kind == "float":
@@ -192,6 +234,7 @@ def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
                                       "it"), {}, path)
     values: dict[str, Any] = {}
     record: Prepared | None = None
+    source = b""
     for spec in specs:
         if spec.name not in sample:
             return PreparedSample(_reject(f"{where}: has no field {spec.name!r}, which other "
@@ -199,7 +242,7 @@ def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
                                   {}, path)
         try:
             if record is None and spec.kind == "image":
-                data = _image_bytes(sample[spec.name], settings["max_file_size"])
+                data = source = _image_bytes(sample[spec.name], settings["max_file_size"])
                 record = prepare_data(data, settings["max_side"], settings["quality"])
                 if record.data is None:
                     raise BadValue(record.error or "not a decodable image")
@@ -209,7 +252,8 @@ def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
             return PreparedSample(_reject(f"{where}: field {spec.name!r} ({spec.describe()}): "
                                           f"{exc}"), {}, path)
     assert record is not None  # check_specs: an image field is declared
-    mismatch = _per_box_lengths(specs, values)
+    mismatch = _per_box_lengths(specs, values) or _masks_to_records(specs, values, source,
+                                                                    record)
     if mismatch is not None:
         return PreparedSample(_reject(f"{where}: {mismatch}"), {}, path)
     return PreparedSample(record, values, path)

@@ -1,8 +1,9 @@
 """verify() of a v2 dataset's field columns: every value of every field is read back.
 
 The column arrays' files and sha256 are checked with the other index files, and their ranges
-at open (format/columns.py); here each text value must be UTF-8, each json value parse, and
-with decode=True each further image field must decode.
+at open (format/columns.py); here each text value must be UTF-8, each json value parse, each
+mask decode to its image's height and width, and with decode=True each further image field
+must decode.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ _SHOWN = 20  # problems listed per field; all are counted in bad_records
 
 
 def check_fields(ds: PackedDataset, report: Any, decode: bool) -> int:
-    """Read every text, json and further image value; add problems to report; return how
+    """Read every text, json, mask and further image value; add problems to report; return how
     many were read (numeric columns were range-checked when the dataset opened)."""
     if ds.columns is None:
         return 0
     read = 0
     for name, spec in ds.fields.items():
-        if name == ds.image_field or spec.kind not in ("text", "json", "image"):
+        if name == ds.image_field or spec.kind not in ("text", "json", "image", "mask"):
             continue
         bad = 0
         for i in range(len(ds)):
@@ -40,6 +41,11 @@ def check_fields(ds: PackedDataset, report: Any, decode: bool) -> int:
 def _value_problem(ds: PackedDataset, name: str, i: int, decode: bool) -> str | None:
     try:
         value = ds.value(name, i)
+        if ds.fields[name].kind == "mask":
+            height, width = (int(v) for v in ds.shapes[i])
+            if value.shape != (height, width):
+                return (f"mask is {value.shape[0]} x {value.shape[1]} but its image is "
+                        f"{height} x {width}")
         if decode:
             from fastloader.pack.validate import prepare_data
 
