@@ -161,7 +161,8 @@ def test_a_bad_mask_stops_the_pack_or_is_skipped(tmp_path: Path, anns: Any, entr
     manifest = fastloader.pack(src, tmp_path / "d.lmdb", root=tmp_path / "images", masks=True,
                                workers=2, skip_bad=True)
     assert manifest.num_samples == 3 and manifest.stats["skipped"] == 1
-    assert "image id 102" in manifest.stats["skipped_samples"][0]["sample"]
+    skipped = manifest.stats["skipped_samples"][0]
+    assert skipped["sample"].endswith("102.png") and "image id 102" in skipped["reason"]
     assert sorted(_masks(tmp_path / "d.lmdb")) == [101, 103, 104]
 
 
