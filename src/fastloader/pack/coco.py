@@ -121,9 +121,9 @@ def open_coco(src: Any, root: Any, skip_empty: bool, masks: bool = False
                                            [image["instances"] for _, image in kept])
         specs.append(make_spec("mask", "mask"))
     categories = sorted(data["categories"], key=lambda c: c["id"])
-    source = {"kind": "coco", "path": str(path), "images": str(folder),
-              "categories": [{"id": c["id"], "name": str(c.get("name", c["id"]))}
-                             for c in categories]}
+    source: dict[str, Any] = {
+        "kind": "coco", "path": str(path), "images": str(folder),
+        "categories": [{"id": c["id"], "name": str(c.get("name", c["id"]))} for c in categories]}
     if masks:  # what a mask pixel means, beside the category names
         source["mask_values"] = {"background": 0, "class": "box_labels id + 1",
                                  "crowd": IGNORE}

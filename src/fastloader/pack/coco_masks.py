@@ -43,7 +43,7 @@ def _image_size(file: str) -> tuple[int, int] | None:
     try:
         with Image.open(file) as image:
             return image.height, image.width
-    except Exception:  # noqa: BLE001 - any unreadable image is reported by the image check
+    except Exception:  # any unreadable image: the pack's image check says what is wrong
         return None
 
 
@@ -56,11 +56,12 @@ def _frame(sample: dict[str, Any], entry: dict[str, Any]) -> tuple[int, int] | s
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in given):
         return (f"has height/width {list(given)!r:.40}, not two positive ints; --masks draws "
                 "in that frame")
-    if real is not None and real != given:
-        return (f"the COCO entry says height {given[0]}, width {given[1]} but the image is "
+    height, width = int(given[0] or 0), int(given[1] or 0)
+    if real is not None and real != (height, width):
+        return (f"the COCO entry says height {height}, width {width} but the image is "
                 f"{real[0]} x {real[1]}; its polygons and RLEs would not line up with its "
                 "pixels: fix the entry (or the image), or pass --skip-bad")
-    return given[0], given[1]
+    return height, width
 
 
 class MaskedSamples(Sequence[dict[str, Any]]):
