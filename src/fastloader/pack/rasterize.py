@@ -119,10 +119,13 @@ def decode_rle(rle: Any, height: int, width: int) -> np.ndarray:
 
 def _part(raw: Any) -> np.ndarray:
     """One polygon part [x1, y1, x2, y2, ...] as float64 [k, 2]."""
-    if not isinstance(raw, (list, tuple)) or len(raw) % 2 or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw):
+    try:
+        array = np.asarray(raw) if isinstance(raw, (list, tuple)) else None
+    except ValueError:  # ragged: a list inside
+        array = None
+    if array is None or array.ndim != 1 or array.dtype.kind not in "iuf" or len(array) % 2:
         raise BadSegmentation(f"polygon {raw!r:.60} is not a flat list of x, y numbers")
-    points = np.asarray(raw, np.float64).reshape(-1, 2)
+    points = array.astype(np.float64).reshape(-1, 2)
     if not np.isfinite(points).all():
         raise BadSegmentation("polygon has a coordinate that is not finite")
     return points
@@ -132,7 +135,7 @@ def _crossings(points: np.ndarray, height: int) -> tuple[np.ndarray, np.ndarray]
     """(rows, x) where each edge crosses a row's centre line y = row + 0.5 (half-open in y,
     so a vertex on a centre line counts once)."""
     x0, y0 = points[:, 0], points[:, 1]
-    x1, y1 = np.roll(x0, -1), np.roll(y0, -1)
+    x1, y1 = np.append(x0[1:], x0[0]), np.append(y0[1:], y0[0])  # each edge to the next point
     keep = y0 != y1
     x0, y0, x1, y1 = x0[keep], y0[keep], x1[keep], y1[keep]
     low, high = np.minimum(y0, y1), np.maximum(y0, y1)
@@ -146,8 +149,9 @@ def _crossings(points: np.ndarray, height: int) -> tuple[np.ndarray, np.ndarray]
     return rows, xs
 
 
-def polygons_to_mask(parts: Sequence[Any], height: int, width: int) -> np.ndarray:
-    """COCO polygon parts (flat [x1, y1, ...] lists) -> bool [height, width], parts united."""
+def _polygon_rows(parts: Sequence[Any], height: int, width: int
+                  ) -> tuple[int, np.ndarray] | None:
+    """(top row, bool [rows, width] block from it) of united polygon parts; None if empty."""
     rows_all, starts_all, stops_all = [], [], []
     for raw in parts:
         points = _part(raw)
@@ -159,46 +163,68 @@ def polygons_to_mask(parts: Sequence[Any], height: int, width: int) -> np.ndarra
         rows_all.append(rows[0::2])  # crossings pair up along each row (even-odd)
         starts_all.append(xs[0::2])
         stops_all.append(xs[1::2])
-    mask = np.zeros((height, width), bool)
     if not rows_all or not sum(r.size for r in rows_all):
-        return mask
+        return None
     rows = np.concatenate(rows_all)
     first = np.clip(np.ceil(np.concatenate(starts_all) - 0.5), 0, width).astype(np.int64)
     stop = np.clip(np.ceil(np.concatenate(stops_all) - 0.5), 0, width).astype(np.int64)
     top, bottom = int(rows.min()), int(rows.max()) + 1
-    span = (bottom - top) * (width + 1)
-    at = (rows - top) * (width + 1)
-    diff = np.bincount(at + first, minlength=span) - np.bincount(at + stop, minlength=span)
-    cover = np.cumsum(diff.reshape(bottom - top, width + 1), axis=1)[:, :width]
-    mask[top:bottom] = cover > 0
+    length = stop - first
+    keep = length > 0
+    start, length = ((rows - top) * width + first)[keep], length[keep]
+    # every covered pixel's flat index: each span's start + 0..length-1 (parts united: a
+    # pixel two spans cover is set twice)
+    pixels = np.repeat(start - np.cumsum(length) + length, length) + np.arange(length.sum())
+    block = np.zeros((bottom - top) * width, bool)
+    block[pixels] = True
+    return top, block.reshape(bottom - top, width)
+
+
+def polygons_to_mask(parts: Sequence[Any], height: int, width: int) -> np.ndarray:
+    """COCO polygon parts (flat [x1, y1, ...] lists) -> bool [height, width], parts united."""
+    mask = np.zeros((height, width), bool)
+    block = _polygon_rows(parts, height, width)
+    if block is not None:
+        mask[block[0]:block[0] + len(block[1])] = block[1]
     return mask
 
 
 def segmentation_to_mask(segmentation: Any, height: int, width: int) -> np.ndarray:
     """One annotation's segmentation (polygon list or RLE dict) -> bool [height, width]."""
-    if isinstance(segmentation, list):
-        return polygons_to_mask(segmentation, height, width)
+    return _rows_of(segmentation, height, width)[1] if isinstance(segmentation, dict) else (
+        polygons_to_mask(_polygons(segmentation), height, width))
+
+
+def _polygons(segmentation: Any) -> list[Any]:
+    if not isinstance(segmentation, list):
+        raise BadSegmentation(f"segmentation is {type(segmentation).__name__}; COCO writes a "
+                              "list of polygons or an RLE object {\"counts\", \"size\"}")
+    return segmentation
+
+
+def _rows_of(segmentation: Any, height: int, width: int) -> tuple[int, np.ndarray]:
+    """(top row, bool block) of one annotation's pixels (an empty block: none)."""
     if isinstance(segmentation, dict):
-        return decode_rle(segmentation, height, width)
-    raise BadSegmentation(f"segmentation is {type(segmentation).__name__}; COCO writes a list "
-                          "of polygons or an RLE object {\"counts\", \"size\"}")
+        return 0, decode_rle(segmentation, height, width)
+    block = _polygon_rows(_polygons(segmentation), height, width)
+    return block if block is not None else (0, np.zeros((0, width), bool))
 
 
 def semantic_mask(instances: Sequence[Instance], height: int, width: int) -> np.ndarray:
     """uint8 [height, width]: 0 background, label + 1 per object, IGNORE for crowd regions
     (painting order in the module docstring); BadSegmentation naming the annotation id."""
     out = np.zeros((height, width), np.uint8)
-    painted: list[tuple[bool, int, int, np.ndarray, Instance]] = []
+    painted: list[tuple[bool, int, int, int, np.ndarray, Instance]] = []
     for inst in instances:
         if not 0 <= inst.label < MAX_CLASSES:
             raise BadSegmentation(f"annotation {inst.ann_id!r}: class id {inst.label} does not "
                                   f"fit a uint8 mask (0..{MAX_CLASSES - 1}; 255 is ignore)")
         try:
-            mask = segmentation_to_mask(inst.segmentation, height, width)
+            top, block = _rows_of(inst.segmentation, height, width)
         except BadSegmentation as exc:
             raise BadSegmentation(f"annotation {inst.ann_id!r}: {exc}") from None
-        painted.append((not inst.crowd, -int(mask.sum()), len(painted), mask, inst))
+        painted.append((not inst.crowd, -int(block.sum()), len(painted), top, block, inst))
     painted.sort(key=lambda item: item[:3])  # crowd first, then largest area first
-    for _, _, _, mask, inst in painted:
-        out[mask] = IGNORE if inst.crowd else inst.label + 1
+    for _, _, _, top, block, inst in painted:
+        out[top:top + len(block)][block] = IGNORE if inst.crowd else inst.label + 1
     return out
