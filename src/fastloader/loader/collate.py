@@ -9,6 +9,9 @@
 - boxes fields: a list of B float32 [k, 4] tensors, XYXY in output pixels: mapped through each
   sample's crop, resize and flip (decode/boxes.py), clipped, and boxes less visible than
   min_box_visibility dropped; their per-box fields (lists, or padded) drop the same rows;
+- mask fields: a uint8 tensor [B, H, W] of labels, cropped, resized with nearest neighbour and
+  flipped with each sample's plan (decode/masks.py), built by the producer's helper thread
+  (loader/masks.py) and handed over with the batch; page-locked and copied non_blocking on CUDA;
 - text, bytes, json: lists of B Python values;
 - further image fields: decoded with the same transforms (their own crops and flips) as uint8
   (B, 3, H, W) tensors (loader/extra_images.py); decode_images=False gives their bytes.
@@ -98,15 +101,20 @@ class FieldCollator:
         self.box_fields = sorted({self.owner.get(n, n) for n in self.names
                                   if n in self.owner or specs[n].kind == "boxes"})
         self._boxes: dict[str, tuple[list[torch.Tensor], list[np.ndarray]]] = {}
+        self.mask_fields = [n for n in self.names if specs[n].kind == "mask"]
+        self._masks: dict[str, torch.Tensor] | None = None
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray,
                  seeds: tuple[int, int, int, int] = (0, 0, 0, 0),
-                 geometry: tuple[np.ndarray, np.ndarray, tuple[int, int]] | None = None) -> Any:
+                 geometry: tuple[np.ndarray, np.ndarray, tuple[int, int]] | None = None,
+                 masks: dict[str, torch.Tensor] | None = None) -> Any:
         """The batch's output; seeds (seed, epoch, batch, rank) draw further images' crops;
-        geometry (crops, flips, output size) is the plan the images were decoded with."""
+        geometry (crops, flips, output size) is the plan the images were decoded with; masks
+        the mask fields built with that plan (loader/masks.py)."""
         if self.classic:
             return images, labels
         self._seeds = seeds
+        self._masks = masks
         self._boxes = {name: self._map(name, indices, geometry, labels.device)
                        for name in self.box_fields}
         values = [self._column(name, images, labels, indices) for name in self.names]
@@ -124,6 +132,8 @@ class FieldCollator:
         spec = self.specs[name]
         if spec.kind == "boxes":
             return self._boxes[name][0]
+        if spec.kind == "mask":
+            return self._mask(name, labels.device)
         values = columns.gather(name, indices)
         if name in self.owner:  # a per-box field drops the rows of the dropped boxes
             values = [v[keep] for v, keep in zip(values, self._boxes[self.owner[name]][1],
@@ -159,6 +169,18 @@ class FieldCollator:
             out.append(torch.from_numpy(mapped).to(device))
             keeps.append(keep)
         return out, keeps
+
+    def _mask(self, name: str, device: torch.device) -> torch.Tensor:
+        """Mask field name of the batch, uint8 [B, H, W] on device."""
+        if self._masks is None or name not in self._masks:
+            raise InvalidArgumentError(
+                f"field {name!r} is a mask, which needs the crop plan the images were decoded "
+                "with; this loader does not give it. Use the packed loader (backend 'auto', "
+                "'native' or 'pillow').")
+        batch = self._masks[name]
+        # a page-locked batch (CUDA): the copy overlaps; torch's host allocator keeps the
+        # block until the copy is done, so dropping the host tensor here is safe
+        return batch.to(device, non_blocking=batch.is_pinned())
 
     def _hot(self, name: str, values: list[np.ndarray], device: torch.device) -> torch.Tensor:
         classes = self.multi_hot[name]

@@ -28,6 +28,7 @@ from fastloader.loader.loader import (
     parameter_names,
     refuse_dataloader_kwargs,
 )
+from fastloader.loader.masks import MaskBatches
 from fastloader.loader.memory import BatchRing, pinned_nbytes
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.pipeline import EpochPlan, Producer
@@ -129,10 +130,23 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
                     "gpu_transforms= with boxes fields is not supported: the device ops move "
                     "pixels after the boxes were mapped. Use the CPU transforms= (fused crop, "
                     "resize and flip), which move boxes with the pixels.")
+            self._masks = self._mask_batches()
         except BaseException:
             self.close()
             raise
         self._init_tuning(num_threads, prefetch, memory_budget)
+
+    def _mask_batches(self) -> MaskBatches | None:
+        """The builder of the mask fields this loader yields (None: it yields none)."""
+        names = self._collate.mask_fields
+        if not names:
+            return None
+        if self._gpu_ops is not None:
+            raise InvalidArgumentError(
+                "gpu_transforms= with mask fields is not supported: the device ops move pixels "
+                "after the masks were cropped. Use the CPU transforms= (fused crop, resize and "
+                "flip), which move masks with the pixels.")
+        return MaskBatches(self.dataset, names, pin=self.device.type == "cuda")
 
     def _init_device(self, device: Any, normalize: Any, dtype: Any, gpu_transforms: Any,
                      memory_format: Any) -> None:
@@ -219,7 +233,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
         tuner = self._tuner if self._tuner.state == "measuring" else None
         producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
                             self._counters, self.on_error, epoch_plan, tuner,
-                            self._step.planar, self.max_skips, self.batch_transform).start()
+                            self._step.planar, self.max_skips, self.batch_transform,
+                            self._masks).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)
@@ -261,7 +276,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
                 self._batches_done = item.index + 1
                 yield self._collate(images, labels, item.samples, (
                     epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank),
-                    item.geometry)
+                    item.geometry, item.masks)
         finally:
             self._counters.add_time("active", time.perf_counter() - started)
             if self._active is producer:

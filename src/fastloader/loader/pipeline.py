@@ -8,7 +8,7 @@ AutoTuner it applies the tuner's setting (decode threads, ring depth) between ba
 reports each batch's own time and its wait for a slot.
 
 An error on either thread ends the pass; the consumer's next() raises it chained to the
-original, naming the stage ("read", "plan", "decode", "slot wait", "tune") and the batch.
+original, naming the stage ("read", "plan", "masks", "decode", "slot wait", "tune") and the batch.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError, 
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.autotune import AutoTuner, Setting
 from fastloader.loader.batch_transform import transform_planar, transform_slot
+from fastloader.loader.masks import MaskBatches
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.skips import SkipBudget
 from fastloader.loader.stats import Counters, Timer
@@ -69,6 +70,7 @@ class ReadyBatch:
     images: Any = None  # the fresh channel-first tensor when a PlanarSpec was given
     # (crops, flips, (out_h, out_w)) of the delivered samples: boxes follow their pixels
     geometry: tuple[np.ndarray, np.ndarray, tuple[int, int]] | None = None
+    masks: dict[str, torch.Tensor] | None = None  # mask fields, uint8 [B, H, W] (MaskBatches)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class _Prepared:
     crops: np.ndarray
     flips: np.ndarray
     tiles: Any  # the batch's restart-tile tables (TileBatch), None for an untiled dataset
+    masks: dict[str, torch.Tensor] | None = None
 
 
 class _Done:
@@ -149,8 +152,10 @@ class Producer:
         planar: PlanarSpec | None = None,
         max_skips: int | float | None = None,
         batch_transform: Any = None,
+        masks: MaskBatches | None = None,
     ) -> None:
         self.dataset = dataset
+        self.masks = masks  # mask fields built on the helper thread with each batch's plan
         self.budget = SkipBudget(max_skips, len(epoch_plan.indices))
         self._where = ("start", epoch_plan.start)  # (stage, batch) the producer is in
         self.batch_transform = batch_transform
@@ -247,10 +252,17 @@ class Producer:
         try:
             with Timer(self.counters, "plan"):
                 rng = batch_rng(self.plan.seed, self.plan.epoch, b, self.plan.rank)
-                crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
+                crops, flips, size = plan(self.transforms, self.dataset.shapes[samples], rng)
         except Exception as exc:
             raise _StageError("plan", b) from exc
-        return _Prepared(samples, records, failures, crops, flips, tiles)
+        masks = None
+        if self.masks is not None:
+            try:
+                with Timer(self.counters, "plan"):  # the spatial fields' share of the plan
+                    masks = self.masks.build(samples, (crops, flips, size))
+            except Exception as exc:
+                raise _StageError("masks", b) from exc
+        return _Prepared(samples, records, failures, crops, flips, tiles, masks)
 
     def _fill(self, b: int, slot: int, prepared: _Prepared) -> ReadyBatch:
         """Decode prepared batch b into `slot`, repairing or reporting bad samples."""
@@ -272,6 +284,9 @@ class Producer:
             for k, error in sorted(failures.items()):
                 samples[k], crops[k], flips[k] = self._recover(b, k, int(samples[k]), error,
                                                                out, spec, target)
+                if prepared.masks is not None and self.masks is not None:
+                    self.masks.replace(prepared.masks, k, int(samples[k]), crops[k],
+                                       bool(flips[k]))
             if self.batch_transform is not None:  # stats: decode_s includes it
                 if target is not None and images is not None and self.planar is not None:
                     images = transform_planar(self.batch_transform, target, images, self.planar)
@@ -279,7 +294,8 @@ class Producer:
                     transform_slot(self.batch_transform, out)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
         geometry = (crops, flips, (int(out.shape[1]), int(out.shape[2])))
-        return ReadyBatch(b, slot, len(samples), labels, samples, images, geometry)
+        return ReadyBatch(b, slot, len(samples), labels, samples, images, geometry,
+                          prepared.masks)
 
     def _read(self, samples: np.ndarray) -> tuple[list[Any], dict[int, FastloaderError]]:
         records: list[Any] = []
