@@ -79,7 +79,7 @@ def _check(dst: Path, n: int, names: tuple[str, str] = ("boxes", "mask"),
         assert image in ds.fields and len(ds) == n
         for i in range(n):
             sample = ds.sample(i)
-            k = int(Path(str(ds.paths[i]) if ds.paths is not None else "").stem or i)
+            k = int(Path(ds.paths[i]).stem)  # img/k.jpg, or the group key k
             np.testing.assert_allclose(sample[boxes], np.reshape(_boxes(k), (-1, 4)))
             assert sample["box_labels"].tolist() == [k, k + 1][: k % 3]
             assert sample["iscrowd"].tolist() == [0, 1][: k % 3]
