@@ -24,6 +24,7 @@ def pack(
     root: str | os.PathLike[str] | None = None,
     skip_bad: bool = False,
     skip_empty: bool = False,
+    masks: bool = False,
     **options: Any,
 ) -> Manifest:
     """Pack src into the dataset folder dst (NAME.lmdb or NAME.h5), atomically.
@@ -52,6 +53,8 @@ def pack(
             manifest's stats and skipped.json, instead of stopping at the first bad one.
         skip_empty: COCO files: leave out images without annotations (kept by default,
             with empty boxes).
+        masks: COCO files: rasterize each image's polygons and RLEs into a `mask` field
+            (uint8 [H, W]: 0 background, box_labels id + 1, 255 crowd regions).
         **options: format, shard_size, workers, max_side, quality, overwrite, quiet,
             progress, max_file_size, resume (not for Python samples: their sameness cannot be
             checked); ImageFolder sources also strict, tiles, restart_mcus (see
@@ -69,6 +72,9 @@ def pack(
         src, source_format)
     if skip_empty and kind != "coco":
         raise PackError("skip_empty (--skip-empty) applies to COCO files only.")
+    if masks and kind != "coco":
+        raise PackError("masks (--masks) applies to COCO files only; a table or file groups "
+                        "take a mask column or a .mask.png member instead.")
     if kind == "imagefolder":
         importers.refuse_table_options(kind, fields, image, label, root, skip_bad)
         return pack_imagefolder(src, dst, **options)
@@ -85,5 +91,5 @@ def pack(
         return pack_samples(src, dst, fields, skip_bad=skip_bad, **options)
     samples, specs, source = importers.open_source(src, kind, fields=fields, image=image,
                                                    label=label, root=root,
-                                                   skip_empty=skip_empty)
+                                                   skip_empty=skip_empty, masks=masks)
     return pack_samples(samples, dst, specs, skip_bad=skip_bad, source=source, **options)

@@ -47,6 +47,8 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         "entries are relative to (default: the file's folder; same as --root)")
     add("--skip-empty", action="store_true", help="COCO file: leave out images without "
         "annotations")
+    add("--masks", action="store_true", help="COCO file: rasterize the polygons and RLEs into "
+        "a semantic 'mask' field (0 background, class + 1, 255 crowd)")
     add("--skip-bad", action="store_true", help="tables and file groups: pack the good "
         "samples and list the bad ones (file, line or member, field, why)")
 
@@ -65,6 +67,8 @@ def source_options(args: argparse.Namespace) -> dict[str, Any]:
         options["skip_bad"] = True
     if args.skip_empty:
         options["skip_empty"] = True
+    if args.masks:
+        options["masks"] = True
     return options
 
 

@@ -6,13 +6,15 @@ ascending order of the COCO category ids (the names and original ids go to the m
 source entry). A file that names a category not in `categories`, a box that is not finite or
 has no area, or an annotation for an unknown image stops the pack naming the file and the
 annotation id (`skip_bad` skips that image instead); images without annotations are kept
-(empty boxes) unless skip_empty.
+(empty boxes) unless skip_empty. With masks, each image's segmentations also become a semantic
+`mask` field, rasterized in the pack workers (pack/coco_masks.py, pack/rasterize.py).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,8 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.fields import make_spec
+from fastloader.pack import coco_masks
+from fastloader.pack.rasterize import IGNORE
 from fastloader.pack.values import ERROR_KEY, PATH_KEY, WHERE_KEY
 
 COCO_KEYS = ("images", "annotations", "categories")
@@ -66,13 +70,16 @@ def _box(path: Path, ann: dict[str, Any]) -> list[float] | str:
     return [x, y, x + w, y + h]
 
 
-def open_coco(src: Any, root: Any, skip_empty: bool) -> tuple[list[dict[str, Any]], Any,
-                                                             dict[str, Any]]:
-    """(samples, specs, source) of a COCO file; images under root (default: its folder)."""
+def open_coco(src: Any, root: Any, skip_empty: bool, masks: bool = False
+              ) -> tuple[Sequence[dict[str, Any]], Any, dict[str, Any]]:
+    """(samples, specs, source) of a COCO file; images under root (default: its folder);
+    with masks a `mask` field too."""
     path = Path(src).expanduser()
     data = _load(path)
     folder = Path(root).expanduser() if root is not None else path.parent
     ids = _categories(path, data["categories"])
+    if masks:
+        coco_masks.check_classes(path, len(ids))
     images: dict[Any, dict[str, Any]] = {}
     for entry in data["images"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), int) or not \
@@ -80,7 +87,7 @@ def open_coco(src: Any, root: Any, skip_empty: bool) -> tuple[list[dict[str, Any
             raise PackError(f"{path}: an image entry is {entry!r:.80}; each needs an int 'id' "
                             "and a 'file_name'.")
         images[entry["id"]] = {"entry": entry, "boxes": [], "labels": [], "crowd": [],
-                               "error": None}
+                               "instances": [], "error": None}
     for ann in data["annotations"]:
         if not isinstance(ann, dict) or ann.get("image_id") not in images:
             name = ann.get("id") if isinstance(ann, dict) else ann
@@ -95,16 +102,31 @@ def open_coco(src: Any, root: Any, skip_empty: bool) -> tuple[list[dict[str, Any
         if isinstance(box, str):
             image["error"] = image["error"] or box
             continue
+        if masks:
+            painted = coco_masks.instance(path, ann, ids[ann["category_id"]])
+            if isinstance(painted, str):
+                image["error"] = image["error"] or painted
+                continue
+            image["instances"].append(painted)
         image["boxes"].append(box)
         image["labels"].append(ids[ann["category_id"]])
         image["crowd"].append(1 if ann.get("iscrowd") else 0)
-    samples = [_sample(path, folder, image_id, image) for image_id, image in images.items()
-               if image["boxes"] or image["error"] or not skip_empty]
+    kept = [(image_id, image) for image_id, image in images.items()
+            if image["boxes"] or image["error"] or not skip_empty]
+    samples: Sequence[dict[str, Any]] = [_sample(path, folder, image_id, image)
+                                         for image_id, image in kept]
     specs = [make_spec(name, spec) for name, spec in FIELDS.items()]
+    if masks:
+        samples = coco_masks.MaskedSamples(list(samples), [image["entry"] for _, image in kept],
+                                           [image["instances"] for _, image in kept])
+        specs.append(make_spec("mask", "mask"))
     categories = sorted(data["categories"], key=lambda c: c["id"])
-    source = {"kind": "coco", "path": str(path), "images": str(folder),
-              "categories": [{"id": c["id"], "name": str(c.get("name", c["id"]))}
-                             for c in categories]}
+    source: dict[str, Any] = {
+        "kind": "coco", "path": str(path), "images": str(folder),
+        "categories": [{"id": c["id"], "name": str(c.get("name", c["id"]))} for c in categories]}
+    if masks:  # what a mask pixel means, beside the category names
+        source["mask_values"] = {"background": 0, "class": "box_labels id + 1",
+                                 "crowd": IGNORE}
     return samples, specs, source
 
 

@@ -6,6 +6,8 @@ rest is the extension, which names the field (jpg, cls, txt, json, npy, as in We
 Kinds by extension: jpg/jpeg/png/webp/bmp image, cls int, txt text, json json, npy ndarray
 (any shape: declare it with fields= / --field EXT:ndarray:DTYPE:SHAPE), anything else bytes.
 A folder's fields are every extension found; a tar's those of its first samples (streamed).
+Boxes and masks: a `.mask.png` member is the field `mask`, a `.boxes.json` member becomes the
+fields `boxes` (+ `box_labels`, `iscrowd`), as pack/spatial.py says.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
+from fastloader.pack import spatial
 from fastloader.pack.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
@@ -67,14 +70,14 @@ def _specs(exts: list[str], overrides: dict[str, Any], where: str) -> list[Field
                         f"(found {exts}).")
     specs = []
     for ext in exts:
-        spec = overrides.get(ext) or _kind(ext)
+        spec = overrides.get(ext) or spatial.default_kind(ext, exts) or _kind(ext)
         if spec == "ndarray":
             spec = ("ndarray", "float64", (-1,))  # replaced by the first sample's dtype/ndim
         specs.append(make_spec(ext, spec, PackError, where))
     images = sorted((s for s in specs if s.kind == "image"),
                     key=lambda s: _kind(s.name) != "image" or s.name not in ("jpg", "jpeg"))
     rest = [s for s in specs if s.kind != "image"]
-    specs = images + rest  # a jpg first: the records' image is the fused-decode one
+    specs = spatial.with_per_box(images + rest)  # a jpg first: the fused-decode records
     check_specs(specs, PackError, where)
     return specs
 
@@ -101,6 +104,8 @@ def _value(spec: FieldSpec, data: bytes) -> Any:
 
 def _sample(key: str, members: dict[str, Any], specs: list[FieldSpec], where: str,
             read: Any) -> dict[str, Any]:
+    if isinstance(members.get(ERROR_KEY), str):  # a malformed .boxes.json
+        return {WHERE_KEY: where, ERROR_KEY: members[ERROR_KEY]}
     sample: dict[str, Any] = {WHERE_KEY: where, PATH_KEY: key}
     for ext, member in members.items():
         spec = next((s for s in specs if s.name == ext), None)
@@ -108,8 +113,13 @@ def _sample(key: str, members: dict[str, Any], specs: list[FieldSpec], where: st
             return {WHERE_KEY: where, ERROR_KEY: f"has field {ext!r} ({key}.{ext}), which the "
                     "first samples do not have; declare it with --field or remove it"}
         try:
-            sample[ext] = member if spec.kind == "image" and isinstance(
-                member, (Path, TarMember)) else _value(spec, read(member))
+            if isinstance(member, spatial.Parsed):
+                sample[ext] = spatial.typed(member.value, spec)
+            elif spec.kind == "mask":  # a path or the PNG's bytes: read in the worker
+                sample[ext] = member
+            else:
+                sample[ext] = member if spec.kind == "image" and isinstance(
+                    member, (Path, TarMember)) else _value(spec, read(member))
         except (ValueError, UnicodeDecodeError) as exc:
             return {WHERE_KEY: f"{where}.{ext}", ERROR_KEY:
                     f"field {ext!r} ({spec.kind}): cannot be read ({exc})"}
@@ -139,7 +149,9 @@ def open_folder(path: Path, fields: Any) -> tuple[list[dict[str, Any]], list[Fie
     for name in files:
         key, ext = split_key(name)
         groups.setdefault(key, {})[ext] = path / name
-    exts = sorted({ext for group in groups.values() for ext in group})
+    groups = {key: spatial.expand_group(group, lambda p: p.read_bytes())
+              for key, group in groups.items()}
+    exts = sorted({ext for group in groups.values() for ext in group if ext != ERROR_KEY})
     specs = _specs(exts, dict(fields or {}), str(path))
     samples = [_sample(key, members, specs, f"{path}/{key}", lambda p: p.read_bytes())
                for key, members in groups.items()]
@@ -191,7 +203,8 @@ def open_tars(pattern: str, fields: Any) -> tuple[Iterator[dict[str, Any]], list
     if missing:
         raise PackError(f"{missing[0]}: no such tar shard ({len(missing)} of {len(paths)} "
                         f"named by {pattern!r} are missing).")
-    groups = _tar_groups(paths)
+    groups = ((tar, key, group if "__error__" in group else spatial.expand_group(
+        group, lambda data: data)) for tar, key, group in _tar_groups(paths))
     peeked = list(itertools.islice(groups, _PEEK))
     exts = sorted({e for _, _, g in peeked for e in g if e != "__error__"})
     specs = _specs(exts, dict(fields or {}), pattern)
@@ -199,7 +212,7 @@ def open_tars(pattern: str, fields: Any) -> tuple[Iterator[dict[str, Any]], list
     def samples(items: Any) -> Iterator[dict[str, Any]]:
         for tar_name, key, group in items:
             where = f"{tar_name} member {key}"
-            if "__error__" in group:
+            if isinstance(group.get("__error__"), bytes):  # a damaged tar
                 yield {WHERE_KEY: f"{tar_name}", ERROR_KEY: group["__error__"].decode()}
                 continue
             yield _sample(key, group, specs, where, lambda data: data)

@@ -81,7 +81,7 @@ def fingerprint(kind: str, path: str) -> str:
 
 
 def open_source(src: str | os.PathLike[str], kind: str, *, fields: Any, image: str | None,
-                label: str | None, root: Any, skip_empty: bool = False
+                label: str | None, root: Any, skip_empty: bool = False, masks: bool = False
                 ) -> tuple[Any, Any, dict[str, Any]]:
     """(samples, field specs, source description with its fingerprint) of a table, of file
     groups or of a COCO file."""
@@ -91,7 +91,7 @@ def open_source(src: str | os.PathLike[str], kind: str, *, fields: Any, image: s
                             "fields are image, boxes, box_labels, iscrowd and image_id.")
         from fastloader.pack.coco import open_coco
 
-        samples, specs, source = open_coco(src, root, skip_empty)
+        samples, specs, source = open_coco(src, root, skip_empty, masks)
         return samples, specs, source | {"fingerprint": fingerprint(kind, source["path"])}
     samples, specs, source = _open(src, kind, fields=fields, image=image, label=label,
                                    root=root)

@@ -7,6 +7,8 @@ ints are int, as numbers float, else text; JSON values keep their type (lists an
 json). Empty cells: "" in text, NaN in float, null in json; in an int column an error (declare
 the column float to read them as NaN). A row that cannot be read becomes a bad sample naming
 the file, the line and the field, so skip_bad lists it and the rest is packed.
+Columns named boxes, box_labels, iscrowd and mask are boxes (JSON), their per-box fields and a
+mask PNG path (pack/spatial.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from fastloader.errors import OptionalDependencyError, PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
+from fastloader.pack import spatial
 from fastloader.pack.values import ERROR_KEY, PATH_KEY, WHERE_KEY
 
 IMAGE_COLUMNS = ("path", "image", "file", "filename")
@@ -124,6 +127,9 @@ def _infer(column: str, rows: list[tuple[int, Any]], from_csv: bool) -> str:
 
 def _convert(spec: FieldSpec, value: Any, from_csv: bool) -> Any:
     """A cell as its field's value; ValueError saying why not."""
+    if spec.is_array and (value is not None or spec.kind == "boxes" or
+                          spec.name in spatial.PER_BOX):  # JSON lists; empty: no boxes
+        return spatial.cell_array(value, spec)
     if value is None:
         if spec.kind == "text":
             return ""
@@ -165,6 +171,10 @@ def _row_sample(line: int, row: Any, table: Path, specs: list[FieldSpec], column
                     raise ValueError("has no image path")
                 sample[PATH_KEY] = value
                 value = str(base / value)
+            elif spec.kind == "mask":  # a PNG path, relative like the image's
+                if not isinstance(value, str) or not value:
+                    raise ValueError("has no mask path")
+                value = str(base / value)
             else:
                 value = _convert(spec, value, from_csv)
         except ValueError as exc:
@@ -195,12 +205,15 @@ def _specs(table: Path, header: list[str], rows: list[tuple[int, Any]], image: s
     for column in header:
         if column in (image_col, label):
             continue
-        kind = overrides.get(column, _infer(column, rows, from_csv))
+        kind = overrides[column] if column in overrides else (
+            spatial.default_kind(column, header, spatial.declares_boxes(overrides))
+            or _infer(column, rows, from_csv))
         specs.append(make_spec(column, kind, PackError, f"{table} column {column!r}"))
         columns[column] = column
     unknown = set(overrides) - set(header)
     if unknown:
         raise PackError(f"{table}: --field names {sorted(unknown)}, not columns of {header}.")
+    specs = spatial.with_per_box(specs)
     check_specs(specs, PackError, str(table))
     return specs, columns
 
