@@ -115,7 +115,7 @@ class FieldCollator:
         self.box_fields = sorted({self.owner.get(n, n) for n in self.names if n in self.owner
                                   or (n in specs and specs[n].kind == "boxes")})
         self._boxes: dict[str, tuple[list[torch.Tensor], list[np.ndarray]]] = {}
-        self.mask_fields = [n for n in self.names if specs[n].kind == "mask"]
+        self.mask_fields = [n for n in self.names if n in specs and specs[n].kind == "mask"]
         self._masks: dict[str, torch.Tensor] | None = None
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray,
