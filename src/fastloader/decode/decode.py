@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -247,6 +248,7 @@ class BatchDecoder:
             log.info("BatchDecoder: the native extension is not in use (%s); decoding with "
                      "Pillow", _native.unavailable_reason())
         self._executor: ThreadPoolExecutor | None = None
+        self._executor_pid = os.getpid()
         self._closed = False
 
     @property
@@ -263,17 +265,21 @@ class BatchDecoder:
         self._num_threads = int_at_least("num_threads", value, 1, _THREADS_FIX)
         if self._core is not None:
             self._core.num_threads = self._num_threads
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        self._stop_executor()
+
+    def _stop_executor(self) -> None:
+        """Shut the Pillow path's threads down; in a forked child, only forget the parent's
+        executor (its threads are not here, and a lock of it that a parent thread held at
+        fork time would never be released: shutting it down could block forever)."""
+        executor, self._executor = self._executor, None
+        if executor is not None and self._executor_pid == os.getpid():
+            executor.shutdown(wait=True)
 
     def close(self) -> None:
         """Stop the worker threads; the decoder cannot be used afterwards."""
         if self._core is not None:
             self._core.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        self._stop_executor()
         self._closed = True
 
     def __enter__(self) -> BatchDecoder:
@@ -362,6 +368,8 @@ class BatchDecoder:
 
         if self._num_threads == 1 or len(records) < 2:
             return [one(k) for k in range(len(records))]
+        if self._executor_pid != os.getpid():  # forked: the parent's threads are not here
+            self._executor, self._executor_pid = None, os.getpid()
         if self._executor is None:  # Pillow releases the GIL while decoding, so threads pay
             self._executor = ThreadPoolExecutor(self._num_threads, "fastloader-decode")
         return list(self._executor.map(one, range(len(records))))
