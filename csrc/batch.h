@@ -100,6 +100,10 @@ public:
                 std::vector<std::string> &errors, std::vector<size_t> &skipped,
                 const TileRef *tiles = nullptr, const PlanarOutput *planar = nullptr);
 
+    // A planar uint8 batch (N x 3 x H x W at src; pixels = H * W) into out's float32 planar
+    // data, x * scale[c] + shift[c], one sample per pool task (planar_u8_to_float).
+    void normalize_planar(const uint8_t *src, size_t n, size_t pixels, const PlanarOutput &out);
+
 private:
     std::string decode_one(const Record &record, const CropBox &crop, const OutputSlot &target,
                            const TileRef *tile, int slot, const DecodeOptions &options);
