@@ -100,6 +100,15 @@ def test_a_dataloader_built_from_the_attributes_is_the_loader(packed: Path) -> N
         assert torch.equal(first[1], everything[0][1][:2])
 
 
+def test_the_dataset_view_refuses_dataloader_workers(packed: Path) -> None:
+    with FastLoader(packed, **OPTIONS) as loader:
+        workers = torch.utils.data.DataLoader(loader.dataset, batch_size=3, num_workers=1,
+                                              collate_fn=loader.collate_fn,
+                                              multiprocessing_context="fork")
+        with pytest.raises(Exception, match="num_workers=0"):
+            next(iter(workers))
+
+
 def test_the_dataset_view_reads_as_the_packed_dataset(packed: Path) -> None:
     with FastLoader(packed, **OPTIONS) as loader:
         view = loader.dataset

@@ -109,6 +109,11 @@ class PassDataset(torch.utils.data.IterableDataset):
         return loader
 
     def __iter__(self) -> Iterator[Any]:
+        if torch.utils.data.get_worker_info() is not None:  # each worker would run every batch
+            raise FastloaderError(
+                "a FastLoader's dataset was iterated in a DataLoader worker process: it runs "
+                "the loader's own decode threads, and every worker would yield the whole pass. "
+                "Build the DataLoader with num_workers=0 (loader.num_workers is 0).")
         for batch in self._live():
             yield from batch_rows(batch)
 
