@@ -8,6 +8,7 @@ loader's own batches (fused decode, no copy) from batch n on.
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
+from fastloader.errors import FastloaderError
 from fastloader.format.dataset import PackedDataset
 from fastloader.loader.dali_pipeline import dali_available
 from fastloader.loader.loader import FastLoader
@@ -107,6 +109,8 @@ def test_the_dataset_view_refuses_dataloader_workers(packed: Path) -> None:
                                               multiprocessing_context="fork")
         with pytest.raises(Exception, match="num_workers=0"):
             next(iter(workers))
+        with pytest.raises(FastloaderError, match="cannot be pickled"):
+            pickle.dumps(loader.dataset)
 
 
 def test_the_dataset_view_reads_as_the_packed_dataset(packed: Path) -> None:

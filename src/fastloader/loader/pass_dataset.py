@@ -129,6 +129,12 @@ class PassDataset(torch.utils.data.IterableDataset):
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self.packed, name, value)  # e.g. verify_records: a setting of the dataset
 
+    def __reduce__(self) -> Any:
+        raise FastloaderError(
+            "a FastLoader's dataset cannot be pickled: it runs that loader's decode threads "
+            "(a DataLoader with spawned workers pickles its dataset). Use num_workers=0, or "
+            "build a FastLoader in the other process.")
+
     def __repr__(self) -> str:
         return f"PassDataset({self.packed!r})"
 
