@@ -68,6 +68,9 @@ def test_skip_first_batches_yields_the_tail_of_the_pass(
             assert all(isinstance(b, tuple) for b in batches)  # the loader's own, not re-collated
             assert same(batches, everything[n:])
         assert loader.sampler.next_epoch() == 3  # the skipped pass was a pass over epoch 2
+        # Never pinned host memory (CUDA batches come out on the device): a rebuilt DataLoader
+        # must not try to pin them, on any device.
+        assert type(loader).pin_memory is False
 
 
 def test_a_checkpoint_inside_a_skipped_pass_resumes_exactly(

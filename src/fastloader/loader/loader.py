@@ -266,15 +266,13 @@ class PackedAttributes:
     timeout = 0
     worker_init_fn: Any = None
     multiprocessing_context: Any = None
+    # DataLoader's pin_memory says its batches come out in pinned host memory. A packed loader's
+    # never do: on CUDA they come out on the device (the ring it copies from is pinned), on the
+    # CPU in pageable tensors. True would also make a DataLoader rebuilt from these attributes
+    # (Accelerate's skip_first_batches) try to pin CUDA tensors, which torch refuses.
+    pin_memory = False
     pin_memory_device = ""
     in_order = True
-    device: Any
-
-    @property
-    def pin_memory(self) -> bool:
-        """Whether batches are staged in pinned memory (a CUDA target)."""
-        device = getattr(self, "device", None)
-        return device is not None and device.type == "cuda"
 
 
 def _loader_class(data: Any, backend: Any) -> type[FastLoader]:
