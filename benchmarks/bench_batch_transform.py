@@ -2,7 +2,10 @@
 
 Each round runs every variant once over the same packed tree (interleaved, so load drift hits
 all alike); the table gives the median images/s over rounds and the ratio to "none" measured in
-the same rounds. Usage: python benchmarks/bench_batch_transform.py [--count 256 --rounds 5]
+the same rounds. "no-op, torch normalize (before)" runs the no-op with the normalize step the
+loader used before BatchDecoder.normalize_planar (torch on the producer thread), patched in for
+that variant only, so before and after are compared in the same rounds too.
+Usage: python benchmarks/bench_batch_transform.py [--count 256 --rounds 5]
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest.mock import patch
 
+import numpy as np
 import torch
 
 from fastloader import FastLoader, RandomHorizontalFlip, RandomResizedCrop
+from fastloader.gpu.planar import PlanarSpec
+from fastloader.loader import pipeline
+from fastloader.loader.batch_transform import run_batch_transform
 from fastloader.pack.write import pack
 from make_images import ensure_tree
 
@@ -36,15 +44,38 @@ def per_sample_python(images: torch.Tensor) -> torch.Tensor:
     return images
 
 
+class TorchNormalized:
+    """A no-op run the way the loader normalized before normalize_planar: torch on the producer
+    thread (a uint8 -> float32 copy, then addcmul). Marks a variant for images_per_s."""
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        return images
+
+
+def torch_normalize(transform: object, staged: torch.Tensor, images: torch.Tensor,
+                    spec: PlanarSpec, decoder: object) -> torch.Tensor:
+    """The former loader/batch_transform.transform_planar, for the same-round comparison."""
+    result = run_batch_transform(transform, staged)
+    images.copy_(result)
+    scale = torch.from_numpy(np.asarray(spec.scale, np.float32)).view(1, 3, 1, 1)
+    shift = torch.from_numpy(np.asarray(spec.shift, np.float32)).view(1, 3, 1, 1)
+    torch.addcmul(shift, images, scale, out=images)
+    return images
+
+
 VARIANTS: dict[str, Callable[[torch.Tensor], torch.Tensor] | None] = {
     "none": None,
     "no-op (lambda x: x)": lambda images: images,
+    "no-op, torch normalize (before)": TorchNormalized(),
     "brightness + flip (2 batch ops)": brightness_and_invert,
     "per-sample Python loop": per_sample_python,
 }
 
 
 def images_per_s(path: Path, transform: object, batch: int, threads: int) -> float:
+    if isinstance(transform, TorchNormalized):
+        with patch.object(pipeline, "transform_planar", torch_normalize):
+            return images_per_s(path, lambda images: images, batch, threads)
     with FastLoader(path, batch_size=batch, shuffle=True, device="cpu", num_threads=threads,
                     transforms=[RandomResizedCrop(224), RandomHorizontalFlip()],
                     normalize=NORMALIZE, batch_transform=transform) as loader:

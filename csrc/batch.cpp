@@ -257,6 +257,15 @@ void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *cro
     pool_.run(n, task);
 }
 
+void BatchDecoder::normalize_planar(const uint8_t *src, size_t n, size_t pixels, const PlanarOutput &out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::function<void(size_t, int)> task = [&](size_t k, int) {
+        planar_u8_to_float(src + k * 3 * pixels, pixels, out.scale, out.shift,
+                           static_cast<float *>(out.data) + k * 3 * pixels);  // cannot throw
+    };
+    pool_.run(n, task);
+}
+
 // A tiled record with a real crop is decoded from a JPEG spliced from only the restart segments
 // the crop needs (crop translated to the splice's origin); everything else from the record.
 std::string BatchDecoder::decode_one(const Record &record, const CropBox &crop, const OutputSlot &target,

@@ -111,6 +111,10 @@ public:
                 const TileRef *tiles = nullptr, const PlanarOutput *planar = nullptr,
                 const Placement *place = nullptr);
 
+    // A planar uint8 batch (N x 3 x H x W at src; pixels = H * W) into out's float32 planar
+    // data, x * scale[c] + shift[c], one sample per pool task (planar_u8_to_float).
+    void normalize_planar(const uint8_t *src, size_t n, size_t pixels, const PlanarOutput &out);
+
 private:
     std::string decode_one(const Record &record, const CropBox &crop, const OutputSlot &target,
                            const TileRef *tile, int slot, const DecodeOptions &options);

@@ -215,6 +215,25 @@ BatchResult batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crop
     return result;
 }
 
+using PlanarU8 = nb::ndarray<const uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
+using PlanarF32 = nb::ndarray<float, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
+
+// A batch_transform's planar uint8 result into the float32 output, on the decoder's threads.
+void batch_normalize_planar(fl::BatchDecoder &self, PlanarU8 src, PlanarF32 out, std::optional<Affine> scale,
+                            std::optional<Affine> shift) {
+    for (size_t d = 0; d < 4; ++d)
+        if (src.shape(d) != out.shape(d)) throw nb::value_error("src and out must have the same shape (N, 3, H, W)");
+    if (src.shape(1) != 3) throw nb::value_error("src and out must have shape (N, 3, H, W)");
+    fl::PlanarOutput target;
+    for (int c = 0; c < 3; ++c) {
+        if (scale) target.scale[c] = c == 0 ? std::get<0>(*scale) : c == 1 ? std::get<1>(*scale) : std::get<2>(*scale);
+        if (shift) target.shift[c] = c == 0 ? std::get<0>(*shift) : c == 1 ? std::get<1>(*shift) : std::get<2>(*shift);
+    }
+    target.data = out.data();
+    nb::gil_scoped_release release;
+    self.normalize_planar(src.data(), src.shape(0), src.shape(2) * src.shape(3), target);
+}
+
 void register_header(nb::module_ &m) {
     nb::class_<fl::JpegHeader>(m, "JpegHeader", "What a JPEG's headers say, read without decoding pixels.")
         .def_ro("width", &fl::JpegHeader::width, "Image width in pixels.")
@@ -258,7 +277,11 @@ void register_batch_decoder(nb::module_ &m) {
              "(N, 3, H, W) float32 also receives each decoded JPEG sample as x * scale[c] + shift[c] "
              "(uint8: as is); places (N, 4) int32 puts each resized crop at (top, left, height, width) "
              "of its slot and sets the rest to fill (a letterbox); non-JPEG samples are left to the "
-             "caller.");
+             "caller.")
+        .def("normalize_planar", &batch_normalize_planar, nb::arg("src"), nb::arg("out"), nb::kw_only(),
+             nb::arg("scale").none() = nb::none(), nb::arg("shift").none() = nb::none(),
+             "out (N, 3, H, W) float32 = src (N, 3, H, W) uint8 * scale[c] + shift[c] on the pool's "
+             "threads, GIL released (the same bits as decode_into's planar output).");
 }
 
 }  // namespace

@@ -30,6 +30,10 @@ void planar_u8_scalar(const uint8_t *src, size_t begin, size_t pixels, uint8_t *
     }
 }
 
+void affine_scalar(const uint8_t *src, size_t begin, size_t count, float scale, float shift, float *dst) {
+    for (size_t i = begin; i < count; ++i) dst[i] = static_cast<float>(src[i]) * scale + shift;
+}
+
 #ifdef FL_HAVE_AVX2_KERNELS
 
 // 16 RGB pixels (48 bytes at src) split into 16 R, 16 G and 16 B bytes: each channel's bytes
@@ -76,6 +80,14 @@ FL_AVX2 size_t planar_float_avx2(const uint8_t *src, size_t pixels, const float 
     return i;  // the scalar kernel finishes the last < 16 pixels
 }
 
+FL_AVX2 size_t affine_avx2(const uint8_t *src, size_t count, float scale, float shift, float *dst) {
+    const __m256 s = _mm256_set1_ps(scale), t = _mm256_set1_ps(shift);
+    size_t i = 0;
+    for (; i + 16 <= count; i += 16)
+        store_affine16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + i)), s, t, dst + i);
+    return i;  // the scalar kernel finishes the last < 16 values
+}
+
 FL_AVX2 size_t planar_u8_avx2(const uint8_t *src, size_t pixels, uint8_t *dst) {
     size_t i = 0;
     for (; i + 16 <= pixels; i += 16) {
@@ -107,6 +119,19 @@ void hwc_to_planar_u8(const uint8_t *src, size_t pixels, uint8_t *dst) {
     if (kernels::use_avx2()) done = planar_u8_avx2(src, pixels, dst);
 #endif
     planar_u8_scalar(src, done, pixels, dst);
+}
+
+void planar_u8_to_float(const uint8_t *src, size_t pixels, const float *scale, const float *shift,
+                        float *dst) {
+    for (size_t c = 0; c < 3; ++c) {
+        const uint8_t *plane = src + c * pixels;
+        float *out = dst + c * pixels;
+        size_t done = 0;
+#ifdef FL_HAVE_AVX2_KERNELS
+        if (kernels::use_avx2()) done = affine_avx2(plane, pixels, scale[c], shift[c], out);
+#endif
+        affine_scalar(plane, done, pixels, scale[c], shift[c], out);
+    }
 }
 
 void write_planar(const uint8_t *src, size_t pixels, size_t k, const PlanarOutput &out) {

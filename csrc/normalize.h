@@ -22,6 +22,12 @@ void hwc_to_planar_float(const uint8_t *src, size_t pixels, const float *scale, 
 // dst[c * pixels + i] = src[3 * i + c].
 void hwc_to_planar_u8(const uint8_t *src, size_t pixels, uint8_t *dst);
 
+// dst[c * pixels + i] = float(src[c * pixels + i]) * scale[c] + shift[c]: a planar uint8 sample
+// (after a batch_transform) to float32 with the very operations of hwc_to_planar_float, so a
+// transform that changes nothing gives the bits of the fused path.
+void planar_u8_to_float(const uint8_t *src, size_t pixels, const float *scale, const float *shift,
+                        float *dst);
+
 // Sample k of an N x H x W x 3 batch (already decoded at src) into its planar slot of `out`.
 void write_planar(const uint8_t *src, size_t pixels, size_t k, const PlanarOutput &out);
 

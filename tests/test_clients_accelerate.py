@@ -52,8 +52,8 @@ def test_prepare_keeps_a_packed_loader_and_resume_skips_exactly(
         assert prepared is loader  # batches are made on the loader's own threads
         everything = [images.clone() for images, _ in prepared]
         state = loader.state_dict()
-        # Accelerate rebuilds a torch DataLoader to skip, which a packed loader is not; its
-        # exact equivalent is a checkpoint that says how many batches are done.
+        # Skipping by state decodes nothing (skip_first_batches decodes the skipped batches:
+        # tests/test_clients_accelerate_skip.py): a checkpoint that says how many are done.
         state["epoch"], state["batches_done"] = 0, 2
     with FastLoader(tmp_path / "data.lmdb", **options) as again:
         again.load_state_dict(state)

@@ -11,6 +11,7 @@ import torch
 from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from fastloader.errors import FastloaderError
 from fastloader.loader.loader import FastLoader
+from fastloader.loader.pass_dataset import collate_rows
 from fastloader.pack.scan import scan
 from fastloader.pack.write import pack
 from imagegen import make_tree
@@ -41,7 +42,8 @@ def test_packed_loader_has_the_dataloader_attributes(packed: Path) -> None:
     with FastLoader(packed, batch_size=4, transforms=TRAIN, device="cpu") as loader:
         assert loader.batch_sampler is None  # it batches itself
         assert loader.sampler is not None and hasattr(loader.sampler, "set_epoch")
-        assert (loader.num_workers, loader.collate_fn, loader.pin_memory) == (0, None, False)
+        assert (loader.num_workers, loader.pin_memory) == (0, False)
+        assert loader.collate_fn is collate_rows  # a batch's samples back into that batch
         assert (loader.prefetch_factor, loader.persistent_workers, loader.generator) == (
             None, False, None)
         assert (loader.batch_size, loader.drop_last) == (4, False)

@@ -23,7 +23,7 @@ _BUILD_HINT = (
 
 # What decode.py calls on the module; a build without these is treated as stale.
 _REQUIRED_API = ("header", "decode_into", "BatchDecoder", "JpegHeader", "TileGeometry",
-                 "mask_from_runs")
+                 "mask_from_runs", "BatchDecoder.normalize_planar")
 
 _lock = threading.Lock()
 _loaded = False
@@ -33,6 +33,16 @@ _reason = ""
 
 def _disabled_by_env() -> bool:
     return os.environ.get(DISABLE_ENV, "") not in ("", "0")
+
+
+def _has(module: ModuleType, dotted: str) -> bool:
+    """Whether module has the attribute path `dotted` ("BatchDecoder.normalize_planar")."""
+    target: object = module
+    for part in dotted.split("."):
+        if not hasattr(target, part):
+            return False
+        target = getattr(target, part)
+    return True
 
 
 def _import_core() -> tuple[ModuleType | None, str]:
@@ -49,7 +59,7 @@ def _import_core() -> tuple[ModuleType | None, str]:
             f"the extension {where} is stale: built for fastloader {built}, but the package "
             f"is {__version__}. To rebuild it, {_BUILD_HINT}"
         )
-    missing = [name for name in _REQUIRED_API if not hasattr(module, name)]
+    missing = [name for name in _REQUIRED_API if not _has(module, name)]
     if missing:  # built from an older source tree with the same version number
         return None, (
             f"the extension {module.__file__} lacks {', '.join(missing)} (stale build). "

@@ -132,6 +132,27 @@ def check_planar(planar: Any, out: np.ndarray, scale: Any, shift: Any) -> Conver
     return array, scale_arr, shift_arr
 
 
+def check_normalize(src: Any, out: Any, scale: Any,
+                    shift: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
+                                         np.ndarray | None]:
+    """normalize_planar's arguments: (src uint8, out float32 (N, 3, H, W), scale, shift)."""
+    arrays = [a.numpy() if hasattr(a, "data_ptr") and hasattr(a, "numpy") else a
+              for a in (src, out)]
+    for name, array, dtype in (("src", arrays[0], np.uint8), ("out", arrays[1], np.float32)):
+        if (not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != 4
+                or array.shape[1] != 3 or not array.flags.c_contiguous
+                or array.shape != getattr(arrays[0], "shape", None)):
+            raise invalid_argument(
+                name, f"{getattr(array, 'dtype', type(array).__name__)} of shape "
+                f"{getattr(array, 'shape', None)}", f"it must be a C-contiguous {dtype.__name__} "
+                "array of shape (N, 3, H, W), src's and out's the same",
+                "Pass .contiguous() tensors (or arrays) of one shape.")
+    if not arrays[1].flags.writeable or np.may_share_memory(arrays[0], arrays[1]):
+        raise invalid_argument("out", "read-only or a view of src", "out must be writable and "
+                               "must not overlap src", "Allocate out separately.")
+    return arrays[0], arrays[1], affine("scale", scale), affine("shift", shift)
+
+
 def check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
     """(headers (n, fields) int64, offsets uint32, spans (n, 2) uint64) or three Nones."""
     fields = len(HEADER_FIELDS)

@@ -16,6 +16,7 @@ from fastloader.decode import _native
 from fastloader.decode.batch_args import (
     Conversion,
     check_batch,
+    check_normalize,
     check_places,
     check_planar,
     check_tiles,
@@ -354,6 +355,40 @@ class BatchDecoder:
             if dst is not None:
                 to_planar(array[k], dst[k], scale_arr, shift_arr)
         return list(errors)
+
+    def normalize_planar(self, src: Any, out: Any, *, scale: Any = None,
+                         shift: Any = None) -> None:
+        """out = src * scale[c] + shift[c]: a channel-first uint8 batch to float32 on the
+        decoder's threads (GIL released), with the arithmetic of decode_into's planar output.
+
+        A batch_transform's result goes through it, so a transform that changes nothing gives
+        the bits of the fused path.
+
+        Args:
+            src: a C-contiguous (N, 3, H, W) uint8 array or CPU tensor.
+            out: a writable C-contiguous (N, 3, H, W) float32 array or CPU tensor, not
+                overlapping src.
+            scale: 3 floats (default 1).
+            shift: 3 floats (default 0).
+
+        Raises:
+            FastloaderError: the decoder was closed.
+            InvalidArgumentError: shapes, dtypes or layouts are wrong, or out overlaps src.
+        """
+        if self._closed:
+            raise FastloaderError("this BatchDecoder was closed; create a new one")
+        src_arr, out_arr, scale_arr, shift_arr = check_normalize(src, out, scale, shift)
+        if self._core is not None:
+            self._core.normalize_planar(
+                src_arr, out_arr, scale=None if scale_arr is None else three(scale_arr),
+                shift=None if shift_arr is None else three(shift_arr))
+            return
+        if scale_arr is None:  # numpy ufuncs release the GIL; float32 multiply, then add
+            out_arr[...] = src_arr
+        else:
+            np.multiply(src_arr, scale_arr[None, :, None, None], out=out_arr)
+        if shift_arr is not None:
+            out_arr += shift_arr[None, :, None, None]
 
     def _decode_pillow(
         self, records: Sequence[Any], crops: np.ndarray, flips: np.ndarray, out: np.ndarray,

@@ -2,7 +2,8 @@
 
 It runs on the producer thread, after decode and before normalize. On the CPU target the
 decoder writes the batch channel-first as uint8 (fused, on its own threads) for the transform,
-and the normalized output is filled from the result; on CUDA the transform sees the ring slot.
+and the decoder's threads then fill the normalized output from the result (normalize_planar);
+on CUDA the transform sees the ring slot and normalize runs on the device as usual.
 """
 
 from __future__ import annotations
@@ -47,15 +48,13 @@ def transform_slot(transform: Any, out: np.ndarray) -> None:
 
 
 def transform_planar(transform: Any, staged: torch.Tensor, images: torch.Tensor,
-                     spec: PlanarSpec) -> torch.Tensor:
+                     spec: PlanarSpec, decoder: Any) -> torch.Tensor:
     """Run the transform on the uint8 channel-first batch `staged`; return the output tensor:
-    the result itself for uint8 output, else `images` filled with result * scale + shift."""
+    the result itself for uint8 output, else `images` filled with result * scale + shift by
+    the decoder's threads (BatchDecoder.normalize_planar: the fused path's arithmetic, so a
+    transform that changes nothing gives the same bits as no transform)."""
     result = run_batch_transform(transform, staged)
     if not images.is_floating_point():
         return result
-    images.copy_(result)
-    if spec.scale is not None and spec.shift is not None:
-        scale = torch.from_numpy(np.asarray(spec.scale, np.float32)).view(1, 3, 1, 1)
-        shift = torch.from_numpy(np.asarray(spec.shift, np.float32)).view(1, 3, 1, 1)
-        torch.addcmul(shift, images, scale, out=images)
+    decoder.normalize_planar(result.contiguous(), images, scale=spec.scale, shift=spec.shift)
     return images

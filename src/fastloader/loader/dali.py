@@ -51,6 +51,7 @@ from fastloader.loader.loader import (
     refuse_dataloader_kwargs,
     take_defaults,
 )
+from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats, Timer
@@ -108,6 +109,8 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
         DecodeError: while iterating, DALI could not decode a record.
     """
 
+    collate_fn = staticmethod(collate_rows)  # with `dataset`, as on the packed loader
+
     def __init__(
         self,
         data: str | os.PathLike[str] | PackedDataset,
@@ -164,15 +167,16 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
         world = planned_world(rank, world_size)
         threads = threads_per_rank(world) if num_threads is None else num_threads
         self._threads = positive_int("num_threads", threads)
-        self.dataset, self._owns_dataset = dataset_from(
-            data, "a packed dataset path or a PackedDataset")
+        self._data, self._owns_dataset = dataset_from(
+            unwrap_view(data), "a packed dataset path or a PackedDataset")
         try:
-            self.image_size = output_size(self.transforms, self.dataset.shapes)
-            self.sampler = EpochSampler.for_loader(len(self.dataset), seed, rank, world_size,
+            self.image_size = output_size(self.transforms, self._data.shapes)
+            self.sampler = EpochSampler.for_loader(len(self._data), seed, rank, world_size,
                                                    flag("shuffle", shuffle), self.drop_last)
+            self.dataset = PassDataset(self, self._data)  # DataLoader's `dataset`, as packed
         except BaseException:
             if self._owns_dataset:
-                self.dataset.close()
+                self._data.close()
             raise
         self._spec = self._graph_spec(None if self._torch_normalizes else constants,
                                       flag("roi_decode", roi_decode))
@@ -225,10 +229,10 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
             samples = indices[b * self.batch_size : (b + 1) * self.batch_size]
             with Timer(self._counters, "plan"):
                 rng = batch_rng(self.sampler.seed, epoch, b, self.sampler.rank)
-                crops, flips, _ = plan(self.transforms, self.dataset.shapes[samples], rng)
+                crops, flips, _ = plan(self.transforms, self._data.shapes[samples], rng)
             with Timer(self._counters, "read"):
-                records = [self.dataset.record(int(i)) for i in samples]
-                labels = self.dataset.labels[samples]
+                records = [self._data.record(int(i)) for i in samples]
+                labels = self._data.labels[samples]
                 batch = feed_batch(records, crops, flips, labels)
             yield samples, batch
 
@@ -301,9 +305,9 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
         for samples in self._in_flight:
             for i in samples.tolist():
                 try:
-                    decode(self.dataset.record(int(i)))
+                    decode(self._data.record(int(i)))
                 except FastloaderError as bad:
-                    return DecodeError(f"{self.dataset.describe(i)} failed to decode in DALI: "
+                    return DecodeError(f"{self._data.describe(i)} failed to decode in DALI: "
                                        f"{bad}. Repack or remove that source file.")
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         return FastloaderError(f"the DALI pipeline failed: {first_line}")
@@ -351,11 +355,11 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
         self._end_pass()
         self._drop_pipeline()
         if self._owns_dataset:
-            self.dataset.close()
+            self._data.close()
 
     def __repr__(self) -> str:
         if not hasattr(self, "sampler"):
             return "DaliLoader(<not built>)"
-        return (f"DaliLoader({str(self.dataset.root)!r}, batch_size={self.batch_size}, "
+        return (f"DaliLoader({str(self._data.root)!r}, batch_size={self.batch_size}, "
                 f"image_size={self.image_size}, device={self.device}, "
                 f"num_threads={self._threads}, prefetch={self.prefetch}, {self.sampler!r})")

@@ -31,6 +31,7 @@ from fastloader.loader.loader import (
 )
 from fastloader.loader.masks import MaskBatches
 from fastloader.loader.memory import BatchRing, pinned_nbytes
+from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.pipeline import EpochPlan, Producer
 from fastloader.loader.remote import plan_shards, remote_options
@@ -60,7 +61,12 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
     """FastLoader over a packed dataset: the native (or Pillow) decode pipeline.
 
     Built by FastLoader(path_or_packed_dataset, ...); see FastLoader for the arguments.
+    `dataset` is its passes as an IterableDataset of samples and `collate_fn` turns a batch's
+    samples back into that batch, so a DataLoader rebuilt from these attributes (Accelerate's
+    skip_first_batches) yields this loader's batches; `dataset.packed` is the PackedDataset.
     """
+
+    collate_fn = staticmethod(collate_rows)
 
     def __init__(
         self,
@@ -117,17 +123,17 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
         # On the dataset, which reads the records (the producer's reads go through it). Off by
         # default: it costs ~3% of the loader's CPU on ImageNet-sized records (README).
         if verify or self._owns_dataset:  # a caller's dataset keeps its own choice otherwise
-            self.dataset.verify_records = verify
+            self._data.verify_records = verify
         try:  # what each batch holds: (images, labels), a tuple of fields= or a dict
-            extra = [n for n, s in self.dataset.fields.items()
-                     if s.kind == "image" and n != self.dataset.image_field]
+            extra = [n for n, s in self._data.fields.items()
+                     if s.kind == "image" and n != self._data.image_field]
             self._extra_images = (ExtraImages(self.transforms, backend)
                                   if extra and flag("decode_images", decode_images) else None)
-            self._collate = FieldCollator(self.dataset, fields, multi_hot,
+            self._collate = FieldCollator(self._data, fields, multi_hot,
                                           flag("padded", padded), self._extra_images,
                                           check_min_visibility(min_box_visibility),
                                           letterboxed(self.transforms))
-            self._box_field = plan_boxes_field(self.dataset, self.transforms)
+            self._box_field = plan_boxes_field(self._data, self.transforms)
             if self._gpu_ops is not None and self._collate.box_fields:
                 raise InvalidArgumentError(
                     "gpu_transforms= with boxes fields is not supported: the device ops move "
@@ -149,7 +155,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
                 "gpu_transforms= with mask fields is not supported: the device ops move pixels "
                 "after the masks were cropped. Use the CPU transforms= (fused crop, resize and "
                 "flip), which move masks with the pixels.")
-        return MaskBatches(self.dataset, names, pin=self.device.type == "cuda")
+        return MaskBatches(self._data, names, pin=self.device.type == "cuda")
 
     def _init_device(self, device: Any, normalize: Any, dtype: Any, gpu_transforms: Any,
                      memory_format: Any) -> None:
@@ -176,19 +182,22 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
         self.on_error = on_error
         self.transforms = check_transforms(transforms)
         self._max_threads = threads_per_rank(planned_world(rank, world_size))
-        self.dataset, self._owns_dataset = dataset_from(
-            data, "a packed dataset path or URL, a PackedDataset or a map-style torch Dataset",
+        self._data, self._owns_dataset = dataset_from(
+            unwrap_view(data),
+            "a packed dataset path or URL, a PackedDataset or a map-style torch Dataset",
             **self._remote.open_options)
         try:
-            self.image_size = output_size(self.transforms, self.dataset.shapes)
-            self.sampler = EpochSampler.for_loader(len(self.dataset), seed, rank, world_size,
+            self.image_size = output_size(self.transforms, self._data.shapes)
+            self.sampler = EpochSampler.for_loader(len(self._data), seed, rank, world_size,
                                                    flag("shuffle", shuffle), self.drop_last,
                                                    source)
-            self.sampler.shard_layout = self._remote.layout(self.dataset)
+            self.sampler.shard_layout = self._remote.layout(self._data)
             self._decoder = BatchDecoder(1, backend)  # _init_tuning sets its thread count
+            # DataLoader's `dataset`: this loader's passes as samples (loader/pass_dataset.py).
+            self.dataset = PassDataset(self, self._data)
         except BaseException:
             if self._owns_dataset:
-                self.dataset.close()
+                self._data.close()
             raise
         self._ring: BatchRing | None = None
         self._active: Producer | None = None
@@ -229,12 +238,12 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
         epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
         epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
                                epoch, self.sampler.seed, self.sampler.rank)
-        plan_shards(self.dataset, epoch_plan.indices, start, len(self), self.batch_size)
+        plan_shards(self._data, epoch_plan.indices, start, len(self), self.batch_size)
         # The tuner may have settled on the last batch of a pass, after the producer's last
         # chance to apply it: take its setting here so a settled count is never left unapplied.
         self._decoder.num_threads = self._tuner.setting().threads
         tuner = self._tuner if self._tuner.state == "measuring" else None
-        producer = Producer(self.dataset, self.transforms, self._decoder, self._ring,
+        producer = Producer(self._data, self.transforms, self._decoder, self._ring,
                             self._counters, self.on_error, epoch_plan, tuner,
                             self._step.planar, self.max_skips, self.batch_transform,
                             self._box_field, self._masks).start()
@@ -336,7 +345,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
         self._step.close()
         self._ring = None
         if self._owns_dataset:
-            self.dataset.close()
+            self._data.close()
 
     def _after_fork_in_child(self) -> None:
         """In a forked child: the producer thread and its helper exist only in the parent,
@@ -353,7 +362,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
     def __repr__(self) -> str:
         if not hasattr(self, "sampler"):
             return "FastLoader(<not built>)"
-        return (f"FastLoader({str(self.dataset.root)!r}, batch_size={self.batch_size}, "
+        return (f"FastLoader({str(self._data.root)!r}, batch_size={self.batch_size}, "
                 f"image_size={self.image_size}, device={self.device}, "
                 f"num_threads={self.num_threads}, prefetch={self.prefetch}, "
                 f"autotune={self._tuner.state}, {self.sampler!r})")

@@ -298,7 +298,8 @@ class Producer:
                     self.masks.replace(prepared.masks, k, int(samples[k]), geometry)
             if self.batch_transform is not None:  # stats: decode_s includes it
                 if target is not None and images is not None and self.planar is not None:
-                    images = transform_planar(self.batch_transform, target, images, self.planar)
+                    images = transform_planar(self.batch_transform, target, images,
+                                              self.planar, self.decoder)
                 else:
                     transform_slot(self.batch_transform, out)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)

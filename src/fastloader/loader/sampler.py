@@ -168,7 +168,12 @@ class EpochSampler:
         return self.epoch + 1 if self._used else self.epoch
 
     def indices(self, epoch: int | None = None) -> np.ndarray:
-        """This rank's indices for `epoch` (default: the current one) as an int64 array."""
+        """This rank's indices for `epoch` (default: the current one) as an int64 array.
+
+        Rank and world are read from torch.distributed now (unless given), as a pass does:
+        read before the first pass, after init_process_group, it shows this rank's share.
+        """
+        self.refresh()
         if self.source is not None:
             order = sampler_order(self.source, self.n, self.seed,
                                   self.epoch if epoch is None else epoch)
