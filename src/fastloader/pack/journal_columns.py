@@ -67,6 +67,6 @@ def reuse(staging: Staging, specs: Sequence[FieldSpec],
             break
         for name, column in values.items():
             columns[name].extend(column)
-        reused.append(record)
+        reused.append(record.compact())  # arrays, not per-sample lists, while packing on
     staging._drop_from(len(reused))
     return reused

@@ -31,7 +31,7 @@ from fastloader.format.fields import FieldSpec, label_field, parse_fields, prima
 from fastloader.format.manifest import Manifest
 from fastloader.pack import journal_columns
 from fastloader.pack import write as write_mod
-from fastloader.pack.scan import SourceFile
+from fastloader.pack.listing import SourceFile
 from fastloader.pack.values import PreparedSample, prepare_sample
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def _prepared(samples: Any, specs: Sequence[FieldSpec], settings: dict[str, Any]
 def _fill(builder: Any, samples: Any, specs: Sequence[FieldSpec], settings: dict[str, Any],
           columns: dict[str, list[Any]]) -> None:
     total = len(samples) if _is_sequence(samples) else 0
-    start = sum(len(r.consumed) for r in builder.records)  # resumed: these are packed
+    start = sum(r.consumed_count for r in builder.records)  # resumed: these are packed
     bar = write_mod._progress_bar(total, settings["quiet"])
     progress = settings["progress"]
     label = label_field(specs)
@@ -199,7 +199,7 @@ def _finish(staging: Any, builder: Any, specs: Sequence[FieldSpec],
         shards=[r.info for r in builder.records], fields=index_fields, options=options,
         stats={"packed": builder.next_sample, "skipped": len(skipped),
                "skipped_samples": skipped,
-               "record_bytes": int(sum(sum(r.samples["length"]) for r in builder.records))},
+               "record_bytes": int(sum(np.sum(r.samples["length"]) for r in builder.records))},
         created_by=f"fastloader {__version__}",
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         version=2, sample_fields=[s.to_json() for s in specs],

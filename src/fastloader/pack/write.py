@@ -31,7 +31,7 @@ from fastloader.pack.journal import (
     is_dataset,
     staging_path,
 )
-from fastloader.pack.scan import ScanResult, SourceFile, scan
+from fastloader.pack.scan import Listing, ScanResult, SourceFile, scan
 from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE, Prepared, prepare
 
 DEFAULT_SHARD_SIZE = 256 << 20
@@ -161,7 +161,7 @@ class _ShardBuilder:
         columns = self.tiles.take() if self.tiles is not None else None
         record = ShardRecord(info, self.consumed, self.skipped, self.samples, columns)
         self.staging.commit_shard(record, shard_id)
-        self.records.append(record)
+        self.records.append(record.compact())  # arrays: per-file lists would grow all run
         self.next_sample += len(self.data)
         self._reset()
         self._written_this_run += 1
@@ -173,7 +173,7 @@ class _ShardBuilder:
         return [s for r in self.records for s in r.skipped] + self.tail_skipped + self.skipped
 
 
-def _windows(files: list[SourceFile]) -> Iterator[list[SourceFile]]:
+def _windows(files: Iterable[SourceFile]) -> Iterator[list[SourceFile]]:
     window: list[SourceFile] = []
     size = 0
     for source in files:
@@ -187,9 +187,10 @@ def _windows(files: list[SourceFile]) -> Iterator[list[SourceFile]]:
 
 
 def _prepared(
-    root: Path, files: list[SourceFile], workers: int, settings: dict[str, Any]
+    root: Path, files: Listing, start: int, workers: int, settings: dict[str, Any]
 ) -> Iterator[Prepared]:
-    """Prepared records in file order, from a process pool holding at most two windows."""
+    """Prepared records of files start.. in order, from a process pool holding at most two
+    windows."""
     job: Callable[[str], Prepared] = functools.partial(
         prepare, max_side=settings["max_side"], quality=settings["quality"],
         max_file_size=settings["max_file_size"],
@@ -202,15 +203,15 @@ def _prepared(
             restart_mcus=settings["tiles"]["restart_mcus"],
             max_file_size=settings["max_file_size"],
         )
-    paths = (str(root / f.relpath) for f in files)
-    if workers == 1 or len(files) < 4 * workers:
+    paths = (str(root / f.relpath) for f in files.items(start))
+    if workers == 1 or len(files) - start < 4 * workers:
         yield from map(job, paths)
         return
     import multiprocessing
 
     with multiprocessing.Pool(workers) as pool:
         pending: deque[Iterable[Prepared]] = deque()
-        for window in _windows(files):
+        for window in _windows(files.items(start)):
             chunk = max(1, min(32, len(window) // (4 * workers)))
             pending.append(pool.imap(job, [str(root / f.relpath) for f in window], chunk))
             if len(pending) > 1:  # keep the next window decoding while this one drains
@@ -236,24 +237,26 @@ def _progress_bar(total: int, quiet: bool) -> Any:
 
 
 def _build_index(records: list[ShardRecord], tiled: bool) -> dict[str, np.ndarray]:
-    def column(name: str) -> list[Any]:
-        return [v for r in records for v in r.samples[name]]
+    records = [r.compact() for r in records]  # the samples' columns as arrays
 
-    shard = [k for k, r in enumerate(records) for _ in range(r.info.count)]
-    path_offsets, path_bytes = index_mod.encode_paths(column("relpath"))
+    def column(name: str, dtype: Any) -> np.ndarray:
+        return np.concatenate([np.zeros(0, dtype)] + [r.samples[name] for r in records])
+
+    counts = [r.info.count for r in records]
+    path_ends = [r.samples["path_offsets"][1:] for r in records]
+    bases = np.cumsum([0] + [len(r.samples["path_bytes"]) for r in records])
     extra = tiling.index_fields([r.tiles for r in records if r.tiles is not None]) if tiled else {}
     return extra | {
-        "shard": np.asarray(shard, np.int32),
-        "offset": np.asarray(column("offset"), np.int64),
-        "length": np.asarray(column("length"), np.int64),
-        "label": np.asarray(column("label"), np.int64),
-        "shape": np.stack(
-            [np.asarray(column("height"), np.int32), np.asarray(column("width"), np.int32)], 1
-        ).reshape(-1, 2),
-        "codec": np.asarray(column("codec"), np.uint8),
-        "crc32": np.asarray(column("crc32"), np.uint32),
-        "path_offsets": path_offsets,
-        "path_bytes": path_bytes,
+        "shard": np.repeat(np.arange(len(records), dtype=np.int32), counts),
+        "offset": column("offset", np.int64),
+        "length": column("length", np.int64),
+        "label": column("label", np.int64),
+        "shape": np.stack([column("height", np.int32), column("width", np.int32)], 1),
+        "codec": column("codec", np.uint8),
+        "crc32": column("crc32", np.uint32),
+        "path_offsets": np.concatenate([np.zeros(1, np.int64)] + [
+            ends + base for ends, base in zip(path_ends, bases, strict=False)]),
+        "path_bytes": column("path_bytes", np.uint8),
     }
 
 
@@ -268,7 +271,7 @@ def _stats(result: ScanResult, builder: _ShardBuilder, reencoded: int) -> dict[s
         "ignored_outside_classes": result.ignored_outside_classes,
         "empty_classes": result.empty_classes,
         "source_bytes": result.total_bytes,
-        "record_bytes": int(sum(sum(r.samples["length"]) for r in builder.records)),
+        "record_bytes": int(sum(np.sum(r.samples["length"]) for r in builder.records)),
     }
 
 
@@ -280,14 +283,14 @@ def _fill(
         path, reason = result.refused[0]
         raise PackError(f"{result.root / path}: {reason}; fix or remove it, or pack without "
                         "--strict to skip (and list) such files.")
-    start = sum(len(r.consumed) for r in builder.records)
-    todo = result.files[start:]
+    start = sum(r.consumed_count for r in builder.records)
+    todo = result.files.items(start)
     bar = _progress_bar(len(result.files), settings["quiet"])
-    done_bytes, began, reencoded = sum(f.size for f in result.files[:start]), time.monotonic(), 0
+    done_bytes, began, reencoded = int(result.files.sizes[:start].sum()), time.monotonic(), 0
     if bar is not None:
         bar.update(start)
     try:
-        stream = _prepared(result.root, todo, settings["workers"], settings)
+        stream = _prepared(result.root, result.files, start, settings["workers"], settings)
         for k, (source, prepared) in enumerate(zip(todo, stream, strict=True), start + 1):
             if prepared.data is None and settings["strict"]:
                 raise PackError(
