@@ -179,7 +179,8 @@ def _finish(staging: Any, builder: Any, specs: Sequence[FieldSpec],
             overwrite: bool) -> Manifest:
     from fastloader import __version__
 
-    arrays = write_mod._build_index(builder.records, False)
+    record_bytes = int(sum(np.sum(r.samples["length"]) for r in builder.records))
+    arrays = write_mod._build_index(builder.records, False)  # takes the records' columns
     specs_by_name = {s.name: s for s in specs}
     for name, values in columns.items():
         arrays |= encode_column(specs_by_name[name], values)
@@ -199,7 +200,7 @@ def _finish(staging: Any, builder: Any, specs: Sequence[FieldSpec],
         shards=[r.info for r in builder.records], fields=index_fields, options=options,
         stats={"packed": builder.next_sample, "skipped": len(skipped),
                "skipped_samples": skipped,
-               "record_bytes": int(sum(np.sum(r.samples["length"]) for r in builder.records))},
+               "record_bytes": record_bytes},
         created_by=f"fastloader {__version__}",
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         version=2, sample_fields=[s.to_json() for s in specs],

@@ -203,7 +203,8 @@ def _prepared(
             restart_mcus=settings["tiles"]["restart_mcus"],
             max_file_size=settings["max_file_size"],
         )
-    paths = (str(root / f.relpath) for f in files.items(start))
+    top = str(root)  # os.path.join, not Path: a Path per file interns its parts (a dict that
+    paths = (os.path.join(top, f.relpath) for f in files.items(start))  # never shrinks)
     if workers == 1 or len(files) - start < 4 * workers:
         yield from map(job, paths)
         return
@@ -213,7 +214,7 @@ def _prepared(
         pending: deque[Iterable[Prepared]] = deque()
         for window in _windows(files.items(start)):
             chunk = max(1, min(32, len(window) // (4 * workers)))
-            pending.append(pool.imap(job, [str(root / f.relpath) for f in window], chunk))
+            pending.append(pool.imap(job, [os.path.join(top, f.relpath) for f in window], chunk))
             if len(pending) > 1:  # keep the next window decoding while this one drains
                 yield from pending.popleft()
         while pending:
@@ -237,14 +238,18 @@ def _progress_bar(total: int, quiet: bool) -> Any:
 
 
 def _build_index(records: list[ShardRecord], tiled: bool) -> dict[str, np.ndarray]:
-    records = [r.compact() for r in records]  # the samples' columns as arrays
+    """The index arrays of the records' samples. Takes the sample columns out of the records
+    (each record's part is freed once joined: never two copies of a column per file)."""
+    records[:] = [r.compact() for r in records]  # the samples' columns as arrays
 
     def column(name: str, dtype: Any) -> np.ndarray:
-        return np.concatenate([np.zeros(0, dtype)] + [r.samples[name] for r in records])
+        return np.concatenate([np.zeros(0, dtype)] + [r.samples.pop(name) for r in records])
 
     counts = [r.info.count for r in records]
-    path_ends = [r.samples["path_offsets"][1:] for r in records]
-    bases = np.cumsum([0] + [len(r.samples["path_bytes"]) for r in records])
+    bases = np.cumsum([0] + [len(r.samples["path_bytes"]) for r in records]).tolist()
+    path_offsets = np.zeros(1 + sum(counts), np.int64)
+    for r, base, end in zip(records, bases, np.cumsum(counts).tolist(), strict=False):
+        path_offsets[end - r.info.count + 1 : end + 1] = r.samples.pop("path_offsets")[1:] + base
     extra = tiling.index_fields([r.tiles for r in records if r.tiles is not None]) if tiled else {}
     return extra | {
         "shard": np.repeat(np.arange(len(records), dtype=np.int32), counts),
@@ -254,8 +259,7 @@ def _build_index(records: list[ShardRecord], tiled: bool) -> dict[str, np.ndarra
         "shape": np.stack([column("height", np.int32), column("width", np.int32)], 1),
         "codec": column("codec", np.uint8),
         "crc32": column("crc32", np.uint32),
-        "path_offsets": np.concatenate([np.zeros(1, np.int64)] + [
-            ends + base for ends, base in zip(path_ends, bases, strict=False)]),
+        "path_offsets": path_offsets,
         "path_bytes": column("path_bytes", np.uint8),
     }
 
@@ -410,6 +414,7 @@ def _finish(
 ) -> Manifest:
     from fastloader import __version__
 
+    stats = _stats(result, builder, reencoded)  # before the index takes the records' columns
     arrays = _build_index(builder.records, "tiles" in options)
     fields = index_mod.write_index(staging.dir, arrays)
     refusals = result.refused + builder.all_skipped  # the scan's first: never opened
@@ -422,8 +427,7 @@ def _finish(
         shards=[r.info for r in builder.records],
         fields=fields,
         options=options,
-        stats=_stats(result, builder, reencoded)
-        | (tiling.tile_stats(arrays) if "tiles" in options else {}),
+        stats=stats | (tiling.tile_stats(arrays) if "tiles" in options else {}),
         created_by=f"fastloader {__version__}",
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
