@@ -1,5 +1,7 @@
 """Packing speed: packdata into LMDB and HDF5 against tar and cp -r of the same tree, same disk;
-and the same images from a CSV table and from WebDataset .tar shards (the importers)."""
+and the same images from a CSV table and from WebDataset .tar shards (the importers).
+`--memory 50000,200000,1000000`: the packer's memory against dataset size instead (trees of
+tiny JPEGs, one subprocess per pack; pack_memory.py)."""
 
 from __future__ import annotations
 
@@ -144,7 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "pack.jsonl")
     parser.add_argument("--quick", action="store_true", help="300 images, 2 repeats")
+    parser.add_argument("--memory", default=None, metavar="N,N,...",
+                        help="memory mode: pack generated trees of N tiny files each")
+    parser.add_argument("--memory-phase", default="listing,pack",
+                        help="memory mode: listing (scan + resume check), pack, or both")
     args = parser.parse_args(argv)
+    if args.memory:
+        return memory_main(args)
     if args.quick:
         args.images, args.repeats = min(args.images, 300), min(args.repeats, 2)
     tree = args.data
@@ -174,6 +182,22 @@ def main(argv: list[str] | None = None) -> int:
                 writer.write(row)
     print_table(rows, total_bytes, files, env)
     print(f"wrote {args.out}")
+    return 0
+
+
+def memory_main(args: argparse.Namespace) -> int:
+    """Driver bytes per file and worker peaks for each tree size (pack_memory.py says how)."""
+    import pack_memory
+
+    sizes = [int(n) for n in args.memory.split(",")]
+    phases = [p for p in args.memory_phase.split(",") if p in pack_memory.PHASES]
+    work = args.work or DEFAULT_TREE.parent / "pack_memory"
+    work.mkdir(parents=True, exist_ok=True)
+    workers = args.workers or 2
+    with JsonlWriter(args.out.with_name("pack_memory.jsonl"), "pack_memory") as writer:
+        pack_memory.run(sizes, work, phases, workers, on_row=lambda row: writer.write(
+            row | {"name": f"{row['phase']} {row['n']}"}))
+    print(env_line(environment()))
     return 0
 
 

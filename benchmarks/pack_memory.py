@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,14 +85,14 @@ class _WorkerSampler:
         self._thread.start()
 
     def _poll(self) -> None:
+        import contextlib
+
         import psutil
 
         while not self._done.wait(0.2):
             for child in self._me.children():
-                try:
+                with contextlib.suppress(psutil.Error):  # a worker that just exited
                     self.peak_uss = max(self.peak_uss, child.memory_full_info().uss)
-                except psutil.Error:  # a worker that just exited
-                    pass
 
     def stop(self) -> None:
         self._done.set()
@@ -160,9 +161,10 @@ def measure(tree: Path, dst: Path, phase: str, workers: int,
 
 
 def run(sizes: list[int], work: Path, phases: list[str], workers: int,
-        shard_size: int = DEFAULT_SHARD_SIZE, keep: bool = False) -> list[dict[str, Any]]:
-    """One row per size and phase: generate the tree under work, measure, delete the tree
-    (unless keep)."""
+        shard_size: int = DEFAULT_SHARD_SIZE, keep: bool = False,
+        on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """One row per size and phase (each also to on_row, as soon as measured): generate the
+    tree under work, measure, delete the tree (unless keep)."""
     rows = []
     for count in sizes:
         tree = make_tiny_tree(work / f"tiny-{count}", count)
@@ -171,6 +173,8 @@ def run(sizes: list[int], work: Path, phases: list[str], workers: int,
                           shard_size) | {"n": count}
             rows.append(row)
             print(format_row(row), flush=True)
+            if on_row is not None:
+                on_row(row)
         if not keep:
             shutil.rmtree(tree)
     return rows

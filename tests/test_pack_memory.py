@@ -4,8 +4,11 @@ names (not UTF-8, newlines, very long) are still listed, packed and skipped as b
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -121,7 +124,7 @@ def test_hostile_names_are_listed_packed_and_skipped_as_before(tmp_path: Path,
     assert [f.relpath for f in listing] == expected
     blob = listing.path_bytes.tobytes()
     offsets = listing.path_offsets.tolist()
-    assert sorted(blob[a:b] for a, b in zip(offsets, offsets[1:], strict=False)) == packed
+    assert sorted(blob[a:b] for a, b in itertools.pairwise(offsets)) == packed
     dst = tmp_path / "out.lmdb"
     manifest = pack(src, dst, workers=workers)
     with open_dataset(dst) as ds:
@@ -130,3 +133,18 @@ def test_hostile_names_are_listed_packed_and_skipped_as_before(tmp_path: Path,
     assert {os.fsencode(s["path"]): s["reason"] for s in skipped}.keys() == refused.keys()
     assert all(refused[os.fsencode(s["path"])] in s["reason"] for s in skipped)
     assert manifest.stats["files_found"] == len(packed)
+
+
+def test_bench_pack_memory_mode_reports_bytes_per_file(tmp_path: Path) -> None:
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_pack.py"
+    out = tmp_path / "pack.jsonl"
+    subprocess.run([sys.executable, str(bench), "--memory", "300", "--work", str(tmp_path),
+                    "--out", str(out)], check=True, capture_output=True, timeout=300)
+    rows = [json.loads(line) for line in out.with_name("pack_memory.jsonl").read_text()
+            .splitlines()][1:]  # the first line is the environment
+    assert [(r["phase"], r["files"]) for r in rows] == [("listing", 300), ("pack", 300)]
+    for row in rows:
+        assert row["driver_peak_bytes"] >= row["baseline_bytes"] > 0
+        assert row["driver_bytes_per_file"] >= 0
+    assert rows[1]["worker_peak_bytes"] > 0  # the pool's workers were measured
+    assert not (tmp_path / "tiny-300").exists()  # the generated tree is removed
