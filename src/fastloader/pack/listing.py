@@ -28,6 +28,7 @@ from typing import NamedTuple, overload
 
 import numpy as np
 
+_CHUNK = 4096  # files converted to Python values at a time when iterating
 
 class SourceFile(NamedTuple):
     """One image file to pack: path relative to SRC (POSIX), label, and size/mtime for resume."""
@@ -131,10 +132,16 @@ class Listing(Sequence[SourceFile]):
         return int(self.sizes.sum())
 
     def items(self, start: int = 0, stop: int | None = None) -> Iterator[SourceFile]:
-        """SourceFiles start..stop-1, built one at a time."""
+        """SourceFiles start..stop-1, built one at a time (read in chunks of the arrays)."""
         stop = len(self) if stop is None else min(stop, len(self))
-        for index in range(max(start, 0), stop):
-            yield self._item(index)
+        for first in range(max(start, 0), stop, _CHUNK):
+            last = min(first + _CHUNK, stop)
+            bounds = self.path_offsets[first : last + 1].tolist()
+            columns = zip(self.labels[first:last].tolist(), self.sizes[first:last].tolist(),
+                          self.mtimes[first:last].tolist(), strict=True)
+            for k, (label, size, mtime) in enumerate(columns):
+                path = os.fsdecode(bytes(self._blob[bounds[k] : bounds[k + 1]]))
+                yield SourceFile(path, label, size, mtime)
 
     def _item(self, index: int) -> SourceFile:
         return SourceFile(self.relpath(index), int(self.labels[index]), int(self.sizes[index]),
