@@ -57,7 +57,7 @@ class ShardRecord:
     info: ShardInfo
     consumed: list[list[Any]]  # [relpath, size, mtime_ns] of every file read, good or not
     skipped: list[list[str]]  # [relpath, reason]
-    samples: dict[str, Any] = field(default_factory=dict)  # SAMPLE_COLUMNS -> value lists
+    samples: dict[str, Any] = field(default_factory=dict)  # column -> lists (compact: arrays)
     tiles: dict[str, Any] | None = None  # tiled packs: tiling.TileColumns arrays (own file)
     files_read: int = -1  # compact records: len(consumed), whose list they dropped
 
