@@ -106,6 +106,17 @@ def _rss_bytes() -> int:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _peak_rss_bytes() -> int:
+    """This process's peak RSS (VmHWM). Not ru_maxrss: Linux carries that across exec, so a
+    subprocess would report its parent's peak (the benchmark's, with torch imported) when
+    that is higher."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def _child(tree: Path, dst: Path, phase: str, workers: int, shard_size: int) -> dict[str, Any]:
     """Runs in the measured subprocess: baseline RSS, then the phase, then the peaks."""
     import gc
@@ -140,7 +151,7 @@ def _child(tree: Path, dst: Path, phase: str, workers: int, shard_size: int) -> 
     kib = 1024  # ru_maxrss is in KiB on Linux
     return {
         "phase": phase, "files": files, "seconds": seconds, "baseline_bytes": baseline,
-        "driver_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib,
+        "driver_peak_bytes": _peak_rss_bytes(),
         "worker_peak_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * kib,
         "worker_peak_uss_bytes": sampler.peak_uss if phase == "pack" else 0,
         "shard_size": shard_size,
