@@ -1,6 +1,8 @@
 """Packing speed: packdata into LMDB and HDF5 against tar and cp -r of the same tree, same disk;
 and the same images from a CSV table and from WebDataset .tar shards (the importers).
---engines: `--engine ray` against `--engine local` on the same tree and shard plan."""
+--engines: `--engine ray` against `--engine local` on the same tree and shard plan.
+`--memory 50000,200000,1000000`: the packer's memory against dataset size instead (trees of
+tiny JPEGs, one subprocess per pack; pack_memory.py)."""
 
 from __future__ import annotations
 
@@ -223,7 +225,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="300 images, 2 repeats")
     parser.add_argument("--engines", action="store_true",
                         help="only --engine ray against --engine local (needs Ray)")
+    parser.add_argument("--memory", default=None, metavar="N,N,...",
+                        help="memory mode: pack generated trees of N tiny files each")
+    parser.add_argument("--memory-phase", default="listing,pack",
+                        help="memory mode: listing (scan, plan, resume check), pack, or both")
+    parser.add_argument("--memory-shard-size", type=int, default=4 << 20,
+                        help="memory mode: --shard-size of the packs (default 4 MiB)")
+    parser.add_argument("--memory-keep", action="store_true",
+                        help="memory mode: keep the generated trees (to reuse them)")
     args = parser.parse_args(argv)
+    if args.memory:
+        return memory_main(args)
     if args.quick:
         args.images, args.repeats = min(args.images, 300), min(args.repeats, 2)
     tree = args.data
@@ -261,6 +273,23 @@ def main(argv: list[str] | None = None) -> int:
                 writer.write(row)
     print_table(rows, total_bytes, files, env)
     print(f"wrote {args.out}")
+    return 0
+
+
+def memory_main(args: argparse.Namespace) -> int:
+    """Driver bytes per file and worker peaks for each tree size (pack_memory.py says how)."""
+    import pack_memory
+
+    sizes = [int(n) for n in args.memory.split(",")]
+    phases = [p for p in args.memory_phase.split(",") if p in pack_memory.PHASES]
+    work = args.work or DEFAULT_TREE.parent / "pack_memory"
+    work.mkdir(parents=True, exist_ok=True)
+    workers = args.workers or 2
+    with JsonlWriter(args.out.with_name("pack_memory.jsonl"), "pack_memory") as writer:
+        pack_memory.run(sizes, work, phases, workers, args.memory_shard_size,
+                        args.memory_keep, on_row=lambda row: writer.write(
+            row | {"name": f"{row['phase']} {row['n']}"}))
+    print(env_line(environment()))
     return 0
 
 

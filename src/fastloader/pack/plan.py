@@ -27,6 +27,7 @@ PLAN_DIR = "plan"
 MAX_SHARD_FILES = 1 << 16  # bounds a task's memory and time on tiny files
 _ARRAYS = ("path_offsets", "path_bytes", "labels", "sizes", "mtimes", "bounds")
 _SCAN_NAME = "scan.json"
+_GATHER_BLOCK = 1 << 12  # paths gathered at a time by paths_of (~2 MB of int64 indices)
 
 
 @dataclass
@@ -70,13 +71,20 @@ class ShardPlan:
         return digest.hexdigest()
 
     def paths_of(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(offsets, bytes) of the paths of these listing positions, gathered without strings."""
+        """(offsets, bytes) of the paths of these listing positions, gathered without strings
+        (a block of positions at a time: the byte gather's int64 indices stay bounded)."""
         starts = self.path_offsets[positions]
         lengths = self.path_offsets[positions + 1] - starts
         offsets = np.zeros(positions.size + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
-        return offsets, self.path_bytes[gather].astype(np.uint8)
+        out = np.empty(int(offsets[-1]), np.uint8)
+        for lo in range(0, positions.size, _GATHER_BLOCK):
+            hi = min(lo + _GATHER_BLOCK, positions.size)
+            base, end = int(offsets[lo]), int(offsets[hi])
+            where = np.repeat(starts[lo:hi] - offsets[lo:hi], lengths[lo:hi])
+            where += np.arange(base, end, dtype=np.int64)
+            out[base:end] = self.path_bytes[where]
+        return offsets, out
 
     def save(self, staging: Path) -> None:
         """Write the plan into staging/plan/ (arrays as .npy, scan counts as JSON)."""
@@ -124,18 +132,28 @@ def cut(sizes: np.ndarray, shard_size: int, max_files: int = MAX_SHARD_FILES) ->
     return np.asarray(bounds, np.int64)
 
 
-def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) -> ShardPlan:
-    """The plan of a scan's files (pack/scan.ScanResult): the listing as arrays, then cut.
-
-    Reads the scan through a narrow interface only: len(files) and each file's relpath,
-    label, size and mtime_ns, in their (sorted) order.
-    """
-    files = result.files
+def _listing_arrays(files: Any) -> tuple[np.ndarray, ...]:
+    """(path_offsets, path_bytes, labels, sizes, mtimes) of a scan's files: a Listing's own
+    arrays (pack/listing.py; no Python object per file), else read file by file."""
+    if hasattr(files, "path_offsets"):  # a Listing: its paths are already fsencoded bytes
+        return (np.asarray(files.path_offsets, np.int64), np.asarray(files.path_bytes, np.uint8),
+                np.asarray(files.labels, np.int64), np.asarray(files.sizes, np.int64),
+                np.asarray(files.mtimes, np.int64))
     n = len(files)
     labels, sizes, mtimes = (np.empty(n, np.int64) for _ in range(3))
     for i, source in enumerate(files):
         labels[i], sizes[i], mtimes[i] = source.label, source.size, source.mtime_ns
     path_offsets, path_bytes = encode_paths([source.relpath for source in files])
+    return path_offsets, path_bytes, labels, sizes, mtimes
+
+
+def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) -> ShardPlan:
+    """The plan of a scan's files (pack/scan.ScanResult): the listing as arrays, then cut.
+
+    Reads the scan through a narrow interface only: a Listing's column arrays, or else
+    len(files) and each file's relpath, label, size and mtime_ns, in their (sorted) order.
+    """
+    path_offsets, path_bytes, labels, sizes, mtimes = _listing_arrays(result.files)
     scan = {
         "classes": list(result.classes),
         "ignored_hidden": result.ignored_hidden,

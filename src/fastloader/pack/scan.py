@@ -1,4 +1,10 @@
-"""Walk an ImageFolder-style tree: sorted class folders, image files found recursively."""
+"""Walk an ImageFolder-style tree: sorted class folders, image files found recursively.
+
+The files found go into a pack/listing.Listing (compact arrays, no object per file): see
+that module for the interface the packer and shard planners read it through. Only one
+class folder's file names (all its sub-folders') are held as Python strings at a time, while
+they are sorted.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastloader.errors import PackError
+from fastloader.pack.listing import Listing, ListingBuilder, SourceFile
 from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
 
 PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 4096
@@ -20,23 +27,13 @@ IMAGE_EXTENSIONS = frozenset(
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class SourceFile:
-    """One image file to pack: path relative to SRC (POSIX), label, and size/mtime for resume."""
-
-    relpath: str
-    label: int
-    size: int
-    mtime_ns: int
-
-
 @dataclass
 class ScanResult:
-    """What scan() found under SRC."""
+    """What scan() found under SRC: `files` is the sorted Listing of the files to pack."""
 
     root: Path
     classes: list[str]
-    files: list[SourceFile]
+    files: Listing
     ignored_hidden: int = 0
     ignored_non_image: int = 0
     ignored_outside_classes: int = 0
@@ -45,7 +42,7 @@ class ScanResult:
 
     @property
     def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
+        return self.files.total_bytes
 
 
 def _is_hidden(name: str) -> bool:
@@ -64,6 +61,7 @@ class _Walker:
         self.root = root
         self.real_root = os.path.realpath(root)
         self.result = result
+        self.files = ListingBuilder()
         self.max_file_size = max_file_size
         self.visited: set[tuple[int, int]] = set()
 
@@ -97,8 +95,8 @@ class _Walker:
         self.visited.add(key)
         return True
 
-    def walk(self, top: str) -> list[tuple[str, list[os.DirEntry[str]]]]:
-        """(folder, image file entries) of every folder under top, top included."""
+    def walk(self, top: str) -> list[tuple[str, list[str]]]:
+        """(folder, image file names) of every folder under top, top included."""
         found = []
         stack = [top]
         while stack:
@@ -118,29 +116,31 @@ class _Walker:
                 elif os.path.splitext(entry.name)[1].lower() not in IMAGE_EXTENSIONS:
                     self.result.ignored_non_image += 1
                 else:
-                    files.append(entry)
+                    files.append(entry.name)  # a name, not the DirEntry: a third the memory
             found.append((folder, files))
         return found
 
-    def source(self, entry: os.DirEntry[str], label: int) -> SourceFile | None:
-        """The SourceFile of an image-named entry, or None (and a refusal) if it is not one."""
-        if len(os.fsencode(entry.path)) >= PATH_MAX:
-            self.refuse(entry.path, f"path is over PATH_MAX ({PATH_MAX} bytes)")
-            return None
+    def add(self, folder: str, prefix: bytes, name: str, label: int) -> bool:
+        """List the image-named file folder/name (prefix: its folder relative to SRC, as
+        bytes ending in '/'); False, and a refusal, if it cannot be packed."""
+        path = os.path.join(folder, name)
+        if len(os.fsencode(path)) >= PATH_MAX:
+            self.refuse(path, f"path is over PATH_MAX ({PATH_MAX} bytes)")
+            return False
         try:
-            info = os.stat(entry.path)  # follows a file symlink: its target is what is read
+            info = os.stat(path)  # follows a file symlink: its target is what is read
         except OSError as exc:
-            self.refuse(entry.path, f"cannot stat (a dangling symlink?): {exc.strerror}")
-            return None
+            self.refuse(path, f"cannot stat (a dangling symlink?): {exc.strerror}")
+            return False
         if not stat.S_ISREG(info.st_mode):
-            self.refuse(entry.path, "not a regular file (a FIFO, device or socket)")
-            return None
+            self.refuse(path, "not a regular file (a FIFO, device or socket)")
+            return False
         if info.st_size > self.max_file_size:
-            self.refuse(entry.path, f"{info.st_size} bytes, over the --max-file-size cap of "
+            self.refuse(path, f"{info.st_size} bytes, over the --max-file-size cap of "
                         f"{self.max_file_size}")
-            return None
-        relpath = Path(entry.path).relative_to(self.root).as_posix()
-        return SourceFile(relpath, label, info.st_size, info.st_mtime_ns)
+            return False
+        self.files.append(prefix + os.fsencode(name), label, info.st_size, info.st_mtime_ns)
+        return True
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -151,15 +151,14 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
 
 
 def _scan_class(walker: _Walker, folder: str, label: int) -> int:
-    """Append the image files under root/folder to result.files; return how many."""
+    """List the image files under root/folder; return how many."""
     found = 0
     # Sorted by folder then name, the order torchvision's ImageFolder uses: same indices.
-    for _, entries in sorted(walker.walk(str(walker.root / folder)), key=lambda fe: fe[0]):
-        for entry in sorted(entries, key=lambda e: e.name):
-            source = walker.source(entry, label)
-            if source is not None:
-                walker.result.files.append(source)
-                found += 1
+    for path, names in sorted(walker.walk(str(walker.root / folder)), key=lambda fe: fe[0]):
+        prefix = os.fsencode(Path(os.path.relpath(path, walker.root)).as_posix()) + b"/"
+        names.sort()
+        for name in names:
+            found += walker.add(path, prefix, name, label)
     return found
 
 
@@ -190,7 +189,7 @@ def scan(src: str | os.PathLike[str], max_file_size: int = DEFAULT_MAX_FILE_SIZE
         raise PackError(
             f"cannot read source {root} ({exc.strerror}); check its permissions."
         ) from None
-    result = ScanResult(root=root, classes=[], files=[])
+    result = ScanResult(root=root, classes=[], files=Listing.from_files([]))
     walker = _Walker(root, result, max_file_size)
     walker.visited.add((os.stat(root).st_dev, os.stat(root).st_ino))
     for entry in entries:
@@ -205,9 +204,13 @@ def scan(src: str | os.PathLike[str], max_file_size: int = DEFAULT_MAX_FILE_SIZE
     for label, name in enumerate(result.classes):
         if not walkable[label] or _scan_class(walker, name, label) == 0:
             result.empty_classes.append(name)
+    result.files = walker.files.finish()
     if not result.files:
         raise PackError(
             f"source {root} holds no image files in class folders; expected "
             "SRC/<class>/<image>.jpg (or .png, .webp, ...)."
         )
     return result
+
+
+__all__ = ["IMAGE_EXTENSIONS", "PATH_MAX", "Listing", "ScanResult", "SourceFile", "scan"]
