@@ -246,3 +246,48 @@ def broken_tree(root: Path, classes: int = 3, per_class: int = 30) -> dict[str, 
     (root / "c01").mkdir(exist_ok=True)
     (root / "c01" / "a_empty.jpg").write_bytes(b"")
     return written
+
+
+# Photos of coloured rectangles at known boxes, for the spatial-field geometry tests: label k is
+# SHAPE_COLOURS[k]; palette_classes maps decoded pixels back to 0 (background) or 1 + label.
+SHAPE_BACKGROUND = (128, 128, 128)
+SHAPE_COLOURS = [(255, 0, 0), (0, 200, 0), (0, 0, 255), (255, 255, 0)]
+SHAPE_PALETTE = np.array([SHAPE_BACKGROUND, *SHAPE_COLOURS], np.float32)
+
+
+def rectangles_photo(rng: np.random.Generator, index: int, sides: tuple[int, int] = (224, 289),
+                     min_box: int = 70, skip: float = 0.0) -> dict[str, object]:
+    """A grey photo of 2x2 cells (sides drawn in [sides)), a rectangle of its own colour in each
+    cell (left out with probability skip), kept apart: image, boxes (XYXY), box_labels, idx."""
+    height, width = (int(v) for v in rng.integers(sides[0], sides[1], size=2))
+    pixels = np.full((height, width, 3), SHAPE_BACKGROUND, np.uint8)
+    boxes, labels = [], []
+    cell_h, cell_w = height // 2, width // 2
+    for cell, label in enumerate(rng.permutation(len(SHAPE_COLOURS)).tolist()):
+        if skip and rng.random() < skip:
+            continue  # some photos have fewer boxes
+        top0, left0 = (cell // 2) * cell_h, (cell % 2) * cell_w
+        box_h = int(rng.integers(min_box, cell_h - 8))
+        box_w = int(rng.integers(min_box, cell_w - 8))
+        top = top0 + 4 + int(rng.integers(0, cell_h - 8 - box_h + 1))
+        left = left0 + 4 + int(rng.integers(0, cell_w - 8 - box_w + 1))
+        pixels[top:top + box_h, left:left + box_w] = SHAPE_COLOURS[label]
+        boxes.append([left, top, left + box_w, top + box_h])
+        labels.append(label)
+    buffer = io.BytesIO()  # 4:4:4 so colour edges stay where the pixels are
+    Image.fromarray(pixels).save(buffer, "JPEG", quality=95, subsampling=0)
+    return {"image": buffer.getvalue(), "boxes": np.array(boxes, np.float32).reshape(-1, 4),
+            "box_labels": np.array(labels, np.int64), "idx": index}
+
+
+def palette_classes(image: np.ndarray) -> np.ndarray:
+    """Each pixel of a (3, H, W) image's nearest SHAPE_PALETTE entry: 0 background, 1 + label."""
+    pixels = image.transpose(1, 2, 0).astype(np.float32)
+    return np.argmin(((pixels[:, :, None, :] - SHAPE_PALETTE) ** 2).sum(-1), axis=-1)
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """IoU of two XYXY boxes."""
+    inter_w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    inter = inter_w * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)

@@ -8,62 +8,28 @@ FASTLOADER_DISABLE_NATIVE=1) through the Pillow path.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import fastloader
 from fastloader.decode.augment import batch_rng, plan
 from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
-from helpers import BAD, damaged
+from helpers import BAD, box_iou, damaged, palette_classes, rectangles_photo
 
-BACKGROUND = (128, 128, 128)
-COLOURS = [(255, 0, 0), (0, 200, 0), (0, 0, 255), (255, 255, 0)]  # label k is COLOURS[k]
-PALETTE = np.array([BACKGROUND, *COLOURS], np.float32)
 FIELDS = {"image": "image", "boxes": ("boxes", ["box_labels"]),
           "box_labels": ("ndarray", "int64", (-1,)), "idx": "int"}
-
-
-def _photo(rng: np.random.Generator, index: int) -> dict[str, object]:
-    """A grey photo of 2x2 cells, a rectangle of its own colour in most cells, kept apart."""
-    height, width = (int(v) for v in rng.integers(224, 289, size=2))
-    pixels = np.full((height, width, 3), BACKGROUND, np.uint8)
-    boxes, labels = [], []
-    cell_h, cell_w = height // 2, width // 2
-    for cell, label in enumerate(rng.permutation(len(COLOURS)).tolist()):
-        if rng.random() < 0.15:
-            continue  # some photos have fewer boxes
-        top0, left0 = (cell // 2) * cell_h, (cell % 2) * cell_w
-        box_h = int(rng.integers(70, cell_h - 8))
-        box_w = int(rng.integers(70, cell_w - 8))
-        top = top0 + 4 + int(rng.integers(0, cell_h - 8 - box_h + 1))
-        left = left0 + 4 + int(rng.integers(0, cell_w - 8 - box_w + 1))
-        pixels[top:top + box_h, left:left + box_w] = COLOURS[label]
-        boxes.append([left, top, left + box_w, top + box_h])
-        labels.append(label)
-    buffer = io.BytesIO()  # 4:4:4 so colour edges stay where the pixels are
-    Image.fromarray(pixels).save(buffer, "JPEG", quality=95, subsampling=0)
-    return {"image": buffer.getvalue(), "boxes": np.array(boxes, np.float32).reshape(-1, 4),
-            "box_labels": np.array(labels, np.int64), "idx": index}
 
 
 @pytest.fixture(scope="module")
 def shapes_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     rng = np.random.default_rng(18)
-    samples = [_photo(rng, i) for i in range(48)]
+    samples = [rectangles_photo(rng, i, skip=0.15) for i in range(48)]
     dst = tmp_path_factory.mktemp("boxes") / "shapes.lmdb"
     fastloader.pack(samples, dst, fields=FIELDS)
     return dst, samples
-
-
-def _classes(image: np.ndarray) -> np.ndarray:
-    """Each output pixel's nearest palette entry: 0 background, 1 + label for a colour."""
-    pixels = image.transpose(1, 2, 0).astype(np.float32)
-    return np.argmin(((pixels[:, :, None, :] - PALETTE) ** 2).sum(-1), axis=-1)
 
 
 def _pixel_box(mask: np.ndarray) -> np.ndarray:
@@ -71,11 +37,7 @@ def _pixel_box(mask: np.ndarray) -> np.ndarray:
     return np.array([cols.min(), rows.min(), cols.max() + 1, rows.max() + 1], np.float64)
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    inter_w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    inter = inter_w * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    area = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / area
+
 
 
 TRANSFORMS = {
@@ -107,11 +69,11 @@ def test_kept_boxes_bound_their_shapes_and_dropped_ones_are_outside(
             for k, image in enumerate(images.numpy()):
                 assert boxes[k].dtype == torch.float32 and boxes[k].shape[1:] == (4,)
                 assert len(boxes[k]) == len(labels[k])
-                classes = _classes(image)
+                classes = palette_classes(image)
                 for box, label in zip(boxes[k].numpy(), labels[k].tolist(), strict=True):
                     mask = classes == 1 + label
                     assert mask.any(), f"kept box {box} of label {label} has no pixels"
-                    iou = _iou(box.astype(np.float64), _pixel_box(mask))
+                    iou = box_iou(box.astype(np.float64), _pixel_box(mask))
                     assert iou >= 0.9, f"{name}/{backend}: box {box} label {label}: IoU {iou:.3f}"
                     kept += 1
                 sample = samples[int(idx[k])]
@@ -148,10 +110,10 @@ def test_a_replaced_sample_brings_its_own_crop_for_its_boxes(
             min_box_visibility=0.5) as loader:
         for images, boxes, labels, idx in loader:
             for k in np.nonzero(idx.numpy() == BAD + 1)[0].tolist():  # the replacement (twice)
-                classes = _classes(images[k].numpy())
+                classes = palette_classes(images[k].numpy())
                 assert len(boxes[k]), "the replacement's boxes were all dropped"
                 for box, label in zip(boxes[k].numpy(), labels[k].tolist(), strict=True):
-                    iou = _iou(box.astype(np.float64), _pixel_box(classes == 1 + label))
+                    iou = box_iou(box.astype(np.float64), _pixel_box(classes == 1 + label))
                     assert iou >= 0.9, f"replacement box {box} label {label}: IoU {iou:.3f}"
                     checked += 1
         assert loader.stats().skipped == 1

@@ -20,7 +20,7 @@ from PIL import Image, ImageDraw
 
 import fastloader
 from fastloader.decode.augment import batch_rng, plan
-from helpers import BAD, damaged
+from helpers import BAD, box_iou, damaged, palette_classes
 
 BACKGROUND = (128, 128, 128)
 COLOURS = [(255, 0, 0), (0, 200, 0), (0, 0, 255), (255, 255, 0)]  # label k is COLOURS[k - 1]
@@ -76,12 +76,6 @@ def shapes_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list
     return dst, samples
 
 
-def _classes(image: np.ndarray) -> np.ndarray:
-    """Each output pixel's nearest palette entry: 0 background, k for COLOURS[k - 1]."""
-    pixels = image.transpose(1, 2, 0).astype(np.float32)
-    return np.argmin(((pixels[:, :, None, :] - PALETTE) ** 2).sum(-1), axis=-1)
-
-
 def _inside(mask: np.ndarray, radius: int = 2) -> np.ndarray:
     """Pixels whose labels are the same within `radius` (the edges set aside)."""
     padded = np.pad(mask, radius, mode="edge")
@@ -115,11 +109,7 @@ def _check_nearest(mask: np.ndarray, reference: np.ndarray, where: str) -> None:
         assert mask[y, x] in padded[y:y + 3, x:x + 3], f"{where}: label {mask[y, x]} at {y, x}"
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    inter_w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    inter = inter_w * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    area = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / area
+
 
 
 TRANSFORMS = {
@@ -156,7 +146,7 @@ def test_mask_labels_agree_with_the_decoded_shapes(shapes_dataset: tuple[Path, l
         for k, image in enumerate(images):
             mask = masks[k].numpy()
             inside = _inside(mask)
-            agree = (_classes(image) == mask)[inside].mean()
+            agree = (palette_classes(image) == mask)[inside].mean()
             assert agree >= 0.98, f"{name}/{backend}: sample {idx[k]}: {agree:.1%} agree"
             reference = _pillow_nearest(samples[idx[k]]["mask"], crops[k], bool(flips[k]), size)
             _check_nearest(mask, reference, f"{name}/{backend}: sample {idx[k]}")
@@ -178,7 +168,7 @@ def test_mask_and_boxes_of_a_sample_agree(shapes_dataset: tuple[Path, list[dict]
                 rows, cols = np.nonzero(mask == label)
                 assert rows.size, f"kept box {box} of label {label} has no mask pixels"
                 pixel_box = np.array([cols.min(), rows.min(), cols.max() + 1, rows.max() + 1])
-                iou = _iou(box.astype(np.float64), pixel_box.astype(np.float64))
+                iou = box_iou(box.astype(np.float64), pixel_box.astype(np.float64))
                 assert iou >= 0.9, f"{backend}: box {box} label {label}: IoU {iou:.3f}"
                 compared += 1
     assert compared > 20
@@ -204,7 +194,7 @@ def test_a_replaced_sample_brings_its_own_crop_for_its_mask(
         for images, masks, idx in loader:
             for k in np.nonzero(idx.numpy() == BAD + 1)[0].tolist():  # the replacement (twice)
                 mask = masks[k].numpy()
-                agree = (_classes(images[k].numpy()) == mask)[_inside(mask)].mean()
+                agree = (palette_classes(images[k].numpy()) == mask)[_inside(mask)].mean()
                 assert agree >= 0.98, f"the replacement's mask agrees on {agree:.1%}"
                 checked += 1
         assert loader.stats().skipped == 1

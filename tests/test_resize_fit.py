@@ -18,57 +18,21 @@ from PIL import Image
 import fastloader
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
-from helpers import BAD, damaged
+from helpers import BAD, box_iou, damaged, palette_classes, rectangles_photo
 
-BACKGROUND = (128, 128, 128)
-COLOURS = [(255, 0, 0), (0, 200, 0), (0, 0, 255), (255, 255, 0)]  # label k is COLOURS[k]
-PALETTE = np.array([BACKGROUND, *COLOURS], np.float32)
 FIELDS = {"image": "image", "boxes": ("boxes", ["box_labels"]),
           "box_labels": ("ndarray", "int64", (-1,)), "idx": "int"}
 FILL = 37
 SIDE = 192
 
 
-def _photo(rng: np.random.Generator, index: int) -> dict[str, object]:
-    """A grey photo (wide, tall or square) with a rectangle of its own colour in each quarter."""
-    height, width = (int(v) for v in rng.integers(150, 331, size=2))
-    pixels = np.full((height, width, 3), BACKGROUND, np.uint8)
-    boxes, labels = [], []
-    cell_h, cell_w = height // 2, width // 2
-    for cell, label in enumerate(rng.permutation(len(COLOURS)).tolist()):
-        top0, left0 = (cell // 2) * cell_h, (cell % 2) * cell_w
-        box_h = int(rng.integers(50, cell_h - 8))
-        box_w = int(rng.integers(50, cell_w - 8))
-        top = top0 + 4 + int(rng.integers(0, cell_h - 8 - box_h + 1))
-        left = left0 + 4 + int(rng.integers(0, cell_w - 8 - box_w + 1))
-        pixels[top:top + box_h, left:left + box_w] = COLOURS[label]
-        boxes.append([left, top, left + box_w, top + box_h])
-        labels.append(label)
-    buffer = io.BytesIO()  # 4:4:4 so colour edges stay where the pixels are
-    Image.fromarray(pixels).save(buffer, "JPEG", quality=95, subsampling=0)
-    return {"image": buffer.getvalue(), "boxes": np.array(boxes, np.float32).reshape(-1, 4),
-            "box_labels": np.array(labels, np.int64), "idx": index}
-
-
 @pytest.fixture(scope="module")
 def letterbox_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     rng = np.random.default_rng(181)
-    samples = [_photo(rng, i) for i in range(24)]
+    samples = [rectangles_photo(rng, i, sides=(150, 331), min_box=50) for i in range(24)]
     dst = tmp_path_factory.mktemp("letterbox") / "shapes.lmdb"
     fastloader.pack(samples, dst, fields=FIELDS)
     return dst, samples
-
-
-def _classes(image: np.ndarray) -> np.ndarray:
-    """Each output pixel's nearest palette entry: 0 background, 1 + label for a colour."""
-    pixels = image.transpose(1, 2, 0).astype(np.float32)
-    return np.argmin(((pixels[:, :, None, :] - PALETTE) ** 2).sum(-1), axis=-1)
-
-
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    inter_w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    inter = inter_w * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
 
 
 def _batches(dst: Path, backend: str, transforms: list) -> list[dict]:
@@ -103,12 +67,12 @@ def test_boxes_bound_their_shapes_and_the_padding_is_the_fill(
             assert outside.sum() == 0 or not (image[:, ~outside] == FILL).all()
             source = samples[int(batch["idx"][k])]
             assert len(batch["boxes"][k]) == len(source["boxes"]), "a fully visible box dropped"
-            classes = _classes(image)
+            classes = palette_classes(image)
             for box, label in zip(batch["boxes"][k].numpy(), batch["box_labels"][k].tolist(),
                                   strict=True):
                 rows, cols = np.nonzero(classes == 1 + label)
                 pixel_box = np.array([cols.min(), rows.min(), cols.max() + 1, rows.max() + 1])
-                iou = _iou(box.astype(np.float64), pixel_box.astype(np.float64))
+                iou = box_iou(box.astype(np.float64), pixel_box.astype(np.float64))
                 assert iou >= 0.9, f"{backend}/{position}: box {box} label {label}: IoU {iou:.3f}"
                 checked += 1
     assert checked == 4 * len(samples)
@@ -232,12 +196,12 @@ def test_a_replaced_sample_is_letterboxed_by_its_own_placement(
                 back = ((batch["boxes"][k].numpy() - [left, top, left, top])
                         / np.tile(batch["scale"][k].numpy(), 2))
                 assert np.abs(back - samples[BAD + 1]["boxes"]).max() <= 1.0
-                classes = _classes(image)  # and the boxes bound the pixels actually decoded
+                classes = palette_classes(image)  # and the boxes bound the pixels actually decoded
                 for box, label in zip(batch["boxes"][k].numpy(),
                                       batch["box_labels"][k].tolist(), strict=True):
                     rows, cols = np.nonzero(classes == 1 + label)
                     pixel_box = np.array([cols.min(), rows.min(), cols.max() + 1, rows.max() + 1])
-                    assert _iou(box.astype(np.float64), pixel_box.astype(np.float64)) >= 0.9
+                    assert box_iou(box.astype(np.float64), pixel_box.astype(np.float64)) >= 0.9
                 checked += 1
         assert loader.stats().skipped == 1
     assert checked == 2  # the bad sample's replacement, and the record itself in its place
