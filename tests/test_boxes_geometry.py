@@ -122,3 +122,23 @@ def test_a_replaced_sample_brings_its_own_crop_for_its_boxes(
 
 def test_default_min_visibility_is_the_documented_one() -> None:
     assert DEFAULT_MIN_BOX_VISIBILITY == 0.25
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_boxes_on_cuda_are_the_cpu_loaders_boxes(shapes_dataset: tuple[Path, list[dict]]
+                                                 ) -> None:
+    """device="cuda": a batch's boxes go over in one non_blocking copy, split per sample."""
+    dst, _ = shapes_dataset
+    got = {}
+    for device in ("cpu", "cuda"):
+        with fastloader.FastLoader(dst, batch_size=8, shuffle=True, seed=4, device=device,
+                                   transforms=TRANSFORMS["rrc+flip"],
+                                   fields=["boxes", "box_labels"]) as loader:
+            got[device] = [(boxes, labels) for boxes, labels in loader]
+    for (cpu, cpu_labels), (cuda, cuda_labels) in zip(got["cpu"], got["cuda"], strict=True):
+        assert len(cpu) == len(cuda) and all(b.is_cuda for b in cuda)
+        for a, b in zip(cpu, cuda, strict=True):
+            assert torch.equal(a, b.cpu())
+        for a, b in zip(cpu_labels, cuda_labels, strict=True):
+            assert torch.equal(a, torch.as_tensor(b).cpu())

@@ -36,7 +36,12 @@ from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, map_batch_boxes
 from fastloader.decode.geometry import Geometry
 from fastloader.errors import InvalidArgumentError, invalid_type
 from fastloader.format.fields import FieldSpec, is_classification, label_field
-from fastloader.loader.detection import LETTERBOX_KEYS, check_letterbox_names, letterbox_value
+from fastloader.loader.detection import (
+    LETTERBOX_KEYS,
+    boxes_to_device,
+    check_letterbox_names,
+    letterbox_value,
+)
 from fastloader.loader.extra_images import ExtraImages
 
 
@@ -180,7 +185,7 @@ class FieldCollator:
                 "'native' or 'pillow').")
         mapped, keeps = map_batch_boxes(self.dataset.columns.gather(name, indices), geometry,
                                         self.min_visibility)
-        return [torch.from_numpy(m).to(device) for m in mapped], keeps
+        return boxes_to_device(mapped, device), keeps
 
     def _mask(self, name: str, device: torch.device) -> torch.Tensor:
         """Mask field name of the batch, uint8 [B, H, W] on device."""
