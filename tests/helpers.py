@@ -291,3 +291,40 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> float:
     inter_w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
     inter = inter_w * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
     return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def fork_mid_pass(loader: Any, end_parent_pass: bool = False, seconds: float = 40) -> str | None:
+    """Fork while a pass of loader is in flight; the child runs a whole new pass, which must
+    equal epoch 0's (with end_parent_pass it first steps the parent's pass, which must end
+    there with a FastloaderError). The parent's pass then finishes. Returns why the child
+    failed ("exit None": it hung), or None."""
+    import contextlib
+
+    from fastloader.errors import FastloaderError
+
+    expected = [labels.tolist() for _, labels in loader]
+    loader.set_epoch(0)
+    it = iter(loader)
+    next(it)  # a pass (threads, downloads) in flight at fork time
+
+    def child() -> int:
+        if end_parent_pass:
+            with contextlib.suppress(FastloaderError):
+                next(it)
+        loader.set_epoch(0)
+        return 0 if [lab.tolist() for _, lab in loader] == expected else 2
+
+    status, message = run_in_fork(child, seconds)
+    assert sum(1 for _ in it) == len(loader) - 1, "the parent's pass did not go on"
+    return None if status == 0 else f"exit {status} (None: hung) {message}"
+
+
+def batches_on_devices(dst: Any, devices: tuple[str, ...], **options: Any) -> dict[str, list]:
+    """Every batch of one pass of FastLoader(dst, device=d, **options), for each device d."""
+    from fastloader.loader.loader import FastLoader
+
+    got = {}
+    for device in devices:
+        with FastLoader(dst, device=device, **options) as loader:
+            got[device] = list(loader)
+    return got

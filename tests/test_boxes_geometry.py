@@ -17,7 +17,7 @@ import torch
 import fastloader
 from fastloader.decode.augment import batch_rng, plan
 from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
-from helpers import BAD, box_iou, damaged, palette_classes, rectangles_photo
+from helpers import BAD, batches_on_devices, box_iou, damaged, palette_classes, rectangles_photo
 
 FIELDS = {"image": "image", "boxes": ("boxes", ["box_labels"]),
           "box_labels": ("ndarray", "int64", (-1,)), "idx": "int"}
@@ -130,12 +130,8 @@ def test_boxes_on_cuda_are_the_cpu_loaders_boxes(shapes_dataset: tuple[Path, lis
                                                  ) -> None:
     """device="cuda": a batch's boxes go over in one non_blocking copy, split per sample."""
     dst, _ = shapes_dataset
-    got = {}
-    for device in ("cpu", "cuda"):
-        with fastloader.FastLoader(dst, batch_size=8, shuffle=True, seed=4, device=device,
-                                   transforms=TRANSFORMS["rrc+flip"],
-                                   fields=["boxes", "box_labels"]) as loader:
-            got[device] = [(boxes, labels) for boxes, labels in loader]
+    got = batches_on_devices(dst, ("cpu", "cuda"), batch_size=8, shuffle=True, seed=4,
+                             transforms=TRANSFORMS["rrc+flip"], fields=["boxes", "box_labels"])
     for (cpu, cpu_labels), (cuda, cuda_labels) in zip(got["cpu"], got["cuda"], strict=True):
         assert len(cpu) == len(cuda) and all(b.is_cuda for b in cuda)
         for a, b in zip(cpu, cuda, strict=True):

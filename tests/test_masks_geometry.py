@@ -20,7 +20,7 @@ from PIL import Image, ImageDraw
 
 import fastloader
 from fastloader.decode.augment import batch_rng, plan
-from helpers import BAD, box_iou, damaged, palette_classes
+from helpers import BAD, batches_on_devices, box_iou, damaged, palette_classes
 
 BACKGROUND = (128, 128, 128)
 COLOURS = [(255, 0, 0), (0, 200, 0), (0, 0, 255), (255, 255, 0)]  # label k is COLOURS[k - 1]
@@ -207,12 +207,8 @@ def test_masks_on_cuda_are_the_cpu_loaders_masks(shapes_dataset: tuple[Path, lis
                                                  ) -> None:
     """device="cuda": the masks come from page-locked batches by a non_blocking copy."""
     dst, _ = shapes_dataset
-    got = {}
-    for device in ("cpu", "cuda"):
-        with fastloader.FastLoader(dst, batch_size=8, shuffle=True, seed=SEED, device=device,
-                                   transforms=TRANSFORMS["rrc+flip"],
-                                   fields=["mask", "idx"]) as loader:
-            got[device] = [(masks, idx) for masks, idx in loader]
+    got = batches_on_devices(dst, ("cpu", "cuda"), batch_size=8, shuffle=True, seed=SEED,
+                             transforms=TRANSFORMS["rrc+flip"], fields=["mask", "idx"])
     for (cpu, cpu_idx), (cuda, cuda_idx) in zip(got["cpu"], got["cuda"], strict=True):
         assert cuda.is_cuda and cuda.dtype == torch.uint8
         assert torch.equal(cpu, cuda.cpu()) and torch.equal(cpu_idx, cuda_idx.cpu())

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fastloader.loader.loader import FastLoader
-from helpers import run_in_fork, train_transforms, wait_child
+from helpers import fork_mid_pass, train_transforms, wait_child
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 pytest.importorskip("aiohttp", reason="aiohttp (fsspec's http://) is not installed")
@@ -22,18 +22,8 @@ def test_a_forked_child_reads_a_remote_dataset(served, tmp_path: Path) -> None:
     with FastLoader(url, batch_size=4, shuffle=True, transforms=train_transforms(),
                     num_threads=1, cache_dir=tmp / "cache", shuffle_window=2,
                     prefetch_shards=1) as loader:
-        expected = [labels.tolist() for _, labels in loader]  # epoch 0, whole
-        loader.set_epoch(0)
-        it = iter(loader)
-        next(it)  # downloads and a pass in flight at fork time
-        def child() -> int:
-            loader.set_epoch(0)
-            labels = [lab.tolist() for _, lab in loader]  # a new pass in the child
-            return 0 if labels == expected else 2
-
-        status, message = run_in_fork(child, 60)
-        assert status == 0, f"child exit {status} (None: hung): {message}"
-        assert sum(1 for _ in it) == len(loader) - 1  # the parent's pass goes on
+        failure = fork_mid_pass(loader, seconds=60)  # downloads and a pass in flight
+        assert failure is None, f"child {failure}"
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
