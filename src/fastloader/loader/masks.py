@@ -76,15 +76,16 @@ class MaskBatches:
         out[top:top + height, left:left + width] = inner
 
     def _one(self, name: str, i: int, crop: np.ndarray, flip: bool, out: np.ndarray) -> None:
-        where = self.dataset.describe(i)
         try:
-            values, lengths, *shape = mask_runs(self.dataset.columns.blob(name, i))
-            if tuple(shape) != tuple(int(v) for v in self.dataset.shapes[i]):
+            values, lengths, height, width = mask_runs(self.dataset.columns.blob(name, i))
+            image_h, image_w = self.dataset.shapes[i]
+            if height != image_h or width != image_w:
                 # verify finds these too; never map a mask onto an image of another size
-                raise ValueError(f"it is {shape[0]} x {shape[1]} but its image is "
-                                 f"{' x '.join(str(int(v)) for v in self.dataset.shapes[i])}")
-            map_runs(values, lengths, (shape[0], shape[1]), crop, flip, out)
+                raise ValueError(f"it is {height} x {width} but its image is "
+                                 f"{int(image_h)} x {int(image_w)}")
+            map_runs(values, lengths, (height, width), crop, flip, out)
         except ValueError as exc:  # MaskError too: the stored blob is damaged
+            where = self.dataset.describe(i)  # only on failure: it builds a string
             raise CorruptRecordError(f"{where}: mask field {name!r}: {exc}; run `packdata "
                                      f"verify {self.dataset.root}` and pack it again."
                                      ) from None
