@@ -39,7 +39,7 @@ from fastloader.format import index as index_mod
 from fastloader.format.backends import backend_module
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import MANIFEST_NAME, Manifest, ShardInfo
-from fastloader.pack.journal import Staging, file_digest, is_dataset, staging_path
+from fastloader.pack.journal import Staging, file_digest, is_dataset, staging_path, write_atomic
 
 SKIPPED_NAME = "skipped.json"
 _LOCK_NAME = ".append.lock"
@@ -217,15 +217,6 @@ def _manifest(datasets: Sequence[PackedDataset], combined: _Combined, classes: l
     )
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def _resolve(path: str | os.PathLike[str]) -> Path:
     return Path(path).expanduser().absolute()
 
@@ -279,7 +270,7 @@ def merge(
         for ds, label_map in zip(datasets, maps, strict=True):
             combined.copy(ds, label_map)
         fields = index_mod.write_index(staging.dir, combined.arrays())
-        _write_text_atomic(staging.dir / SKIPPED_NAME, json.dumps(_skipped(roots), indent=1))
+        write_atomic(staging.dir / SKIPPED_NAME, json.dumps(_skipped(roots), indent=1))
         manifest = _manifest(datasets, combined, classes, fields)
         staging.finish(manifest.write, overwrite)
     except BaseException:
@@ -339,7 +330,7 @@ def _append_into(root: Path, new_roots: Sequence[Path]) -> Manifest:
         for info in fields.values():  # write_index names them relative to `folder`
             info.file = f"{folder.name}/{info.file}"
         manifest = _manifest(datasets, combined, classes, fields)
-        _write_text_atomic(root / SKIPPED_NAME, json.dumps(_skipped([root, *new_roots]),
+        write_atomic(root / SKIPPED_NAME, json.dumps(_skipped([root, *new_roots]),
                                                           indent=1))
         manifest.write(root)  # the switch: readers opening from now on see the new version
         for path in gens.values():  # keep the version just replaced for its readers

@@ -65,8 +65,11 @@ class ShardRecord:
         return cls(ShardInfo(**raw["info"]), raw["consumed"], raw["skipped"], raw["samples"])
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+def write_atomic(path: Path, text: str) -> None:
+    """Write text to path durably and atomically (a hidden temporary beside it, fsync'd,
+    renamed over it). The temporary is named by pid: two processes writing the same file (an
+    engine retrying a task that still runs) never share one."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()
@@ -114,7 +117,7 @@ class Staging:
         if not resume or old_plan != plan:
             self._clear()
         self.journal.mkdir(exist_ok=True)
-        _write_atomic(plan_path, json.dumps(plan, sort_keys=True))
+        write_atomic(plan_path, json.dumps(plan, sort_keys=True))
 
     def adopt(self) -> None:
         """Lock a planned pack's staging folder as it is (`packdata commit`): nothing cleared."""
@@ -192,7 +195,7 @@ class Staging:
         """Note a finished, fsynced shard in the journal (after it is whole on disk)."""
         if record.tiles is not None:  # before the entry: an entry implies its tile columns
             save_columns(self.journal, shard_id, record.tiles)
-        _write_atomic(self.journal / f"{shard_id:05d}.json", record.to_json())
+        write_atomic(self.journal / f"{shard_id:05d}.json", record.to_json())
 
     def finish(self, write_manifest: Any, overwrite: bool) -> None:
         """Drop the journal, write the manifest (last file), rename the folder to DST.

@@ -14,6 +14,7 @@ the manifest (ShardInfo.first_key) where they differ (skipped files before it).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -28,7 +29,13 @@ from fastloader.errors import PackError
 from fastloader.format.backends import backend_module
 from fastloader.format.manifest import ShardInfo
 from fastloader.pack import tiling
-from fastloader.pack.journal import JOURNAL_DIR, PLAN_NAME, file_digest, sha256_file
+from fastloader.pack.journal import (
+    JOURNAL_DIR,
+    PLAN_NAME,
+    file_digest,
+    sha256_file,
+    write_atomic,
+)
 from fastloader.pack.plan import PLAN_DIR, ShardPlan
 from fastloader.pack.validate import Prepared, prepare
 
@@ -96,11 +103,12 @@ def prepare_job(settings: dict[str, Any]) -> Callable[[str], Prepared]:
 
 
 def _write_bytes(path: Path, payload: bytes) -> str:
+    """Write payload durably; its sha256 (of the bytes in hand: no read-back)."""
     with open(path, "wb") as handle:
         handle.write(payload)
         handle.flush()
         os.fsync(handle.fileno())
-    return sha256_file(path)[1]
+    return hashlib.sha256(payload).hexdigest()
 
 
 def _save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> str:
@@ -173,14 +181,8 @@ def build_part(staging: Path, plan: ShardPlan, k: int, settings: dict[str, Any],
     if tiles is not None:
         tiling.save_columns(staging / JOURNAL_DIR, k, tiles.take())
         part.tiles_sha256 = sha256_file(part_path(staging, k, tiling.SHARD_SUFFIX))[1]
-    _write_atomic(part_path(staging, k), part.to_json())
+    write_atomic(part_path(staging, k), part.to_json())
     return part
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    _write_bytes(tmp, text.encode())
-    os.replace(tmp, path)
 
 
 @functools.lru_cache(maxsize=4)
