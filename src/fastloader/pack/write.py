@@ -232,7 +232,8 @@ def pack(
                 written = run_local(staging.dir, plan, todo, settings, workers, meter)
         finally:
             meter.close()
-        manifest = commit(staging, plan, settings, overwrite, trusted=written)
+        hashed = set(range(plan.num_shards)) - set(todo)  # pending_shards hashed these just now
+        manifest = commit(staging, plan, settings, overwrite, trusted=set(written) | hashed)
     finally:
         staging.release()
     return manifest
