@@ -119,7 +119,6 @@ class RandomHorizontalFlip:
 Transform = (RandomResizedCrop | Resize | CenterCrop | RandomHorizontalFlip | ResizeFit
              | RandomIoUCrop)
 _KINDS = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ResizeFit, RandomIoUCrop)
-_Boxes = PlanState  # the planner state's former name
 
 
 def check_transforms(transforms: object) -> tuple[Transform, ...]:
