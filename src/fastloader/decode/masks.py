@@ -53,6 +53,19 @@ def map_mask(mask: np.ndarray, crop: np.ndarray, flip: bool, out_size: tuple[int
     return out
 
 
+def expand_runs(values: np.ndarray, lengths: np.ndarray, height: int, width: int
+                ) -> np.ndarray:
+    """Row-major runs (values uint8, lengths uint32) as a uint8 [height, width] array.
+
+    Raises:
+        ValueError: the runs do not cover height x width pixels exactly.
+    """
+    covered = int(lengths.sum(dtype=np.int64))
+    if covered != height * width:
+        raise ValueError(f"its runs cover {covered} pixels, not its {height} x {width}")
+    return np.repeat(values, lengths).reshape(height, width)
+
+
 def map_runs(values: np.ndarray, lengths: np.ndarray, shape: tuple[int, int], crop: np.ndarray,
              flip: bool, out: np.ndarray) -> np.ndarray:
     """map_mask of a mask given as row-major runs (values uint8, lengths uint32) of shape.
@@ -63,11 +76,7 @@ def map_runs(values: np.ndarray, lengths: np.ndarray, shape: tuple[int, int], cr
     height, width = shape
     core = _native.native_module()
     if core is None:
-        if int(lengths.sum(dtype=np.int64)) != height * width:
-            raise ValueError(f"its runs cover {int(lengths.sum(dtype=np.int64))} pixels, not "
-                             f"its {height} x {width}")
-        return map_mask(np.repeat(values, lengths).reshape(height, width), crop, flip,
-                        out.shape, out)
+        return map_mask(expand_runs(values, lengths, height, width), crop, flip, out.shape, out)
     message = core.mask_from_runs(values, lengths, height, width,
                                   np.ascontiguousarray(crop, np.int64), flip, out)
     if message:

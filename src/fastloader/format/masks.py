@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.decode.masks import expand_runs
+
 MAGIC = b"FLM1"  # fastloader mask, version 1 (runs + zlib)
 _HEADER = struct.Struct("<4sII")
 MAX_SIDE = 1 << 16  # a side above this is not a label image of a photo (and breaks uint32 runs)
@@ -45,10 +47,10 @@ def encode_mask(mask: np.ndarray) -> bytes:
 def decode_mask(blob: bytes | memoryview) -> np.ndarray:
     """encode_mask's inverse: a fresh writable uint8 [H, W]; MaskError if the blob is damaged."""
     values, lengths, height, width = mask_runs(blob)
-    if int(lengths.sum(dtype=np.int64)) != height * width:
-        raise MaskError(f"a stored mask's runs cover {int(lengths.sum(dtype=np.int64))} "
-                        f"pixels, not its {height} x {width}")
-    return np.repeat(values, lengths).reshape(height, width)
+    try:
+        return expand_runs(values, lengths, height, width)
+    except ValueError as exc:
+        raise MaskError(f"a stored mask: {exc}") from None
 
 
 def mask_runs(blob: bytes | memoryview) -> tuple[np.ndarray, np.ndarray, int, int]:
