@@ -10,11 +10,11 @@ from fastloader.decode.augment import (
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
-    _Boxes,
     check_transforms,
     output_size,
     plan,
 )
+from fastloader.decode.geometry import PlanState
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
 
 SHAPES = np.array([[48, 64], [375, 500], [500, 375], [10, 300], [224, 224]] * 40)
@@ -67,7 +67,7 @@ def test_resize_then_center_crop_is_the_validation_box() -> None:
 
 
 def test_flip_before_crop_mirrors_the_box() -> None:
-    boxes = _Boxes(np.array([[100, 200], [100, 200]]))
+    boxes = PlanState(np.array([[100, 200], [100, 200]]))
     boxes.flip[:] = [True, False]
     boxes.crop(np.array([10, 10]), np.array([20, 20]), np.array([50, 50]), np.array([60, 60]))
     # Columns 20..80 of the mirrored view are columns 120..180 of the source.
