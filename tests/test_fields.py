@@ -164,7 +164,7 @@ def test_multi_hot_turns_a_label_list_into_a_matrix(tmp_path: Path) -> None:
         (hot,) = next(iter(loader))
     assert hot.tolist() == [[1, 0, 0, 1, 0], [0, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 1, 1]]
     with FastLoader(tmp_path / "m.lmdb", multi_hot=3, **options) as loader, pytest.raises(
-            InvalidArgumentError, match="a sample lists class 3"):
+            InvalidArgumentError, match=r"a sample \(row 0 of the batch\) lists class 3"):
         next(iter(loader))
     with pytest.raises(InvalidArgumentError, match="has no field 'nope'"):
         FastLoader(tmp_path / "m.lmdb", batch_size=2, device="cpu", fields=["nope"])

@@ -201,16 +201,20 @@ class FieldCollator:
 
     def _hot(self, name: str, values: list[np.ndarray], device: torch.device) -> torch.Tensor:
         classes = self.multi_hot[name]
-        out = torch.zeros(len(values), classes, dtype=torch.float32)
-        for row, value in enumerate(values):
-            ids = torch.from_numpy(np.array(value, np.int64))
-            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= classes):
-                raise InvalidArgumentError(
-                    f"multi_hot={classes} is invalid for field {name!r}: a sample lists class "
-                    f"{int(ids.max()) if int(ids.max()) >= classes else int(ids.min())}. Pass "
-                    "the dataset's class count.")
-            out[row, ids] = 1.0
-        return out.to(device)
+        # one scatter for the batch: the ids of every sample, each beside its row number
+        ids = (np.concatenate([np.asarray(v, np.int64).reshape(-1) for v in values])
+               if values else np.zeros(0, np.int64))
+        rows = np.repeat(np.arange(len(values)), [np.size(v) for v in values])
+        outside = np.flatnonzero((ids < 0) | (ids >= classes))
+        if outside.size:
+            first = int(outside[0])
+            raise InvalidArgumentError(
+                f"multi_hot={classes} is invalid for field {name!r}: a sample (row "
+                f"{int(rows[first])} of the batch) lists class {int(ids[first])}. Pass the "
+                "dataset's class count.")
+        out = np.zeros((len(values), classes), np.float32)
+        out[rows, ids] = 1.0
+        return torch.from_numpy(out).to(device)
 
 
 def _pad(values: list[np.ndarray], dtype: np.dtype, device: torch.device
