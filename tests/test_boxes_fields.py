@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import pytest
 
 import fastloader
@@ -125,3 +126,21 @@ def test_gpu_transforms_with_boxes_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="gpu_transforms= with boxes"):
         fastloader.FastLoader(tmp_path / "d.lmdb", device="cpu", fields=["image", "boxes"],
                               gpu_transforms=[fastloader.GpuRandomHorizontalFlip()])
+
+
+def test_one_copy_to_a_device_keeps_every_samples_values_shape_and_dtype() -> None:
+    # the CUDA path of arrays_to_device (flatten, one copy, split, view), run to the CPU here
+    from fastloader.loader.device_copy import _one_copy, arrays_to_device
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.random((k, 4)).astype(np.float32) for k in (3, 0, 1, 5)]
+    labels = [rng.integers(0, 9, k) for k in (3, 0, 1, 5)]
+    for batch in (arrays, labels):
+        moved = _one_copy(batch, torch.device("cpu"))
+        assert [tuple(t.shape) for t in moved] == [a.shape for a in batch]
+        assert all(t.dtype == torch.from_numpy(a).dtype for t, a in zip(moved, batch))
+        assert all(np.array_equal(t.numpy(), a) for t, a in zip(moved, batch))
+    readonly = np.arange(6.0).reshape(3, 2)
+    readonly.flags.writeable = False  # a memory-mapped column's slice
+    (wrapped,) = arrays_to_device([readonly], torch.device("cpu"))
+    assert wrapped.tolist() == readonly.tolist()

@@ -38,10 +38,10 @@ from fastloader.errors import InvalidArgumentError, invalid_type
 from fastloader.format.fields import FieldSpec, is_classification, label_field
 from fastloader.loader.detection import (
     LETTERBOX_KEYS,
-    boxes_to_device,
     check_letterbox_names,
     letterbox_value,
 )
+from fastloader.loader.device_copy import arrays_to_device
 from fastloader.loader.extra_images import ExtraImages
 
 
@@ -171,7 +171,7 @@ class FieldCollator:
                 return self._hot(name, values, device)
             if self.padded and -1 not in (spec.shape or ())[1:]:
                 return _pad(values, np.dtype(spec.dtype), device)
-            return [torch.from_numpy(np.array(v)).to(device) for v in values]
+            return arrays_to_device(values, device)
         return values
 
     def _map(self, name: str, indices: np.ndarray,
@@ -185,7 +185,7 @@ class FieldCollator:
                 "'native' or 'pillow').")
         mapped, keeps = map_batch_boxes(self.dataset.columns.gather(name, indices), geometry,
                                         self.min_visibility)
-        return boxes_to_device(mapped, device), keeps
+        return arrays_to_device(mapped, device), keeps
 
     def _mask(self, name: str, device: torch.device) -> torch.Tensor:
         """Mask field name of the batch, uint8 [B, H, W] on device."""

@@ -1,6 +1,5 @@
 """The packed loader's detection wiring: which boxes column RandomIoUCrop plans from, the
-`scale` / `pad` batch values of ResizeFit (decode/geometry.py's Geometry.scale() and pad()), and
-a batch's mapped boxes moved to the loader's device.
+`scale` / `pad` batch values of ResizeFit (decode/geometry.py's Geometry.scale() and pad()).
 """
 
 from __future__ import annotations
@@ -8,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from fastloader.decode.augment import Transform, needs_boxes
@@ -72,18 +70,3 @@ def letterbox_value(name: str, geometry: Geometry | None, device: torch.device) 
         raise InvalidArgumentError(f"{name!r} needs the batch's plan; this loader gives none")
     values = geometry.scale() if name == "scale" else geometry.pad()
     return torch.from_numpy(values).to(device)
-
-
-def boxes_to_device(mapped: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """Each sample's float32 [k, 4] boxes as a tensor on device.
-
-    On CUDA the batch's boxes go over in one non_blocking copy from one page-locked tensor,
-    then split into per-sample views (B small synchronous copies would each wait for the
-    device); torch's pinned allocator keeps that host block until the copy has run.
-    """
-    if device.type != "cuda":
-        return [torch.from_numpy(m).to(device) for m in mapped]
-    flat = torch.from_numpy(np.concatenate([np.asarray(m, np.float32).reshape(-1, 4)
-                                            for m in mapped] or [np.zeros((0, 4), np.float32)]))
-    moved = flat.pin_memory().to(device, non_blocking=True)
-    return list(torch.split(moved, [len(m) for m in mapped]))
