@@ -172,6 +172,7 @@ class TreeMonitor:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _child_cpu_at_start: dict[int, float] = field(default_factory=dict)
+    _direct_at_start: set[int] = field(default_factory=set)
     _poll_cpu_s: float = 0.0
 
     def _tree(self) -> list[psutil.Process]:
@@ -214,6 +215,7 @@ class TreeMonitor:
 
     def __enter__(self) -> TreeMonitor:
         self._child_cpu_at_start = self._live_children_cpu()
+        self._direct_at_start = {p.pid for p in psutil.Process().children(recursive=False)}
         self._cpu_start = _cpu_self_and_reaped()
         self._sample(with_pss=True)
         self.usage.start_rss_bytes = self.usage.peak_rss_bytes
@@ -232,7 +234,12 @@ class TreeMonitor:
         live = self._live_children_cpu()
         live_delta = sum(c - self._child_cpu_at_start.get(pid, 0.0) for pid, c in live.items())
         own = _cpu_self_and_reaped() - self._cpu_start - self._poll_cpu_s
-        self.usage.cpu_s = own + live_delta
+        # A child alive at entry and reaped during the run (a previous row's DataLoader workers,
+        # joined late by garbage collection) enters RUSAGE_CHILDREN with its whole lifetime:
+        # its CPU from before the run is not this run's.
+        before = sum(c for pid, c in self._child_cpu_at_start.items()
+                     if pid in self._direct_at_start and pid not in live)
+        self.usage.cpu_s = own + live_delta - before
 
 
 # ---------------------------------------------------------------- runs

@@ -103,6 +103,19 @@ def test_monitor_counts_cpu_and_child_memory() -> None:
     assert usage.peak_rss_bytes - usage.start_rss_bytes > 60 * 2**20
 
 
+def test_monitor_leaves_out_what_a_child_burnt_before_the_run() -> None:
+    # a previous row's workers, reaped during this run: their earlier CPU is not this run's
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n" \
+           "import sys; sys.stdin.read()"
+    proc = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE)
+    child = harness.psutil.Process(proc.pid)
+    while sum(child.cpu_times()[:2]) < 0.4:
+        time.sleep(0.02)
+    with harness.TreeMonitor(poll=False) as monitor:
+        proc.communicate(b"")  # it exits and is reaped inside the run
+    assert monitor.usage.cpu_s < 0.2
+
+
 def test_unpolled_monitor_still_counts_cpu_and_takes_polled_peaks() -> None:
     with harness.TreeMonitor(poll=False) as monitor:
         burnt = _burn_cpu(0.2)
