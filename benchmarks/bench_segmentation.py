@@ -115,9 +115,8 @@ def dataloader_config(pairs: list[tuple[Path, Path]], workers: int, batch: int, 
                                                num_workers=workers)
 
         result = timed_iteration(make, lambda b: len(b[0]), images, warmup_batches=2)
-        # Let the workers' teardown finish here, untimed, and reap them (their CPU time counts
-        # to the process tree when reaped): the harness rotates rows but keeps their cyclic
-        # order, so one row always follows this one and would inherit both.
+        # Let the workers' teardown finish here, untimed, and reap them, so the next row's
+        # time does not carry it.
         gc.collect()
         time.sleep(SETTLE_S)
         multiprocessing.active_children()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import resource
 import statistics
 import subprocess
@@ -295,6 +296,19 @@ def timed_iteration(
     return RunResult(counted, elapsed, total, first_batch_s)
 
 
+def round_order(names: list[str], round_index: int) -> list[str]:
+    """The rows' order in one round: as given first, then a permutation seeded by the round.
+
+    A rotation would keep the cyclic order, so one row would always follow the same neighbour
+    (a DataLoader's worker teardown, say) and inherit its after-effects in every round.
+    """
+    if round_index == 0:
+        return list(names)
+    order = list(names)
+    random.Random(round_index).shuffle(order)
+    return order
+
+
 def run_interleaved(
     configs: dict[str, Callable[[], RunResult]], repeats: int,
     on_run: Callable[[str, int, RunResult, Usage], None] | None = None,
@@ -304,7 +318,8 @@ def run_interleaved(
 
     Interleaving spreads slow drifts of a shared machine (other jobs, thermal state)
     over all configurations instead of letting them land on one; the order within a round
-    rotates from round to round. An untimed warm-up pass (page cache, imports) comes first.
+    changes from round to round (round_order). An untimed warm-up pass (page cache, imports)
+    comes first.
     Memory is polled only in a last, untimed pass: the poller's CPU would slow what the
     rounds time, and by then the process has its steady size, so every configuration's
     peak is measured from the same baseline. Each timed
@@ -318,10 +333,7 @@ def run_interleaved(
     timed: dict[str, list[tuple[RunResult, Usage]]] = {name: [] for name in configs}
     names = list(configs)
     for round_index in range(repeats):
-        # Each round starts one row later, so no row always follows the same neighbour
-        # (a DataLoader's worker teardown, say) and inherits its after-effects.
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in round_order(names, round_index):
             with TreeMonitor(poll=False) as monitor:
                 run = configs[name]()
             timed[name].append((run, monitor.usage))

@@ -165,12 +165,22 @@ def test_run_interleaved_alternates_configs() -> None:
     results = harness.run_interleaved({"a": make("a"), "b": make("b")}, repeats=3,
                                       on_pass=lambda stage, name: passes.append((stage, name)))
     assert passes == [("warm-up", "a"), ("warm-up", "b"), ("memory", "a"), ("memory", "b")]
-    # warm-up, three timed rounds (each starting one row later), the polled memory pass
-    assert order == ["a", "b", "a", "b", "b", "a", "a", "b", "a", "b"]
+    # warm-up, three timed rounds (in round_order), the polled memory pass
+    rounds = [name for k in range(3) for name in harness.round_order(["a", "b"], k)]
+    assert order == ["a", "b", *rounds, "a", "b"]
     assert len(results["a"]) == 3
     row = harness.summary_row("a", results["a"])
     assert row["img_per_s"]["median"] == pytest.approx(100)
     assert row["first_batch_s"]["median"] == pytest.approx(0.01)
+
+
+def test_round_order_gives_each_row_different_neighbours() -> None:
+    names = ["a", "b", "c", "d"]
+    rounds = [harness.round_order(names, k) for k in range(8)]
+    assert rounds[0] == names and all(sorted(r) == names for r in rounds)
+    assert rounds == [harness.round_order(names, k) for k in range(8)]  # reproducible
+    before_a = {r[r.index("a") - 1] for r in rounds if r.index("a") > 0}
+    assert len(before_a) >= 2  # a rotation would always put "d" before "a"
 
 
 def test_paired_speedups_divide_within_each_round() -> None:
