@@ -27,6 +27,8 @@ from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import Manifest
 from fastloader.format.remote import Remote, cache_folder, fetch_verified, open_cache
 
+DEFAULT_PREFETCH_SHARDS = 2  # shards read ahead of the reader (FastLoader's prefetch_shards)
+
 # Every open RemoteDataset, weakly: reset in a forked child (see RemoteDataset.after_fork).
 _LIVE: weakref.WeakSet[RemoteDataset] = weakref.WeakSet()
 
@@ -58,7 +60,8 @@ class RemoteDataset(PackedDataset):
 
     def __init__(self, url: str, cache_dir: str | os.PathLike[str] | None = None,
                  cache_limit: int | str | None = None,
-                 storage_options: dict[str, Any] | None = None, prefetch: int = 2,
+                 storage_options: dict[str, Any] | None = None,
+                 prefetch: int = DEFAULT_PREFETCH_SHARDS,
                  window: int = 1) -> None:
         self.url = url.rstrip("/")
         self._args = {"cache_dir": cache_dir, "cache_limit": cache_limit,

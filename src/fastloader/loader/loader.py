@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fastloader.errors import invalid_argument
+from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
 
 BACKENDS = ("auto", "native", "pillow", "dali")
 
@@ -316,7 +317,7 @@ PACKED_LOADER_ONLY: dict[str, Any] = {
     "max_skips": None, "sampler": None, "batch_transform": None, "verify_records": False,
     "fields": None, "multi_hot": None, "padded": False, "decode_images": True,
     "cache_dir": None, "cache_limit": None, "storage_options": None, "shuffle_window": None,
-    "prefetch_shards": 2}
+    "prefetch_shards": DEFAULT_PREFETCH_SHARDS}
 
 
 def take_defaults(kwargs: dict[str, Any], defaults: dict[str, Any], path: str,

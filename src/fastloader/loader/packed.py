@@ -34,7 +34,7 @@ from fastloader.loader.memory import BatchRing, pinned_nbytes
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.pipeline import EpochPlan, Producer
-from fastloader.loader.remote import plan_shards, remote_options
+from fastloader.loader.remote import DEFAULT_PREFETCH_SHARDS, plan_shards, remote_options
 from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
 from fastloader.loader.skips import check_max_skips
 from fastloader.loader.stats import Counters, LoaderStats
@@ -102,7 +102,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
         cache_limit: int | str | None = None,
         storage_options: dict[str, Any] | None = None,
         shuffle_window: int | None = None,
-        prefetch_shards: int = 2,
+        prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
         **dataloader_kwargs: Any,
     ) -> None:
         self._closed = True  # until fully built, so __del__/close are safe on a failed init

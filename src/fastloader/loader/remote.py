@@ -10,6 +10,7 @@ import numpy as np
 from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument
 from fastloader.format.remote import is_url
+from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
 
 DEFAULT_WINDOW = 8  # shards shuffled together on a remote dataset (BENCHMARKS.md: quality)
 
@@ -45,7 +46,8 @@ def remote_options(data: Any, cache_dir: Any, cache_limit: Any, storage_options:
     if not is_url(data):
         given = {"cache_dir": cache_dir, "cache_limit": cache_limit,
                  "storage_options": storage_options,
-                 "prefetch_shards": None if prefetch_shards == 2 else prefetch_shards}
+                 "prefetch_shards": None if prefetch_shards == DEFAULT_PREFETCH_SHARDS
+                 else prefetch_shards}
         for name, value in given.items():
             if value is not None:
                 raise invalid_argument(name, value, "applies to a dataset at a URL only",
