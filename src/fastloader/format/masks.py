@@ -143,13 +143,3 @@ def _checked_array(value: np.ndarray) -> np.ndarray:
     if value.ndim != 2:
         raise MaskError(f"a mask array must be single-channel [H, W], got shape {value.shape}")
     return value
-
-
-def resize_nearest(mask: np.ndarray, height: int, width: int) -> np.ndarray:
-    """mask resized to (height, width) with nearest neighbour, sampling output pixel centres
-    (pack's --max-side: the mask follows its re-encoded image)."""
-    rows = np.minimum(((np.arange(height) + 0.5) * mask.shape[0] / height).astype(np.intp),
-                      mask.shape[0] - 1)
-    cols = np.minimum(((np.arange(width) + 0.5) * mask.shape[1] / width).astype(np.intp),
-                      mask.shape[1] - 1)
-    return mask.take(rows, 0).take(cols, 1)

@@ -15,8 +15,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fastloader.decode.masks import map_mask
 from fastloader.format.fields import FieldSpec
-from fastloader.format.masks import MaskError, encode_mask, resize_nearest, to_mask
+from fastloader.format.masks import MaskError, encode_mask, to_mask
 from fastloader.pack.validate import Prepared, _reject, prepare_data, read_source
 
 WHERE_KEY = "__where__"  # importers: where the sample came from ("labels.csv line 14")
@@ -188,7 +189,9 @@ def _masks_to_records(specs: Sequence[FieldSpec], values: dict[str, Any], source
             return (f"field {spec.name!r} (mask) is {mask.shape[0]} x {mask.shape[1]} (H x W) "
                     f"but its image is {size[0]} x {size[1]}; a mask has its image's size")
         if record.reencoded:
-            mask = resize_nearest(mask, record.height, record.width)
+            # nearest neighbour at output pixel centres, as the loader maps masks
+            whole = np.array([0, 0, mask.shape[0], mask.shape[1]])
+            mask = map_mask(mask, whole, False, (record.height, record.width))
         values[spec.name] = encode_mask(mask)
     return None
 
