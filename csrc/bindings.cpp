@@ -126,6 +126,20 @@ std::vector<fl::TileRef> tile_refs(const std::optional<TileHeaders> &headers,
     return refs;
 }
 
+// The per-channel x * scale[c] + shift[c] constants of a planar output (unset: 1 and 0).
+void set_affine(fl::PlanarOutput &target, const std::optional<Affine> &scale, const std::optional<Affine> &shift) {
+    if (scale) {
+        target.scale[0] = std::get<0>(*scale);
+        target.scale[1] = std::get<1>(*scale);
+        target.scale[2] = std::get<2>(*scale);
+    }
+    if (shift) {
+        target.shift[0] = std::get<0>(*shift);
+        target.shift[1] = std::get<1>(*shift);
+        target.shift[2] = std::get<2>(*shift);
+    }
+}
+
 // The planar (N, 3, H, W) float32 or uint8 output matching out (N, H, W, 3), with its affine
 // constants (float32 only; default x * 1 + 0).
 fl::PlanarOutput planar_output(const std::optional<Planar> &planar, const Batch &out,
@@ -142,10 +156,7 @@ fl::PlanarOutput planar_output(const std::optional<Planar> &planar, const Batch 
     if (!result.is_float && planar->dtype() != nb::dtype<uint8_t>())
         throw nb::type_error("planar must be float32 or uint8");
     if (!result.is_float && (scale || shift)) throw nb::value_error("scale and shift apply to float32 planar only");
-    for (int c = 0; c < 3; ++c) {
-        if (scale) result.scale[c] = c == 0 ? std::get<0>(*scale) : c == 1 ? std::get<1>(*scale) : std::get<2>(*scale);
-        if (shift) result.shift[c] = c == 0 ? std::get<0>(*shift) : c == 1 ? std::get<1>(*shift) : std::get<2>(*shift);
-    }
+    set_affine(result, scale, shift);
     result.data = planar->data();
     return result;
 }
@@ -225,10 +236,7 @@ void batch_normalize_planar(fl::BatchDecoder &self, PlanarU8 src, PlanarF32 out,
         if (src.shape(d) != out.shape(d)) throw nb::value_error("src and out must have the same shape (N, 3, H, W)");
     if (src.shape(1) != 3) throw nb::value_error("src and out must have shape (N, 3, H, W)");
     fl::PlanarOutput target;
-    for (int c = 0; c < 3; ++c) {
-        if (scale) target.scale[c] = c == 0 ? std::get<0>(*scale) : c == 1 ? std::get<1>(*scale) : std::get<2>(*scale);
-        if (shift) target.shift[c] = c == 0 ? std::get<0>(*shift) : c == 1 ? std::get<1>(*shift) : std::get<2>(*shift);
-    }
+    set_affine(target, scale, shift);
     target.data = out.data();
     nb::gil_scoped_release release;
     self.normalize_planar(src.data(), src.shape(0), src.shape(2) * src.shape(3), target);
