@@ -164,4 +164,11 @@ class Columns:
         spec, arrays = self.specs[name], self.arrays[name]
         if not spec.variable:
             return np.asarray(arrays["data"][indices])
+        if spec.is_array:  # the batch's slices and shapes read at once (boxes, ndarrays)
+            rows = np.asarray(indices, np.int64)
+            offsets, values = arrays["offsets"], np.asarray(arrays["values"])  # not np.memmap
+            starts, stops = offsets[rows].tolist(), offsets[rows + 1].tolist()
+            shapes = arrays["shapes"][rows].tolist()
+            return [values[start:stop].reshape(shape)
+                    for start, stop, shape in zip(starts, stops, shapes, strict=True)]
         return [self.value(name, int(i), f"sample {int(i)}") for i in indices]
