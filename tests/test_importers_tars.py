@@ -8,6 +8,7 @@ import os
 import pickle
 import random
 import tarfile
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -93,7 +94,14 @@ def test_pickle_and_fork(two_tars: tuple[str, list[Path]]) -> None:
 def test_the_index_is_compact(tmp_path: Path) -> None:
     n = 20_000
     members = [(f"s{k:06d}.{ext}", b"1") for k in range(n) for ext in ("jpg", "cls")]
-    samples = open_tars(str(write_members(tmp_path / "big.tar", members)), None)[0]
+    path = write_members(tmp_path / "big.tar", members)
+    tracemalloc.start()
+    try:
+        samples = open_tars(str(path), None)[0]
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < n * 100  # the driver holds the index only (67 bytes a group here)
     assert len(samples) == n and samples[n - 1][PATH_KEY] == f"s{n - 1:06d}"
     # per group: tar 4 + key 7 + 2 offsets 16; per member: ext code 4 + offset 8 + size 8
     assert samples.tar_index.nbytes() <= n * (4 + 7 + 16 + 2 * 20) + 64
