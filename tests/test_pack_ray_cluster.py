@@ -100,7 +100,7 @@ def test_shards_run_on_two_nodes_into_the_local_engines_dataset(
     by_local = pack(tmp_path / "src", tmp_path / "local.lmdb", workers=1, shard_size=SHARD)
     assert len(by_local.shards) >= 20 and by_local.num_samples == len(written)
     assert sorted(ran_on, key=int) == [str(k) for k in range(len(by_local.shards))]
-    assert set(ran_on.values()) == cluster.workers  # both worker nodes, never the head
+    assert len(set(ran_on.values())) == 2 and set(ran_on.values()) == cluster.workers
     assert dataset_bytes(tmp_path / "ray.lmdb") == dataset_bytes(tmp_path / "local.lmdb")
     assert verify(tmp_path / "ray.lmdb").ok
     assert not cluster.died.exists()
