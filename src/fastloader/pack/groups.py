@@ -5,7 +5,8 @@ like data-{000..009}.tar too). The key is the path up to the first dot of the fi
 rest is the extension, which names the field (jpg, cls, txt, json, npy, as in WebDataset).
 Kinds by extension: jpg/jpeg/png/webp/bmp image, cls int, txt text, json json, npy ndarray
 (any shape: declare it with fields= / --field EXT:ndarray:DTYPE:SHAPE), anything else bytes.
-A folder's fields are every extension found; a tar's those of its first samples (streamed).
+A folder's fields are every extension found; a tar's those of its first samples. Tars are
+indexed by one walk of their headers (pack/tar_index.py) and read by sample, in any order.
 Boxes and masks: a `.mask.png` member is the field `mask`, a `.boxes.json` member becomes the
 fields `boxes` (+ `box_labels`, `iscrowd`), as pack/spatial.py says.
 """
@@ -13,11 +14,10 @@ fields `boxes` (+ `box_labels`, `iscrowd`), as pack/spatial.py says.
 from __future__ import annotations
 
 import io
-import itertools
+import operator
 import os
 import re
-import tarfile
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import numpy as np
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
 from fastloader.pack import spatial
+from fastloader.pack.tar_index import TarIndex
 from fastloader.pack.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
@@ -159,67 +160,74 @@ def open_folder(path: Path, fields: Any) -> tuple[list[dict[str, Any]], list[Fie
     return samples, specs, {"kind": "files", "path": str(path)}
 
 
-def _tar_groups(paths: list[Path]) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """(tar name, key, {ext: bytes, or a TarMember for images}) in order. Only the headers
-    are walked here (uncompressed tars: data is skipped by seeking); image data is read by the
-    pool's workers. A damaged or truncated tar ends with an error group."""
-    for tar_path in paths:
-        key, group = None, {}
-        size = tar_path.stat().st_size
-        try:
-            with tarfile.open(tar_path, "r:") as tar:
-                for member in tar:
-                    if not member.isfile() or member.name.split("/")[-1].startswith("."):
-                        continue
-                    if member.offset_data + member.size > size:
-                        raise tarfile.ReadError(f"member {member.name!r} needs "
-                                                f"{member.size} bytes past the end of the file")
-                    name_key, ext = split_key(member.name)
-                    if key is not None and name_key != key:
-                        yield str(tar_path), key, group
-                        group = {}
-                    key = name_key
-                    group[ext] = _member_value(tar, tar_path, member, ext)
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            yield str(tar_path), f"{key or '?'}", {"__error__": f"truncated or damaged tar after "
-                                                  f"member {key!r} ({exc})".encode()}
-            continue
-        if key is not None:
-            yield str(tar_path), key, group
+class TarSamples(Sequence[dict[str, Any]]):
+    """The samples of WebDataset .tar shards by index, in tar order, from a TarIndex (one
+    header walk). sample k reads its group's non-image members by offset in the calling
+    process (each process opens its own file descriptors); image members stay TarMember refs,
+    read by the pool worker that checks them. Picklable and cheap to fork."""
+
+    def __init__(self, index: TarIndex, specs: list[FieldSpec]) -> None:
+        self.tar_index = index
+        self.specs = specs
+
+    def __len__(self) -> int:
+        return len(self.tar_index)
+
+    def __getitem__(self, k: Any) -> dict[str, Any]:  # type: ignore[override]
+        k = operator.index(k)
+        if not -len(self) <= k < len(self):
+            raise IndexError(f"sample {k} of {len(self)}")
+        k %= len(self)
+        found = self.group(k)
+        if isinstance(found, dict):  # a damaged tar or an unreadable member
+            return found
+        where, key, group = found
+        return _sample(key, group, self.specs, where, lambda data: data)
+
+    def size_hints(self) -> np.ndarray:
+        """Per sample (int64), the bytes its members hold in the tar: image and sidecars
+        together (0 for a damaged tar's error sample); known without reading any data."""
+        return self.tar_index.size_hints()
+
+    def group(self, k: int) -> dict[str, Any] | tuple[str, str, dict[str, Any]]:
+        """(where, key, members expanded by spatial.expand_group) of group k, or its error
+        sample."""
+        tar = self.tar_index.tars[int(self.tar_index.group_tar[k])]
+        if k in self.tar_index.errors:
+            return {WHERE_KEY: tar, ERROR_KEY: self.tar_index.errors[k]}
+        key, tar_number = self.tar_index.key(k), int(self.tar_index.group_tar[k])
+        group: dict[str, Any] = {}
+        for suffix, offset, size in self.tar_index.members(k):
+            ext = suffix[1:].lower()
+            if _kind(ext) == "image":
+                group[ext] = TarMember(tar, offset, size, key + suffix)
+                continue
+            try:
+                group[ext] = self.tar_index.read(tar_number, offset, size)
+            except OSError as exc:
+                return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"cannot read member "
+                        f"{key + suffix}: {exc.strerror or exc}"}
+            if len(group[ext]) != size:
+                return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"member {key + suffix} "
+                        f"is truncated ({len(group[ext])} of {size} bytes)"}
+        return f"{tar} member {key}", key, spatial.expand_group(group, lambda data: data)
 
 
-def _member_value(tar: tarfile.TarFile, path: Path, member: tarfile.TarInfo, ext: str) -> Any:
-    if _kind(ext) == "image":
-        return TarMember(str(path), member.offset_data, member.size, member.name)
-    handle = tar.extractfile(member)
-    return handle.read() if handle is not None else b""
-
-
-def open_tars(pattern: str, fields: Any) -> tuple[Iterator[dict[str, Any]], list[FieldSpec],
-                                                  dict[str, Any]]:
-    """(samples in order, fields, source) of WebDataset .tar shards."""
+def open_tars(pattern: str, fields: Any) -> tuple[TarSamples, list[FieldSpec], dict[str, Any]]:
+    """(samples by index, fields, source) of WebDataset .tar shards; the fields are those of
+    the first _PEEK groups."""
     paths = [Path(p).expanduser().absolute() for p in expand_braces(pattern)]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise PackError(f"{missing[0]}: no such tar shard ({len(missing)} of {len(paths)} "
                         f"named by {pattern!r} are missing).")
-    groups = ((tar, key, group if "__error__" in group else spatial.expand_group(
-        group, lambda data: data)) for tar, key, group in _tar_groups(paths))
-    peeked = list(itertools.islice(groups, _PEEK))
-    exts = sorted({e for _, _, g in peeked for e in g if e != "__error__"})
-    specs = _specs(exts, dict(fields or {}), pattern)
-
-    def samples(items: Any) -> Iterator[dict[str, Any]]:
-        for tar_name, key, group in items:
-            where = f"{tar_name} member {key}"
-            if isinstance(group.get("__error__"), bytes):  # a damaged tar
-                yield {WHERE_KEY: f"{tar_name}", ERROR_KEY: group["__error__"].decode()}
-                continue
-            yield _sample(key, group, specs, where, lambda data: data)
-
-    first = list(samples(peeked))
-    specs = _fit_ndarrays(specs, first)
-    return itertools.chain(first, samples(groups)), specs, {"kind": "tar", "path": pattern}
+    samples = TarSamples(TarIndex(paths, split_key), [])
+    peeked = [samples.group(k) for k in range(min(_PEEK, len(samples)))]
+    exts = sorted({e for g in peeked if isinstance(g, tuple) for e in g[2] if e != ERROR_KEY})
+    samples.specs = _specs(exts, dict(fields or {}), pattern)
+    first = [samples[k] for k in range(len(peeked))]
+    samples.specs = _fit_ndarrays(samples.specs, first)
+    return samples, samples.specs, {"kind": "tar", "path": pattern}
 
 
 def open_groups(src: str | os.PathLike[str], kind: str, fields: Any) -> Any:

@@ -48,6 +48,9 @@ _DTYPES = ("int64", "int64", "int64", "int32", "int32", "uint8", "uint32")
 # (os._exit), as a task killed mid-shard would; the retry (FLAG now there) must leave a
 # correct dataset.
 DIE_IN_SHARD_ENV = "FASTLOADER_PACK_TEST_DIE_IN_SHARD"
+# TEST ONLY: a folder; while it exists, the Ray task of shard K writes the id of the Ray node
+# it ran on into FOLDER/K.node (the multi-node test; Ray's state API needs the dashboard).
+RECORD_NODE_ENV = "FASTLOADER_PACK_TEST_RECORD_NODE"
 
 
 @dataclass
@@ -207,8 +210,18 @@ def run_shard(staging: str | os.PathLike[str], k: int) -> dict[str, int]:
     job = prepare_job(settings)
     records = (job(str(plan.root / plan.relpath(i))) for i in range(lo, hi))
     part = build_part(folder, plan, k, settings, records)
+    _record_node_for_test(k)
     return {"files": hi - lo, "bytes": int(plan.sizes[lo:hi].sum()),
             "packed": 0 if part.info is None else part.info.count}
+
+
+def _record_node_for_test(k: int) -> None:
+    folder = os.environ.get(RECORD_NODE_ENV, "")
+    if folder and os.path.isdir(folder):
+        import ray
+
+        if ray.is_initialized():
+            Path(folder, f"{k}.node").write_text(ray.get_runtime_context().get_node_id())
 
 
 def load_arrays(staging: Path, k: int) -> dict[str, np.ndarray]:

@@ -1,0 +1,158 @@
+"""The member index of WebDataset .tar shards: one header walk, kept as compact numpy arrays.
+
+A group is a run of consecutive members sharing a key (WebDataset's convention: a key seen
+again later starts a new group). Per group: its tar, its key (UTF-8 bytes + offsets) and its
+members; per member: its name's suffix (a code into a small table of distinct suffixes), data
+offset and size. No Python object per member or group is kept, so a pack's driver holds
+millions of samples in a few tens of bytes each, and forks or pickles the index cheaply.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import os
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+_OPEN_MAX = 16  # tar file descriptors kept open per process (least recently used closed)
+
+
+class _Walk:
+    """The index's columns while the headers are walked (array.array: no object per item)."""
+
+    def __init__(self) -> None:
+        self.group_tar = array.array("i")
+        self.key_bytes = bytearray()
+        self.key_ends = array.array("q")
+        self.member_ends = array.array("q")
+        self.suffix_code = array.array("i")
+        self.offset = array.array("q")
+        self.size = array.array("q")
+        self.suffixes: dict[str, int] = {}
+        self.errors: dict[int, str] = {}
+
+    def add_member(self, suffix: str, offset: int, size: int) -> None:
+        self.suffix_code.append(self.suffixes.setdefault(suffix, len(self.suffixes)))
+        self.offset.append(offset)
+        self.size.append(size)
+
+    def end_group(self, tar: int, key: str) -> None:
+        self.group_tar.append(tar)
+        self.key_bytes += key.encode("utf-8", "surrogateescape")
+        self.key_ends.append(len(self.key_bytes))
+        self.member_ends.append(len(self.offset))
+
+    def fail(self, tar: int, message: str) -> None:
+        """A damaged tar: the group in progress is dropped, an error group (no members) ends
+        that tar's good groups."""
+        kept = self.member_ends[-1] if self.member_ends else 0
+        for column in (self.suffix_code, self.offset, self.size):
+            del column[kept:]
+        self.errors[len(self.group_tar)] = message
+        self.end_group(tar, "")
+
+
+def _walk_tar(walk: _Walk, tar_index: int, path: Path,
+              split_key: Callable[[str], tuple[str, str]]) -> None:
+    key = None
+    size = path.stat().st_size
+    try:
+        with tarfile.open(path, "r:") as tar:
+            while (member := tar.next()) is not None:
+                tar.members.clear()  # type: ignore[attr-defined]  # tarfile keeps each TarInfo
+                if not member.isfile() or member.name.split("/")[-1].startswith("."):
+                    continue
+                if member.offset_data + member.size > size:
+                    raise tarfile.ReadError(f"member {member.name!r} needs "
+                                            f"{member.size} bytes past the end of the file")
+                name_key = split_key(member.name)[0]
+                if key is not None and name_key != key:
+                    walk.end_group(tar_index, key)
+                key = name_key
+                walk.add_member(member.name[len(key):], member.offset_data, member.size)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        walk.fail(tar_index, f"truncated or damaged tar after member {key!r} ({exc})")
+        return
+    if key is not None:
+        walk.end_group(tar_index, key)
+
+
+class TarIndex:
+    """Groups of members of a list of uncompressed tars, and their reads by offset."""
+
+    def __init__(self, paths: list[Path], split_key: Callable[[str], tuple[str, str]]) -> None:
+        """Walk every tar's headers once (data is skipped by seeking); split_key(name) gives
+        a member's (key, extension)."""
+        walk = _Walk()
+        for tar_index, path in enumerate(paths):
+            _walk_tar(walk, tar_index, path, split_key)
+        self.tars = [str(p) for p in paths]
+        self.group_tar = np.frombuffer(walk.group_tar, np.int32).copy()
+        self.key_bytes = np.frombuffer(bytes(walk.key_bytes), np.uint8)
+        self.key_offsets = np.concatenate([[0], np.frombuffer(walk.key_ends, np.int64)])
+        self.member_offsets = np.concatenate([[0], np.frombuffer(walk.member_ends, np.int64)])
+        self.suffix_code = np.frombuffer(walk.suffix_code, np.int32).copy()
+        self.offset = np.frombuffer(walk.offset, np.int64).copy()
+        self.size = np.frombuffer(walk.size, np.int64).copy()
+        self.suffixes = list(walk.suffixes)  # code -> a member name's suffix (".seg.png")
+        self.errors = walk.errors  # group -> why its tar is damaged (rare: a dict)
+        self._fds: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return len(self.group_tar)
+
+    def nbytes(self) -> int:
+        """Bytes the index's arrays hold."""
+        return sum(a.nbytes for a in (self.group_tar, self.key_bytes, self.key_offsets,
+                                      self.member_offsets, self.suffix_code, self.offset,
+                                      self.size))
+
+    def key(self, group: int) -> str:
+        start, end = self.key_offsets[group], self.key_offsets[group + 1]
+        return self.key_bytes[start:end].tobytes().decode("utf-8", "surrogateescape")
+
+    def members(self, group: int) -> list[tuple[str, int, int]]:
+        """(name suffix, data offset, size) of the group's members, in tar order."""
+        first, end = self.member_offsets[group], self.member_offsets[group + 1]
+        codes, offsets = self.suffix_code[first:end].tolist(), self.offset[first:end].tolist()
+        return [(self.suffixes[c], o, s) for c, o, s in zip(
+            codes, offsets, self.size[first:end].tolist(), strict=True)]
+
+    def size_hints(self) -> np.ndarray:
+        """int64 per group: the sum of its members' sizes (0 for a damaged tar's error
+        group)."""
+        ends = np.concatenate([[0], np.cumsum(self.size, dtype=np.int64)])
+        return ends[self.member_offsets[1:]] - ends[self.member_offsets[:-1]]
+
+    def read(self, tar: int, offset: int, size: int) -> bytes:
+        """size bytes at offset of tar `tar` (fewer if the file shrank since the walk)."""
+        if self._pid != os.getpid():  # forked: this process opens its own descriptors (the
+            # inherited ones are left alone: the child may have closed and reused their numbers)
+            self._fds, self._pid = collections.OrderedDict(), os.getpid()
+        fd = self._fds.get(tar)
+        if fd is None:
+            fd = self._fds[tar] = os.open(self.tars[tar], os.O_RDONLY | os.O_CLOEXEC)
+            if len(self._fds) > _OPEN_MAX:
+                os.close(self._fds.popitem(last=False)[1])
+        else:
+            self._fds.move_to_end(tar)
+        return os.pread(fd, size, offset)
+
+    def close(self) -> None:
+        """Close this process's descriptors (reads reopen them)."""
+        if getattr(self, "_pid", -1) == os.getpid():
+            while self._fds:
+                os.close(self._fds.popitem()[1])
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_fds"], state["_pid"] = collections.OrderedDict(), -1  # descriptors stay here
+        return state
