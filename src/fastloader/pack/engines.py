@@ -150,8 +150,10 @@ def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
 
 
 def run_ray(staging: Path, todo: Sequence[int], workers: int, address: str | None,
-            meter: Meter, plan: ShardPlan) -> set[int]:
-    """Run part.run_shard as one Ray task per pending shard; progress here on the driver.
+            meter: Meter, plan: ShardPlan, task: Callable[..., dict[str, int]] = run_shard,
+            extra: tuple[Any, ...] = ()) -> set[int]:
+    """Run task(staging, k, *extra) (part.run_shard, or a sample pack's) as one Ray task per
+    pending shard; progress here on the driver.
 
     Uses the Ray instance this process already joined, else joins `address`, else starts a
     local one with `workers` CPUs on loopback (shut down again at the end).
@@ -164,8 +166,8 @@ def run_ray(staging: Path, todo: Sequence[int], workers: int, address: str | Non
         ray.init(address="local", num_cpus=workers, include_dashboard=False,
                  log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
-        task = ray.remote(num_cpus=1, max_retries=3)(run_shard)
-        refs = {task.remote(str(staging), k): k for k in todo}
+        remote = ray.remote(num_cpus=1, max_retries=3)(task)
+        refs = {remote.remote(str(staging), k, *extra): k for k in todo}
         pending = list(refs)
         written: set[int] = set()
         while pending:
