@@ -81,6 +81,9 @@ def pack(
                         "take a mask column or a .mask.png member instead.")
     if kind == "imagefolder":
         importers.refuse_table_options(kind, fields, image, label, root, skip_bad)
+        if options.pop("shard_samples", None) is not None:
+            raise PackError("shard_samples applies to Python samples only; an ImageFolder "
+                            "tree is cut by its files' sizes (shard_size).")
         return pack_imagefolder(src, dst, **options)
     if options.pop("tiles", False):
         raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "

@@ -109,10 +109,13 @@ def run_local(staging: Path, plan: SamplePlan, todo: Sequence[int], samples: Any
             meter.add(1, int(plan.sizes[i]))
 
     written: set[int] = set()
-    for k in todo:
-        build_sample_part(staging, plan, k, specs, settings, counted(*plan.span(k)))
-        written.add(k)
-        killer.wrote()
+    try:
+        for k in todo:
+            build_sample_part(staging, plan, k, specs, settings, counted(*plan.span(k)))
+            written.add(k)
+            killer.wrote()
+    finally:  # now, not when collected: a later pack's _SOURCE must not be reset by this one
+        stream.close()
     return written
 
 
@@ -122,17 +125,19 @@ def run_stream(staging: Path, plan: SamplePlan, samples: Iterable[Any],
     """A plain iterable read in order here, a part every shard_samples samples; the plan of
     what was read (its bounds known only now)."""
     items = ((f"sample {k}", s) for k, s in enumerate(samples))
-    stream = iter(_prepared(samples, items, specs, settings))
+    stream = _prepared(samples, items, specs, settings)
     killer = _Killer()
     n = 0
-    while chunk := list(itertools.islice(stream, shard_samples)):
-        k = n // shard_samples
-        plan.bounds = count_bounds(n + len(chunk), shard_samples)
-        plan.sizes = np.zeros(n + len(chunk), np.int64)
-        build_sample_part(staging, plan, k, specs, settings, chunk)
-        n += len(chunk)
-        meter.add(len(chunk), 0)
-        killer.wrote()
+    try:
+        while chunk := list(itertools.islice(stream, shard_samples)):
+            plan.bounds = count_bounds(n + len(chunk), shard_samples)
+            plan.sizes = np.zeros(n + len(chunk), np.int64)
+            build_sample_part(staging, plan, n // shard_samples, specs, settings, chunk)
+            n += len(chunk)
+            meter.add(len(chunk), 0)
+            killer.wrote()
+    finally:
+        stream.close()
     return plan
 
 

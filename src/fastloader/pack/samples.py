@@ -53,6 +53,9 @@ def plan_sample_pack(samples: Any, dst: Path, specs: list[FieldSpec], opts: dict
     src_path = Path(source["path"]).absolute() if source and "path" in source else Path("/-")
     write_mod._check_destination(dst, src_path, opts["overwrite"])
     settings = _identity(specs, backend, source, opts)
+    if sample_engines.is_sequence(samples) and len(samples) == 0:
+        raise PackError(f"no sample could be packed into {dst} (0 skipped): the source has no "
+                        "samples.")
     staging = write_mod.Staging(dst)
     try:
         staging.open(settings, opts["resume"])  # same source (its fingerprint) and options
