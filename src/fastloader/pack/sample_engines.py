@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import pickle
 import signal
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ def _job(item: Any, specs: Sequence[FieldSpec], settings: dict[str, Any]) -> Pre
 
 
 def _prepared(samples: Any, items: Iterable[Any], specs: Sequence[FieldSpec],
-              settings: dict[str, Any]) -> Iterator[PreparedSample]:
+              settings: dict[str, Any]) -> Generator[PreparedSample, None, None]:
     """items (indices of a sequence, or (where, sample) pairs) prepared in order, by a pool
     holding at most two windows."""
     global _SOURCE
