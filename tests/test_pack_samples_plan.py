@@ -168,3 +168,25 @@ def test_a_changed_source_is_refused_by_a_shard_run(tmp_path: Path,
     table.write_text(table.read_text().replace("note 3", "note three"))
     assert main(["shard", str(dst), "--range", "0:1", "--quiet"]) != 0
     assert "changed since its shard plan was made" in capsys.readouterr().err
+
+
+def test_tar_shards_named_relative_plan_and_reopen_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tarfile
+
+    from fastloader.pack.cli import main
+
+    sample_table(tmp_path / "src", 16)
+    for t in range(2):
+        with tarfile.open(tmp_path / f"d-{t}.tar", "w") as tar:
+            for k in range(t * 8, t * 8 + 8):
+                tar.add(tmp_path / "src" / "img" / f"{k}.jpg", arcname=f"s{k:03d}.jpg")
+                (tmp_path / f"s{k:03d}.cls").write_text(str(k % 3))
+                tar.add(tmp_path / f"s{k:03d}.cls", arcname=f"s{k:03d}.cls")
+    monkeypatch.chdir(tmp_path)  # the pattern is relative: the tasks reopen it all the same
+    assert main(["plan", "d-{0..1}.tar", "steps.lmdb", "--shard-size", "4K", "--quiet"]) == 0
+    assert main(["shard", "steps.lmdb", "--range", "0:99", "--quiet"]) == 0
+    assert main(["commit", "steps.lmdb", "--quiet"]) == 0
+    made = fastloader.pack("d-{0..1}.tar", "once.lmdb", shard_size=4 << 10, workers=2)
+    assert len(made.shards) >= 3 and made.num_samples == 16
+    assert dataset_bytes(tmp_path / "steps.lmdb") == dataset_bytes(tmp_path / "once.lmdb")

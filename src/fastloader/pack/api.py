@@ -93,10 +93,11 @@ def pack(
         raise PackError("strict and skip_bad contradict each other; pass one.")
     if kind is None:
         return pack_samples(src, dst, fields, skip_bad=skip_bad, **options)
-    samples, specs, source = importers.open_source(src, kind, fields=fields, image=image,
-                                                   label=label, root=root,
-                                                   skip_empty=skip_empty, masks=masks)
     reopen = importers.reopen_description(src, kind, fields=fields, image=image, label=label,
                                           root=root, skip_empty=skip_empty, masks=masks)
+    # opened by its absolute path, as a shard task reopens it (the same fingerprint)
+    samples, specs, source = importers.open_source(
+        reopen["src"] if reopen else src, kind, fields=fields, image=image, label=label,
+        root=root, skip_empty=skip_empty, masks=masks)
     return pack_samples(samples, dst, specs, skip_bad=skip_bad, source=source, reopen=reopen,
                         **options)

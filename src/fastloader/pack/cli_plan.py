@@ -84,10 +84,9 @@ def _plan_samples(args: argparse.Namespace) -> int:
     options = source_options(args)
     kind = importers.detect(args.src, options.pop("source_format", None))
     skip_bad = options.pop("skip_bad", False)
-    samples, specs, source = importers.open_source(args.src, kind, **_opener(options))
     reopen = importers.reopen_description(args.src, kind, **_opener(options))
-    if reopen is None or source is None:
-        raise PackError(f"{args.src} cannot be planned apart (its fields are not JSON).")
+    assert reopen is not None  # packdata's options are JSON
+    samples, specs, source = importers.open_source(reopen["src"], kind, **_opener(options))
     if not hasattr(samples, "__getitem__"):
         samples = list(samples)
     opts = pack_options(specs, source, format=args.format, shard_size=args.shard_size,
