@@ -167,7 +167,7 @@ def _shard_samples(folder: Path, args: argparse.Namespace, workers: int) -> int:
     if plan.reopen is None:
         raise PackError(f"{folder} was planned from Python samples; only the pack that "
                         "planned it can write its shards.")
-    meter = Meter(plan, todo, None, args.quiet)  # type: ignore[arg-type]
+    meter = Meter(plan, todo, None, args.quiet)
     meter.files, meter.total = 0, sum(plan.span(k)[1] - plan.span(k)[0] for k in todo)
     try:
         sample_engines.run_local(folder, plan, todo, reopen(plan), specs_of(plan.fields),

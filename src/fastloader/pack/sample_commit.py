@@ -98,7 +98,7 @@ def commit_samples(staging: Staging, plan: SamplePlan, specs: Sequence[FieldSpec
     """Check every part, write index/, skipped.json and manifest.json, rename to DST."""
     from fastloader import __version__
 
-    parts = check_parts(staging, plan, trusted)  # type: ignore[arg-type]
+    parts = check_parts(staging, plan, trusted)
     arrays, shards = _index(staging, plan, parts, specs, settings["backend"])
     classes = _classes(specs, arrays["label"])
     named = {shard.file for shard in shards}

@@ -145,7 +145,7 @@ def run_on_ray(staging: Path, plan: SamplePlan, todo: Sequence[int], samples: An
                workers: int, address: str | None, meter: Meter) -> set[int]:
     """One Ray task per pending shard; Python samples go to the tasks by ray.put."""
     if plan.reopen is not None:  # the tasks reopen the importer's source from the plan
-        return run_ray(staging, todo, workers, address, meter, plan,  # type: ignore[arg-type]
+        return run_ray(staging, todo, workers, address, meter, plan,
                        task=run_sample_shard)
     ray = import_ray()
     started = not ray.is_initialized()
@@ -158,7 +158,7 @@ def run_on_ray(staging: Path, plan: SamplePlan, todo: Sequence[int], samples: An
             raise PackError(f"engine='ray' sends Python samples to its tasks pickled, and "
                             f"{type(samples).__name__} does not pickle ({exc}); make it "
                             "picklable or pack with engine='local'.") from None
-        return run_ray(staging, todo, workers, address, meter, plan,  # type: ignore[arg-type]
+        return run_ray(staging, todo, workers, address, meter, plan,
                        task=run_sample_shard, extra=(shared,))
     finally:
         if started:

@@ -149,7 +149,7 @@ def _run(staging: Any, plan: SamplePlan | None, samples: Any, specs: list[FieldS
     if plan is None:  # a plain iterable: read in order here, a part every shard_samples
         plan = SamplePlan(count_bounds(0, 1), count_bounds(0, 1)[1:], "", None,
                           settings["fields"])
-        meter = Meter(plan, [], progress, quiet)  # type: ignore[arg-type]
+        meter = Meter(plan, [], progress, quiet)
         try:
             sample_engines.run_stream(staging.dir, plan, samples, specs, run,
                                       opts["shard_samples"], meter)
@@ -157,8 +157,8 @@ def _run(staging: Any, plan: SamplePlan | None, samples: Any, specs: list[FieldS
             meter.close()
         return commit_samples(staging, plan, specs, settings, opts["overwrite"],
                               trusted=range(plan.num_shards))
-    todo = pending_shards(staging.dir, plan, opts["resume"])  # type: ignore[arg-type]
-    meter = Meter(plan, todo, progress, quiet)  # type: ignore[arg-type]
+    todo = pending_shards(staging.dir, plan, opts["resume"])
+    meter = Meter(plan, todo, progress, quiet)
     try:
         if engine == "ray":
             written = sample_engines.run_on_ray(staging.dir, plan, todo, samples,
