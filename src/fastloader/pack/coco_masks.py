@@ -74,11 +74,11 @@ class MaskedSamples(Sequence[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self._samples)
 
-    def size_hints(self, image: str) -> list[int]:
-        """The shard plan's size hints, from the samples without painting their masks."""
+    def size_hints(self) -> list[int]:
+        """The shard plan's size hints (image file sizes), without painting any mask."""
         from fastloader.pack.sample_plan import size_hint
 
-        return [size_hint(sample.get(image)) for sample in self._samples]
+        return [size_hint(sample.get("image")) for sample in self._samples]
 
     def __getitem__(self, index: int) -> Any:  # type: ignore[override]
         sample = self._samples[index]

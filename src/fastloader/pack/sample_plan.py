@@ -62,9 +62,10 @@ def size_hint(value: Any) -> int:
 
 def size_hints(samples: Any, image: str) -> np.ndarray:
     """int64 size hints of an importer's samples (a sequence of dicts, read here: importer
-    code, never a user's __getitem__); a sequence may give them itself (size_hints(image))."""
+    code, never a user's __getitem__); a sequence may give them itself (size_hints(): COCO's
+    MaskedSamples, groups.TarSamples), without building each sample."""
     if hasattr(samples, "size_hints"):
-        return np.asarray(samples.size_hints(image), np.int64)
+        return np.asarray(samples.size_hints(), np.int64)
     hints = np.zeros(len(samples), np.int64)
     for i in range(hints.size):
         sample = samples[i]
