@@ -328,3 +328,43 @@ def batches_on_devices(dst: Any, devices: tuple[str, ...], **options: Any) -> di
         with FastLoader(dst, device=device, **options) as loader:
             got[device] = list(loader)
     return got
+
+
+def sample_table(folder: Path, n: int = 30, bad: tuple[int, ...] = ()) -> Path:
+    """folder/t.csv (path, species, size, note) over n small JPEGs in folder/img; the rows
+    in `bad` name a file that is not an image (skipped with skip_bad)."""
+    from imagegen import photo_like
+
+    (folder / "img").mkdir(parents=True)
+    lines = ["path,species,size,note"]
+    for k in range(n):
+        data = b"not an image" if k in bad else encode(photo_like(20, 20 + k % 5, k))
+        (folder / "img" / f"{k}.jpg").write_bytes(data)
+        lines.append(f"img/{k}.jpg,{['cat', 'dog'][k % 2]},{k * 0.5},note {k}")
+    (folder / "t.csv").write_text("\n".join(lines) + "\n")
+    return folder / "t.csv"
+
+
+def coco_file(folder: Path, n: int = 12) -> Path:
+    """folder/instances.json over n PNGs (30x40) in folder/images, each with one or two
+    annotations (polygon segmentations, so --masks works) and one image with none."""
+    import json
+
+    (folder / "images").mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    images, anns = [], []
+    for i in range(n):
+        name = f"{i:03d}.png"
+        (folder / "images" / name).write_bytes(
+            encode(rng.integers(0, 256, (30, 40, 3), np.uint8), "PNG"))
+        images.append({"id": 10 + i, "file_name": f"images/{name}", "width": 40, "height": 30})
+        for j in range(i % 3):  # image 0, 3, 6 ... have no annotations
+            x, y = 2 + 3 * j, 1 + 2 * j
+            anns.append({"id": len(anns) + 1, "image_id": 10 + i, "category_id": 1 + j,
+                         "bbox": [x, y, 10, 8], "iscrowd": 0,
+                         "segmentation": [[x, y, x + 10, y, x + 10, y + 8, x, y + 8]]})
+    categories = [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
+    path = folder / "instances.json"
+    path.write_text(json.dumps({"images": images, "annotations": anns,
+                                "categories": categories}))
+    return path

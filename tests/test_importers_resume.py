@@ -1,5 +1,5 @@
 """--resume for tables and WebDataset tars: a killed pack leaves no dataset, and resuming reuses
-its finished shards (and their journaled columns) to the same dataset a fresh pack makes."""
+its finished parts (shard, index arrays and columns) to the same dataset a fresh pack makes."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_a_killed_table_pack_resumes_to_the_same_dataset(tmp_path: Path) -> None
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert killed.returncode == -9 and not dst.exists()
     staging = staging_path(dst)
-    assert len(list((staging / "journal").glob("*.columns.npz"))) == 3
+    assert len(list((staging / "journal").glob("*.part.npz"))) == 3
     kept = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in staging.glob("shard-*")}
     assert main([*argv, "--resume"]) == 0
     assert all(((dst / name).stat().st_ino, (dst / name).stat().st_mtime_ns) == stamp

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+import fastloader
 from fastloader.errors import PackError
 from fastloader.pack.part import DIE_IN_SHARD_ENV
 from fastloader.pack.verify import verify
 from fastloader.pack.write import pack
-from helpers import broken_tree, dataset_bytes
+from helpers import broken_tree, coco_file, dataset_bytes, sample_table
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'fastloader[ray]')")
 SHARD = 20_000  # bytes: the 90-file tree makes 6 shards
@@ -82,3 +83,44 @@ def test_packdata_engine_ray_starts_and_stops_its_own_instance(tmp_path: Path) -
     assert ran.returncode == 0, ran.stderr
     pack(tmp_path / "src", tmp_path / "local.lmdb", shard_size=8 << 10)
     assert dataset_bytes(tmp_path / "ray.lmdb") == dataset_bytes(tmp_path / "local.lmdb")
+
+
+def test_sample_sources_pack_the_same_on_ray(tmp_path: Path, ray_instance: Path) -> None:
+    """A table and COCO (reopened in the tasks from the plan) and Python samples (ray.put)."""
+    table = sample_table(tmp_path / "src", 30, bad=(3,))
+    coco = coco_file(tmp_path / "coco")
+    samples = [{"image": (tmp_path / "src" / "img" / f"{k}.jpg").read_bytes(), "y": k}
+               for k in range(4, 20)]
+    packs = {"t": (table, {"label": "species", "skip_bad": True, "shard_size": 4 << 10}),
+             "c": (coco, {"masks": True, "shard_size": 8 << 10}),
+             "p": (samples, {"fields": {"image": "image", "y": "int"}, "shard_samples": 5})}
+    for name, (src, options) in packs.items():
+        by_ray = fastloader.pack(src, tmp_path / f"{name}-ray.lmdb", engine="ray", **options)
+        fastloader.pack(src, tmp_path / f"{name}-local.lmdb", workers=1, **options)
+        assert len(by_ray.shards) >= 3, name
+        assert dataset_bytes(tmp_path / f"{name}-ray.lmdb") == \
+            dataset_bytes(tmp_path / f"{name}-local.lmdb"), name
+    with pytest.raises(PackError, match="needs samples it can read by index"):
+        fastloader.pack(iter(samples), tmp_path / "i.lmdb", fields={"image": "image", "y": "int"},
+                        engine="ray")
+    import threading
+
+    locked = [*samples[:2], {"image": samples[2]["image"], "y": threading.Lock()}]
+    with pytest.raises(PackError, match="does not pickle"):
+        fastloader.pack(locked, tmp_path / "l.lmdb", fields={"image": "image", "y": "int"},
+                        engine="ray")
+
+
+def test_a_sample_task_killed_mid_shard_is_retried(tmp_path: Path, ray_instance: Path) -> None:
+    table = sample_table(tmp_path / "src", 30)
+    ray_instance.mkdir(exist_ok=True)  # arms the hook: shard 1's first attempt dies
+    (ray_instance / "died").unlink(missing_ok=True)
+    try:
+        fastloader.pack(table, tmp_path / "ray.h5", engine="ray", shard_size=4 << 10)
+        assert (ray_instance / "died").exists()  # it did die, and Ray ran it again
+    finally:
+        (ray_instance / "died").unlink(missing_ok=True)
+        ray_instance.rmdir()  # disarmed again for the other tests
+    fastloader.pack(table, tmp_path / "local.h5", workers=2, shard_size=4 << 10)
+    assert dataset_bytes(tmp_path / "ray.h5") == dataset_bytes(tmp_path / "local.h5")
+    assert verify(tmp_path / "ray.h5").ok

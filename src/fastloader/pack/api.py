@@ -56,9 +56,13 @@ def pack(
         masks: COCO files: rasterize each image's polygons and RLEs into a `mask` field
             (uint8 [H, W]: 0 background, box_labels id + 1, 255 crowd regions).
         **options: format, shard_size, workers, max_side, quality, overwrite, quiet,
-            progress, max_file_size, resume (not for Python samples: their sameness cannot be
+            progress, max_file_size, engine ("local" or "ray": one task per shard, the same
+            dataset either way; Python samples go to Ray pickled, plain iterables are
+            refused), ray_address, resume (not for Python samples: their sameness cannot be
             checked); ImageFolder sources also strict, tiles, restart_mcus (see
-            fastloader.pack.write.pack).
+            fastloader.pack.write.pack). Shards of an importer's samples are cut by their
+            image sizes (shard_size bytes); Python samples by count: shard_samples samples a
+            shard (default shard_size / 128 KiB, i.e. 2048 for 256 MiB).
 
     Returns:
         Manifest: what was written (also in dst/manifest.json).
@@ -77,19 +81,23 @@ def pack(
                         "take a mask column or a .mask.png member instead.")
     if kind == "imagefolder":
         importers.refuse_table_options(kind, fields, image, label, root, skip_bad)
+        if options.pop("shard_samples", None) is not None:
+            raise PackError("shard_samples applies to Python samples only; an ImageFolder "
+                            "tree is cut by its files' sizes (shard_size).")
         return pack_imagefolder(src, dst, **options)
     if options.pop("tiles", False):
         raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
                         "or Python samples are packed untiled.")
     options.pop("restart_mcus", None)
-    if options.pop("engine", "local") != "local" or options.pop("ray_address", None):
-        raise PackError("engine='ray' (--engine ray) packs ImageFolder trees only; a table, "
-                        "file groups or Python samples are packed with the local engine.")
     if options.pop("strict", False) and skip_bad:
         raise PackError("strict and skip_bad contradict each other; pass one.")
     if kind is None:
         return pack_samples(src, dst, fields, skip_bad=skip_bad, **options)
-    samples, specs, source = importers.open_source(src, kind, fields=fields, image=image,
-                                                   label=label, root=root,
-                                                   skip_empty=skip_empty, masks=masks)
-    return pack_samples(samples, dst, specs, skip_bad=skip_bad, source=source, **options)
+    reopen = importers.reopen_description(src, kind, fields=fields, image=image, label=label,
+                                          root=root, skip_empty=skip_empty, masks=masks)
+    # opened by its absolute path, as a shard task reopens it (the same fingerprint)
+    samples, specs, source = importers.open_source(
+        reopen["src"] if reopen else src, kind, fields=fields, image=image, label=label,
+        root=root, skip_empty=skip_empty, masks=masks)
+    return pack_samples(samples, dst, specs, skip_bad=skip_bad, source=source, reopen=reopen,
+                        **options)

@@ -74,6 +74,12 @@ class MaskedSamples(Sequence[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self._samples)
 
+    def size_hints(self) -> list[int]:
+        """The shard plan's size hints (image file sizes), without painting any mask."""
+        from fastloader.pack.sample_plan import size_hint
+
+        return [size_hint(sample.get("image")) for sample in self._samples]
+
     def __getitem__(self, index: int) -> Any:  # type: ignore[override]
         sample = self._samples[index]
         if ERROR_KEY in sample:

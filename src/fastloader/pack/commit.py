@@ -22,7 +22,7 @@ from fastloader.format.manifest import Manifest, ShardInfo
 from fastloader.pack import tiling
 from fastloader.pack.journal import JOURNAL_DIR, Staging
 from fastloader.pack.part import Part, check_part, load_arrays
-from fastloader.pack.plan import ShardPlan
+from fastloader.pack.plan import ShardPlan, Spans
 
 SKIPPED_NAME = "skipped.json"
 _NAMED = 5  # bad parts named one by one in the refusal; the rest are counted
@@ -39,7 +39,7 @@ def _ranges(shards: list[int]) -> list[str]:
     return [f"{lo}:{hi}" for lo, hi in spans]
 
 
-def check_parts(staging: Staging, plan: ShardPlan, trusted: Collection[int] = ()) -> list[Part]:
+def check_parts(staging: Staging, plan: Spans, trusted: Collection[int] = ()) -> list[Part]:
     """Every part of the plan, whole; PackError naming the missing or damaged ones.
 
     The shard files of `trusted` parts (written and hashed by this process just now) are only

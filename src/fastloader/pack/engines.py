@@ -20,7 +20,7 @@ from typing import Any
 
 from fastloader.errors import FastloaderError, PackError
 from fastloader.pack.part import build_part, prepare_job, run_shard
-from fastloader.pack.plan import ShardPlan
+from fastloader.pack.plan import ShardPlan, Spans
 from fastloader.pack.validate import Prepared
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def progress_bar(total: int, quiet: bool, initial: int = 0) -> Any:
 class Meter:
     """Counts files and bytes done for the progress callback and the bar."""
 
-    def __init__(self, plan: ShardPlan, todo: Sequence[int], progress: Progress | None,
+    def __init__(self, plan: Spans, todo: Sequence[int], progress: Progress | None,
                  quiet: bool) -> None:
         pending = sum(plan.span(k)[1] - plan.span(k)[0] for k in todo)
         pending_bytes = sum(int(plan.sizes[slice(*plan.span(k))].sum()) for k in todo)
@@ -150,8 +150,10 @@ def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
 
 
 def run_ray(staging: Path, todo: Sequence[int], workers: int, address: str | None,
-            meter: Meter, plan: ShardPlan) -> set[int]:
-    """Run part.run_shard as one Ray task per pending shard; progress here on the driver.
+            meter: Meter, plan: Spans, task: Callable[..., dict[str, int]] = run_shard,
+            extra: tuple[Any, ...] = ()) -> set[int]:
+    """Run task(staging, k, *extra) (part.run_shard, or a sample pack's) as one Ray task per
+    pending shard; progress here on the driver.
 
     Uses the Ray instance this process already joined, else joins `address`, else starts a
     local one with `workers` CPUs on loopback (shut down again at the end).
@@ -164,8 +166,8 @@ def run_ray(staging: Path, todo: Sequence[int], workers: int, address: str | Non
         ray.init(address="local", num_cpus=workers, include_dashboard=False,
                  log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
-        task = ray.remote(num_cpus=1, max_retries=3)(run_shard)
-        refs = {task.remote(str(staging), k): k for k in todo}
+        remote = ray.remote(num_cpus=1, max_retries=3)(task)
+        refs = {remote.remote(str(staging), k, *extra): k for k in todo}
         pending = list(refs)
         written: set[int] = set()
         while pending:
@@ -185,7 +187,7 @@ def run_ray(staging: Path, todo: Sequence[int], workers: int, address: str | Non
             ray.shutdown()
 
 
-def pending_shards(staging: Path, plan: ShardPlan, resume: bool) -> list[int]:
+def pending_shards(staging: Path, plan: Spans, resume: bool) -> list[int]:
     """The shards whose part is missing or invalid (all of them unless resuming)."""
     if not resume:
         return list(range(plan.num_shards))

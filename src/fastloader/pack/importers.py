@@ -98,6 +98,25 @@ def open_source(src: str | os.PathLike[str], kind: str, *, fields: Any, image: s
     return samples, specs, source | {"fingerprint": fingerprint(kind, source["path"])}
 
 
+def reopen_description(src: str | os.PathLike[str], kind: str, *, fields: Any,
+                       image: str | None, label: str | None, root: Any, skip_empty: bool,
+                       masks: bool) -> dict[str, Any] | None:
+    """How a shard task (a Ray task, `packdata shard`) opens this source again: JSON of
+    open_source's arguments with absolute paths; None when fields cannot be written as JSON
+    (then the samples travel to the tasks pickled)."""
+    import json
+
+    description = {"src": os.path.abspath(os.path.expanduser(os.fspath(src))), "kind": kind,
+                   "fields": fields, "image": image, "label": label,
+                   "root": None if root is None else os.path.abspath(
+                       os.path.expanduser(os.fspath(root))),
+                   "skip_empty": skip_empty, "masks": masks}
+    try:
+        return json.loads(json.dumps(description))  # tuples read back as lists, as stored
+    except (TypeError, ValueError):
+        return None
+
+
 def _open(src: str | os.PathLike[str], kind: str, *, fields: Any, image: str | None,
           label: str | None, root: Any) -> tuple[Any, Any, dict[str, Any]]:
     if kind in ("files", "tar"):

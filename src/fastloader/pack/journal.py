@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fastloader.errors import PackError
-from fastloader.format.manifest import MANIFEST_NAME, ShardInfo
+from fastloader.format.manifest import MANIFEST_NAME
 from fastloader.pack.plan import PLAN_DIR
-from fastloader.pack.tiling import save_columns
 
 PLAN_NAME = "plan.json"
 JOURNAL_DIR = "journal"
@@ -36,33 +33,11 @@ def _close_inherited_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_close_inherited_locks)
-SAMPLE_COLUMNS = ("relpath", "label", "offset", "length", "height", "width", "codec", "crc32")
 
 
 def staging_path(dst: Path) -> Path:
     """The hidden sibling folder a pack of dst is built in: .NAME.partial"""
     return dst.parent / f".{dst.name}.partial"
-
-
-@dataclass
-class ShardRecord:
-    """A finished shard: its manifest entry, the source files it consumed and its samples."""
-
-    info: ShardInfo
-    consumed: list[list[Any]]  # [relpath, size, mtime_ns] of every file read, good or not
-    skipped: list[list[str]]  # [relpath, reason]
-    samples: dict[str, list[Any]] = field(default_factory=dict)  # SAMPLE_COLUMNS -> values
-    tiles: dict[str, Any] | None = None  # tiled packs: tiling.TileColumns arrays (own file)
-
-    def to_json(self) -> str:
-        raw = dataclasses.asdict(dataclasses.replace(self, tiles=None))
-        raw.pop("tiles")
-        return json.dumps(raw)
-
-    @classmethod
-    def from_json(cls, text: str) -> ShardRecord:
-        raw = json.loads(text)
-        return cls(ShardInfo(**raw["info"]), raw["consumed"], raw["skipped"], raw["samples"])
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -172,30 +147,6 @@ class Staging:
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-
-    def _load_record(self, shard_id: int) -> ShardRecord | None:
-        path = self.journal / f"{shard_id:05d}.json"
-        try:
-            return ShardRecord.from_json(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def _drop_from(self, shard_id: int) -> None:
-        """Delete journal entries and shard files from shard_id on (they will be rebuilt)."""
-        for entry in self.journal.glob("*.*"):
-            number = entry.name.split(".")[0]
-            if number.isdigit() and int(number) >= shard_id:
-                entry.unlink()
-        for entry in self.dir.glob("shard-*"):
-            number = entry.name[len("shard-") :].split(".")[0]
-            if number.isdigit() and int(number) >= shard_id:
-                entry.unlink()
-
-    def commit_shard(self, record: ShardRecord, shard_id: int) -> None:
-        """Note a finished, fsynced shard in the journal (after it is whole on disk)."""
-        if record.tiles is not None:  # before the entry: an entry implies its tile columns
-            save_columns(self.journal, shard_id, record.tiles)
-        write_atomic(self.journal / f"{shard_id:05d}.json", record.to_json())
 
     def finish(self, write_manifest: Any, overwrite: bool) -> None:
         """Drop the journal, write the manifest (last file), rename the folder to DST.

@@ -36,7 +36,7 @@ from fastloader.pack.journal import (
     sha256_file,
     write_atomic,
 )
-from fastloader.pack.plan import PLAN_DIR, ShardPlan
+from fastloader.pack.plan import PLAN_DIR, ShardPlan, Spans
 from fastloader.pack.validate import Prepared, prepare
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ def load_arrays(staging: Path, k: int) -> dict[str, np.ndarray]:
         return {name: data[name] for name in _ARRAYS}
 
 
-def check_part(staging: Path, plan: ShardPlan, k: int, hash_shard: bool = True
+def check_part(staging: Path, plan: Spans, k: int, hash_shard: bool = True
                ) -> tuple[Part | None, str]:
     """Shard k's part when it is whole and made from the plan's files, else why not."""
     try:

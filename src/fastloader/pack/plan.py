@@ -16,7 +16,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -28,6 +28,24 @@ MAX_SHARD_FILES = 1 << 16  # bounds a task's memory and time on tiny files
 _ARRAYS = ("path_offsets", "path_bytes", "labels", "sizes", "mtimes", "bounds")
 _SCAN_NAME = "scan.json"
 _GATHER_BLOCK = 1 << 12  # paths gathered at a time by paths_of (~2 MB of int64 indices)
+
+
+class Spans(Protocol):
+    """What checking parts, counting progress and running tasks read of a plan: ShardPlan's
+    and a sample pack's (pack/sample_plan.SamplePlan)."""
+
+    sizes: np.ndarray  # int64 (n,): the bytes a position weighs, for the progress
+
+    @property
+    def num_shards(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def span(self, k: int) -> tuple[int, int]: ...
+
+    def digest(self, k: int) -> str: ...
+
+    def relpath(self, i: int) -> str: ...
 
 
 @dataclass

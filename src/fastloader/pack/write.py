@@ -18,10 +18,8 @@ from fastloader.errors import PackError, invalid_argument
 from fastloader.format.backends import backend_for_suffix
 from fastloader.format.manifest import BACKENDS, Manifest
 from fastloader.pack import tiling
-from fastloader.pack.builder import build_index as _build_index  # noqa: F401 (samples.py)
 from fastloader.pack.commit import SKIPPED_NAME, commit
 from fastloader.pack.engines import ENGINES, KILL_AFTER_SHARDS_ENV, Meter, Progress, pending_shards
-from fastloader.pack.engines import progress_bar as _progress_bar  # noqa: F401 (samples.py)
 from fastloader.pack.journal import Staging, is_dataset, staging_path
 from fastloader.pack.part import SETTINGS_NAME
 from fastloader.pack.plan import MAX_SHARD_FILES, PLAN_DIR, ShardPlan, from_scan

@@ -1,0 +1,173 @@
+"""Who runs a sample pack's shard tasks: this machine's forked processes, or Ray.
+
+Local: a sequence's pending samples are read by index in forked pool workers (its
+__getitem__ runs there, in parallel) and prepared in order; each part is written when its last
+sample is in (as engines.run_local does for ImageFolder trees). A plain iterable is read in
+order here and cut every shard_samples samples, each chunk a part. Ray: one task per shard
+(engines.run_ray with sample_part.run_sample_shard): an importer's source is reopened in the
+task from the plan, Python samples go to the tasks by ray.put (they must pickle).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import multiprocessing
+import os
+import pickle
+import signal
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastloader.errors import PackError
+from fastloader.format.fields import FieldSpec
+from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter, import_ray, run_ray
+from fastloader.pack.sample_part import build_sample_part, run_sample_shard
+from fastloader.pack.sample_plan import SamplePlan, count_bounds
+from fastloader.pack.values import PreparedSample, prepare_sample
+
+_WINDOW = 1024  # samples in flight per pool window: bounds memory
+_SOURCE: Any = None  # the sequence being packed, inherited by forked workers
+
+
+def is_sequence(samples: Any) -> bool:
+    """Whether samples can be read by index (len + getitem), not a plain iterable."""
+    return hasattr(samples, "__len__") and hasattr(samples, "__getitem__") and not isinstance(
+        samples, (dict, str, bytes))
+
+
+def _job(item: Any, specs: Sequence[FieldSpec], settings: dict[str, Any]) -> PreparedSample:
+    if isinstance(item, int):  # an index into the forked sequence: __getitem__ runs here
+        where = f"sample {item}"
+        try:
+            sample = _SOURCE[item]
+        except Exception as exc:  # the user's __getitem__: any failure is this sample's
+            return prepare_sample(f"<{type(exc).__name__}: {exc}>", specs, where, settings)
+        return prepare_sample(sample, specs, where, settings)
+    where, sample = item
+    return prepare_sample(sample, specs, where, settings)
+
+
+def _prepared(samples: Any, items: Iterable[Any], specs: Sequence[FieldSpec],
+              settings: dict[str, Any]) -> Generator[PreparedSample, None, None]:
+    """items (indices of a sequence, or (where, sample) pairs) prepared in order, by a pool
+    holding at most two windows."""
+    global _SOURCE
+    job: Callable[[Any], PreparedSample] = functools.partial(_job, specs=specs,
+                                                             settings=settings)
+    # fork, explicitly (whatever the global default): workers inherit the sequence and call
+    # its __getitem__; without fork, samples travel to the workers pickled, in order.
+    forked = is_sequence(samples) and "fork" in multiprocessing.get_all_start_methods()
+    _SOURCE = samples
+    try:
+        if settings["workers"] == 1:
+            yield from map(job, items)
+            return
+        if not forked and is_sequence(samples):
+            items = ((f"sample {i}", samples[i]) for i in items)
+        with multiprocessing.get_context("fork" if forked else None).Pool(
+                settings["workers"]) as pool:
+            iterator = iter(items)
+            pending: list[Iterable[PreparedSample]] = []
+            while window := list(itertools.islice(iterator, _WINDOW)):
+                chunk = max(1, min(32, len(window) // (4 * settings["workers"])))
+                pending.append(pool.imap(job, window, chunk))
+                if len(pending) > 1:  # keep the next window working while this one drains
+                    yield from pending.pop(0)
+            for rest in pending:
+                yield from rest
+    finally:
+        _SOURCE = None
+
+
+class _Killer:
+    """The test hook: SIGKILL this process after KILL_AFTER_SHARDS_ENV parts this run."""
+
+    def __init__(self) -> None:
+        self.after = int(os.environ.get(KILL_AFTER_SHARDS_ENV, "0") or 0)
+        self.written = 0
+
+    def wrote(self) -> None:
+        self.written += 1
+        if self.after and self.written >= self.after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_local(staging: Path, plan: SamplePlan, todo: Sequence[int], samples: Any,
+              specs: Sequence[FieldSpec], settings: dict[str, Any], meter: Meter) -> set[int]:
+    """Write the parts of `todo` with this machine's processes; the shards written."""
+    positions = (i for k in todo for i in range(*plan.span(k)))
+    stream = _prepared(samples, positions, specs, settings)
+    killer = _Killer()
+
+    def counted(lo: int, hi: int) -> Iterator[PreparedSample]:
+        for i in range(lo, hi):
+            yield next(stream)
+            meter.add(1, int(plan.sizes[i]))
+
+    written: set[int] = set()
+    try:
+        for k in todo:
+            build_sample_part(staging, plan, k, specs, settings, counted(*plan.span(k)))
+            written.add(k)
+            killer.wrote()
+    finally:  # now, not when collected: a later pack's _SOURCE must not be reset by this one
+        stream.close()
+    return written
+
+
+def run_stream(staging: Path, plan: SamplePlan, samples: Iterable[Any],
+               specs: Sequence[FieldSpec], settings: dict[str, Any], shard_samples: int,
+               meter: Meter) -> SamplePlan:
+    """A plain iterable read in order here, a part every shard_samples samples; the plan of
+    what was read (its bounds known only now)."""
+    items = ((f"sample {k}", s) for k, s in enumerate(samples))
+    stream = _prepared(samples, items, specs, settings)
+    killer = _Killer()
+    n = 0
+    try:
+        while chunk := list(itertools.islice(stream, shard_samples)):
+            plan.bounds = count_bounds(n + len(chunk), shard_samples)
+            plan.sizes = np.zeros(n + len(chunk), np.int64)
+            build_sample_part(staging, plan, n // shard_samples, specs, settings, chunk)
+            n += len(chunk)
+            meter.add(len(chunk), 0)
+            killer.wrote()
+    finally:
+        stream.close()
+    return plan
+
+
+def run_on_ray(staging: Path, plan: SamplePlan, todo: Sequence[int], samples: Any,
+               workers: int, address: str | None, meter: Meter) -> set[int]:
+    """One Ray task per pending shard; Python samples go to the tasks by ray.put."""
+    if plan.reopen is not None:  # the tasks reopen the importer's source from the plan
+        return run_ray(staging, todo, workers, address, meter, plan,
+                       task=run_sample_shard)
+    ray = import_ray()
+    started = not ray.is_initialized()
+    if started:  # ray.put needs the instance now (run_ray then uses it as it is)
+        _ray_init(ray, workers, address)
+    try:
+        try:
+            shared = ray.put(samples)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise PackError(f"engine='ray' sends Python samples to its tasks pickled, and "
+                            f"{type(samples).__name__} does not pickle ({exc}); make it "
+                            "picklable or pack with engine='local'.") from None
+        return run_ray(staging, todo, workers, address, meter, plan,
+                       task=run_sample_shard, extra=(shared,))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _ray_init(ray: Any, workers: int, address: str | None) -> None:
+    if address:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                 log_to_driver=False, _node_ip_address="127.0.0.1")
