@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fastloader.errors import FastloaderError, PackError
-from fastloader.pack.part import build_part, prepare_job, run_shard
+from fastloader.pack.part import Stage, build_part, prepare_job, run_shard
 from fastloader.pack.plan import ShardPlan
 from fastloader.pack.validate import Prepared
 
@@ -109,7 +109,7 @@ def _prepared(plan: ShardPlan, todo: Sequence[int], workers: int,
             yield from pending.popleft()
 
 
-def run_local(staging: Path, plan: ShardPlan, todo: Sequence[int], settings: dict[str, Any],
+def run_local(staging: Stage, plan: ShardPlan, todo: Sequence[int], settings: dict[str, Any],
               workers: int, meter: Meter) -> set[int]:
     """Write the parts of `todo` with this machine's processes; the shards written."""
     stream = _prepared(plan, todo, workers, prepare_job(settings))
@@ -149,7 +149,7 @@ def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
                      "parts are kept: rerun with --resume.")
 
 
-def run_ray(staging: Path, todo: Sequence[int], workers: int, address: str | None,
+def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | None,
             meter: Meter, plan: ShardPlan) -> set[int]:
     """Run part.run_shard as one Ray task per pending shard; progress here on the driver.
 
@@ -165,7 +165,7 @@ def run_ray(staging: Path, todo: Sequence[int], workers: int, address: str | Non
                  log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
         task = ray.remote(num_cpus=1, max_retries=3)(run_shard)
-        refs = {task.remote(str(staging), k): k for k in todo}
+        refs = {task.remote(staging, k): k for k in todo}
         pending = list(refs)
         written: set[int] = set()
         while pending:

@@ -17,14 +17,16 @@ from fastloader.checks import int_at_least
 from fastloader.errors import PackError, invalid_argument
 from fastloader.format.backends import backend_for_suffix
 from fastloader.format.manifest import BACKENDS, Manifest
+from fastloader.format.remote import is_url
 from fastloader.pack import tiling
 from fastloader.pack.builder import build_index as _build_index  # noqa: F401 (samples.py)
 from fastloader.pack.commit import SKIPPED_NAME, commit
 from fastloader.pack.engines import ENGINES, KILL_AFTER_SHARDS_ENV, Meter, Progress, pending_shards
 from fastloader.pack.engines import progress_bar as _progress_bar  # noqa: F401 (samples.py)
 from fastloader.pack.journal import Staging, is_dataset, staging_path
-from fastloader.pack.part import SETTINGS_NAME
+from fastloader.pack.part import SETTINGS_NAME, Stage
 from fastloader.pack.plan import MAX_SHARD_FILES, PLAN_DIR, ShardPlan, from_scan
+from fastloader.pack.remote_stage import RemoteStaging
 from fastloader.pack.scan import scan
 from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
 
@@ -46,13 +48,14 @@ def _check_options(
     return shard_size, workers, max_side, quality
 
 
-def resolve_backend(dst: Path, format: str | None) -> str:
-    """The backend for dst: `format` if given (must agree with a known suffix), else the suffix."""
-    from_suffix = backend_for_suffix(dst)
+def resolve_backend(dst: Path | str, format: str | None) -> str:
+    """The backend for dst (a path or URL): `format` if given (must agree with a known suffix),
+    else the suffix."""
+    from_suffix = backend_for_suffix(Path(dst))
     if format is None:
         if from_suffix is None:
             raise PackError(
-                f"cannot tell the format of {dst} from its suffix {dst.suffix!r}; name it "
+                f"cannot tell the format of {dst} from its suffix {Path(dst).suffix!r}; name it "
                 "NAME.lmdb or NAME.h5, or pass --format lmdb|hdf5."
             )
         return from_suffix
@@ -61,7 +64,8 @@ def resolve_backend(dst: Path, format: str | None) -> str:
         raise PackError(f"unknown format {format!r} for {dst}; choose lmdb or hdf5.")
     if from_suffix is not None and from_suffix != chosen:
         raise PackError(
-            f"{dst} has the {from_suffix} suffix {dst.suffix!r} but format {format!r} was asked; "
+            f"{dst} has the {from_suffix} suffix {Path(dst).suffix!r} but format {format!r} was "
+            "asked; "
             "make the suffix and --format agree."
         )
     return chosen
@@ -103,8 +107,10 @@ def plan_pack(
     tiles: bool = False,
     restart_mcus: int = tiling.tiles.DEFAULT_RESTART_MCUS,
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-) -> tuple[Staging, ShardPlan, dict[str, Any]]:
-    """Scan src and write the shard plan into dst's staging folder (locked on return).
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[Staging | RemoteStaging, ShardPlan, dict[str, Any]]:
+    """Scan src and write the shard plan into dst's staging folder (locked on return), or
+    into the remote staging of a URL dst (remote_stage.py; uploaded, not locked).
 
     Without resume, or when the options differ from the staged plan's, the folder is cleared;
     resuming keeps the parts (each is reused only if made from the same files). Returns the
@@ -112,10 +118,17 @@ def plan_pack(
     """
     shard_size, _, max_side, quality = _check_options(shard_size, 1, max_side, quality)
     tile_option = tiling.check_tiles_option(tiles, restart_mcus)
-    dst_path = Path(dst).expanduser().absolute()
     src_path = Path(src).expanduser().absolute()
-    backend = resolve_backend(dst_path, format)
-    _check_destination(dst_path, src_path, overwrite)
+    staging: Staging | RemoteStaging
+    if is_url(dst):  # the staging is remote too (remote_stage.py)
+        backend = resolve_backend(str(dst), format)
+        staging = RemoteStaging(str(dst), storage_options)
+        staging.check_destination(overwrite)
+    else:
+        dst_path = Path(dst).expanduser().absolute()
+        backend = resolve_backend(dst_path, format)
+        _check_destination(dst_path, src_path, overwrite)
+        staging = Staging(dst_path)
     max_file_size = int_at_least("max_file_size", max_file_size, 1, "Pass a size in bytes.")
     result = scan(src_path, max_file_size)
     if strict and result.refused:  # the scan's refusals count as unreadable files
@@ -129,12 +142,16 @@ def plan_pack(
                                 "max_file_size": max_file_size, "shard_files": MAX_SHARD_FILES}
     if tile_option is not None:
         identity["tiles"] = tile_option
-    staging = Staging(dst_path)
+    run = {"strict": strict, "overwrite": overwrite}
     try:
-        staging.open(identity, resume)
+        if isinstance(staging, RemoteStaging):
+            staging.open(identity, resume, overwrite)
+        else:
+            staging.open(identity, resume)
         plan.save(staging.dir)
-        run = {"strict": strict, "overwrite": overwrite}
         (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text(json.dumps(run, sort_keys=True))
+        if isinstance(staging, RemoteStaging):
+            staging.publish_plan(SETTINGS_NAME)
     except BaseException:
         staging.release()
         raise
@@ -168,6 +185,7 @@ def pack(
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     engine: str = "local",
     ray_address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Manifest:
     """Pack the ImageFolder tree at src into a sharded dataset folder dst.
 
@@ -217,22 +235,26 @@ def pack(
     staging, plan, settings = plan_pack(
         src, dst, format=format, shard_size=shard_size, max_side=max_side, quality=quality,
         overwrite=overwrite, resume=resume, strict=strict, tiles=tiles,
-        restart_mcus=restart_mcus, max_file_size=max_file_size)
+        restart_mcus=restart_mcus, max_file_size=max_file_size, storage_options=storage_options)
     try:
-        todo = pending_shards(staging.dir, plan, resume)
+        remote = isinstance(staging, RemoteStaging)
+        todo = (staging.pending(plan, resume) if isinstance(staging, RemoteStaging)
+                else pending_shards(staging.dir, plan, resume))
+        stage: Stage = staging.stage if isinstance(staging, RemoteStaging) else staging.dir
         meter = Meter(plan, todo, progress, quiet)
         try:
             if engine == "ray":
                 from fastloader.pack.engines import run_ray
 
-                written = run_ray(staging.dir, todo, workers, ray_address, meter, plan)
+                written = run_ray(stage, todo, workers, ray_address, meter, plan)
             else:
                 from fastloader.pack.engines import run_local
 
-                written = run_local(staging.dir, plan, todo, settings, workers, meter)
+                written = run_local(stage, plan, todo, settings, workers, meter)
         finally:
             meter.close()
-        hashed = set(range(plan.num_shards)) - set(todo)  # pending_shards hashed these just now
+        # pending_shards hashed these just now (a URL's shards are checked by size only)
+        hashed = set() if remote else set(range(plan.num_shards)) - set(todo)
         manifest = commit(staging, plan, settings, overwrite, trusted=set(written) | hashed)
     finally:
         staging.release()

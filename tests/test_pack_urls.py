@@ -1,0 +1,128 @@
+"""An ImageFolder pack straight to a URL (moto's S3 server on 127.0.0.1): shard tasks upload
+their shard and part files, the commit checks the remote parts and writes manifest.json last.
+The same dataset as a local pack, byte for byte; refusals name the shard; --resume redoes only
+the missing parts; --overwrite rules; FastLoader reads the result."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fastloader.errors import PackError
+from fastloader.pack.commit import commit
+from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter, run_local
+from fastloader.pack.remote_stage import RemoteStaging, staging_url
+from fastloader.pack.write import pack, plan_pack
+from helpers import broken_tree, dataset_bytes, remote_dataset_bytes
+from servers import s3_server
+
+pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
+URL = "s3://bucket/train.lmdb"
+SHARD = 20_000  # bytes: the 92-file tree makes 5 shards
+
+
+@pytest.fixture()
+def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """An empty bucket on a fresh moto server; yields its s3fs file system."""
+    monkeypatch.setenv("FASTLOADER_CACHE_DIR", str(tmp_path / "cache"))  # never ~/.cache
+    with s3_server(monkeypatch):
+        import s3fs
+
+        fs = s3fs.S3FileSystem()
+        fs.mkdir("bucket")
+        yield fs
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tree (src/) and its local pack (local.lmdb), the reference for every URL pack."""
+    root = tmp_path_factory.mktemp("urls")
+    broken_tree(root / "src")
+    pack(root / "src", root / "local.lmdb", shard_size=SHARD, workers=1)
+    return root
+
+
+def test_a_pack_to_s3_equals_the_local_pack_and_loads(s3, local: Path) -> None:
+    manifest = pack(local / "src", URL, shard_size=SHARD, workers=2)
+    assert len(manifest.shards) == 5
+    assert remote_dataset_bytes(URL) == dataset_bytes(local / "local.lmdb")
+    s3.invalidate_cache()
+    assert not s3.exists(staging_url(URL)[5:])  # the staging prefix is gone
+    from fastloader.loader.loader import FastLoader
+    from helpers import train_transforms
+
+    loader = FastLoader(URL, batch_size=8, transforms=train_transforms(), num_threads=1)
+    try:
+        labels = sorted(int(y) for _, batch in loader for y in batch)
+    finally:
+        loader.close()
+    assert len(labels) == manifest.num_samples == 90
+
+
+def _planned(src: Path) -> tuple[RemoteStaging, object, dict]:
+    """A URL pack's plan with every part uploaded by the local engine, not committed."""
+    staging, plan, settings = plan_pack(src, URL, shard_size=SHARD)
+    assert isinstance(staging, RemoteStaging)
+    todo = staging.pending(plan, False)
+    run_local(staging.stage, plan, todo, settings, 1, Meter(plan, todo, None, True))
+    return staging, plan, settings
+
+
+def test_the_commit_refuses_a_deleted_remote_part_or_shard_naming_it(s3, local: Path) -> None:
+    staging, plan, settings = _planned(local / "src")
+    partial = staging_url(URL)[5:]
+    try:
+        s3.rm_file(f"{partial}/journal/00002.json")
+        s3.rm_file(f"{URL[5:]}/shard-00004.mdb")
+        with pytest.raises(PackError, match=r"2 of 5 .*shard 2 .*never written.*shard 4 "
+                           r".*shard-00004\.mdb missing"):
+            commit(staging, plan, settings, False)
+    finally:
+        staging.release()
+    s3.invalidate_cache()
+    assert not s3.exists(f"{URL[5:]}/manifest.json")  # nothing published
+
+
+def test_a_damaged_remote_index_part_is_refused(s3, local: Path) -> None:
+    staging, plan, settings = _planned(local / "src")
+    try:
+        name = f"{staging_url(URL)[5:]}/journal/00001.part.npz"
+        s3.pipe_file(name, s3.cat_file(name) + b"x")
+        with pytest.raises(PackError, match=r"shard 1 .*damaged index arrays"):
+            commit(staging, plan, settings, False)
+    finally:
+        staging.release()
+
+
+def test_resume_after_a_killed_pack_uploads_only_the_missing_parts(s3, local: Path) -> None:
+    argv = [str(local / "src"), URL, "--shard-size", str(SHARD), "--workers", "1", "--quiet"]
+    env = {**os.environ, KILL_AFTER_SHARDS_ENV: "2"}
+    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == -9, ran.stderr  # SIGKILLed after 2 parts
+    s3.invalidate_cache()
+    assert not s3.exists(f"{URL[5:]}/manifest.json")
+    assert len(s3.glob(f"{staging_url(URL)[5:]}/journal/*.json")) == 2
+    calls: list[tuple[int, int, int]] = []
+    pack(local / "src", URL, shard_size=SHARD, workers=1, resume=True,
+         progress=lambda *args: calls.append(args))
+    assert calls[0][0] == 40 + 1  # shards 0 and 1 (files 0..39) were kept, not redone
+    assert len(calls) == 92 - 40
+    assert remote_dataset_bytes(URL) == dataset_bytes(local / "local.lmdb")
+
+
+def test_overwrite_rules(s3, local: Path) -> None:
+    pack(local / "src", URL, shard_size=4 * SHARD, workers=1)
+    with pytest.raises(PackError, match="already holds a packed dataset; pass --overwrite"):
+        pack(local / "src", URL, shard_size=SHARD, workers=1)
+    pack(local / "src", URL, shard_size=SHARD, workers=1, overwrite=True)
+    assert remote_dataset_bytes(URL) == dataset_bytes(local / "local.lmdb")  # no old stray
+    s3.pipe_file("bucket/notes.lmdb/readme.txt", b"mine")
+    with pytest.raises(PackError, match=r"not a packed dataset's .*readme\.txt"):
+        pack(local / "src", "s3://bucket/notes.lmdb", workers=1, overwrite=True)
+    assert s3.cat_file("bucket/notes.lmdb/readme.txt") == b"mine"
