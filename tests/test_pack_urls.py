@@ -117,11 +117,13 @@ def test_resume_after_a_killed_pack_uploads_only_the_missing_parts(s3, local: Pa
 
 
 def test_overwrite_rules(s3, local: Path) -> None:
-    pack(local / "src", URL, shard_size=4 * SHARD, workers=1)
+    pack(local / "src", URL, shard_size=SHARD, workers=1)
     with pytest.raises(PackError, match="already holds a packed dataset; pass --overwrite"):
-        pack(local / "src", URL, shard_size=SHARD, workers=1)
-    pack(local / "src", URL, shard_size=SHARD, workers=1, overwrite=True)
-    assert remote_dataset_bytes(URL) == dataset_bytes(local / "local.lmdb")  # no old stray
+        pack(local / "src", URL, shard_size=4 * SHARD, workers=1)
+    manifest = pack(local / "src", URL, shard_size=4 * SHARD, workers=1, overwrite=True)
+    assert len(manifest.shards) == 2  # the old shards 2..4 are strays now: deleted
+    named = {s.file for s in manifest.shards} | {f.file for f in manifest.fields.values()}
+    assert set(remote_dataset_bytes(URL)) == named | {"manifest.json", "skipped.json"}
     s3.pipe_file("bucket/notes.lmdb/readme.txt", b"mine")
     with pytest.raises(PackError, match=r"not a packed dataset's .*readme\.txt"):
         pack(local / "src", "s3://bucket/notes.lmdb", workers=1, overwrite=True)
