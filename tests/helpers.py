@@ -255,6 +255,15 @@ def remote_dataset_bytes(url: str, **storage_options: Any) -> dict[str, Any]:
     return found
 
 
+def upload_tree(folder: Path, url: str) -> None:
+    """Copy every file under folder to url (fsspec), keeping relative paths."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url)
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        fs.put_file(str(path), f"{root}/{path.relative_to(folder).as_posix()}")
+
+
 def broken_tree(root: Path, classes: int = 3, per_class: int = 30) -> dict[str, bytes]:
     """make_flat_tree plus unreadable files early in the sorted listing (skipped when packed),
     so the shards after them start at a sample number below their place in the plan."""

@@ -16,7 +16,7 @@ from fastloader.errors import PackError
 from fastloader.pack.part import DIE_IN_SHARD_ENV
 from fastloader.pack.verify import verify
 from fastloader.pack.write import pack
-from helpers import broken_tree, dataset_bytes, remote_dataset_bytes
+from helpers import broken_tree, dataset_bytes, remote_dataset_bytes, upload_tree
 from servers import s3_server
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'fastloader[ray]')")
@@ -88,8 +88,9 @@ def test_packdata_engine_ray_starts_and_stops_its_own_instance(tmp_path: Path) -
 def test_ray_tasks_pack_to_s3_the_same_dataset(
     tmp_path: Path, ray_instance: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each task uploads its own shard and part from its worker (which has none of the
-    driver's environment: the endpoint and keys travel in storage_options)."""
+    """SRC and DST at URLs: each task reads its files and uploads its own shard and part from
+    its worker (which has none of the driver's environment: the endpoint and keys travel in
+    storage_options)."""
     pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
     broken_tree(tmp_path / "src")
     pack(tmp_path / "src", tmp_path / "local.lmdb", workers=1, shard_size=SHARD)
@@ -99,7 +100,8 @@ def test_ray_tasks_pack_to_s3_the_same_dataset(
         s3fs.S3FileSystem().mkdir("bucket")
         options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
         calls: list[tuple[int, int, int]] = []
-        pack(tmp_path / "src", "s3://bucket/ray.lmdb", engine="ray", shard_size=SHARD,
+        upload_tree(tmp_path / "src", "s3://bucket/tree")
+        pack("s3://bucket/tree", "s3://bucket/ray.lmdb", engine="ray", shard_size=SHARD,
              storage_options=options, progress=lambda *args: calls.append(args))
         assert remote_dataset_bytes("s3://bucket/ray.lmdb") == dataset_bytes(
             tmp_path / "local.lmdb")

@@ -5,6 +5,7 @@ the missing parts; --overwrite rules; FastLoader reads the result."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,12 +19,12 @@ from fastloader.pack.commit import commit
 from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter, run_local
 from fastloader.pack.remote_stage import RemoteStaging, staging_url
 from fastloader.pack.write import pack, plan_pack
-from helpers import broken_tree, dataset_bytes, remote_dataset_bytes
+from helpers import broken_tree, dataset_bytes, remote_dataset_bytes, upload_tree
 from servers import s3_server
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 URL = "s3://bucket/train.lmdb"
-SHARD = 20_000  # bytes: the 92-file tree makes 5 shards
+SHARD = 20_000  # bytes: the 94-file tree makes 5 shards
 
 
 @pytest.fixture()
@@ -43,6 +44,14 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tree (src/) and its local pack (local.lmdb), the reference for every URL pack."""
     root = tmp_path_factory.mktemp("urls")
     broken_tree(root / "src")
+    for folder in ("sub", "sub-x"):  # the listing's order: folder by folder, then names
+        (root / "src" / "c02" / folder).mkdir()
+        image = (root / "src" / "c02" / "img_0001.jpg").read_bytes()
+        (root / "src" / "c02" / folder / "img_0000.jpg").write_bytes(image)
+    for name in (".hidden.jpg", "readme.md", "c00/notes.txt", "c01/.DS_Store",
+                 ".git/a.jpg", ".git/b.jpg", "c02/.cache/x.jpg", "c02/.cache/y.jpg"):
+        (root / "src" / name).parent.mkdir(exist_ok=True)
+        (root / "src" / name).write_bytes(b"ignored")
     pack(root / "src", root / "local.lmdb", shard_size=SHARD, workers=1)
     return root
 
@@ -61,7 +70,7 @@ def test_a_pack_to_s3_equals_the_local_pack_and_loads(s3, local: Path) -> None:
         labels = sorted(int(y) for _, batch in loader for y in batch)
     finally:
         loader.close()
-    assert len(labels) == manifest.num_samples == 90
+    assert len(labels) == manifest.num_samples == 92
 
 
 def _planned(src: Path) -> tuple[RemoteStaging, object, dict]:
@@ -112,7 +121,7 @@ def test_resume_after_a_killed_pack_uploads_only_the_missing_parts(s3, local: Pa
     pack(local / "src", URL, shard_size=SHARD, workers=1, resume=True,
          progress=lambda *args: calls.append(args))
     assert calls[0][0] == 40 + 1  # shards 0 and 1 (files 0..39) were kept, not redone
-    assert len(calls) == 92 - 40
+    assert len(calls) == 94 - 40
     assert remote_dataset_bytes(URL) == dataset_bytes(local / "local.lmdb")
 
 
@@ -128,3 +137,30 @@ def test_overwrite_rules(s3, local: Path) -> None:
     with pytest.raises(PackError, match=r"not a packed dataset's .*readme\.txt"):
         pack(local / "src", "s3://bucket/notes.lmdb", workers=1, overwrite=True)
     assert s3.cat_file("bucket/notes.lmdb/readme.txt") == b"mine"
+
+
+def test_a_tree_at_an_s3_url_packs_the_same_dataset(s3, local: Path, tmp_path: Path) -> None:
+    upload_tree(local / "src", "s3://bucket/tree")
+    pack("s3://bucket/tree", tmp_path / "from-s3.lmdb", shard_size=SHARD, workers=2)
+    assert dataset_bytes(tmp_path / "from-s3.lmdb") == dataset_bytes(local / "local.lmdb")
+    stats = json.loads((tmp_path / "from-s3.lmdb" / "manifest.json").read_text())["stats"]
+    ignored = ("ignored_hidden", "ignored_non_image", "ignored_outside_classes")
+    assert [stats[name] for name in ignored] == [4, 1, 1]  # as the folder's (equal above)
+
+
+def test_an_object_gone_after_the_listing_is_skipped_and_listed(s3, local: Path,
+                                                                 tmp_path: Path) -> None:
+    upload_tree(local / "src", "s3://bucket/tree")
+    staging, plan, settings = plan_pack("s3://bucket/tree", tmp_path / "x.lmdb",
+                                        shard_size=SHARD)
+    try:
+        s3.rm_file("bucket/tree/c02/img_0003.jpg")
+        todo = list(range(plan.num_shards))
+        run_local(staging.dir, plan, todo, settings, 1, Meter(plan, todo, None, True))
+        manifest = commit(staging, plan, settings, False)
+    finally:
+        staging.release()
+    skipped = json.loads((tmp_path / "x.lmdb" / "skipped.json").read_text())
+    assert {"path": "c02/img_0003.jpg", "reason": "cannot read: bucket/tree/c02/img_0003.jpg"
+            } in skipped
+    assert manifest.num_samples == 91

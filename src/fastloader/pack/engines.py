@@ -93,7 +93,7 @@ def _prepared(plan: ShardPlan, todo: Sequence[int], workers: int,
     positions = (i for k in todo for i in range(*plan.span(k)))
     count = sum(plan.span(k)[1] - plan.span(k)[0] for k in todo)
     if workers == 1 or count < 4 * workers:
-        yield from (job(str(plan.root / plan.relpath(i))) for i in positions)
+        yield from (job(plan.source(i)) for i in positions)
         return
     import multiprocessing
 
@@ -101,7 +101,7 @@ def _prepared(plan: ShardPlan, todo: Sequence[int], workers: int,
         pending: deque[Iterable[Prepared]] = deque()
         for window in _windows(plan, positions):
             chunk = max(1, min(32, len(window) // (4 * workers)))
-            paths = [str(plan.root / plan.relpath(i)) for i in window]
+            paths = [plan.source(i) for i in window]
             pending.append(pool.imap(job, paths, chunk))
             if len(pending) > 1:  # keep the next window decoding while this one drains
                 yield from pending.popleft()

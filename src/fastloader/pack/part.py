@@ -97,9 +97,11 @@ def prepare_job(settings: dict[str, Any]) -> Callable[[str], Prepared]:
         return functools.partial(
             tiling.prepare_tiled, max_side=settings["max_side"], quality=settings["quality"],
             restart_mcus=settings["tiles"]["restart_mcus"],
-            max_file_size=settings["max_file_size"])
+            max_file_size=settings["max_file_size"],
+            storage_options=settings.get("storage_options"))
     return functools.partial(prepare, max_side=settings["max_side"],
-                             quality=settings["quality"], max_file_size=settings["max_file_size"])
+                             quality=settings["quality"], max_file_size=settings["max_file_size"],
+                             storage_options=settings.get("storage_options"))
 
 
 def _write_bytes(path: Path, payload: bytes) -> str:
@@ -173,7 +175,7 @@ def build_part(staging: Stage, plan: ShardPlan, k: int, settings: dict[str, Any]
     for i, record in zip(range(lo, hi), prepared, strict=True):
         if record.data is None:
             if settings.get("strict"):
-                raise PackError(f"{plan.root / plan.relpath(i)}: {record.error}; fix or remove "
+                raise PackError(f"{plan.source(i)}: {record.error}; fix or remove "
                                 "it, or pack without --strict to skip unreadable files.")
             skipped.append([plan.relpath(i), record.error or "unknown error"])
             log.warning("pack: skipped %s: %s", skipped[-1][0], skipped[-1][1])
@@ -226,7 +228,7 @@ def run_shard(staging: str | os.PathLike[str] | RemoteParts, k: int) -> dict[str
                         f"{plan.num_shards - 1}).")
     lo, hi = plan.span(k)
     job = prepare_job(settings)
-    records = (job(str(plan.root / plan.relpath(i))) for i in range(lo, hi))
+    records = (job(plan.source(i)) for i in range(lo, hi))
     part = build_part(stage, plan, k, settings, records)
     return {"files": hi - lo, "bytes": int(plan.sizes[lo:hi].sum()),
             "packed": 0 if part.info is None else part.info.count}

@@ -82,7 +82,8 @@ class RemoteStage:
     def load_plan(self) -> tuple[ShardPlan, dict[str, Any]]:
         """The plan and settings the driver uploaded (downloaded once per worker process)."""
         options = json.dumps(self.storage_options or {}, sort_keys=True, default=str)
-        return _cached_plan(self.staging, self.token, options)
+        plan, settings = _cached_plan(self.staging, self.token, options)
+        return plan, settings | {"storage_options": self.storage_options}  # a URL source's
 
     def build_part(self, plan: ShardPlan, k: int, settings: dict[str, Any],
                    prepared: Iterable[Prepared]) -> Part:

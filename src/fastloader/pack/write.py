@@ -28,6 +28,7 @@ from fastloader.pack.part import SETTINGS_NAME, Stage
 from fastloader.pack.plan import MAX_SHARD_FILES, PLAN_DIR, ShardPlan, from_scan
 from fastloader.pack.remote_stage import RemoteStaging
 from fastloader.pack.scan import scan
+from fastloader.pack.scan_remote import scan_url
 from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
 
 DEFAULT_SHARD_SIZE = 256 << 20
@@ -71,7 +72,7 @@ def resolve_backend(dst: Path | str, format: str | None) -> str:
     return chosen
 
 
-def _check_destination(dst: Path, src: Path, overwrite: bool) -> None:
+def _check_destination(dst: Path, src: Path | str, overwrite: bool) -> None:
     if not dst.parent.is_dir():
         raise PackError(
             f"cannot create {dst}: its parent folder {dst.parent} does not exist; create it "
@@ -118,7 +119,7 @@ def plan_pack(
     """
     shard_size, _, max_side, quality = _check_options(shard_size, 1, max_side, quality)
     tile_option = tiling.check_tiles_option(tiles, restart_mcus)
-    src_path = Path(src).expanduser().absolute()
+    src_path = str(src) if is_url(src) else Path(src).expanduser().absolute()
     staging: Staging | RemoteStaging
     if is_url(dst):  # the staging is remote too (remote_stage.py)
         backend = resolve_backend(str(dst), format)
@@ -130,10 +131,11 @@ def plan_pack(
         _check_destination(dst_path, src_path, overwrite)
         staging = Staging(dst_path)
     max_file_size = int_at_least("max_file_size", max_file_size, 1, "Pass a size in bytes.")
-    result = scan(src_path, max_file_size)
+    result = (scan_url(src_path, max_file_size, storage_options) if isinstance(src_path, str)
+              else scan(src_path, max_file_size))
     if strict and result.refused:  # the scan's refusals count as unreadable files
         path, reason = result.refused[0]
-        raise PackError(f"{result.root / path}: {reason}; fix or remove it, or pack without "
+        raise PackError(f"{result.root}/{path}: {reason}; fix or remove it, or pack without "
                         "--strict to skip (and list) such files.")
     plan = from_scan(result, shard_size)
     identity: dict[str, Any] = {"backend": backend, "src": str(src_path),
@@ -242,6 +244,7 @@ def pack(
                 else pending_shards(staging.dir, plan, resume))
         stage: Stage = staging.stage if isinstance(staging, RemoteStaging) else staging.dir
         meter = Meter(plan, todo, progress, quiet)
+        settings["storage_options"] = storage_options  # a URL source's; never written down
         try:
             if engine == "ray":
                 from fastloader.pack.engines import run_ray
