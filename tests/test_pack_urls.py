@@ -161,6 +161,6 @@ def test_an_object_gone_after_the_listing_is_skipped_and_listed(s3, local: Path,
     finally:
         staging.release()
     skipped = json.loads((tmp_path / "x.lmdb" / "skipped.json").read_text())
-    assert {"path": "c02/img_0003.jpg", "reason": "cannot read: bucket/tree/c02/img_0003.jpg"
-            } in skipped
+    assert [s["reason"].startswith("cannot read: ") for s in skipped
+            if s["path"] == "c02/img_0003.jpg"] == [True]
     assert manifest.num_samples == 91

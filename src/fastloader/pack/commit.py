@@ -63,11 +63,13 @@ def check_parts(staging: AnyStaging, plan: ShardPlan, trusted: Collection[int] =
             f"{plan.relpath(plan.span(k)[0])!r}) {why}" for k, why in bad[:_NAMED])
         more = f"; and {len(bad) - _NAMED} more" if len(bad) > _NAMED else ""
         fixes = " ".join(f"--range {r}" for r in _ranges([k for k, _ in bad])[:_NAMED])
+        how = (f"Rebuild them with `packdata shard {staging.dst} {fixes}` (one run per range) "
+               "and commit again, or rerun the pack with --resume."
+               if isinstance(staging, Staging) else "Rerun the pack with --resume: it redoes "
+               "only these.")
         raise PackError(
             f"cannot commit {staging.dst}: {len(bad)} of {plan.num_shards} shard parts are "
-            f"missing or damaged: {named}{more}. Rebuild them with `packdata shard "
-            f"{staging.dst} {fixes}` (one run per range) and commit again, or rerun the pack "
-            "with --resume."
+            f"missing or damaged: {named}{more}. {how}"
         )
     return [part for part, _ in results if part is not None]
 

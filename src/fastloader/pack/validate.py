@@ -102,21 +102,26 @@ def reencode(data: bytes, max_side: int, quality: int) -> tuple[bytes, int, int]
 
 
 def read_url(url: str, max_bytes: int, storage_options: dict[str, Any] | None) -> bytes:
-    """The bytes of the object at url (fsspec), at most max_bytes (its size is checked first:
-    an oversized object is never read); OSError/ValueError otherwise."""
+    """The bytes of the object at url (fsspec), at most max_bytes; OSError/ValueError otherwise.
+
+    One ranged read of max_bytes + 1 bytes (one request; the listing already refused objects
+    listed over the cap): an object grown since is found without reading it whole.
+    """
     import fsspec
 
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     try:
-        size = int(fs.size(path) or 0)
-        if size > max_bytes:
-            raise ValueError(f"{size} bytes, over the --max-file-size cap of {max_bytes}")
-        data = bytes(fs.cat_file(path))
+        try:
+            data = bytes(fs.cat_file(path, start=0, end=max_bytes + 1))
+        except FileNotFoundError:
+            raise
+        except OSError:  # S3 refuses every range of an empty object: read it plainly
+            data = bytes(fs.cat_file(path))
     except (OSError, ValueError):
         raise
     except Exception as exc:  # a storage client's own errors: the object is unreadable
         raise OSError(f"{type(exc).__name__}: {exc}") from exc
-    if len(data) > max_bytes:  # grew since the size was read
+    if len(data) > max_bytes:  # grew since the listing
         raise ValueError(f"more than {max_bytes} bytes, over the --max-file-size cap")
     return data
 

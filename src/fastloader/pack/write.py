@@ -197,8 +197,9 @@ def pack(
 
     Args:
         src: the image tree, src/<class>/<images> (found recursively; hidden and non-image files
-            are ignored).
-        dst: the dataset folder to create, NAME.lmdb or NAME.h5.
+            are ignored), or its URL (listed once here, each file read by the tasks).
+        dst: the dataset folder to create, NAME.lmdb or NAME.h5, or its URL (each task uploads
+            its shard; manifest.json last: see pack/remote_stage.py).
         format: "lmdb", "hdf5" or None (from dst's suffix).
         shard_size: bytes per shard file.
         workers: processes that read and check images (None: every usable core); with
@@ -221,6 +222,10 @@ def pack(
             dataset: shards are cut by the files' count and sizes alone.
         ray_address: with engine="ray", the cluster to join (None: the Ray instance this
             process joined, else a local one with `workers` CPUs).
+        storage_options: fsspec options (endpoint_url, key, secret, ...) for a src or dst
+            given as a URL (s3://bucket/x.lmdb, gs://..., file://...); None: the standard
+            ones (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). They travel to the Ray tasks with
+            a URL dst, and are never written to the staging.
 
     Returns:
         Manifest: what was written (also in dst/manifest.json).
