@@ -164,3 +164,15 @@ def test_an_object_gone_after_the_listing_is_skipped_and_listed(s3, local: Path,
     assert [s["reason"].startswith("cannot read: ") for s in skipped
             if s["path"] == "c02/img_0003.jpg"] == [True]
     assert manifest.num_samples == 91
+
+
+def test_packdata_to_a_url_summarises_and_plan_refuses_one(s3, local: Path, capsys) -> None:
+    from fastloader.pack.cli import main as packdata
+
+    assert packdata([str(local / "src"), URL, "--shard-size", str(SHARD), "--workers", "1"]) == 0
+    err = capsys.readouterr().err
+    assert f"packed 92 images into {URL}" in err
+    assert f"skipped 2 unreadable files (all in {URL}/skipped.json)" in err
+    assert "  c01/a_empty.jpg: empty file" in err  # read back from the URL
+    assert packdata(["plan", str(local / "src"), "s3://bucket/other.lmdb"]) == 2
+    assert "take a folder DST, not s3://bucket/other.lmdb" in capsys.readouterr().err
