@@ -137,6 +137,8 @@ def test_overwrite_rules(s3, local: Path) -> None:
     with pytest.raises(PackError, match=r"not a packed dataset's .*readme\.txt"):
         pack(local / "src", "s3://bucket/notes.lmdb", workers=1, overwrite=True)
     assert s3.cat_file("bucket/notes.lmdb/readme.txt") == b"mine"
+    with pytest.raises(PackError, match=r"DST s3://bucket/in\.lmdb is inside SRC s3://bucket"):
+        pack("s3://bucket/", "s3://bucket/in.lmdb", workers=1)
 
 
 def test_a_tree_at_an_s3_url_packs_the_same_dataset(s3, local: Path, tmp_path: Path) -> None:

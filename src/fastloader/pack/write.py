@@ -123,6 +123,9 @@ def plan_pack(
     staging: Staging | RemoteStaging
     if is_url(dst):  # the staging is remote too (remote_stage.py)
         backend = resolve_backend(str(dst), format)
+        if isinstance(src_path, str) and str(dst).startswith(src_path.rstrip("/") + "/"):
+            raise PackError(f"DST {dst} is inside SRC {src_path}; write the dataset outside "
+                            "the source.")
         staging = RemoteStaging(str(dst), storage_options)
         staging.check_destination(overwrite)
     else:
