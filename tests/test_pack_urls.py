@@ -178,3 +178,9 @@ def test_packdata_to_a_url_summarises_and_plan_refuses_one(s3, local: Path, caps
     assert "  c01/a_empty.jpg: empty file" in err  # read back from the URL
     assert packdata(["plan", str(local / "src"), "s3://bucket/other.lmdb"]) == 2
     assert "take a folder DST, not s3://bucket/other.lmdb" in capsys.readouterr().err
+
+
+def test_file_urls_as_src_and_dst_pack_the_same_dataset(local: Path, tmp_path: Path) -> None:
+    pack(f"file://{local}/src", f"file://{tmp_path}/url.lmdb", shard_size=SHARD, workers=1)
+    assert dataset_bytes(tmp_path / "url.lmdb") == dataset_bytes(local / "local.lmdb")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["url.lmdb"]  # no staging left
