@@ -184,3 +184,16 @@ def test_file_urls_as_src_and_dst_pack_the_same_dataset(local: Path, tmp_path: P
     pack(f"file://{local}/src", f"file://{tmp_path}/url.lmdb", shard_size=SHARD, workers=1)
     assert dataset_bytes(tmp_path / "url.lmdb") == dataset_bytes(local / "local.lmdb")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["url.lmdb"]  # no staging left
+
+
+def test_a_dataset_that_appeared_meanwhile_is_not_touched(s3, local: Path) -> None:
+    staging, plan, settings = _planned(local / "src")
+    try:
+        s3.pipe_file(f"{URL[5:]}/manifest.json", b"{}")  # another pack finished first
+        with pytest.raises(PackError, match="appeared while this pack ran"):
+            commit(staging, plan, settings, False)
+    finally:
+        staging.release()
+    s3.invalidate_cache()
+    assert s3.cat_file(f"{URL[5:]}/manifest.json") == b"{}"
+    assert not s3.exists(f"{URL[5:]}/index")  # nothing of ours uploaded over it

@@ -202,16 +202,16 @@ class RemoteStaging:
     def finish(self, write_manifest: Callable[[Path], Any], overwrite: bool) -> None:
         """Upload index/ and skipped.json, then manifest.json (last); then delete the objects
         no manifest names (an older dataset's, an earlier plan's) and the staging prefix."""
+        if MANIFEST_NAME in _listing(self.remote) and not overwrite:  # before any upload
+            raise PackError(f"{self.dst} appeared while this pack ran (another packdata "
+                            "finished it?); rerun with --overwrite to replace it, or choose "
+                            "another DST.")
         write_manifest(self.dir)
         manifest = json.loads((self.dir / MANIFEST_NAME).read_text())
         keep = {s["file"] for s in manifest["shards"]} | {MANIFEST_NAME, "skipped.json"}
         members = sorted(f["file"] for f in manifest["fields"].values())
         for name in [*members, "skipped.json"]:
             put(self.remote, self.dir / name, name)
-        if MANIFEST_NAME in _listing(self.remote) and not overwrite:
-            raise PackError(f"{self.dst} appeared while this pack ran (another packdata "
-                            "finished it?); rerun with --overwrite to replace it, or choose "
-                            "another DST.")
         put(self.remote, self.dir / MANIFEST_NAME, MANIFEST_NAME)
         keep |= set(members)
         for name in _listing(self.remote):
