@@ -184,6 +184,13 @@ def test_file_urls_as_src_and_dst_pack_the_same_dataset(local: Path, tmp_path: P
     pack(f"file://{local}/src", f"file://{tmp_path}/url.lmdb", shard_size=SHARD, workers=1)
     assert dataset_bytes(tmp_path / "url.lmdb") == dataset_bytes(local / "local.lmdb")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["url.lmdb"]  # no staging left
+    sizes = sorted(p.stat().st_size for p in (local / "src").rglob("*.jpg"))
+    cap = sizes[len(sizes) // 2]  # half the files are refused by the listing, in its order
+    pack(f"file://{local}/src", tmp_path / "capped-url.lmdb", max_file_size=cap, workers=1)
+    pack(local / "src", tmp_path / "capped.lmdb", max_file_size=cap, workers=1)
+    assert dataset_bytes(tmp_path / "capped-url.lmdb") == dataset_bytes(tmp_path / "capped.lmdb")
+    skipped = json.loads((tmp_path / "capped.lmdb" / "skipped.json").read_text())
+    assert sum("--max-file-size" in s["reason"] for s in skipped) > 10
 
 
 def test_a_dataset_that_appeared_meanwhile_is_not_touched(s3, local: Path) -> None:

@@ -46,19 +46,17 @@ def _objects(remote: Remote) -> dict[str, dict[str, Any]]:
             if info.get("type", "file") != "directory" and not path.endswith("/")}
 
 
-def scan_url(url: str, max_file_size: int, storage_options: dict[str, Any] | None = None
-             ) -> ScanResult:
-    """The ScanResult of the tree at url (result.root is the URL, without a trailing /)."""
-    remote = Remote(url, storage_options)
-    objects = _objects(remote)
-    if not objects:
-        raise PackError(f"source {remote.url} holds no objects (a wrong URL, or no access?); "
-                        "pass the URL of the prefix that holds class folders.")
-    result = ScanResult(root=remote.url, classes=[], files=Listing.from_files([]))
+_Entry = tuple[str, str, str, Any, Any]  # class, folder, name, then size+stamp or reason
+
+
+def _classify(objects: dict[str, dict[str, Any]], result: ScanResult, max_file_size: int
+              ) -> tuple[set[str], list[_Entry], list[_Entry]]:
+    """scan.py's rules on each object: the classes seen, the files kept (size, stamp) and the
+    refused ones (reason); hidden, non-image and outside-class counts go into result."""
     hidden: set[tuple[str, ...]] = set()
     classes: set[str] = set()
-    kept: list[tuple[str, str, str, int, int]] = []  # class, folder, name, size, stamp
-    refused: list[tuple[str, str, str, str]] = []  # class, folder, name, reason
+    kept: list[_Entry] = []
+    refused: list[_Entry] = []
     for relpath, info in objects.items():
         parts = relpath.split("/")
         if parts[0].startswith("."):
@@ -69,29 +67,45 @@ def scan_url(url: str, max_file_size: int, storage_options: dict[str, Any] | Non
             continue
         classes.add(parts[0])
         first = next((j for j, part in enumerate(parts) if part.startswith(".")), None)
+        entry = (parts[0], posixpath.dirname(relpath), parts[-1])
+        size = int(info.get("size") or 0)
         if first is not None:  # a hidden folder counts once, as the walk of a folder does
             hidden.add(tuple(parts[: first + 1]))
         elif posixpath.splitext(parts[-1])[1].lower() not in IMAGE_EXTENSIONS:
             result.ignored_non_image += 1
-        elif int(info.get("size") or 0) > max_file_size:
-            refused.append((parts[0], posixpath.dirname(relpath), parts[-1],
-                            f"{int(info['size'])} bytes, over the --max-file-size cap of "
-                            f"{max_file_size}"))
+        elif size > max_file_size:
+            refused.append((*entry, f"{size} bytes, over the --max-file-size cap of "
+                            f"{max_file_size}", None))
         else:
-            folder = posixpath.dirname(relpath)
-            kept.append((parts[0], folder, parts[-1], int(info.get("size") or 0), _stamp(info)))
+            kept.append((*entry, size, _stamp(info)))
     result.ignored_hidden = len(hidden)
+    return classes, kept, refused
+
+
+def scan_url(url: str, max_file_size: int, storage_options: dict[str, Any] | None = None
+             ) -> ScanResult:
+    """The ScanResult of the tree at url (result.root is the URL, without a trailing /)."""
+    remote = Remote(url, storage_options)
+    objects = _objects(remote)
+    if not objects:
+        raise PackError(f"source {remote.url} holds no objects (a wrong URL, or no access?); "
+                        "pass the URL of the prefix that holds class folders.")
+    result = ScanResult(root=remote.url, classes=[], files=Listing.from_files([]))
+    classes, kept, refused = _classify(objects, result, max_file_size)
     result.classes = sorted(classes)
     label = {name: k for k, name in enumerate(result.classes)}
+
+    def order(entry: _Entry) -> tuple[int, str, str]:  # class, then folder, then name
+        return label[entry[0]], entry[1], entry[2]
+
     builder = ListingBuilder()
-    for name, folder, file, size, stamp in sorted(kept, key=lambda f: (label[f[0]], f[1], f[2])):
+    for name, folder, file, size, stamp in sorted(kept, key=order):
         builder.append(f"{folder}/{file}", label[name], size, stamp)
     result.files = builder.finish()
-    used = {f[0] for f in kept}
+    used = {entry[0] for entry in kept}
     result.empty_classes = [name for name in result.classes if name not in used]
-    # in the walk's order, as scan.py lists its refusals: class, then folder, then name
-    result.refused = [[f"{folder}/{file}", why] for _, folder, file, why in
-                      sorted(refused, key=lambda f: (label[f[0]], f[1], f[2]))]
+    result.refused = [[f"{folder}/{file}", why] for _, folder, file, why, _ in
+                      sorted(refused, key=order)]  # in the walk's order, as scan.py's
     if not result.files:
         raise PackError(f"source {remote.url} holds no image files in class folders; expected "
                         "SRC/<class>/<image>.jpg (or .png, .webp, ...).")
