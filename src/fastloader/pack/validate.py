@@ -115,7 +115,11 @@ def read_url(url: str, max_bytes: int, storage_options: dict[str, Any] | None) -
             data = bytes(fs.cat_file(path, start=0, end=max_bytes + 1))
         except FileNotFoundError:
             raise
-        except OSError:  # S3 refuses every range of an empty object: read it plainly
+        except OSError:  # S3 refuses every range of an empty object: its size, then read it
+            size = int(fs.size(path) or 0)
+            if size > max_bytes:
+                raise ValueError(f"{size} bytes, over the --max-file-size cap of {max_bytes}"
+                                 ) from None
             data = bytes(fs.cat_file(path))
     except (OSError, ValueError):
         raise
