@@ -236,6 +236,34 @@ def dataset_bytes(dst: Path) -> dict[str, Any]:
     return found
 
 
+def remote_dataset_bytes(url: str, **storage_options: Any) -> dict[str, Any]:
+    """dataset_bytes of the dataset at url (every object under it, read through fsspec)."""
+    import hashlib
+    import json
+
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url, **storage_options)
+    fs.invalidate_cache()
+    found: dict[str, Any] = {}
+    for path in sorted(fs.find(root)):
+        name, data = path[len(root) + 1 :], fs.cat_file(path)
+        if name == "manifest.json":
+            found[name] = json.loads(data) | {"created_at": None}
+        else:
+            found[name] = hashlib.sha256(data).hexdigest()
+    return found
+
+
+def upload_tree(folder: Path, url: str) -> None:
+    """Copy every file under folder to url (fsspec), keeping relative paths."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url)
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        fs.put_file(str(path), f"{root}/{path.relative_to(folder).as_posix()}")
+
+
 def broken_tree(root: Path, classes: int = 3, per_class: int = 30) -> dict[str, bytes]:
     """make_flat_tree plus unreadable files early in the sorted listing (skipped when packed),
     so the shards after them start at a sample number below their place in the plan."""

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 import pytest
+import torch
 
 import fastloader
 from fastloader.decode.boxes import check_min_visibility, map_boxes
@@ -138,8 +138,8 @@ def test_one_copy_to_a_device_keeps_every_samples_values_shape_and_dtype() -> No
     for batch in (arrays, labels):
         moved = _one_copy(batch, torch.device("cpu"))
         assert [tuple(t.shape) for t in moved] == [a.shape for a in batch]
-        assert all(t.dtype == torch.from_numpy(a).dtype for t, a in zip(moved, batch))
-        assert all(np.array_equal(t.numpy(), a) for t, a in zip(moved, batch))
+        assert all(t.dtype == torch.from_numpy(a).dtype for t, a in zip(moved, batch, strict=True))
+        assert all(np.array_equal(t.numpy(), a) for t, a in zip(moved, batch, strict=True))
     readonly = np.arange(6.0).reshape(3, 2)
     readonly.flags.writeable = False  # a memory-mapped column's slice
     (wrapped,) = arrays_to_device([readonly], torch.device("cpu"))

@@ -17,7 +17,15 @@ from fastloader.errors import PackError
 from fastloader.pack.part import DIE_IN_SHARD_ENV
 from fastloader.pack.verify import verify
 from fastloader.pack.write import pack
-from helpers import broken_tree, coco_file, dataset_bytes, sample_table
+from helpers import (
+    broken_tree,
+    coco_file,
+    dataset_bytes,
+    remote_dataset_bytes,
+    sample_table,
+    upload_tree,
+)
+from servers import s3_server
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'fastloader[ray]')")
 SHARD = 20_000  # bytes: the 90-file tree makes 6 shards
@@ -124,3 +132,26 @@ def test_a_sample_task_killed_mid_shard_is_retried(tmp_path: Path, ray_instance:
     fastloader.pack(table, tmp_path / "local.h5", workers=2, shard_size=4 << 10)
     assert dataset_bytes(tmp_path / "ray.h5") == dataset_bytes(tmp_path / "local.h5")
     assert verify(tmp_path / "ray.h5").ok
+
+
+def test_ray_tasks_pack_to_s3_the_same_dataset(
+    tmp_path: Path, ray_instance: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SRC and DST at URLs: each task reads its files and uploads its own shard and part from
+    its worker (which has none of the driver's environment: the endpoint and keys travel in
+    storage_options)."""
+    pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
+    broken_tree(tmp_path / "src")
+    pack(tmp_path / "src", tmp_path / "local.lmdb", workers=1, shard_size=SHARD)
+    with s3_server(monkeypatch) as endpoint:
+        import s3fs
+
+        s3fs.S3FileSystem().mkdir("bucket")
+        options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+        calls: list[tuple[int, int, int]] = []
+        upload_tree(tmp_path / "src", "s3://bucket/tree")
+        pack("s3://bucket/tree", "s3://bucket/ray.lmdb", engine="ray", shard_size=SHARD,
+             storage_options=options, progress=lambda *args: calls.append(args))
+        assert remote_dataset_bytes("s3://bucket/ray.lmdb") == dataset_bytes(
+            tmp_path / "local.lmdb")
+    assert calls[-1][:2] == (92, 92)  # progress on the driver

@@ -89,6 +89,9 @@ def pack(
         raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
                         "or Python samples are packed untiled.")
     options.pop("restart_mcus", None)
+    if options.pop("storage_options", None) is not None:
+        raise PackError("storage_options applies to ImageFolder trees (a URL SRC or DST); a "
+                        "table, file groups or Python samples are packed to a folder.")
     if options.pop("strict", False) and skip_bad:
         raise PackError("strict and skip_bad contradict each other; pass one.")
     if kind is None:

@@ -15,7 +15,7 @@ from typing import Any
 from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import FastloaderError
 from fastloader.format.remote import is_url
-from fastloader.pack import cli_plan
+from fastloader.pack import cli_plan, importers
 from fastloader.pack.api import pack
 from fastloader.pack.cli_sources import add_source_options, samples_summary, source_options
 from fastloader.pack.info import dataset_info, format_info, human_bytes
@@ -52,8 +52,10 @@ non-image files are ignored), or a table (.csv .tsv .jsonl .parquet: --image, --
 --root, --field), or WebDataset-style file groups (x.jpg x.cls x.txt ...) in a folder or
 in .tar shards ('data-{000..009}.tar'); --source-format forces the kind.
 DST's suffix picks the backend: NAME.lmdb or NAME.h5.
-DST may be a URL (s3://bucket/x.lmdb, gs://..., file://...): packed into --staging, then
-uploaded (shards, index, manifest.json last); info and verify take URLs too.
+DST may be a URL (s3://bucket/x.lmdb, gs://..., file://...): an ImageFolder tree is packed
+straight there (each shard task uploads its shard; the staging is the hidden .NAME.partial
+beside it; manifest.json last), other sources into --staging, then uploaded; info and verify
+take URLs too.
 A source folder literally named like a command ("info", "verify", "append", "merge",
 "plan", "shard", "commit") must be written as ./info.
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input."""
@@ -113,8 +115,8 @@ def _pack_parser() -> argparse.ArgumentParser:
         "per shard; pip install \"fastloader[ray]\")")  # fmt: skip
     add("--ray-address", metavar="ADDR", help="with --engine ray: the cluster to join "
         "(default: a local Ray instance with --workers CPUs)")  # fmt: skip
-    add("--staging", metavar="DIR", help="when DST is a URL (s3://bucket/x.lmdb): pack into "
-        "DIR first, then upload (default: the system's temp folder)")  # fmt: skip
+    add("--staging", metavar="DIR", help="when DST is a URL and SRC is not an ImageFolder tree: "
+        "pack into DIR first, then upload (default: the system's temp folder)")  # fmt: skip
     return parser
 
 
@@ -133,7 +135,15 @@ def _sub_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _summary(manifest_stats: dict, seconds: float, dst: Path) -> str:
+def _skipped_list(dst: Path | str) -> list[dict[str, str]]:
+    if isinstance(dst, str):  # a URL
+        from fastloader.format.remote import Remote
+
+        return list(json.loads(Remote(dst).read_bytes(SKIPPED_NAME)))
+    return list(json.loads((dst / SKIPPED_NAME).read_text()))
+
+
+def _summary(manifest_stats: dict, seconds: float, dst: Path | str) -> str:
     stats = manifest_stats
     rate = stats["files_found"] / max(seconds, 1e-9)
     mbps = stats["source_bytes"] / max(seconds, 1e-9) / 1e6
@@ -159,8 +169,8 @@ def _summary(manifest_stats: dict, seconds: float, dst: Path) -> str:
     if stats["reencoded"]:
         lines.append(f"re-encoded {stats['reencoded']} images larger than --max-side")
     if stats["skipped"]:
-        lines.append(f"skipped {stats['skipped']} unreadable files (all in {dst / SKIPPED_NAME}):")
-        skipped = json.loads((dst / SKIPPED_NAME).read_text())
+        lines.append(f"skipped {stats['skipped']} unreadable files (all in {dst}/{SKIPPED_NAME}):")
+        skipped = _skipped_list(dst)
         lines += [f"  {s['path']}: {s['reason']}" for s in skipped[:_SHOWN_SKIPPED]]
     return "\n".join(lines)
 
@@ -168,7 +178,11 @@ def _summary(manifest_stats: dict, seconds: float, dst: Path) -> str:
 def _run_pack(argv: Sequence[str]) -> int:
     args = _pack_parser().parse_args(argv)
     began = time.perf_counter()
-    dst = staging_folder(args.dst, args.staging) if is_url(args.dst) else args.dst
+    # An ImageFolder tree packs straight to a URL (its staging is remote: remote_stage.py);
+    # other sources pack into a local --staging folder, then upload.
+    direct = importers.detect(args.src, args.source_format) == "imagefolder"
+    dst = (staging_folder(args.dst, args.staging) if is_url(args.dst) and not direct
+           else args.dst)
     manifest = pack(
         args.src,
         dst,
@@ -190,9 +204,9 @@ def _run_pack(argv: Sequence[str]) -> int:
     )
     if not args.quiet:
         seconds = time.perf_counter() - began
-        local = Path(dst).expanduser().absolute()
-        text = (_summary(manifest.stats, seconds, local) if manifest.version == 1
-                else samples_summary(manifest, seconds, local))
+        where = dst if is_url(dst) else Path(dst).expanduser().absolute()
+        text = (_summary(manifest.stats, seconds, where) if manifest.version == 1
+                else samples_summary(manifest, seconds, Path(where)))
         print(text, file=sys.stderr)
     if dst != args.dst:  # shards, index, then manifest.json last; then the staging goes
         sent = upload(dst, args.dst, overwrite=args.overwrite)

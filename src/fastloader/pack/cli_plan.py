@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fastloader.errors import PackError
+from fastloader.format.remote import is_url
 from fastloader.pack import importers
 from fastloader.pack.cli_sources import source_options
 from fastloader.pack.commit import commit
@@ -41,6 +42,12 @@ def _range(text: str) -> tuple[int, int]:
     return first, stop
 
 
+def _refuse_url(dst: str) -> None:
+    if is_url(dst):
+        raise PackError(f"packdata plan/shard/commit take a folder DST, not {dst}; pack to a "
+                        "URL in one run: packdata SRC URL [--engine ray].")
+
+
 def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
     from fastloader.pack.write import plan_pack
 
@@ -50,6 +57,7 @@ def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
                                "folder; prints the number of shards.")
     pack_parser.epilog = None
     args = pack_parser.parse_args(argv)
+    _refuse_url(args.dst)
     if args.engine != "local" or args.ray_address:
         raise PackError("packdata plan takes no --engine: the shard runs are yours to "
                         "schedule.")
@@ -122,6 +130,7 @@ def _run_shard(argv: Sequence[str]) -> int:
                         help="processes (default: all usable cores)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    _refuse_url(args.dst)
     from fastloader.pack.write import _check_options
 
     _, workers, _, _ = _check_options(1, args.workers, None, 90)
@@ -185,6 +194,7 @@ def _run_commit(argv: Sequence[str]) -> int:
                         help="replace DST if it is a packed dataset")
     parser.add_argument("--quiet", action="store_true", help="no summary")
     args = parser.parse_args(argv)
+    _refuse_url(args.dst)
     staging = Staging(Path(args.dst).expanduser().absolute())
     staging.adopt()
     try:

@@ -23,8 +23,10 @@ from fastloader.pack import tiling
 from fastloader.pack.journal import JOURNAL_DIR, Staging
 from fastloader.pack.part import Part, check_part, load_arrays
 from fastloader.pack.plan import ShardPlan, Spans
+from fastloader.pack.remote_stage import RemoteStaging
 
 SKIPPED_NAME = "skipped.json"
+AnyStaging = Staging | RemoteStaging  # a staging folder, or a URL's (remote_stage.py)
 _NAMED = 5  # bad parts named one by one in the refusal; the rest are counted
 
 
@@ -39,14 +41,18 @@ def _ranges(shards: list[int]) -> list[str]:
     return [f"{lo}:{hi}" for lo, hi in spans]
 
 
-def check_parts(staging: Staging, plan: Spans, trusted: Collection[int] = ()) -> list[Part]:
+def check_parts(staging: AnyStaging, plan: Spans, trusted: Collection[int] = ()
+                ) -> list[Part]:
     """Every part of the plan, whole; PackError naming the missing or damaged ones.
 
     The shard files of `trusted` parts (written and hashed by this process just now) are only
-    checked for their size; every other one is hashed again (on a few threads).
+    checked for their size; every other one is hashed again (on a few threads). At a URL the
+    parts are downloaded first and every shard is checked by its size (remote_stage.py).
     """
+    sizes = staging.gather()
+
     def one(k: int) -> tuple[Part | None, str]:
-        return check_part(staging.dir, plan, k, hash_shard=k not in trusted)
+        return check_part(staging.dir, plan, k, hash_shard=k not in trusted, sizes=sizes)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(one, range(plan.num_shards)))
@@ -57,16 +63,18 @@ def check_parts(staging: Staging, plan: Spans, trusted: Collection[int] = ()) ->
             f"{plan.relpath(plan.span(k)[0])!r}) {why}" for k, why in bad[:_NAMED])
         more = f"; and {len(bad) - _NAMED} more" if len(bad) > _NAMED else ""
         fixes = " ".join(f"--range {r}" for r in _ranges([k for k, _ in bad])[:_NAMED])
+        how = (f"Rebuild them with `packdata shard {staging.dst} {fixes}` (one run per range) "
+               "and commit again, or rerun the pack with --resume."
+               if isinstance(staging, Staging) else "Rerun the pack with --resume: it redoes "
+               "only these.")
         raise PackError(
             f"cannot commit {staging.dst}: {len(bad)} of {plan.num_shards} shard parts are "
-            f"missing or damaged: {named}{more}. Rebuild them with `packdata shard "
-            f"{staging.dst} {fixes}` (one run per range) and commit again, or rerun the pack "
-            "with --resume."
+            f"missing or damaged: {named}{more}. {how}"
         )
     return [part for part, _ in results if part is not None]
 
 
-def _index(staging: Staging, plan: ShardPlan, parts: list[Part], backend: str, tiled: bool
+def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str, tiled: bool
            ) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
     """The dataset's index arrays and shard entries (each shard given its sample range)."""
     shards: list[ShardInfo] = []
@@ -119,7 +127,7 @@ def _index(staging: Staging, plan: ShardPlan, parts: list[Part], backend: str, t
     }, shards
 
 
-def commit(staging: Staging, plan: ShardPlan, settings: dict[str, Any], overwrite: bool,
+def commit(staging: AnyStaging, plan: ShardPlan, settings: dict[str, Any], overwrite: bool,
            trusted: Collection[int] = ()) -> Manifest:
     """Check every part, write index/, skipped.json and manifest.json, rename to DST."""
     from fastloader import __version__

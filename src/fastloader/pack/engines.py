@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fastloader.errors import FastloaderError, PackError
-from fastloader.pack.part import build_part, prepare_job, run_shard
+from fastloader.pack.part import Stage, build_part, prepare_job, run_shard
 from fastloader.pack.plan import ShardPlan, Spans
 from fastloader.pack.validate import Prepared
 
@@ -93,7 +93,7 @@ def _prepared(plan: ShardPlan, todo: Sequence[int], workers: int,
     positions = (i for k in todo for i in range(*plan.span(k)))
     count = sum(plan.span(k)[1] - plan.span(k)[0] for k in todo)
     if workers == 1 or count < 4 * workers:
-        yield from (job(str(plan.root / plan.relpath(i))) for i in positions)
+        yield from (job(plan.source(i)) for i in positions)
         return
     import multiprocessing
 
@@ -101,7 +101,7 @@ def _prepared(plan: ShardPlan, todo: Sequence[int], workers: int,
         pending: deque[Iterable[Prepared]] = deque()
         for window in _windows(plan, positions):
             chunk = max(1, min(32, len(window) // (4 * workers)))
-            paths = [str(plan.root / plan.relpath(i)) for i in window]
+            paths = [plan.source(i) for i in window]
             pending.append(pool.imap(job, paths, chunk))
             if len(pending) > 1:  # keep the next window decoding while this one drains
                 yield from pending.popleft()
@@ -109,7 +109,7 @@ def _prepared(plan: ShardPlan, todo: Sequence[int], workers: int,
             yield from pending.popleft()
 
 
-def run_local(staging: Path, plan: ShardPlan, todo: Sequence[int], settings: dict[str, Any],
+def run_local(staging: Stage, plan: ShardPlan, todo: Sequence[int], settings: dict[str, Any],
               workers: int, meter: Meter) -> set[int]:
     """Write the parts of `todo` with this machine's processes; the shards written."""
     stream = _prepared(plan, todo, workers, prepare_job(settings))
@@ -149,7 +149,7 @@ def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
                      "parts are kept: rerun with --resume.")
 
 
-def run_ray(staging: Path, todo: Sequence[int], workers: int, address: str | None,
+def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | None,
             meter: Meter, plan: Spans, task: Callable[..., dict[str, int]] = run_shard,
             extra: tuple[Any, ...] = ()) -> set[int]:
     """Run task(staging, k, *extra) (part.run_shard, or a sample pack's) as one Ray task per
@@ -166,8 +166,10 @@ def run_ray(staging: Path, todo: Sequence[int], workers: int, address: str | Non
         ray.init(address="local", num_cpus=workers, include_dashboard=False,
                  log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
-        remote = ray.remote(num_cpus=1, max_retries=3)(task)
-        refs = {remote.remote(str(staging), k, *extra): k for k in todo}
+        # SPREAD: shards go to every node (their reads and writes are what a cluster adds),
+        # not to the workers of the first node that has free CPUs
+        remote = ray.remote(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")(task)
+        refs = {remote.remote(staging, k, *extra): k for k in todo}
         pending = list(refs)
         written: set[int] = set()
         while pending:

@@ -18,10 +18,10 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -100,9 +100,11 @@ def prepare_job(settings: dict[str, Any]) -> Callable[[str], Prepared]:
         return functools.partial(
             tiling.prepare_tiled, max_side=settings["max_side"], quality=settings["quality"],
             restart_mcus=settings["tiles"]["restart_mcus"],
-            max_file_size=settings["max_file_size"])
+            max_file_size=settings["max_file_size"],
+            storage_options=settings.get("storage_options"))
     return functools.partial(prepare, max_side=settings["max_side"],
-                             quality=settings["quality"], max_file_size=settings["max_file_size"])
+                             quality=settings["quality"], max_file_size=settings["max_file_size"],
+                             storage_options=settings.get("storage_options"))
 
 
 def _write_bytes(path: Path, payload: bytes) -> str:
@@ -148,9 +150,24 @@ def _write_shard(staging: Path, k: int, lo: int, data: list[bytes], backend: str
     return info, list(layout.offsets)
 
 
-def build_part(staging: Path, plan: ShardPlan, k: int, settings: dict[str, Any],
+class RemoteParts(Protocol):
+    """Where the tasks put their parts when DST is a URL (remote_stage.RemoteStage): each part
+    is built in a local folder, then uploaded."""
+
+    def build_part(self, plan: ShardPlan, k: int, settings: dict[str, Any],
+                   prepared: Iterable[Prepared]) -> Part: ...
+
+    def load_plan(self) -> tuple[ShardPlan, dict[str, Any]]: ...
+
+
+Stage = Path | RemoteParts  # what the engines hand each task: a staging folder, or remote
+
+
+def build_part(staging: Stage, plan: ShardPlan, k: int, settings: dict[str, Any],
                prepared: Iterable[Prepared]) -> Part:
     """Write shard k from its files' prepared records (in listing order), then its part."""
+    if not isinstance(staging, Path):
+        return staging.build_part(plan, k, settings, prepared)
     lo, hi = plan.span(k)
     data: list[bytes] = []
     kept: list[int] = []
@@ -161,7 +178,7 @@ def build_part(staging: Path, plan: ShardPlan, k: int, settings: dict[str, Any],
     for i, record in zip(range(lo, hi), prepared, strict=True):
         if record.data is None:
             if settings.get("strict"):
-                raise PackError(f"{plan.root / plan.relpath(i)}: {record.error}; fix or remove "
+                raise PackError(f"{plan.source(i)}: {record.error}; fix or remove "
                                 "it, or pack without --strict to skip unreadable files.")
             skipped.append([plan.relpath(i), record.error or "unknown error"])
             log.warning("pack: skipped %s: %s", skipped[-1][0], skipped[-1][1])
@@ -193,23 +210,29 @@ def _cached_plan(staging: str, stamp: int) -> tuple[ShardPlan, dict[str, Any]]:
     return ShardPlan.load(Path(staging)), read_settings(Path(staging))
 
 
-def run_shard(staging: str | os.PathLike[str], k: int) -> dict[str, int]:
+def _load_plan(staging: Stage) -> tuple[ShardPlan, dict[str, Any]]:
+    if not isinstance(staging, Path):
+        return staging.load_plan()
+    try:
+        stamp = (staging / PLAN_NAME).stat().st_mtime_ns
+    except OSError:
+        raise PackError(f"{staging} holds no shard plan; run `packdata plan SRC DST` "
+                        "first.") from None
+    return _cached_plan(str(staging), stamp)
+
+
+def run_shard(staging: str | os.PathLike[str] | RemoteParts, k: int) -> dict[str, int]:
     """The task of shard k, where the engine runs it: read the plan, prepare the files one
     after another, write the part. Returns {files, bytes, packed} for the driver's progress."""
-    folder = Path(staging)
-    try:
-        stamp = (folder / PLAN_NAME).stat().st_mtime_ns
-    except OSError:
-        raise PackError(f"{folder} holds no shard plan; run `packdata plan SRC DST` "
-                        "first.") from None
-    plan, settings = _cached_plan(str(folder), stamp)
+    stage: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
+    plan, settings = _load_plan(stage)
     if not 0 <= k < plan.num_shards:
-        raise PackError(f"shard {k} is not in the plan of {folder} (shards 0..."
+        raise PackError(f"shard {k} is not in the plan of {staging} (shards 0..."
                         f"{plan.num_shards - 1}).")
     lo, hi = plan.span(k)
     job = prepare_job(settings)
-    records = (job(str(plan.root / plan.relpath(i))) for i in range(lo, hi))
-    part = build_part(folder, plan, k, settings, records)
+    records = (job(plan.source(i)) for i in range(lo, hi))
+    part = build_part(stage, plan, k, settings, records)
     _record_node_for_test(k)
     return {"files": hi - lo, "bytes": int(plan.sizes[lo:hi].sum()),
             "packed": 0 if part.info is None else part.info.count}
@@ -230,9 +253,13 @@ def load_arrays(staging: Path, k: int) -> dict[str, np.ndarray]:
         return {name: data[name] for name in _ARRAYS}
 
 
-def check_part(staging: Path, plan: Spans, k: int, hash_shard: bool = True
-               ) -> tuple[Part | None, str]:
-    """Shard k's part when it is whole and made from the plan's files, else why not."""
+def check_part(staging: Path, plan: Spans, k: int, hash_shard: bool = True,
+               sizes: Mapping[str, int] | None = None) -> tuple[Part | None, str]:
+    """Shard k's part when it is whole and made from the plan's files, else why not.
+
+    sizes: the shard files' sizes when they are not in staging (a URL's listing); then only
+    the size is checked: the sha256 is the one the task computed over the bytes it uploaded.
+    """
     try:
         part = Part.from_json(part_path(staging, k).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -253,7 +280,12 @@ def check_part(staging: Path, plan: Spans, k: int, hash_shard: bool = True
     if part.info is None:
         return part, ""
     shard = staging / part.info.file
-    if not shard.is_file() or shard.stat().st_size != part.info.bytes:
+    if sizes is not None:
+        hash_shard = False
+        size = sizes.get(part.info.file)
+    else:
+        size = shard.stat().st_size if shard.is_file() else None
+    if size != part.info.bytes:
         return None, (f"has its shard file {part.info.file} missing or not {part.info.bytes} "
                       "bytes")
     if hash_shard and sha256_file(shard)[1] != part.info.sha256:

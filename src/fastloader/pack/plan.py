@@ -22,6 +22,7 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.index import encode_paths
+from fastloader.format.remote import is_url
 
 PLAN_DIR = "plan"
 MAX_SHARD_FILES = 1 << 16  # bounds a task's memory and time on tiny files
@@ -52,7 +53,7 @@ class Spans(Protocol):
 class ShardPlan:
     """The listing (one entry per source file, sorted) and the shard bounds over it."""
 
-    root: Path
+    root: Path | str  # a str: the URL of a tree in object storage
     path_offsets: np.ndarray  # int64 (n + 1,): slices of path_bytes
     path_bytes: np.ndarray  # uint8: UTF-8 (surrogateescape) relative paths
     labels: np.ndarray  # int64 (n,)
@@ -72,6 +73,12 @@ class ShardPlan:
         """The relative path of file i of the listing."""
         start, stop = int(self.path_offsets[i]), int(self.path_offsets[i + 1])
         return bytes(self.path_bytes[start:stop]).decode("utf-8", "surrogateescape")
+
+    def source(self, i: int) -> str:
+        """Where file i of the listing is read from: its path, or its URL."""
+        if isinstance(self.root, str):
+            return f"{self.root}/{self.relpath(i)}"
+        return str(self.root / self.relpath(i))
 
     def span(self, k: int) -> tuple[int, int]:
         """Shard k's files: listing positions lo..hi (hi excluded)."""
@@ -129,7 +136,8 @@ class ShardPlan:
                 f"{staging} holds no readable shard plan ({exc}); run `packdata plan SRC DST` "
                 "again."
             ) from None
-        plan = cls(Path(scan.pop("root")), scan=scan, **arrays)
+        root = scan.pop("root")
+        plan = cls(root if is_url(root) else Path(root), scan=scan, **arrays)
         if plan.bounds.size < 2 or plan.bounds[-1] != len(plan) or plan.bounds[0] != 0:
             raise PackError(f"the shard plan in {staging} is damaged; run `packdata plan SRC "
                             "DST` again.")

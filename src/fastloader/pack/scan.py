@@ -31,7 +31,7 @@ IMAGE_EXTENSIONS = frozenset(
 class ScanResult:
     """What scan() found under SRC: `files` is the sorted Listing of the files to pack."""
 
-    root: Path
+    root: Path | str  # a str: the URL of a tree in object storage (scan_remote.py)
     classes: list[str]
     files: Listing
     ignored_hidden: int = 0

@@ -48,9 +48,11 @@ def check_tiles_option(tiles_on: Any, restart_mcus: Any) -> dict[str, int] | Non
 def prepare_tiled(
     path: str, max_side: int | None = None, quality: int = 90,
     restart_mcus: int = tiles.DEFAULT_RESTART_MCUS, max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    storage_options: dict[str, Any] | None = None,
 ) -> Prepared:
     """prepare(), then a lossless restart-tile repack of JPEG records (others stay as they are)."""
-    prepared = prepare(path, max_side=max_side, quality=quality, max_file_size=max_file_size)
+    prepared = prepare(path, max_side=max_side, quality=quality, max_file_size=max_file_size,
+                       storage_options=storage_options)
     if prepared.data is None:
         return prepared
     untiled = prepared._replace(source_crc32=prepared.crc32)

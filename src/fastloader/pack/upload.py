@@ -29,7 +29,8 @@ def staging_folder(url: str, staging: str | os.PathLike[str] | None) -> Path:
     return parent / url.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _put(remote: Remote, local: Path, name: str) -> None:
+def put(remote: Remote, local: Path, name: str) -> None:
+    """Upload the local file as member `name` of the remote folder; its size checked."""
     target = f"{remote.path}/{name}"
     # Object stores have no folders, but file:// and other file systems need the parents.
     remote.fs.makedirs(posixpath.dirname(target), exist_ok=True)
@@ -70,7 +71,7 @@ def upload(folder: str | os.PathLike[str], url: str, overwrite: bool = False,
     order += [name for name in rest if name not in order]
     sent = 0
     for name in [*order, "manifest.json"]:
-        _put(remote, root / name, name)
+        put(remote, root / name, name)
         sent += (root / name).stat().st_size
     return sent
 

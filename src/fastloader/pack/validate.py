@@ -14,6 +14,7 @@ from fastloader.decode import _native
 from fastloader.decode import decode as decoder
 from fastloader.errors import DecodeError
 from fastloader.format.manifest import Codec
+from fastloader.format.remote import is_url
 
 # Largest source file read (packdata --max-file-size): bounds each pool worker's memory, and a
 # huge file (a 6 GB sparse "image") is listed in skipped.json instead of exhausting it.
@@ -100,13 +101,46 @@ def reencode(data: bytes, max_side: int, quality: int) -> tuple[bytes, int, int]
     return buffer.getvalue(), size[1], size[0]
 
 
+def read_url(url: str, max_bytes: int, storage_options: dict[str, Any] | None) -> bytes:
+    """The bytes of the object at url (fsspec), at most max_bytes; OSError/ValueError otherwise.
+
+    One ranged read of max_bytes + 1 bytes (one request; the listing already refused objects
+    listed over the cap): an object grown since is found without reading it whole.
+    """
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    try:
+        try:
+            data = bytes(fs.cat_file(path, start=0, end=max_bytes + 1))
+        except FileNotFoundError:
+            raise
+        except OSError:  # S3 refuses every range of an empty object: its size, then read it
+            size = int(fs.size(path) or 0)
+            if size > max_bytes:
+                raise ValueError(f"{size} bytes, over the --max-file-size cap of {max_bytes}"
+                                 ) from None
+            data = bytes(fs.cat_file(path))
+    except (OSError, ValueError):
+        raise
+    except Exception as exc:  # a storage client's own errors: the object is unreadable
+        raise OSError(f"{type(exc).__name__}: {exc}") from exc
+    if len(data) > max_bytes:  # grew since the listing
+        raise ValueError(f"more than {max_bytes} bytes, over the --max-file-size cap")
+    return data
+
+
 def prepare(
     path: str, max_side: int | None = None, quality: int = 90,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE, storage_options: dict[str, Any] | None = None,
 ) -> Prepared:
-    """Read the file at path and return its record; never raises for a bad file."""
+    """Read the file at path (or the object at a URL) and return its record; never raises for
+    a bad file."""
     try:
-        data = read_source(path, max_file_size)
+        if is_url(path):
+            data = read_url(path, max_file_size, storage_options)
+        else:
+            data = read_source(path, max_file_size)
     except OSError as exc:
         return _reject(f"cannot read: {exc.strerror or exc}")
     except ValueError as exc:

@@ -17,13 +17,16 @@ from fastloader.checks import int_at_least
 from fastloader.errors import PackError, invalid_argument
 from fastloader.format.backends import backend_for_suffix
 from fastloader.format.manifest import BACKENDS, Manifest
+from fastloader.format.remote import is_url
 from fastloader.pack import tiling
 from fastloader.pack.commit import SKIPPED_NAME, commit
 from fastloader.pack.engines import ENGINES, KILL_AFTER_SHARDS_ENV, Meter, Progress, pending_shards
 from fastloader.pack.journal import Staging, is_dataset, staging_path
-from fastloader.pack.part import SETTINGS_NAME
+from fastloader.pack.part import SETTINGS_NAME, Stage
 from fastloader.pack.plan import MAX_SHARD_FILES, PLAN_DIR, ShardPlan, from_scan
+from fastloader.pack.remote_stage import RemoteStaging
 from fastloader.pack.scan import scan
+from fastloader.pack.scan_remote import scan_url
 from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
 
 DEFAULT_SHARD_SIZE = 256 << 20
@@ -44,13 +47,14 @@ def _check_options(
     return shard_size, workers, max_side, quality
 
 
-def resolve_backend(dst: Path, format: str | None) -> str:
-    """The backend for dst: `format` if given (must agree with a known suffix), else the suffix."""
-    from_suffix = backend_for_suffix(dst)
+def resolve_backend(dst: Path | str, format: str | None) -> str:
+    """The backend for dst (a path or URL): `format` if given (must agree with a known suffix),
+    else the suffix."""
+    from_suffix = backend_for_suffix(Path(dst))
     if format is None:
         if from_suffix is None:
             raise PackError(
-                f"cannot tell the format of {dst} from its suffix {dst.suffix!r}; name it "
+                f"cannot tell the format of {dst} from its suffix {Path(dst).suffix!r}; name it "
                 "NAME.lmdb or NAME.h5, or pass --format lmdb|hdf5."
             )
         return from_suffix
@@ -59,13 +63,14 @@ def resolve_backend(dst: Path, format: str | None) -> str:
         raise PackError(f"unknown format {format!r} for {dst}; choose lmdb or hdf5.")
     if from_suffix is not None and from_suffix != chosen:
         raise PackError(
-            f"{dst} has the {from_suffix} suffix {dst.suffix!r} but format {format!r} was asked; "
+            f"{dst} has the {from_suffix} suffix {Path(dst).suffix!r} but format {format!r} was "
+            "asked; "
             "make the suffix and --format agree."
         )
     return chosen
 
 
-def _check_destination(dst: Path, src: Path, overwrite: bool) -> None:
+def _check_destination(dst: Path, src: Path | str, overwrite: bool) -> None:
     if not dst.parent.is_dir():
         raise PackError(
             f"cannot create {dst}: its parent folder {dst.parent} does not exist; create it "
@@ -101,8 +106,10 @@ def plan_pack(
     tiles: bool = False,
     restart_mcus: int = tiling.tiles.DEFAULT_RESTART_MCUS,
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-) -> tuple[Staging, ShardPlan, dict[str, Any]]:
-    """Scan src and write the shard plan into dst's staging folder (locked on return).
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[Staging | RemoteStaging, ShardPlan, dict[str, Any]]:
+    """Scan src and write the shard plan into dst's staging folder (locked on return), or
+    into the remote staging of a URL dst (remote_stage.py; uploaded, not locked).
 
     Without resume, or when the options differ from the staged plan's, the folder is cleared;
     resuming keeps the parts (each is reused only if made from the same files). Returns the
@@ -110,15 +117,26 @@ def plan_pack(
     """
     shard_size, _, max_side, quality = _check_options(shard_size, 1, max_side, quality)
     tile_option = tiling.check_tiles_option(tiles, restart_mcus)
-    dst_path = Path(dst).expanduser().absolute()
-    src_path = Path(src).expanduser().absolute()
-    backend = resolve_backend(dst_path, format)
-    _check_destination(dst_path, src_path, overwrite)
+    src_path = str(src) if is_url(src) else Path(src).expanduser().absolute()
+    staging: Staging | RemoteStaging
+    if is_url(dst):  # the staging is remote too (remote_stage.py)
+        backend = resolve_backend(str(dst), format)
+        if isinstance(src_path, str) and str(dst).startswith(src_path.rstrip("/") + "/"):
+            raise PackError(f"DST {dst} is inside SRC {src_path}; write the dataset outside "
+                            "the source.")
+        staging = RemoteStaging(str(dst), storage_options)
+        staging.check_destination(overwrite)
+    else:
+        dst_path = Path(dst).expanduser().absolute()
+        backend = resolve_backend(dst_path, format)
+        _check_destination(dst_path, src_path, overwrite)
+        staging = Staging(dst_path)
     max_file_size = int_at_least("max_file_size", max_file_size, 1, "Pass a size in bytes.")
-    result = scan(src_path, max_file_size)
+    result = (scan_url(src_path, max_file_size, storage_options) if isinstance(src_path, str)
+              else scan(src_path, max_file_size))
     if strict and result.refused:  # the scan's refusals count as unreadable files
         path, reason = result.refused[0]
-        raise PackError(f"{result.root / path}: {reason}; fix or remove it, or pack without "
+        raise PackError(f"{result.root}/{path}: {reason}; fix or remove it, or pack without "
                         "--strict to skip (and list) such files.")
     plan = from_scan(result, shard_size)
     identity: dict[str, Any] = {"backend": backend, "src": str(src_path),
@@ -127,12 +145,16 @@ def plan_pack(
                                 "max_file_size": max_file_size, "shard_files": MAX_SHARD_FILES}
     if tile_option is not None:
         identity["tiles"] = tile_option
-    staging = Staging(dst_path)
+    run = {"strict": strict, "overwrite": overwrite}
     try:
-        staging.open(identity, resume)
+        if isinstance(staging, RemoteStaging):
+            staging.open(identity, resume, overwrite)
+        else:
+            staging.open(identity, resume)
         plan.save(staging.dir)
-        run = {"strict": strict, "overwrite": overwrite}
         (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text(json.dumps(run, sort_keys=True))
+        if isinstance(staging, RemoteStaging):
+            staging.publish_plan(SETTINGS_NAME)
     except BaseException:
         staging.release()
         raise
@@ -166,6 +188,7 @@ def pack(
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     engine: str = "local",
     ray_address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Manifest:
     """Pack the ImageFolder tree at src into a sharded dataset folder dst.
 
@@ -175,8 +198,9 @@ def pack(
 
     Args:
         src: the image tree, src/<class>/<images> (found recursively; hidden and non-image files
-            are ignored).
-        dst: the dataset folder to create, NAME.lmdb or NAME.h5.
+            are ignored), or its URL (listed once here, each file read by the tasks).
+        dst: the dataset folder to create, NAME.lmdb or NAME.h5, or its URL (each task uploads
+            its shard; manifest.json last: see pack/remote_stage.py).
         format: "lmdb", "hdf5" or None (from dst's suffix).
         shard_size: bytes per shard file.
         workers: processes that read and check images (None: every usable core); with
@@ -199,6 +223,10 @@ def pack(
             dataset: shards are cut by the files' count and sizes alone.
         ray_address: with engine="ray", the cluster to join (None: the Ray instance this
             process joined, else a local one with `workers` CPUs).
+        storage_options: fsspec options (endpoint_url, key, secret, ...) for a src or dst
+            given as a URL (s3://bucket/x.lmdb, gs://..., file://...); None: the standard
+            ones (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). They travel to the Ray tasks with
+            a URL dst, and are never written to the staging.
 
     Returns:
         Manifest: what was written (also in dst/manifest.json).
@@ -215,22 +243,27 @@ def pack(
     staging, plan, settings = plan_pack(
         src, dst, format=format, shard_size=shard_size, max_side=max_side, quality=quality,
         overwrite=overwrite, resume=resume, strict=strict, tiles=tiles,
-        restart_mcus=restart_mcus, max_file_size=max_file_size)
+        restart_mcus=restart_mcus, max_file_size=max_file_size, storage_options=storage_options)
     try:
-        todo = pending_shards(staging.dir, plan, resume)
+        remote = isinstance(staging, RemoteStaging)
+        todo = (staging.pending(plan, resume) if isinstance(staging, RemoteStaging)
+                else pending_shards(staging.dir, plan, resume))
+        stage: Stage = staging.stage if isinstance(staging, RemoteStaging) else staging.dir
         meter = Meter(plan, todo, progress, quiet)
+        settings["storage_options"] = storage_options  # a URL source's; never written down
         try:
             if engine == "ray":
                 from fastloader.pack.engines import run_ray
 
-                written = run_ray(staging.dir, todo, workers, ray_address, meter, plan)
+                written = run_ray(stage, todo, workers, ray_address, meter, plan)
             else:
                 from fastloader.pack.engines import run_local
 
-                written = run_local(staging.dir, plan, todo, settings, workers, meter)
+                written = run_local(stage, plan, todo, settings, workers, meter)
         finally:
             meter.close()
-        hashed = set(range(plan.num_shards)) - set(todo)  # pending_shards hashed these just now
+        # pending_shards hashed these just now (a URL's shards are checked by size only)
+        hashed = set() if remote else set(range(plan.num_shards)) - set(todo)
         manifest = commit(staging, plan, settings, overwrite, trusted=set(written) | hashed)
     finally:
         staging.release()
