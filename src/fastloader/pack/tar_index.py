@@ -143,11 +143,13 @@ class TarIndex:
             self._fds.move_to_end(tar)
         return os.pread(fd, size, offset)
 
-    def close(self) -> None:
-        """Close this process's descriptors (reads reopen them)."""
-        if getattr(self, "_pid", -1) == os.getpid():
+    def close(self, _getpid: Callable[[], int] = os.getpid,
+              _close: Callable[[int], None] = os.close) -> None:
+        """Close this process's descriptors (reads reopen them). os's functions are bound
+        as defaults: at interpreter exit __del__ may run after the os module is torn down."""
+        if getattr(self, "_pid", -1) == _getpid():
             while self._fds:
-                os.close(self._fds.popitem()[1])
+                _close(self._fds.popitem()[1])
 
     def __del__(self) -> None:
         self.close()
