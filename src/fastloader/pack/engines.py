@@ -8,6 +8,7 @@ per shard (retried by Ray when its worker dies), with the listing done once on t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -158,14 +159,7 @@ def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | No
     Uses the Ray instance this process already joined, else joins `address`, else starts a
     local one with `workers` CPUs on loopback (shut down again at the end).
     """
-    ray = import_ray()
-    started = not ray.is_initialized()
-    if started and address:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    elif started:  # "local": a new instance even if a cluster runs on this machine
-        ray.init(address="local", num_cpus=workers, include_dashboard=False,
-                 log_to_driver=False, _node_ip_address="127.0.0.1")
-    try:
+    with joined_ray(workers, address) as ray:
         # SPREAD: shards go to every node (their reads and writes are what a cluster adds),
         # not to the workers of the first node that has free CPUs
         remote = ray.remote(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")(task)
@@ -184,6 +178,21 @@ def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | No
                 written.add(refs[ref])
                 meter.add(done["files"], done["bytes"])
         return written
+
+
+@contextlib.contextmanager
+def joined_ray(workers: int, address: str | None) -> Iterator[Any]:
+    """The ray module, joined to the instance this process already joined, else to `address`,
+    else to a new local one with `workers` CPUs on loopback; what it started it shuts down."""
+    ray = import_ray()
+    started = not ray.is_initialized()
+    if started and address:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    elif started:  # "local": a new instance even if a cluster runs on this machine
+        ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                 log_to_driver=False, _node_ip_address="127.0.0.1")
+    try:
+        yield ray
     finally:
         if started:
             ray.shutdown()
@@ -198,5 +207,5 @@ def pending_shards(staging: Path, plan: Spans, resume: bool) -> list[int]:
     return [k for k in range(plan.num_shards) if check_part(staging, plan, k)[0] is None]
 
 
-__all__ = ["ENGINES", "KILL_AFTER_SHARDS_ENV", "Meter", "import_ray", "pending_shards",
-           "run_local", "run_ray"]
+__all__ = ["ENGINES", "KILL_AFTER_SHARDS_ENV", "Meter", "import_ray", "joined_ray",
+           "pending_shards", "run_local", "run_ray"]

@@ -24,7 +24,7 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec
-from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter, import_ray, run_ray
+from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter, joined_ray, run_ray
 from fastloader.pack.sample_part import build_sample_part, run_sample_shard
 from fastloader.pack.sample_plan import SamplePlan, count_bounds
 from fastloader.pack.values import PreparedSample, prepare_sample
@@ -147,11 +147,7 @@ def run_on_ray(staging: Path, plan: SamplePlan, todo: Sequence[int], samples: An
     if plan.reopen is not None:  # the tasks reopen the importer's source from the plan
         return run_ray(staging, todo, workers, address, meter, plan,
                        task=run_sample_shard)
-    ray = import_ray()
-    started = not ray.is_initialized()
-    if started:  # ray.put needs the instance now (run_ray then uses it as it is)
-        _ray_init(ray, workers, address)
-    try:
+    with joined_ray(workers, address) as ray:  # ray.put needs the instance now
         try:
             shared = ray.put(samples)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
@@ -160,14 +156,3 @@ def run_on_ray(staging: Path, plan: SamplePlan, todo: Sequence[int], samples: An
                             "picklable or pack with engine='local'.") from None
         return run_ray(staging, todo, workers, address, meter, plan,
                        task=run_sample_shard, extra=(shared,))
-    finally:
-        if started:
-            ray.shutdown()
-
-
-def _ray_init(ray: Any, workers: int, address: str | None) -> None:
-    if address:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    else:
-        ray.init(address="local", num_cpus=workers, include_dashboard=False,
-                 log_to_driver=False, _node_ip_address="127.0.0.1")
