@@ -80,7 +80,8 @@ def samples_summary(manifest: Manifest, seconds: float, dst: Path) -> str:
              f"({stats['packed'] / max(seconds, 1e-9):.0f} samples/s); fields: {fields}"]
     skipped = stats.get("skipped_samples", [])
     if skipped:
-        lines.append(f"skipped {len(skipped)} bad samples (all in the manifest and "
+        noun = "sample" if len(skipped) == 1 else "samples"
+        lines.append(f"skipped {len(skipped)} bad {noun} (all in the manifest and "
                      f"{dst / 'skipped.json'}):")
         lines += [f"  {s['sample']}: {s['reason']}" for s in skipped[:_SHOWN_SKIPPED]]
     return "\n".join(lines)

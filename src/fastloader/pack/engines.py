@@ -186,11 +186,12 @@ def joined_ray(workers: int, address: str | None) -> Iterator[Any]:
     else to a new local one with `workers` CPUs on loopback; what it started it shuts down."""
     ray = import_ray()
     started = not ray.is_initialized()
+    quiet = {"include_dashboard": False, "log_to_driver": False,
+             "logging_level": logging.WARNING}  # packdata prints its own progress
     if started and address:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        ray.init(address=address, **quiet)
     elif started:  # "local": a new instance even if a cluster runs on this machine
-        ray.init(address="local", num_cpus=workers, include_dashboard=False,
-                 log_to_driver=False, _node_ip_address="127.0.0.1")
+        ray.init(address="local", num_cpus=workers, _node_ip_address="127.0.0.1", **quiet)
     try:
         yield ray
     finally:
