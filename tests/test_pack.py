@@ -234,3 +234,39 @@ def test_fastloader_pack_is_callable_even_after_submodule_imports(tmp_path: Path
     make_flat_tree(tmp_path / "src", classes=1, per_class=2)
     manifest = fastloader.pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1)
     assert manifest.num_samples == 2 and callable(fastloader.pack)
+
+
+def test_pool_workers_end_on_terminate_under_an_inherited_sigterm_handler(tmp_path: Path) -> None:
+    # ray.init installs a Python SIGTERM handler and leaves it after shutdown: forked pool
+    # workers inherited it, and a pack stopped by a bad file (its pool terminated while
+    # workers waited for work) hung for good in Pool.terminate(). Run in a child, so a hang
+    # is a timeout here (SIGKILL: the child ignores SIGTERM).
+    make_flat_tree(tmp_path / "tree", classes=2, per_class=300)
+    (tmp_path / "tree" / "c00" / "img_0000a.jpg").write_bytes(b"not a jpeg")
+    script = f"""
+import pathlib, signal, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from helpers import sample_table
+import fastloader
+from fastloader.errors import PackError
+signal.signal(signal.SIGTERM, lambda *args: None)
+tmp = pathlib.Path({str(tmp_path)!r})
+table = sample_table(tmp / "src", 300, bad=(2,))
+for source, options in ((tmp / "tree", {{"strict": True}}), (table, {{"label": "species"}})):
+    try:
+        fastloader.pack(source, tmp / "out.lmdb", workers=2, **options)
+    except PackError:
+        print("stopped", flush=True)
+"""
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = child.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        import psutil
+
+        for process in [*psutil.Process(child.pid).children(recursive=True), child]:
+            process.kill()
+        out, err = child.communicate()
+        pytest.fail("a pack with an inherited SIGTERM handler hung in Pool.terminate()")
+    assert out.count("stopped") == 2, err[-2000:]

@@ -98,7 +98,7 @@ def _prepared(plan: ShardPlan, todo: Sequence[int], workers: int,
         return
     import multiprocessing
 
-    with multiprocessing.Pool(workers) as pool:
+    with multiprocessing.Pool(workers, initializer=default_sigterm) as pool:
         pending: deque[Iterable[Prepared]] = deque()
         for window in _windows(plan, positions):
             chunk = max(1, min(32, len(window) // (4 * workers)))
@@ -180,12 +180,20 @@ def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | No
         return written
 
 
+def default_sigterm() -> None:
+    """A pool worker's initializer: SIGTERM kills it again. A forked worker inherits its
+    parent's Python handler (ray.init installs one and leaves it after shutdown), and Pool's
+    terminate() would then run that handler, not end the worker, and wait on it forever."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def joined_ray(workers: int, address: str | None) -> Iterator[Any]:
     """The ray module, joined to the instance this process already joined, else to `address`,
     else to a new local one with `workers` CPUs on loopback; what it started it shuts down."""
     ray = import_ray()
     started = not ray.is_initialized()
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it for good
     quiet = {"include_dashboard": False, "log_to_driver": False,
              "logging_level": logging.WARNING}  # packdata prints its own progress
     if started and address:
@@ -197,6 +205,7 @@ def joined_ray(workers: int, address: str | None) -> Iterator[Any]:
     finally:
         if started:
             ray.shutdown()
+            signal.signal(signal.SIGTERM, sigterm)
 
 
 def pending_shards(staging: Path, plan: Spans, resume: bool) -> list[int]:
@@ -208,5 +217,5 @@ def pending_shards(staging: Path, plan: Spans, resume: bool) -> list[int]:
     return [k for k in range(plan.num_shards) if check_part(staging, plan, k)[0] is None]
 
 
-__all__ = ["ENGINES", "KILL_AFTER_SHARDS_ENV", "Meter", "import_ray", "joined_ray",
-           "pending_shards", "run_local", "run_ray"]
+__all__ = ["ENGINES", "KILL_AFTER_SHARDS_ENV", "Meter", "default_sigterm", "import_ray",
+           "joined_ray", "pending_shards", "run_local", "run_ray"]

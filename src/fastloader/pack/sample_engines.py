@@ -24,7 +24,13 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec
-from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter, joined_ray, run_ray
+from fastloader.pack.engines import (
+    KILL_AFTER_SHARDS_ENV,
+    Meter,
+    default_sigterm,
+    joined_ray,
+    run_ray,
+)
 from fastloader.pack.sample_part import build_sample_part, run_sample_shard
 from fastloader.pack.sample_plan import SamplePlan, count_bounds
 from fastloader.pack.values import PreparedSample, prepare_sample
@@ -69,7 +75,7 @@ def _prepared(samples: Any, items: Iterable[Any], specs: Sequence[FieldSpec],
         if not forked and is_sequence(samples):
             items = ((f"sample {i}", samples[i]) for i in items)
         with multiprocessing.get_context("fork" if forked else None).Pool(
-                settings["workers"]) as pool:
+                settings["workers"], initializer=default_sigterm) as pool:
             iterator = iter(items)
             pending: list[Iterable[PreparedSample]] = []
             while window := list(itertools.islice(iterator, _WINDOW)):
