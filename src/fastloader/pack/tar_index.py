@@ -1,5 +1,8 @@
 """The member index of WebDataset .tar shards: one header walk, kept as compact numpy arrays.
 
+Tars are local paths (read by os.pread on descriptors cached per process) or fsspec URLs (the
+walk reads ahead in large blocks, reads are ranged requests: pack/tar_url.py).
+
 A group is a run of consecutive members sharing a key (WebDataset's convention: a key seen
 again later starts a new group). Per group: its tar, its key (UTF-8 bytes + offsets) and its
 members; per member: its name's suffix (a code into a small table of distinct suffixes), data
@@ -15,8 +18,12 @@ import os
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from fastloader.format.remote import is_url
+from fastloader.pack import tar_url
 
 _OPEN_MAX = 16  # tar file descriptors kept open per process (least recently used closed)
 
@@ -56,12 +63,13 @@ class _Walk:
         self.end_group(tar, "")
 
 
-def _walk_tar(walk: _Walk, tar_index: int, path: Path,
+def _walk_tar(walk: _Walk, tar_index: int, source: Path | Any, size: int,
               split_key: Callable[[str], tuple[str, str]]) -> None:
+    """Index one tar: a local path, or a URL's open file (the same checks, the same errors)."""
     key = None
-    size = path.stat().st_size
     try:
-        with tarfile.open(path, "r:") as tar:
+        with (tarfile.open(source, "r:") if isinstance(source, Path)
+              else tarfile.open(fileobj=source, mode="r:")) as tar:
             while (member := tar.next()) is not None:
                 tar.members.clear()  # type: ignore[attr-defined]  # tarfile keeps each TarInfo
                 if not member.isfile() or member.name.split("/")[-1].startswith("."):
@@ -84,13 +92,20 @@ def _walk_tar(walk: _Walk, tar_index: int, path: Path,
 class TarIndex:
     """Groups of members of a list of uncompressed tars, and their reads by offset."""
 
-    def __init__(self, paths: list[Path], split_key: Callable[[str], tuple[str, str]]) -> None:
+    def __init__(self, paths: list[Path] | list[str], split_key: Callable[[str], tuple[str, str]],
+                 storage_options: dict[str, Any] | None = None) -> None:
         """Walk every tar's headers once (data is skipped by seeking); split_key(name) gives
-        a member's (key, extension)."""
-        walk = _Walk()
-        for tar_index, path in enumerate(paths):
-            _walk_tar(walk, tar_index, path, split_key)
+        a member's (key, extension). paths: local paths, or fsspec URLs (all of them)."""
         self.tars = [str(p) for p in paths]
+        self.remote = bool(self.tars) and is_url(self.tars[0])
+        self.storage_options = storage_options  # a URL's fsspec options (travel when pickled)
+        walk = _Walk()
+        for tar_index, tar in enumerate(self.tars):
+            if self.remote:
+                with tar_url.open_for_walk(tar, storage_options) as handle:
+                    _walk_tar(walk, tar_index, handle, handle.size, split_key)
+            else:
+                _walk_tar(walk, tar_index, Path(tar), Path(tar).stat().st_size, split_key)
         self.group_tar = np.frombuffer(walk.group_tar, np.int32).copy()
         self.key_bytes = np.frombuffer(bytes(walk.key_bytes), np.uint8)
         self.key_offsets = np.concatenate([[0], np.frombuffer(walk.key_ends, np.int64)])
@@ -131,6 +146,8 @@ class TarIndex:
 
     def read(self, tar: int, offset: int, size: int) -> bytes:
         """size bytes at offset of tar `tar` (fewer if the file shrank since the walk)."""
+        if self.remote:  # one ranged request; the file system is this process's own
+            return tar_url.read_range(self.tars[tar], offset, size, self.storage_options)
         if self._pid != os.getpid():  # forked: this process opens its own descriptors (the
             # inherited ones are left alone: the child may have closed and reused their numbers)
             self._fds, self._pid = collections.OrderedDict(), os.getpid()
