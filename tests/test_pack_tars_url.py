@@ -122,7 +122,8 @@ def test_url_samples_survive_pickle_and_fork(s3: Any, tars: Path) -> None:
     assert in_order[5]["jpg"] == (tars / "data-001.tar").read_bytes()[
         samples.tar_index.offset[15]:][:samples.tar_index.size[15]]
     pickled = pickle.dumps(samples)
-    assert b"s3fs" not in pickled and list(pickle.loads(pickled)) == in_order
+    assert b"s3fs" not in pickled and pickle.loads(pickled).tar_index._block is None
+    assert list(pickle.loads(pickled)) == in_order  # no file system, no read-ahead block
 
     def child() -> int:
         return 0 if list(reversed(samples)) == in_order[::-1] else 1
@@ -134,7 +135,7 @@ def test_url_samples_survive_pickle_and_fork(s3: Any, tars: Path) -> None:
 def test_the_header_walk_reads_ahead(s3: Any, tmp_path: Path,
                                      caplog: pytest.LogCaptureFixture) -> None:
     """900 headers of a small tar come in one GET (moto's server logs each request), not one
-    request per 512-byte header."""
+    request per 512-byte header; reading its groups in order (as a shard task does) one more."""
     with tarfile.open(tmp_path / "many.tar", "w") as tar:
         for k in range(900):
             info = tarfile.TarInfo(f"s{k // 3:05d}.{('jpg', 'cls', 'txt')[k % 3]}")
@@ -148,6 +149,11 @@ def test_the_header_walk_reads_ahead(s3: Any, tmp_path: Path,
     assert len(index) == 300 and index.members(299)[2][1:] == (
         (tmp_path / "many.tar").read_bytes().index(b"s00299.txt") + 512, 100)
     assert sum("GET /bucket/many.tar" in r for r in requests) == 1, requests
+    caplog.clear()
+    data = [index.read(0, offset, size) for k in range(300) for _, offset, size in
+            index.members(k)]
+    assert data == [bytes(100)] * 900
+    assert sum("GET /bucket/many.tar" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_packdata_engine_ray_reopens_the_url_tars_in_its_tasks(s3: Any, tars: Path,

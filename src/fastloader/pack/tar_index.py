@@ -26,6 +26,9 @@ from fastloader.format.remote import is_url
 from fastloader.pack import tar_url
 
 _OPEN_MAX = 16  # tar file descriptors kept open per process (least recently used closed)
+# A URL tar is read ahead this much per request, and the block kept (one per process): a
+# shard task reads consecutive groups, so they share requests instead of one each.
+_READ_BLOCK = 4 << 20
 
 
 class _Walk:
@@ -100,12 +103,15 @@ class TarIndex:
         self.remote = bool(self.tars) and is_url(self.tars[0])
         self.storage_options = storage_options  # a URL's fsspec options (travel when pickled)
         walk = _Walk()
+        self.tar_sizes: list[int] = []
         for tar_index, tar in enumerate(self.tars):
             if self.remote:
                 with tar_url.open_for_walk(tar, storage_options) as handle:
+                    self.tar_sizes.append(int(handle.size))
                     _walk_tar(walk, tar_index, handle, handle.size, split_key)
             else:
-                _walk_tar(walk, tar_index, Path(tar), Path(tar).stat().st_size, split_key)
+                self.tar_sizes.append(Path(tar).stat().st_size)
+                _walk_tar(walk, tar_index, Path(tar), self.tar_sizes[-1], split_key)
         self.group_tar = np.frombuffer(walk.group_tar, np.int32).copy()
         self.key_bytes = np.frombuffer(bytes(walk.key_bytes), np.uint8)
         self.key_offsets = np.concatenate([[0], np.frombuffer(walk.key_ends, np.int64)])
@@ -116,6 +122,7 @@ class TarIndex:
         self.suffixes = list(walk.suffixes)  # code -> a member name's suffix (".seg.png")
         self.errors = walk.errors  # group -> why its tar is damaged (rare: a dict)
         self._fds: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._block: tuple[int, int, bytes] | None = None  # a URL's: (tar, offset, data)
         self._pid = os.getpid()
 
     def __len__(self) -> int:
@@ -146,11 +153,11 @@ class TarIndex:
 
     def read(self, tar: int, offset: int, size: int) -> bytes:
         """size bytes at offset of tar `tar` (fewer if the file shrank since the walk)."""
-        if self.remote:  # one ranged request; the file system is this process's own
-            return tar_url.read_range(self.tars[tar], offset, size, self.storage_options)
         if self._pid != os.getpid():  # forked: this process opens its own descriptors (the
             # inherited ones are left alone: the child may have closed and reused their numbers)
-            self._fds, self._pid = collections.OrderedDict(), os.getpid()
+            self._fds, self._block, self._pid = collections.OrderedDict(), None, os.getpid()
+        if self.remote:
+            return self._read_url(tar, offset, size)
         fd = self._fds.get(tar)
         if fd is None:
             fd = self._fds[tar] = os.open(self.tars[tar], os.O_RDONLY | os.O_CLOEXEC)
@@ -159,6 +166,17 @@ class TarIndex:
         else:
             self._fds.move_to_end(tar)
         return os.pread(fd, size, offset)
+
+    def _read_url(self, tar: int, offset: int, size: int) -> bytes:
+        """From this process's block, else one ranged request of _READ_BLOCK bytes (or size)."""
+        if self._block is not None:
+            block_tar, start, data = self._block
+            if block_tar == tar and start <= offset and offset + size <= start + len(data):
+                return data[offset - start: offset - start + size]
+        end = max(offset + size, min(offset + _READ_BLOCK, self.tar_sizes[tar]))
+        data = tar_url.read_range(self.tars[tar], offset, end - offset, self.storage_options)
+        self._block = (tar, offset, data)
+        return data[:size]
 
     def close(self, _getpid: Callable[[], int] = os.getpid,
               _close: Callable[[int], None] = os.close) -> None:
@@ -174,4 +192,5 @@ class TarIndex:
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
         state["_fds"], state["_pid"] = collections.OrderedDict(), -1  # descriptors stay here
+        state["_block"] = None
         return state
