@@ -22,6 +22,7 @@ import fastloader
 from fastloader.errors import PackError
 from fastloader.pack.cli import main
 from fastloader.pack.groups import open_tars, split_key
+from fastloader.pack.importers import fingerprint, open_source
 from fastloader.pack.tar_index import TarIndex
 from helpers import dataset_bytes, run_in_fork
 from imagegen import encode, photo_like
@@ -171,3 +172,19 @@ def test_packdata_engine_ray_reopens_the_url_tars_in_its_tasks(s3: Any, tars: Pa
     local = fastloader.pack(str(tars / PATTERN), tmp_path / "local.lmdb", shard_size=4 << 10)
     assert len(local.shards) >= 3
     assert same_dataset(tmp_path / "ray.lmdb") == same_dataset(tmp_path / "local.lmdb")
+
+
+def test_storage_options_reach_the_walk_the_reads_and_the_fingerprint(
+        s3: Any, tars: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    upload(s3, tars)
+    url = f"s3://bucket/{PATTERN}"
+    expected = list(open_tars(url, None)[0])
+    options = {"endpoint_url": os.environ["AWS_ENDPOINT_URL"], "key": "testing",
+               "secret": "testing"}
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the environment's: wrong
+    s3.clear_instance_cache()
+    samples, _, source = open_source(url, "tar", fields=None, image=None, label=None,
+                                     root=None, storage_options=options)
+    assert list(samples) == expected
+    assert run_in_fork(lambda: 0 if samples[11] == expected[11] else 1) == (0, "")
+    assert source["fingerprint"] == fingerprint("tar", url, options)
