@@ -1,8 +1,9 @@
 """File-group importer, WebDataset's convention: files sharing a basename are one sample.
 
 From a folder tree (x.jpg, x.cls, x.txt ...) or from WebDataset .tar shards (a brace pattern
-like data-{000..009}.tar too; local, or at fsspec URLs: s3://bucket/train-{000..099}.tar). The key is the path up to the first dot of the file name; the
-rest is the extension, which names the field (jpg, cls, txt, json, npy, as in WebDataset).
+like data-{000..009}.tar too; local, or at fsspec URLs: s3://bucket/train-{000..099}.tar).
+The key is the path up to the first dot of the file name; the rest is the extension, which
+names the field (jpg, cls, txt, json, npy, as in WebDataset).
 Kinds by extension: jpg/jpeg/png/webp/bmp image, cls int, txt text, json json, npy ndarray
 (any shape: declare it with fields= / --field EXT:ndarray:DTYPE:SHAPE), anything else bytes.
 A folder's fields are every extension found; a tar's those of its first samples. Tars are
