@@ -188,3 +188,15 @@ def test_storage_options_reach_the_walk_the_reads_and_the_fingerprint(
     assert list(samples) == expected
     assert run_in_fork(lambda: 0 if samples[11] == expected[11] else 1) == (0, "")
     assert source["fingerprint"] == fingerprint("tar", url, options)
+
+
+def test_the_fingerprint_follows_each_objects_etag(s3: Any, tars: Path) -> None:
+    """What --resume and the Ray tasks compare: a tar rewritten with its size unchanged."""
+    upload(s3, tars)
+    url = f"s3://bucket/{PATTERN}"
+    before = fingerprint("tar", url)
+    assert fingerprint("tar", url) == before
+    data = bytearray((tars / "data-001.tar").read_bytes())
+    data[-1] ^= 1  # the end-of-archive padding: the same tar, another object
+    s3.pipe_file("bucket/data-001.tar", bytes(data))
+    assert fingerprint("tar", url) != before
