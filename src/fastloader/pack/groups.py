@@ -1,8 +1,9 @@
 """File-group importer, WebDataset's convention: files sharing a basename are one sample.
 
 From a folder tree (x.jpg, x.cls, x.txt ...) or from WebDataset .tar shards (a brace pattern
-like data-{000..009}.tar too). The key is the path up to the first dot of the file name; the
-rest is the extension, which names the field (jpg, cls, txt, json, npy, as in WebDataset).
+like data-{000..009}.tar too; local, or at fsspec URLs: s3://bucket/train-{000..099}.tar).
+The key is the path up to the first dot of the file name; the rest is the extension, which
+names the field (jpg, cls, txt, json, npy, as in WebDataset).
 Kinds by extension: jpg/jpeg/png/webp/bmp image, cls int, txt text, json json, npy ndarray
 (any shape: declare it with fields= / --field EXT:ndarray:DTYPE:SHAPE), anything else bytes.
 A folder's fields are every extension found; a tar's those of its first samples. Tars are
@@ -17,7 +18,7 @@ import io
 import operator
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
+from fastloader.format.remote import is_url
 from fastloader.pack import spatial
 from fastloader.pack.tar_index import TarIndex
 from fastloader.pack.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
@@ -164,7 +166,8 @@ class TarSamples(Sequence[dict[str, Any]]):
     """The samples of WebDataset .tar shards by index, in tar order, from a TarIndex (one
     header walk). sample k reads its group's non-image members by offset in the calling
     process (each process opens its own file descriptors); image members stay TarMember refs,
-    read by the pool worker that checks them. Picklable and cheap to fork."""
+    read by the pool worker that checks them (at a URL, sample k reads its whole group in one
+    request, images included). Picklable and cheap to fork."""
 
     def __init__(self, index: TarIndex, specs: list[FieldSpec]) -> None:
         self.tar_index = index
@@ -196,14 +199,20 @@ class TarSamples(Sequence[dict[str, Any]]):
         if k in self.tar_index.errors:
             return {WHERE_KEY: tar, ERROR_KEY: self.tar_index.errors[k]}
         key, tar_number = self.tar_index.key(k), int(self.tar_index.group_tar[k])
+        members = self.tar_index.members(k)
         group: dict[str, Any] = {}
-        for suffix, offset, size in self.tar_index.members(k):
+        try:
+            read = self._reader(tar_number, members)
+        except OSError as exc:
+            return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"cannot read member "
+                    f"{key + members[0][0]}: {exc.strerror or exc}"}
+        for suffix, offset, size in members:
             ext = suffix[1:].lower()
-            if _kind(ext) == "image":
+            if _kind(ext) == "image" and not self.tar_index.remote:
                 group[ext] = TarMember(tar, offset, size, key + suffix)
                 continue
             try:
-                group[ext] = self.tar_index.read(tar_number, offset, size)
+                group[ext] = read(offset, size)
             except OSError as exc:
                 return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"cannot read member "
                         f"{key + suffix}: {exc.strerror or exc}"}
@@ -212,16 +221,43 @@ class TarSamples(Sequence[dict[str, Any]]):
                         f"is truncated ({len(group[ext])} of {size} bytes)"}
         return f"{tar} member {key}", key, spatial.expand_group(group, lambda data: data)
 
+    def _reader(self, tar: int, members: list[tuple[str, int, int]]
+                ) -> Callable[[int, int], bytes]:
+        """read(offset, size) of a group's members. A local tar is read member by member;
+        at a URL the group's span is fetched in one request (images too: one request a
+        sample, in the process that reads the sample) and sliced."""
+        if not self.tar_index.remote or not members:
+            return lambda offset, size: self.tar_index.read(tar, offset, size)
+        start = members[0][1]
+        span = self.tar_index.read(tar, start, max(o + s for _, o, s in members) - start)
+        return lambda offset, size: span[offset - start: offset - start + size]
 
-def open_tars(pattern: str, fields: Any) -> tuple[TarSamples, list[FieldSpec], dict[str, Any]]:
-    """(samples by index, fields, source) of WebDataset .tar shards; the fields are those of
-    the first _PEEK groups."""
-    paths = [Path(p).expanduser().absolute() for p in expand_braces(pattern)]
-    missing = [str(p) for p in paths if not p.is_file()]
+
+def _tar_paths(pattern: str, storage_options: dict[str, Any] | None) -> list[str]:
+    """The tars a pattern names (local paths made absolute, URLs as given); PackError naming
+    the missing ones."""
+    if is_url(pattern):
+        from fastloader.pack.tar_url import stat_tars
+
+        paths = expand_braces(pattern)
+        missing = [url for url, info in zip(paths, stat_tars(paths, storage_options),
+                                            strict=True) if info is None]
+    else:
+        paths = [str(Path(p).expanduser().absolute()) for p in expand_braces(pattern)]
+        missing = [p for p in paths if not Path(p).is_file()]
     if missing:
         raise PackError(f"{missing[0]}: no such tar shard ({len(missing)} of {len(paths)} "
-                        f"named by {pattern!r} are missing).")
-    samples = TarSamples(TarIndex(paths, split_key), [])
+                        f"named by {pattern!r} are missing: {', '.join(missing[:5])}"
+                        f"{' ...' if len(missing) > 5 else ''}).")
+    return paths
+
+
+def open_tars(pattern: str, fields: Any, storage_options: dict[str, Any] | None = None
+              ) -> tuple[TarSamples, list[FieldSpec], dict[str, Any]]:
+    """(samples by index, fields, source) of WebDataset .tar shards (local paths, or fsspec
+    URLs read with storage_options); the fields are those of the first _PEEK groups."""
+    paths = _tar_paths(pattern, storage_options)
+    samples = TarSamples(TarIndex(paths, split_key, storage_options), [])
     peeked = [samples.group(k) for k in range(min(_PEEK, len(samples)))]
     exts = sorted({e for g in peeked if isinstance(g, tuple) for e in g[2] if e != ERROR_KEY})
     samples.specs = _specs(exts, dict(fields or {}), pattern)
@@ -230,8 +266,9 @@ def open_tars(pattern: str, fields: Any) -> tuple[TarSamples, list[FieldSpec], d
     return samples, samples.specs, {"kind": "tar", "path": pattern}
 
 
-def open_groups(src: str | os.PathLike[str], kind: str, fields: Any) -> Any:
+def open_groups(src: str | os.PathLike[str], kind: str, fields: Any,
+                storage_options: dict[str, Any] | None = None) -> Any:
     """Dispatch: a folder of groups or tar shards."""
     if kind == "files":
         return open_folder(Path(src).expanduser().absolute(), fields)
-    return open_tars(os.fspath(src), fields)
+    return open_tars(os.fspath(src), fields, storage_options)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fastloader.errors import PackError
+from fastloader.format.remote import is_url
 
 SOURCE_FORMATS = ("imagefolder", "csv", "tsv", "jsonl", "parquet", "files", "tar", "coco")
 _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet",
@@ -62,29 +63,49 @@ def refuse_table_options(kind: str, fields: Any, image: Any, label: Any, root: A
                         "pass --source-format files if it is a folder of file groups.")
 
 
-def fingerprint(kind: str, path: str) -> str:
-    """sha256 of the source files' names, sizes and mtimes: a resumed pack must read the same
-    source (a table's image files are not included: check them with verify --decode)."""
+def fingerprint(kind: str, path: str, storage_options: dict[str, Any] | None = None) -> str:
+    """sha256 of the source files' names, sizes and mtimes (tars at URLs: sizes and ETags, one
+    request a tar): a resumed pack must read the same source (a table's image files are not
+    included: check them with verify --decode)."""
     import hashlib
     import json
 
-    if kind == "tar":
-        from fastloader.pack.groups import expand_braces
-
-        files = [Path(p) for p in expand_braces(path)]
-    elif kind == "files":
-        files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+    if kind == "tar" and is_url(path):
+        entries = _url_entries(path, storage_options)
     else:
-        files = [Path(path)]
-    entries = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+        if kind == "tar":
+            from fastloader.pack.groups import expand_braces
+
+            files = [Path(p) for p in expand_braces(path)]
+        elif kind == "files":
+            files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+        else:
+            files = [Path(path)]
+        entries = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
     return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
 
 
+def _url_entries(pattern: str, storage_options: dict[str, Any] | None) -> list[list[Any]]:
+    """[url, size, stamp] of each tar a URL pattern names; PackError if one is gone."""
+    from fastloader.pack.groups import expand_braces
+    from fastloader.pack.scan_remote import _stamp
+    from fastloader.pack.tar_url import stat_tars
+
+    urls = expand_braces(pattern)
+    entries = []
+    for url, info in zip(urls, stat_tars(urls, storage_options), strict=True):
+        if info is None:
+            raise PackError(f"{url}: no such tar shard (named by {pattern!r}).")
+        entries.append([url, int(info.get("size") or 0), _stamp(info)])
+    return entries
+
+
 def open_source(src: str | os.PathLike[str], kind: str, *, fields: Any, image: str | None,
-                label: str | None, root: Any, skip_empty: bool = False, masks: bool = False
+                label: str | None, root: Any, skip_empty: bool = False, masks: bool = False,
+                storage_options: dict[str, Any] | None = None
                 ) -> tuple[Any, Any, dict[str, Any]]:
     """(samples, field specs, source description with its fingerprint) of a table, of file
-    groups or of a COCO file."""
+    groups or of a COCO file; storage_options: fsspec's, for .tar shards at URLs."""
     if kind == "coco":
         if fields or image or label:
             raise PackError("--field, --image and --label do not apply to a COCO file: its "
@@ -94,8 +115,9 @@ def open_source(src: str | os.PathLike[str], kind: str, *, fields: Any, image: s
         samples, specs, source = open_coco(src, root, skip_empty, masks)
         return samples, specs, source | {"fingerprint": fingerprint(kind, source["path"])}
     samples, specs, source = _open(src, kind, fields=fields, image=image, label=label,
-                                   root=root)
-    return samples, specs, source | {"fingerprint": fingerprint(kind, source["path"])}
+                                   root=root, storage_options=storage_options)
+    return samples, specs, source | {"fingerprint": fingerprint(kind, source["path"],
+                                                                storage_options)}
 
 
 def reopen_description(src: str | os.PathLike[str], kind: str, *, fields: Any,
@@ -103,10 +125,13 @@ def reopen_description(src: str | os.PathLike[str], kind: str, *, fields: Any,
                        masks: bool) -> dict[str, Any] | None:
     """How a shard task (a Ray task, `packdata shard`) opens this source again: JSON of
     open_source's arguments with absolute paths; None when fields cannot be written as JSON
-    (then the samples travel to the tasks pickled)."""
+    (then the samples travel to the tasks pickled). A URL stays as given; storage_options are
+    never written here (a task on another node reads credentials from its environment)."""
     import json
 
-    description = {"src": os.path.abspath(os.path.expanduser(os.fspath(src))), "kind": kind,
+    text = os.fspath(src)
+    description = {"src": text if is_url(text) else os.path.abspath(os.path.expanduser(text)),
+                   "kind": kind,
                    "fields": fields, "image": image, "label": label,
                    "root": None if root is None else os.path.abspath(
                        os.path.expanduser(os.fspath(root))),
@@ -118,14 +143,15 @@ def reopen_description(src: str | os.PathLike[str], kind: str, *, fields: Any,
 
 
 def _open(src: str | os.PathLike[str], kind: str, *, fields: Any, image: str | None,
-          label: str | None, root: Any) -> tuple[Any, Any, dict[str, Any]]:
+          label: str | None, root: Any, storage_options: dict[str, Any] | None
+          ) -> tuple[Any, Any, dict[str, Any]]:
     if kind in ("files", "tar"):
         if image or label or root:
             raise PackError("--image, --label and --root are table options; file groups name "
                             "their fields by extension.")
         from fastloader.pack.groups import open_groups
 
-        return open_groups(src, kind, fields)
+        return open_groups(src, kind, fields, storage_options)
     from fastloader.pack.tables import open_table
 
     return open_table(src, kind, fields, image, label, root)

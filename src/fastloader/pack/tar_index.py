@@ -1,5 +1,8 @@
 """The member index of WebDataset .tar shards: one header walk, kept as compact numpy arrays.
 
+Tars are local paths (read by os.pread on descriptors cached per process) or fsspec URLs (the
+walk reads ahead in large blocks, reads are ranged requests: pack/tar_url.py).
+
 A group is a run of consecutive members sharing a key (WebDataset's convention: a key seen
 again later starts a new group). Per group: its tar, its key (UTF-8 bytes + offsets) and its
 members; per member: its name's suffix (a code into a small table of distinct suffixes), data
@@ -15,10 +18,17 @@ import os
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from fastloader.format.remote import is_url
+from fastloader.pack import tar_url
+
 _OPEN_MAX = 16  # tar file descriptors kept open per process (least recently used closed)
+# A URL tar is read ahead this much per request, and the block kept (one per process): a
+# shard task reads consecutive groups, so they share requests instead of one each.
+_READ_BLOCK = 4 << 20
 
 
 class _Walk:
@@ -56,12 +66,13 @@ class _Walk:
         self.end_group(tar, "")
 
 
-def _walk_tar(walk: _Walk, tar_index: int, path: Path,
+def _walk_tar(walk: _Walk, tar_index: int, source: Path | Any, size: int,
               split_key: Callable[[str], tuple[str, str]]) -> None:
+    """Index one tar: a local path, or a URL's open file (the same checks, the same errors)."""
     key = None
-    size = path.stat().st_size
     try:
-        with tarfile.open(path, "r:") as tar:
+        with (tarfile.open(source, "r:") if isinstance(source, Path)
+              else tarfile.open(fileobj=source, mode="r:")) as tar:
             while (member := tar.next()) is not None:
                 tar.members.clear()  # type: ignore[attr-defined]  # tarfile keeps each TarInfo
                 if not member.isfile() or member.name.split("/")[-1].startswith("."):
@@ -84,13 +95,23 @@ def _walk_tar(walk: _Walk, tar_index: int, path: Path,
 class TarIndex:
     """Groups of members of a list of uncompressed tars, and their reads by offset."""
 
-    def __init__(self, paths: list[Path], split_key: Callable[[str], tuple[str, str]]) -> None:
+    def __init__(self, paths: list[Path] | list[str], split_key: Callable[[str], tuple[str, str]],
+                 storage_options: dict[str, Any] | None = None) -> None:
         """Walk every tar's headers once (data is skipped by seeking); split_key(name) gives
-        a member's (key, extension)."""
-        walk = _Walk()
-        for tar_index, path in enumerate(paths):
-            _walk_tar(walk, tar_index, path, split_key)
+        a member's (key, extension). paths: local paths, or fsspec URLs (all of them)."""
         self.tars = [str(p) for p in paths]
+        self.remote = bool(self.tars) and is_url(self.tars[0])
+        self.storage_options = storage_options  # a URL's fsspec options (travel when pickled)
+        walk = _Walk()
+        self.tar_sizes: list[int] = []
+        for tar_index, tar in enumerate(self.tars):
+            if self.remote:
+                with tar_url.open_for_walk(tar, storage_options) as handle:
+                    self.tar_sizes.append(int(handle.size))
+                    _walk_tar(walk, tar_index, handle, handle.size, split_key)
+            else:
+                self.tar_sizes.append(Path(tar).stat().st_size)
+                _walk_tar(walk, tar_index, Path(tar), self.tar_sizes[-1], split_key)
         self.group_tar = np.frombuffer(walk.group_tar, np.int32).copy()
         self.key_bytes = np.frombuffer(bytes(walk.key_bytes), np.uint8)
         self.key_offsets = np.concatenate([[0], np.frombuffer(walk.key_ends, np.int64)])
@@ -101,6 +122,7 @@ class TarIndex:
         self.suffixes = list(walk.suffixes)  # code -> a member name's suffix (".seg.png")
         self.errors = walk.errors  # group -> why its tar is damaged (rare: a dict)
         self._fds: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._block: tuple[int, int, bytes] | None = None  # a URL's: (tar, offset, data)
         self._pid = os.getpid()
 
     def __len__(self) -> int:
@@ -133,7 +155,9 @@ class TarIndex:
         """size bytes at offset of tar `tar` (fewer if the file shrank since the walk)."""
         if self._pid != os.getpid():  # forked: this process opens its own descriptors (the
             # inherited ones are left alone: the child may have closed and reused their numbers)
-            self._fds, self._pid = collections.OrderedDict(), os.getpid()
+            self._fds, self._block, self._pid = collections.OrderedDict(), None, os.getpid()
+        if self.remote:
+            return self._read_url(tar, offset, size)
         fd = self._fds.get(tar)
         if fd is None:
             fd = self._fds[tar] = os.open(self.tars[tar], os.O_RDONLY | os.O_CLOEXEC)
@@ -142,6 +166,17 @@ class TarIndex:
         else:
             self._fds.move_to_end(tar)
         return os.pread(fd, size, offset)
+
+    def _read_url(self, tar: int, offset: int, size: int) -> bytes:
+        """From this process's block, else one ranged request of _READ_BLOCK bytes (or size)."""
+        if self._block is not None:
+            block_tar, start, data = self._block
+            if block_tar == tar and start <= offset and offset + size <= start + len(data):
+                return data[offset - start: offset - start + size]
+        end = max(offset + size, min(offset + _READ_BLOCK, self.tar_sizes[tar]))
+        data = tar_url.read_range(self.tars[tar], offset, end - offset, self.storage_options)
+        self._block = (tar, offset, data)
+        return data[:size]
 
     def close(self, _getpid: Callable[[], int] = os.getpid,
               _close: Callable[[int], None] = os.close) -> None:
@@ -157,4 +192,5 @@ class TarIndex:
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
         state["_fds"], state["_pid"] = collections.OrderedDict(), -1  # descriptors stay here
+        state["_block"] = None
         return state
