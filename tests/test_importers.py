@@ -114,7 +114,7 @@ def test_bad_table_rows_are_named_and_skip_bad_packs_the_rest(
     assert main([str(tmp_path / "t.csv"), str(dst), "--workers", "1", "--skip-bad",
                  *options]) == 0
     err = capsys.readouterr().err
-    assert "skipped 1 bad samples" in err and re.search(message, err)
+    assert "skipped 1 bad sample (" in err and re.search(message, err)
     with open_dataset(dst) as ds:
         assert len(ds) == 1 and re.search(message, ds.manifest.stats["skipped_samples"][0][
             "reason"])
