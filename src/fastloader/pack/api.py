@@ -59,8 +59,9 @@ def pack(
             progress, max_file_size, engine ("local" or "ray": one task per shard, the same
             dataset either way; Python samples go to Ray pickled, plain iterables are
             refused), ray_address, resume (not for Python samples: their sameness cannot be
-            checked); ImageFolder sources also strict, tiles, restart_mcus (see
-            fastloader.pack.write.pack). Shards of an importer's samples are cut by their
+            checked), storage_options (fsspec's, for a URL dst: s3://..., gs://...; every
+            shard task uploads its part there); ImageFolder sources also strict, tiles,
+            restart_mcus (see fastloader.pack.write.pack). Shards of an importer's samples are cut by their
             image sizes (shard_size bytes); Python samples by count: shard_samples samples a
             shard (default shard_size / 128 KiB, i.e. 2048 for 256 MiB).
 
@@ -89,9 +90,6 @@ def pack(
         raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
                         "or Python samples are packed untiled.")
     options.pop("restart_mcus", None)
-    if options.pop("storage_options", None) is not None:
-        raise PackError("storage_options applies to ImageFolder trees (a URL SRC or DST); a "
-                        "table, file groups or Python samples are packed to a folder.")
     if options.pop("strict", False) and skip_bad:
         raise PackError("strict and skip_bad contradict each other; pass one.")
     if kind is None:

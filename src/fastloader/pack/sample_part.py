@@ -25,7 +25,7 @@ from fastloader.format.columns import encode_column
 from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
 from fastloader.format.index import encode_paths
 from fastloader.pack.journal import JOURNAL_DIR, PLAN_NAME, write_atomic
-from fastloader.pack.part import Part, _save_arrays, _write_shard, part_path
+from fastloader.pack.part import Part, RemoteParts, Stage, _save_arrays, _write_shard, part_path
 from fastloader.pack.sample_plan import SamplePlan
 from fastloader.pack.values import PreparedSample, prepare_sample
 
@@ -84,9 +84,13 @@ def _arrays(rows: _Rows, offsets: list[int], specs: Sequence[FieldSpec]) -> dict
     return arrays
 
 
-def build_sample_part(staging: Path, plan: SamplePlan, k: int, specs: Sequence[FieldSpec],
+def build_sample_part(staging: Stage, plan: SamplePlan, k: int, specs: Sequence[FieldSpec],
                       settings: dict[str, Any], prepared: Iterable[PreparedSample]) -> Part:
-    """Write shard k from its samples' prepared values (in order), then its part."""
+    """Write shard k from its samples' prepared values (in order), then its part; for a URL
+    DST (remote_stage.RemoteStage) in a local temporary folder, then uploaded."""
+    if not isinstance(staging, Path):
+        return staging.build(k, lambda folder: build_sample_part(folder, plan, k, specs,
+                                                                 settings, prepared))
     lo, hi = plan.span(k)
     rows = _Rows(specs)
     count = 0
@@ -171,14 +175,18 @@ def load_plan(staging: Path) -> tuple[SamplePlan, dict[str, Any]]:
     return _cached_plan(str(staging), stamp)
 
 
-def run_sample_shard(staging: str | os.PathLike[str], k: int, samples: Any = None
-                     ) -> dict[str, int]:
+def run_sample_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
+                     samples: Any = None) -> dict[str, int]:
     """The task of shard k where the engine runs it (a Ray task): its samples prepared one
-    after another, its part written. Returns {files, bytes, packed} for the progress."""
-    folder = Path(staging)
-    plan, settings = load_plan(folder)
+    after another, its part written (in the staging folder, or uploaded to a URL DST's).
+    Returns {files, bytes, packed} for the progress."""
+    folder: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
+    plan, settings = load_plan(folder) if isinstance(folder, Path) else folder.load_plan()
+    if not isinstance(plan, SamplePlan):
+        raise PackError(f"{staging} holds an ImageFolder plan, not a sample pack's; run "
+                        "`packdata plan SRC DST` again.")
     if not 0 <= k < plan.num_shards:
-        raise PackError(f"shard {k} is not in the plan of {folder} (shards 0..."
+        raise PackError(f"shard {k} is not in the plan of {staging} (shards 0..."
                         f"{plan.num_shards - 1}).")
     if samples is None:
         samples = reopen(plan)
