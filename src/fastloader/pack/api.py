@@ -61,9 +61,10 @@ def pack(
             refused), ray_address, resume (not for Python samples: their sameness cannot be
             checked), storage_options (fsspec's, for a URL dst: s3://..., gs://...; every
             shard task uploads its part there); ImageFolder sources also strict, tiles,
-            restart_mcus (see fastloader.pack.write.pack). Shards of an importer's samples are cut by their
-            image sizes (shard_size bytes); Python samples by count: shard_samples samples a
-            shard (default shard_size / 128 KiB, i.e. 2048 for 256 MiB).
+            restart_mcus (see fastloader.pack.write.pack). Shards of an importer's samples
+            are cut by their image sizes (shard_size bytes); Python samples by count:
+            shard_samples samples a shard (default shard_size / 128 KiB, i.e. 2048 for
+            256 MiB).
 
     Returns:
         Manifest: what was written (also in dst/manifest.json).

@@ -7,10 +7,8 @@ half-uploaded dataset. Replacing one (--overwrite) removes the old manifest.json
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
-import tempfile
 from pathlib import Path
 from typing import Any
 
