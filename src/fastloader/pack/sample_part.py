@@ -5,7 +5,9 @@ temporary name renamed into place, part._write_shard), then journal/NNNNN.part.n
 arrays and its own encoded field columns, format/columns.encode_column) and, last, its
 part-manifest journal/NNNNN.json (part.Part: counts, sizes, sha256s, skipped samples). Running
 it twice writes the same bytes again. An importer's source is reopened in the task from the
-plan's description (cached per process); Python samples are handed to it.
+plan's description (cached per process); Python samples are handed to it. With a URL DST
+the task gets a remote_stage.RemoteStage: the part is built in a local temporary folder, then
+uploaded (shard file to DST, part files under the staging prefix, part-manifest last).
 """
 
 from __future__ import annotations
@@ -182,11 +184,9 @@ def run_sample_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
     Returns {files, bytes, packed} for the progress."""
     folder: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
     plan, settings = load_plan(folder) if isinstance(folder, Path) else folder.load_plan()
-    if not isinstance(plan, SamplePlan):
-        raise PackError(f"{staging} holds an ImageFolder plan, not a sample pack's; run "
-                        "`packdata plan SRC DST` again.")
-    if not 0 <= k < plan.num_shards:
-        raise PackError(f"shard {k} is not in the plan of {staging} (shards 0..."
+    if not 0 <= k < plan.num_shards:  # (a RemoteStage's repr would show storage_options)
+        where = folder if isinstance(folder, Path) else "the URL's staging"
+        raise PackError(f"shard {k} is not in the plan of {where} (shards 0..."
                         f"{plan.num_shards - 1}).")
     if samples is None:
         samples = reopen(plan)

@@ -4,7 +4,8 @@ The Python API (`fastloader.pack(samples, dst, fields=...)`) and every importer 
 ImageFolder one come here. The samples are cut into a shard plan by a rule of the samples alone
 (pack/sample_plan.py), each shard is one task writing its shard file and part
 (pack/sample_part.py; run by pack/sample_engines.py on forked processes or Ray), and the
-commit step joins the parts (pack/sample_commit.py). The first image field becomes the records
+commit step joins the parts (pack/sample_commit.py). A URL DST is staged remotely
+(pack/remote_stage.py), as an ImageFolder pack's is. The first image field becomes the records
 (shards, as in v1); every other field becomes columns under index/ (format/columns.py). A bad
 sample stops the pack with its reason (where, field, what), unless skip_bad, which packs the
 rest and lists it.
