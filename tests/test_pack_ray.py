@@ -155,3 +155,37 @@ def test_ray_tasks_pack_to_s3_the_same_dataset(
         assert remote_dataset_bytes("s3://bucket/ray.lmdb") == dataset_bytes(
             tmp_path / "local.lmdb")
     assert calls[-1][:2] == (92, 92)  # progress on the driver
+
+
+def test_ray_tasks_pack_a_table_to_s3_with_storage_options_only(
+    tmp_path: Path, ray_instance: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table with a bad row, and Python samples, to an s3:// DST: each Ray task uploads its
+    own shard and sample part; the endpoint and keys reach the driver and the tasks in
+    storage_options alone."""
+    pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
+    table = sample_table(tmp_path / "src", 30, bad=(3,))
+    options = {"label": "species", "skip_bad": True, "shard_size": 4 << 10}
+    fastloader.pack(table, tmp_path / "local.lmdb", workers=1, **options)
+    with s3_server(monkeypatch) as endpoint:
+        import s3fs
+
+        s3fs.S3FileSystem().mkdir("bucket")
+        for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(name)  # no environment: storage_options only
+        s3fs.S3FileSystem.clear_instance_cache()
+        keys = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+        by_ray = fastloader.pack(table, "s3://bucket/t.lmdb", engine="ray",
+                                 storage_options=keys, **options)
+        assert len(by_ray.shards) >= 3
+        assert remote_dataset_bytes("s3://bucket/t.lmdb", **keys) == dataset_bytes(
+            tmp_path / "local.lmdb")
+        assert not s3fs.S3FileSystem(**keys).exists("bucket/.t.lmdb.partial")
+        samples = [{"image": (tmp_path / "src" / "img" / f"{k}.jpg").read_bytes(), "y": k}
+                   for k in range(4, 12)]  # Python samples: to the tasks by ray.put
+        python = {"fields": {"image": "image", "y": "int"}, "shard_samples": 3}
+        fastloader.pack(samples, tmp_path / "p.lmdb", workers=1, **python)
+        fastloader.pack(samples, "s3://bucket/p.lmdb", engine="ray", storage_options=keys,
+                        **python)
+        assert remote_dataset_bytes("s3://bucket/p.lmdb", **keys) == dataset_bytes(
+            tmp_path / "p.lmdb")

@@ -200,3 +200,18 @@ def test_the_fingerprint_follows_each_objects_etag(s3: Any, tars: Path) -> None:
     data[-1] ^= 1  # the end-of-archive padding: the same tar, another object
     s3.pipe_file("bucket/data-001.tar", bytes(data))
     assert fingerprint("tar", url) != before
+
+
+def test_pack_takes_storage_options_for_url_tars(
+        s3: Any, tars: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fastloader.pack passes them to the importer (walk, reads in the forked workers,
+    # fingerprint): the environment's endpoint points nowhere
+    upload(s3, tars)
+    fastloader.pack(str(tars / PATTERN), tmp_path / "local.lmdb", workers=2)
+    options = {"endpoint_url": os.environ["AWS_ENDPOINT_URL"], "key": "testing",
+               "secret": "testing"}
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    s3.clear_instance_cache()
+    fastloader.pack(f"s3://bucket/{PATTERN}", tmp_path / "remote.lmdb", workers=2,
+                    storage_options=options)
+    assert same_dataset(tmp_path / "remote.lmdb") == same_dataset(tmp_path / "local.lmdb")

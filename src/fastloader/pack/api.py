@@ -59,10 +59,12 @@ def pack(
             progress, max_file_size, engine ("local" or "ray": one task per shard, the same
             dataset either way; Python samples go to Ray pickled, plain iterables are
             refused), ray_address, resume (not for Python samples: their sameness cannot be
-            checked); ImageFolder sources also strict, tiles, restart_mcus (see
-            fastloader.pack.write.pack). Shards of an importer's samples are cut by their
-            image sizes (shard_size bytes); Python samples by count: shard_samples samples a
-            shard (default shard_size / 128 KiB, i.e. 2048 for 256 MiB).
+            checked), storage_options (fsspec's, for a URL dst: s3://..., gs://...; every
+            shard task uploads its part there); ImageFolder sources also strict, tiles,
+            restart_mcus (see fastloader.pack.write.pack). Shards of an importer's samples
+            are cut by their image sizes (shard_size bytes); Python samples by count:
+            shard_samples samples a shard (default shard_size / 128 KiB, i.e. 2048 for
+            256 MiB).
 
     Returns:
         Manifest: what was written (also in dst/manifest.json).
@@ -89,9 +91,6 @@ def pack(
         raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
                         "or Python samples are packed untiled.")
     options.pop("restart_mcus", None)
-    if options.pop("storage_options", None) is not None:
-        raise PackError("storage_options applies to ImageFolder trees (a URL SRC or DST); a "
-                        "table, file groups or Python samples are packed to a folder.")
     if options.pop("strict", False) and skip_bad:
         raise PackError("strict and skip_bad contradict each other; pass one.")
     if kind is None:
@@ -101,6 +100,7 @@ def pack(
     # opened by its absolute path, as a shard task reopens it (the same fingerprint)
     samples, specs, source = importers.open_source(
         reopen["src"] if reopen else src, kind, fields=fields, image=image, label=label,
-        root=root, skip_empty=skip_empty, masks=masks)
+        root=root, skip_empty=skip_empty, masks=masks,
+        storage_options=options.get("storage_options"))
     return pack_samples(samples, dst, specs, skip_bad=skip_bad, source=source, reopen=reopen,
                         **options)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -15,11 +14,11 @@ from typing import Any
 from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import FastloaderError
 from fastloader.format.remote import is_url
-from fastloader.pack import cli_plan, importers
+from fastloader.pack import cli_plan
 from fastloader.pack.api import pack
 from fastloader.pack.cli_sources import add_source_options, samples_summary, source_options
 from fastloader.pack.info import dataset_info, format_info, human_bytes
-from fastloader.pack.upload import download, staging_folder, upload
+from fastloader.pack.upload import download
 from fastloader.pack.validate import DEFAULT_MAX_FILE_SIZE
 from fastloader.pack.write import DEFAULT_SHARD_SIZE, SKIPPED_NAME
 
@@ -52,10 +51,9 @@ non-image files are ignored), or a table (.csv .tsv .jsonl .parquet: --image, --
 --root, --field), or WebDataset-style file groups (x.jpg x.cls x.txt ...) in a folder or
 in .tar shards ('data-{000..009}.tar'); --source-format forces the kind.
 DST's suffix picks the backend: NAME.lmdb or NAME.h5.
-DST may be a URL (s3://bucket/x.lmdb, gs://..., file://...): an ImageFolder tree is packed
+DST may be a URL (s3://bucket/x.lmdb, gs://..., file://...): every source is packed
 straight there (each shard task uploads its shard; the staging is the hidden .NAME.partial
-beside it; manifest.json last), other sources into --staging, then uploaded; info and verify
-take URLs too.
+beside it; manifest.json last); info and verify take URLs too.
 A source folder literally named like a command ("info", "verify", "append", "merge",
 "plan", "shard", "commit") must be written as ./info.
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input."""
@@ -115,8 +113,9 @@ def _pack_parser() -> argparse.ArgumentParser:
         "per shard; pip install \"fastloader[ray]\")")  # fmt: skip
     add("--ray-address", metavar="ADDR", help="with --engine ray: the cluster to join "
         "(default: a local Ray instance with --workers CPUs)")  # fmt: skip
-    add("--staging", metavar="DIR", help="when DST is a URL and SRC is not an ImageFolder tree: "
-        "pack into DIR first, then upload (default: the system's temp folder)")  # fmt: skip
+    # accepted and ignored, so older commands still run: every source now stages at DST's
+    # hidden .NAME.partial prefix (remote_stage.py), never in a local folder
+    add("--staging", metavar="DIR", help=argparse.SUPPRESS)
     return parser
 
 
@@ -178,11 +177,8 @@ def _summary(manifest_stats: dict, seconds: float, dst: Path | str) -> str:
 def _run_pack(argv: Sequence[str]) -> int:
     args = _pack_parser().parse_args(argv)
     began = time.perf_counter()
-    # An ImageFolder tree packs straight to a URL (its staging is remote: remote_stage.py);
-    # other sources pack into a local --staging folder, then upload.
-    direct = importers.detect(args.src, args.source_format) == "imagefolder"
-    dst = (staging_folder(args.dst, args.staging) if is_url(args.dst) and not direct
-           else args.dst)
+    # Every source packs straight to a URL DST: its staging is remote (remote_stage.py).
+    dst = args.dst
     manifest = pack(
         args.src,
         dst,
@@ -192,7 +188,7 @@ def _run_pack(argv: Sequence[str]) -> int:
         workers=args.workers,
         max_side=args.max_side,
         quality=args.quality,
-        overwrite=args.overwrite or (dst != args.dst and not args.resume),  # our staging
+        overwrite=args.overwrite,
         resume=args.resume,
         strict=args.strict,
         quiet=args.quiet,
@@ -206,13 +202,8 @@ def _run_pack(argv: Sequence[str]) -> int:
         seconds = time.perf_counter() - began
         where = dst if is_url(dst) else Path(dst).expanduser().absolute()
         text = (_summary(manifest.stats, seconds, where) if manifest.version == 1
-                else samples_summary(manifest, seconds, Path(where)))
+                else samples_summary(manifest, seconds, where))
         print(text, file=sys.stderr)
-    if dst != args.dst:  # shards, index, then manifest.json last; then the staging goes
-        sent = upload(dst, args.dst, overwrite=args.overwrite)
-        shutil.rmtree(Path(dst).parent)
-        if not args.quiet:
-            print(f"uploaded {human_bytes(sent)} to {args.dst}", file=sys.stderr)
     return 0
 
 

@@ -72,7 +72,7 @@ def source_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def samples_summary(manifest: Manifest, seconds: float, dst: Path) -> str:
+def samples_summary(manifest: Manifest, seconds: float, dst: Path | str) -> str:
     """What a fields (v2) pack made, and what it skipped."""
     stats = manifest.stats
     fields = ", ".join(f"{f['name']} ({f['kind']})" for f in manifest.sample_fields)
@@ -82,6 +82,6 @@ def samples_summary(manifest: Manifest, seconds: float, dst: Path) -> str:
     if skipped:
         noun = "sample" if len(skipped) == 1 else "samples"
         lines.append(f"skipped {len(skipped)} bad {noun} (all in the manifest and "
-                     f"{dst / 'skipped.json'}):")
+                     f"{dst}/skipped.json):")
         lines += [f"  {s['sample']}: {s['reason']}" for s in skipped[:_SHOWN_SKIPPED]]
     return "\n".join(lines)

@@ -39,7 +39,8 @@ from fastloader.format.remote import Remote
 from fastloader.pack import tiling
 from fastloader.pack.journal import JOURNAL_DIR, PLAN_NAME
 from fastloader.pack.part import Part, build_part, check_part, part_path, read_settings
-from fastloader.pack.plan import PLAN_DIR, ShardPlan
+from fastloader.pack.plan import PLAN_DIR, ShardPlan, Spans
+from fastloader.pack.sample_plan import SamplePlan, is_sample_plan
 from fastloader.pack.upload import put
 from fastloader.pack.validate import Prepared
 
@@ -79,8 +80,9 @@ class RemoteStage:
     def _remote(self, url: str) -> Remote:
         return Remote(url, self.storage_options)
 
-    def load_plan(self) -> tuple[ShardPlan, dict[str, Any]]:
-        """The plan and settings the driver uploaded (downloaded once per worker process)."""
+    def load_plan(self) -> tuple[Any, dict[str, Any]]:
+        """The plan (an ImageFolder ShardPlan or a SamplePlan, by what the driver uploaded)
+        and its settings (downloaded once per worker process)."""
         options = json.dumps(self.storage_options or {}, sort_keys=True, default=str)
         plan, settings = _cached_plan(self.staging, self.token, options)
         return plan, settings | {"storage_options": self.storage_options}  # a URL source's
@@ -88,10 +90,15 @@ class RemoteStage:
     def build_part(self, plan: ShardPlan, k: int, settings: dict[str, Any],
                    prepared: Iterable[Prepared]) -> Part:
         """part.build_part in a local temporary folder, then its files uploaded."""
+        return self.build(k, lambda folder: build_part(folder, plan, k, settings, prepared))
+
+    def build(self, k: int, make: Callable[[Path], Part]) -> Part:
+        """Shard k's part made by make(folder) in a local temporary folder (an ImageFolder
+        or a sample part), then its files uploaded and the folder deleted."""
         folder = Path(tempfile.mkdtemp(prefix=f"packdata-shard-{k:05d}-"))
         try:
             (folder / JOURNAL_DIR).mkdir()
-            part = build_part(folder, plan, k, settings, prepared)
+            part = make(folder)
             self._publish(folder, part)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -109,17 +116,27 @@ class RemoteStage:
                 put(staging, local, f"{JOURNAL_DIR}/{local.name}")
 
 
+def _load_any_plan(folder: Path) -> Any:
+    """The plan in a downloaded plan folder, in memory (its arrays outlive the folder): a
+    sample pack's (plan/samples.json) or an ImageFolder one's."""
+    if is_sample_plan(folder):
+        plan: Any = SamplePlan.load(folder)
+        plan.sizes = np.array(plan.sizes)  # loaded memory-mapped
+        return plan
+    plan = ShardPlan.load(folder)
+    arrays: dict[str, Any] = {name: np.array(getattr(plan, name)) for name in _PLAN_ARRAYS}
+    return dataclasses.replace(plan, **arrays)
+
+
 @functools.lru_cache(maxsize=4)
-def _cached_plan(staging: str, token: str, options: str) -> tuple[ShardPlan, dict[str, Any]]:
+def _cached_plan(staging: str, token: str, options: str) -> tuple[Any, dict[str, Any]]:
     remote = Remote(staging, json.loads(options) or None)
     with tempfile.TemporaryDirectory(prefix="packdata-plan-") as tmp:
         names = [PLAN_NAME] + [name for name in _listing(remote, PLAN_DIR)]
         for name in names:
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / name).write_bytes(remote.read_bytes(name))
-        plan, settings = ShardPlan.load(Path(tmp)), read_settings(Path(tmp))
-        arrays: dict[str, Any] = {name: np.array(getattr(plan, name)) for name in _PLAN_ARRAYS}
-        plan = dataclasses.replace(plan, **arrays)  # in memory: they outlive the folder
+        plan, settings = _load_any_plan(Path(tmp)), read_settings(Path(tmp))
     if settings.get("token") != token:
         raise PackError(f"the plan at {staging} is not this pack's (another packdata replaced "
                         "it?); run one packdata per DST at a time.")
@@ -191,7 +208,7 @@ class RemoteStaging:
                 (self.dir / name).write_bytes(got[path])
         return _listing(self.remote)
 
-    def pending(self, plan: ShardPlan, resume: bool) -> list[int]:
+    def pending(self, plan: Spans, resume: bool) -> list[int]:
         """The shards whose part is missing or invalid at the URL (all unless resuming)."""
         if not resume:
             return list(range(plan.num_shards))

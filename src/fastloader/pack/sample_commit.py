@@ -1,5 +1,6 @@
 """The commit step of a sample pack: check every part, join their index arrays and encoded
-columns, write index/, skipped.json and manifest.json (format v2, last), rename to DST.
+columns, write index/, skipped.json and manifest.json (format v2, last), rename to DST (or,
+for a URL DST, upload them over the downloaded parts: remote_stage.RemoteStaging.finish).
 
 Parts are checked as ImageFolder ones are (commit.check_parts: a missing, damaged or other-
 source part is named with the `packdata shard` command that rebuilds it). Encoded columns are
@@ -19,8 +20,7 @@ from fastloader.errors import PackError
 from fastloader.format import index as index_mod
 from fastloader.format.fields import FieldSpec, label_field, primary_image
 from fastloader.format.manifest import Manifest, ShardInfo
-from fastloader.pack.commit import SKIPPED_NAME, check_parts
-from fastloader.pack.journal import Staging
+from fastloader.pack.commit import SKIPPED_NAME, AnyStaging, check_parts
 from fastloader.pack.part import Part
 from fastloader.pack.sample_part import CORE, load_part_arrays
 from fastloader.pack.sample_plan import SamplePlan
@@ -49,7 +49,7 @@ def _join(specs: Sequence[FieldSpec], parts: list[dict[str, np.ndarray]]
     return joined
 
 
-def _index(staging: Staging, plan: SamplePlan, parts: list[Part], specs: Sequence[FieldSpec],
+def _index(staging: AnyStaging, plan: SamplePlan, parts: list[Part], specs: Sequence[FieldSpec],
            backend: str) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
     shards: list[ShardInfo] = []
     arrays: list[dict[str, np.ndarray]] = []
@@ -92,7 +92,7 @@ def _classes(specs: Sequence[FieldSpec], labels: np.ndarray) -> list[str]:
     return [str(k) for k in range(int(labels.max(initial=-1)) + 1)]
 
 
-def commit_samples(staging: Staging, plan: SamplePlan, specs: Sequence[FieldSpec],
+def commit_samples(staging: AnyStaging, plan: SamplePlan, specs: Sequence[FieldSpec],
                    settings: dict[str, Any], overwrite: bool, trusted: Collection[int] = ()
                    ) -> Manifest:
     """Check every part, write index/, skipped.json and manifest.json, rename to DST."""

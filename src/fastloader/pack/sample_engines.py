@@ -17,7 +17,6 @@ import os
 import pickle
 import signal
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from fastloader.pack.engines import (
     joined_ray,
     run_ray,
 )
+from fastloader.pack.part import Stage
 from fastloader.pack.sample_part import build_sample_part, run_sample_shard
 from fastloader.pack.sample_plan import SamplePlan, count_bounds
 from fastloader.pack.values import PreparedSample, prepare_sample
@@ -102,7 +102,7 @@ class _Killer:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def run_local(staging: Path, plan: SamplePlan, todo: Sequence[int], samples: Any,
+def run_local(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: Any,
               specs: Sequence[FieldSpec], settings: dict[str, Any], meter: Meter) -> set[int]:
     """Write the parts of `todo` with this machine's processes; the shards written."""
     positions = (i for k in todo for i in range(*plan.span(k)))
@@ -125,7 +125,7 @@ def run_local(staging: Path, plan: SamplePlan, todo: Sequence[int], samples: Any
     return written
 
 
-def run_stream(staging: Path, plan: SamplePlan, samples: Iterable[Any],
+def run_stream(staging: Stage, plan: SamplePlan, samples: Iterable[Any],
                specs: Sequence[FieldSpec], settings: dict[str, Any], shard_samples: int,
                meter: Meter) -> SamplePlan:
     """A plain iterable read in order here, a part every shard_samples samples; the plan of
@@ -147,7 +147,7 @@ def run_stream(staging: Path, plan: SamplePlan, samples: Iterable[Any],
     return plan
 
 
-def run_on_ray(staging: Path, plan: SamplePlan, todo: Sequence[int], samples: Any,
+def run_on_ray(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: Any,
                workers: int, address: str | None, meter: Meter) -> set[int]:
     """One Ray task per pending shard; Python samples go to the tasks by ray.put."""
     if plan.reopen is not None:  # the tasks reopen the importer's source from the plan

@@ -5,7 +5,9 @@ temporary name renamed into place, part._write_shard), then journal/NNNNN.part.n
 arrays and its own encoded field columns, format/columns.encode_column) and, last, its
 part-manifest journal/NNNNN.json (part.Part: counts, sizes, sha256s, skipped samples). Running
 it twice writes the same bytes again. An importer's source is reopened in the task from the
-plan's description (cached per process); Python samples are handed to it.
+plan's description (cached per process); Python samples are handed to it. With a URL DST
+the task gets a remote_stage.RemoteStage: the part is built in a local temporary folder, then
+uploaded (shard file to DST, part files under the staging prefix, part-manifest last).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from fastloader.format.columns import encode_column
 from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
 from fastloader.format.index import encode_paths
 from fastloader.pack.journal import JOURNAL_DIR, PLAN_NAME, write_atomic
-from fastloader.pack.part import Part, _save_arrays, _write_shard, part_path
+from fastloader.pack.part import Part, RemoteParts, Stage, _save_arrays, _write_shard, part_path
 from fastloader.pack.sample_plan import SamplePlan
 from fastloader.pack.values import PreparedSample, prepare_sample
 
@@ -84,9 +86,13 @@ def _arrays(rows: _Rows, offsets: list[int], specs: Sequence[FieldSpec]) -> dict
     return arrays
 
 
-def build_sample_part(staging: Path, plan: SamplePlan, k: int, specs: Sequence[FieldSpec],
+def build_sample_part(staging: Stage, plan: SamplePlan, k: int, specs: Sequence[FieldSpec],
                       settings: dict[str, Any], prepared: Iterable[PreparedSample]) -> Part:
-    """Write shard k from its samples' prepared values (in order), then its part."""
+    """Write shard k from its samples' prepared values (in order), then its part; for a URL
+    DST (remote_stage.RemoteStage) in a local temporary folder, then uploaded."""
+    if not isinstance(staging, Path):
+        return staging.build(k, lambda folder: build_sample_part(folder, plan, k, specs,
+                                                                 settings, prepared))
     lo, hi = plan.span(k)
     rows = _Rows(specs)
     count = 0
@@ -125,24 +131,27 @@ def prepare_range(samples: Any, lo: int, hi: int, specs: Sequence[FieldSpec],
 
 
 @functools.lru_cache(maxsize=2)
-def _reopened(description: str) -> tuple[Any, str]:
-    """An importer's samples opened again from the plan's description (one per process)."""
+def _reopened(description: str, options: str) -> tuple[Any, str]:
+    """An importer's samples opened again from the plan's description (one per process);
+    options: the fsspec storage options of a source at a URL (JSON; never in the plan)."""
     from fastloader.pack.importers import open_source
 
     raw = json.loads(description)
     samples, specs, source = open_source(
         raw["src"], raw["kind"], fields=raw["fields"], image=raw["image"], label=raw["label"],
-        root=raw["root"], skip_empty=raw["skip_empty"], masks=raw["masks"])
+        root=raw["root"], skip_empty=raw["skip_empty"], masks=raw["masks"],
+        storage_options=json.loads(options) or None)
     if not (hasattr(samples, "__len__") and hasattr(samples, "__getitem__")):
         samples = list(samples)  # a streamed importer (tars): its samples, by index
     fields = json.dumps([s.to_json() for s in specs], sort_keys=True)
     return samples, fields + source["fingerprint"]
 
 
-def reopen(plan: SamplePlan) -> Any:
+def reopen(plan: SamplePlan, storage_options: dict[str, Any] | None = None) -> Any:
     """The plan's importer samples; PackError if the source is not the one planned."""
     assert plan.reopen is not None
-    samples, identity = _reopened(json.dumps(plan.reopen, sort_keys=True))
+    options = json.dumps(storage_options or {}, sort_keys=True, default=str)
+    samples, identity = _reopened(json.dumps(plan.reopen, sort_keys=True), options)
     if identity != json.dumps(plan.fields, sort_keys=True) + plan.fingerprint:
         raise PackError(f"{plan.reopen['src']} changed since its shard plan was made (its "
                         "files or fields differ); plan the pack again (rerun it, or `packdata "
@@ -171,17 +180,19 @@ def load_plan(staging: Path) -> tuple[SamplePlan, dict[str, Any]]:
     return _cached_plan(str(staging), stamp)
 
 
-def run_sample_shard(staging: str | os.PathLike[str], k: int, samples: Any = None
-                     ) -> dict[str, int]:
+def run_sample_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
+                     samples: Any = None) -> dict[str, int]:
     """The task of shard k where the engine runs it (a Ray task): its samples prepared one
-    after another, its part written. Returns {files, bytes, packed} for the progress."""
-    folder = Path(staging)
-    plan, settings = load_plan(folder)
-    if not 0 <= k < plan.num_shards:
-        raise PackError(f"shard {k} is not in the plan of {folder} (shards 0..."
+    after another, its part written (in the staging folder, or uploaded to a URL DST's).
+    Returns {files, bytes, packed} for the progress."""
+    folder: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
+    plan, settings = load_plan(folder) if isinstance(folder, Path) else folder.load_plan()
+    if not 0 <= k < plan.num_shards:  # (a RemoteStage's repr would show storage_options)
+        where = folder if isinstance(folder, Path) else "the URL's staging"
+        raise PackError(f"shard {k} is not in the plan of {where} (shards 0..."
                         f"{plan.num_shards - 1}).")
-    if samples is None:
-        samples = reopen(plan)
+    if samples is None:  # a URL DST's stage hands its storage options (a URL source's too)
+        samples = reopen(plan, settings.get("storage_options"))
     specs = specs_of(plan.fields)
     lo, hi = plan.span(k)
     part = build_sample_part(folder, plan, k, specs, settings,

@@ -7,26 +7,14 @@ half-uploaded dataset. Replacing one (--overwrite) removes the old manifest.json
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import read_manifest
 from fastloader.format.remote import Remote
-
-
-def staging_folder(url: str, staging: str | os.PathLike[str] | None) -> Path:
-    """The local folder `packdata SRC URL` packs into before uploading: stable for a URL, so
-    --resume finds it again (under staging, default the system's temp folder)."""
-    base = Path(staging) if staging else Path(tempfile.gettempdir())
-    key = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:12]
-    parent = base.expanduser().absolute() / f"packdata-upload-{key}"
-    parent.mkdir(parents=True, exist_ok=True)
-    return parent / url.rstrip("/").rsplit("/", 1)[-1]
 
 
 def put(remote: Remote, local: Path, name: str) -> None:
