@@ -74,28 +74,38 @@ def check_parts(staging: AnyStaging, plan: Spans, trusted: Collection[int] = ()
     return [part for part, _ in results if part is not None]
 
 
-def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str, tiled: bool
-           ) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
-    """The dataset's index arrays and shard entries (each shard given its sample range)."""
+def placed_shards(staging: AnyStaging, parts: list[Part], backend: str
+                  ) -> tuple[list[ShardInfo], list[dict[str, np.ndarray]]]:
+    """The parts that have a shard file, in order, each given its sample range (and its LMDB
+    first key where that differs: files before it were skipped), with its index arrays."""
     shards: list[ShardInfo] = []
     arrays: list[dict[str, np.ndarray]] = []
-    tiles: list[dict[str, np.ndarray]] = []
+    start = 0
     for part in parts:
         if part.info is None:  # every file of this shard was skipped: no shard file
             continue
         got = load_arrays(staging.dir, part.shard)
-        if got["kept"].size != part.info.count:
+        if got["length"].size != part.info.count:
             raise PackError(f"cannot commit {staging.dst}: shard {part.shard}'s index arrays "
-                            f"hold {got['kept'].size} records, its part says {part.info.count}"
-                            f"; rebuild it with `packdata shard {staging.dst} --range "
-                            f"{part.shard}:{part.shard + 1}`.")
-        start = sum(s.count for s in shards)
-        key = part.info.key_start if backend == "lmdb" and part.info.key_start != start else None
+                            f"hold {got['length'].size} records, its part says "
+                            f"{part.info.count}; rebuild it with `packdata shard "
+                            f"{staging.dst} --range {part.shard}:{part.shard + 1}`.")
         info = part.info
+        key = info.key_start if backend == "lmdb" and info.key_start != start else None
         shards.append(ShardInfo(info.file, start, info.count, info.bytes, info.sha256,
                                 info.data_offset, key))
         arrays.append(got)
-        if tiled:
+        start += info.count
+    return shards, arrays
+
+
+def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str, tiled: bool
+           ) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
+    """The dataset's index arrays and shard entries (each shard given its sample range)."""
+    shards, arrays = placed_shards(staging, parts, backend)
+    tiles: list[dict[str, np.ndarray]] = []
+    for part in parts if tiled else []:
+        if part.info is not None:
             columns = tiling.load_columns(staging.dir / JOURNAL_DIR, part.shard)
             if columns is None:
                 raise PackError(f"cannot commit {staging.dst}: shard {part.shard}'s tile "

@@ -250,9 +250,10 @@ def _record_node_for_test(k: int) -> None:
 
 
 def load_arrays(staging: Path, k: int) -> dict[str, np.ndarray]:
-    """Shard k's index arrays (kept listing positions, offset, length, shape, codec, crc32)."""
+    """Shard k's index arrays as its task wrote them (kept listing positions, offset, length,
+    shape, codec, crc32; a sample part's also its encoded columns)."""
     with np.load(part_path(staging, k, ".part.npz"), allow_pickle=False) as data:
-        return {name: data[name] for name in _ARRAYS}
+        return {name: data[name] for name in data.files}
 
 
 def check_part(staging: Path, plan: Spans, k: int, hash_shard: bool = True,

@@ -20,9 +20,9 @@ from fastloader.errors import PackError
 from fastloader.format import index as index_mod
 from fastloader.format.fields import FieldSpec, label_field, primary_image
 from fastloader.format.manifest import Manifest, ShardInfo
-from fastloader.pack.commit import SKIPPED_NAME, AnyStaging, check_parts
+from fastloader.pack.commit import SKIPPED_NAME, AnyStaging, check_parts, placed_shards
 from fastloader.pack.part import Part
-from fastloader.pack.sample_part import CORE, load_part_arrays
+from fastloader.pack.sample_part import CORE
 from fastloader.pack.sample_plan import SamplePlan
 
 
@@ -51,23 +51,7 @@ def _join(specs: Sequence[FieldSpec], parts: list[dict[str, np.ndarray]]
 
 def _index(staging: AnyStaging, plan: SamplePlan, parts: list[Part], specs: Sequence[FieldSpec],
            backend: str) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
-    shards: list[ShardInfo] = []
-    arrays: list[dict[str, np.ndarray]] = []
-    for part in parts:
-        if part.info is None:  # every sample of this shard was skipped: no shard file
-            continue
-        got = load_part_arrays(staging.dir, part.shard)
-        if got["length"].size != part.info.count:
-            raise PackError(f"cannot commit {staging.dst}: shard {part.shard}'s index arrays "
-                            f"hold {got['length'].size} records, its part says "
-                            f"{part.info.count}; rebuild it with `packdata shard "
-                            f"{staging.dst} --range {part.shard}:{part.shard + 1}`.")
-        start = sum(s.count for s in shards)
-        info = part.info
-        key = info.key_start if backend == "lmdb" and info.key_start != start else None
-        shards.append(ShardInfo(info.file, start, info.count, info.bytes, info.sha256,
-                                info.data_offset, key))
-        arrays.append(got)
+    shards, arrays = placed_shards(staging, parts, backend)
     if not shards:
         skipped = sum(len(p.skipped) for p in parts)
         raise PackError(f"no sample could be packed into {staging.dst} ({skipped} skipped); "

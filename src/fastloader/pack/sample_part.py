@@ -112,12 +112,6 @@ def build_sample_part(staging: Stage, plan: SamplePlan, k: int, specs: Sequence[
     return part
 
 
-def load_part_arrays(staging: Path, k: int) -> dict[str, np.ndarray]:
-    """Shard k's index arrays and encoded columns, as its task wrote them."""
-    with np.load(part_path(staging, k, ".part.npz"), allow_pickle=False) as data:
-        return {name: data[name] for name in data.files}
-
-
 def prepare_range(samples: Any, lo: int, hi: int, specs: Sequence[FieldSpec],
                   settings: dict[str, Any]) -> Iterable[PreparedSample]:
     """Samples lo..hi read by index and prepared, one after another (in a task)."""
@@ -201,5 +195,5 @@ def run_sample_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
             "packed": 0 if part.info is None else part.info.count}
 
 
-__all__ = ["JOURNAL_DIR", "build_sample_part", "load_part_arrays", "load_plan", "reopen",
+__all__ = ["JOURNAL_DIR", "build_sample_part", "load_plan", "reopen",
            "run_sample_shard", "specs_of"]
