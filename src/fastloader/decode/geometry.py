@@ -12,7 +12,6 @@ rectangle: the flip never moves the image on the canvas).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -36,15 +35,6 @@ class Geometry:
     size: tuple[int, int]
     places: np.ndarray | None = None
     fill: int = 0
-
-    def __iter__(self) -> Iterator[object]:
-        """Unpacks as (crops, flips, size), the plan's shape before placements existed."""
-        return iter((self.crops, self.flips, self.size))
-
-    @property
-    def letterboxed(self) -> bool:
-        """True when crops sit in rectangles of the output (ResizeFit)."""
-        return self.places is not None
 
     def placed(self) -> np.ndarray:
         """int32 (N, 4) (top, left, height, width) of each resized crop in the output."""

@@ -128,8 +128,7 @@ class Columns:
         if not spec.variable:
             data = np.asarray(arrays["data"][i])
             return data if spec.is_array else data[()]
-        start, stop = int(arrays["offsets"][i]), int(arrays["offsets"][i + 1])
-        raw = arrays["values"][start:stop]
+        raw = self.blob(name, i)
         if spec.is_array:
             return np.asarray(raw).reshape(tuple(int(d) for d in arrays["shapes"][i]))
         blob = raw.tobytes()
@@ -156,8 +155,12 @@ class Columns:
         try:
             return decode_mask(blob)
         except MaskError as exc:
-            raise CorruptRecordError(f"{where}: mask field {name!r}: {exc}; run `packdata "
-                                     f"verify {self.root}` and pack it again.") from None
+            raise self.mask_error(name, where, exc) from None
+
+    def mask_error(self, name: str, where: str, exc: Exception) -> CorruptRecordError:
+        """The error of a damaged mask of field name at `where`, saying how to mend it."""
+        return CorruptRecordError(f"{where}: mask field {name!r}: {exc}; run `packdata verify "
+                                  f"{self.root}` and pack it again.")
 
     def gather(self, name: str, indices: np.ndarray) -> Any:
         """The values of indices: an array [B, ...] for fixed fields, else a list."""

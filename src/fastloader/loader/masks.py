@@ -21,7 +21,6 @@ import torch
 
 from fastloader.decode.geometry import Geometry
 from fastloader.decode.masks import map_runs
-from fastloader.errors import CorruptRecordError
 from fastloader.format.masks import mask_runs
 from fastloader.gpu.planar import TensorPool
 
@@ -48,12 +47,13 @@ class MaskBatches:
         """Each mask field of the batch's samples as uint8 [B, out_h, out_w] (CPU tensors)."""
         out_h, out_w = geometry.size
         batches = {}
+        rows = samples.tolist()
         for name in self.names:
             shape = (len(samples), out_h, out_w)
             batch = (torch.empty(shape, dtype=torch.uint8, pin_memory=True) if self.pin
                      else self._pool.tensor(shape, torch.uint8))
             out = batch.numpy()
-            for k, i in enumerate(samples.tolist()):
+            for k, i in enumerate(rows):
                 self._placed(name, i, geometry, k, out[k])
             batches[name] = batch
         return batches
@@ -86,6 +86,4 @@ class MaskBatches:
             map_runs(values, lengths, (height, width), crop, flip, out)
         except ValueError as exc:  # MaskError too: the stored blob is damaged
             where = self.dataset.describe(i)  # only on failure: it builds a string
-            raise CorruptRecordError(f"{where}: mask field {name!r}: {exc}; run `packdata "
-                                     f"verify {self.dataset.root}` and pack it again."
-                                     ) from None
+            raise self.dataset.columns.mask_error(name, where, exc) from None
