@@ -12,26 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastloader.errors import OptionalDependencyError
+from fastloader.format.remote import Remote
 
 # The walk reads ahead this much per request: the headers between members smaller than this
 # arrive together (a shard of 100 KiB images: one request per 4 MiB, not one per header).
 WALK_BLOCK = 4 << 20
 
 def filesystem(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
-    """(this process's file system for url's scheme and the options, url's path in it)."""
-    try:
-        import fsspec
-    except ImportError as exc:
-        raise OptionalDependencyError(f"reading {url} needs fsspec (and s3fs for s3://, gcsfs "
-                                      "for gs://): pip install 'fastloader[s3]'") from exc
-    try:  # fsspec's instance cache: one per process (cleared in a forked child) and options
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except ImportError as exc:
-        raise OptionalDependencyError(
-            f"reading {url} needs fsspec's backend for its scheme ({exc}); pip install "
-            "s3fs (s3://) or gcsfs (gs://)") from exc
-    return fs, path
+    """(this process's file system for url's scheme and the options, url's path in it):
+    format/remote.Remote's, so the missing-package errors are the dataset reader's."""
+    remote = Remote(url, storage_options)  # fsspec's instance cache: one per process
+    return remote.fs, remote.path
 
 
 def stat_tars(urls: list[str], storage_options: dict[str, Any] | None
