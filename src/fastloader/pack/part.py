@@ -154,9 +154,6 @@ class RemoteParts(Protocol):
     """Where the tasks put their parts when DST is a URL (remote_stage.RemoteStage): each part
     is built in a local folder, then uploaded."""
 
-    def build_part(self, plan: ShardPlan, k: int, settings: dict[str, Any],
-                   prepared: Iterable[Prepared]) -> Part: ...
-
     def build(self, k: int, make: Callable[[Path], Part]) -> Part: ...
 
     def load_plan(self) -> tuple[Any, dict[str, Any]]: ...
@@ -168,8 +165,8 @@ Stage = Path | RemoteParts  # what the engines hand each task: a staging folder,
 def build_part(staging: Stage, plan: ShardPlan, k: int, settings: dict[str, Any],
                prepared: Iterable[Prepared]) -> Part:
     """Write shard k from its files' prepared records (in listing order), then its part."""
-    if not isinstance(staging, Path):
-        return staging.build_part(plan, k, settings, prepared)
+    if not isinstance(staging, Path):  # built in a local folder, then uploaded
+        return staging.build(k, lambda folder: build_part(folder, plan, k, settings, prepared))
     lo, hi = plan.span(k)
     data: list[bytes] = []
     kept: list[int] = []
@@ -201,8 +198,8 @@ def build_part(staging: Stage, plan: ShardPlan, k: int, settings: dict[str, Any]
               zip(_ARRAYS, [kept, offsets, *columns], _DTYPES, strict=True)}
     part.arrays_sha256 = _save_arrays(part_path(staging, k, ".part.npz"), arrays)
     if tiles is not None:
-        tiling.save_columns(staging / JOURNAL_DIR, k, tiles.take())
-        part.tiles_sha256 = sha256_file(part_path(staging, k, tiling.SHARD_SUFFIX))[1]
+        part.tiles_sha256 = _save_arrays(part_path(staging, k, tiling.SHARD_SUFFIX),
+                                         tiles.take())
     write_atomic(part_path(staging, k), part.to_json())
     return part
 

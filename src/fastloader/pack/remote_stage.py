@@ -26,7 +26,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +38,10 @@ from fastloader.format.manifest import MANIFEST_NAME
 from fastloader.format.remote import Remote
 from fastloader.pack import tiling
 from fastloader.pack.journal import JOURNAL_DIR, PLAN_NAME
-from fastloader.pack.part import Part, build_part, check_part, part_path, read_settings
+from fastloader.pack.part import Part, check_part, part_path, read_settings
 from fastloader.pack.plan import PLAN_DIR, ShardPlan, Spans
 from fastloader.pack.sample_plan import SamplePlan, is_sample_plan
 from fastloader.pack.upload import put
-from fastloader.pack.validate import Prepared
 
 _PLAN_ARRAYS = ("path_offsets", "path_bytes", "labels", "sizes", "mtimes", "bounds")
 # What a dataset folder of ours holds: anything else at DST is not ours to replace.
@@ -86,11 +85,6 @@ class RemoteStage:
         options = json.dumps(self.storage_options or {}, sort_keys=True, default=str)
         plan, settings = _cached_plan(self.staging, self.token, options)
         return plan, settings | {"storage_options": self.storage_options}  # a URL source's
-
-    def build_part(self, plan: ShardPlan, k: int, settings: dict[str, Any],
-                   prepared: Iterable[Prepared]) -> Part:
-        """part.build_part in a local temporary folder, then its files uploaded."""
-        return self.build(k, lambda folder: build_part(folder, plan, k, settings, prepared))
 
     def build(self, k: int, make: Callable[[Path], Part]) -> Part:
         """Shard k's part made by make(folder) in a local temporary folder (an ImageFolder

@@ -10,7 +10,6 @@ tiles_offsets, and source_crc32 (n,) uint32, the crc32 of the bytes that were re
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -98,21 +97,6 @@ class TileColumns:
         }
         self.__init__()  # type: ignore[misc]
         return columns
-
-
-def save_columns(journal: Path, shard_id: int, columns: dict[str, np.ndarray]) -> None:
-    """Write a shard's tile columns next to its journal entry (before the entry itself)."""
-    path = journal / f"{shard_id:05d}{SHARD_SUFFIX}"
-    with open(path, "wb") as handle:
-        np.savez(
-            handle,
-            headers=columns["headers"],
-            offsets=columns["offsets"],
-            counts=columns["counts"],
-            source_crc32=columns["source_crc32"],
-        )
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def load_columns(journal: Path, shard_id: int) -> dict[str, np.ndarray] | None:
