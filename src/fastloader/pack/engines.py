@@ -151,7 +151,7 @@ def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
 
 
 def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | None,
-            meter: Meter, plan: Spans, task: Callable[..., dict[str, int]] = run_shard,
+            meter: Meter, task: Callable[..., dict[str, int]] = run_shard,
             extra: tuple[Any, ...] = ()) -> set[int]:
     """Run task(staging, k, *extra) (part.run_shard, or a sample pack's) as one Ray task per
     pending shard; progress here on the driver.

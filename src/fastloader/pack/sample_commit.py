@@ -49,7 +49,7 @@ def _join(specs: Sequence[FieldSpec], parts: list[dict[str, np.ndarray]]
     return joined
 
 
-def _index(staging: AnyStaging, plan: SamplePlan, parts: list[Part], specs: Sequence[FieldSpec],
+def _index(staging: AnyStaging, parts: list[Part], specs: Sequence[FieldSpec],
            backend: str) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
     shards, arrays = placed_shards(staging, parts, backend)
     if not shards:
@@ -83,7 +83,7 @@ def commit_samples(staging: AnyStaging, plan: SamplePlan, specs: Sequence[FieldS
     from fastloader import __version__
 
     parts = check_parts(staging, plan, trusted)
-    arrays, shards = _index(staging, plan, parts, specs, settings["backend"])
+    arrays, shards = _index(staging, parts, specs, settings["backend"])
     classes = _classes(specs, arrays["label"])
     named = {shard.file for shard in shards}
     for stray in staging.dir.glob("shard-*"):  # an earlier plan's, or an emptied shard's

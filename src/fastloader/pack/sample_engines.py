@@ -151,8 +151,7 @@ def run_on_ray(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: A
                workers: int, address: str | None, meter: Meter) -> set[int]:
     """One Ray task per pending shard; Python samples go to the tasks by ray.put."""
     if plan.reopen is not None:  # the tasks reopen the importer's source from the plan
-        return run_ray(staging, todo, workers, address, meter, plan,
-                       task=run_sample_shard)
+        return run_ray(staging, todo, workers, address, meter, task=run_sample_shard)
     with joined_ray(workers, address) as ray:  # ray.put needs the instance now
         try:
             shared = ray.put(samples)
@@ -160,5 +159,5 @@ def run_on_ray(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: A
             raise PackError(f"engine='ray' sends Python samples to its tasks pickled, and "
                             f"{type(samples).__name__} does not pickle ({exc}); make it "
                             "picklable or pack with engine='local'.") from None
-        return run_ray(staging, todo, workers, address, meter, plan,
-                       task=run_sample_shard, extra=(shared,))
+        return run_ray(staging, todo, workers, address, meter, task=run_sample_shard,
+                       extra=(shared,))

@@ -255,7 +255,7 @@ def pack(
             if engine == "ray":
                 from fastloader.pack.engines import run_ray
 
-                written = run_ray(stage, todo, workers, ray_address, meter, plan)
+                written = run_ray(stage, todo, workers, ray_address, meter)
             else:
                 from fastloader.pack.engines import run_local
 
