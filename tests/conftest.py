@@ -55,6 +55,21 @@ def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture()
+def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An empty bucket `bucket` on a fresh moto S3 server on 127.0.0.1 (AWS_* set for it);
+    yields its s3fs file system. The loader's cache goes under tmp_path, never ~/.cache."""
+    from servers import s3_server
+
+    monkeypatch.setenv("FASTLOADER_CACHE_DIR", str(tmp_path / "cache"))
+    with s3_server(monkeypatch):
+        import s3fs
+
+        fs = s3fs.S3FileSystem()
+        fs.mkdir("bucket")
+        yield fs
+
+
+@pytest.fixture()
 def served(tmp_path: Path):
     """A 32-record LMDB dataset of several shards under tmp_path/www, served over HTTP on
     127.0.0.1: yields (its URL, the server's request log and counts, tmp_path)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,23 +21,10 @@ from fastloader.pack.sample_commit import commit_samples
 from fastloader.pack.sample_engines import run_local
 from fastloader.pack.samples import pack_options, plan_sample_pack
 from helpers import coco_file, dataset_bytes, remote_dataset_bytes, sample_table
-from servers import s3_server
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 URL = "s3://bucket/table.lmdb"
 TABLE = {"label": "species", "skip_bad": True, "shard_size": 4 << 10}  # 30 rows: 5+ shards
-
-
-@pytest.fixture()
-def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    """An empty bucket on a fresh moto server; yields its s3fs file system."""
-    monkeypatch.setenv("FASTLOADER_CACHE_DIR", str(tmp_path / "cache"))  # never ~/.cache
-    with s3_server(monkeypatch):
-        import s3fs
-
-        fs = s3fs.S3FileSystem()
-        fs.mkdir("bucket")
-        yield fs
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import pickle
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from fastloader.pack.importers import fingerprint, open_source
 from fastloader.pack.tar_index import TarIndex
 from helpers import dataset_bytes, run_in_fork
 from imagegen import encode, photo_like
-from servers import s3_server
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 PATTERN = "data-{000..002}.tar"
@@ -51,17 +49,6 @@ def tars(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for t in range(3):
         write_tar(folder / f"data-{t:03d}.tar", 4 * t, 4)
     return folder
-
-
-@pytest.fixture()
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """An empty bucket on a fresh moto server; yields its s3fs file system."""
-    with s3_server(monkeypatch):
-        import s3fs
-
-        fs = s3fs.S3FileSystem()
-        fs.mkdir("bucket")
-        yield fs
 
 
 def upload(fs: Any, folder: Path, names: list[str] | None = None) -> None:

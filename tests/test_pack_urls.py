@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,23 +19,10 @@ from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter, run_local
 from fastloader.pack.remote_stage import RemoteStaging, staging_url
 from fastloader.pack.write import pack, plan_pack
 from helpers import broken_tree, dataset_bytes, remote_dataset_bytes, upload_tree
-from servers import s3_server
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 URL = "s3://bucket/train.lmdb"
 SHARD = 20_000  # bytes: the 94-file tree makes 5 shards
-
-
-@pytest.fixture()
-def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    """An empty bucket on a fresh moto server; yields its s3fs file system."""
-    monkeypatch.setenv("FASTLOADER_CACHE_DIR", str(tmp_path / "cache"))  # never ~/.cache
-    with s3_server(monkeypatch):
-        import s3fs
-
-        fs = s3fs.S3FileSystem()
-        fs.mkdir("bucket")
-        yield fs
 
 
 @pytest.fixture(scope="module")
