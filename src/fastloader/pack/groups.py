@@ -181,7 +181,11 @@ class TarSamples(Sequence[dict[str, Any]]):
         if not -len(self) <= k < len(self):
             raise IndexError(f"sample {k} of {len(self)}")
         k %= len(self)
-        found = self.group(k)
+        return self.sample_of(self.group(k))
+
+    def sample_of(self, found: dict[str, Any] | tuple[str, str, dict[str, Any]]
+                  ) -> dict[str, Any]:
+        """The sample of a group (group()'s result) under the current specs."""
         if isinstance(found, dict):  # a damaged tar or an unreadable member
             return found
         where, key, group = found
@@ -261,7 +265,7 @@ def open_tars(pattern: str, fields: Any, storage_options: dict[str, Any] | None 
     peeked = [samples.group(k) for k in range(min(_PEEK, len(samples)))]
     exts = sorted({e for g in peeked if isinstance(g, tuple) for e in g[2] if e != ERROR_KEY})
     samples.specs = _specs(exts, dict(fields or {}), pattern)
-    first = [samples[k] for k in range(len(peeked))]
+    first = [samples.sample_of(found) for found in peeked]  # not read a second time
     samples.specs = _fit_ndarrays(samples.specs, first)
     return samples, samples.specs, {"kind": "tar", "path": pattern}
 
