@@ -81,7 +81,8 @@ def fingerprint(kind: str, path: str, storage_options: dict[str, Any] | None = N
             files = sorted(p for p in Path(path).rglob("*") if p.is_file())
         else:
             files = [Path(path)]
-        entries = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+        stats = [(str(f), f.stat()) for f in files]  # one stat a file
+        entries = [[name, st.st_size, st.st_mtime_ns] for name, st in stats]
     return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
 
 
