@@ -137,22 +137,39 @@ def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str
     }, shards
 
 
-def commit(staging: AnyStaging, plan: ShardPlan, settings: dict[str, Any], overwrite: bool,
-           trusted: Collection[int] = ()) -> Manifest:
-    """Check every part, write index/, skipped.json and manifest.json, rename to DST."""
-    from fastloader import __version__
-
-    parts = check_parts(staging, plan, trusted)
-    tiled = settings.get("tiles") is not None
-    arrays, shards = _index(staging, plan, parts, settings["backend"], tiled)
+def write_staged(staging: AnyStaging, shards: list[ShardInfo], arrays: dict[str, np.ndarray],
+                 skipped: list[dict[str, str]]) -> dict[str, Any]:
+    """Into the staging: stray shard files removed, the index written (its manifest entries
+    returned) and skipped.json."""
     named = {shard.file for shard in shards}
     for stray in staging.dir.glob("shard-*"):  # an earlier plan's, or an emptied shard's
         if stray.name not in named:
             stray.unlink()
     fields = index_mod.write_index(staging.dir, arrays)
+    (staging.dir / SKIPPED_NAME).write_text(json.dumps(skipped, indent=1) + "\n")
+    return fields
+
+
+def publish(staging: AnyStaging, overwrite: bool, **entries: Any) -> Manifest:
+    """The manifest of these entries, stamped (version, time), written last: DST appears."""
+    from fastloader import __version__
+
+    manifest = Manifest(created_by=f"fastloader {__version__}",
+                        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        **entries)
+    staging.finish(manifest.write, overwrite)
+    return manifest
+
+
+def commit(staging: AnyStaging, plan: ShardPlan, settings: dict[str, Any], overwrite: bool,
+           trusted: Collection[int] = ()) -> Manifest:
+    """Check every part, write index/, skipped.json and manifest.json, rename to DST."""
+    parts = check_parts(staging, plan, trusted)
+    tiled = settings.get("tiles") is not None
+    arrays, shards = _index(staging, plan, parts, settings["backend"], tiled)
     refusals = plan.scan["refused"] + [s for p in parts for s in p.skipped]  # scan's first
     skipped = [{"path": path, "reason": reason} for path, reason in refusals]
-    (staging.dir / SKIPPED_NAME).write_text(json.dumps(skipped, indent=1) + "\n")
+    fields = write_staged(staging, shards, arrays, skipped)
     options = {name: settings[name] for name in ("shard_size", "max_side", "quality")}
     if tiled:  # untiled manifests stay exactly as before
         options["tiles"] = settings["tiles"]
@@ -164,12 +181,6 @@ def commit(staging: AnyStaging, plan: ShardPlan, settings: dict[str, Any], overw
                                               "ignored_outside_classes", "empty_classes")},
         "source_bytes": int(plan.sizes.sum()), "record_bytes": int(arrays["length"].sum()),
     }
-    manifest = Manifest(
-        backend=settings["backend"], num_samples=packed, classes=plan.scan["classes"],
-        shards=shards, fields=fields, options=options,
-        stats=stats | (tiling.tile_stats(arrays) if tiled else {}),
-        created_by=f"fastloader {__version__}",
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
-    staging.finish(manifest.write, overwrite)
-    return manifest
+    return publish(staging, overwrite, backend=settings["backend"], num_samples=packed,
+                   classes=plan.scan["classes"], shards=shards, fields=fields,
+                   options=options, stats=stats | (tiling.tile_stats(arrays) if tiled else {}))

@@ -9,18 +9,21 @@ joined as they are: fixed columns and variable values concatenated, offsets shif
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
 from fastloader.errors import PackError
-from fastloader.format import index as index_mod
 from fastloader.format.fields import FieldSpec, label_field, primary_image
 from fastloader.format.manifest import Manifest, ShardInfo
-from fastloader.pack.commit import SKIPPED_NAME, AnyStaging, check_parts, placed_shards
+from fastloader.pack.commit import (
+    AnyStaging,
+    check_parts,
+    placed_shards,
+    publish,
+    write_staged,
+)
 from fastloader.pack.part import Part
 from fastloader.pack.sample_part import CORE
 from fastloader.pack.sample_plan import SamplePlan
@@ -80,30 +83,18 @@ def commit_samples(staging: AnyStaging, plan: SamplePlan, specs: Sequence[FieldS
                    settings: dict[str, Any], overwrite: bool, trusted: Collection[int] = ()
                    ) -> Manifest:
     """Check every part, write index/, skipped.json and manifest.json, rename to DST."""
-    from fastloader import __version__
-
     parts = check_parts(staging, plan, trusted)
     arrays, shards = _index(staging, parts, specs, settings["backend"])
     classes = _classes(specs, arrays["label"])
-    named = {shard.file for shard in shards}
-    for stray in staging.dir.glob("shard-*"):  # an earlier plan's, or an emptied shard's
-        if stray.name not in named:
-            stray.unlink()
-    index_fields = index_mod.write_index(staging.dir, arrays)
     skipped = [{"sample": where, "reason": why} for p in parts for where, why in p.skipped]
-    (staging.dir / SKIPPED_NAME).write_text(json.dumps(skipped, indent=1) + "\n")
+    index_fields = write_staged(staging, shards, arrays, skipped)
     packed = int(arrays["shard"].size)
     options = {name: settings[name] for name in ("shard_size", "max_side", "quality", "source")}
     if "shard_samples" in settings:  # Python samples: cut by count
         options["shard_samples"] = settings["shard_samples"]
-    manifest = Manifest(
-        backend=settings["backend"], num_samples=packed, classes=classes, shards=shards,
-        fields=index_fields, options=options,
+    return publish(
+        staging, overwrite, backend=settings["backend"], num_samples=packed, classes=classes,
+        shards=shards, fields=index_fields, options=options,
         stats={"packed": packed, "skipped": len(skipped), "skipped_samples": skipped,
                "record_bytes": int(arrays["length"].sum())},
-        created_by=f"fastloader {__version__}",
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        version=2, sample_fields=[s.to_json() for s in specs],
-    )
-    staging.finish(manifest.write, overwrite)
-    return manifest
+        version=2, sample_fields=[s.to_json() for s in specs])
