@@ -39,9 +39,9 @@ from fastloader.format import index as index_mod
 from fastloader.format.backends import backend_module
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from fastloader.pack.commit import SKIPPED_NAME
 from fastloader.pack.journal import Staging, file_digest, is_dataset, staging_path, write_atomic
 
-SKIPPED_NAME = "skipped.json"
 _LOCK_NAME = ".append.lock"
 _INDEX_GEN = re.compile(r"^index(?:-(\d+))?$")
 
