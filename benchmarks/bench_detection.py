@@ -7,7 +7,6 @@ median of same-round ratios."""
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -22,9 +21,11 @@ from harness import (
     RESULTS_DIR,
     JsonlWriter,
     RunResult,
+    best_dataloader,
     env_line,
     environment,
     format_table,
+    paired_speedups,
     run_interleaved,
     run_row,
     spread_text,
@@ -155,13 +156,11 @@ def main(argv: list[str] | None = None) -> int:
                 runs, args.repeats,
                 on_run=lambda name, i, run, usage: writer.write(run_row(name, i, run, usage)))
             rows = [summary_row(name, r) for name, r in results.items()]
-            loaders = [name for name in results if name.startswith("DataLoader")]
-            best = max(loaders, key=lambda n: statistics.median(r.rate for r, _ in results[n]))
-            base = [run.rate for run, _ in results[best]]
+            best = best_dataloader(rows)
+            assert best is not None  # the configurations include DataLoader rows
+            paired = paired_speedups(results, best["name"])
             for row in rows:
-                ratios = [run.rate / b for (run, _), b in zip(results[row["name"]], base,
-                                                              strict=True)]
-                row["vs_best_dataloader"] = statistics.median(ratios)
+                row["vs_best_dataloader"] = paired[row["name"]]["median"]
                 writer.write(row)
     body = [[r["name"], spread_text(r["img_per_s"]), f"{r['vs_best_dataloader']:.2f}x"]
             for r in rows]

@@ -20,13 +20,14 @@ from harness import (
     RESULTS_DIR,
     JsonlWriter,
     RunResult,
+    best_dataloader,
     env_line,
     environment,
     format_table,
+    paired_speedups,
     run_interleaved,
     run_row,
     spread_text,
-    summarize,
     summary_row,
     timed_iteration,
 )
@@ -237,25 +238,6 @@ def build_configs(
     if args.dali and "DALI CPU pipeline" not in optional_rows():
         rows["DALI CPU pipeline"] = dali_config(tree, args.batch, args.images, args.warmup)
     return rows
-
-
-def best_dataloader(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    candidates = [r for r in rows if r["name"].startswith("DataLoader")]
-    return max(candidates, key=lambda r: r["img_per_s"]["median"], default=None)
-
-
-def paired_speedups(results: dict[str, list[Any]], baseline: str) -> dict[str, dict[str, float]]:
-    """Per row, the spread of its rate over the baseline's rate in the same round.
-
-    Rows of one round run back to back, so a round's ratio shares that round's machine load;
-    on a shared machine whose speed drifts, the median of these paired ratios moves less than
-    the ratio of the two medians does.
-    """
-    base = [run.rate for run, _ in results[baseline]]
-    return {
-        name: summarize([run.rate / b for (run, _), b in zip(runs, base, strict=True) if b > 0])
-        for name, runs in results.items()
-    }
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -27,9 +27,11 @@ from harness import (
     RESULTS_DIR,
     JsonlWriter,
     RunResult,
+    best_dataloader,
     env_line,
     environment,
     format_table,
+    paired_speedups,
     run_interleaved,
     run_row,
     spread_text,
@@ -231,12 +233,12 @@ def _summaries(results: dict[str, list[Any]], workers: list[int], writer: JsonlW
                ) -> list[dict[str, Any]]:
     """Rows with the median of same-round ratios against the best DataLoader row."""
     rows = [summary_row(name, r) for name, r in results.items()]
-    loaders = [r for r in rows if r["name"].startswith("DataLoader")]
-    best = max(loaders, key=lambda r: r["img_per_s"]["median"])["name"]
-    base = [run.rate for run, _ in results[best]]
+    found = best_dataloader(rows)
+    assert found is not None  # the configurations include DataLoader rows
+    best = found["name"]
+    paired = paired_speedups(results, best)
     for row in rows:
-        ratios = [run.rate / b for (run, _), b in zip(results[row["name"]], base, strict=True)]
-        row["vs_best_dataloader"] = statistics.median(ratios)
+        row["vs_best_dataloader"] = paired[row["name"]]["median"]
         row["best_dataloader"] = best
         writer.write(row)
     return rows

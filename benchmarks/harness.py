@@ -442,3 +442,23 @@ def env_line(env: dict[str, Any]) -> str:
         f"(libjpeg-turbo {env['pillow_libjpeg_turbo']}), fastloader native="
         f"{env['fastloader_native']}, git {env['git_revision']}"
     )
+
+
+def best_dataloader(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The DataLoader row with the highest median rate (None without one)."""
+    candidates = [r for r in rows if r["name"].startswith("DataLoader")]
+    return max(candidates, key=lambda r: r["img_per_s"]["median"], default=None)
+
+
+def paired_speedups(results: dict[str, list[Any]], baseline: str) -> dict[str, dict[str, float]]:
+    """Per row, the spread of its rate over the baseline's rate in the same round.
+
+    Rows of one round run back to back, so a round's ratio shares that round's machine load;
+    on a shared machine whose speed drifts, the median of these paired ratios moves less than
+    the ratio of the two medians does.
+    """
+    base = [run.rate for run, _ in results[baseline]]
+    return {
+        name: summarize([run.rate / b for (run, _), b in zip(runs, base, strict=True) if b > 0])
+        for name, runs in results.items()
+    }
