@@ -130,7 +130,7 @@ def test_gpu_transforms_with_boxes_are_refused(tmp_path: Path) -> None:
 
 def test_one_copy_to_a_device_keeps_every_samples_values_shape_and_dtype() -> None:
     # the CUDA path of arrays_to_device (flatten, one copy, split, view), run to the CPU here
-    from fastloader.loader.device_copy import _one_copy, arrays_to_device
+    from fastloader.format.kinds.device import _one_copy, arrays_to_device
 
     rng = np.random.default_rng(0)
     arrays = [rng.random((k, 4)).astype(np.float32) for k in (3, 0, 1, 5)]

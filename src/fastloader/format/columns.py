@@ -8,7 +8,6 @@ classes. After that, a value read is a slice of a memory-mapped array (no copy f
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ import numpy as np
 
 from fastloader.errors import CorruptRecordError, DatasetError
 from fastloader.format.fields import FieldSpec
-from fastloader.format.masks import MaskError, decode_mask
 
 Loader = Callable[[str], np.ndarray]
 
@@ -128,34 +126,15 @@ class Columns:
         if not spec.variable:
             data = np.asarray(arrays["data"][i])
             return data if spec.is_array else data[()]
-        raw = self.blob(name, i)
-        if spec.is_array:
-            return np.asarray(raw).reshape(tuple(int(d) for d in arrays["shapes"][i]))
-        blob = raw.tobytes()
-        if spec.kind in ("bytes", "image"):
-            return blob
-        if spec.kind == "mask":
-            return self.mask(name, blob, where)
-        try:
-            text = blob.decode("utf-8")
-            return text if spec.kind == "text" else json.loads(text)
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise CorruptRecordError(f"{where}: field {name!r} is not valid "
-                                     f"{'UTF-8' if spec.kind == 'text' else 'JSON'} ({exc}); "
-                                     f"run `packdata verify {self.root}` and pack it again."
-                                     ) from None
+        shape = arrays["shapes"][i] if spec.is_array else None
+        return spec.kind.load(spec, self.blob(name, i), shape, lambda why: CorruptRecordError(
+            f"{where}: {why}; run `packdata verify {self.root}` and pack it again."))
 
     def blob(self, name: str, i: int) -> np.ndarray:
-        """Sample i's stored bytes of a variable field, as a uint8 view of the column."""
+        """Sample i's stored values of a variable field, a view of the column (uint8 bytes,
+        or an array field's dtype)."""
         arrays = self.arrays[name]
         return arrays["values"][int(arrays["offsets"][i]):int(arrays["offsets"][i + 1])]
-
-    def mask(self, name: str, blob: Any, where: str) -> np.ndarray:
-        """A stored mask blob decoded; CorruptRecordError naming where and the field."""
-        try:
-            return decode_mask(blob)
-        except MaskError as exc:
-            raise self.mask_error(name, where, exc) from None
 
     def mask_error(self, name: str, where: str, exc: Exception) -> CorruptRecordError:
         """The error of a damaged mask of field name at `where`, saying how to mend it."""

@@ -1,6 +1,7 @@
 """Declared sample fields of a format v2 dataset: kinds, their specs and how each is stored.
 
-A field is name -> kind (image, int, float, ndarray, boxes, mask, text, bytes, json), with a dtype
+A field is name -> kind (image, int, float, ndarray, boxes, mask, text, bytes, json: each a
+class of format/kinds/, which says what the kind means at every stage), with a dtype
 and shape for ndarray (-1 marks a variable dimension), class names for a label int, and for boxes
 (float32 [k, 4] XYXY in source pixels) the names of its per-box fields. A mask is a uint8 [H, W]
 label image the size of the first image field, stored as a compressed blob (format/masks.py).
@@ -17,26 +18,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from fastloader.errors import DatasetError, InvalidArgumentError
+from fastloader.format import kinds
+from fastloader.format.kinds import Kind
 
-KINDS = ("image", "int", "float", "ndarray", "boxes", "mask", "text", "bytes", "json")
-ARRAY_KINDS = ("ndarray", "boxes")  # stored as values + offsets + shapes of a numeric dtype
-BOXES_DTYPE, BOXES_SHAPE = "float32", (-1, 4)  # XYXY in source pixels, one row per box
-VARIABLE_KINDS = ("image", "mask", "text", "bytes", "json")
-SPATIAL_KINDS = ("boxes", "mask")  # follow the first image field's crop, resize and flip
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
 FIELD_PREFIX = "field."  # index array names of the columns: field.NAME[.values|.offsets|.shapes]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class FieldSpec:
     """One declared field.
 
     Attributes:
         name: the field's name (a key of ds.sample(i)).
-        kind: one of KINDS.
+        kind: its Kind (format/kinds/), a str equal to the kind's name ("text", ...); given
+            as a name it is resolved to the registered kind.
         dtype: the numpy dtype of an ndarray field (int64 for int, float64 for float).
         shape: an ndarray field's per-sample shape; -1 marks a variable dimension.
         classes: class names of a label int field (value k is classes[k]).
@@ -45,29 +42,34 @@ class FieldSpec:
     """
 
     name: str
-    kind: str
-    dtype: str | None = None
-    shape: tuple[int, ...] | None = None
-    classes: tuple[str, ...] | None = None
-    per_box: tuple[str, ...] = ()
+    kind: Kind
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    classes: tuple[str, ...] | None
+    per_box: tuple[str, ...]
+
+    def __init__(self, name: str, kind: str, dtype: str | None = None,
+                 shape: tuple[int, ...] | None = None, classes: tuple[str, ...] | None = None,
+                 per_box: tuple[str, ...] = ()) -> None:
+        for key, value in (("name", name), ("kind", kinds.get(kind)), ("dtype", dtype),
+                           ("shape", shape), ("classes", classes), ("per_box", per_box)):
+            object.__setattr__(self, key, value)
 
     @property
     def is_array(self) -> bool:
         """A numeric array per sample (ndarray, boxes)."""
-        return self.kind in ARRAY_KINDS
+        return self.kind.is_array
 
     @property
     def variable(self) -> bool:
         """Stored as values + offsets (text, bytes, json, image, mask, arrays with a -1 dim)."""
-        return self.kind in VARIABLE_KINDS or (self.is_array and -1 in (self.shape or ()))
+        return self.kind.always_variable or (self.kind.is_array and -1 in (self.shape or ()))
 
     @property
     def storage_dtype(self) -> str:
         """The dtype of the stored values."""
-        if self.kind == "int":
-            return "int64"
-        if self.kind == "float":
-            return "float64"
+        if self.kind.storage is not None:
+            return self.kind.storage
         return self.dtype if self.is_array and self.dtype else "uint8"
 
     def arrays(self) -> dict[str, str]:
@@ -82,26 +84,15 @@ class FieldSpec:
 
     def to_json(self) -> dict[str, Any]:
         """The manifest entry of this field."""
-        entry: dict[str, Any] = {"name": self.name, "kind": self.kind}
-        if self.kind == "ndarray":
-            entry |= {"dtype": self.dtype, "shape": list(self.shape or ())}
-        if self.classes is not None:
+        entry: dict[str, Any] = {"name": self.name, "kind": self.kind.name,
+                                 **self.kind.to_json(self)}
+        if self.classes is not None:  # only a kind that takes classes has them
             entry["classes"] = list(self.classes)
-        if self.kind == "boxes":
-            entry["per_box"] = list(self.per_box)
         return entry
 
     def describe(self) -> str:
         """'ndarray float32 (512,)', 'int (10 classes)', 'text', ..."""
-        if self.kind == "ndarray":
-            return f"ndarray {self.dtype} {tuple(self.shape or ())}"
-        if self.classes is not None:
-            return f"int ({len(self.classes)} classes)"
-        if self.kind == "boxes":
-            return f"boxes XYXY float32 (-1, 4), per box {list(self.per_box)}"
-        if self.kind == "mask":
-            return "mask uint8 [H, W]"
-        return self.kind
+        return self.kind.describe(self)
 
 
 def _check_name(name: Any, bad: type[Exception], where: str) -> str:
@@ -111,24 +102,15 @@ def _check_name(name: Any, bad: type[Exception], where: str) -> str:
     return name
 
 
-def _check_dtype(dtype: Any, bad: type[Exception], where: str) -> str:
-    try:
-        parsed = np.dtype(dtype)
-    except TypeError:
-        parsed = np.dtype(object)
-    if parsed.hasobject or parsed.kind not in "biuf" or parsed.itemsize == 0:
-        raise bad(f"{where}: dtype {dtype!r:.40} is not a numeric dtype (bool, int, uint, float); "
-                  "use one such as 'float32'.")
-    return str(parsed)
-
-
-def _check_shape(shape: Any, bad: type[Exception], where: str) -> tuple[int, ...]:
-    if not isinstance(shape, (list, tuple)) or len(shape) > 8 or not all(
-        isinstance(n, int) and not isinstance(n, bool) and (n >= 0 or n == -1) for n in shape
-    ):
-        raise bad(f"{where}: shape {shape!r:.60} is not a list of up to 8 sizes >= 0 (or -1 for "
-                  "a variable dimension); e.g. (512,) or (-1, 4).")
-    return tuple(shape)
+def _from_tuple(name: str, spec: tuple[Any, ...] | list[Any], bad: type[Exception],
+                where: str) -> Any:
+    kind = kinds.find(spec[0])
+    entry = None if kind is None else kind.from_tuple(spec)
+    if entry is None:
+        raise bad(f"{where}: field {name!r} is {spec!r:.80}; write a kind ('text'), "
+                  "('ndarray', DTYPE, SHAPE), ('int', CLASS_NAMES) or "
+                  "('boxes', PER_BOX_FIELDS).")
+    return entry
 
 
 def make_spec(name: str, spec: Any, bad: type[Exception] = InvalidArgumentError,
@@ -140,54 +122,31 @@ def make_spec(name: str, spec: Any, bad: type[Exception] = InvalidArgumentError,
     if isinstance(spec, str):
         spec = {"kind": spec}
     elif isinstance(spec, (tuple, list)) and spec:
-        kind = spec[0]
-        if kind == "ndarray" and len(spec) == 3:
-            spec = {"kind": kind, "dtype": spec[1], "shape": spec[2]}
-        elif kind == "int" and len(spec) == 2:
-            spec = {"kind": kind, "classes": spec[1]}
-        elif kind == "boxes" and len(spec) == 2:
-            spec = {"kind": kind, "per_box": spec[1]}
-        else:
-            raise bad(f"{where}: field {name!r} is {spec!r:.80}; write a kind ('text'), "
-                      "('ndarray', DTYPE, SHAPE), ('int', CLASS_NAMES) or "
-                      "('boxes', PER_BOX_FIELDS).")
-    if not isinstance(spec, Mapping) or spec.get("kind") not in KINDS:
+        spec = _from_tuple(name, spec, bad, where)
+    kind = kinds.find(spec.get("kind")) if isinstance(spec, Mapping) else None
+    if kind is None:
         raise bad(f"{where}: field {name!r} has kind {spec!r:.80}; choose one of "
-                  f"{', '.join(KINDS)}.")
-    kind = spec["kind"]
-    dtype = shape = classes = None
-    if kind == "ndarray":
-        dtype = _check_dtype(spec.get("dtype"), bad, f"{where}: field {name!r}")
-        shape = _check_shape(spec.get("shape"), bad, f"{where}: field {name!r}")
+                  f"{', '.join(kinds.names())}.")
+    classes = None
     if spec.get("classes") is not None:
         names = spec["classes"]
-        if kind != "int" or not isinstance(names, (list, tuple)) or not all(
+        if not kind.takes_classes or not isinstance(names, (list, tuple)) or not all(
             isinstance(c, str) for c in names
         ):
             raise bad(f"{where}: field {name!r}: class names belong to an int field and must "
                       "be a list of strings.")
         classes = tuple(names)
-    if kind == "boxes":
-        return FieldSpec(name, kind, BOXES_DTYPE, BOXES_SHAPE,
-                         per_box=_per_box(spec.get("per_box", ()), name, bad, where))
-    return FieldSpec(name, kind, dtype, shape, classes)
-
-
-def _per_box(names: Any, field: str, bad: type[Exception], where: str) -> tuple[str, ...]:
-    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-        raise bad(f"{where}: boxes field {field!r}: per_box {names!r:.60} is not a list of "
-                  "field names; write e.g. ('boxes', ['box_labels']).")
-    return tuple(names)
+    return FieldSpec(name, kind, classes=classes, **kind.build(name, spec, bad, where))
 
 
 def _check_per_box(specs: Sequence[FieldSpec], bad: type[Exception], where: str) -> None:
     """Each per-box field is declared once, an array variable in its first dim (one row a box)."""
     by_name = {s.name: s for s in specs}
     owners: dict[str, str] = {}
-    for spec in (s for s in specs if s.kind == "boxes"):
+    for spec in specs:
         for name in spec.per_box:
             other = by_name.get(name)
-            if other is None or not other.is_array or other.kind == "boxes" or (
+            if other is None or not other.is_array or other.kind.holds_boxes or (
                     (other.shape or (0,))[:1] != (-1,)):
                 raise bad(f"{where}: boxes field {spec.name!r} lists per-box field {name!r}, "
                           "which must be a declared ndarray field variable in its first "
@@ -216,7 +175,7 @@ def check_specs(specs: Sequence[FieldSpec], bad: type[Exception], where: str) ->
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise bad(f"{where}: a field name appears twice in {names}; names must be unique.")
-    if not any(s.kind == "image" for s in specs):
+    if not any(s.kind.is_image for s in specs):
         raise bad(f"{where}: no field of kind 'image' among {names}; a packed dataset stores "
                   "one image per sample (its records): declare one.")
     if sum(s.classes is not None for s in specs) > 1:
@@ -241,7 +200,7 @@ def specs_from_manifest(raw: Any, where: str) -> list[FieldSpec]:
 
 def primary_image(specs: Sequence[FieldSpec]) -> FieldSpec:
     """The image field stored as the records (the first one declared)."""
-    return next(s for s in specs if s.kind == "image")
+    return next(s for s in specs if s.kind.is_image)
 
 
 def label_field(specs: Sequence[FieldSpec]) -> FieldSpec | None:
@@ -250,7 +209,7 @@ def label_field(specs: Sequence[FieldSpec]) -> FieldSpec | None:
     named = [s for s in specs if s.classes is not None]
     if named:
         return named[0]
-    ints = [s for s in specs if s.kind == "int"]
+    ints = [s for s in specs if s.kind.takes_classes]
     by_name = [s for s in ints if s.name in ("label", "cls")]
     if by_name:
         return by_name[0]

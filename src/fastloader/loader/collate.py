@@ -1,4 +1,5 @@
-"""What a packed loader yields for a dataset's fields: the collation rules.
+"""What a packed loader yields for a dataset's fields: the collation rules (each kind's collate()
+in format/kinds/ builds its column; this module hands it the batch).
 
 - the records' image field: the decoded batch, (B, 3, H, W) as always;
 - int / float fields: a tensor [B] (int64 / float64); the label field is the int64 labels;
@@ -32,16 +33,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, map_batch_boxes
+from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
 from fastloader.decode.geometry import Geometry
 from fastloader.errors import InvalidArgumentError, invalid_type
 from fastloader.format.fields import FieldSpec, is_classification, label_field
+from fastloader.format.kinds import BOXES
 from fastloader.loader.detection import (
     LETTERBOX_KEYS,
     check_letterbox_names,
     letterbox_value,
 )
-from fastloader.loader.device_copy import arrays_to_device
 from fastloader.loader.extra_images import ExtraImages
 
 
@@ -50,7 +51,7 @@ def _multi_hot(multi_hot: Any, specs: dict[str, FieldSpec], names: Sequence[str]
     """multi_hot as {field: classes}: an int applies to the one variable 1-D int field."""
     if multi_hot is None:
         return {}
-    candidates = [n for n in names if specs[n].kind == "ndarray" and specs[n].variable
+    candidates = [n for n in names if specs[n].is_array and specs[n].variable
                   and len(specs[n].shape or ()) == 1
                   and np.dtype(specs[n].dtype).kind in "iu"]
     if isinstance(multi_hot, int) and not isinstance(multi_hot, bool):
@@ -116,11 +117,11 @@ class FieldCollator:
             self.classic = False
         self.min_visibility = min_visibility
         # per-box field -> its boxes field; the boxes fields whose keep masks a batch needs
-        self.owner = {n: s.name for s in specs.values() if s.kind == "boxes" for n in s.per_box}
+        self.owner = {n: s.name for s in specs.values() for n in s.per_box}
         self.box_fields = sorted({self.owner.get(n, n) for n in self.names if n in self.owner
-                                  or (n in specs and specs[n].kind == "boxes")})
+                                  or (n in specs and specs[n].kind.holds_boxes)})
         self._boxes: dict[str, tuple[list[torch.Tensor], list[np.ndarray]]] = {}
-        self.mask_fields = [n for n in self.names if n in specs and specs[n].kind == "mask"]
+        self.mask_fields = [n for n in self.names if n in specs and specs[n].kind.raster]
         self._masks: dict[str, torch.Tensor] | None = None
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray,
@@ -152,27 +153,30 @@ class FieldCollator:
         if columns is None:  # pragma: no cover - v1 has only image and label
             raise InvalidArgumentError(f"{self.dataset.root} has no field {name!r}")
         spec = self.specs[name]
-        if spec.kind == "boxes":
-            return self._boxes[name][0]
-        if spec.kind == "mask":
-            return self._mask(name, labels.device)
-        values = columns.gather(name, indices)
-        if name in self.owner:  # a per-box field drops the rows of the dropped boxes
+        return spec.kind.collate(spec, self, indices, labels.device)
+
+    # what a kind's collate() asks of the batch (format/kinds/base.py's Batch)
+
+    def values(self, name: str, indices: np.ndarray) -> Any:
+        """The batch's stored values of field name; a per-box field without the rows of the
+        boxes its boxes field dropped."""
+        values = self.dataset.columns.gather(name, indices)
+        if name in self.owner:
             values = [v[keep] for v, keep in zip(values, self._boxes[self.owner[name]][1],
                                                  strict=True)]
-        device = labels.device
-        if spec.kind in ("int", "float") or (spec.kind == "ndarray" and not spec.variable):
-            return torch.from_numpy(np.ascontiguousarray(values)).to(device)
-        if spec.kind == "image" and self.images is not None:
-            rng = np.random.default_rng([*self._seeds, 1 + self.names.index(name)])
-            return self.images.decode(name, values, indices, rng, device)
-        if spec.kind == "ndarray":
-            if name in self.multi_hot:
-                return self._hot(name, values, device)
-            if self.padded and -1 not in (spec.shape or ())[1:]:
-                return _pad(values, np.dtype(spec.dtype), device)
-            return arrays_to_device(values, device)
         return values
+
+    def boxes(self, name: str) -> list[torch.Tensor]:
+        """Boxes field name mapped through the batch's plan (by __call__), on the device."""
+        return self._boxes[name][0]
+
+    def decode_images(self, name: str, records: list[bytes], indices: np.ndarray,
+                      device: torch.device) -> torch.Tensor | None:
+        """A further image field decoded with its own crops and flips (None: no decoder)."""
+        if self.images is None:
+            return None
+        rng = np.random.default_rng([*self._seeds, 1 + self.names.index(name)])
+        return self.images.decode(name, records, indices, rng, device)
 
     def _map(self, name: str, indices: np.ndarray,
              geometry: Geometry | None,
@@ -183,11 +187,10 @@ class FieldCollator:
                 f"field {name!r} holds boxes, which need the crop plan the images were decoded "
                 "with; this loader does not give it. Use the packed loader (backend 'auto', "
                 "'native' or 'pillow').")
-        mapped, keeps = map_batch_boxes(self.dataset.columns.gather(name, indices), geometry,
-                                        self.min_visibility)
-        return arrays_to_device(mapped, device), keeps
+        return BOXES.map_batch(self.dataset.columns.gather(name, indices), geometry,
+                               self.min_visibility, device)
 
-    def _mask(self, name: str, device: torch.device) -> torch.Tensor:
+    def mask(self, name: str, device: torch.device) -> torch.Tensor:
         """Mask field name of the batch, uint8 [B, H, W] on device."""
         if self._masks is None or name not in self._masks:
             raise InvalidArgumentError(
@@ -198,31 +201,3 @@ class FieldCollator:
         # a page-locked batch (CUDA): the copy overlaps; torch's host allocator keeps the
         # block until the copy is done, so dropping the host tensor here is safe
         return batch.to(device, non_blocking=batch.is_pinned())
-
-    def _hot(self, name: str, values: list[np.ndarray], device: torch.device) -> torch.Tensor:
-        classes = self.multi_hot[name]
-        # one scatter for the batch: the ids of every sample, each beside its row number
-        ids = (np.concatenate([np.asarray(v, np.int64).reshape(-1) for v in values])
-               if values else np.zeros(0, np.int64))
-        rows = np.repeat(np.arange(len(values)), [np.size(v) for v in values])
-        outside = np.flatnonzero((ids < 0) | (ids >= classes))
-        if outside.size:
-            first = int(outside[0])
-            raise InvalidArgumentError(
-                f"multi_hot={classes} is invalid for field {name!r}: a sample (row "
-                f"{int(rows[first])} of the batch) lists class {int(ids[first])}. Pass the "
-                "dataset's class count.")
-        out = np.zeros((len(values), classes), np.float32)
-        out[rows, ids] = 1.0
-        return torch.from_numpy(out).to(device)
-
-
-def _pad(values: list[np.ndarray], dtype: np.dtype, device: torch.device
-         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(values zero-padded along dim 0 to the longest, lengths) of arrays variable in dim 0."""
-    lengths = np.array([len(v) for v in values], np.int64)
-    rest = values[0].shape[1:] if values else ()
-    out = np.zeros((len(values), int(lengths.max(initial=0)), *rest), dtype)
-    for row, value in enumerate(values):
-        out[row, : len(value)] = value
-    return torch.from_numpy(out).to(device), torch.from_numpy(lengths).to(device)

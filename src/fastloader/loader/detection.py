@@ -26,7 +26,7 @@ def plan_boxes_field(dataset: Any, transforms: Sequence[Transform]) -> str | Non
     if not ops:
         return None
     specs = dataset.fields
-    boxes = [name for name, spec in specs.items() if spec.kind == "boxes"]
+    boxes = [name for name, spec in specs.items() if spec.kind.holds_boxes]
     wanted = {op.field for op in ops}
     if len(wanted) > 1:
         raise InvalidArgumentError(

@@ -6,9 +6,9 @@ each crop's rectangle in the output: the mask is mapped into it and padded with 
 background, as the image is with its fill); each mask field becomes a
 uint8 [B, H, W] tensor (page-locked when the loader's device is CUDA, so the consumer's copy is
 a non_blocking one). A sample replaced under on_error="skip" brings its own crop: `replace`
-redoes its row. The runs are inflated (zlib, GIL released) and mapped by the extension's
-mask_from_runs (GIL released) or numpy's np.repeat + np.take, so this runs beside the decode
-threads.
+redoes its row. The mask kind (format/kinds/mask.py) maps each one: its runs are inflated (zlib,
+GIL released) and mapped by the extension's mask_from_runs (GIL released) or numpy's np.repeat +
+np.take, so this runs beside the decode threads.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import numpy as np
 import torch
 
 from fastloader.decode.geometry import Geometry
-from fastloader.decode.masks import map_runs
-from fastloader.format.masks import mask_runs
+from fastloader.format.kinds import MASK
 from fastloader.gpu.planar import TensorPool
 
 
@@ -77,13 +76,8 @@ class MaskBatches:
 
     def _one(self, name: str, i: int, crop: np.ndarray, flip: bool, out: np.ndarray) -> None:
         try:
-            values, lengths, height, width = mask_runs(self.dataset.columns.blob(name, i))
-            image_h, image_w = self.dataset.shapes[i]
-            if height != image_h or width != image_w:
-                # verify finds these too; never map a mask onto an image of another size
-                raise ValueError(f"it is {height} x {width} but its image is "
-                                 f"{int(image_h)} x {int(image_w)}")
-            map_runs(values, lengths, (height, width), crop, flip, out)
+            MASK.map_into(self.dataset.columns.blob(name, i), self.dataset.shapes[i], crop, flip,
+                          out)
         except ValueError as exc:  # MaskError too: the stored blob is damaged
             where = self.dataset.describe(i)  # only on failure: it builds a string
             raise self.dataset.columns.mask_error(name, where, exc) from None

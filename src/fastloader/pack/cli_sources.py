@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from fastloader.format.fields import KINDS
+from fastloader.format import kinds
 from fastloader.format.manifest import Manifest
 from fastloader.pack.importers import SOURCE_FORMATS
 
@@ -18,7 +18,8 @@ def parse_field(text: str) -> tuple[str, Any]:
     """'caption:text' -> ('caption', 'text'); 'emb:ndarray:float32:512' and '...:3x-1' give
     ('emb', ('ndarray', 'float32', (512,)))."""
     parts = text.split(":")
-    if len(parts) == 2 and parts[1] in KINDS and parts[1] != "ndarray":
+    simple = [k for k in kinds.names() if k != "ndarray"]  # ndarray: NAME:ndarray:DTYPE:SHAPE
+    if len(parts) == 2 and parts[1] in simple:
         return parts[0], parts[1]
     if len(parts) == 4 and parts[1] == "ndarray":
         try:
@@ -27,7 +28,7 @@ def parse_field(text: str) -> tuple[str, Any]:
         except ValueError:
             pass
     raise argparse.ArgumentTypeError(
-        f"{text!r} is not NAME:KIND (KIND one of {', '.join(k for k in KINDS if k != 'ndarray')})"
+        f"{text!r} is not NAME:KIND (KIND one of {', '.join(simple)})"
         " or NAME:ndarray:DTYPE:SHAPE (e.g. emb:ndarray:float32:512, seq:ndarray:int32:-1)")
 
 

@@ -14,7 +14,7 @@ fields `boxes` (+ `box_labels`, `iscrowd`), as pack/spatial.py says.
 
 from __future__ import annotations
 
-import io
+import dataclasses
 import operator
 import os
 import re
@@ -26,13 +26,14 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
+from fastloader.format.kinds import BYTES, IMAGE, INT, JSON, NDARRAY, TEXT, Kind
 from fastloader.format.remote import is_url
 from fastloader.pack import spatial
 from fastloader.pack.tar_index import TarIndex
 from fastloader.pack.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
-_KINDS = {"cls": "int", "txt": "text", "json": "json", "npy": "ndarray"}
+_KINDS = {"cls": INT, "txt": TEXT, "json": JSON, "npy": NDARRAY}
 _PEEK = 64  # tar samples read ahead to find the fields
 
 
@@ -59,11 +60,12 @@ def split_key(name: str) -> tuple[str, str]:
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
 
 
-def _kind(ext: str) -> str:
-    last = ext.rpartition(".")[2]
-    if last in IMAGE_EXTENSIONS:
-        return "image"
-    return _KINDS.get(last, "bytes")
+def _is_image(ext: str) -> bool:
+    return ext.rpartition(".")[2] in IMAGE_EXTENSIONS
+
+
+def _kind(ext: str) -> Kind:
+    return IMAGE if _is_image(ext) else _KINDS.get(ext.rpartition(".")[2], BYTES)
 
 
 def _specs(exts: list[str], overrides: dict[str, Any], where: str) -> list[FieldSpec]:
@@ -77,32 +79,12 @@ def _specs(exts: list[str], overrides: dict[str, Any], where: str) -> list[Field
         if spec == "ndarray":
             spec = ("ndarray", "float64", (-1,))  # replaced by the first sample's dtype/ndim
         specs.append(make_spec(ext, spec, PackError, where))
-    images = sorted((s for s in specs if s.kind == "image"),
-                    key=lambda s: _kind(s.name) != "image" or s.name not in ("jpg", "jpeg"))
-    rest = [s for s in specs if s.kind != "image"]
+    images = sorted((s for s in specs if s.kind.is_image),
+                    key=lambda s: not _is_image(s.name) or s.name not in ("jpg", "jpeg"))
+    rest = [s for s in specs if not s.kind.is_image]
     specs = spatial.with_per_box(images + rest)  # a jpg first: the fused-decode records
     check_specs(specs, PackError, where)
     return specs
-
-
-def _value(spec: FieldSpec, data: bytes) -> Any:
-    """A member's bytes as its field's value; ValueError saying why not."""
-    if spec.kind == "image" or spec.kind == "bytes":
-        return data
-    if spec.kind == "ndarray":
-        return np.load(io.BytesIO(data), allow_pickle=False)
-    text = data.decode("utf-8")
-    if spec.kind == "int":
-        return int(text.strip())
-    if spec.kind == "float":
-        return float(text.strip())
-    if spec.kind == "text":
-        return text
-    if spec.kind == "json":
-        import json
-
-        return json.loads(text)
-    raise ValueError(f"no reader for kind {spec.kind!r}")
 
 
 def _sample(key: str, members: dict[str, Any], specs: list[FieldSpec], where: str,
@@ -118,11 +100,9 @@ def _sample(key: str, members: dict[str, Any], specs: list[FieldSpec], where: st
         try:
             if isinstance(member, spatial.Parsed):
                 sample[ext] = spatial.typed(member.value, spec)
-            elif spec.kind == "mask":  # a path or the PNG's bytes: read in the worker
-                sample[ext] = member
-            else:
-                sample[ext] = member if spec.kind == "image" and isinstance(
-                    member, (Path, TarMember)) else _value(spec, read(member))
+            else:  # a path or tar member may be read by the pool worker (images, masks)
+                sample[ext] = spec.kind.from_member(spec, member, read,
+                                                    isinstance(member, (Path, TarMember)))
         except (ValueError, UnicodeDecodeError) as exc:
             return {WHERE_KEY: f"{where}.{ext}", ERROR_KEY:
                     f"field {ext!r} ({spec.kind}): cannot be read ({exc})"}
@@ -133,11 +113,11 @@ def _fit_ndarrays(specs: list[FieldSpec], first: list[dict[str, Any]]) -> list[F
     """An undeclared npy field takes the dtype of its first value, every dim variable."""
     out = []
     for spec in specs:
-        if spec.kind == "ndarray" and spec.shape == (-1,):
+        if spec.is_array and spec.shape == (-1,):
             value = next((s[spec.name] for s in first if isinstance(s.get(spec.name),
                                                                     np.ndarray)), None)
             if value is not None:
-                spec = FieldSpec(spec.name, "ndarray", str(value.dtype), (-1,) * value.ndim)
+                spec = dataclasses.replace(spec, dtype=str(value.dtype), shape=(-1,) * value.ndim)
         out.append(spec)
     return out
 
@@ -212,7 +192,7 @@ class TarSamples(Sequence[dict[str, Any]]):
                     f"{key + members[0][0]}: {exc.strerror or exc}"}
         for suffix, offset, size in members:
             ext = suffix[1:].lower()
-            if _kind(ext) == "image" and not self.tar_index.remote:
+            if _is_image(ext) and not self.tar_index.remote:
                 group[ext] = TarMember(tar, offset, size, key + suffix)
                 continue
             try:

@@ -54,7 +54,7 @@ def with_per_box(specs: list[FieldSpec]) -> list[FieldSpec]:
     owned = {n for s in specs for n in s.per_box}
     return [dataclasses.replace(s, per_box=tuple(
         n for n in PER_BOX if n in names and n not in owned and names[n].is_array))
-        if s.kind == BOXES and not s.per_box else s for s in specs]
+        if s.kind.holds_boxes and not s.per_box else s for s in specs]
 
 
 def typed(value: Any, spec: FieldSpec) -> Any:

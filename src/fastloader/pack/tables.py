@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from fastloader.errors import OptionalDependencyError, PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
+from fastloader.format.kinds.infer import infer_kind
 from fastloader.pack import spatial
 from fastloader.pack.values import ERROR_KEY, PATH_KEY, WHERE_KEY
 
@@ -89,69 +89,17 @@ def _parquet_rows(path: Path) -> tuple[list[str], list[tuple[int, Any]]]:
     return list(table.column_names), [(k + 1, row) for k, row in enumerate(table.to_pylist())]
 
 
-def _cell_kind(value: Any, from_csv: bool) -> str:
-    if from_csv:
-        for kind, parse in (("int", int), ("float", float)):
-            try:
-                parse(value)
-                return kind
-            except ValueError:
-                pass
-        return "text"
-    if isinstance(value, (bool, list, dict)):
-        return "json"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    return "text" if isinstance(value, str) else "json"
-
-
 def _infer(column: str, rows: list[tuple[int, Any]], from_csv: bool) -> str:
-    kinds = {_cell_kind(r[column], from_csv) for _, r in rows
-             if isinstance(r, dict) and r.get(column) is not None}
-    if not from_csv and len(kinds - {"int", "float"}) == 1 and kinds & {"int", "float"}:
-        # JSON values of two kinds: the column takes its first value's kind, and a value of
-        # another kind is that row's error (values.py names it), not a silent json column
-        first = next(_cell_kind(r[column], False) for _, r in rows
-                     if isinstance(r, dict) and r.get(column) is not None)
-        return "float" if first in ("int", "float") and "float" in kinds else first
-    if not kinds:  # every cell empty
-        return "text" if from_csv else "json"
-    if kinds <= {"int"}:
-        return "int"
-    if kinds <= {"int", "float"}:
-        return "float"
-    return "text" if kinds == {"text"} else "json"
+    return infer_kind([r[column] for _, r in rows
+                       if isinstance(r, dict) and r.get(column) is not None], from_csv)
 
 
 def _convert(spec: FieldSpec, value: Any, from_csv: bool) -> Any:
     """A cell as its field's value; ValueError saying why not."""
-    if spec.is_array and (value is not None or spec.kind == "boxes" or
+    if spec.is_array and (value is not None or spec.kind.holds_boxes or
                           spec.name in spatial.PER_BOX):  # JSON lists; empty: no boxes
         return spatial.cell_array(value, spec)
-    if value is None:
-        if spec.kind == "text":
-            return ""
-        if spec.kind == "float":
-            return math.nan
-        if spec.kind == "json":
-            return None
-        raise ValueError(f"is empty; an {spec.kind} needs a value (declare the column float "
-                         "to read empty cells as NaN, or pass --skip-bad)")
-    if spec.classes is not None:  # a --label column: its names become ids in values.py
-        return str(value)
-    if not from_csv or not isinstance(value, str):
-        if spec.kind == "float" and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        return value
-    if spec.kind == "int":
-        return int(value)
-    if spec.kind == "float":
-        return float(value)
-    if spec.kind == "json":
-        return json.loads(value)
-    return value
+    return spec.kind.from_cell(spec, value, from_csv)
 
 
 def _row_sample(line: int, row: Any, table: Path, specs: list[FieldSpec], columns: dict[str, str],
@@ -166,14 +114,11 @@ def _row_sample(line: int, row: Any, table: Path, specs: list[FieldSpec], column
                     "other records have (write null for an empty value)"}
         value = row.get(columns[spec.name])
         try:
-            if spec.kind == "image":
+            if spec.kind.cell_is_path:  # an image's or a mask PNG's, relative to base
                 if not isinstance(value, str) or not value:
-                    raise ValueError("has no image path")
-                sample[PATH_KEY] = value
-                value = str(base / value)
-            elif spec.kind == "mask":  # a PNG path, relative like the image's
-                if not isinstance(value, str) or not value:
-                    raise ValueError("has no mask path")
+                    raise ValueError(f"has no {spec.kind} path")
+                if spec.kind.is_image:
+                    sample[PATH_KEY] = value
                 value = str(base / value)
             else:
                 value = _convert(spec, value, from_csv)

@@ -1,7 +1,8 @@
 """verify() of a v2 dataset's field columns: every value of every field is read back.
 
 The column arrays' files and sha256 are checked with the other index files, and their ranges
-at open (format/columns.py); here each text value must be UTF-8, each json value parse, each
+at open (format/columns.py); here each value of a kind that is `verified` (format/kinds/) is
+read back and checked by its kind: each text value must be UTF-8, each json value parse, each
 mask decode to its image's height and width, and with decode=True each further image field
 must decode.
 """
@@ -23,11 +24,11 @@ def check_fields(ds: PackedDataset, report: Any, decode: bool) -> int:
         return 0
     read = 0
     for name, spec in ds.fields.items():
-        if name == ds.image_field or spec.kind not in ("text", "json", "image", "mask"):
+        if name == ds.image_field or not spec.kind.verified:
             continue
         bad = 0
         for i in range(len(ds)):
-            problem = _value_problem(ds, name, i, decode and spec.kind == "image")
+            problem = _value_problem(ds, name, i, decode)
             read += 1
             if problem is None:
                 continue
@@ -38,19 +39,19 @@ def check_fields(ds: PackedDataset, report: Any, decode: bool) -> int:
     return read
 
 
+def _decodes(data: bytes) -> str | None:
+    """Why data does not decode as an image, or None."""
+    from fastloader.pack.validate import prepare_data
+
+    checked = prepare_data(data)
+    return None if checked.data is not None else checked.error
+
+
 def _value_problem(ds: PackedDataset, name: str, i: int, decode: bool) -> str | None:
     try:
         value = ds.value(name, i)
-        if ds.fields[name].kind == "mask":
-            height, width = (int(v) for v in ds.shapes[i])
-            if value.shape != (height, width):
-                return (f"mask is {value.shape[0]} x {value.shape[1]} but its image is "
-                        f"{height} x {width}")
-        if decode:
-            from fastloader.pack.validate import prepare_data
-
-            checked = prepare_data(value)
-            return None if checked.data is not None else checked.error
+        height, width = (int(v) for v in ds.shapes[i])
+        spec = ds.fields[name]
+        return spec.kind.verify(spec, value, (height, width), _decodes if decode else None)
     except FastloaderError as exc:
         return str(exc)
-    return None

@@ -1,12 +1,23 @@
-"""A batch's per-sample arrays (boxes, variable-length ndarray fields) moved to the device in
-one copy: B small synchronous copies would each wait for the device."""
+"""A batch's values moved to the device: numeric columns as one tensor, per-sample arrays
+(boxes, variable-length ndarray fields) in one copy: B small synchronous copies would each wait
+for the device. torch is imported when a batch is built, not with the format stage."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
+
+
+def to_tensor(values: Any, device: torch.device) -> torch.Tensor:
+    """A batch of fixed-shape values ([B, ...] array or list of scalars) as one tensor."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(values)).to(device)
 
 
 def arrays_to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
@@ -17,6 +28,8 @@ def arrays_to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list
     tensor (page-locked for CUDA), copied once (non_blocking on CUDA: torch's pinned allocator
     keeps that host block until the copy has run) and split into per-sample views.
     """
+    import torch
+
     if device.type == "cpu":
         return [torch.from_numpy(np.require(a, requirements="W")) for a in arrays]
     if not arrays:
@@ -25,6 +38,8 @@ def arrays_to_device(arrays: Sequence[np.ndarray], device: torch.device) -> list
 
 
 def _one_copy(arrays: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    import torch
+
     dtype = np.asarray(arrays[0]).dtype
     flat = torch.from_numpy(np.concatenate([np.asarray(a, dtype).reshape(-1) for a in arrays]))
     if device.type == "cuda":

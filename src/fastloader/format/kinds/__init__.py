@@ -1,0 +1,37 @@
+"""Field kinds, one class each (base.py says what a Kind knows), registered in this order."""
+
+from __future__ import annotations
+
+from fastloader.format.kinds.arrays import NdarrayKind
+from fastloader.format.kinds.base import (
+    BadValue,
+    Batch,
+    Kind,
+    RecordImage,
+    StoreContext,
+    find,
+    get,
+    names,
+    register,
+    unregister,
+)
+from fastloader.format.kinds.blobs import BytesKind, JsonKind, TextKind
+from fastloader.format.kinds.boxes import BoxesKind
+from fastloader.format.kinds.image import ImageKind
+from fastloader.format.kinds.mask import MaskKind
+from fastloader.format.kinds.scalars import FloatKind, IntKind
+
+# the order error messages and the CLI's help list them in
+IMAGE = register(ImageKind("image"))
+INT = register(IntKind("int"))
+FLOAT = register(FloatKind("float"))
+NDARRAY = register(NdarrayKind("ndarray"))
+BOXES = register(BoxesKind("boxes"))
+MASK = register(MaskKind("mask"))
+TEXT = register(TextKind("text"))
+BYTES = register(BytesKind("bytes"))
+JSON = register(JsonKind("json"))
+
+__all__ = ["BOXES", "BYTES", "FLOAT", "IMAGE", "INT", "JSON", "MASK", "NDARRAY", "TEXT",
+           "BadValue", "Batch", "Kind", "RecordImage", "StoreContext", "find", "get", "names",
+           "register", "unregister"]

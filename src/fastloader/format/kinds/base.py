@@ -1,0 +1,222 @@
+"""The Kind of a field: everything one kind of value means, in one class, and their registry.
+
+A Kind is a str (its name: "image", "boxes", ...), so a FieldSpec's `kind` still equals and
+hashes as the name and is written to manifest.json as it; its attributes and methods say how a
+value of that kind is validated and stored at pack time, decoded from its column, verified,
+collated into a batch and moved to the device. The pack and loader stages call these and pass
+what only they hold (reading files, decoding images; the batch being collated) through the
+small protocols below, so format/ imports neither. register() adds a kind; get() resolves a
+name. Adding a kind is one module: see ARCHITECTURE.md, "How to add a field kind".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+import numpy as np
+
+from fastloader.format.kinds.device import to_tensor
+
+if TYPE_CHECKING:
+    import torch
+
+    from fastloader.format.fields import FieldSpec
+
+Bad = Callable[[str], Exception]
+
+
+class BadValue(Exception):
+    """A value that does not fit its field (pack time); the message says why."""
+
+
+class StoreContext(Protocol):
+    """What the pack stage lends a kind to store a value: reading a source, checking an image."""
+
+    def read(self, value: Any) -> bytes:
+        """The bytes of an image value (bytes, a path, a tar member); BadValue if unreadable."""
+
+    def read_file(self, path: str) -> bytes:
+        """A file's bytes under the pack's size cap (ValueError over it, OSError unreadable)."""
+
+    def check_image(self, data: bytes) -> str | None:
+        """Why data is not a decodable image, or None."""
+
+
+class RecordImage(Protocol):
+    """The sample's record image as the pack stage stored it."""
+
+    height: int
+    width: int
+    reencoded: bool  # --max-side re-encoded it: stored at (height, width), not its source's
+
+    def source_size(self) -> tuple[int, int]:
+        """(height, width) of the source image before any re-encode."""
+
+
+class Batch(Protocol):
+    """What the loader's collator lends a kind to build one column of a batch."""
+
+    padded: bool
+    multi_hot: dict[str, int]
+
+    def values(self, name: str, indices: np.ndarray) -> Any:
+        """The batch's stored values of field name (per-box rows of dropped boxes dropped)."""
+
+    def boxes(self, name: str) -> list[torch.Tensor]:
+        """Boxes field name mapped through the batch's crop plan, on the device."""
+
+    def mask(self, name: str, device: torch.device) -> torch.Tensor:
+        """Mask field name mapped through the batch's crop plan, uint8 [B, H, W] on device."""
+
+    def decode_images(self, name: str, records: list[bytes], indices: np.ndarray,
+               device: torch.device) -> torch.Tensor | None:
+        """A further image field decoded with the loader's transforms (None: no decoder)."""
+
+
+class Kind(str):
+    """One field kind. Subclass it, set the attributes, override what differs, register()."""
+
+    is_array: ClassVar[bool] = False  # a numeric array per sample: values + offsets + shapes
+    always_variable: ClassVar[bool] = True  # stored as values + offsets (bytes per sample)
+    storage: ClassVar[str | None] = None  # the stored dtype when fixed by the kind
+    spatial: ClassVar[bool] = False  # follows the first image's crop, resize and flip
+    is_image: ClassVar[bool] = False  # an encoded image: the records, or a further image
+    takes_classes: ClassVar[bool] = False  # may carry class names (a label)
+    holds_boxes: ClassVar[bool] = False  # XYXY boxes: RandomIoUCrop plans from them, and
+    # their per-box fields drop the rows of the boxes a crop drops
+    raster: ClassVar[bool] = False  # a label image mapped by the producer's mask thread
+    verified: ClassVar[bool] = False  # `packdata verify` reads every value back
+    cell_is_path: ClassVar[bool] = False  # a table cell holds a file path (relative)
+
+    @property
+    def name(self) -> str:
+        """The kind's name, a plain str."""
+        return str.__str__(self)
+
+    # declared: what a user writes and what manifest.json holds
+
+    def from_tuple(self, items: tuple[Any, ...] | list[Any]) -> dict[str, Any] | None:
+        """A tuple spec such as ("ndarray", DTYPE, SHAPE) as a manifest-style dict (None:
+        this kind has no tuple form of that length)."""
+        return None
+
+    def build(self, name: str, entry: Any, bad: type[Exception], where: str) -> dict[str, Any]:
+        """FieldSpec's dtype / shape / per_box from a manifest-style entry; raise bad."""
+        return {}
+
+    def to_json(self, spec: FieldSpec) -> dict[str, Any]:
+        """This kind's own keys of the field's manifest entry (beside name, kind, classes)."""
+        return {}
+
+    def describe(self, spec: FieldSpec) -> str:
+        """'ndarray float32 (512,)', 'text', ..."""
+        return self.name
+
+    # pack time
+
+    def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> Any:
+        """value in its stored form (int, float, an ndarray of the field's dtype, or bytes);
+        BadValue if it does not fit."""
+        raise BadValue(f"kind {self.name} stores no values")  # pragma: no cover
+
+    def check_rows(self, spec: FieldSpec, values: dict[str, Any]) -> str | None:
+        """Why the sample's stored values disagree with this field's (None: they agree)."""
+        return None
+
+    def fit_image(self, spec: FieldSpec, value: Any, image: RecordImage) -> tuple[Any, str | None]:
+        """The stored value once its record image is known (its size), or why it does not fit."""
+        return value, None
+
+    def from_bytes(self, spec: FieldSpec, data: bytes) -> Any:
+        """A file's bytes (a WebDataset member) as a value of this kind; ValueError if not."""
+        return data
+
+    def from_member(self, spec: FieldSpec, member: Any, read: Callable[[Any], bytes],
+                    deferred: bool) -> Any:
+        """A file group member as a value: read now, or (deferred: a path or tar member the
+        pool worker can read) later by store()."""
+        return self.from_bytes(spec, read(member))
+
+    def from_cell(self, spec: FieldSpec, value: Any, from_csv: bool) -> Any:
+        """A table cell (None: empty; a CSV cell is text) as a value; ValueError if not."""
+        if value is None:
+            raise ValueError(f"is empty; an {self.name} needs a value (declare the column float "
+                             "to read empty cells as NaN, or pass --skip-bad)")
+        return value
+
+    # open time
+
+    def load(self, spec: FieldSpec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
+        """A variable field's value from its stored bytes (uint8 view; shape: an array's
+        shapes row); fail(why) is the error to raise when they are damaged (why names the
+        field: "field 'caption' is not valid UTF-8 (...)")."""
+        return blob.tobytes()
+
+    def verify(self, spec: FieldSpec, value: Any, image_size: tuple[int, int],
+               decode: Callable[[bytes], str | None] | None) -> str | None:
+        """Why a value read back is bad (`packdata verify`), or None; decode checks an image."""
+        return None
+
+    # load time
+
+    def collate(self, spec: FieldSpec, batch: Batch, indices: np.ndarray,
+                device: torch.device) -> Any:
+        """The batch's column of field spec: a tensor on device, or a list of values."""
+        return batch.values(spec.name, indices)
+
+
+class Fixed(Kind):
+    """A kind stored as one (N, ...) array of a fixed dtype and collated to a tensor."""
+
+    always_variable = False
+
+    def collate(self, spec: FieldSpec, batch: Batch, indices: np.ndarray,
+                device: torch.device) -> Any:
+        return to_tensor(batch.values(spec.name, indices), device)
+
+
+def utf8(spec: FieldSpec, blob: np.ndarray, fail: Bad, parse: bool) -> Any:
+    """A stored text (parse: JSON) value; fail(why) when damaged."""
+    try:
+        text = blob.tobytes().decode("utf-8")
+        return json.loads(text) if parse else text
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise fail(f"field {spec.name!r} is not valid {'JSON' if parse else 'UTF-8'} "
+                   f"({exc})") from None
+
+
+_REGISTRY: dict[str, Kind] = {}
+K = TypeVar("K", bound=Kind)
+
+
+def register(kind: K) -> K:
+    """Add a kind (its name must be new); returns it."""
+    if kind.name in _REGISTRY:
+        raise ValueError(f"a field kind named {kind.name!r} is registered already")
+    _REGISTRY[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    """Remove a registered kind (a test's toy kind)."""
+    _REGISTRY.pop(name, None)
+
+
+def find(name: Any) -> Kind | None:
+    """The registered kind of that name, or None."""
+    return _REGISTRY.get(name) if isinstance(name, str) else None
+
+
+def get(name: str) -> Kind:
+    """The registered kind of that name; KeyError naming the kinds there are."""
+    kind = find(name)
+    if kind is None:
+        raise KeyError(f"no field kind {name!r}; the kinds are {', '.join(names())}")
+    return kind
+
+
+def names() -> tuple[str, ...]:
+    """Every registered kind's name, in registration order."""
+    return tuple(_REGISTRY)

@@ -1,0 +1,69 @@
+"""The int and float kinds: one int64 / float64 per sample, a tensor [B] in a batch; an int
+field may carry class names (the label)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastloader.format.kinds.base import BadValue, Fixed, StoreContext
+
+if TYPE_CHECKING:
+    from fastloader.format.fields import FieldSpec
+
+
+class IntKind(Fixed):
+    """An int64 per sample; with class names, value k is classes[k] (a name is taken too)."""
+
+    storage = "int64"
+    takes_classes = True
+
+    def from_tuple(self, items: tuple[Any, ...] | list[Any]) -> dict[str, Any] | None:
+        return {"kind": self.name, "classes": items[1]} if len(items) == 2 else None
+
+    def describe(self, spec: FieldSpec) -> str:
+        return self.name if spec.classes is None else f"int ({len(spec.classes)} classes)"
+
+    def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> int:
+        if isinstance(value, str) and spec.classes is not None and value in spec.classes:
+            return spec.classes.index(value)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise BadValue(f"expected an int, got {type(value).__name__} {value!r:.40}")
+        number = int(value)
+        if not -(1 << 63) <= number < 1 << 63:
+            raise BadValue(f"{number} does not fit in int64")
+        if spec.classes is not None and not 0 <= number < len(spec.classes):
+            raise BadValue(f"label {number} is outside its {len(spec.classes)} classes")
+        return number
+
+    def from_bytes(self, spec: FieldSpec, data: bytes) -> int:
+        return int(data.decode("utf-8").strip())
+
+    def from_cell(self, spec: FieldSpec, value: Any, from_csv: bool) -> Any:
+        value = super().from_cell(spec, value, from_csv)
+        if spec.classes is not None:  # a --label column: its names become ids in store()
+            return str(value)
+        return int(value) if from_csv and isinstance(value, str) else value
+
+
+class FloatKind(Fixed):
+    """A float64 per sample; an empty table cell is NaN."""
+
+    storage = "float64"
+
+    def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> float:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+            raise BadValue(f"expected a float, got {type(value).__name__} {value!r:.40}")
+        return float(value)
+
+    def from_bytes(self, spec: FieldSpec, data: bytes) -> float:
+        return float(data.decode("utf-8").strip())
+
+    def from_cell(self, spec: FieldSpec, value: Any, from_csv: bool) -> Any:
+        if value is None:
+            return math.nan
+        if not from_csv or not isinstance(value, str):
+            return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        return float(value)
