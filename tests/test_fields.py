@@ -212,6 +212,18 @@ def test_damaged_columns_fail_at_open(v2: Any, tmp_path: Path, name: str, damage
         open_dataset(copy)
 
 
+def test_a_label_outside_its_classes_fails_at_open(tmp_path: Path) -> None:
+    samples = [{"image": encode(photo_like(10, 10, k)), "label": "ab"[k % 2]} for k in range(4)]
+    dst = tmp_path / "named.lmdb"
+    fastloader.pack(samples, dst, fields={"image": "image", "label": ("int", ["a", "b"])},
+                    workers=1)
+    labels = np.load(dst / "index" / "field.label.npy")
+    _rewrite_array(dst, "field.label", np.where(labels == 1, 2, labels))
+    with pytest.raises(DatasetError, match=r"field 'label' \(int \(2 classes\)\): a label "
+                       r"outside 0\.\.1"):
+        open_dataset(dst)
+
+
 def test_an_edited_column_fails_its_sha256(v2: Any, tmp_path: Path) -> None:
     import shutil
 

@@ -96,19 +96,18 @@ class Columns:
             if data.shape != (n, *(spec.shape or ())) or str(data.dtype) != spec.storage_dtype:
                 raise self._damaged(spec, f"stored as {data.dtype} {data.shape}, expected "
                                     f"{spec.storage_dtype} {(n, *(spec.shape or ()))}")
-            if spec.classes is not None and n and (
-                int(data.min()) < 0 or int(data.max()) >= len(spec.classes)
-            ):
-                raise self._damaged(spec, f"a label outside 0..{len(spec.classes) - 1}")
-            return
-        values, offsets = arrays["values"], arrays["offsets"]
-        if (values.ndim != 1 or str(values.dtype) != spec.storage_dtype
-                or offsets.shape != (n + 1,) or offsets.dtype != np.int64):
-            raise self._damaged(spec, "its values or offsets have the wrong shape or dtype")
-        if offsets[0] != 0 or offsets[-1] != values.size or np.any(np.diff(offsets) < 0):
-            raise self._damaged(spec, "its offsets do not slice its values in order")
-        if "shapes" in arrays:
-            self._check_shapes(spec, arrays["shapes"], np.diff(offsets))
+        else:
+            values, offsets = arrays["values"], arrays["offsets"]
+            if (values.ndim != 1 or str(values.dtype) != spec.storage_dtype
+                    or offsets.shape != (n + 1,) or offsets.dtype != np.int64):
+                raise self._damaged(spec, "its values or offsets have the wrong shape or dtype")
+            if offsets[0] != 0 or offsets[-1] != values.size or np.any(np.diff(offsets) < 0):
+                raise self._damaged(spec, "its offsets do not slice its values in order")
+            if "shapes" in arrays:
+                self._check_shapes(spec, arrays["shapes"], np.diff(offsets))
+        problem = spec.kind.check_column(spec, arrays)  # what only the kind knows (labels)
+        if problem is not None:
+            raise self._damaged(spec, problem)
 
     def _check_shapes(self, spec: FieldSpec, shapes: np.ndarray, sizes: np.ndarray) -> None:
         want = np.asarray(spec.shape or (), np.int64)

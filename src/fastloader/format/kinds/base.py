@@ -148,6 +148,11 @@ class Kind(str):
 
     # open time
 
+    def check_column(self, spec: FieldSpec, arrays: dict[str, np.ndarray]) -> str | None:
+        """What is wrong with the field's column arrays (role -> array) beyond their shapes,
+        dtypes and offsets, which every column is checked for; None: nothing."""
+        return None
+
     def load(self, spec: FieldSpec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
         """A variable field's value from its stored bytes (uint8 view; shape: an array's
         shapes row); fail(why) is the error to raise when they are damaged (why names the

@@ -26,6 +26,14 @@ class IntKind(Fixed):
     def describe(self, spec: FieldSpec) -> str:
         return self.name if spec.classes is None else f"int ({len(spec.classes)} classes)"
 
+    def check_column(self, spec: FieldSpec, arrays: dict[str, np.ndarray]) -> str | None:
+        data = arrays["data"]
+        if spec.classes is not None and data.size and (
+            int(data.min()) < 0 or int(data.max()) >= len(spec.classes)
+        ):
+            return f"a label outside 0..{len(spec.classes) - 1}"
+        return None
+
     def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> int:
         if isinstance(value, str) and spec.classes is not None and value in spec.classes:
             return spec.classes.index(value)
