@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastloader.errors import InvalidArgumentError
-from fastloader.format.kinds.base import Bad, BadValue, Batch, Kind, StoreContext
+from fastloader.format.kinds.base import Bad, BadValue, Batch, Kind, Spec, StoreContext
 from fastloader.format.kinds.device import arrays_to_device, to_tensor
 
 if TYPE_CHECKING:
     import torch
 
-    from fastloader.format.fields import FieldSpec
 
 
 def check_dtype(dtype: Any, bad: type[Exception], where: str) -> str:
@@ -41,7 +40,7 @@ def check_shape(shape: Any, bad: type[Exception], where: str) -> tuple[int, ...]
     return tuple(shape)
 
 
-def as_array(spec: FieldSpec, value: Any) -> np.ndarray:
+def as_array(spec: Spec, value: Any) -> np.ndarray:
     """value as a contiguous array of the field's dtype and shape; BadValue if it does not fit
     (a safe cast only: 2.5 never becomes an int)."""
     if isinstance(value, (str, bytes, dict)) or value is None:
@@ -78,22 +77,22 @@ class NdarrayKind(Kind):
         return {"dtype": check_dtype(entry.get("dtype"), bad, f"{where}: field {name!r}"),
                 "shape": check_shape(entry.get("shape"), bad, f"{where}: field {name!r}")}
 
-    def to_json(self, spec: FieldSpec) -> dict[str, Any]:
+    def to_json(self, spec: Spec) -> dict[str, Any]:
         return {"dtype": spec.dtype, "shape": list(spec.shape or ())}
 
-    def describe(self, spec: FieldSpec) -> str:
+    def describe(self, spec: Spec) -> str:
         return f"ndarray {spec.dtype} {tuple(spec.shape or ())}"
 
-    def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> np.ndarray:
+    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> np.ndarray:
         return as_array(spec, value)
 
-    def from_bytes(self, spec: FieldSpec, data: bytes) -> np.ndarray:
+    def from_bytes(self, spec: Spec, data: bytes) -> np.ndarray:
         return np.load(io.BytesIO(data), allow_pickle=False)
 
-    def load(self, spec: FieldSpec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
+    def load(self, spec: Spec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
         return np.asarray(blob).reshape(tuple(int(d) for d in shape))
 
-    def collate(self, spec: FieldSpec, batch: Batch, indices: np.ndarray,
+    def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
                 device: torch.device) -> Any:
         values = batch.values(spec.name, indices)
         if not spec.variable:

@@ -1,6 +1,6 @@
 """The Kind of a field: everything one kind of value means, in one class, and their registry.
 
-A Kind is a str (its name: "image", "boxes", ...), so a FieldSpec's `kind` still equals and
+A Kind is a str (its name: "image", "boxes", ...), so a Spec's `kind` still equals and
 hashes as the name and is written to manifest.json as it; its attributes and methods say how a
 value of that kind is validated and stored at pack time, decoded from its column, verified,
 collated into a batch and moved to the device. The pack and loader stages call these and pass
@@ -22,13 +22,31 @@ from fastloader.format.kinds.device import to_tensor
 if TYPE_CHECKING:
     import torch
 
-    from fastloader.format.fields import FieldSpec
 
 Bad = Callable[[str], Exception]
 
 
 class BadValue(Exception):
     """A value that does not fit its field (pack time); the message says why."""
+
+
+class Spec(Protocol):
+    """What a kind reads of a field's declaration (format/fields.py's FieldSpec)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> Kind: ...
+    @property
+    def dtype(self) -> str | None: ...
+    @property
+    def shape(self) -> tuple[int, ...] | None: ...
+    @property
+    def classes(self) -> tuple[str, ...] | None: ...
+    @property
+    def per_box(self) -> tuple[str, ...]: ...
+    @property
+    def variable(self) -> bool: ...
 
 
 class StoreContext(Protocol):
@@ -103,43 +121,43 @@ class Kind(str):
         return None
 
     def build(self, name: str, entry: Any, bad: type[Exception], where: str) -> dict[str, Any]:
-        """FieldSpec's dtype / shape / per_box from a manifest-style entry; raise bad."""
+        """Spec's dtype / shape / per_box from a manifest-style entry; raise bad."""
         return {}
 
-    def to_json(self, spec: FieldSpec) -> dict[str, Any]:
+    def to_json(self, spec: Spec) -> dict[str, Any]:
         """This kind's own keys of the field's manifest entry (beside name, kind, classes)."""
         return {}
 
-    def describe(self, spec: FieldSpec) -> str:
+    def describe(self, spec: Spec) -> str:
         """'ndarray float32 (512,)', 'text', ..."""
         return self.name
 
     # pack time
 
-    def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> Any:
+    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> Any:
         """value in its stored form (int, float, an ndarray of the field's dtype, or bytes);
         BadValue if it does not fit."""
         raise BadValue(f"kind {self.name} stores no values")  # pragma: no cover
 
-    def check_rows(self, spec: FieldSpec, values: dict[str, Any]) -> str | None:
+    def check_rows(self, spec: Spec, values: dict[str, Any]) -> str | None:
         """Why the sample's stored values disagree with this field's (None: they agree)."""
         return None
 
-    def fit_image(self, spec: FieldSpec, value: Any, image: RecordImage) -> tuple[Any, str | None]:
+    def fit_image(self, spec: Spec, value: Any, image: RecordImage) -> tuple[Any, str | None]:
         """The stored value once its record image is known (its size), or why it does not fit."""
         return value, None
 
-    def from_bytes(self, spec: FieldSpec, data: bytes) -> Any:
+    def from_bytes(self, spec: Spec, data: bytes) -> Any:
         """A file's bytes (a WebDataset member) as a value of this kind; ValueError if not."""
         return data
 
-    def from_member(self, spec: FieldSpec, member: Any, read: Callable[[Any], bytes],
+    def from_member(self, spec: Spec, member: Any, read: Callable[[Any], bytes],
                     deferred: bool) -> Any:
         """A file group member as a value: read now, or (deferred: a path or tar member the
         pool worker can read) later by store()."""
         return self.from_bytes(spec, read(member))
 
-    def from_cell(self, spec: FieldSpec, value: Any, from_csv: bool) -> Any:
+    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
         """A table cell (None: empty; a CSV cell is text) as a value; ValueError if not."""
         if value is None:
             raise ValueError(f"is empty; an {self.name} needs a value (declare the column float "
@@ -148,25 +166,25 @@ class Kind(str):
 
     # open time
 
-    def check_column(self, spec: FieldSpec, arrays: dict[str, np.ndarray]) -> str | None:
+    def check_column(self, spec: Spec, arrays: dict[str, np.ndarray]) -> str | None:
         """What is wrong with the field's column arrays (role -> array) beyond their shapes,
         dtypes and offsets, which every column is checked for; None: nothing."""
         return None
 
-    def load(self, spec: FieldSpec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
+    def load(self, spec: Spec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
         """A variable field's value from its stored bytes (uint8 view; shape: an array's
         shapes row); fail(why) is the error to raise when they are damaged (why names the
         field: "field 'caption' is not valid UTF-8 (...)")."""
         return blob.tobytes()
 
-    def verify(self, spec: FieldSpec, value: Any, image_size: tuple[int, int],
+    def verify(self, spec: Spec, value: Any, image_size: tuple[int, int],
                decode: Callable[[bytes], str | None] | None) -> str | None:
         """Why a value read back is bad (`packdata verify`), or None; decode checks an image."""
         return None
 
     # load time
 
-    def collate(self, spec: FieldSpec, batch: Batch, indices: np.ndarray,
+    def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
                 device: torch.device) -> Any:
         """The batch's column of field spec: a tensor on device, or a list of values."""
         return batch.values(spec.name, indices)
@@ -177,12 +195,12 @@ class Fixed(Kind):
 
     always_variable = False
 
-    def collate(self, spec: FieldSpec, batch: Batch, indices: np.ndarray,
+    def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
                 device: torch.device) -> Any:
         return to_tensor(batch.values(spec.name, indices), device)
 
 
-def utf8(spec: FieldSpec, blob: np.ndarray, fail: Bad, parse: bool) -> Any:
+def utf8(spec: Spec, blob: np.ndarray, fail: Bad, parse: bool) -> Any:
     """A stored text (parse: JSON) value; fail(why) when damaged."""
     try:
         text = blob.tobytes().decode("utf-8")

@@ -10,14 +10,13 @@ import numpy as np
 
 from fastloader.decode.boxes import map_batch_boxes
 from fastloader.format.kinds.arrays import NdarrayKind, as_array
-from fastloader.format.kinds.base import BadValue, Batch, StoreContext
+from fastloader.format.kinds.base import BadValue, Batch, Spec, StoreContext
 from fastloader.format.kinds.device import arrays_to_device
 
 if TYPE_CHECKING:
     import torch
 
     from fastloader.decode.geometry import Geometry
-    from fastloader.format.fields import FieldSpec
 
 BOXES_DTYPE, BOXES_SHAPE = "float32", (-1, 4)  # XYXY in source pixels, one row per box
 
@@ -38,13 +37,13 @@ class BoxesKind(NdarrayKind):
                       "field names; write e.g. ('boxes', ['box_labels']).")
         return {"dtype": BOXES_DTYPE, "shape": BOXES_SHAPE, "per_box": tuple(names)}
 
-    def to_json(self, spec: FieldSpec) -> dict[str, Any]:
+    def to_json(self, spec: Spec) -> dict[str, Any]:
         return {"per_box": list(spec.per_box)}
 
-    def describe(self, spec: FieldSpec) -> str:
+    def describe(self, spec: Spec) -> str:
         return f"boxes XYXY float32 (-1, 4), per box {list(spec.per_box)}"
 
-    def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> np.ndarray:
+    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> np.ndarray:
         """float32 [k, 4] XYXY: finite, positive width and height (an empty list is no boxes)."""
         if isinstance(value, (list, tuple)) and len(value) == 0:
             return np.zeros((0, 4), np.float32)
@@ -57,17 +56,17 @@ class BoxesKind(NdarrayKind):
                            "source pixels with x2 > x1 and y2 > y1, all finite; fix or drop it")
         return boxes
 
-    def check_rows(self, spec: FieldSpec, values: dict[str, Any]) -> str | None:
+    def check_rows(self, spec: Spec, values: dict[str, Any]) -> str | None:
         for name in spec.per_box:
             if len(values[name]) != len(values[spec.name]):
                 return (f"field {name!r} has {len(values[name])} rows but {spec.name!r} has "
                         f"{len(values[spec.name])} boxes; a per-box field has one row a box")
         return None
 
-    def from_bytes(self, spec: FieldSpec, data: bytes) -> Any:
+    def from_bytes(self, spec: Spec, data: bytes) -> Any:
         raise ValueError(f"no reader for kind {self.name!r}")
 
-    def collate(self, spec: FieldSpec, batch: Batch, indices: np.ndarray,
+    def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
                 device: torch.device) -> Any:
         return batch.boxes(spec.name)
 

@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastloader.format.kinds.base import BadValue, Batch, Kind, StoreContext
+from fastloader.format.kinds.base import BadValue, Batch, Kind, Spec, StoreContext
 
 if TYPE_CHECKING:
     import torch
 
-    from fastloader.format.fields import FieldSpec
 
 
 class ImageKind(Kind):
@@ -24,22 +23,22 @@ class ImageKind(Kind):
     verified = True  # read back, and decoded with `packdata verify --decode`
     cell_is_path = True
 
-    def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> bytes:
+    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> bytes:
         data = ctx.read(value)
         problem = ctx.check_image(data)
         if problem is not None:
             raise BadValue(problem)
         return data
 
-    def from_member(self, spec: FieldSpec, member: Any, read: Callable[[Any], bytes],
+    def from_member(self, spec: Spec, member: Any, read: Callable[[Any], bytes],
                     deferred: bool) -> Any:
         return member if deferred else read(member)
 
-    def verify(self, spec: FieldSpec, value: Any, image_size: tuple[int, int],
+    def verify(self, spec: Spec, value: Any, image_size: tuple[int, int],
                decode: Callable[[bytes], str | None] | None) -> str | None:
         return None if decode is None else decode(value)
 
-    def collate(self, spec: FieldSpec, batch: Batch, indices: np.ndarray,
+    def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
                 device: torch.device) -> Any:
         records = batch.values(spec.name, indices)
         decoded = batch.decode_images(spec.name, records, indices, device)

@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastloader.decode.masks import map_mask, map_runs
-from fastloader.format.kinds.base import Bad, BadValue, Batch, Kind, RecordImage, StoreContext
+from fastloader.format.kinds.base import Bad, BadValue, Batch, Kind, RecordImage, Spec, StoreContext
 from fastloader.format.masks import MaskError, decode_mask, encode_mask, mask_runs, to_mask
 
 if TYPE_CHECKING:
     import torch
 
-    from fastloader.format.fields import FieldSpec
 
 
 class MaskKind(Kind):
@@ -29,10 +28,10 @@ class MaskKind(Kind):
     verified = True
     cell_is_path = True
 
-    def describe(self, spec: FieldSpec) -> str:
+    def describe(self, spec: Spec) -> str:
         return "mask uint8 [H, W]"
 
-    def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> np.ndarray:
+    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> np.ndarray:
         """The uint8 [H, W] array; stored by fit_image once its image's size is known."""
         try:
             return to_mask(value, ctx.read_file)
@@ -41,7 +40,7 @@ class MaskKind(Kind):
         except ValueError as exc:  # read_file: over the size cap, not a regular file
             raise BadValue(f"{os.fspath(value)!r}: {exc}") from None
 
-    def fit_image(self, spec: FieldSpec, value: Any, image: RecordImage) -> tuple[Any, str | None]:
+    def fit_image(self, spec: Spec, value: Any, image: RecordImage) -> tuple[Any, str | None]:
         """Checked against its image's size and encoded (resized with the image when --max-side
         re-encoded it)."""
         size = image.source_size() if image.reencoded else (image.height, image.width)
@@ -55,17 +54,17 @@ class MaskKind(Kind):
             value = map_mask(value, whole, False, (image.height, image.width))
         return encode_mask(value), None
 
-    def from_member(self, spec: FieldSpec, member: Any, read: Callable[[Any], bytes],
+    def from_member(self, spec: Spec, member: Any, read: Callable[[Any], bytes],
                     deferred: bool) -> Any:
         return member  # a path or the PNG's bytes: read by store() in the worker
 
-    def load(self, spec: FieldSpec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
+    def load(self, spec: Spec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
         try:
             return decode_mask(blob.tobytes())
         except MaskError as exc:
             raise fail(f"mask field {spec.name!r}: {exc}") from None
 
-    def verify(self, spec: FieldSpec, value: Any, image_size: tuple[int, int],
+    def verify(self, spec: Spec, value: Any, image_size: tuple[int, int],
                decode: Callable[[bytes], str | None] | None) -> str | None:
         height, width = image_size
         if value.shape != (height, width):
@@ -73,7 +72,7 @@ class MaskKind(Kind):
                     f"{height} x {width}")
         return None
 
-    def collate(self, spec: FieldSpec, batch: Batch, indices: np.ndarray,
+    def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
                 device: torch.device) -> Any:
         return batch.mask(spec.name, device)
 

@@ -4,14 +4,11 @@ field may carry class names (the label)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from fastloader.format.kinds.base import BadValue, Fixed, StoreContext
-
-if TYPE_CHECKING:
-    from fastloader.format.fields import FieldSpec
+from fastloader.format.kinds.base import BadValue, Fixed, Spec, StoreContext
 
 
 class IntKind(Fixed):
@@ -23,10 +20,10 @@ class IntKind(Fixed):
     def from_tuple(self, items: tuple[Any, ...] | list[Any]) -> dict[str, Any] | None:
         return {"kind": self.name, "classes": items[1]} if len(items) == 2 else None
 
-    def describe(self, spec: FieldSpec) -> str:
+    def describe(self, spec: Spec) -> str:
         return self.name if spec.classes is None else f"int ({len(spec.classes)} classes)"
 
-    def check_column(self, spec: FieldSpec, arrays: dict[str, np.ndarray]) -> str | None:
+    def check_column(self, spec: Spec, arrays: dict[str, np.ndarray]) -> str | None:
         data = arrays["data"]
         if spec.classes is not None and data.size and (
             int(data.min()) < 0 or int(data.max()) >= len(spec.classes)
@@ -34,7 +31,7 @@ class IntKind(Fixed):
             return f"a label outside 0..{len(spec.classes) - 1}"
         return None
 
-    def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> int:
+    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> int:
         if isinstance(value, str) and spec.classes is not None and value in spec.classes:
             return spec.classes.index(value)
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -46,10 +43,10 @@ class IntKind(Fixed):
             raise BadValue(f"label {number} is outside its {len(spec.classes)} classes")
         return number
 
-    def from_bytes(self, spec: FieldSpec, data: bytes) -> int:
+    def from_bytes(self, spec: Spec, data: bytes) -> int:
         return int(data.decode("utf-8").strip())
 
-    def from_cell(self, spec: FieldSpec, value: Any, from_csv: bool) -> Any:
+    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
         value = super().from_cell(spec, value, from_csv)
         if spec.classes is not None:  # a --label column: its names become ids in store()
             return str(value)
@@ -61,15 +58,15 @@ class FloatKind(Fixed):
 
     storage = "float64"
 
-    def store(self, spec: FieldSpec, value: Any, ctx: StoreContext) -> float:
+    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
             raise BadValue(f"expected a float, got {type(value).__name__} {value!r:.40}")
         return float(value)
 
-    def from_bytes(self, spec: FieldSpec, data: bytes) -> float:
+    def from_bytes(self, spec: Spec, data: bytes) -> float:
         return float(data.decode("utf-8").strip())
 
-    def from_cell(self, spec: FieldSpec, value: Any, from_csv: bool) -> Any:
+    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
         if value is None:
             return math.nan
         if not from_csv or not isinstance(value, str):
