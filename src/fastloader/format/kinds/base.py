@@ -1,6 +1,6 @@
 """The Kind of a field: everything one kind of value means, in one class, and their registry.
 
-A Kind is a str (its name: "image", "boxes", ...), so a Spec's `kind` still equals and
+A Kind is a str (its name: "image", "boxes", ...), so a FieldSpec's `kind` still equals and
 hashes as the name and is written to manifest.json as it; its attributes and methods say how a
 value of that kind is validated and stored at pack time, decoded from its column, verified,
 collated into a batch and moved to the device. The pack and loader stages call these and pass
@@ -89,14 +89,15 @@ class Batch(Protocol):
         """Mask field name mapped through the batch's crop plan, uint8 [B, H, W] on device."""
 
     def decode_images(self, name: str, records: list[bytes], indices: np.ndarray,
-               device: torch.device) -> torch.Tensor | None:
+                      device: torch.device) -> torch.Tensor | None:
         """A further image field decoded with the loader's transforms (None: no decoder)."""
 
 
 class Kind(str):
     """One field kind. Subclass it, set the attributes, override what differs, register()."""
 
-    is_array: ClassVar[bool] = False  # a numeric array per sample: values + offsets + shapes
+    is_array: ClassVar[bool] = False  # a numeric array per sample (values + offsets + shapes
+    # when its shape has a -1)
     always_variable: ClassVar[bool] = True  # stored as values + offsets (bytes per sample)
     storage: ClassVar[str | None] = None  # the stored dtype when fixed by the kind
     spatial: ClassVar[bool] = False  # follows the first image's crop, resize and flip
@@ -121,7 +122,7 @@ class Kind(str):
         return None
 
     def build(self, name: str, entry: Any, bad: type[Exception], where: str) -> dict[str, Any]:
-        """Spec's dtype / shape / per_box from a manifest-style entry; raise bad."""
+        """FieldSpec's dtype / shape / per_box from a manifest-style entry; raise bad."""
         return {}
 
     def to_json(self, spec: Spec) -> dict[str, Any]:
