@@ -26,7 +26,8 @@ from fastloader.decode.augment import (
     refuse_detection,
 )
 from fastloader.errors import DecodeError, FastloaderError, invalid_argument
-from fastloader.format.dataset import PackedDataset, dataset_from
+from fastloader.format.dataset import PackedDataset
+from fastloader.format.open import dataset_from
 from fastloader.gpu.device import (
     normalize_constants,
     resolve_device,

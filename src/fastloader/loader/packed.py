@@ -14,7 +14,7 @@ from fastloader.decode.augment import check_transforms, output_size
 from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, check_min_visibility
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import FastloaderError, InvalidArgumentError, invalid_argument
-from fastloader.format.dataset import dataset_from
+from fastloader.format.open import dataset_from
 from fastloader.gpu.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
 from fastloader.gpu.ops import device_ops, gpu_rng
 from fastloader.loader.autotune import make_tuner
