@@ -1,5 +1,5 @@
-"""FastLoader: the interface of the three loaders (packed, DALI, drop-in), their shared
-lifetime, and the factory rule that picks one from the arguments.
+"""FastLoader: the interface of the three loaders (packed, DALI, drop-in), its signature, and
+the factory rule that picks one from the arguments.
 
 The loaders (loader/packed.py, loader/dali.py, loader/dropin.py) subclass FastLoader here and
 register under their path's name; loader/loader.py, the module `fastloader.FastLoader` is
@@ -31,7 +31,9 @@ from fastloader.loader.options import (
 )
 from fastloader.loader.pass_dataset import PassDataset, unwrap_view
 
+# What the packed paths take as `data`.
 PackedData = str | os.PathLike[str] | PackedDataset | PassDataset
+
 
 class FastLoader:
     """Iterate (images, labels) batches, like torch.utils.data.DataLoader but faster.
