@@ -173,8 +173,9 @@ class FastLoader:
 
     # The factory: FastLoader(...) builds the loader of its path (see `_path_of`). Its three
     # faces are the overloads below, the packed loader's first; the implementation's signature
-    # is all of them together (inspect.signature and help() show it). Every loader's own
-    # __init__ takes the same arguments again (type.__call__ passes them on).
+    # is all of them together (inspect.signature and help() show it; `data` defaults to None
+    # only so that copy and pickle may call __new__ bare). Every loader's own __init__ takes
+    # the same arguments again (type.__call__ passes them on).
 
     @overload
     def __new__(
@@ -256,7 +257,7 @@ class FastLoader:
 
     def __new__(
         cls,
-        data: Any = None,
+        data: PackedData | torch.utils.data.Dataset[Any] | None = None,
         batch_size: int | None = 1,
         shuffle: bool = False,
         *,
