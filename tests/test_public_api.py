@@ -43,7 +43,7 @@ def _run(code: str) -> str:
 
 def test_import_fastloader_does_not_import_torch() -> None:
     # The packdata CLI and the pack path must not pay for torch (or DALI).
-    code = ("import sys, fastloader, fastloader.pack.cli, fastloader.format.dataset; "
+    code = ("import sys, fastloader, fastloader.pack.cli, fastloader.format.open; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('torch', 'nvidia', 'fastloader.loader')))")
     assert _run(code) == "[]"
