@@ -51,7 +51,7 @@ def ensure_packed(tree: Path, dst: Path, quiet: bool = True, tiles: bool = False
     """Pack the tree with the packdata CLI unless dst already holds all of its files
     (tiles=True: decode-aware packing, `packdata --tiles`)."""
     from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
-    from fastloader.format.dataset import open_dataset
+    from fastloader.format.open import open_dataset
 
     try:
         with open_dataset(dst) as ds:
@@ -132,7 +132,7 @@ def ceiling_config(path: Path, batch: int, images: int, warmup: int) -> Factory:
     """Native full-image decode + resize to 224 on all cores: the limit without crop-aware
     decode (no crop, no normalize, no tensor conversion)."""
     from fastloader.decode.decode import BatchDecoder
-    from fastloader.format.dataset import open_dataset
+    from fastloader.format.open import open_dataset
 
     def run() -> RunResult:
         ds = open_dataset(path)

@@ -100,7 +100,7 @@ def make_batch(n: int = 24, seed: int = 0):
 def damaged(path: Path, how: str) -> Any:
     """The packed dataset with record BAD replaced by garbage, or failing its read."""
     from fastloader.errors import CorruptRecordError
-    from fastloader.format.dataset import open_dataset
+    from fastloader.format.open import open_dataset
 
     dataset = open_dataset(path)
     good = dataset.record

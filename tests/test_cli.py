@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.pack.cli import main, parse_size
 from treegen import CLASSES, add_broken_files, make_flat_tree
 

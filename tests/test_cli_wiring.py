@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fastloader.format.dataset import open_dataset
 from fastloader.format.manifest import read_manifest
+from fastloader.format.open import open_dataset
 from fastloader.pack.cli import main, parse_size
 from fastloader.pack.journal import HOLD_BEFORE_RENAME_ENV
 from imagegen import make_tree

@@ -20,7 +20,8 @@ from fastloader.decode.augment import (
 )
 from fastloader.decode.decode import decode
 from fastloader.errors import DecodeError, InvalidArgumentError, OptionalDependencyError
-from fastloader.format.dataset import PackedDataset, open_dataset
+from fastloader.format.dataset import PackedDataset
+from fastloader.format.open import open_dataset
 from fastloader.gpu.ops import GpuRandomHorizontalFlip
 from fastloader.gpu.pixel_ops import GpuColorJitter
 from fastloader.loader.dali_pipeline import dali_available

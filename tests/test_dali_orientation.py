@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from fastloader.decode.augment import RandomResizedCrop
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.loader.dali_pipeline import dali_available
 from fastloader.pack.write import pack
 from imagegen import photo_like

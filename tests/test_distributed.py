@@ -46,7 +46,7 @@ def _rank_main(rank: int, path: str, port: int, out: str) -> None:
 
 
 def test_two_ranks_split_the_dataset(tmp_path: Path) -> None:
-    from fastloader.format.dataset import open_dataset
+    from fastloader.format.open import open_dataset
     from helpers import packed_tree
 
     path = packed_tree(tmp_path, classes=3, per_class=9)  # 27 samples: uneven over 2 ranks

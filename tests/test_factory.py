@@ -10,8 +10,16 @@ import torch
 
 import fastloader
 from fastloader.loader import packed
+from fastloader.loader.dali import DaliLoader
 from fastloader.loader.dropin import DropInLoader
 from fastloader.loader.loader import FastLoader
+from fastloader.loader.options import (
+    PATHS,
+    DaliOptions,
+    DropInOptions,
+    PackedOptions,
+    option_defaults,
+)
 from fastloader.loader.packed import PackedLoader
 from treegen import make_flat_tree
 
@@ -53,8 +61,6 @@ def test_torch_dataset_gives_the_dropin_loader() -> None:
 
 def test_dali_backend_gives_the_dali_loader(packed_path: Path) -> None:
     pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (the [dali] extra)")
-    from fastloader.loader.dali import DaliLoader
-
     with FastLoader(packed_path, batch_size=2, device="cpu", backend="dali",
                     transforms=CROP) as loader:
         assert type(loader) is DaliLoader and isinstance(loader, FastLoader)
@@ -74,8 +80,9 @@ def test_the_packed_loader_knows_nothing_of_the_others() -> None:
 
 PACKED_ONLY_DEFAULTS = {"max_skips": None, "batch_transform": None, "verify_records": False,
                         "fields": None, "multi_hot": None, "padded": False,
-                        "decode_images": True, "cache_dir": None, "cache_limit": None,
-                        "storage_options": None, "shuffle_window": None, "prefetch_shards": 2}
+                        "min_box_visibility": 0.25, "decode_images": True, "cache_dir": None,
+                        "cache_limit": None, "storage_options": None, "shuffle_window": None,
+                        "prefetch_shards": 2}
 
 
 def test_one_set_of_arguments_serves_every_loader(packed_path: Path) -> None:
@@ -97,3 +104,69 @@ def test_the_dali_loader_takes_packed_only_defaults(packed_path: Path) -> None:
     with pytest.raises(fastloader.InvalidArgumentError, match=r"verify_records.*DALI loader"):
         FastLoader(packed_path, batch_size=2, device="cpu", backend="dali", transforms=CROP,
                    verify_records=True)
+
+
+def own_parameters(loader: type) -> dict[str, inspect.Parameter]:
+    """A loader's arguments by name, without `data` and the **kwargs it refuses or forwards."""
+    return {name: p for name, p in inspect.signature(loader).parameters.items()
+            if name != "data" and p.kind is not p.VAR_KEYWORD}
+
+
+@pytest.mark.parametrize(("loader", "options"), [(PackedLoader, PackedOptions),
+                                                 (DaliLoader, DaliOptions),
+                                                 (DropInLoader, DropInOptions)])
+def test_each_loader_takes_exactly_its_options(loader: type, options: type) -> None:
+    """A loader's signature and its options class list the same names with the same
+    defaults: the path lists read from the options describe what each loader takes."""
+    given = {name: p.default for name, p in own_parameters(loader).items()}
+    assert given == option_defaults(options)
+    assert all(p.annotation is not p.empty for p in own_parameters(loader).values())
+
+
+def test_the_signature_of_fastloader_lists_every_parameter() -> None:
+    signature = inspect.signature(fastloader.FastLoader)
+    parameters = signature.parameters
+    assert not any(p.kind is p.VAR_POSITIONAL for p in parameters.values())
+    assert list(parameters)[:3] == ["data", "batch_size", "shuffle"]
+    assert parameters["dataloader_kwargs"].kind is inspect.Parameter.VAR_KEYWORD
+    for loader in (PackedLoader, DaliLoader, DropInLoader):
+        for name in own_parameters(loader):
+            assert name in parameters, f"{loader.__name__}'s {name} is not in the signature"
+            assert parameters[name].annotation is not inspect.Parameter.empty
+    # FastLoader's defaults are the packed loader's (the path a dataset path takes).
+    for name, default in option_defaults(PackedOptions).items():
+        assert parameters[name].default == default, name
+    assert parameters["roi_decode"].default is True
+    assert len(parameters) == 1 + len(option_defaults(PackedOptions)) + 2  # data, roi, **
+
+
+def test_each_loader_shows_its_own_signature() -> None:
+    """A loader class's signature is its own __init__'s, not the factory's union."""
+    assert "sampler" not in inspect.signature(DaliLoader).parameters
+    assert "roi_decode" in inspect.signature(DaliLoader).parameters
+    assert "roi_decode" not in inspect.signature(PackedLoader).parameters
+    assert "transforms" not in inspect.signature(DropInLoader).parameters
+
+
+def test_every_option_belongs_to_a_path() -> None:
+    names = set(inspect.signature(fastloader.FastLoader).parameters) - {"data",
+                                                                         "dataloader_kwargs"}
+    assert names == set().union(*(option_defaults(o) for o in PATHS.values()))
+
+
+def test_an_option_of_another_path_is_refused_naming_the_paths(packed_path: Path) -> None:
+    with pytest.raises(fastloader.InvalidArgumentError,
+                       match=r"roi_decode=False is invalid: applies to the DALI loader only, "
+                             r"not to the packed path\. .*backend='dali'"):
+        FastLoader(packed_path, device="cpu", transforms=CROP, roi_decode=False)
+    with pytest.raises(fastloader.InvalidArgumentError,
+                       match=r"transforms=.* applies to the packed loader and the DALI loader "
+                             r"only, not to the drop-in loader of a torch Dataset\. Apply"):
+        FastLoader(Numbers(), transforms=CROP)
+    # At FastLoader's default, an option of another path is taken and has no effect.
+    with FastLoader(packed_path, device="cpu", transforms=CROP, roi_decode=True) as loader:
+        assert type(loader) is PackedLoader
+    loader = FastLoader(Numbers(), batch_size=2, num_workers=0, transforms=None, prefetch=2,
+                        roi_decode=True)
+    assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]
+    loader.close()

@@ -16,8 +16,9 @@ import pytest
 from PIL import Image
 
 from fastloader.errors import DatasetError, DatasetNotFoundError
-from fastloader.format.dataset import PackedDataset, open_dataset
+from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import Codec, Manifest, read_manifest
+from fastloader.format.open import open_dataset
 from fastloader.pack.write import pack
 from treegen import CLASSES
 

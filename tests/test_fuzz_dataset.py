@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from fastloader.errors import FastloaderError
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.pack.verify import verify
 from fastloader.pack.write import pack
 from treegen import make_flat_tree

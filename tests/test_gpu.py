@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, GpuRandomResizedCrop, gpu_rng
 from fastloader.gpu.pixel_ops import GpuColorJitter, GpuCutMix, GpuMixUp
 from fastloader.loader.dali_pipeline import dali_available

@@ -165,7 +165,7 @@ def loader_batches(path: Any, **kwargs: Any) -> list[torch.Tensor]:
                          ids=["uint8", "float32", "bf16", "ops"])
 def test_loader_channels_last_output_equals_the_default_layout(packed: Path,
                                                               kwargs: dict[str, Any]) -> None:
-    from fastloader.format.dataset import open_dataset
+    from fastloader.format.open import open_dataset
 
     with open_dataset(packed) as dataset:
         plain = loader_batches(dataset, **kwargs)
@@ -180,7 +180,7 @@ def test_loader_channels_last_output_equals_the_default_layout(packed: Path,
 
 
 def test_dali_channels_last_output(packed: Path) -> None:
-    from fastloader.format.dataset import open_dataset
+    from fastloader.format.open import open_dataset
     from fastloader.loader.dali_pipeline import dali_available
 
     if not dali_available():

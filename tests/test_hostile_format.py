@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from fastloader.errors import CorruptRecordError, DatasetError, FastloaderError
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.pack.cli import main
 from fastloader.pack.verify import verify
 from fastloader.pack.write import pack

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fastloader.errors import PackError
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.pack.cli import main
 from fastloader.pack.journal import HOLD_BEFORE_RENAME_ENV
 from fastloader.pack.scan import PATH_MAX, scan

@@ -1,4 +1,5 @@
-"""The package's imports run one way, downwards (ARCHITECTURE.md): read them with ast."""
+"""The package's imports run one way, downwards (ARCHITECTURE.md), and no module imports itself
+through others (no import circle, inside a stage either): read them with ast."""
 
 from __future__ import annotations
 
@@ -97,6 +98,74 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     found = upward_imports(copy)
     assert found and all(line.startswith("gpu/ops.py:") for line in found)
     assert any("imports fastloader.loader.stats (loader)" in line for line in found)
+
+
+def module_of(name: str, modules: set[str]) -> str | None:
+    """The package module an imported dotted name lives in (a name imported from it dropped)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """module -> the package modules it imports (lazy ones too). The root package is left out:
+    it names the public API of every stage, for type checkers only (its imports sit under
+    TYPE_CHECKING; at run time it imports a name's module when the name is first touched).
+    So is a module's import of its own parent packages (`from fastloader.pack import tables`
+    in pack/): Python imports those before the module itself, whatever it names."""
+    paths = {module_name(p, package): p for p in sorted(package.rglob("*.py"))}
+    modules = set(paths) - {package.name}
+    graph: dict[str, set[str]] = {}
+    for name in sorted(modules):
+        targets = {module_of(target, modules) for _, target in imported_modules(paths[name],
+                                                                                package)}
+        graph[name] = {t for t in targets
+                       if t is not None and t != name and not name.startswith(f"{t}.")}
+    return graph
+
+
+def import_cycles(package: Path) -> list[list[str]]:
+    """Each import circle found (as the modules round it, the first repeated last), or []."""
+    graph = import_graph(package)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                cycles.append([*path[path.index(target):], target])
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return cycles
+
+
+def test_no_import_circle() -> None:
+    assert [" -> ".join(cycle) for cycle in import_cycles(PACKAGE)] == []
+
+
+def test_the_check_sees_an_import_circle(tmp_path: Path) -> None:
+    """The rule can fail: a lazy import planted inside a function closes a circle, named."""
+    copy = tmp_path / "fastloader"
+    for path in PACKAGE.rglob("*.py"):
+        target = copy / path.relative_to(PACKAGE)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    dataset = copy / "format" / "dataset.py"
+    dataset.write_text(dataset.read_text()
+                       + "\n\ndef _f():\n    from fastloader.format.open import open_dataset\n")
+    found = import_cycles(copy)
+    assert [set(cycle) for cycle in found] == [{"fastloader.format.dataset",
+                                                "fastloader.format.open"}]
+    assert upward_imports(copy) == []  # within one stage: only the circle check sees it
 
 
 @pytest.mark.parametrize("stage", sorted(set(ALLOWED) - {"base"}))

@@ -9,7 +9,7 @@ import torch
 
 from fastloader.decode.augment import CenterCrop, Resize
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.loader.loader import FastLoader
 from fastloader.pack.write import pack
 from helpers import MEAN, STD, TRAIN, collect, same_batches

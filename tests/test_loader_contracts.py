@@ -123,7 +123,7 @@ def test_skipped_samples_keeps_the_first_32() -> None:
 def test_pack_with_other_restart_intervals(tmp_path: Path, restart_mcus: int) -> None:
     from fastloader.decode import tiles
     from fastloader.decode.decode import decode
-    from fastloader.format.dataset import open_dataset
+    from fastloader.format.open import open_dataset
     from fastloader.pack.write import pack
     from imagegen import make_tree
 

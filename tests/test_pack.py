@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 
 from fastloader.errors import InvalidArgumentError, InvalidTypeError, PackError
-from fastloader.format.dataset import open_dataset
 from fastloader.format.manifest import Codec, read_manifest
+from fastloader.format.open import open_dataset
 from fastloader.pack.journal import staging_path
 from fastloader.pack.plan import ShardPlan
 from fastloader.pack.write import KILL_AFTER_SHARDS_ENV, pack

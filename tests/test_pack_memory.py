@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from fastloader.format.dataset import open_dataset
 from fastloader.format.index import write_index
+from fastloader.format.open import open_dataset
 from fastloader.pack.commit import _index, check_parts, commit
 from fastloader.pack.journal import Staging
 from fastloader.pack.listing import Listing, SourceFile

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fastloader.errors import PackError
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.pack.cli import main
 from fastloader.pack.journal import staging_path
 from fastloader.pack.part import check_part, run_shard

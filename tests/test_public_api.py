@@ -1,13 +1,17 @@
-"""The public surface: every name in fastloader.__all__ resolves, and the import stays light."""
+"""The public surface: every name in fastloader.__all__ resolves, the import stays light, and
+type checkers read the package's types (py.typed, in the installed package and the wheel)."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import inspect
+import os
 import re
 import subprocess
 import sys
 import types
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -39,7 +43,7 @@ def _run(code: str) -> str:
 
 def test_import_fastloader_does_not_import_torch() -> None:
     # The packdata CLI and the pack path must not pay for torch (or DALI).
-    code = ("import sys, fastloader, fastloader.pack.cli, fastloader.format.dataset; "
+    code = ("import sys, fastloader, fastloader.pack.cli, fastloader.format.open; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('torch', 'nvidia', 'fastloader.loader')))")
     assert _run(code) == "[]"
@@ -81,3 +85,66 @@ def test_the_api_reference_lists_every_public_name() -> None:
     for name in fastloader.__all__:
         if name != "__version__":
             assert re.search(rf"fastloader\.(\w+\.)*{name}\b", text), name
+
+
+def test_the_installed_package_is_marked_typed() -> None:
+    """py.typed (PEP 561) lies in the fastloader that imports, so type checkers read its types."""
+    marker = importlib.resources.files("fastloader").joinpath("py.typed")
+    assert marker.is_file()
+    assert Path(str(marker)).parent == Path(fastloader.__file__).parent
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_wheel_ships_py_typed(tmp_path: Path) -> None:
+    """What the wheel build packs (without the extension: seconds, not minutes)."""
+    for tool in ("scikit_build_core", "nanobind", "cmake", "ninja"):
+        pytest.importorskip(tool, reason=f"{tool} builds the wheel (make install puts it in)")
+    env = {**os.environ, "FASTLOADER_DISABLE_NATIVE": "1"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(tmp_path / "dist"),
+                    "-C", f"build-dir={tmp_path / 'build'}", str(ROOT)],
+                   check=True, env=env, capture_output=True, timeout=600)
+    (wheel,) = (tmp_path / "dist").glob("fastloader-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "fastloader/py.typed" in names
+    assert "fastloader/loader/loader.py" in names  # the listing is the package's
+
+
+USER_SCRIPTS = {
+    "good.py": """
+import fastloader
+
+loader = fastloader.FastLoader("data.lmdb", batch_size=64, shuffle=True,
+                               transforms=[fastloader.RandomResizedCrop(224)],
+                               num_threads="auto", device="cpu")
+with fastloader.FastLoader("data.lmdb", backend="dali", roi_decode=False) as dali:
+    batches: int = len(dali)
+loader.set_epoch(1)
+state: dict = loader.state_dict()
+""",
+    "bad.py": """
+import fastloader
+
+fastloader.FastLoader("data.lmdb", batch_size="64")
+fastloader.FastLoader("data.lmdb", num_threads="all")
+fastloader.FastLoader("data.lmdb", backend="dali", verify_records=True)
+fastloader.FastLoader("data.lmdb").set_epoch("2")
+""",
+}
+
+
+def test_mypy_reads_the_types_of_a_users_call(tmp_path: Path) -> None:
+    """mypy on a user's script (fastloader found as an installed package) flags a wrong
+    argument type, a wrong choice and an argument of another path, and passes a good call."""
+    pytest.importorskip("mypy", reason="mypy is in the test extra")
+    for name, text in USER_SCRIPTS.items():
+        (tmp_path / name).write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent",
+         "--python-executable", sys.executable, "--no-error-summary", "good.py", "bad.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert sorted({line.split(":")[0] + ":" + line.split(":")[1] for line in errors}) == [
+        "bad.py:4", "bad.py:5", "bad.py:6", "bad.py:7"], result.stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fastloader.errors import DatasetError, FastloaderError, InvalidArgumentError
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.format.remote import HashMismatchError
 from helpers import packed_tree
 
@@ -62,7 +62,7 @@ def test_limit_too_small_names_the_smallest_that_works(served) -> None:
 TWO_READERS = """
 import sys
 sys.path.insert(0, {tests!r})
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 with open_dataset({url!r}, cache_dir={cache!r}) as ds:
     for i in range(len(ds)):
         ds.record(i)
@@ -88,7 +88,7 @@ def test_two_processes_share_the_cache_and_download_each_shard_once(served) -> N
 
 
 KILLED = """
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 ds = open_dataset({url!r}, cache_dir={cache!r})
 ds.record(0)
 """

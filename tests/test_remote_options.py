@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fastloader.errors import InvalidArgumentError
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.loader.loader import FastLoader
 from fastloader.pack.cli import main as packdata
 from helpers import packed_tree, train_transforms

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fastloader.errors import CorruptRecordError
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 pytest.importorskip("aiohttp", reason="aiohttp (fsspec's http://) is not installed")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.loader.loader import FastLoader
 from helpers import train_transforms
 

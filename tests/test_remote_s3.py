@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.loader.loader import FastLoader
 from fastloader.pack.cli import main as packdata
 from helpers import train_transforms

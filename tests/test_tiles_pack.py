@@ -12,8 +12,8 @@ import pytest
 
 from fastloader.decode import tiles
 from fastloader.decode.decode import BatchDecoder
-from fastloader.format.dataset import open_dataset
 from fastloader.format.manifest import read_manifest
+from fastloader.format.open import open_dataset
 from fastloader.pack.cli import main
 from fastloader.pack.journal import staging_path
 from fastloader.pack.write import pack

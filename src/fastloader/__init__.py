@@ -55,7 +55,7 @@ _EXPORTS: dict[str, str] = {
     "decode": "fastloader.decode.decode",
     "header": "fastloader.decode.decode",
     "native_available": "fastloader.decode._native",
-    "open_dataset": "fastloader.format.dataset",
+    "open_dataset": "fastloader.format.open",
     "pack": "fastloader.pack.api",
     "profile": "fastloader.doctor.doctor",
 }
@@ -87,11 +87,9 @@ if TYPE_CHECKING:  # let type checkers see the real objects
         PackError,
         ProducerError,
     )
-    from fastloader.format.dataset import (
-        PackedDataset,
-        open_dataset,
-    )
+    from fastloader.format.dataset import PackedDataset
     from fastloader.format.manifest import Manifest
+    from fastloader.format.open import open_dataset
     from fastloader.gpu.ops import (
         GpuCompose,
         GpuNormalize,

@@ -8,32 +8,19 @@ state_dict behave like FastLoader's and a resumed run continues bit-for-bit.
 
 from __future__ import annotations
 
-import os
 import time
 import weakref
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from fastloader.checks import flag, positive_int
-from fastloader.decode.augment import (
-    batch_rng,
-    check_transforms,
-    output_size,
-    plan,
-    refuse_detection,
-)
-from fastloader.errors import DecodeError, FastloaderError, invalid_argument
-from fastloader.format.dataset import PackedDataset, dataset_from
-from fastloader.gpu.device import (
-    normalize_constants,
-    resolve_device,
-    resolve_dtype,
-    resolve_memory_format,
-)
-from fastloader.gpu.ops import GpuCompose, device_ops, gpu_rng
+from fastloader.decode.augment import batch_rng, output_size, plan
+from fastloader.errors import DecodeError, FastloaderError
+from fastloader.format.open import dataset_from
+from fastloader.gpu.ops import gpu_rng
+from fastloader.loader.base import FastLoader, PackedAttributes, PackedData
 from fastloader.loader.dali_pipeline import (
     GraphSpec,
     build_pipeline,
@@ -43,17 +30,18 @@ from fastloader.loader.dali_pipeline import (
     run_pipeline,
     to_torch,
 )
-from fastloader.loader.loader import (
-    PACKED_LOADER_ONLY,
-    FastLoader,
-    PackedAttributes,
-    parameter_names,
-    refuse_dataloader_kwargs,
-    take_defaults,
+from fastloader.loader.options import (
+    DaliOptions,
+    GpuTransforms,
+    Normalize,
+    Transforms,
+    options_of,
+    refuse_unknown,
+    take_foreign,
 )
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
-from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
+from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.stats import Counters, LoaderStats, Timer
 
 
@@ -71,7 +59,7 @@ class _WeakSource:
         return loader._source()
 
 
-class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
+class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
     """Iterate (images NCHW, labels int64) batches of a packed dataset through a DALI pipeline.
 
     Built by FastLoader(..., backend="dali"); the arguments mean what they mean for FastLoader.
@@ -113,73 +101,57 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
 
     def __init__(
         self,
-        data: str | os.PathLike[str] | PackedDataset,
+        data: PackedData,
         batch_size: int = 1,
         shuffle: bool = False,
         *,
         seed: int = 0,
-        transforms: Any = None,
-        normalize: Any = None,
+        transforms: Transforms = None,
+        normalize: Normalize = None,
         dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
-        num_threads: int | str | None = None,
+        num_threads: int | Literal["auto"] | None = None,
         drop_last: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
         prefetch: int = 2,
-        gpu_transforms: Sequence[Any] | None = None,
+        gpu_transforms: GpuTransforms = None,
         roi_decode: bool = True,
-        on_error: str = "raise",
-        backend: str = "dali",
-        memory_budget: int | None = None,
+        on_error: Literal["raise"] = "raise",
+        backend: Literal["dali"] = "dali",
+        memory_budget: None = None,
         memory_format: torch.memory_format | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
-        self._closed = True  # until fully built, so close()/__del__ are safe on a failed init
-        take_defaults(dataloader_kwargs, PACKED_LOADER_ONLY, "DALI loader",
-                      "Drop it, or use the native backend (backend='auto').")
-        refuse_dataloader_kwargs(dataloader_kwargs, "DALI loader",
-                                 parameter_names(DaliLoader.__init__))
-        # FastLoader's arguments the DALI path cannot honour: refused, never dropped silently.
-        for name, value, default in (("on_error", on_error, "raise"), ("backend", backend, "dali"),
-                                     ("memory_budget", memory_budget, None)):
-            if value != default:
-                raise invalid_argument(name, value, 'is not supported by backend="dali"',
-                                       f"Drop it, or use the native backend for {name}.")
-        if num_threads == "auto":  # DALI has no online tuner: all the cores this rank may use
-            num_threads = None
+        # Every argument first (nothing is opened until all are good), then the dataset.
+        take_foreign(dataloader_kwargs, "DALI loader")
+        refuse_unknown(dataloader_kwargs, "DALI loader")
+        options = DaliOptions(**options_of(DaliOptions, locals()))
         import_dali()  # fail first, with the install command, when DALI is missing
-        self.batch_size = positive_int("batch_size", batch_size)
-        self.prefetch = positive_int("prefetch", prefetch)
-        self.drop_last = flag("drop_last", drop_last)
-        self.transforms = check_transforms(transforms)
-        refuse_detection(self.transforms, 'backend="dali"', "Use the native backend "
-                         "(backend='auto'), which letterboxes and plans box-aware crops.")
-        self.device = resolve_device(device, default_cuda=True)
-        constants = normalize_constants(normalize)
-        self.dtype = resolve_dtype(dtype, constants is not None)
-        self.memory_format = resolve_memory_format(memory_format)
-        # GPU ops see pixels, not normalized values: DALI then hands over uint8 and the
-        # normalize runs last, on the device, after the ops.
-        ops = device_ops(gpu_transforms, constants, self.dtype, self.memory_format)
-        self._torch_normalizes = ops is not None and constants is not None
-        self._gpu_ops = ops if ops is not None else GpuCompose([])
-        world = planned_world(rank, world_size)
-        threads = threads_per_rank(world) if num_threads is None else num_threads
-        self._threads = positive_int("num_threads", threads)
+        self.batch_size = options.batch_size
+        self.prefetch = options.prefetch
+        self.drop_last = options.drop_last
+        self.transforms = options.decode_transforms
+        self.device = options.target
+        self.dtype = options.out_dtype
+        self.memory_format = options.layout
+        self._torch_normalizes = options.torch_normalizes
+        self._gpu_ops = options.dali_ops
+        self._threads = options.threads
         self._data, self._owns_dataset = dataset_from(
             unwrap_view(data), "a packed dataset path or a PackedDataset")
-        try:
+        try:  # what needs the dataset; a failure closes a dataset this loader opened
             self.image_size = output_size(self.transforms, self._data.shapes)
-            self.sampler = EpochSampler.for_loader(len(self._data), seed, rank, world_size,
-                                                   flag("shuffle", shuffle), self.drop_last)
-            self.dataset = PassDataset(self, self._data)  # DataLoader's `dataset`, as packed
+            self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
+                                                   options.world_size, options.shuffle,
+                                                   self.drop_last)
         except BaseException:
             if self._owns_dataset:
                 self._data.close()
             raise
-        self._spec = self._graph_spec(None if self._torch_normalizes else constants,
-                                      flag("roi_decode", roi_decode))
+        self.dataset = PassDataset(self, self._data)  # DataLoader's `dataset`, as packed
+        self._spec = self._graph_spec(None if self._torch_normalizes else options.constants,
+                                      options.roi_decode)
         self._pipe: Any = None
         self._feed: Iterator[Any] = iter(())
         self._in_flight: list[np.ndarray] = []  # samples of batches handed to DALI, oldest first
@@ -189,7 +161,7 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes):
         self._active: object | None = None  # token of the pass now iterating
         self._resume_batch = 0
         self._batches_done = 0
-        self._closed = False
+        self._built()
 
     def _graph_spec(self, constants: tuple[np.ndarray, np.ndarray] | None,
                     roi_decode: bool) -> GraphSpec:

@@ -10,19 +10,11 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from fastloader.errors import FastloaderError
-from fastloader.gpu.device import resolve_device
-from fastloader.loader.loader import PACKED_LOADER_ONLY, FastLoader, take_defaults
+from fastloader.loader.base import FastLoader
+from fastloader.loader.options import DropInOptions, options_of, take_foreign
 from fastloader.loader.sampler import planned_world, resolve_rank_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats, batch_size_of
 
-# FastLoader's arguments for packed datasets and their defaults: the drop-in path takes them only
-# at these values (torch's DataLoader has its own knobs for the same jobs). `sampler` is not
-# among them: it goes to the DataLoader.
-_PACKED_DEFAULTS: dict[str, Any] = {
-    "transforms": None, "normalize": None, "dtype": None, "num_threads": "auto",
-    "on_error": "raise", "backend": "auto", "prefetch": 2, "gpu_transforms": None,
-    "memory_budget": None, "memory_format": None,
-    **{k: v for k, v in PACKED_LOADER_ONLY.items() if k != "sampler"}}
 DEFAULT_PREFETCH_FACTOR = 4  # torch's 2 leaves workers idle behind a slow step more often
 
 
@@ -40,7 +32,7 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
     return batch
 
 
-class DropInLoader(FastLoader):
+class DropInLoader(FastLoader, path="drop-in loader"):
     """torch.utils.data.DataLoader with tuned defaults and a `device=` transfer.
 
     Built by FastLoader(torch_dataset, ...). Defaults that differ from DataLoader:
@@ -51,24 +43,27 @@ class DropInLoader(FastLoader):
     arguments (transforms, normalize, ...) are refused with the way to get them.
     """
 
-    def __init__(self, dataset: Any, batch_size: int | None = 1, shuffle: bool = False, *,
-                 seed: int = 0, device: Any = None, drop_last: bool = False,
+    def __init__(self, data: torch.utils.data.Dataset[Any], batch_size: int | None = 1,
+                 shuffle: bool = False, *, seed: int = 0,
+                 device: str | torch.device | None = None, drop_last: bool = False,
                  rank: int | None = None, world_size: int | None = None,
-                 **kwargs: Any) -> None:
-        take_defaults(kwargs, _PACKED_DEFAULTS, "drop-in loader of a torch Dataset",
-                      "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
-                      " or pack the images with `packdata` and pass the packed path.")
-        self.device = None if device is None else resolve_device(device, default_cuda=False)
-        rank, world = resolve_rank_world(rank, world_size)
+                 **dataloader_kwargs: Any) -> None:
+        # FastLoader's options of the packed paths: taken at their defaults, refused otherwise.
+        take_foreign(dataloader_kwargs, "drop-in loader")
+        options = DropInOptions(**options_of(DropInOptions, locals()))
+        kwargs = dataloader_kwargs
+        self.device = options.target
+        rank, world = options.rank_world
         self.seed = seed
         # Without an explicit rank or sampler, shard by torch.distributed as it is when a pass
         # starts: a loader built before init_process_group must not have every rank read all.
         self._follow_distributed = (world_size is None and "sampler" not in kwargs
                                     and "batch_sampler" not in kwargs)
-        self._args = (dataset, batch_size, shuffle, drop_last, dict(kwargs))
+        self._args = (data, batch_size, shuffle, drop_last, dict(kwargs))
         self._built_for = (rank, world)
         self._counters = Counters()
         self._build(rank, world)
+        self._built()
 
     def _build(self, rank: int, world: int) -> None:
         """The DataLoader for this rank and world (a DistributedSampler when world > 1)."""

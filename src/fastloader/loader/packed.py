@@ -2,52 +2,49 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
 
 import torch
 
-from fastloader.checks import flag, positive_int
-from fastloader.decode.augment import check_transforms, output_size
-from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, check_min_visibility
+from fastloader.decode.augment import output_size
+from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import FastloaderError, InvalidArgumentError, invalid_argument
-from fastloader.format.dataset import dataset_from
-from fastloader.gpu.device import DeviceStep, normalize_constants, resolve_device, resolve_dtype
-from fastloader.gpu.ops import device_ops, gpu_rng
+from fastloader.format.open import dataset_from
+from fastloader.gpu.device import DeviceStep
+from fastloader.gpu.ops import gpu_rng
 from fastloader.loader.autotune import make_tuner
-from fastloader.loader.batch_transform import check_batch_transform
+from fastloader.loader.base import FastLoader, PackedAttributes, PackedData
 from fastloader.loader.collate import FieldCollator
 from fastloader.loader.detection import letterboxed, plan_boxes_field
 from fastloader.loader.extra_images import ExtraImages
-from fastloader.loader.loader import (
-    BACKENDS,
-    FastLoader,
-    PackedAttributes,
-    parameter_names,
-    refuse_dataloader_kwargs,
-)
 from fastloader.loader.masks import MaskBatches
 from fastloader.loader.memory import BatchRing, pinned_nbytes
+from fastloader.loader.options import (
+    BatchTransform,
+    GpuTransforms,
+    Normalize,
+    PackedOptions,
+    Sampler,
+    Transforms,
+    options_of,
+    refuse_unknown,
+    take_foreign,
+)
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.pipeline import EpochPlan, Producer
 from fastloader.loader.remote import DEFAULT_PREFETCH_SHARDS, plan_shards, remote_options
-from fastloader.loader.sampler import EpochSampler, planned_world, threads_per_rank
-from fastloader.loader.skips import check_max_skips
+from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.stats import Counters, LoaderStats
 
-MAX_THREADS = 1024  # far above any core count; more only fails in pthread_create
 
-
-def _check_sizes(num_threads: Any, batch_size: int, image_size: tuple[int, int],
-                 slot_bytes: int) -> None:
-    """Refuse at construction what could only fail later, at the first batch."""
-    if isinstance(num_threads, int) and num_threads > MAX_THREADS:
-        raise invalid_argument("num_threads", num_threads, f"must be at most {MAX_THREADS}",
-                               "Pass 'auto' or about the number of cores.")
+def _check_memory(batch_size: int, image_size: tuple[int, int], slot_bytes: int) -> None:
+    """Refuse at construction a ring that could only fail later, at the first batch."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if 2 * slot_bytes > memory:  # the ring holds at least two batches
         raise invalid_argument(
@@ -57,7 +54,7 @@ def _check_sizes(num_threads: Any, batch_size: int, image_size: tuple[int, int],
             "Lower batch_size or the output size of transforms.")
 
 
-class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
+class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loader"):
     """FastLoader over a packed dataset: the native (or Pillow) decode pipeline.
 
     Built by FastLoader(path_or_packed_dataset, ...); see FastLoader for the arguments.
@@ -70,80 +67,125 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
 
     def __init__(
         self,
-        data: Any,
+        data: PackedData,
         batch_size: int = 1,
         shuffle: bool = False,
         *,
         seed: int = 0,
-        transforms: Any = None,
-        normalize: Any = None,
+        transforms: Transforms = None,
+        normalize: Normalize = None,
         dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
-        num_threads: int | str | None = "auto",
-        prefetch: int | str = 2,
+        num_threads: int | Literal["auto"] | None = "auto",
+        prefetch: int | Literal["auto"] = 2,
         drop_last: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
-        on_error: str = "raise",
+        on_error: Literal["raise", "skip"] = "raise",
         max_skips: int | float | None = None,
-        backend: str = "auto",
+        backend: Literal["auto", "native", "pillow"] = "auto",
         memory_budget: int | None = None,
-        gpu_transforms: Any = None,
+        gpu_transforms: GpuTransforms = None,
         memory_format: torch.memory_format | None = None,
-        sampler: Any = None,
-        batch_transform: Any = None,
+        sampler: Sampler = None,
+        batch_transform: BatchTransform = None,
         verify_records: bool = False,
-        fields: Any = None,
-        multi_hot: Any = None,
+        fields: Sequence[str] | None = None,
+        multi_hot: int | Mapping[str, int] | None = None,
         padded: bool = False,
         min_box_visibility: float = DEFAULT_MIN_BOX_VISIBILITY,
         decode_images: bool = True,
-        cache_dir: Any = None,
+        cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
-        storage_options: dict[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         shuffle_window: int | None = None,
         prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
         **dataloader_kwargs: Any,
     ) -> None:
-        self._closed = True  # until fully built, so __del__/close are safe on a failed init
-        refuse_dataloader_kwargs(dataloader_kwargs, "packed path",
-                                 parameter_names(PackedLoader.__init__))
-        self.max_skips = check_max_skips(max_skips, on_error)  # on_error="skip"'s budget
-        verify = flag("verify_records", verify_records)  # crc32 of each record as it is read
-        if backend not in BACKENDS or backend == "dali":
-            raise invalid_argument("backend", backend, "is not a backend of the packed loader",
-                                   "Pass 'auto', 'native' or 'pillow' (FastLoader(..., "
-                                   "backend='dali') builds the DALI loader).")
-        self._init_device(device, normalize, dtype, gpu_transforms, memory_format)
-        self.batch_transform = check_batch_transform(batch_transform)
-        self._remote = remote_options(data, cache_dir, cache_limit, storage_options,
-                                      shuffle_window, prefetch_shards, sampler)
-        self._init_packed(data, batch_size, shuffle, seed, transforms, drop_last, rank,
-                          world_size, on_error, backend, sampler)
+        # Every argument first (nothing is opened or started until all are good) ...
+        take_foreign(dataloader_kwargs, "packed loader")
+        refuse_unknown(dataloader_kwargs, "packed loader")
+        options = PackedOptions(**options_of(PackedOptions, locals()))
+        data = unwrap_view(data)  # another loader's `dataset`: its packed dataset
+        remote = remote_options(data, cache_dir, cache_limit, storage_options,
+                                shuffle_window, prefetch_shards, sampler)
+        # ... then the dataset, the decoder and what the dataset's fields need; a failure
+        # here (a field or size the dataset refuses) releases what was taken so far.
+        with contextlib.ExitStack() as undo:
+            self._open(data, options, remote, undo)
+            undo.pop_all()
+        self._built()
+
+    def _open(self, data: Any, options: PackedOptions, remote: Any,
+              undo: contextlib.ExitStack) -> None:
+        """Take the dataset, decoder and ring plan, each released by `undo` on a failure."""
+        self._set_options(options)
+        self._remote = remote
+        self._data, self._owns_dataset = dataset_from(
+            data, "a packed dataset path or URL, a PackedDataset or a map-style torch Dataset",
+            **remote.open_options)
+        if self._owns_dataset:
+            undo.callback(self._data.close)
         # On the dataset, which reads the records (the producer's reads go through it). Off by
         # default: it costs ~3% of the loader's CPU on ImageNet-sized records (README).
-        if verify or self._owns_dataset:  # a caller's dataset keeps its own choice otherwise
-            self._data.verify_records = verify
-        try:  # what each batch holds: (images, labels), a tuple of fields= or a dict
-            extra = [n for n, s in self._data.fields.items()
-                     if s.kind == "image" and n != self._data.image_field]
-            self._extra_images = (ExtraImages(self.transforms, backend)
-                                  if extra and flag("decode_images", decode_images) else None)
-            self._collate = FieldCollator(self._data, fields, multi_hot,
-                                          flag("padded", padded), self._extra_images,
-                                          check_min_visibility(min_box_visibility),
-                                          letterboxed(self.transforms))
-            self._box_field = plan_boxes_field(self._data, self.transforms)
-            if self._gpu_ops is not None and self._collate.box_fields:
-                raise InvalidArgumentError(
-                    "gpu_transforms= with boxes fields is not supported: the device ops move "
-                    "pixels after the boxes were mapped. Use the CPU transforms= (fused crop, "
-                    "resize and flip), which move boxes with the pixels.")
-            self._masks = self._mask_batches()
-        except BaseException:
-            self.close()
-            raise
-        self._init_tuning(num_threads, prefetch, memory_budget)
+        if options.verify_records or self._owns_dataset:  # a caller's keeps its own choice
+            self._data.verify_records = options.verify_records
+        self.image_size = output_size(self.transforms, self._data.shapes)
+        self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
+                                               options.world_size, options.shuffle,
+                                               self.drop_last, options.sampler)
+        self.sampler.shard_layout = remote.layout(self._data)
+        self._step = DeviceStep(self.device, *options.step_args)
+        undo.callback(self._step.close)
+        self._decoder = BatchDecoder(1, options.backend)  # the tuner sets its thread count
+        undo.callback(self._decoder.close)
+        self._init_fields(options, undo)
+        height, width = self.image_size
+        slot_bytes = pinned_nbytes(self.batch_size * height * width * 3)  # what a slot pins
+        _check_memory(self.batch_size, self.image_size, slot_bytes)
+        # num_threads=None means a fixed count: the cores this rank may use.
+        self._tuner = make_tuner(
+            self._max_threads if options.num_threads is None else options.num_threads,
+            options.prefetch, options.memory_budget, self._max_threads, slot_bytes)
+        self._decoder.num_threads = self._tuner.setting().threads
+        # DataLoader's `dataset`: this loader's passes as samples (loader/pass_dataset.py).
+        self.dataset = PassDataset(self, self._data)
+
+    def _set_options(self, options: PackedOptions) -> None:
+        """The checked options this loader keeps, and its state before the first pass."""
+        self.batch_size = options.batch_size
+        self.drop_last = options.drop_last
+        self.on_error = options.on_error
+        self.transforms = options.decode_transforms
+        self.max_skips = options.max_skips  # on_error="skip"'s budget
+        self.batch_transform = options.batch_transform
+        self.device = options.target
+        self._gpu_ops = options.gpu_ops
+        self._max_threads = options.max_threads
+        self._extra_images: ExtraImages | None = None
+        self._ring: BatchRing | None = None
+        self._active: Producer | None = None
+        self._resume_batch = 0
+        self._batches_done = 0
+        self._counters = Counters()
+
+    def _init_fields(self, options: PackedOptions, undo: contextlib.ExitStack) -> None:
+        """What each batch holds: (images, labels), a tuple of fields= or a dict."""
+        extra = [n for n, s in self._data.fields.items()
+                 if s.kind == "image" and n != self._data.image_field]
+        if extra and options.decode_images:
+            self._extra_images = ExtraImages(self.transforms, options.backend)
+            undo.callback(self._extra_images.close)
+        self._collate = FieldCollator(self._data, options.fields, options.multi_hot,
+                                      options.padded, self._extra_images,
+                                      options.min_box_visibility, letterboxed(self.transforms))
+        self._box_field = plan_boxes_field(self._data, self.transforms)
+        if self._gpu_ops is not None and self._collate.box_fields:
+            raise InvalidArgumentError(
+                "gpu_transforms= with boxes fields is not supported: the device ops move "
+                "pixels after the boxes were mapped. Use the CPU transforms= (fused crop, "
+                "resize and flip), which move boxes with the pixels.")
+        self._masks = self._mask_batches()
 
     def _mask_batches(self) -> MaskBatches | None:
         """The builder of the mask fields this loader yields (None: it yields none)."""
@@ -156,71 +198,6 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes):
                 "after the masks were cropped. Use the CPU transforms= (fused crop, resize and "
                 "flip), which move masks with the pixels.")
         return MaskBatches(self._data, names, pin=self.device.type == "cuda")
-
-    def _init_device(self, device: Any, normalize: Any, dtype: Any, gpu_transforms: Any,
-                     memory_format: Any) -> None:
-        """The copy step, and the gpu_transforms run after it on uint8 pixels, normalize last."""
-        self.device = resolve_device(device, default_cuda=True)
-        constants = normalize_constants(normalize)
-        self._gpu_ops = device_ops(gpu_transforms, constants,
-                                   resolve_dtype(dtype, constants is not None), memory_format)
-        if self._gpu_ops is not None and constants is not None:
-            # The ops normalize, last: the copy step only moves uint8 pixels.
-            self._step = DeviceStep(self.device, None, torch.uint8, memory_format)
-        else:
-            self._step = DeviceStep(self.device, normalize, dtype, memory_format)
-
-    def _init_packed(self, data: Any, batch_size: int, shuffle: bool, seed: int,
-                     transforms: Any, drop_last: bool, rank: int | None,
-                     world_size: int | None, on_error: str,
-                     backend: str, source: Any) -> None:
-        self.batch_size = positive_int("batch_size", batch_size)
-        self.drop_last = flag("drop_last", drop_last)
-        if on_error not in ("raise", "skip"):
-            raise invalid_argument("on_error", on_error, "must be 'raise' or 'skip'",
-                                   "Pass on_error='skip' to replace undecodable samples.")
-        self.on_error = on_error
-        self.transforms = check_transforms(transforms)
-        self._max_threads = threads_per_rank(planned_world(rank, world_size))
-        self._data, self._owns_dataset = dataset_from(
-            unwrap_view(data),
-            "a packed dataset path or URL, a PackedDataset or a map-style torch Dataset",
-            **self._remote.open_options)
-        try:
-            self.image_size = output_size(self.transforms, self._data.shapes)
-            self.sampler = EpochSampler.for_loader(len(self._data), seed, rank, world_size,
-                                                   flag("shuffle", shuffle), self.drop_last,
-                                                   source)
-            self.sampler.shard_layout = self._remote.layout(self._data)
-            self._decoder = BatchDecoder(1, backend)  # _init_tuning sets its thread count
-            # DataLoader's `dataset`: this loader's passes as samples (loader/pass_dataset.py).
-            self.dataset = PassDataset(self, self._data)
-        except BaseException:
-            if self._owns_dataset:
-                self._data.close()
-            raise
-        self._ring: BatchRing | None = None
-        self._active: Producer | None = None
-        self._resume_batch = 0
-        self._batches_done = 0
-        self._counters = Counters()
-        self._closed = False
-
-    def _init_tuning(self, num_threads: Any, prefetch: Any, memory_budget: Any) -> None:
-        """num_threads / prefetch: fixed ints or "auto" (tuned online: fastloader.loader.autotune).
-
-        num_threads=None means a fixed count: the cores this rank may use.
-        """
-        height, width = self.image_size
-        slot_bytes = pinned_nbytes(self.batch_size * height * width * 3)  # what a slot pins
-        try:
-            _check_sizes(num_threads, self.batch_size, self.image_size, slot_bytes)
-            self._tuner = make_tuner(self._max_threads if num_threads is None else num_threads,
-                                     prefetch, memory_budget, self._max_threads, slot_bytes)
-            self._decoder.num_threads = self._tuner.setting().threads
-        except BaseException:
-            self.close()
-            raise
 
     # -- iteration -------------------------------------------------------------------------
 

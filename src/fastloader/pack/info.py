@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from fastloader.format.dataset import open_dataset
 from fastloader.format.manifest import Codec
+from fastloader.format.open import open_dataset
 
 _SHOWN_CLASSES = 20
 

@@ -1,0 +1,446 @@
+"""FastLoader: the interface of the three loaders (packed, DALI, drop-in), its signature, and
+the factory rule that picks one from the arguments.
+
+The loaders (loader/packed.py, loader/dali.py, loader/dropin.py) subclass FastLoader here and
+register under their path's name; loader/loader.py, the module `fastloader.FastLoader` is
+read from, imports all three, so this module never imports them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Literal, overload
+
+import torch
+
+from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
+from fastloader.errors import FastloaderError, invalid_argument
+from fastloader.format.dataset import PackedDataset
+from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
+from fastloader.loader.lifetime import track
+from fastloader.loader.options import (
+    BACKENDS,
+    BatchTransform,
+    GpuTransforms,
+    Normalize,
+    Sampler,
+    Transforms,
+)
+from fastloader.loader.pass_dataset import PassDataset, unwrap_view
+
+# What the packed paths take as `data`.
+PackedData = str | os.PathLike[str] | PackedDataset | PassDataset
+
+
+class FastLoader:
+    """Iterate (images, labels) batches, like torch.utils.data.DataLoader but faster.
+
+    `FastLoader(...)` returns one of three loaders, each a FastLoader with the same interface
+    (iteration, len, set_epoch, state_dict/load_state_dict, stats, close, context manager):
+
+    - `data` a packed dataset path (or an open PackedDataset): the packed loader
+      (fastloader.loader.packed.PackedLoader), the fast path. A producer thread runs
+      `prefetch` batches ahead, decoding with `num_threads` native threads (GIL released)
+      straight into a fixed ring of (pinned, with CUDA) uint8 buffers; `transforms` run fused
+      into decode (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip) with parameters
+      drawn from (seed, epoch, batch, rank), so results never depend on the thread count.
+      Images come out NCHW on `device` (default: this process's CUDA device when there is
+      one): uint8 without `normalize`, else `dtype` (float32) computed as (x/255 - mean) / std;
+      mean/std in 0-1 scale, or 0-255 scale when a mean exceeds 1. Labels int64.
+    - the same with `backend="dali"`: the DALI loader (fastloader.loader.dali.DaliLoader):
+      DALI decodes, with nvJPEG on a GPU; needs `pip install "fastloader[dali]"`.
+    - `data` a map-style torch Dataset: the drop-in loader
+      (fastloader.loader.dropin.DropInLoader), torch's DataLoader with tuned defaults;
+      DataLoader's own keyword arguments are accepted there.
+
+    `num_threads="auto"` (the default) tunes the decode threads online: it starts at all the
+    cores this rank may use and steps down only when fewer threads are as fast or still keep
+    up with the training step (see fastloader.loader.autotune), then keeps the choice for the
+    run; an int fixes it, None means all those cores. `prefetch="auto"` likewise deepens the
+    ring while the consumer waits on a bursty producer, never beyond `memory_budget` bytes of
+    ring (512 MiB by default). stats() shows the choice.
+
+    `on_error`: "raise" (default) stops at the first undecodable or corrupt record, naming it;
+    "skip" replaces it with the next good record and counts it in stats(). `max_skips` (packed
+    loader) is skip's error budget per pass: a count, or a fraction of the pass's samples;
+    past it the pass fails naming every skipped record. Skips, autotune decisions and
+    fallbacks are logged on the "fastloader" logger (logging.getLogger("fastloader")).
+
+    `verify_records=True` (packed loader; default False) checks each record's crc32 as it is
+    read (about 3% of the loader's CPU on ImageNet-sized records): a damaged record then fails as
+    CorruptRecordError, which `on_error="skip"` skips, instead of being decoded as whatever its
+    bytes now say.
+
+    `backend`: "auto" (native decode, Pillow when the extension is missing), "native" (demand
+    the extension), "pillow", or "dali". `gpu_transforms`: fastloader.gpu.ops transforms
+    applied batched on `device` after the copy, on uint8 pixels, before normalize.
+
+    Each iter() is a pass over one epoch. A pass that was started (run to its end or cut
+    short) moves the next pass to the next epoch, reshuffled, as DataLoader(shuffle=True)
+    reshuffles on every iter(); set_epoch(e) chooses the next pass's epoch explicitly. Rank and
+    world size (unless given) are read from torch.distributed when each pass starts.
+
+    Packed path only: `sampler` (any sized iterable of indices) sets each epoch's order before
+    sharding; `batch_transform` (a callable of the uint8 NCHW batch, returning one like it)
+    runs on the producer thread before normalize. See the README's training-code section.
+
+    Args:
+        data: a packed dataset folder (str or PathLike), its fsspec URL (s3://, gs://,
+            http(s)://, file://; read through the shard cache), an open PackedDataset (the
+            caller closes it), or a map-style torch Dataset (the drop-in loader).
+        batch_size: samples per batch, >= 1.
+        shuffle: a new order each epoch, drawn from (seed, epoch).
+        seed: the seed of the order and of every random crop and flip.
+        transforms: CPU transforms fused into decode (RandomResizedCrop, Resize, CenterCrop,
+            RandomHorizontalFlip; packed native/Pillow paths also ResizeFit, RandomIoUCrop);
+            None needs images of one size.
+        normalize: (mean, std), 3 values each, in the 0-1 or 0-255 scale; None gives uint8.
+        dtype: the floating output dtype with normalize (default float32).
+        device: "cuda", "cuda:k" or "cpu"; default this process's CUDA device if any.
+        num_threads: decode threads: "auto" (tuned online), an int, or None (all cores of
+            this rank).
+        prefetch: batches decoded ahead: an int >= 1 or "auto".
+        drop_last: drop each rank's last partial batch.
+        rank: this process's rank; default from torch.distributed when initialised, else 0.
+        world_size: the number of ranks (default likewise).
+        on_error: "raise" or "skip" (replace a bad record by the next good one).
+        max_skips: with on_error="skip", the most samples one pass may replace: a count, or
+            a fraction of the pass's samples; None for no limit (packed loader only).
+        backend: "auto", "native", "pillow" or "dali".
+        memory_budget: bytes of ring prefetch="auto" may use (default 512 MiB).
+        gpu_transforms: fastloader.gpu ops run batched on device after the copy.
+        memory_format: torch.contiguous_format (default) or torch.channels_last output.
+        sampler: packed loader only: any sized iterable of indices giving each epoch's order
+            (before sharding across ranks); not with shuffle=True.
+        batch_transform: packed loader only: a callable on the uint8 NCHW batch that returns
+            one like it, run on the producer thread before normalize (it holds the GIL).
+        fields: packed loader only, for a dataset with fields (pack(samples, fields=...), a
+            table, WebDataset files): the field names each batch holds, as a tuple in that
+            order. None: (images, labels) for an image + label dataset, else a dict of every
+            field. Collation (fastloader.loader.collate): int/float -> tensor [B]; fixed
+            ndarrays -> tensor [B] + shape; variable-length ndarrays -> a list of tensors;
+            text, bytes, json -> lists; further image fields -> uint8 (B, 3, H, W); boxes
+            -> lists of float32 [k, 4] in output pixels; mask fields -> uint8 [B, H, W],
+            cropped, resized (nearest) and flipped with their image's plan.
+        multi_hot: packed loader only: NUM_CLASSES (or {field: NUM_CLASSES}) turns a
+            variable-length int field (a multi-label list) into a [B, C] float32 tensor.
+        padded: packed loader only: a variable-length ndarray field (variable in its first
+            dim) comes as (values zero-padded to the batch's longest, lengths [B]).
+        min_box_visibility: packed loader only: a boxes field's box whose visible area, after
+            the sample's crop, is below this fraction of its whole area is dropped with its
+            per-box fields (default 0.25; 0 keeps every box with any area inside).
+        decode_images: packed loader only: further image fields (beyond the first) are
+            decoded with the same transforms, their own crops and flips, as uint8 tensors
+            (True, the default); False yields their encoded bytes.
+        cache_dir, cache_limit, storage_options: packed loader on a dataset URL (s3://,
+            gs://, http(s)://, file://): the node's shard cache folder, its byte limit (int or
+            "200GB"), fsspec options (README "Datasets in object storage").
+        shuffle_window: packed loader: shards shuffled together by the shard-aware shuffle
+            (default 8 on a URL; None on a local dataset: the full permutation).
+        prefetch_shards: packed loader on a URL: shards downloaded ahead of the reader.
+        verify_records: packed loader only: check each record's crc32 as it is read.
+        roi_decode: DALI loader only: decode only the planned crop box (False: whole images,
+            then slice; DALI's docs say ROI decode turns the A100/H100 hardware decoder off).
+        **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
+
+    Which path takes which argument is read from the options classes of
+    fastloader.loader.options (PackedOptions, DaliOptions, DropInOptions). An argument of
+    another path is taken at FastLoader's default (so one set of keyword arguments serves every
+    path) and refused, naming the path it belongs to, at any other value. Every argument is
+    checked before a file is opened or a thread started.
+
+    Returns:
+        FastLoader: a PackedLoader, DaliLoader or DropInLoader. Iterating it yields
+        (images, labels) batches: images (N, 3, H, W) on device, labels (N,) int64 (with
+        fields: a tuple or dict, see fields).
+
+    Raises:
+        InvalidArgumentError: an argument is out of range or names a wrong choice (the
+            message names it and how to fix it).
+        InvalidTypeError: an argument has the wrong type.
+        DatasetNotFoundError: data is a path with no packed dataset.
+        NativeUnavailableError: backend="native" without the extension.
+        OptionalDependencyError: backend="dali" without NVIDIA DALI installed.
+        DecodeError: while iterating, with on_error="raise", an undecodable record (or, with
+            on_error="skip", more than max_skips of them); it names the record and batch.
+        CorruptRecordError: while iterating, a record fails its read.
+        ProducerError: while iterating, the dataset or a transform raised another exception
+            (chained as its __cause__).
+    """
+
+    # The factory: FastLoader(...) builds the loader of its path (see `_path_of`). Its three
+    # faces are the overloads below, the packed loader's first; the implementation's signature
+    # is all of them together (inspect.signature and help() show it; `data` defaults to None
+    # only so that copy and pickle may call __new__ bare). Every loader's own __init__ takes
+    # the same arguments again (type.__call__ passes them on).
+
+    @overload
+    def __new__(
+        cls,
+        data: PackedData,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        *,
+        seed: int = 0,
+        transforms: Transforms = None,
+        normalize: Normalize = None,
+        dtype: torch.dtype | None = None,
+        device: str | torch.device | None = None,
+        num_threads: int | Literal["auto"] | None = "auto",
+        prefetch: int | Literal["auto"] = 2,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        on_error: Literal["raise", "skip"] = "raise",
+        max_skips: int | float | None = None,
+        backend: Literal["auto", "native", "pillow"] = "auto",
+        memory_budget: int | None = None,
+        gpu_transforms: GpuTransforms = None,
+        memory_format: torch.memory_format | None = None,
+        sampler: Sampler = None,
+        batch_transform: BatchTransform = None,
+        verify_records: bool = False,
+        fields: Sequence[str] | None = None,
+        multi_hot: int | Mapping[str, int] | None = None,
+        padded: bool = False,
+        min_box_visibility: float = DEFAULT_MIN_BOX_VISIBILITY,
+        decode_images: bool = True,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        shuffle_window: int | None = None,
+        prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
+    ) -> FastLoader: ...
+
+    @overload
+    def __new__(
+        cls,
+        data: PackedData,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        *,
+        backend: Literal["dali"],
+        seed: int = 0,
+        transforms: Transforms = None,
+        normalize: Normalize = None,
+        dtype: torch.dtype | None = None,
+        device: str | torch.device | None = None,
+        num_threads: int | Literal["auto"] | None = None,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        prefetch: int = 2,
+        gpu_transforms: GpuTransforms = None,
+        roi_decode: bool = True,
+        on_error: Literal["raise"] = "raise",
+        memory_budget: None = None,
+        memory_format: torch.memory_format | None = None,
+    ) -> FastLoader: ...
+
+    @overload
+    def __new__(
+        cls,
+        data: torch.utils.data.Dataset[Any],
+        batch_size: int | None = 1,
+        shuffle: bool = False,
+        *,
+        seed: int = 0,
+        device: str | torch.device | None = None,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        **dataloader_kwargs: Any,
+    ) -> FastLoader: ...
+
+    def __new__(
+        cls,
+        data: PackedData | torch.utils.data.Dataset[Any] | None = None,
+        batch_size: int | None = 1,
+        shuffle: bool = False,
+        *,
+        seed: int = 0,
+        transforms: Transforms = None,
+        normalize: Normalize = None,
+        dtype: torch.dtype | None = None,
+        device: str | torch.device | None = None,
+        num_threads: int | Literal["auto"] | None = "auto",
+        prefetch: int | Literal["auto"] = 2,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        on_error: Literal["raise", "skip"] = "raise",
+        max_skips: int | float | None = None,
+        backend: Literal["auto", "native", "pillow", "dali"] = "auto",
+        memory_budget: int | None = None,
+        gpu_transforms: GpuTransforms = None,
+        memory_format: torch.memory_format | None = None,
+        sampler: Sampler = None,
+        batch_transform: BatchTransform = None,
+        verify_records: bool = False,
+        fields: Sequence[str] | None = None,
+        multi_hot: int | Mapping[str, int] | None = None,
+        padded: bool = False,
+        min_box_visibility: float = DEFAULT_MIN_BOX_VISIBILITY,
+        decode_images: bool = True,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        shuffle_window: int | None = None,
+        prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
+        roi_decode: bool = True,
+        **dataloader_kwargs: Any,
+    ) -> FastLoader:
+        if cls is FastLoader:  # the factory: a subclass builds itself
+            cls = FastLoader._loader_of(_path_of(data, backend))
+        return super().__new__(cls)
+
+    # Each loader's class, by path ("packed loader", "DALI loader", "drop-in loader"): filled
+    # as each subclass is defined (class PackedLoader(FastLoader, path="packed loader")).
+    _paths: ClassVar[dict[str, type[FastLoader]]] = {}
+
+    def __init_subclass__(cls, path: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if path is not None:
+            FastLoader._paths[path] = cls
+        # A loader's signature is its own __init__'s, not the factory's (inspect, Sphinx).
+        signature = inspect.signature(cls.__init__)
+        cls.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=list(signature.parameters.values())[1:],
+            return_annotation=inspect.Signature.empty)
+
+    @staticmethod
+    def _loader_of(path: str) -> type[FastLoader]:
+        loader = FastLoader._paths.get(path)
+        if loader is None:
+            raise FastloaderError(f"the {path} was not imported: build loaders through "
+                                  "fastloader.FastLoader (fastloader.loader.loader)")
+        return loader
+
+    # A loader is closed until its __init__ finished: close() and __del__ on one whose
+    # arguments were refused have nothing to free.
+    _closed = True
+
+    # The DataLoader attributes every loader has (each sets or forwards them).
+    batch_size: Any
+    drop_last: Any
+    dataset: Any
+    sampler: Any
+
+    # -- the interface every loader implements ----------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch of the next pass (its order, crops and flips).
+
+        Args:
+            epoch: the epoch, >= 0.
+
+        Raises:
+            InvalidArgumentError: epoch < 0.
+        """
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands, for load_state_dict to resume exactly.
+
+        Returns:
+            dict: epoch, batches done in it, and what a loader must match to load it.
+        """
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from a state_dict: the next pass yields exactly the batches left.
+
+        Loading during a pass ends that pass. A checkpoint of another rank of the same run
+        loads too: each rank resumes its own shard of the order.
+
+        Args:
+            state: a dict from state_dict() of a loader built with the same arguments.
+
+        Raises:
+            InvalidArgumentError: the state does not match this loader (it names the field).
+            InvalidTypeError: state is not a dict.
+        """
+        raise NotImplementedError
+
+    def stats(self) -> Any:
+        """Live counters.
+
+        Returns:
+            LoaderStats: a snapshot; .as_dict() gives a plain dict.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Free threads, buffers and an owned dataset; safe to call twice."""
+        raise NotImplementedError
+
+    def _after_fork_in_child(self) -> None:
+        """Called in a forked child: forget threads and locks that only the parent has."""
+
+    def _built(self) -> None:
+        """The end of a loader's __init__: it is open, closed at exit and told after fork()."""
+        self._closed = False
+        track(self)
+
+    # -- lifetime, shared ---------------------------------------------------------------------
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: modules may be gone
+            self.close()
+
+
+class PackedAttributes:
+    """The DataLoader attributes training frameworks read, with what is true of a packed loader.
+
+    Lightning reads `batch_sampler` (then `.sampler`) to decide whether a loader shuffles and to
+    call set_epoch; Accelerate and others read the DataLoader keyword attributes. A packed
+    loader batches itself (no batch sampler: None, as DataLoader(batch_size=None) has) and
+    decodes on threads rather than worker processes (num_workers=0). Its `dataset` and
+    `collate_fn` (set by each loader: fastloader.loader.pass_dataset) are its passes as samples
+    and the function that turns a batch's samples back into that batch, so a DataLoader built
+    from these attributes yields the loader's batches.
+    """
+
+    batch_sampler: Any = None
+    num_workers = 0
+    prefetch_factor: Any = None  # DataLoader's value without worker processes
+    persistent_workers = False
+    generator: Any = None  # order and crops come from `seed`, not from a torch Generator
+    timeout = 0
+    worker_init_fn: Any = None
+    multiprocessing_context: Any = None
+    # DataLoader's pin_memory says its batches come out in pinned host memory. A packed loader's
+    # never do: on CUDA they come out on the device (the ring it copies from is pinned), on the
+    # CPU in pageable tensors. True would also make a DataLoader rebuilt from these attributes
+    # (Accelerate's skip_first_batches) try to pin CUDA tensors, which torch refuses.
+    pin_memory = False
+    pin_memory_device = ""
+    in_order = True
+
+
+def _path_of(data: Any, backend: Any) -> str:
+    """The path for these arguments: the drop-in loader for a torch Dataset, the DALI loader
+    for backend="dali", the packed loader otherwise (each checks the rest of its arguments)."""
+    data = unwrap_view(data)  # another packed loader's `dataset`: its packed dataset
+    if isinstance(data, torch.utils.data.Dataset) and not isinstance(data, PackedDataset):
+        return "drop-in loader"
+    if backend not in BACKENDS:
+        raise invalid_argument("backend", backend, f"must be one of {BACKENDS}",
+                               "Use 'auto' (native decode, Pillow without the extension) "
+                               "or 'dali' for the NVIDIA DALI pipeline.")
+    return "DALI loader" if backend == "dali" else "packed loader"
