@@ -112,60 +112,117 @@ AVX2 void idct_islow(const int16_t* coef, const uint16_t* quant, uint8_t* out, i
 
 namespace {
 
-inline uint8_t clamp255(int v) { return uint8_t(v < 0 ? 0 : (v > 255 ? 255 : v)); }
+// pshufb masks that interleave 16 R, G, B bytes into 48 RGB bytes.
+struct RgbMasks {
+  alignas(16) uint8_t m[3][3][16];
+  RgbMasks() {
+    for (int q = 0; q < 3; q++)
+      for (int c = 0; c < 3; c++)
+        for (int t = 0; t < 16; t++) {
+          int j = 16 * q + t;
+          m[q][c][t] = uint8_t(j % 3 == c ? j / 3 : 0x80);
+        }
+  }
+};
+const RgbMasks kMasks;
 
-inline void ycc_pixel(int y, int cb, int cr, uint8_t* o) {
-  cb -= 128;
-  cr -= 128;
-  o[0] = clamp255(y + ((91881 * cr + 32768) >> 16));
-  o[1] = clamp255(y + ((-22554 * cb + 32768 - 46802 * cr) >> 16));
-  o[2] = clamp255(y + ((116130 * cb + 32768) >> 16));
+// libjpeg's ycc_rgb_convert for 8 pixels: R = y + Cr_r_tab[cr], G = y + ((Cb_g + Cr_g) >> 16),
+// B = y + Cb_b_tab[cb], with jdcolor.c's FIX() constants; the caller clamps by packing.
+AVX2 inline void ycc8(__m256i y, __m256i cb, __m256i cr, __m256i& r, __m256i& g, __m256i& b) {
+  const __m256i half = _mm256_set1_epi32(32768), c128 = _mm256_set1_epi32(128);
+  cb = _mm256_sub_epi32(cb, c128);
+  cr = _mm256_sub_epi32(cr, c128);
+  r = _mm256_add_epi32(y, _mm256_srai_epi32(_mm256_add_epi32(mulc(cr, 91881), half), 16));
+  b = _mm256_add_epi32(y, _mm256_srai_epi32(_mm256_add_epi32(mulc(cb, 116130), half), 16));
+  __m256i gg = _mm256_add_epi32(_mm256_add_epi32(mulc(cb, -22554), half), mulc(cr, -46802));
+  g = _mm256_add_epi32(y, _mm256_srai_epi32(gg, 16));
 }
 
-// libjpeg's h2v2 "fancy" (triangle) upsampling of one chroma row pair for output row y,
-// columns [x0, x1): vertical 3:1 blend with the nearer neighbour row, then horizontal 3:1.
-void fancy_row(const uint8_t* plane, int stride, int cw, int ch, int y, int x0, int x1,
-               int16_t* cs, uint8_t* up) {
+AVX2 inline __m128i pack16(__m256i lo, __m256i hi) {
+  __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi16(p, p), 0xD8));
+}
+
+AVX2 inline __m256i ld8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// 16 pixels from uint8 Y, Cb, Cr to 48 interleaved RGB bytes.
+AVX2 inline void ycc16(const uint8_t* y, const uint8_t* cb, const uint8_t* cr, uint8_t* out) {
+  __m256i r[2], g[2], b[2];
+  for (int h = 0; h < 2; h++) ycc8(ld8(y + 8 * h), ld8(cb + 8 * h), ld8(cr + 8 * h), r[h], g[h], b[h]);
+  __m128i R = pack16(r[0], r[1]), G = pack16(g[0], g[1]), B = pack16(b[0], b[1]);
+  for (int q = 0; q < 3; q++) {
+    const __m128i* m = reinterpret_cast<const __m128i*>(kMasks.m[q]);
+    __m128i o = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(R, m[0]), _mm_shuffle_epi8(G, m[1])),
+                             _mm_shuffle_epi8(B, m[2]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * q), o);
+  }
+}
+
+// libjpeg's h2v2 "fancy" (triangle) upsampling for output row y: a 3:1 vertical blend with the
+// nearer neighbour row (edge rows replicated), then 3:1 horizontal with +8 / +7 rounding.
+// Writes upsampled samples for x in [2*ilo, 2*ihi + 2) to up[x - 2*ilo]; returns 2*ilo.
+AVX2 int fancy_row(const uint8_t* plane, int stride, int cw, int ch, int y, int x0, int x1,
+                   int16_t* cs, uint8_t* up) {
   int c = y >> 1;
   int nb = (y & 1) ? std::min(c + 1, ch - 1) : std::max(c - 1, 0);
   const uint8_t* a = plane + size_t(c) * stride;
   const uint8_t* b = plane + size_t(nb) * stride;
-  int i0 = std::max(0, (x0 >> 1) - 1), i1 = std::min(cw - 1, ((x1 - 1) >> 1) + 1);
-  for (int i = i0; i <= i1; i++) cs[i] = int16_t(3 * a[i] + b[i]);
-  for (int x = x0; x < x1; x++) {
-    int i = x >> 1;
-    if (x & 1)
-      up[x - x0] = uint8_t((3 * cs[i] + cs[std::min(i + 1, cw - 1)] + 7) >> 4);
-    else
-      up[x - x0] = uint8_t((3 * cs[i] + cs[std::max(i - 1, 0)] + 8) >> 4);
+  int ilo = x0 >> 1, ihi = (x1 - 1) >> 1;
+  int i0 = std::max(0, ilo - 1), i1 = std::min(cw - 1, ihi + 1);
+  const __m256i three = _mm256_set1_epi16(3);
+  for (int i = i0; i <= i1; i += 16) {
+    __m256i va = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    __m256i vb = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cs + i), _mm256_add_epi16(_mm256_mullo_epi16(va, three), vb));
   }
+  if (i0 == 0) cs[-1] = cs[0];
+  if (i1 == cw - 1) cs[cw] = cs[cw - 1];
+  const __m256i r8 = _mm256_set1_epi16(8), r7 = _mm256_set1_epi16(7);
+  for (int i = ilo; i <= ihi; i += 16) {
+    __m256i m = _mm256_mullo_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(cs + i)), three);
+    __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cs + i - 1));
+    __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cs + i + 1));
+    __m256i e = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(m, l), r8), 4);
+    __m256i o = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(m, r), r7), 4);
+    __m256i lo = _mm256_unpacklo_epi16(e, o), hi = _mm256_unpackhi_epi16(e, o);
+    __m256i p0 = _mm256_permute2x128_si256(lo, hi, 0x20), p1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+    __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(p0, p1), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(up + 2 * (i - ilo)), bytes);
+  }
+  return 2 * ilo;
 }
 
 }  // namespace
 
-void color_rect(const Geometry& g, const uint8_t* const* planes, int x0, int y0, int w, int h,
-                uint8_t* out) {
+AVX2 void color_rect(const Geometry& g, const uint8_t* const* planes, int x0, int y0, int w, int h,
+                     uint8_t* out) {
   if (g.ncomp == 1) {
     for (int y = 0; y < h; y++)
       memcpy(out + size_t(y) * w, planes[0] + size_t(y0 + y) * g.stride[0] + x0, size_t(w));
     return;
   }
-  static thread_local int16_t cs[2][8192];
-  static thread_local uint8_t up[2][16384];
+  static thread_local int16_t cs[2][8192 + 64];
+  static thread_local uint8_t up[2][16384 + 64];
+  static thread_local uint8_t tail[3 * 16384 + 64];
   for (int y = 0; y < h; y++) {
     const uint8_t* yr = planes[0] + size_t(y0 + y) * g.stride[0] + x0;
     const uint8_t *cb, *cr;
     if (g.sub) {
-      fancy_row(planes[1], g.stride[1], g.cw, g.ch, y0 + y, x0, x0 + w, cs[0], up[0]);
-      fancy_row(planes[2], g.stride[2], g.cw, g.ch, y0 + y, x0, x0 + w, cs[1], up[1]);
-      cb = up[0];
-      cr = up[1];
+      int base = fancy_row(planes[1], g.stride[1], g.cw, g.ch, y0 + y, x0, x0 + w, cs[0] + 16, up[0]);
+      fancy_row(planes[2], g.stride[2], g.cw, g.ch, y0 + y, x0, x0 + w, cs[1] + 16, up[1]);
+      cb = up[0] + (x0 - base);
+      cr = up[1] + (x0 - base);
     } else {
       cb = planes[1] + size_t(y0 + y) * g.stride[1] + x0;
       cr = planes[2] + size_t(y0 + y) * g.stride[2] + x0;
     }
-    uint8_t* o = out + size_t(y) * w * 3;
-    for (int x = 0; x < w; x++) ycc_pixel(yr[x], cb[x], cr[x], o + 3 * x);
+    // Whole 16-pixel groups; the last row goes through a scratch row so nothing is written past
+    // the caller's buffer (earlier rows' overrun is overwritten by the next row).
+    uint8_t* o = y + 1 < h ? out + size_t(y) * w * 3 : tail;
+    for (int x = 0; x < w; x += 16) ycc16(yr + x, cb + x, cr + x, o + 3 * x);
+    if (o == tail) memcpy(out + size_t(y) * w * 3, tail, size_t(w) * 3);
   }
 }
 
