@@ -116,17 +116,16 @@ double now(clockid_t id) {
 
 struct Image {
   std::string path;
-  std::vector<uint8_t> jpeg, rec_a, rec_b, rec_brow;
+  std::vector<uint8_t> jpeg, rec_a, rec_r, rec_b, rec_brow;
   int width = 0, height = 0;
 };
 
 enum Variant {
-  kEntLj, kEntA, kEntB, kFullLj, kFullA, kFullB, kCropLj, kCropA, kCropB, kCropBrow, kVariants
+  kEntLj, kEntA, kEntR, kEntB, kFullLj, kFullA, kFullB, kCropLj, kCropA, kCropB, kCropBrow, kVariants
 };
-const char* kNames[kVariants] = {"entropy_libjpeg", "entropy_bytes", "entropy_rans",
-                                 "full_libjpeg",    "full_bytes",    "full_rans",
-                                 "crop_libjpeg",    "crop_bytes",    "crop_rans",
-                                 "crop_rans_rowseg"};
+const char* kNames[kVariants] = {"entropy_libjpeg", "entropy_bytes", "entropy_rans1", "entropy_streams",
+                                 "full_libjpeg", "full_bytes", "full_streams", "crop_libjpeg",
+                                 "crop_bytes", "crop_streams", "crop_streams_rowseg"};
 
 bool same_coeffs(const proto::Coeffs& a, const proto::Coeffs& b) {
   if (a.comps.size() != b.comps.size()) return false;
@@ -173,9 +172,10 @@ int main(int argc, char** argv) {
     double t1 = now(CLOCK_MONOTONIC);
     im.rec_a = proto::encode(c, proto::Layer::Bytes, seg);
     double t2 = now(CLOCK_MONOTONIC);
-    im.rec_b = proto::encode(c, proto::Layer::Rans, seg);
+    im.rec_b = proto::encode(c, proto::Layer::Streams, seg);
     double t3 = now(CLOCK_MONOTONIC);
-    im.rec_brow = proto::encode(c, proto::Layer::Rans, 0);
+    im.rec_r = proto::encode(c, proto::Layer::Rans, seg);
+    im.rec_brow = proto::encode(c, proto::Layer::Streams, 0);
     extract += t1 - t0;
     enc_a += t2 - t1;
     enc_b += t3 - t2;
@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
     // Exactness: coefficients round-trip, full decode and one crop equal libjpeg-turbo's pixels.
     lj_decode(lj, im.jpeg, ref, 0, 0, 0, 0, false);
     size_t nc = c.comps.size() == 1 ? 1 : 3;
-    for (const auto* r : {&im.rec_a, &im.rec_b, &im.rec_brow}) {
+    for (const auto* r : {&im.rec_a, &im.rec_r, &im.rec_b, &im.rec_brow}) {
       proto::open_record(rec, r->data(), r->size());
       proto::Coeffs got;
       proto::decode_all(rec, got);
@@ -227,8 +227,9 @@ int main(int argc, char** argv) {
         switch (v) {
           case kEntLj: lj_coeffs(lj, im.jpeg); break;
           case kEntA:
+          case kEntR:
           case kEntB: {
-            const auto& r = v == kEntA ? im.rec_a : im.rec_b;
+            const auto& r = v == kEntA ? im.rec_a : (v == kEntR ? im.rec_r : im.rec_b);
             proto::open_record(rec, r.data(), r.size());
             proto::Coeffs& got = const_cast<proto::Coeffs&>(proto::record_geometry(rec));
             proto::decode_all(rec, got);
@@ -254,9 +255,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  size_t bj = 0, ba = 0, bb = 0, bbr = 0;
+  size_t bj = 0, ba = 0, bb = 0, bbr = 0, br = 0;
   for (const auto& im : imgs) {
     bj += im.jpeg.size();
+    br += im.rec_r.size();
     ba += im.rec_a.size();
     bb += im.rec_b.size();
     bbr += im.rec_brow.size();
@@ -265,9 +267,9 @@ int main(int argc, char** argv) {
          rounds);
   printf(" \"coef_mismatch\": %zu, \"full_mismatch\": %zu, \"crop_mismatch\": %zu,\n", coef_bad,
          full_bad, crop_bad);
-  printf(" \"bytes\": {\"jpeg\": %zu, \"bytes\": %zu, \"rans\": %zu, \"rans_rowseg\": %zu},\n", bj, ba,
-         bb, bbr);
-  printf(" \"encode_s\": {\"extract\": %.6f, \"bytes\": %.6f, \"rans\": %.6f},\n", extract, enc_a,
+  printf(" \"bytes\": {\"jpeg\": %zu, \"bytes\": %zu, \"rans1\": %zu, \"streams\": %zu, "
+         "\"streams_rowseg\": %zu},\n", bj, ba, br, bb, bbr);
+  printf(" \"encode_s\": {\"extract\": %.6f, \"bytes\": %.6f, \"streams\": %.6f},\n", extract, enc_a,
          enc_b);
   printf(" \"names\": [");
   for (int v = 0; v < kVariants; v++) printf("%s\"%s\"", v ? ", " : "", kNames[v]);

@@ -110,7 +110,7 @@ constexpr uint32_t kRansL = 1u << 16;
 constexpr int kContexts = 8;  // DC luma, DC chroma, 3 AC bands x {luma, chroma}
 
 inline int band_of(int k) { return k < 3 ? 0 : (k < 10 ? 1 : 2); }
-inline int ac_ctx(int cls, int k) { return 2 + cls * 3 + band_of(k); }
+inline int ac_ctx(int cls, int k, bool bands) { return 2 + cls * 3 + (bands ? band_of(k) : 0); }
 
 inline int bit_length(int v) {
   unsigned a = unsigned(v < 0 ? -v : v);
@@ -183,7 +183,7 @@ int segs_per_row(const Coeffs& c, int seg_mcus) {
 
 // Symbols of one block in JPEG's run/size alphabet; calls sym(ctx, symbol, bits, nbits).
 template <class F>
-void block_symbols(const int16_t* blk, int& pred, int cls, F&& sym) {
+void block_symbols(const int16_t* blk, int& pred, int cls, bool bands, F&& sym) {
   int diff = blk[0] - pred;
   pred = blk[0];
   int s = bit_length(diff);
@@ -196,14 +196,14 @@ void block_symbols(const int16_t* blk, int& pred, int cls, F&& sym) {
       continue;
     }
     while (run >= 16) {
-      sym(ac_ctx(cls, k - run), 0xF0, 0, 0);
+      sym(ac_ctx(cls, k - run, bands), 0xF0, 0, 0);
       run -= 16;
     }
     int sz = bit_length(v);
-    sym(ac_ctx(cls, k - run), (run << 4) | sz, uint32_t(v < 0 ? v - 1 : v), sz);
+    sym(ac_ctx(cls, k - run, bands), (run << 4) | sz, uint32_t(v < 0 ? v - 1 : v), sz);
     run = 0;
   }
-  if (run) sym(ac_ctx(cls, 64 - run), 0x00, 0, 0);
+  if (run) sym(ac_ctx(cls, 64 - run, bands), 0x00, 0, 0);
 }
 
 void normalize(const uint32_t* counts, uint16_t* freq) {
@@ -227,6 +227,71 @@ void normalize(const uint32_t* counts, uint16_t* freq) {
   }
 }
 
+struct Sym {
+  uint8_t ctx, sym;
+};
+
+// rANS-encodes `syms` with `nstates` interleaved states (symbol i in state i % nstates),
+// backwards, so the decoder reads 16-bit words forwards after nstates 32-bit initial states.
+void rans_encode(const std::vector<Sym>& syms, int nstates, const uint16_t (*freq)[256],
+                 const uint16_t (*start)[256], std::vector<uint8_t>& out) {
+  std::vector<uint16_t> words;
+  uint32_t st[4] = {kRansL, kRansL, kRansL, kRansL};
+  for (size_t i = syms.size(); i-- > 0;) {
+    uint32_t& x = st[i % size_t(nstates)];
+    uint32_t f = freq[syms[i].ctx][syms[i].sym], st0 = start[syms[i].ctx][syms[i].sym];
+    if (x >= (f << 20)) {
+      words.push_back(uint16_t(x & 0xffff));
+      x >>= 16;
+    }
+    x = ((x / f) << kScale) + (x % f) + st0;
+  }
+  for (int j = nstates - 1; j >= 0; j--) {
+    words.push_back(uint16_t(st[j] & 0xffff));
+    words.push_back(uint16_t(st[j] >> 16));
+  }
+  std::reverse(words.begin(), words.end());
+  const uint8_t* wp = reinterpret_cast<const uint8_t*>(words.data());
+  out.insert(out.end(), wp, wp + words.size() * 2);
+}
+
+void put16(std::vector<uint8_t>& b, size_t at, size_t v) {
+  b[at] = uint8_t(v & 255);
+  b[at + 1] = uint8_t(v >> 8);
+}
+
+// Streams segment: u16 AC counts (luma, chroma), u16 byte lengths (DC, luma AC, chroma AC),
+// the three rANS streams, then the raw magnitude bits in block order.
+void encode_streams(const Coeffs& c, int r, int mc0, int mc1, const uint16_t (*freq)[256],
+                    const uint16_t (*start)[256], std::vector<uint8_t>& payload) {
+  std::vector<Sym> dc, ac[2];
+  BitWriter bits;
+  int pred[4] = {0, 0, 0, 0};
+  for_segment_blocks(c, r, mc0, mc1, [&](int ci, size_t b) {
+    int cls = ci ? 1 : 0;
+    block_symbols(&c.comps[ci].blocks[b * 64], pred[ci], cls, false,
+                  [&](int ctx, int sym, uint32_t v, int n) {
+                    (ctx < 2 ? dc : ac[cls]).push_back({uint8_t(ctx), uint8_t(sym)});
+                    bits.put(v, n);
+                  });
+  });
+  bits.flush();
+  size_t hdr = payload.size();
+  payload.resize(hdr + 10);
+  put16(payload, hdr, ac[0].size());
+  put16(payload, hdr + 2, ac[1].size());
+  size_t at = payload.size();
+  rans_encode(dc, 1, freq, start, payload);
+  put16(payload, hdr + 4, payload.size() - at);
+  at = payload.size();
+  rans_encode(ac[0], 2, freq, start, payload);
+  put16(payload, hdr + 6, payload.size() - at);
+  at = payload.size();
+  rans_encode(ac[1], 2, freq, start, payload);
+  put16(payload, hdr + 8, payload.size() - at);
+  payload.insert(payload.end(), bits.b.begin(), bits.b.end());
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- encoders
@@ -247,14 +312,15 @@ std::vector<uint8_t> encode(const Coeffs& c, Layer layer, int seg_mcus) {
   int kw = seg_width(c, seg_mcus), spr = segs_per_row(c, seg_mcus);
   uint16_t freq[kContexts][256] = {};
   uint16_t start[kContexts][256] = {};
-  if (layer == Layer::Rans) {
+  bool bands = layer == Layer::Rans;
+  if (layer != Layer::Bytes) {
     static uint32_t counts[kContexts][256];
     memset(counts, 0, sizeof counts);
     for (int r = 0; r < c.mcu_rows; r++)
       for (int s = 0; s < spr; s++) {
         int pred[4] = {0, 0, 0, 0};
         for_segment_blocks(c, r, s * kw, std::min(c.mcu_cols, (s + 1) * kw), [&](int ci, size_t b) {
-          block_symbols(&c.comps[ci].blocks[b * 64], pred[ci], ci ? 1 : 0,
+          block_symbols(&c.comps[ci].blocks[b * 64], pred[ci], ci ? 1 : 0, bands,
                         [&](int ctx, int sym, uint32_t, int) { counts[ctx][sym]++; });
         });
       }
@@ -267,6 +333,8 @@ std::vector<uint8_t> encode(const Coeffs& c, Layer layer, int seg_mcus) {
         acc = uint16_t(acc + freq[x][s]);
         if (freq[x][s]) bitmap[s >> 3] |= uint8_t(1 << (s & 7));
       }
+      w.u8(acc ? 1 : 0);  // unused contexts cost one byte
+      if (!acc) continue;
       w.bytes(bitmap, 32);
       for (int s = 0; s < 256; s++) {
         if (!freq[x][s]) continue;
@@ -282,9 +350,6 @@ std::vector<uint8_t> encode(const Coeffs& c, Layer layer, int seg_mcus) {
   size_t nseg = size_t(c.mcu_rows) * spr;
   std::vector<uint8_t> payload;
   std::vector<uint32_t> offsets;
-  struct Sym {
-    uint8_t ctx, sym;
-  };
   std::vector<Sym> syms;
   std::vector<uint16_t> words;
   for (int r = 0; r < c.mcu_rows; r++)
@@ -324,10 +389,14 @@ std::vector<uint8_t> encode(const Coeffs& c, Layer layer, int seg_mcus) {
         });
         continue;
       }
+      if (layer == Layer::Streams) {
+        encode_streams(c, r, mc0, mc1, freq, start, payload);
+        continue;
+      }
       syms.clear();
       BitWriter bits;
       for_segment_blocks(c, r, mc0, mc1, [&](int ci, size_t b) {
-        block_symbols(&c.comps[ci].blocks[b * 64], pred[ci], ci ? 1 : 0,
+        block_symbols(&c.comps[ci].blocks[b * 64], pred[ci], ci ? 1 : 0, bands,
                       [&](int ctx, int sym, uint32_t v, int n) {
                         syms.push_back({uint8_t(ctx), uint8_t(sym)});
                         bits.put(v, n);
@@ -405,8 +474,9 @@ void open_record(Record* r, const uint8_t* data, size_t size) {
   set_geometry(r->geo, width, height, n, hs, vs);
   for (int i = 0; i < n; i++)
     for (int j = 0; j < 64; j++) r->geo.comps[i].quant[j] = rd16(qp[i] + 2 * j);
-  if (r->layer == Layer::Rans) {
+  if (r->layer != Layer::Bytes) {
     for (int x = 0; x < kContexts; x++) {
+      if (!*p++) continue;
       const uint8_t* bitmap = p;
       p += 32;
       uint32_t acc = 0;
@@ -445,6 +515,16 @@ inline uint64_t rd64be(const uint8_t* p) {
 }
 
 inline int extend(uint32_t v, int s) { return int(v) - ((int(v) < (1 << (s - 1))) ? (1 << s) - 1 : 0); }
+
+// Next s (1..16) bits at bit `pos` as a JPEG magnitude value, branch-free: the field's top bit
+// set means positive, else subtract 2^s - 1.
+inline int take_value(const uint8_t* bits, size_t& pos, int s) {
+  uint64_t w = rd64be(bits + (pos >> 3)) << (pos & 7);
+  pos += size_t(s);
+  int v = int(w >> (64 - s));
+  int neg = int(~(int64_t(w) >> 63));  // all ones when the top bit is 0
+  return v - (((1 << s) - 1) & neg);
+}
 
 void decode_segment_bytes(Record* r, int row, int seg) {
   const uint8_t* p = r->payload + r->offsets[size_t(row) * r->spr + seg];
@@ -533,8 +613,82 @@ void decode_segment_rans(Record* r, int row, int seg) {
                      });
 }
 
+// Decodes n symbols of one table with two interleaved states into out; branch-free renorm.
+inline const uint8_t* rans_symbols(const uint8_t* wp, size_t n, const uint32_t* tab, uint8_t* out) {
+  uint32_t x0 = (uint32_t(rd16(wp)) << 16) | rd16(wp + 2);
+  uint32_t x1 = (uint32_t(rd16(wp + 4)) << 16) | rd16(wp + 6);
+  wp += 8;
+  auto step = [&](uint32_t& x) -> uint8_t {
+    uint32_t slot = x & (kProb - 1);
+    uint32_t e = tab[slot];
+    x = (e >> 20) * (x >> kScale) + slot - ((e >> 8) & (kProb - 1));
+    uint32_t wv = rd16(wp);
+    bool need = x < kRansL;
+    x = need ? (x << 16) | wv : x;
+    wp += need ? 2 : 0;
+    return uint8_t(e);
+  };
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    out[i] = step(x0);
+    out[i + 1] = step(x1);
+  }
+  if (i < n) out[i] = step(x0);
+  return wp;
+}
+
+void decode_segment_streams(Record* r, int row, int seg) {
+  const uint8_t* p = r->payload + r->offsets[size_t(row) * r->spr + seg];
+  size_t ny = rd16(p), nc = rd16(p + 2);
+  const uint8_t* dcp = p + 10;
+  const uint8_t* yp = dcp + rd16(p + 4);
+  const uint8_t* cp = yp + rd16(p + 6);
+  const uint8_t* bits = cp + rd16(p + 8);
+  static thread_local uint8_t acs[2][65536 + 8];
+  rans_symbols(yp, ny, r->tab[2], acs[0]);
+  rans_symbols(cp, nc, r->tab[5], acs[1]);
+  const uint8_t* ap[2] = {acs[0], acs[1]};
+  uint32_t xd = (uint32_t(rd16(dcp)) << 16) | rd16(dcp + 2);
+  const uint8_t* dw = dcp + 4;
+  size_t pos = 0;
+  Coeffs& c = r->geo;
+  int pred[4] = {0, 0, 0, 0};
+  for_segment_blocks(c, row, seg * r->kw, std::min(c.mcu_cols, (seg + 1) * r->kw),
+                     [&](int ci, size_t b) {
+                       int16_t* blk = &c.comps[ci].blocks[b * 64];
+                       memset(blk, 0, 128);
+                       int cls = ci ? 1 : 0;
+                       uint32_t slot = xd & (kProb - 1);
+                       uint32_t e = r->tab[cls][slot];
+                       xd = (e >> 20) * (xd >> kScale) + slot - ((e >> 8) & (kProb - 1));
+                       if (xd < kRansL) {
+                         xd = (xd << 16) | rd16(dw);
+                         dw += 2;
+                       }
+                       int s = int(e & 255);
+                       if (s) pred[ci] += take_value(bits, pos, s);
+                       blk[0] = int16_t(pred[ci]);
+                       const uint8_t* a = ap[cls];
+                       for (int k = 1; k < 64;) {
+                         int sym = *a++;
+                         int sz = sym & 15;
+                         if (!sz) {
+                           if (sym != 0xF0) break;
+                           k += 16;
+                           continue;
+                         }
+                         k += sym >> 4;
+                         blk[kZigzag[k & 63]] = int16_t(take_value(bits, pos, sz));
+                         k++;
+                       }
+                       ap[cls] = a;
+                     });
+}
+
 void decode_segment(Record* r, int row, int seg) {
-  if (r->layer == Layer::Rans)
+  if (r->layer == Layer::Streams)
+    decode_segment_streams(r, row, seg);
+  else if (r->layer == Layer::Rans)
     decode_segment_rans(r, row, seg);
   else
     decode_segment_bytes(r, row, seg);

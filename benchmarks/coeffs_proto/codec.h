@@ -27,7 +27,11 @@ struct Coeffs {
 // libjpeg side (jpeg_read_coefficients); returns false (with a reason) for unsupported kinds.
 bool read_coeffs(const uint8_t* data, size_t size, Coeffs& out, std::string& why);
 
-enum class Layer : uint8_t { Bytes = 1, Rans = 2 };
+// Bytes: per block a count, a nonzero mask and int8 values (escape for larger).
+// Rans: one rANS stream (2 states) of JPEG run/size symbols with position-band contexts.
+// Streams: separate rANS streams for DC, luma AC and chroma AC (2 states each), so symbol
+// decoding never waits on the block parse; the parse then reads decoded symbol bytes.
+enum class Layer : uint8_t { Bytes = 1, Rans = 2, Streams = 3 };
 
 // Encode to a self-contained record: header, (rANS tables), segment offsets, payload.
 // A segment is one MCU row times `seg_mcus` MCU columns (0 = whole row).
