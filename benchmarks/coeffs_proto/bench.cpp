@@ -116,16 +116,18 @@ double now(clockid_t id) {
 
 struct Image {
   std::string path;
-  std::vector<uint8_t> jpeg, rec_a, rec_r, rec_b, rec_brow;
+  std::vector<uint8_t> jpeg, rec_a, rec_r, rec_b, rec_brow, rec_n, rec_nrow;
   int width = 0, height = 0;
 };
 
 enum Variant {
-  kEntLj, kEntA, kEntR, kEntB, kFullLj, kFullA, kFullB, kCropLj, kCropA, kCropB, kCropBrow, kVariants
+  kEntLj, kEntA, kEntR, kEntB, kEntN, kFullLj, kFullA, kFullB, kFullN,
+  kCropLj, kCropA, kCropB, kCropBrow, kCropN, kCropNrow, kVariants
 };
-const char* kNames[kVariants] = {"entropy_libjpeg", "entropy_bytes", "entropy_rans1", "entropy_streams",
-                                 "full_libjpeg", "full_bytes", "full_streams", "crop_libjpeg",
-                                 "crop_bytes", "crop_streams", "crop_streams_rowseg"};
+const char* kNames[kVariants] = {
+    "entropy_libjpeg", "entropy_bytes", "entropy_rans1", "entropy_streams", "entropy_nibbles",
+    "full_libjpeg",    "full_bytes",    "full_streams",  "full_nibbles",    "crop_libjpeg",
+    "crop_bytes",      "crop_streams",  "crop_streams_rowseg", "crop_nibbles", "crop_nibbles_rowseg"};
 
 bool same_coeffs(const proto::Coeffs& a, const proto::Coeffs& b) {
   if (a.comps.size() != b.comps.size()) return false;
@@ -146,7 +148,7 @@ int main(int argc, char** argv) {
   std::vector<Image> imgs;
   std::string line;
   size_t skipped = 0, coef_bad = 0, full_bad = 0, crop_bad = 0;
-  double enc_a = 0, enc_b = 0, extract = 0;
+  double enc_a = 0, enc_b = 0, enc_n = 0, extract = 0;
   proto::Record* rec = proto::new_record();
   Lj lj;
   std::vector<uint8_t> ref, mine, tmp;
@@ -176,6 +178,11 @@ int main(int argc, char** argv) {
     double t3 = now(CLOCK_MONOTONIC);
     im.rec_r = proto::encode(c, proto::Layer::Rans, seg);
     im.rec_brow = proto::encode(c, proto::Layer::Streams, 0);
+    double t4 = now(CLOCK_MONOTONIC);
+    im.rec_n = proto::encode(c, proto::Layer::Nibbles, seg);
+    double t5 = now(CLOCK_MONOTONIC);
+    im.rec_nrow = proto::encode(c, proto::Layer::Nibbles, 0);
+    enc_n += t5 - t4;
     extract += t1 - t0;
     enc_a += t2 - t1;
     enc_b += t3 - t2;
@@ -184,7 +191,7 @@ int main(int argc, char** argv) {
     // Exactness: coefficients round-trip, full decode and one crop equal libjpeg-turbo's pixels.
     lj_decode(lj, im.jpeg, ref, 0, 0, 0, 0, false);
     size_t nc = c.comps.size() == 1 ? 1 : 3;
-    for (const auto* r : {&im.rec_a, &im.rec_r, &im.rec_b, &im.rec_brow}) {
+    for (const auto* r : {&im.rec_a, &im.rec_r, &im.rec_b, &im.rec_brow, &im.rec_n, &im.rec_nrow}) {
       proto::open_record(rec, r->data(), r->size());
       proto::Coeffs got;
       proto::decode_all(rec, got);
@@ -228,8 +235,12 @@ int main(int argc, char** argv) {
           case kEntLj: lj_coeffs(lj, im.jpeg); break;
           case kEntA:
           case kEntR:
-          case kEntB: {
-            const auto& r = v == kEntA ? im.rec_a : (v == kEntR ? im.rec_r : im.rec_b);
+          case kEntB:
+          case kEntN: {
+            const auto& r = v == kEntA ? im.rec_a
+                            : v == kEntR ? im.rec_r
+                            : v == kEntB ? im.rec_b
+                                         : im.rec_n;
             proto::open_record(rec, r.data(), r.size());
             proto::Coeffs& got = const_cast<proto::Coeffs&>(proto::record_geometry(rec));
             proto::decode_all(rec, got);
@@ -237,15 +248,20 @@ int main(int argc, char** argv) {
           }
           case kFullLj: lj_decode(lj, im.jpeg, ref, 0, 0, 0, 0, false); break;
           case kFullA:
-          case kFullB: {
-            const auto& r = v == kFullA ? im.rec_a : im.rec_b;
+          case kFullB:
+          case kFullN: {
+            const auto& r = v == kFullA ? im.rec_a : (v == kFullB ? im.rec_b : im.rec_n);
             proto::open_record(rec, r.data(), r.size());
             proto::decode_rect(rec, 0, 0, im.width, im.height, mine.data());
             break;
           }
           case kCropLj: lj_decode(lj, im.jpeg, ref, cx, cy, cw, chh, true); break;
           default: {
-            const auto& r = v == kCropA ? im.rec_a : (v == kCropB ? im.rec_b : im.rec_brow);
+            const auto& r = v == kCropA      ? im.rec_a
+                            : v == kCropB    ? im.rec_b
+                            : v == kCropBrow ? im.rec_brow
+                            : v == kCropN    ? im.rec_n
+                                             : im.rec_nrow;
             proto::open_record(rec, r.data(), r.size());
             proto::decode_rect(rec, cx, cy, cw, chh, mine.data());
           }
@@ -255,9 +271,11 @@ int main(int argc, char** argv) {
       }
     }
   }
-  size_t bj = 0, ba = 0, bb = 0, bbr = 0, br = 0;
+  size_t bj = 0, ba = 0, bb = 0, bbr = 0, br = 0, bn = 0, bnr = 0;
   for (const auto& im : imgs) {
     bj += im.jpeg.size();
+    bn += im.rec_n.size();
+    bnr += im.rec_nrow.size();
     br += im.rec_r.size();
     ba += im.rec_a.size();
     bb += im.rec_b.size();
@@ -268,9 +286,10 @@ int main(int argc, char** argv) {
   printf(" \"coef_mismatch\": %zu, \"full_mismatch\": %zu, \"crop_mismatch\": %zu,\n", coef_bad,
          full_bad, crop_bad);
   printf(" \"bytes\": {\"jpeg\": %zu, \"bytes\": %zu, \"rans1\": %zu, \"streams\": %zu, "
-         "\"streams_rowseg\": %zu},\n", bj, ba, br, bb, bbr);
-  printf(" \"encode_s\": {\"extract\": %.6f, \"bytes\": %.6f, \"streams\": %.6f},\n", extract, enc_a,
-         enc_b);
+         "\"streams_rowseg\": %zu, \"nibbles\": %zu, \"nibbles_rowseg\": %zu},\n",
+         bj, ba, br, bb, bbr, bn, bnr);
+  printf(" \"encode_s\": {\"extract\": %.6f, \"bytes\": %.6f, \"streams\": %.6f, \"nibbles\": %.6f},\n", extract, enc_a,
+         enc_b, enc_n);
   printf(" \"names\": [");
   for (int v = 0; v < kVariants; v++) printf("%s\"%s\"", v ? ", " : "", kNames[v]);
   printf("],\n \"wall\": [");

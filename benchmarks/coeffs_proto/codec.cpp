@@ -292,6 +292,63 @@ void encode_streams(const Coeffs& c, int r, int mc0, int mc1, const uint16_t (*f
   payload.insert(payload.end(), bits.b.begin(), bits.b.end());
 }
 
+// Nibbles segment: u32 lengths of the mask and nibble streams, then mask, nibble and escape
+// streams. Mask stream: per block n (last nonzero zigzag index + 1, DC diff at 0) and
+// ceil(n/8) mask bytes. Nibbles: one per nonzero value, v & 15 for |v| <= 7, 8 = escape to the
+// escape stream (int8, -128 = int16 follows).
+void encode_nibbles(const Coeffs& c, int r, int mc0, int mc1, std::vector<uint8_t>& payload) {
+  std::vector<uint8_t> mask, nib, esc;
+  size_t nn = 0;
+  int pred[4] = {0, 0, 0, 0};
+  auto put_nib = [&](unsigned v) {
+    if (nn % 2 == 0) nib.push_back(0);
+    nib.back() |= uint8_t((v & 15) << (4 * (nn % 2)));
+    nn++;
+  };
+  for_segment_blocks(c, r, mc0, mc1, [&](int ci, size_t b) {
+    const int16_t* blk = &c.comps[ci].blocks[b * 64];
+    int vals[64];
+    vals[0] = blk[0] - pred[ci];
+    pred[ci] = blk[0];
+    int n = 0;
+    for (int k = 0; k < 64; k++) {
+      if (k) vals[k] = blk[kZigzag[k]];
+      if (vals[k]) n = k + 1;
+    }
+    mask.push_back(uint8_t(n));
+    for (int by = 0; by < (n + 7) / 8; by++) {
+      uint8_t m = 0;
+      for (int i = 0; i < 8 && by * 8 + i < n; i++)
+        if (vals[by * 8 + i]) m |= uint8_t(1 << i);
+      mask.push_back(m);
+    }
+    for (int k = 0; k < n; k++) {
+      int v = vals[k];
+      if (!v) continue;
+      if (v >= -7 && v <= 7) {
+        put_nib(unsigned(v));
+        continue;
+      }
+      put_nib(8);
+      if (v >= -127 && v <= 127) {
+        esc.push_back(uint8_t(int8_t(v)));
+      } else {
+        esc.push_back(0x80);
+        esc.push_back(uint8_t(v & 255));
+        esc.push_back(uint8_t((v >> 8) & 255));
+      }
+    }
+  });
+  size_t at = payload.size();
+  payload.resize(at + 8);
+  uint32_t a = uint32_t(mask.size()), bb = uint32_t(nib.size());
+  memcpy(&payload[at], &a, 4);
+  memcpy(&payload[at + 4], &bb, 4);
+  payload.insert(payload.end(), mask.begin(), mask.end());
+  payload.insert(payload.end(), nib.begin(), nib.end());
+  payload.insert(payload.end(), esc.begin(), esc.end());
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- encoders
@@ -357,6 +414,10 @@ std::vector<uint8_t> encode(const Coeffs& c, Layer layer, int seg_mcus) {
       offsets.push_back(uint32_t(payload.size()));
       int pred[4] = {0, 0, 0, 0};
       int mc0 = s * kw, mc1 = std::min(c.mcu_cols, (s + 1) * kw);
+      if (layer == Layer::Nibbles) {
+        encode_nibbles(c, r, mc0, mc1, payload);
+        continue;
+      }
       if (layer == Layer::Bytes) {
         for_segment_blocks(c, r, mc0, mc1, [&](int ci, size_t b) {
           const int16_t* blk = &c.comps[ci].blocks[b * 64];
@@ -685,8 +746,53 @@ void decode_segment_streams(Record* r, int row, int seg) {
                      });
 }
 
+inline int next_nibble_value(const uint8_t* nib, size_t& ni, const uint8_t*& e) {
+  int v = int(uint32_t(nib[ni >> 1]) << (28 - 4 * (ni & 1))) >> 28;  // sign-extended nibble
+  ni++;
+  if (__builtin_expect(v == -8, 0)) {
+    v = int8_t(*e++);
+    if (v == -128) {
+      v = int16_t(rd16(e));
+      e += 2;
+    }
+  }
+  return v;
+}
+
+void decode_segment_nibbles(Record* r, int row, int seg) {
+  const uint8_t* p = r->payload + r->offsets[size_t(row) * r->spr + seg];
+  const uint8_t* m8 = p + 8;
+  const uint8_t* nib = m8 + rd32(p);
+  const uint8_t* e = nib + rd32(p + 4);
+  size_t ni = 0;
+  Coeffs& c = r->geo;
+  int pred[4] = {0, 0, 0, 0};
+  for_segment_blocks(c, row, seg * r->kw, std::min(c.mcu_cols, (seg + 1) * r->kw),
+                     [&](int ci, size_t b) {
+                       int16_t* blk = &c.comps[ci].blocks[b * 64];
+                       memset(blk, 0, 128);
+                       int n = *m8++;
+                       uint64_t m = 0;
+                       memcpy(&m, m8, 8);
+                       if (n < 64) m &= (uint64_t(1) << n) - 1;
+                       m8 += (n + 7) >> 3;
+                       if (m & 1) {
+                         pred[ci] += next_nibble_value(nib, ni, e);
+                         m &= m - 1;
+                       }
+                       blk[0] = int16_t(pred[ci]);
+                       while (m) {
+                         int k = __builtin_ctzll(m);
+                         m &= m - 1;
+                         blk[kZigzag[k]] = int16_t(next_nibble_value(nib, ni, e));
+                       }
+                     });
+}
+
 void decode_segment(Record* r, int row, int seg) {
-  if (r->layer == Layer::Streams)
+  if (r->layer == Layer::Nibbles)
+    decode_segment_nibbles(r, row, seg);
+  else if (r->layer == Layer::Streams)
     decode_segment_streams(r, row, seg);
   else if (r->layer == Layer::Rans)
     decode_segment_rans(r, row, seg);
