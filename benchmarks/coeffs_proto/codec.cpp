@@ -749,12 +749,15 @@ void decode_segment_streams(Record* r, int row, int seg) {
 inline int next_nibble_value(const uint8_t* nib, size_t& ni, const uint8_t*& e) {
   int v = int(uint32_t(nib[ni >> 1]) << (28 - 4 * (ni & 1))) >> 28;  // sign-extended nibble
   ni++;
-  if (__builtin_expect(v == -8, 0)) {
-    v = int8_t(*e++);
-    if (v == -128) {
-      v = int16_t(rd16(e));
-      e += 2;
-    }
+  // Escapes are common (DC diffs, low frequencies): select the escape byte without a branch,
+  // branch only for the rare int16.
+  int ev = int8_t(*e);
+  bool esc = v == -8;
+  v = esc ? ev : v;
+  e += esc ? 1 : 0;
+  if (__builtin_expect(v == -128, 0)) {
+    v = int16_t(rd16(e));
+    e += 2;
   }
   return v;
 }
