@@ -14,36 +14,51 @@ namespace {
 
 AVX2 inline __m256i mulc(__m256i a, int c) { return _mm256_mullo_epi32(a, _mm256_set1_epi32(c)); }
 
-// jidctint.c's 1-D ISLOW butterfly on 8 lanes; `fudge` is added to the DC term (pass 2).
-AVX2 inline void idct_1d(const __m256i* v, __m256i* o, int fudge) {
-  __m256i z2 = v[2], z3 = v[6];
-  __m256i z1 = mulc(_mm256_add_epi32(z2, z3), 4433);
-  __m256i tmp2 = _mm256_add_epi32(z1, mulc(z3, -15137));
-  __m256i tmp3 = _mm256_add_epi32(z1, mulc(z2, 6270));
-  z2 = _mm256_add_epi32(v[0], _mm256_set1_epi32(fudge));
-  z3 = v[4];
-  __m256i tmp0 = _mm256_slli_epi32(_mm256_add_epi32(z2, z3), 13);
-  __m256i tmp1 = _mm256_slli_epi32(_mm256_sub_epi32(z2, z3), 13);
+// 8x8 int16 transpose of rows r[0..7].
+AVX2 inline void transpose16(__m128i* r) {
+  __m128i a0 = _mm_unpacklo_epi16(r[0], r[1]), a1 = _mm_unpackhi_epi16(r[0], r[1]);
+  __m128i a2 = _mm_unpacklo_epi16(r[2], r[3]), a3 = _mm_unpackhi_epi16(r[2], r[3]);
+  __m128i a4 = _mm_unpacklo_epi16(r[4], r[5]), a5 = _mm_unpackhi_epi16(r[4], r[5]);
+  __m128i a6 = _mm_unpacklo_epi16(r[6], r[7]), a7 = _mm_unpackhi_epi16(r[6], r[7]);
+  __m128i b0 = _mm_unpacklo_epi32(a0, a2), b1 = _mm_unpackhi_epi32(a0, a2);
+  __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
+  __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
+  __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
+  r[0] = _mm_unpacklo_epi64(b0, b4);
+  r[1] = _mm_unpackhi_epi64(b0, b4);
+  r[2] = _mm_unpacklo_epi64(b1, b5);
+  r[3] = _mm_unpackhi_epi64(b1, b5);
+  r[4] = _mm_unpacklo_epi64(b2, b6);
+  r[5] = _mm_unpackhi_epi64(b2, b6);
+  r[6] = _mm_unpacklo_epi64(b3, b7);
+  r[7] = _mm_unpackhi_epi64(b3, b7);
+}
+
+// (a, b) pairs of 8 int16 lanes as 16 interleaved int16 (lanes 0-3 low, 4-7 high), for madd.
+AVX2 inline __m256i pairs(__m128i a, __m128i b) {
+  return _mm256_set_m128i(_mm_unpackhi_epi16(a, b), _mm_unpacklo_epi16(a, b));
+}
+AVX2 inline __m256i madd(__m256i p, int ca, int cb) {
+  return _mm256_madd_epi16(p, _mm256_set1_epi32(int((uint32_t(uint16_t(cb)) << 16) | uint16_t(ca))));
+}
+
+// jidctint.c's 1-D ISLOW on 16-bit inputs (8 lanes), regrouped into pairwise products (the
+// integer sums are the same, so results equal the C code while nothing overflows 16/32 bits,
+// the same assumption libjpeg-turbo's SIMD makes). Outputs 8 int32 lanes before the descale.
+AVX2 inline void idct_1d16(const __m128i* v, __m256i* o, int fudge) {
+  __m256i p04 = pairs(v[0], v[4]), p26 = pairs(v[2], v[6]);
+  __m256i p71 = pairs(v[7], v[1]), p35 = pairs(v[3], v[5]);
+  __m256i f = _mm256_set1_epi32(fudge << 13);
+  __m256i tmp0 = _mm256_add_epi32(madd(p04, 8192, 8192), f);
+  __m256i tmp1 = _mm256_add_epi32(madd(p04, 8192, -8192), f);
+  __m256i tmp2 = madd(p26, 4433, -10704);
+  __m256i tmp3 = madd(p26, 10703, 4433);
   __m256i tmp10 = _mm256_add_epi32(tmp0, tmp3), tmp13 = _mm256_sub_epi32(tmp0, tmp3);
   __m256i tmp11 = _mm256_add_epi32(tmp1, tmp2), tmp12 = _mm256_sub_epi32(tmp1, tmp2);
-  __m256i t0 = v[7], t1 = v[5], t2 = v[3], t3 = v[1];
-  z1 = _mm256_add_epi32(t0, t3);
-  z2 = _mm256_add_epi32(t1, t2);
-  z3 = _mm256_add_epi32(t0, t2);
-  __m256i z4 = _mm256_add_epi32(t1, t3);
-  __m256i z5 = mulc(_mm256_add_epi32(z3, z4), 9633);
-  t0 = mulc(t0, 2446);
-  t1 = mulc(t1, 16819);
-  t2 = mulc(t2, 25172);
-  t3 = mulc(t3, 12299);
-  z1 = mulc(z1, -7373);
-  z2 = mulc(z2, -20995);
-  z3 = _mm256_add_epi32(mulc(z3, -16069), z5);
-  z4 = _mm256_add_epi32(mulc(z4, -3196), z5);
-  t0 = _mm256_add_epi32(t0, _mm256_add_epi32(z1, z3));
-  t1 = _mm256_add_epi32(t1, _mm256_add_epi32(z2, z4));
-  t2 = _mm256_add_epi32(t2, _mm256_add_epi32(z2, z3));
-  t3 = _mm256_add_epi32(t3, _mm256_add_epi32(z1, z4));
+  __m256i t0 = _mm256_add_epi32(madd(p71, -11363, 2260), madd(p35, -6436, 9633));
+  __m256i t1 = _mm256_add_epi32(madd(p71, 9633, 6437), madd(p35, -11362, 2261));
+  __m256i t2 = _mm256_add_epi32(madd(p71, -6436, 9633), madd(p35, -2259, -11362));
+  __m256i t3 = _mm256_add_epi32(madd(p71, 2260, 11363), madd(p35, 9633, 6437));
   o[0] = _mm256_add_epi32(tmp10, t3);
   o[7] = _mm256_sub_epi32(tmp10, t3);
   o[1] = _mm256_add_epi32(tmp11, t2);
@@ -54,59 +69,32 @@ AVX2 inline void idct_1d(const __m256i* v, __m256i* o, int fudge) {
   o[4] = _mm256_sub_epi32(tmp13, t0);
 }
 
-AVX2 inline void transpose8(__m256i* r) {
-  __m256i t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int i = 0; i < 4; i++) {
-    r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
-  }
+// 8 int32 lanes (as idct_1d16 orders them) to 8 int16 with signed saturation.
+AVX2 inline __m128i to16(__m256i x) {
+  return _mm_packs_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
 }
 
 }  // namespace
 
 AVX2 void idct_islow(const int16_t* coef, const uint16_t* quant, uint8_t* out, int stride) {
-  __m256i v[8], o[8];
-  for (int i = 0; i < 8; i++) {
-    __m256i c = _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(coef + 8 * i)));
-    __m256i q = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant + 8 * i)));
-    v[i] = _mm256_mullo_epi32(c, q);
-  }
-  idct_1d(v, o, 0);  // columns: lanes are columns, vectors are rows
+  __m128i v[8];
+  __m256i o[8];
+  for (int i = 0; i < 8; i++)
+    v[i] = _mm_mullo_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(coef + 8 * i)),
+                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant + 8 * i)));
+  idct_1d16(v, o, 0);  // columns: lanes are columns, vectors are rows
   const __m256i r1 = _mm256_set1_epi32(1 << 10);
-  for (int i = 0; i < 8; i++) o[i] = _mm256_srai_epi32(_mm256_add_epi32(o[i], r1), 11);
-  transpose8(o);
-  idct_1d(o, v, 1 << 4);  // rows; DC fudge (1 << (PASS1_BITS + 2)) rounds the final shift
-  // range_limit[x & RANGE_MASK] of libjpeg: wrap to [-512, 512), then clamp x + 128 to a byte.
-  const __m256i m = _mm256_set1_epi32(1023), b512 = _mm256_set1_epi32(512),
-                c384 = _mm256_set1_epi32(384);
-  for (int i = 0; i < 8; i++) {
-    __m256i x = _mm256_srai_epi32(v[i], 18);
-    v[i] = _mm256_sub_epi32(_mm256_and_si256(_mm256_add_epi32(x, b512), m), c384);
-  }
-  transpose8(v);
-  __m256i p01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
-  __m256i p23 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[2], v[3]), 0xD8);
-  __m256i p45 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[4], v[5]), 0xD8);
-  __m256i p67 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[6], v[7]), 0xD8);
-  __m256i a = _mm256_packus_epi16(p01, p23);  // rows 0, 2, 1, 3 as 64-bit lanes
-  __m256i b = _mm256_packus_epi16(p45, p67);  // rows 4, 6, 5, 7
-  const int order[4] = {0, 2, 1, 3};
-  alignas(32) uint64_t la[4], lb[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(la), a);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lb), b);
-  for (int i = 0; i < 4; i++) {
-    memcpy(out + size_t(order[i]) * stride, &la[i], 8);
-    memcpy(out + size_t(4 + order[i]) * stride, &lb[i], 8);
+  for (int i = 0; i < 8; i++) v[i] = to16(_mm256_srai_epi32(_mm256_add_epi32(o[i], r1), 11));
+  transpose16(v);
+  idct_1d16(v, o, 1 << 4);  // rows; DC fudge (1 << (PASS1_BITS + 2)) rounds the final shift
+  for (int i = 0; i < 8; i++) v[i] = to16(_mm256_srai_epi32(o[i], 18));
+  transpose16(v);
+  // libjpeg-turbo's SIMD range limit: saturate to int8, then + CENTERJSAMPLE.
+  const __m128i c80 = _mm_set1_epi8(char(0x80));
+  for (int i = 0; i < 8; i += 2) {
+    __m128i b = _mm_xor_si128(_mm_packs_epi16(v[i], v[i + 1]), c80);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + size_t(i) * stride), b);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + size_t(i + 1) * stride), _mm_srli_si128(b, 8));
   }
 }
 
