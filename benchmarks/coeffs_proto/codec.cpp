@@ -292,6 +292,13 @@ void encode_streams(const Coeffs& c, int r, int mc0, int mc1, const uint16_t (*f
   payload.insert(payload.end(), bits.b.begin(), bits.b.end());
 }
 
+#ifndef NIBBLE_FROM
+#define NIBBLE_FROM 10
+#endif
+// Zigzag positions below this (DC diff, lowest ACs: mostly large) are stored as bytes; the
+// rest as nibbles, whose escapes are then rare enough to branch on.
+constexpr int kNibbleFrom = NIBBLE_FROM;
+
 // Nibbles segment: u32 lengths of the mask and nibble streams, then mask, nibble and escape
 // streams. Mask stream: per block n (last nonzero zigzag index + 1, DC diff at 0) and
 // ceil(n/8) mask bytes. Nibbles: one per nonzero value, v & 15 for |v| <= 7, 8 = escape to the
@@ -325,11 +332,11 @@ void encode_nibbles(const Coeffs& c, int r, int mc0, int mc1, std::vector<uint8_
     for (int k = 0; k < n; k++) {
       int v = vals[k];
       if (!v) continue;
-      if (v >= -7 && v <= 7) {
+      if (k >= kNibbleFrom && v >= -7 && v <= 7) {
         put_nib(unsigned(v));
         continue;
       }
-      put_nib(8);
+      if (k >= kNibbleFrom) put_nib(8);
       if (v >= -127 && v <= 127) {
         esc.push_back(uint8_t(int8_t(v)));
       } else {
@@ -746,19 +753,19 @@ void decode_segment_streams(Record* r, int row, int seg) {
                      });
 }
 
-inline int next_nibble_value(const uint8_t* nib, size_t& ni, const uint8_t*& e) {
-  int v = int(uint32_t(nib[ni >> 1]) << (28 - 4 * (ni & 1))) >> 28;  // sign-extended nibble
-  ni++;
-  // Escapes are common (DC diffs, low frequencies): select the escape byte without a branch,
-  // branch only for the rare int16.
-  int ev = int8_t(*e);
-  bool esc = v == -8;
-  v = esc ? ev : v;
-  e += esc ? 1 : 0;
+inline int next_byte_value(const uint8_t*& e) {
+  int v = int8_t(*e++);
   if (__builtin_expect(v == -128, 0)) {
     v = int16_t(rd16(e));
     e += 2;
   }
+  return v;
+}
+
+inline int next_nibble_value(const uint8_t* nib, size_t& ni, const uint8_t*& e) {
+  int v = int(uint32_t(nib[ni >> 1]) << (28 - 4 * (ni & 1))) >> 28;  // sign-extended nibble
+  ni++;
+  if (__builtin_expect(v == -8, 0)) v = next_byte_value(e);
   return v;
 }
 
@@ -780,10 +787,17 @@ void decode_segment_nibbles(Record* r, int row, int seg) {
                        if (n < 64) m &= (uint64_t(1) << n) - 1;
                        m8 += (n + 7) >> 3;
                        if (m & 1) {
-                         pred[ci] += next_nibble_value(nib, ni, e);
+                         pred[ci] += next_byte_value(e);
                          m &= m - 1;
                        }
                        blk[0] = int16_t(pred[ci]);
+                       uint64_t lo = m & ((uint64_t(1) << kNibbleFrom) - 1);
+                       m &= ~lo;
+                       while (lo) {
+                         int k = __builtin_ctzll(lo);
+                         lo &= lo - 1;
+                         blk[kZigzag[k]] = int16_t(next_byte_value(e));
+                       }
                        while (m) {
                          int k = __builtin_ctzll(m);
                          m &= m - 1;
