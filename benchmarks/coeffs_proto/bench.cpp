@@ -116,18 +116,19 @@ double now(clockid_t id) {
 
 struct Image {
   std::string path;
-  std::vector<uint8_t> jpeg, rec_a, rec_r, rec_b, rec_brow, rec_n, rec_nrow;
+  std::vector<uint8_t> jpeg, rec_a, rec_r, rec_b, rec_brow, rec_n, rec_nrow, rec_w;
   int width = 0, height = 0;
 };
 
 enum Variant {
-  kEntLj, kEntA, kEntR, kEntB, kEntN, kFullLj, kFullA, kFullB, kFullN,
-  kCropLj, kCropA, kCropB, kCropBrow, kCropN, kCropNrow, kVariants
+  kEntLj, kEntA, kEntR, kEntB, kEntN, kEntW, kFullLj, kFullA, kFullB, kFullN, kFullW,
+  kCropLj, kCropA, kCropB, kCropBrow, kCropN, kCropNrow, kCropW, kVariants
 };
 const char* kNames[kVariants] = {
     "entropy_libjpeg", "entropy_bytes", "entropy_rans1", "entropy_streams", "entropy_nibbles",
-    "full_libjpeg",    "full_bytes",    "full_streams",  "full_nibbles",    "crop_libjpeg",
-    "crop_bytes",      "crop_streams",  "crop_streams_rowseg", "crop_nibbles", "crop_nibbles_rowseg"};
+    "entropy_wide", "full_libjpeg", "full_bytes", "full_streams", "full_nibbles", "full_wide",
+    "crop_libjpeg", "crop_bytes", "crop_streams", "crop_streams_rowseg", "crop_nibbles",
+    "crop_nibbles_rowseg", "crop_wide"};
 
 bool same_coeffs(const proto::Coeffs& a, const proto::Coeffs& b) {
   if (a.comps.size() != b.comps.size()) return false;
@@ -182,6 +183,7 @@ int main(int argc, char** argv) {
     im.rec_n = proto::encode(c, proto::Layer::Nibbles, seg);
     double t5 = now(CLOCK_MONOTONIC);
     im.rec_nrow = proto::encode(c, proto::Layer::Nibbles, 0);
+    im.rec_w = proto::encode(c, proto::Layer::NibblesWide, seg);
     enc_n += t5 - t4;
     extract += t1 - t0;
     enc_a += t2 - t1;
@@ -191,7 +193,7 @@ int main(int argc, char** argv) {
     // Exactness: coefficients round-trip, full decode and one crop equal libjpeg-turbo's pixels.
     lj_decode(lj, im.jpeg, ref, 0, 0, 0, 0, false);
     size_t nc = c.comps.size() == 1 ? 1 : 3;
-    for (const auto* r : {&im.rec_a, &im.rec_r, &im.rec_b, &im.rec_brow, &im.rec_n, &im.rec_nrow}) {
+    for (const auto* r : {&im.rec_a, &im.rec_r, &im.rec_b, &im.rec_brow, &im.rec_n, &im.rec_nrow, &im.rec_w}) {
       proto::open_record(rec, r->data(), r->size());
       proto::Coeffs got;
       proto::decode_all(rec, got);
@@ -236,11 +238,13 @@ int main(int argc, char** argv) {
           case kEntA:
           case kEntR:
           case kEntB:
-          case kEntN: {
-            const auto& r = v == kEntA ? im.rec_a
+          case kEntN:
+          case kEntW: {
+            const auto& r = v == kEntA   ? im.rec_a
                             : v == kEntR ? im.rec_r
                             : v == kEntB ? im.rec_b
-                                         : im.rec_n;
+                            : v == kEntN ? im.rec_n
+                                         : im.rec_w;
             proto::open_record(rec, r.data(), r.size());
             proto::Coeffs& got = const_cast<proto::Coeffs&>(proto::record_geometry(rec));
             proto::decode_all(rec, got);
@@ -249,8 +253,12 @@ int main(int argc, char** argv) {
           case kFullLj: lj_decode(lj, im.jpeg, ref, 0, 0, 0, 0, false); break;
           case kFullA:
           case kFullB:
-          case kFullN: {
-            const auto& r = v == kFullA ? im.rec_a : (v == kFullB ? im.rec_b : im.rec_n);
+          case kFullN:
+          case kFullW: {
+            const auto& r = v == kFullA   ? im.rec_a
+                            : v == kFullB ? im.rec_b
+                            : v == kFullN ? im.rec_n
+                                          : im.rec_w;
             proto::open_record(rec, r.data(), r.size());
             proto::decode_rect(rec, 0, 0, im.width, im.height, mine.data());
             break;
@@ -261,7 +269,8 @@ int main(int argc, char** argv) {
                             : v == kCropB    ? im.rec_b
                             : v == kCropBrow ? im.rec_brow
                             : v == kCropN    ? im.rec_n
-                                             : im.rec_nrow;
+                            : v == kCropNrow ? im.rec_nrow
+                                             : im.rec_w;
             proto::open_record(rec, r.data(), r.size());
             proto::decode_rect(rec, cx, cy, cw, chh, mine.data());
           }
@@ -271,11 +280,12 @@ int main(int argc, char** argv) {
       }
     }
   }
-  size_t bj = 0, ba = 0, bb = 0, bbr = 0, br = 0, bn = 0, bnr = 0;
+  size_t bj = 0, ba = 0, bb = 0, bbr = 0, br = 0, bn = 0, bnr = 0, bw = 0;
   for (const auto& im : imgs) {
     bj += im.jpeg.size();
     bn += im.rec_n.size();
     bnr += im.rec_nrow.size();
+    bw += im.rec_w.size();
     br += im.rec_r.size();
     ba += im.rec_a.size();
     bb += im.rec_b.size();
@@ -286,8 +296,8 @@ int main(int argc, char** argv) {
   printf(" \"coef_mismatch\": %zu, \"full_mismatch\": %zu, \"crop_mismatch\": %zu,\n", coef_bad,
          full_bad, crop_bad);
   printf(" \"bytes\": {\"jpeg\": %zu, \"bytes\": %zu, \"rans1\": %zu, \"streams\": %zu, "
-         "\"streams_rowseg\": %zu, \"nibbles\": %zu, \"nibbles_rowseg\": %zu},\n",
-         bj, ba, br, bb, bbr, bn, bnr);
+         "\"streams_rowseg\": %zu, \"nibbles\": %zu, \"nibbles_rowseg\": %zu, \"wide\": %zu},\n",
+         bj, ba, br, bb, bbr, bn, bnr, bw);
   printf(" \"encode_s\": {\"extract\": %.6f, \"bytes\": %.6f, \"streams\": %.6f, \"nibbles\": %.6f},\n", extract, enc_a,
          enc_b, enc_n);
   printf(" \"names\": [");

@@ -299,11 +299,14 @@ void encode_streams(const Coeffs& c, int r, int mc0, int mc1, const uint16_t (*f
 // rest as nibbles, whose escapes are then rare enough to branch on.
 constexpr int kNibbleFrom = NIBBLE_FROM;
 
-// Nibbles segment: u32 lengths of the mask and nibble streams, then mask, nibble and escape
-// streams. Mask stream: per block n (last nonzero zigzag index + 1, DC diff at 0) and
-// ceil(n/8) mask bytes. Nibbles: one per nonzero value, v & 15 for |v| <= 7, 8 = escape to the
-// escape stream (int8, -128 = int16 follows).
-void encode_nibbles(const Coeffs& c, int r, int mc0, int mc1, std::vector<uint8_t>& payload) {
+// Nibbles segment: u32 lengths of the mask and nibble streams, then mask, nibble and byte
+// streams. Mask stream: per block n (last nonzero zigzag index + 1, DC diff at 0; bit 7 =
+// "wide") and ceil(n/8) mask bytes. Values at positions < kNibbleFrom, and all values of wide
+// blocks, go to the byte stream (int8, -128 = int16 follows); the others are nibbles, -8
+// escaping to the byte stream. Only NibblesWide marks blocks wide (any high value outside
+// -7..7), so its decoder never meets an escape; Nibbles keeps them, smaller.
+void encode_nibbles(const Coeffs& c, int r, int mc0, int mc1, bool allow_wide,
+                    std::vector<uint8_t>& payload) {
   std::vector<uint8_t> mask, nib, esc;
   size_t nn = 0;
   int pred[4] = {0, 0, 0, 0};
@@ -322,7 +325,11 @@ void encode_nibbles(const Coeffs& c, int r, int mc0, int mc1, std::vector<uint8_
       if (k) vals[k] = blk[kZigzag[k]];
       if (vals[k]) n = k + 1;
     }
-    mask.push_back(uint8_t(n));
+    // A block whose high positions all fit -8..7 stores them as nibbles, else all as bytes
+    // (flag in bit 7 of n): no per-value escape test in the decoder.
+    bool wide = false;
+    for (int k = kNibbleFrom; k < n && allow_wide; k++) wide |= vals[k] < -7 || vals[k] > 7;
+    mask.push_back(uint8_t(n | (wide ? 128 : 0)));
     for (int by = 0; by < (n + 7) / 8; by++) {
       uint8_t m = 0;
       for (int i = 0; i < 8 && by * 8 + i < n; i++)
@@ -332,11 +339,11 @@ void encode_nibbles(const Coeffs& c, int r, int mc0, int mc1, std::vector<uint8_
     for (int k = 0; k < n; k++) {
       int v = vals[k];
       if (!v) continue;
-      if (k >= kNibbleFrom && v >= -7 && v <= 7) {
-        put_nib(unsigned(v));
-        continue;
+      if (k >= kNibbleFrom && !wide) {
+        bool fits = v >= -7 && v <= 7;
+        put_nib(fits ? unsigned(v) : 8u);  // 8 (= -8) escapes to the byte stream
+        if (fits) continue;
       }
-      if (k >= kNibbleFrom) put_nib(8);
       if (v >= -127 && v <= 127) {
         esc.push_back(uint8_t(int8_t(v)));
       } else {
@@ -421,8 +428,8 @@ std::vector<uint8_t> encode(const Coeffs& c, Layer layer, int seg_mcus) {
       offsets.push_back(uint32_t(payload.size()));
       int pred[4] = {0, 0, 0, 0};
       int mc0 = s * kw, mc1 = std::min(c.mcu_cols, (s + 1) * kw);
-      if (layer == Layer::Nibbles) {
-        encode_nibbles(c, r, mc0, mc1, payload);
+      if (layer == Layer::Nibbles || layer == Layer::NibblesWide) {
+        encode_nibbles(c, r, mc0, mc1, layer == Layer::NibblesWide, payload);
         continue;
       }
       if (layer == Layer::Bytes) {
@@ -762,13 +769,6 @@ inline int next_byte_value(const uint8_t*& e) {
   return v;
 }
 
-inline int next_nibble_value(const uint8_t* nib, size_t& ni, const uint8_t*& e) {
-  int v = int(uint32_t(nib[ni >> 1]) << (28 - 4 * (ni & 1))) >> 28;  // sign-extended nibble
-  ni++;
-  if (__builtin_expect(v == -8, 0)) v = next_byte_value(e);
-  return v;
-}
-
 void decode_segment_nibbles(Record* r, int row, int seg) {
   const uint8_t* p = r->payload + r->offsets[size_t(row) * r->spr + seg];
   const uint8_t* m8 = p + 8;
@@ -781,7 +781,8 @@ void decode_segment_nibbles(Record* r, int row, int seg) {
                      [&](int ci, size_t b) {
                        int16_t* blk = &c.comps[ci].blocks[b * 64];
                        memset(blk, 0, 128);
-                       int n = *m8++;
+                       int nb = *m8++;
+                       int n = nb & 127;
                        uint64_t m = 0;
                        memcpy(&m, m8, 8);
                        if (n < 64) m &= (uint64_t(1) << n) - 1;
@@ -798,16 +799,28 @@ void decode_segment_nibbles(Record* r, int row, int seg) {
                          lo &= lo - 1;
                          blk[kZigzag[k]] = int16_t(next_byte_value(e));
                        }
-                       while (m) {
-                         int k = __builtin_ctzll(m);
-                         m &= m - 1;
-                         blk[kZigzag[k]] = int16_t(next_nibble_value(nib, ni, e));
+                       if (nb & 128) {
+                         while (m) {
+                           int k = __builtin_ctzll(m);
+                           m &= m - 1;
+                           blk[kZigzag[k]] = int16_t(next_byte_value(e));
+                         }
+                       } else {
+                         while (m) {
+                           int k = __builtin_ctzll(m);
+                           m &= m - 1;
+                           // sign-extended nibble; -8 escapes to the byte stream
+                           int v = int(uint32_t(nib[ni >> 1]) << (28 - 4 * (ni & 1))) >> 28;
+                           ni++;
+                           if (__builtin_expect(v == -8, 0)) v = next_byte_value(e);
+                           blk[kZigzag[k]] = int16_t(v);
+                         }
                        }
                      });
 }
 
 void decode_segment(Record* r, int row, int seg) {
-  if (r->layer == Layer::Nibbles)
+  if (r->layer == Layer::Nibbles || r->layer == Layer::NibblesWide)
     decode_segment_nibbles(r, row, seg);
   else if (r->layer == Layer::Streams)
     decode_segment_streams(r, row, seg);

@@ -31,9 +31,10 @@ bool read_coeffs(const uint8_t* data, size_t size, Coeffs& out, std::string& why
 // Rans: one rANS stream (2 states) of JPEG run/size symbols with position-band contexts.
 // Streams: separate rANS streams for DC, luma AC and chroma AC (2 states each), so symbol
 // decoding never waits on the block parse; the parse then reads decoded symbol bytes.
-// Nibbles: Bytes' count + mask, but values as 4-bit codes for -7..7 with an escape to a byte
-// stream (and from there to int16), in three byte-aligned streams per segment.
-enum class Layer : uint8_t { Bytes = 1, Rans = 2, Streams = 3, Nibbles = 4 };
+// Nibbles: Bytes' count + mask; the lowest zigzag positions as bytes, the rest as 4-bit values
+// with an escape to bytes for values outside -7..7; three byte streams per segment.
+// NibblesWide: the same, but a block with any such value stores all its values as bytes.
+enum class Layer : uint8_t { Bytes = 1, Rans = 2, Streams = 3, Nibbles = 4, NibblesWide = 5 };
 
 // Encode to a self-contained record: header, (rANS tables), segment offsets, payload.
 // A segment is one MCU row times `seg_mcus` MCU columns (0 = whole row).
