@@ -12,7 +12,6 @@ namespace proto {
 
 namespace {
 
-AVX2 inline __m256i mulc(__m256i a, int c) { return _mm256_mullo_epi32(a, _mm256_set1_epi32(c)); }
 
 // 8x8 int16 transpose of rows r[0..7].
 AVX2 inline void transpose16(__m128i* r) {
@@ -114,32 +113,47 @@ struct RgbMasks {
 };
 const RgbMasks kMasks;
 
-// libjpeg's ycc_rgb_convert for 8 pixels: R = y + Cr_r_tab[cr], G = y + ((Cb_g + Cr_g) >> 16),
-// B = y + Cb_b_tab[cb], with jdcolor.c's FIX() constants; the caller clamps by packing.
-AVX2 inline void ycc8(__m256i y, __m256i cb, __m256i cr, __m256i& r, __m256i& g, __m256i& b) {
-  const __m256i half = _mm256_set1_epi32(32768), c128 = _mm256_set1_epi32(128);
-  cb = _mm256_sub_epi32(cb, c128);
-  cr = _mm256_sub_epi32(cr, c128);
-  r = _mm256_add_epi32(y, _mm256_srai_epi32(_mm256_add_epi32(mulc(cr, 91881), half), 16));
-  b = _mm256_add_epi32(y, _mm256_srai_epi32(_mm256_add_epi32(mulc(cb, 116130), half), 16));
-  __m256i gg = _mm256_add_epi32(_mm256_add_epi32(mulc(cb, -22554), half), mulc(cr, -46802));
-  g = _mm256_add_epi32(y, _mm256_srai_epi32(gg, 16));
+// libjpeg's ycc_rgb_convert in 16-bit lanes. With jdcolor.c's FIX() constants split so each
+// product fits madd (the integer results are identical):
+//   R = y + cr + ((26345 cr + 32768) >> 16)                  (91881 = 65536 + 26345)
+//   G = y - cr + ((-22554 cb + 18734 cr + 32768) >> 16)      (-46802 = 18734 - 65536)
+//   B = y + 2 cb + ((-14942 cb + 32768) >> 16)               (116130 = 131072 - 14942)
+// with cb, cr already minus 128. madd of (v, 2) pairs by (c, 16384) adds the 32768.
+AVX2 inline __m256i madd_term(__m256i a, __m256i b, int ca, int cb) {
+  const __m256i k = _mm256_set1_epi32(int((uint32_t(uint16_t(cb)) << 16) | uint16_t(ca)));
+  __m256i lo = _mm256_srai_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), k), 16);
+  __m256i hi = _mm256_srai_epi32(_mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), k), 16);
+  return _mm256_packs_epi32(lo, hi);  // back in lane order
 }
 
-AVX2 inline __m128i pack16(__m256i lo, __m256i hi) {
-  __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi16(p, p), 0xD8));
+AVX2 inline __m256i madd_term_g(__m256i cb, __m256i cr) {
+  const __m256i k = _mm256_set1_epi32(int((uint32_t(uint16_t(18734)) << 16) | uint16_t(-22554)));
+  const __m256i half = _mm256_set1_epi32(32768);
+  __m256i lo = _mm256_madd_epi16(_mm256_unpacklo_epi16(cb, cr), k);
+  __m256i hi = _mm256_madd_epi16(_mm256_unpackhi_epi16(cb, cr), k);
+  lo = _mm256_srai_epi32(_mm256_add_epi32(lo, half), 16);
+  hi = _mm256_srai_epi32(_mm256_add_epi32(hi, half), 16);
+  return _mm256_packs_epi32(lo, hi);
 }
 
-AVX2 inline __m256i ld8(const uint8_t* p) {
-  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+AVX2 inline __m128i to_u8(__m256i v) {
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi16(v, v), 0xD8));
+}
+
+AVX2 inline __m256i ld(const uint8_t* p) {
+  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
 // 16 pixels from uint8 Y, Cb, Cr to 48 interleaved RGB bytes.
 AVX2 inline void ycc16(const uint8_t* y, const uint8_t* cb, const uint8_t* cr, uint8_t* out) {
-  __m256i r[2], g[2], b[2];
-  for (int h = 0; h < 2; h++) ycc8(ld8(y + 8 * h), ld8(cb + 8 * h), ld8(cr + 8 * h), r[h], g[h], b[h]);
-  __m128i R = pack16(r[0], r[1]), G = pack16(g[0], g[1]), B = pack16(b[0], b[1]);
+  const __m256i c128 = _mm256_set1_epi16(128), two = _mm256_set1_epi16(2);
+  __m256i vy = ld(y), vb = _mm256_sub_epi16(ld(cb), c128), vr = _mm256_sub_epi16(ld(cr), c128);
+  __m256i r = _mm256_add_epi16(_mm256_add_epi16(vy, vr), madd_term(vr, two, 26345, 16384));
+  __m256i gsum = madd_term_g(vb, vr);
+  __m256i g = _mm256_add_epi16(_mm256_sub_epi16(vy, vr), gsum);
+  __m256i b = _mm256_add_epi16(_mm256_add_epi16(vy, _mm256_add_epi16(vb, vb)),
+                               madd_term(vb, two, -14942, 16384));
+  __m128i R = to_u8(r), G = to_u8(g), B = to_u8(b);
   for (int q = 0; q < 3; q++) {
     const __m128i* m = reinterpret_cast<const __m128i*>(kMasks.m[q]);
     __m128i o = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(R, m[0]), _mm_shuffle_epi8(G, m[1])),
