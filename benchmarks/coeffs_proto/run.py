@@ -17,7 +17,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-BINARY = ROOT / "build" / "coeffs_proto" / "coeffs_bench"
+BUILD = ROOT / "build" / "coeffs_proto"
 SOURCES = ("bench.cpp", "codec.cpp", "recon.cpp", "codec.h", "recon.h", "Makefile")
 
 # (stage, label, variant, libjpeg variant it is compared with in the same round)
@@ -63,16 +63,21 @@ SIZES = (
 )
 
 
-def build(force: bool) -> None:
-    """Run make when the binary is missing or older than a source."""
-    stale = not BINARY.exists() or any(
-        (HERE / name).stat().st_mtime > BINARY.stat().st_mtime for name in SOURCES
+def build(force: bool, jpeg_root: Path | None) -> Path:
+    """Run make when the binary is missing or older than a source; returns the binary."""
+    binary = BUILD / ("coeffs_bench_lj3" if jpeg_root else "coeffs_bench")
+    stale = not binary.exists() or any(
+        (HERE / name).stat().st_mtime > binary.stat().st_mtime for name in SOURCES
     )
     if force or stale:
-        subprocess.run(["make", "-C", str(HERE), "-B" if force else "-s"], check=True)
+        command = ["make", "-C", str(HERE), "-B" if force else "-s"]
+        if jpeg_root:
+            command.append(f"JPEG_ROOT={jpeg_root.resolve()}")
+        subprocess.run(command, check=True)
+    return binary
 
 
-def run(images: Path, limit: int, rounds: int, seg: int) -> dict:
+def run(binary: Path, images: Path, limit: int, rounds: int, seg: int) -> dict:
     """Run the benchmark binary over the first `limit` JPEGs under `images` (sorted)."""
     files = sorted(p for p in images.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
     if limit:
@@ -83,7 +88,7 @@ def run(images: Path, limit: int, rounds: int, seg: int) -> dict:
         listing.write("\n".join(str(p) for p in files) + "\n")
     try:
         out = subprocess.run(
-            [str(BINARY), str(rounds), str(seg), listing.name],
+            [str(binary), str(rounds), str(seg), listing.name],
             check=True,
             capture_output=True,
             text=True,
@@ -151,10 +156,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seg", type=int, default=4, help="segment width in MCUs")
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument(
+        "--jpeg-root",
+        type=Path,
+        help="libjpeg-turbo prefix with include/ and lib/libjpeg.a (tools/fetch_libjpeg.py); "
+        "default: the system libjpeg",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw result here")
     args = parser.parse_args()
-    build(args.rebuild)
-    result = run(args.images, args.limit, args.rounds, args.seg)
+    binary = build(args.rebuild, args.jpeg_root)
+    result = run(binary, args.images, args.limit, args.rounds, args.seg)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     print(table(result))
