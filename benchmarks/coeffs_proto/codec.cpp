@@ -520,7 +520,7 @@ struct Record {
   int seg_mcus = 0, kw = 0, spr = 0;
   Coeffs geo;      // geometry + coefficient buffer the segments decode into
   uint32_t tab[kContexts][kProb];
-  const uint32_t* offsets = nullptr;
+  const uint8_t* offsets = nullptr;  // u32 per segment, unaligned
   const uint8_t* payload = nullptr;
   std::vector<uint8_t> planes[4];
   std::vector<int> stride;
@@ -568,7 +568,7 @@ void open_record(Record* r, const uint8_t* data, size_t size) {
   r->kw = seg_width(r->geo, r->seg_mcus);
   r->spr = segs_per_row(r->geo, r->seg_mcus);
   p += 4;  // segment count
-  r->offsets = reinterpret_cast<const uint32_t*>(p);
+  r->offsets = p;
   r->payload = p + 4 * (size_t(r->geo.mcu_rows) * r->spr + 1);
   r->stride.clear();
   for (int i = 0; i < n; i++) {
@@ -602,7 +602,7 @@ inline int take_value(const uint8_t* bits, size_t& pos, int s) {
 }
 
 void decode_segment_bytes(Record* r, int row, int seg) {
-  const uint8_t* p = r->payload + r->offsets[size_t(row) * r->spr + seg];
+  const uint8_t* p = r->payload + rd32(r->offsets + 4 * (size_t(row) * r->spr + seg));
   Coeffs& c = r->geo;
   int pred[4] = {0, 0, 0, 0};
   for_segment_blocks(c, row, seg * r->kw, std::min(c.mcu_cols, (seg + 1) * r->kw),
@@ -638,7 +638,7 @@ void decode_segment_bytes(Record* r, int row, int seg) {
 }
 
 void decode_segment_rans(Record* r, int row, int seg) {
-  const uint8_t* p = r->payload + r->offsets[size_t(row) * r->spr + seg];
+  const uint8_t* p = r->payload + rd32(r->offsets + 4 * (size_t(row) * r->spr + seg));
   uint32_t nbytes = rd32(p);
   const uint8_t* wp = p + 4;
   const uint8_t* bits = wp + nbytes;
@@ -713,7 +713,7 @@ inline const uint8_t* rans_symbols(const uint8_t* wp, size_t n, const uint32_t* 
 }
 
 void decode_segment_streams(Record* r, int row, int seg) {
-  const uint8_t* p = r->payload + r->offsets[size_t(row) * r->spr + seg];
+  const uint8_t* p = r->payload + rd32(r->offsets + 4 * (size_t(row) * r->spr + seg));
   size_t ny = rd16(p), nc = rd16(p + 2);
   const uint8_t* dcp = p + 10;
   const uint8_t* yp = dcp + rd16(p + 4);
@@ -770,7 +770,7 @@ inline int next_byte_value(const uint8_t*& e) {
 }
 
 void decode_segment_nibbles(Record* r, int row, int seg) {
-  const uint8_t* p = r->payload + r->offsets[size_t(row) * r->spr + seg];
+  const uint8_t* p = r->payload + rd32(r->offsets + 4 * (size_t(row) * r->spr + seg));
   const uint8_t* m8 = p + 8;
   const uint8_t* nib = m8 + rd32(p);
   const uint8_t* e = nib + rd32(p + 4);

@@ -168,10 +168,14 @@ AVX2 inline void ycc16(const uint8_t* y, const uint8_t* cb, const uint8_t* cr, u
 AVX2 int fancy_row(const uint8_t* plane, int stride, int cw, int ch, int y, int x0, int x1,
                    int16_t* cs, uint8_t* up) {
   int c = y >> 1;
-  int nb = (y & 1) ? std::min(c + 1, ch - 1) : std::max(c - 1, 0);
-  const uint8_t* a = plane + size_t(c) * stride;
-  const uint8_t* b = plane + size_t(nb) * stride;
   int ilo = x0 >> 1, ihi = (x1 - 1) >> 1;
+  const uint8_t* a = plane + size_t(c) * stride;
+  if (cw <= 2) {  // libjpeg uses plain replication (h2v2_upsample) for such narrow chroma
+    for (int i = ilo; i <= ihi; i++) up[2 * (i - ilo)] = up[2 * (i - ilo) + 1] = a[i];
+    return 2 * ilo;
+  }
+  int nb = (y & 1) ? std::min(c + 1, ch - 1) : std::max(c - 1, 0);
+  const uint8_t* b = plane + size_t(nb) * stride;
   int i0 = std::max(0, ilo - 1), i1 = std::min(cw - 1, ihi + 1);
   const __m256i three = _mm256_set1_epi16(3);
   for (int i = i0; i <= i1; i += 16) {
@@ -220,9 +224,10 @@ AVX2 void color_rect(const Geometry& g, const uint8_t* const* planes, int x0, in
       cb = planes[1] + size_t(y0 + y) * g.stride[1] + x0;
       cr = planes[2] + size_t(y0 + y) * g.stride[2] + x0;
     }
-    // Whole 16-pixel groups; the last row goes through a scratch row so nothing is written past
-    // the caller's buffer (earlier rows' overrun is overwritten by the next row).
-    uint8_t* o = y + 1 < h ? out + size_t(y) * w * 3 : tail;
+    // Whole 16-pixel groups, written in place while the overrun still lands inside the
+    // caller's buffer (the next rows overwrite it), else through a scratch row.
+    size_t room = size_t(h - y) * size_t(w) * 3, need = size_t((w + 15) & ~15) * 3;
+    uint8_t* o = room >= need ? out + size_t(y) * w * 3 : tail;
     for (int x = 0; x < w; x += 16) ycc16(yr + x, cb + x, cr + x, o + 3 * x);
     if (o == tail) memcpy(out + size_t(y) * w * 3, tail, size_t(w) * 3);
   }
