@@ -78,18 +78,22 @@ AVX2 inline __m128i to16(__m256i x) {
 AVX2 void idct_islow(const int16_t* coef, const uint16_t* quant, uint8_t* out, int stride) {
   __m128i v[8];
   __m256i o[8];
+  #pragma GCC unroll 8
   for (int i = 0; i < 8; i++)
     v[i] = _mm_mullo_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(coef + 8 * i)),
                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant + 8 * i)));
   idct_1d16(v, o, 0);  // columns: lanes are columns, vectors are rows
   const __m256i r1 = _mm256_set1_epi32(1 << 10);
+  #pragma GCC unroll 8
   for (int i = 0; i < 8; i++) v[i] = to16(_mm256_srai_epi32(_mm256_add_epi32(o[i], r1), 11));
   transpose16(v);
   idct_1d16(v, o, 1 << 4);  // rows; DC fudge (1 << (PASS1_BITS + 2)) rounds the final shift
+  #pragma GCC unroll 8
   for (int i = 0; i < 8; i++) v[i] = to16(_mm256_srai_epi32(o[i], 18));
   transpose16(v);
   // libjpeg-turbo's SIMD range limit: saturate to int8, then + CENTERJSAMPLE.
   const __m128i c80 = _mm_set1_epi8(char(0x80));
+  #pragma GCC unroll 8
   for (int i = 0; i < 8; i += 2) {
     __m128i b = _mm_xor_si128(_mm_packs_epi16(v[i], v[i + 1]), c80);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out + size_t(i) * stride), b);
@@ -154,6 +158,7 @@ AVX2 inline void ycc16(const uint8_t* y, const uint8_t* cb, const uint8_t* cr, u
   __m256i b = _mm256_add_epi16(_mm256_add_epi16(vy, _mm256_add_epi16(vb, vb)),
                                madd_term(vb, two, -14942, 16384));
   __m128i R = to_u8(r), G = to_u8(g), B = to_u8(b);
+  #pragma GCC unroll 8
   for (int q = 0; q < 3; q++) {
     const __m128i* m = reinterpret_cast<const __m128i*>(kMasks.m[q]);
     __m128i o = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(R, m[0]), _mm_shuffle_epi8(G, m[1])),
