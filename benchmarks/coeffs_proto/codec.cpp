@@ -298,13 +298,18 @@ void encode_streams(const Coeffs& c, int r, int mc0, int mc1, const uint16_t (*f
 // Zigzag positions below this (DC diff, lowest ACs: mostly large) are stored as bytes; the
 // rest as nibbles, whose escapes are then rare enough to branch on.
 constexpr int kNibbleFrom = NIBBLE_FROM;
+#ifndef WIDE_ESCAPES
+#define WIDE_ESCAPES 4
+#endif
+// NibblesWide stores a block's high positions as bytes once it has this many escapes.
+constexpr int kWideEscapes = WIDE_ESCAPES;
 
 // Nibbles segment: u32 lengths of the mask and nibble streams, then mask, nibble and byte
 // streams. Mask stream: per block n (last nonzero zigzag index + 1, DC diff at 0; bit 7 =
 // "wide") and ceil(n/8) mask bytes. Values at positions < kNibbleFrom, and all values of wide
 // blocks, go to the byte stream (int8, -128 = int16 follows); the others are nibbles, -8
-// escaping to the byte stream. Only NibblesWide marks blocks wide (any high value outside
-// -7..7), so its decoder never meets an escape; Nibbles keeps them, smaller.
+// escaping to the byte stream. Only NibblesWide marks blocks wide (kWideEscapes or more high
+// values outside -7..7), so its decoder meets few escapes; Nibbles keeps them all, smaller.
 void encode_nibbles(const Coeffs& c, int r, int mc0, int mc1, bool allow_wide,
                     std::vector<uint8_t>& payload) {
   std::vector<uint8_t> mask, nib, esc;
@@ -327,8 +332,9 @@ void encode_nibbles(const Coeffs& c, int r, int mc0, int mc1, bool allow_wide,
     }
     // A block whose high positions all fit -8..7 stores them as nibbles, else all as bytes
     // (flag in bit 7 of n): no per-value escape test in the decoder.
-    bool wide = false;
-    for (int k = kNibbleFrom; k < n && allow_wide; k++) wide |= vals[k] < -7 || vals[k] > 7;
+    int escapes = 0;
+    for (int k = kNibbleFrom; k < n; k++) escapes += vals[k] < -7 || vals[k] > 7;
+    bool wide = allow_wide && escapes >= kWideEscapes;
     mask.push_back(uint8_t(n | (wide ? 128 : 0)));
     for (int by = 0; by < (n + 7) / 8; by++) {
       uint8_t m = 0;

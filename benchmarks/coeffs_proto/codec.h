@@ -33,7 +33,7 @@ bool read_coeffs(const uint8_t* data, size_t size, Coeffs& out, std::string& why
 // decoding never waits on the block parse; the parse then reads decoded symbol bytes.
 // Nibbles: Bytes' count + mask; the lowest zigzag positions as bytes, the rest as 4-bit values
 // with an escape to bytes for values outside -7..7; three byte streams per segment.
-// NibblesWide: the same, but a block with any such value stores all its values as bytes.
+// NibblesWide: the same, but a block with 4 or more such values stores all its values as bytes.
 enum class Layer : uint8_t { Bytes = 1, Rans = 2, Streams = 3, Nibbles = 4, NibblesWide = 5 };
 
 // Encode to a self-contained record: header, (rANS tables), segment offsets, payload.

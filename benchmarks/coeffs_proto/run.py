@@ -32,7 +32,7 @@ ROWS = (
     ),
     (
         "entropy",
-        "nibbles-wide (bytes for blocks with a big value)",
+        "nibbles-wide (bytes for blocks with >= 4 escapes)",
         "entropy_wide",
         "entropy_libjpeg",
     ),
