@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -77,7 +78,7 @@ def build(force: bool, jpeg_root: Path | None) -> Path:
     return binary
 
 
-def run(binary: Path, images: Path, limit: int, rounds: int, seg: int) -> dict:
+def run(binary: Path, images: Path, limit: int, rounds: int, seg: int) -> dict[str, Any]:
     """Run the benchmark binary over the first `limit` JPEGs under `images` (sorted)."""
     files = sorted(p for p in images.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
     if limit:
@@ -95,10 +96,11 @@ def run(binary: Path, images: Path, limit: int, rounds: int, seg: int) -> dict:
         ).stdout
     finally:
         Path(listing.name).unlink()
-    return json.loads(out)
+    result: dict[str, Any] = json.loads(out)
+    return result
 
 
-def table(result: dict) -> str:
+def table(result: dict[str, Any]) -> str:
     """Markdown tables: sizes, then per-core ms per image with same-round ratios."""
     n = result["images"]
     names = result["names"]
