@@ -70,7 +70,8 @@ const char *pillow_marker_problem(const uint8_t *d, size_t n) {
         const uint8_t marker = d[at + 1];
         if (marker == 0xFF) { ++at; continue; }           // padding: the next FF starts over
         if (marker == 0x00) { at += 2; continue; }        // an escaped FF: skipped
-        if (marker < 0xC0) return "no marker found where Pillow expects one (a JPEG marker byte below 0xC0)";
+        if (marker < 0xC0)
+            return "no marker found where Pillow expects one (a JPEG marker byte below 0xC0)";
         const bool bare = marker == 0xC8 || (marker >= 0xD0 && marker <= 0xD9) ||
                           (marker >= 0xF0 && marker <= 0xFD);  // Pillow reads no length for these
         if (bare) { at += 2; continue; }
