@@ -9,6 +9,7 @@
 
 // jpeglib.h needs size_t and FILE declared first.
 #include <jpeglib.h>
+#include <jerror.h>
 
 namespace fl {
 namespace {
@@ -26,9 +27,13 @@ struct ErrorManager {
     std::longjmp(err->jump, 1);
 }
 
-// Level -1 is a warning (corrupt or truncated data): treat it as an error, as promised.
+// Level -1 is a warning. Pillow (the reference backend) ignores every libjpeg warning and
+// refuses a file whose data runs out ("image file is truncated"); jpeg_mem_src says that as
+// JWRN_JPEG_EOF at the very read where Pillow's suspending source would wait for more bytes.
+// So that warning is an error and the others (extraneous bytes before a marker, an unknown
+// JFIF revision, corrupt entropy data in a whole file) are decoded as Pillow decodes them.
 void on_emit_message(j_common_ptr cinfo, int level) {
-    if (level < 0) on_error_exit(cinfo);
+    if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) on_error_exit(cinfo);
 }
 
 void on_output_message(j_common_ptr) {}
@@ -52,6 +57,37 @@ void limit_scans(j_common_ptr cinfo) {
         std::snprintf(message, sizeof(message), "progressive JPEG has more than %d scans", kMaxScans);
         fail(d, message);
     }
+}
+
+// Pillow's JpegImageFile._open walks the markers before libjpeg sees the file and refuses some
+// that libjpeg reads: a marker byte it does not know (0x01..0xBF: TEM included), and a JFIF
+// APP0 or an Adobe APP14 shorter than 7 bytes (it reads a 16-bit field at offset 5). Walked
+// the way it walks them (junk bytes, FF00 and FFFF padding skipped); "" when Pillow accepts.
+const char *pillow_marker_problem(const uint8_t *d, size_t n) {
+    size_t at = 2;
+    while (at + 1 < n) {
+        if (d[at] != 0xFF) { ++at; continue; }           // non-0xFF junk
+        const uint8_t marker = d[at + 1];
+        if (marker == 0xFF) { ++at; continue; }           // padding: the next FF starts over
+        if (marker == 0x00) { at += 2; continue; }        // an escaped FF: skipped
+        if (marker < 0xC0)
+            return "no marker found where Pillow expects one (a JPEG marker byte below 0xC0)";
+        const bool bare = marker == 0xC8 || (marker >= 0xD0 && marker <= 0xD9) ||
+                          (marker >= 0xF0 && marker <= 0xFD);  // Pillow reads no length for these
+        if (bare) { at += 2; continue; }
+        if (at + 4 > n) return "";                       // libjpeg reports the truncation
+        const size_t length = (static_cast<size_t>(d[at + 2]) << 8) | d[at + 3];
+        const uint8_t *s = d + at + 4;
+        const size_t avail = std::min(n - (at + 4), length >= 2 ? length - 2 : 0);
+        const bool short_field = length >= 2 && length - 2 < 7;
+        if (marker == 0xE0 && avail >= 4 && std::memcmp(s, "JFIF", 4) == 0 && short_field)
+            return "JFIF APP0 segment is shorter than its version field";
+        if (marker == 0xEE && avail >= 5 && std::memcmp(s, "Adobe", 5) == 0 && short_field)
+            return "Adobe APP14 segment is shorter than its version field";
+        if (marker == 0xDA || length < 2) return "";      // start of scan (or libjpeg's error)
+        at += 2 + length;
+    }
+    return "";
 }
 
 void install_error_manager(jpeg_decompress_struct &cinfo, ErrorManager &err) {
@@ -103,13 +139,19 @@ void cmyk_to_rgb(const uint8_t *raw, uint8_t *rgb, int width) {
     }
 }
 
-// The largest SIMD-friendly DCT scale denominator (8, 4, 2, else 1) that keeps the crop at
-// least as large as the output: DESIGN.md measured that the other M/8 scales do not pay.
+// The largest SIMD-friendly DCT scale denominator (8, 4, 2, else 1) that keeps the scaled crop
+// at least kDctMargin times the output (DESIGN.md measured that the other M/8 scales do not
+// pay). A scaled IDCT is not Pillow's filter: scaled right down to the output, textured photos
+// came out up to MAE 7.4 (0-255) from the Pillow backend; stopping at twice the output still
+// gave 2.25 on some crops, at three times 1.3, the antialiased bilinear passes doing the rest.
+// tests/test_backend_pixels.py holds a varied corpus to MAE 2.
+constexpr long kDctMargin = 3;
+
 int choose_denominator(const CropBox &crop, const OutputSlot &out, const DecodeOptions &options) {
     if (!options.dct_scaling) return 1;
     for (int denom : {8, 4, 2}) {
-        if (crop.width >= static_cast<long>(out.width) * denom &&
-            crop.height >= static_cast<long>(out.height) * denom)
+        if (crop.width >= static_cast<long>(out.width) * denom * kDctMargin &&
+            crop.height >= static_cast<long>(out.height) * denom * kDctMargin)
             return denom;
     }
     return 1;
@@ -183,12 +225,32 @@ void read_and_resample(j_decompress_ptr cinfo, int col0, int row_begin, int row_
     }
 }
 
+// True when libjpeg will smooth blocks (a progressive file whose scans left low AC bits
+// unsent: libjpeg's smoothing_ok): each block then reads its neighbours two blocks away, and
+// a cropped window's edge would stand in for them.
+bool block_smoothing(j_decompress_ptr cinfo) {
+    if (!cinfo->progressive_mode || cinfo->coef_bits == nullptr || !cinfo->do_block_smoothing)
+        return false;
+    for (int ci = 0; ci < cinfo->num_components; ++ci)
+        for (int k = 1; k <= 9; ++k)
+            if (cinfo->coef_bits[ci][k] != 0) return true;
+    return false;
+}
+
+// Spare columns each side of the crop, in scaled pixels: two for fancy upsampling, and with
+// block smoothing two more iMCUs (the widest component's neighbour blocks) as well.
+int column_pad(j_decompress_ptr cinfo, int denom) {
+    if (!block_smoothing(cinfo)) return kColumnPad;
+    return kColumnPad + 2 * cinfo->max_h_samp_factor * (DCTSIZE / denom);
+}
+
 // Must not own C++ objects with destructors: libjpeg errors longjmp straight out of it.
 void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const CropBox &asked,
                  const OutputSlot &out, DecodeScratch &s, const DecodeOptions &options) {
     jpeg_progress_mgr progress{};
     progress.progress_monitor = limit_scans;
     cinfo->progress = &progress;
+    if (const char *problem = pillow_marker_problem(data, size); *problem) fail(cinfo, problem);
     jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
     jpeg_read_header(cinfo, TRUE);
     const CropBox crop = resolve_crop(cinfo, asked);
@@ -207,8 +269,9 @@ void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const
     // Only the crop's columns: libjpeg widens the window to iMCU boundaries and says where.
     // Two spare columns each side: fancy upsampling treats the window's edges as image edges,
     // so without them the crop's first/last column would differ from a full decode.
-    const int pad_first = std::max(0, xs.first - kColumnPad);
-    const int pad_end = std::min(static_cast<int>(cinfo->output_width), xs.end + kColumnPad);
+    const int pad = column_pad(cinfo, denom);
+    const int pad_first = std::max(0, xs.first - pad);
+    const int pad_end = std::min(static_cast<int>(cinfo->output_width), xs.end + pad);
     JDIMENSION xoffset = static_cast<JDIMENSION>(pad_first);
     JDIMENSION width = static_cast<JDIMENSION>(pad_end - pad_first);
     if (width < cinfo->output_width) jpeg_crop_scanline(cinfo, &xoffset, &width);
@@ -230,7 +293,7 @@ int dct_denominator(const CropBox &crop, const OutputSlot &out, const DecodeOpti
 }
 
 bool looks_like_jpeg(const uint8_t *data, size_t size) {
-    return size >= 2 && data[0] == 0xFF && data[1] == 0xD8;
+    return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
 }
 
 std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &header) {
@@ -242,6 +305,7 @@ std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &heade
         return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
     }
     jpeg_create_decompress(&cinfo);
+    if (const char *problem = pillow_marker_problem(data, size); *problem) fail(&cinfo, problem);
     jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
     jpeg_read_header(&cinfo, TRUE);
     header.width = static_cast<int>(cinfo.image_width);

@@ -48,7 +48,8 @@ struct DecodeScratch {
 // Reads the header; returns "" on success, else libjpeg's message.
 std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &header);
 
-// True when the bytes start with the JPEG SOI marker.
+// True when the bytes start as Pillow wants a JPEG to (SOI, then a marker's 0xFF); others go to
+// Pillow, which reads or refuses them.
 bool looks_like_jpeg(const uint8_t *data, size_t size);
 
 // The DCT scale denominator (1, 2, 4 or 8) decode_jpeg_into uses for this non-empty crop and
@@ -56,7 +57,8 @@ bool looks_like_jpeg(const uint8_t *data, size_t size);
 int dct_denominator(const CropBox &crop, const OutputSlot &out, const DecodeOptions &options);
 
 // Decodes crop of the JPEG, resized to the slot (Pillow BILINEAR) and mirrored if asked.
-// Returns "" on success, else the reason (libjpeg's message for bad data; warnings count).
+// Returns "" on success, else the reason: libjpeg's message for bad data, or what Pillow would
+// refuse; of libjpeg's warnings only "premature end of JPEG file" (truncation) counts.
 std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &crop,
                              const OutputSlot &out, DecodeScratch &scratch,
                              const DecodeOptions &options);

@@ -45,8 +45,9 @@ class ImageHeader:
 
 
 def is_jpeg(data: Any) -> bool:
-    """True when the bytes start with a JPEG SOI marker (the native path's gate)."""
-    return bytes(memoryview(data)[:2]) == b"\xff\xd8"
+    """True when the bytes start as Pillow wants a JPEG to, SOI then a marker's 0xFF (the
+    native path's gate; Pillow refuses other bytes after SOI, so they go to Pillow)."""
+    return bytes(memoryview(data)[:3]) == b"\xff\xd8\xff"
 
 
 def _open(data: Any) -> Image.Image:

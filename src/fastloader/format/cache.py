@@ -6,12 +6,18 @@ Coordination is through the file system only, so a crash leaves nothing to clean
   eviction takes it exclusively without waiting, so a pinned file is never evicted.
 - `NAME.dl` (flock, exclusive) is held while NAME downloads: one download per file per node;
   the others wait on it, then find the file in place.
-- `NAME.part-SIZE-PID` is a download in progress (flock held by its writer). Its SIZE counts
-  against the limit from the moment it is created, so the bytes never exceed the limit; one
-  whose lock is free belongs to a dead process and is deleted.
+- `NAME.part-SIZE-PID` is a download in progress (flock held by its writer from the moment it
+  is created, inside the accounting lock). Its SIZE (the file's bytes plus room for its stamp)
+  counts against the limit from then on, and the download never writes past the file's size,
+  so the bytes never exceed the limit; one whose lock is free belongs to a dead process and is
+  deleted.
 - a finished download is renamed to NAME only after its sha256 matched, and `NAME.ok` records
-  (size, mtime, inode) of the verified file: a file changed afterwards is hashed again.
-Flock locks die with their process (no stale lock files to remove, no shared-memory names).
+  (size, mtime, inode) of the verified file: a file changed afterwards is hashed again. The
+  rename and the stamp happen inside the accounting lock, so a count never misses a file
+  that is changing its name.
+Every byte the folder holds counts (files, downloads in progress, stamps; the lock files are
+empty). Flock locks die with their process (no stale lock files to remove, no shared-memory
+names).
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from fastloader.errors import DatasetError, invalid_argument
 
 _PART = re.compile(r"\.part-(\d+)-(\d+)$")
+STAMP_BYTES = 64  # room a download reserves for its NAME.ok ("size mtime_ns inode" is shorter)
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -168,16 +175,19 @@ class ShardCache:
             assert fd is not None
             _unlock(fd)
 
-    def _files(self) -> Iterator[Path]:
+    def _files(self, stamps: bool = False) -> Iterator[Path]:
+        """Every data file and download in progress (with stamps: their NAME.ok too)."""
+        skip = (".lock", ".dl") if stamps else (".lock", ".dl", ".ok")
         for folder, _, names in os.walk(self.root):
             for name in names:
-                if not name.endswith((".lock", ".dl", ".ok")):
+                if not name.endswith(skip):
                     yield Path(folder) / name
 
     def usage(self) -> int:
-        """Bytes held now: finished files plus the full size of every download in progress."""
+        """Bytes held now: finished files and their stamps, plus the full reserved size of
+        every download in progress."""
         total = 0
-        for path in self._files():
+        for path in self._files(stamps=True):
             try:
                 size = path.stat().st_size
             except FileNotFoundError:
@@ -216,7 +226,9 @@ class ShardCache:
             try:
                 used -= path.stat().st_size
                 path.unlink()
-                path.with_name(path.name + ".ok").unlink(missing_ok=True)
+                stamp = path.with_name(path.name + ".ok")
+                used -= stamp.stat().st_size
+                stamp.unlink()
             except FileNotFoundError:
                 pass
             finally:
@@ -225,20 +237,27 @@ class ShardCache:
                 return True
         return False
 
-    def _reserve(self, name: str, size: int) -> Path:
-        """Create name's .part file, counted at `size` bytes, once that fits under the limit."""
-        if self.limit is not None and size > self.limit:
+    def _reserve(self, name: str, size: int) -> tuple[Path, int]:
+        """Create name's .part file, counted at `size` bytes plus its stamp's room, once that
+        fits under the limit; returns it with the fd holding its lock.
+
+        The part is created already locked, inside the accounting lock: another reservation's
+        _drop_stale_parts never takes a live download for a dead one's leftovers (deleting it
+        would free its room twice)."""
+        reserved = size + STAMP_BYTES
+        if self.limit is not None and reserved > self.limit:
             raise CacheFullError(f"{name} is {size} bytes, more than cache_limit={self.limit}; "
                                  "raise cache_limit.")
         deadline = time.monotonic() + self.wait_s
         while True:
             with self._accounting():
                 self._drop_stale_parts()  # a killed download's leftovers: never trusted
-                if self.limit is None or self._evict_for(size):
-                    part = self.root / f"{name}.part-{size}-{os.getpid()}"
+                if self.limit is None or self._evict_for(reserved):
+                    part = self.root / f"{name}.part-{reserved}-{os.getpid()}"
                     part.parent.mkdir(parents=True, exist_ok=True)
-                    part.touch()
-                    return part
+                    fd = _flock(part, fcntl.LOCK_EX)  # created locked: live from the start
+                    assert fd is not None
+                    return part, fd
             if time.monotonic() > deadline:
                 raise CacheFullError(
                     f"{self.root}: no room for {name} ({size} bytes) under cache_limit="
@@ -287,18 +306,49 @@ class ShardCache:
     def _download(self, name: str, size: int, download: Callable[[BinaryIO], None]) -> None:
         path = self.root / name
         path.unlink(missing_ok=True)  # changed or unverified: never trusted
-        part = self._reserve(name, size)
-        fd = _flock(part, fcntl.LOCK_EX)  # marks it live: _drop_stale_parts leaves it
-        assert fd is not None
+        part, fd = self._reserve(name, size)
         try:
             with open(part, "wb") as out:
-                download(out)
+                download(cast(BinaryIO, _Capped(out, size)))
                 out.flush()
                 os.fsync(out.fileno())
-            os.replace(part, path)
+            with self._accounting():  # a count in progress sees the part or the file, not neither
+                os.replace(part, path)
+                path.with_name(path.name + ".ok").write_text(self._stamp(path))
             self.downloads += 1
-            ok = path.with_name(path.name + ".ok")
-            ok.write_text(self._stamp(path))
         finally:
             part.unlink(missing_ok=True)
             _unlock(fd)
+
+
+class _Capped:
+    """The file a download writes, holding at most `size` bytes: bytes past them (a remote
+    file longer than the manifest says) are counted, not written, so the download still sees
+    its true length (and fails its size check) without crossing the room it reserved."""
+
+    def __init__(self, out: BinaryIO, size: int) -> None:
+        self._out, self._size, self._pos = out, size, 0
+
+    def write(self, data: bytes) -> int:
+        room = max(0, self._size - self._pos)
+        if room:
+            self._out.seek(self._pos)
+            self._out.write(memoryview(data)[:room])
+        self._pos += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence != os.SEEK_SET:
+            raise ValueError("a cache download seeks from the start only")
+        self._pos = offset
+        return offset
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self._pos if size is None else size
+        return self._out.truncate(min(size, self._size))
+
+    def flush(self) -> None:
+        self._out.flush()

@@ -229,7 +229,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         return self._consume(producer, epoch_plan)
 
     def _consume(self, producer: Producer, epoch_plan: EpochPlan) -> Iterator[Any]:
-        started = time.perf_counter()
+        clock = time.perf_counter  # a local: the finally may run at exit, module globals gone
+        started = clock()
         finished = False
         taken = waited = 0.0
         ring = self._ring
@@ -267,7 +268,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                     epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank),
                     item.geometry, item.masks)
         finally:
-            self._counters.add_time("active", time.perf_counter() - started)
+            self._counters.add_time("active", clock() - started)
             if self._active is producer:
                 self._stop_active()
             if finished:

@@ -38,17 +38,27 @@ class EpochPasses:
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: epoch and batches consumed, plus what must match on load.
 
-        During a pass: that pass's epoch and the batches it handed out; between passes: the
-        pass the next iter() starts.
+        During a pass: that pass's epoch and the batches it handed out, or, once it handed
+        out its last batch (StopIteration not reached yet), the next epoch's start; between
+        passes: the pass the next iter() starts.
         """
         if self._active is not None:
+            if self._batches_done == len(self) > 0:  # nothing left: resume at the next epoch
+                return self.sampler.state(0, self.batch_size, self.drop_last,
+                                          epoch=self.sampler.epoch + 1)
             return self.sampler.state(self._batches_done, self.batch_size, self.drop_last)
         return self.sampler.state(self._resume_batch, self.batch_size, self.drop_last,
                                   epoch=self.sampler.next_epoch())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next pass yields exactly the batches an uninterrupted run had left."""
+        """Resume: the next pass yields exactly the batches an uninterrupted run had left.
+
+        A checkpoint of a whole epoch (batches_done == len, as state_dict wrote at an epoch's
+        end before it moved on) resumes at the next epoch's first batch, not an empty pass.
+        """
         epoch, done = self.sampler.check_state(state, self.batch_size, self.drop_last)
+        if done == len(self) > 0:
+            epoch, done = epoch + 1, 0
         self._end_active_pass()
         self.sampler.set_epoch(epoch)
         self._resume_batch = done
