@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fastloader import FastLoader
-from fastloader.format.dataset import open_dataset
+from fastloader.format.open import open_dataset
 from fastloader.loader.dali_pipeline import dali_available
 from helpers import TRAIN, collect, same_batches
 
