@@ -8,7 +8,6 @@ read from, imports all three, so this module never imports them.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -400,8 +399,12 @@ class FastLoader:
         self.close()
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter shutdown: modules may be gone
+        # try/except, not contextlib.suppress: at interpreter shutdown this module's globals
+        # may already be None, and the lookup itself would print "Exception ignored in".
+        try:
             self.close()
+        except Exception:
+            pass
 
 
 class PackedAttributes:
