@@ -401,7 +401,7 @@ class FastLoader:
     def __del__(self) -> None:
         # try/except, not contextlib.suppress: at interpreter shutdown this module's globals
         # may already be None, and the lookup itself would print "Exception ignored in".
-        try:
+        try:  # noqa: SIM105 (see above)
             self.close()
         except Exception:
             pass
