@@ -30,10 +30,19 @@ struct ErrorManager {
 // Level -1 is a warning. Pillow (the reference backend) ignores every libjpeg warning and
 // refuses a file whose data runs out ("image file is truncated"); jpeg_mem_src says that as
 // JWRN_JPEG_EOF at the very read where Pillow's suspending source would wait for more bytes.
-// So that warning is an error and the others (extraneous bytes before a marker, an unknown
-// JFIF revision, corrupt entropy data in a whole file) are decoded as Pillow decodes them.
+// Warnings about the header's framing (extraneous bytes before a marker, an unknown JFIF
+// revision, an odd Adobe transform) leave every pixel as Pillow decodes it: they decode. A
+// warning that damages pixels stays an error, as issue 28 rules: the file ran out, or its
+// entropy data did (a marker where data should be: "premature end of data segment"), or is
+// corrupt (a bad Huffman code, a lost restart marker). Pillow shows those as grey blocks and
+// cannot say so; the native check is what finds them (pack, verify --decode, the loader).
+bool damages_pixels(int code) {
+    return code == JWRN_JPEG_EOF || code == JWRN_HIT_MARKER || code == JWRN_HUFF_BAD_CODE ||
+           code == JWRN_MUST_RESYNC;
+}
+
 void on_emit_message(j_common_ptr cinfo, int level) {
-    if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) on_error_exit(cinfo);
+    if (level < 0 && damages_pixels(cinfo->err->msg_code)) on_error_exit(cinfo);
 }
 
 void on_output_message(j_common_ptr) {}

@@ -1,5 +1,6 @@
 """Valid JPEGs edited the ways real files go wrong (libjpeg warnings, Pillow's header quirks,
-truncation), each with the verdict Pillow gives it: decoded, or refused."""
+damaged entropy data, truncation), each with the verdict Pillow gives it: decoded, or refused;
+and whether the edit damaged pixels (Pillow decodes those grey; the native decoder refuses)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,17 @@ from imagegen import encode, photo_like
 
 @dataclass(frozen=True)
 class Edit:
-    """One way of editing a valid file, and whether Pillow still decodes the result."""
+    """One way of editing a valid file, whether Pillow still decodes the result, and whether
+    the edit damaged its pixels (the native decoder then refuses it, where Pillow cannot tell)."""
 
     name: str
     apply: Callable[[bytes], bytes]
     decodes: bool
+    damaged: bool = False
+
+    def native_decodes(self) -> bool:
+        """The native decoder's verdict on a whole read: Pillow's, less damaged pixels."""
+        return self.decodes and not self.damaged
 
 
 def segments(data: bytes) -> list[tuple[int, int, int]]:
@@ -91,9 +98,11 @@ WARNINGS = (
          True),
     Edit("app14-truncated-to-7-bytes", _after_soi(segment(0xEE, b"Adobe\x00\x64")), True),
     Edit("unknown-jfif-revision", lambda d: d.replace(b"JFIF\x00\x01", b"JFIF\x00\x03", 1), True),
-    Edit("data-segment-ends-early", _cut_scan, True),
     Edit("garbage-after-eoi", lambda d: d + b"\x00garbage\xff\xd8", True),
 )
+# Decoded by Pillow as grey blocks, which it cannot tell from pixels; refused natively (a
+# warning that damages pixels stays an error).
+DAMAGED = (Edit("data-segment-ends-early", _cut_scan, True, damaged=True),)
 # Refused by both backends.
 REFUSED = (
     Edit("junk-right-after-soi", _after_soi(b"junk"), False),

@@ -1,5 +1,6 @@
 """JPEGs libjpeg warns about are accepted and refused as Pillow does, with Pillow's pixels, by
-decode(), header(), both BatchDecoder backends, pack() and verify (jpeg_edits builds them)."""
+decode(), header(), both BatchDecoder backends, pack() and verify (jpeg_edits builds them);
+a file whose entropy data is damaged is refused by the native decoder, which can tell."""
 
 from __future__ import annotations
 
@@ -16,16 +17,19 @@ from PIL import Image
 from fastloader.decode.decode import BatchDecoder, decode, header
 from fastloader.decode.pillow import decode_pillow
 from fastloader.errors import DecodeError
-from jpeg_edits import REFUSED, WARNINGS, Edit, bases
+from fastloader import native_available
+from jpeg_edits import DAMAGED, REFUSED, WARNINGS, Edit, bases
 
 BASES = bases()
 # Every (base, edit) pair whose edit changes the file (a CMYK file has no JFIF to edit).
 CASES = [
     pytest.param(BASES[name], edit, id=f"{name}-{edit.name}")
     for name in BASES
-    for edit in (*WARNINGS, *REFUSED)
+    for edit in (*WARNINGS, *DAMAGED, *REFUSED)
     if edit.apply(BASES[name]) != BASES[name]
 ]
+# The cases both backends agree on (a damaged file only the native decoder refuses).
+AGREED = [case for case in CASES if not case.values[1].damaged]
 # Crops the loader could plan, no resize: pixels must be Pillow's, bit for bit.
 CROPS = np.array([[0, 0, 0, 0], [5, 7, 40, 50], [20, 10, 41, 73], [0, 0, 61, 83]], np.int32)
 
@@ -48,7 +52,7 @@ def test_pillow_gives_each_edit_its_listed_verdict(base: bytes, edit: Edit) -> N
 @pytest.mark.parametrize(("base", "edit"), CASES)
 def test_decode_accepts_what_pillow_accepts_with_its_pixels(base: bytes, edit: Edit) -> None:
     data = edit.apply(base)
-    if not edit.decodes:
+    if not edit.decodes or (edit.damaged and native_available()):
         with pytest.raises(DecodeError):
             decode(data)
         return
@@ -72,7 +76,7 @@ def test_header_refuses_only_what_pillow_cannot_open(base: bytes, edit: Edit) ->
 
 
 @pytest.mark.native
-@pytest.mark.parametrize(("base", "edit"), CASES)
+@pytest.mark.parametrize(("base", "edit"), AGREED)
 def test_native_batches_match_the_pillow_backend(base: bytes, edit: Edit) -> None:
     data = edit.apply(base)
     crops = CROPS if edit.decodes else CROPS[[0, 3]]  # a refusal is only sure for whole reads
@@ -93,7 +97,19 @@ def test_native_batches_match_the_pillow_backend(base: bytes, edit: Edit) -> Non
 
 
 @pytest.mark.native
-@pytest.mark.parametrize(("base", "edit"), [c for c in CASES if c.values[1].decodes])
+@pytest.mark.parametrize(("base", "edit"), [c for c in CASES if c.values[1].damaged])
+def test_native_refuses_damaged_data_that_pillow_shows_grey(base: bytes, edit: Edit) -> None:
+    data = edit.apply(base)
+    whole = np.array([[0, 0, 61, 83]], np.int32)
+    for backend, verdict in (("native", False), ("pillow", True)):
+        with BatchDecoder(1, backend) as decoder:
+            out = np.zeros((1, 61, 83, 3), np.uint8)
+            errors = decoder.decode_into([data], whole, [False], out)
+        assert (errors[0] is None) == verdict, (backend, errors)
+
+
+@pytest.mark.native
+@pytest.mark.parametrize(("base", "edit"), [c for c in AGREED if c.values[1].decodes])
 def test_native_crops_are_pillows_pixels(base: bytes, edit: Edit) -> None:
     data = edit.apply(base)
     with BatchDecoder(1, "native") as native:
@@ -106,15 +122,17 @@ def test_native_crops_are_pillows_pixels(base: bytes, edit: Edit) -> None:
 
 
 def _edited_tree(root: Path) -> dict[str, bool]:
-    """A class folder per base, a file per edit; relative path -> whether Pillow decodes it."""
+    """A class folder per base, a file per edit; relative path -> whether the loader's decoder
+    (native where built, else Pillow) decodes it."""
     verdicts = {}
     for name, base in BASES.items():
         (root / name).mkdir(parents=True)
-        for edit in (*WARNINGS, *REFUSED):
+        for edit in (*WARNINGS, *DAMAGED, *REFUSED):
             data = edit.apply(base)
             if data != base:
                 (root / name / f"{edit.name}.jpg").write_bytes(data)
-                verdicts[f"{name}/{edit.name}.jpg"] = edit.decodes
+                verdicts[f"{name}/{edit.name}.jpg"] = (
+                    edit.native_decodes() if native_available() else edit.decodes)
     return verdicts
 
 
