@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from fastloader import native_available
 from fastloader.decode.decode import BatchDecoder, decode, header
 from fastloader.decode.pillow import decode_pillow
 from fastloader.errors import DecodeError
-from fastloader import native_available
 from jpeg_edits import DAMAGED, REFUSED, WARNINGS, Edit, bases
 
 BASES = bases()
