@@ -61,7 +61,5 @@ def test_dali_backend_behind_fastloader_matches_native_crops(dataset_path: Path)
 
 def test_dali_backend_refuses_options_it_cannot_honour(dataset_path: Path) -> None:
     # Checked before DALI is imported, so this holds whether or not DALI is installed.
-    with pytest.raises(InvalidArgumentError, match="on_error"):
-        FastLoader(dataset_path, batch_size=4, backend="dali", on_error="skip")
     with pytest.raises(InvalidArgumentError, match="memory_budget"):
         FastLoader(dataset_path, batch_size=4, backend="dali", memory_budget=1 << 20)

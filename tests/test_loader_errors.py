@@ -179,7 +179,7 @@ its decode threads (native ones too) run until it is closed."""
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"prefetch": "auto"}, "prefetch must be"),
-    ({"on_error": "skip"}, "on_error='skip' is invalid: is not supported by backend=\"dali\""),
+    ({"max_skips": 3}, "max_skips=3 is invalid: is the budget of on_error='skip'"),
     ({"verify_records": True}, "verify_records=True is invalid: applies to the packed loader"),
     ({"transforms": [fastloader.ResizeFit(16)]}, "ResizeFit"),
     ({"transforms": None}, "transforms=None is invalid: images would come out in"),

@@ -234,7 +234,8 @@ class FastLoader:
         prefetch: int = 2,
         gpu_transforms: GpuTransforms = None,
         roi_decode: bool = True,
-        on_error: Literal["raise"] = "raise",
+        on_error: Literal["raise", "skip"] = "raise",
+        max_skips: int | float | None = None,
         memory_budget: None = None,
         memory_format: torch.memory_format | None = None,
     ) -> FastLoader: ...

@@ -8,6 +8,7 @@ state_dict behave like FastLoader's and a resumed run continues bit-for-bit.
 
 from __future__ import annotations
 
+import logging
 import time
 import weakref
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from fastloader.loader.dali_pipeline import (
     run_pipeline,
     to_torch,
 )
+from fastloader.loader.dali_records import DaliRecords, FedBatch
 from fastloader.loader.options import (
     DaliOptions,
     GpuTransforms,
@@ -42,7 +44,10 @@ from fastloader.loader.options import (
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.sampler import EpochSampler
+from fastloader.loader.skips import SkipBudget
 from fastloader.loader.stats import Counters, LoaderStats, Timer
+
+log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 
 
 class _WeakSource:
@@ -85,7 +90,9 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         memory_format: torch.contiguous_format (default) or torch.channels_last output.
         roi_decode: decode only the planned box (False decodes whole images and slices: more
             work, but DALI's docs say ROI decoding turns the A100/H100 hardware decoder off).
-        on_error: only "raise" (DALI stops at a bad record).
+        on_error: "raise" (a bad record raises DecodeError naming it) or "skip" (it is
+            replaced by the next good record, counted in stats(), as the packed loader does).
+        max_skips: on_error="skip"'s budget per pass, as for FastLoader.
         backend: only "dali".
         memory_budget: not used by DALI (must stay None).
         **dataloader_kwargs: refused (named in the error).
@@ -117,7 +124,8 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         prefetch: int = 2,
         gpu_transforms: GpuTransforms = None,
         roi_decode: bool = True,
-        on_error: Literal["raise"] = "raise",
+        on_error: Literal["raise", "skip"] = "raise",
+        max_skips: int | float | None = None,
         backend: Literal["dali"] = "dali",
         memory_budget: None = None,
         memory_format: torch.memory_format | None = None,
@@ -138,6 +146,8 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         self._torch_normalizes = options.torch_normalizes
         self._gpu_ops = options.dali_ops
         self._threads = options.threads
+        self.on_error = options.on_error
+        self.max_skips = options.max_skips
         self._data, self._owns_dataset = dataset_from(
             unwrap_view(data), "a packed dataset path or a PackedDataset")
         try:  # what needs the dataset; a failure closes a dataset this loader opened
@@ -154,7 +164,11 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
                                       options.roi_decode)
         self._pipe: Any = None
         self._feed: Iterator[Any] = iter(())
-        self._in_flight: list[np.ndarray] = []  # samples of batches handed to DALI, oldest first
+        self._records = DaliRecords(self._data, self.transforms, self.on_error)
+        self._in_flight: list[FedBatch] = []  # batches handed to DALI, oldest first
+        self._refusal: DecodeError | None = None  # the header refusal that ended the feed
+        self._pass: tuple[np.ndarray, int, int] = (np.zeros(0, np.int64), 0, 0)
+        self._budget = SkipBudget(None, 0)
         self._held: Any = None  # the last batch's DALI outputs (see _next_batch)
         self._needs_drain = False  # a pass started since the pipeline's last reset
         self._counters = Counters()
@@ -203,10 +217,15 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
                 rng = batch_rng(self.sampler.seed, epoch, b, self.sampler.rank)
                 crops, flips, _ = plan(self.transforms, self._data.shapes[samples], rng)
             with Timer(self._counters, "read"):
-                records = [self._data.record(int(i)) for i in samples]
-                labels = self._data.labels[samples]
-                batch = feed_batch(records, crops, flips, labels)
-            yield samples, batch
+                try:
+                    fed = self._records.batch(b, samples, crops, flips,
+                                              (self.sampler.seed, epoch, self.sampler.rank))
+                except DecodeError as exc:  # raised when batch b is due, after those before it
+                    self._refusal = exc
+                    return
+                batch = feed_batch(fed.records, fed.crops, fed.flips,
+                                   self._data.labels[fed.samples])
+            yield fed, batch
 
     # -- iteration --------------------------------------------------------------------------
 
@@ -217,15 +236,24 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         start, self._resume_batch = self._resume_batch, 0
         epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
         stop = len(self)
-        self._feed = self._planned_batches(self.sampler.indices(), epoch, start, stop)
-        self._in_flight = []
-        if self._pipe is None:
-            self._pipe = build_pipeline(self._spec, _WeakSource(self))
-        self._needs_drain = True
+        indices = self.sampler.indices()
+        self._pass = (indices, epoch, stop)
+        self._budget = SkipBudget(self.max_skips, len(indices))
+        self._start_feed(start)
         token = object()
         self._active = token
         self._batches_done = start
         return self._consume(token, epoch, start, stop)
+
+    def _start_feed(self, b: int) -> None:
+        """Feed DALI the current pass from batch b on (a fresh pipeline if the last failed)."""
+        indices, epoch, stop = self._pass
+        self._feed = self._planned_batches(indices, epoch, b, stop)
+        self._in_flight = []
+        self._refusal = None
+        if self._pipe is None:
+            self._pipe = build_pipeline(self._spec, _WeakSource(self))
+        self._needs_drain = True
 
     def _consume(self, token: object, epoch: int, start: int,
                  stop: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -248,16 +276,30 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
                 self._batches_done = 0
                 self.sampler.set_epoch(epoch + 1)
 
+    def _run(self, b: int) -> Any:
+        """Batch b's DALI outputs. When DALI fails, the records it failed on are found and
+        remembered, and the pass is re-fed from batch b: a remembered record then raises when
+        its batch is due (after the batches before it), or is replaced under on_error="skip"."""
+        while True:
+            try:
+                with Timer(self._counters, "wait"):  # DALI decodes ahead: the time behind
+                    return run_pipeline(self._pipe, self.device)
+            except StopIteration:
+                if self._refusal is not None:
+                    raise self._refusal from None
+                raise FastloaderError(f"DALI ended the pass early, before batch {b}") from None
+            except RuntimeError as exc:
+                self._drop_pipeline()  # DALI marks a pipeline that failed as unusable
+                if not self._records.find_refused(self._in_flight):
+                    raise self._decode_error(exc) from exc
+                self._start_feed(b)
+
     def _next_batch(self, epoch: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        try:
-            with Timer(self._counters, "wait"):  # DALI decodes ahead; this is the time behind
-                outputs = run_pipeline(self._pipe, self.device)
-        except StopIteration:
-            raise FastloaderError(f"DALI ended the pass early, before batch {b}") from None
-        except RuntimeError as exc:
-            self._drop_pipeline()  # DALI marks a pipeline that failed as unusable: rebuild it
-            raise self._decode_error(exc) from exc
-        self._in_flight.pop(0)
+        outputs = self._run(b)
+        for description, why in self._in_flight.pop(0).skipped:
+            self._counters.add_skip(description)
+            log.warning("on_error='skip': %s (batch %d) replaced: %s", description, b, why)
+            self._budget.spend(description)
         with Timer(self._counters, "copy"):
             out_dtype = self._dali_dtype if self._torch_normalizes else self.dtype
             images, labels = to_torch(outputs, self.device, self._dali_dtype, out_dtype)
@@ -271,18 +313,11 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         return images, labels
 
     def _decode_error(self, exc: RuntimeError) -> FastloaderError:
-        """Name the first record of the batches in flight that fails to decode."""
-        from fastloader.decode.decode import decode
-
-        for samples in self._in_flight:
-            for i in samples.tolist():
-                try:
-                    decode(self._data.record(int(i)))
-                except FastloaderError as bad:
-                    return DecodeError(f"{self._data.describe(i)} failed to decode in DALI: "
-                                       f"{bad}. Repack or remove that source file.")
+        """DALI failed, yet each record in flight decodes alone: name the batches in flight."""
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        return FastloaderError(f"the DALI pipeline failed: {first_line}")
+        batches = ", ".join(str(fed.b) for fed in self._in_flight) or "none"
+        return FastloaderError(f"the DALI pipeline failed ({first_line}) on batches "
+                               f"{batches}, though each of their records decodes on its own")
 
     def _end_pass(self) -> None:
         """Stop feeding, drain what DALI already prefetched, and reset it for the next pass."""

@@ -195,3 +195,29 @@ def to_torch(outputs: Sequence[Any], device: torch.device, dali_dtype: torch.dty
     if dtype != dali_dtype:
         images = images.to(dtype)  # preserves the strides, channels_last included
     return images, labels.to(device, non_blocking=True)
+
+
+def dali_refuses(record: Any) -> str | None:
+    """Why DALI's CPU decoder refuses one record (the first line of its error), or None.
+
+    Run only after a pipeline failed, to find the record it failed on: a fresh one-sample
+    pipeline per record, since DALI marks a pipeline that failed as unusable.
+    """
+    dali = import_dali()
+    fn, types = dali.fn, dali.types
+    pipe = dali.Pipeline(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,
+                         exec_pipelined=False, exec_async=False)
+    with pipe:
+        data = fn.external_source(source=lambda: [np.frombuffer(record, dtype=np.uint8)],
+                                  batch=True, dtype=types.UINT8)
+        pipe.set_outputs(fn.decoders.image(data, device="cpu", output_type=types.RGB,
+                                           adjust_orientation=False))
+    try:
+        pipe.build()
+        pipe.run()
+    except RuntimeError as exc:
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else repr(exc)
+    finally:
+        release_pipeline(pipe)
+    return None

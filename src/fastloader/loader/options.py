@@ -178,20 +178,20 @@ class DaliOptions(DecodeOptions):
 
     num_threads: int | Literal["auto"] | None = None
     prefetch: int = 2  # DALI's queue depth: no "auto"
-    on_error: Literal["raise"] = "raise"
+    max_skips: int | float | None = None
     backend: Literal["dali"] = "dali"
     memory_budget: None = None
     roi_decode: bool = True
 
     def __post_init__(self) -> None:
         # FastLoader's arguments the DALI path cannot honour: refused, never dropped silently.
-        for name, default in (("on_error", "raise"), ("backend", "dali"),
-                              ("memory_budget", None)):
+        for name, default in (("backend", "dali"), ("memory_budget", None)):
             value = getattr(self, name)
             if value != default:
                 raise invalid_argument(name, value, 'is not supported by backend="dali"',
                                        f"Drop it, or use the native backend for {name}.")
         super().__post_init__()
+        self.max_skips = check_max_skips(self.max_skips, self.on_error)
         check_order(self, None)
         self.prefetch = positive_int("prefetch", self.prefetch)
         refuse_detection(self.decode_transforms, 'backend="dali"', "Use the native backend "
