@@ -16,10 +16,10 @@ import pytest
 from fastloader.errors import PackError
 from fastloader.format.dataset import open_dataset
 from fastloader.pack.cli import main
-from fastloader.pack.journal import HOLD_BEFORE_RENAME_ENV
 from fastloader.pack.scan import PATH_MAX, scan
 from fastloader.pack.verify import verify
 from fastloader.pack.write import pack
+from faults import packdata_command
 from imagegen import encode, photo_like
 
 pytestmark = pytest.mark.timeout(120)  # a FIFO or a loop must fail a test, never hang it
@@ -226,10 +226,9 @@ def test_second_pack_cannot_take_over_a_finishing_pack(tmp_path: Path) -> None:
     dst = tmp_path / "out.lmdb"
     hold = tmp_path / "hold"
     hold.mkdir()
-    code = "import sys; from fastloader.pack.cli import main; sys.exit(main(sys.argv[1:]))"
     first = subprocess.Popen(
-        [sys.executable, "-c", code, str(src), str(dst), "--workers", "1", "--quiet"],
-        env=os.environ | {HOLD_BEFORE_RENAME_ENV: str(hold)}, stderr=subprocess.PIPE, text=True)
+        packdata_command([str(src), str(dst), "--workers", "1", "--quiet"], hold=hold),
+        stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not (hold / "waiting").exists() and time.monotonic() < deadline:

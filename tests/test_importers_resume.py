@@ -3,9 +3,7 @@ its finished parts (shard, index arrays and columns) to the same dataset a fresh
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,7 @@ from fastloader import open_dataset
 from fastloader.errors import PackError
 from fastloader.pack.cli import main
 from fastloader.pack.journal import staging_path
-from fastloader.pack.write import KILL_AFTER_SHARDS_ENV
+from faults import packdata_command
 from imagegen import encode, photo_like
 
 
@@ -45,8 +43,7 @@ def test_a_killed_table_pack_resumes_to_the_same_dataset(tmp_path: Path) -> None
     dst = tmp_path / "out.lmdb"
     argv = [str(table), str(dst), "--label", "species", "--shard-size", "4K", "--workers",
             "2", "--quiet"]
-    killed = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
-                            env={**os.environ, KILL_AFTER_SHARDS_ENV: "3"}, timeout=120,
+    killed = subprocess.run(packdata_command(argv, kill_after_parts=3), timeout=120,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert killed.returncode == -9 and not dst.exists()
     staging = staging_path(dst)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,8 @@ from fastloader.format.dataset import open_dataset
 from fastloader.format.manifest import Codec, read_manifest
 from fastloader.pack.journal import staging_path
 from fastloader.pack.plan import ShardPlan
-from fastloader.pack.write import KILL_AFTER_SHARDS_ENV, pack
+from fastloader.pack.write import pack
+from faults import packdata_command
 from imagegen import encode, photo_like
 from treegen import add_broken_files, make_flat_tree, make_mixed_tree
 
@@ -154,10 +154,8 @@ def test_killed_pack_leaves_no_dataset_and_resume_finishes_it(tmp_path: Path, su
     make_flat_tree(tmp_path / "src", classes=2, per_class=40)
     dst = tmp_path / f"out{suffix}"
     argv = [str(tmp_path / "src"), str(dst), "--shard-size", "8K", "--workers", "2", "--quiet"]
-    env = {**os.environ, KILL_AFTER_SHARDS_ENV: "3"}
     killed = subprocess.run(
-        [sys.executable, "-m", "fastloader.pack.cli", *argv],
-        env=env,
+        packdata_command(argv, kill_after_parts=3),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         timeout=60,

@@ -14,9 +14,9 @@ import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack.part import DIE_IN_SHARD_ENV
 from fastloader.pack.verify import verify
 from fastloader.pack.write import pack
+from faults import patch_ray_task
 from helpers import (
     broken_tree,
     coco_file,
@@ -35,10 +35,10 @@ _ENV = {"RAY_AUTH_MODE": "disabled",  # a loopback test instance: no token under
 
 @pytest.fixture(scope="module")
 def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A local Ray instance (2 CPUs) for this module; yields the kill hook's flag folder
-    (armed once created). Its workers get the hook's variable as they start."""
+    """A local Ray instance (2 CPUs) for this module; yields a folder for the kill fault's
+    flag (faults.faulty: armed once the folder exists)."""
     flags = tmp_path_factory.mktemp("ray-hook") / "armed"
-    env = _ENV | {DIE_IN_SHARD_ENV: f"1:{flags / 'died'}"}
+    env = _ENV
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:
@@ -70,10 +70,11 @@ def test_ray_and_local_engines_write_the_same_dataset(tmp_path: Path, ray_instan
 
 
 def test_a_task_killed_mid_shard_is_retried_into_a_correct_dataset(
-    tmp_path: Path, ray_instance: Path
+    tmp_path: Path, ray_instance: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken_tree(tmp_path / "src")
-    ray_instance.mkdir()  # arms the hook: shard 1's first attempt dies with a torn shard
+    patch_ray_task(monkeypatch.setattr, die_in=1, flag=ray_instance / "died")
+    ray_instance.mkdir()  # arms the fault: shard 1's first attempt dies with a torn shard
     pack(tmp_path / "src", tmp_path / "ray.h5", engine="ray", shard_size=SHARD)
     assert (ray_instance / "died").exists()  # it did die, and Ray ran it again
     pack(tmp_path / "src", tmp_path / "local.h5", workers=2, shard_size=SHARD)
@@ -119,9 +120,11 @@ def test_sample_sources_pack_the_same_on_ray(tmp_path: Path, ray_instance: Path)
                         engine="ray")
 
 
-def test_a_sample_task_killed_mid_shard_is_retried(tmp_path: Path, ray_instance: Path) -> None:
+def test_a_sample_task_killed_mid_shard_is_retried(tmp_path: Path, ray_instance: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     table = sample_table(tmp_path / "src", 30)
-    ray_instance.mkdir(exist_ok=True)  # arms the hook: shard 1's first attempt dies
+    patch_ray_task(monkeypatch.setattr, die_in=1, flag=ray_instance / "died")
+    ray_instance.mkdir(exist_ok=True)  # arms the fault: shard 1's first attempt dies
     (ray_instance / "died").unlink(missing_ok=True)
     try:
         fastloader.pack(table, tmp_path / "ray.h5", engine="ray", shard_size=4 << 10)

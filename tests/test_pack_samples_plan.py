@@ -4,7 +4,6 @@ redoes only the missing part; plan/shard/commit as separate processes match a on
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from fastloader.pack.commit import SKIPPED_NAME
 from fastloader.pack.journal import staging_path
 from fastloader.pack.sample_plan import count_bounds, size_hint
 from fastloader.pack.values import TarMember
+from faults import packdata_command
 from helpers import coco_file, dataset_bytes, sample_table
 
 SHARD = 4 << 10  # bytes: the 30-row table makes several shards
@@ -86,12 +86,9 @@ def _table_pack(tmp_path: Path, dst: Path, **options) -> fastloader.Manifest:
 
 def _kill_after_two(tmp_path: Path, dst: Path) -> Path:
     """A pack killed after its second part: its staging folder."""
-    from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV
-
     argv = [str(tmp_path / "src" / "t.csv"), str(dst), "--label", "species", "--shard-size",
             str(SHARD), "--workers", "2", "--quiet"]
-    killed = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
-                            env={**os.environ, KILL_AFTER_SHARDS_ENV: "2"}, timeout=120,
+    killed = subprocess.run(packdata_command(argv, kill_after_parts=2), timeout=120,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert killed.returncode == -9 and not dst.exists()
     return staging_path(dst)

@@ -5,9 +5,7 @@ manifest.json last. The same dataset as a local pack, byte for byte; a missing p
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +13,12 @@ import pytest
 import fastloader
 from fastloader.errors import PackError
 from fastloader.pack import importers
-from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter
+from fastloader.pack.engines import Meter
 from fastloader.pack.remote_stage import RemoteStaging, staging_url
 from fastloader.pack.sample_commit import commit_samples
 from fastloader.pack.sample_engines import run_local
 from fastloader.pack.samples import pack_options, plan_sample_pack
+from faults import packdata_command
 from helpers import coco_file, dataset_bytes, remote_dataset_bytes, sample_table
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
@@ -88,9 +87,8 @@ def test_resume_after_a_killed_pack_redoes_only_the_missing_parts(s3, local: Pat
     table = local / "src" / "t.csv"
     argv = [str(table), URL, "--label", "species", "--skip-bad", "--shard-size", "4K",
             "--workers", "1", "--quiet"]
-    env = {**os.environ, KILL_AFTER_SHARDS_ENV: "2"}
-    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv], env=env,
-                         capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(packdata_command(argv, kill_after_parts=2), capture_output=True,
+                         text=True, timeout=300)
     assert ran.returncode == -9, ran.stderr  # SIGKILLed after 2 parts
     s3.invalidate_cache()
     assert not s3.exists(f"{URL[5:]}/manifest.json")

@@ -6,18 +6,17 @@ the missing parts; --overwrite rules; FastLoader reads the result."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fastloader.errors import PackError
 from fastloader.pack.commit import commit
-from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter, run_local
+from fastloader.pack.engines import Meter, run_local
 from fastloader.pack.remote_stage import RemoteStaging, staging_url
 from fastloader.pack.write import pack, plan_pack
+from faults import packdata_command
 from helpers import broken_tree, dataset_bytes, remote_dataset_bytes, upload_tree
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
@@ -96,9 +95,8 @@ def test_a_damaged_remote_index_part_is_refused(s3, local: Path) -> None:
 
 def test_resume_after_a_killed_pack_uploads_only_the_missing_parts(s3, local: Path) -> None:
     argv = [str(local / "src"), URL, "--shard-size", str(SHARD), "--workers", "1", "--quiet"]
-    env = {**os.environ, KILL_AFTER_SHARDS_ENV: "2"}
-    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv], env=env,
-                         capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(packdata_command(argv, kill_after_parts=2), capture_output=True,
+                         text=True, timeout=300)
     assert ran.returncode == -9, ran.stderr  # SIGKILLed after 2 parts
     s3.invalidate_cache()
     assert not s3.exists(f"{URL[5:]}/manifest.json")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import sys
 import time
@@ -26,9 +25,6 @@ from fastloader.pack.validate import Prepared
 
 log = logging.getLogger(__name__)
 ENGINES = ("local", "ray")
-# Test hook: SIGKILL this process right after this many parts are written in one run, so a
-# test can check that a killed pack leaves no dataset and that --resume finishes it.
-KILL_AFTER_SHARDS_ENV = "FASTLOADER_PACK_TEST_KILL_AFTER_SHARDS"
 _WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memory
 _WINDOW_FILES = 2048
 RAY_HINT = ('--engine ray needs Ray: pip install "fastloader[ray]" (or "ray>=2.9"); or pack '
@@ -114,7 +110,6 @@ def run_local(staging: Stage, plan: ShardPlan, todo: Sequence[int], settings: di
               workers: int, meter: Meter) -> set[int]:
     """Write the parts of `todo` with this machine's processes; the shards written."""
     stream = _prepared(plan, todo, workers, prepare_job(settings))
-    kill_after = int(os.environ.get(KILL_AFTER_SHARDS_ENV, "0") or 0)
 
     def counted(lo: int, hi: int) -> Iterator[Prepared]:
         for i in range(lo, hi):
@@ -126,8 +121,6 @@ def run_local(staging: Stage, plan: ShardPlan, todo: Sequence[int], settings: di
     for k in todo:
         build_part(staging, plan, k, settings, counted(*plan.span(k)))
         written.add(k)
-        if kill_after and len(written) >= kill_after:
-            os.kill(os.getpid(), signal.SIGKILL)
     return written
 
 
@@ -151,7 +144,7 @@ def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
 
 
 def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | None,
-            meter: Meter, task: Callable[..., dict[str, int]] = run_shard,
+            meter: Meter, task: Callable[..., dict[str, int]] | None = None,
             extra: tuple[Any, ...] = ()) -> set[int]:
     """Run task(staging, k, *extra) (part.run_shard, or a sample pack's) as one Ray task per
     pending shard; progress here on the driver.
@@ -162,7 +155,8 @@ def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | No
     with joined_ray(workers, address) as ray:
         # SPREAD: shards go to every node (their reads and writes are what a cluster adds),
         # not to the workers of the first node that has free CPUs
-        remote = ray.remote(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")(task)
+        remote = ray.remote(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")(
+            run_shard if task is None else task)
         refs = {remote.remote(staging, k, *extra): k for k in todo}
         pending = list(refs)
         written: set[int] = set()
@@ -217,5 +211,5 @@ def pending_shards(staging: Path, plan: Spans, resume: bool) -> list[int]:
     return [k for k in range(plan.num_shards) if check_part(staging, plan, k)[0] is None]
 
 
-__all__ = ["ENGINES", "KILL_AFTER_SHARDS_ENV", "Meter", "default_sigterm", "import_ray",
+__all__ = ["ENGINES", "Meter", "default_sigterm", "import_ray",
            "joined_ray", "pending_shards", "run_local", "run_ray"]

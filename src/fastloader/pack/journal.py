@@ -162,7 +162,6 @@ class Staging:
         shutil.rmtree(self.dir / PLAN_DIR, ignore_errors=True)
         (self.dir / PLAN_NAME).unlink(missing_ok=True)
         write_manifest(self.dir)
-        _test_hold(self.dir)
         trash = self.dst.parent / f".{self.dst.name}.old-{os.getpid()}"
         present = self.dst.exists() or self.dst.is_symlink()
         if present and not overwrite:
@@ -189,24 +188,6 @@ class Staging:
                 with contextlib.suppress(OSError):
                     os.close(self._lock_fd)
             self._lock_fd = None
-
-
-# Test hook: finish() waits just before renaming the staging folder while this names a folder:
-# it writes HOLD/waiting, then waits (at most a minute) for HOLD/go, so a test can start a
-# second pack of the same DST inside that window.
-HOLD_BEFORE_RENAME_ENV = "FASTLOADER_PACK_TEST_HOLD_BEFORE_RENAME"
-
-
-def _test_hold(staging: Path) -> None:
-    hold = os.environ.get(HOLD_BEFORE_RENAME_ENV)
-    if not hold:
-        return
-    import time
-
-    (Path(hold) / "waiting").write_text(str(staging))
-    deadline = time.monotonic() + 60
-    while not (Path(hold) / "go").exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -43,14 +43,6 @@ log = logging.getLogger(__name__)
 SETTINGS_NAME = "settings.json"  # in plan/: what a run adds to the plan (strict)
 _ARRAYS = ("kept", "offset", "length", "height", "width", "codec", "crc32")
 _DTYPES = ("int64", "int64", "int64", "int32", "int32", "uint8", "uint32")
-# TEST ONLY: "K:FLAG" arms a kill in the task of shard K: while FLAG's folder exists and FLAG
-# does not, the task creates FLAG, tears its shard file to half and exits its process at once
-# (os._exit), as a task killed mid-shard would; the retry (FLAG now there) must leave a
-# correct dataset.
-DIE_IN_SHARD_ENV = "FASTLOADER_PACK_TEST_DIE_IN_SHARD"
-# TEST ONLY: a folder; while it exists, the Ray task of shard K writes the id of the Ray node
-# it ran on into FOLDER/K.node (the multi-node test; Ray's state API needs the dashboard).
-RECORD_NODE_ENV = "FASTLOADER_PACK_TEST_RECORD_NODE"
 
 
 @dataclass
@@ -124,18 +116,6 @@ def _save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> str:
     return _write_bytes(path, buffer.getvalue())
 
 
-def _die_for_test(k: int, shard_path: Path) -> None:
-    hook = os.environ.get(DIE_IN_SHARD_ENV, "")
-    number, _, flag = hook.partition(":")
-    if not hook or int(number) != k or not os.path.isdir(os.path.dirname(flag)):
-        return
-    if os.path.exists(flag):
-        return
-    Path(flag).write_text(str(os.getpid()))
-    os.truncate(shard_path, shard_path.stat().st_size // 2)
-    os._exit(1)
-
-
 def _write_shard(staging: Path, k: int, lo: int, data: list[bytes], backend: str
                  ) -> tuple[ShardInfo, list[int]]:
     module = backend_module(backend)
@@ -144,7 +124,6 @@ def _write_shard(staging: Path, k: int, lo: int, data: list[bytes], backend: str
     layout = module.write_shard(tmp, lo, data)
     size, sha256 = file_digest(tmp)
     os.replace(tmp, staging / name)
-    _die_for_test(k, staging / name)
     # start is given at commit; lo stands in for it (and is the LMDB key of the first record)
     info = ShardInfo(name, lo, len(data), size, sha256, layout.data_offset, lo)
     return info, list(layout.offsets)
@@ -232,18 +211,8 @@ def run_shard(staging: str | os.PathLike[str] | RemoteParts, k: int) -> dict[str
     job = prepare_job(settings)
     records = (job(plan.source(i)) for i in range(lo, hi))
     part = build_part(stage, plan, k, settings, records)
-    _record_node_for_test(k)
     return {"files": hi - lo, "bytes": int(plan.sizes[lo:hi].sum()),
             "packed": 0 if part.info is None else part.info.count}
-
-
-def _record_node_for_test(k: int) -> None:
-    folder = os.environ.get(RECORD_NODE_ENV, "")
-    if folder and os.path.isdir(folder):
-        import ray
-
-        if ray.is_initialized():
-            Path(folder, f"{k}.node").write_text(ray.get_runtime_context().get_node_id())
 
 
 def load_arrays(staging: Path, k: int) -> dict[str, np.ndarray]:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import multiprocessing
-import os
 import pickle
-import signal
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -23,13 +21,7 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec
-from fastloader.pack.engines import (
-    KILL_AFTER_SHARDS_ENV,
-    Meter,
-    default_sigterm,
-    joined_ray,
-    run_ray,
-)
+from fastloader.pack.engines import Meter, default_sigterm, joined_ray, run_ray
 from fastloader.pack.part import Stage
 from fastloader.pack.sample_part import build_sample_part, run_sample_shard
 from fastloader.pack.sample_plan import SamplePlan, count_bounds
@@ -89,25 +81,11 @@ def _prepared(samples: Any, items: Iterable[Any], specs: Sequence[FieldSpec],
         _SOURCE = None
 
 
-class _Killer:
-    """The test hook: SIGKILL this process after KILL_AFTER_SHARDS_ENV parts this run."""
-
-    def __init__(self) -> None:
-        self.after = int(os.environ.get(KILL_AFTER_SHARDS_ENV, "0") or 0)
-        self.written = 0
-
-    def wrote(self) -> None:
-        self.written += 1
-        if self.after and self.written >= self.after:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
 def run_local(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: Any,
               specs: Sequence[FieldSpec], settings: dict[str, Any], meter: Meter) -> set[int]:
     """Write the parts of `todo` with this machine's processes; the shards written."""
     positions = (i for k in todo for i in range(*plan.span(k)))
     stream = _prepared(samples, positions, specs, settings)
-    killer = _Killer()
 
     def counted(lo: int, hi: int) -> Iterator[PreparedSample]:
         for i in range(lo, hi):
@@ -119,7 +97,6 @@ def run_local(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: An
         for k in todo:
             build_sample_part(staging, plan, k, specs, settings, counted(*plan.span(k)))
             written.add(k)
-            killer.wrote()
     finally:  # now, not when collected: a later pack's _SOURCE must not be reset by this one
         stream.close()
     return written
@@ -132,7 +109,6 @@ def run_stream(staging: Stage, plan: SamplePlan, samples: Iterable[Any],
     what was read (its bounds known only now)."""
     items = ((f"sample {k}", s) for k, s in enumerate(samples))
     stream = _prepared(samples, items, specs, settings)
-    killer = _Killer()
     n = 0
     try:
         while chunk := list(itertools.islice(stream, shard_samples)):
@@ -141,7 +117,6 @@ def run_stream(staging: Stage, plan: SamplePlan, samples: Iterable[Any],
             build_sample_part(staging, plan, n // shard_samples, specs, settings, chunk)
             n += len(chunk)
             meter.add(len(chunk), 0)
-            killer.wrote()
     finally:
         stream.close()
     return plan

@@ -20,7 +20,7 @@ from fastloader.format.manifest import BACKENDS, Manifest
 from fastloader.format.remote import is_url
 from fastloader.pack import tiling
 from fastloader.pack.commit import SKIPPED_NAME, commit
-from fastloader.pack.engines import ENGINES, KILL_AFTER_SHARDS_ENV, Meter, Progress, pending_shards
+from fastloader.pack.engines import ENGINES, Meter, Progress, pending_shards
 from fastloader.pack.journal import Staging, is_dataset, staging_path
 from fastloader.pack.part import SETTINGS_NAME, Stage
 from fastloader.pack.plan import MAX_SHARD_FILES, PLAN_DIR, ShardPlan, from_scan
@@ -270,5 +270,5 @@ def pack(
     return manifest
 
 
-__all__ = ["DEFAULT_SHARD_SIZE", "KILL_AFTER_SHARDS_ENV", "SKIPPED_NAME", "pack", "plan_pack",
+__all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "pack", "plan_pack",
            "resolve_backend", "staging_path"]
