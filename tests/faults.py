@@ -70,7 +70,8 @@ def faulty(real: Callable[..., Any], *, die_in: int | None = None, flag: str | P
 def patch_ray_task(setattr: Callable[[Any, str, Any], None], **faults: Any) -> None:
     """Make the Ray engine run its shard tasks (ImageFolder and sample ones) with `faults`
     (see faulty); setattr is monkeypatch.setattr, or plain setattr in a child process."""
-    from fastloader.pack import engines, sample_engines
+    from fastloader.pack.engines import local as engines
+    from fastloader.pack.engines import samples as sample_engines
 
     setattr(engines, "run_shard", faulty(engines.run_shard, **faults))
     setattr(sample_engines, "run_sample_shard",
@@ -79,7 +80,8 @@ def patch_ray_task(setattr: Callable[[Any, str, Any], None], **faults: Any) -> N
 
 def _kill_after_parts(n: int) -> None:
     """SIGKILL this process right after the local engine wrote its nth part of this run."""
-    from fastloader.pack import engines, sample_engines
+    from fastloader.pack.engines import local as engines
+    from fastloader.pack.engines import samples as sample_engines
 
     written = [0]
 
@@ -100,7 +102,7 @@ def _kill_after_parts(n: int) -> None:
 def _hold_before_rename(hold: str) -> None:
     """The staging's finish waits once its manifest is written, just before the rename into
     DST: it writes HOLD/waiting, then waits (at most a minute) for HOLD/go."""
-    from fastloader.pack.journal import Staging
+    from fastloader.pack.staging.journal import Staging
 
     finish = Staging.finish
 
@@ -139,6 +141,6 @@ def child_main(config: str, argv: list[str]) -> int:
         _hold_before_rename(faults["hold"])
     if faults["ray"]:
         patch_ray_task(setattr, **faults["ray"])
-    from fastloader.pack.cli import main
+    from fastloader.pack.cli.main import main
 
     return main(argv)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fastloader.format.dataset import open_dataset
-from fastloader.pack.cli import main, parse_size
+from fastloader.pack.cli.main import main, parse_size
 from treegen import CLASSES, add_broken_files, make_flat_tree
 
 
@@ -66,7 +66,7 @@ def test_module_entry_point_reports_bad_input_without_traceback(tmp_path: Path) 
     (tmp_path / "taken.h5").mkdir()
     for argv in (["missing_src", "x.lmdb"], [str(tmp_path), str(tmp_path / "taken.h5")]):
         run = subprocess.run(
-            [sys.executable, "-m", "fastloader.pack.cli", *argv],
+            [sys.executable, "-m", "fastloader.pack.cli.main", *argv],
             capture_output=True,
             text=True,
             cwd=tmp_path,

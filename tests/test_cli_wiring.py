@@ -14,7 +14,7 @@ import pytest
 
 from fastloader.format.dataset import open_dataset
 from fastloader.format.manifest import read_manifest
-from fastloader.pack.cli import main, parse_size
+from fastloader.pack.cli.main import main, parse_size
 from faults import packdata_command
 from imagegen import make_tree
 

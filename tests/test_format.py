@@ -18,7 +18,7 @@ from PIL import Image
 from fastloader.errors import DatasetError, DatasetNotFoundError
 from fastloader.format.dataset import PackedDataset, open_dataset
 from fastloader.format.manifest import Codec, Manifest, read_manifest
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from treegen import CLASSES
 
 SUFFIX = {"lmdb": ".lmdb", "hdf5": ".h5"}

@@ -13,10 +13,10 @@ import pytest
 from fastloader.errors import PackError
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import read_manifest
-from fastloader.pack.cli import main
-from fastloader.pack.grow import append, merge, merged_classes
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.cli.main import main
+from fastloader.pack.maintain.grow import append, merge, merged_classes
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
 from treegen import make_flat_tree
 
 SHARD = 2048  # small shards: several per input

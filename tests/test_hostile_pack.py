@@ -15,10 +15,10 @@ import pytest
 
 from fastloader.errors import PackError
 from fastloader.format.dataset import open_dataset
-from fastloader.pack.cli import main
-from fastloader.pack.scan import PATH_MAX, scan
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.cli.main import main
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.sources.scan import PATH_MAX, scan
 from faults import packdata_command
 from imagegen import encode, photo_like
 
@@ -204,7 +204,7 @@ def test_lying_header_is_refused_by_pack_and_found_by_verify_decode(tmp_path: Pa
     # A dataset packed without the native core (Pillow accepts the file) holds it: verify
     # --decode must then say what the loader will find.
     env = os.environ | {"FASTLOADER_DISABLE_NATIVE": "1"}
-    code = "import sys; from fastloader.pack.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from fastloader.pack.cli.main import main; sys.exit(main(sys.argv[1:]))"
     subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "pil.lmdb"),
                     "--workers", "1", "--quiet"], env=env, check=True, timeout=100)
     report = verify(tmp_path / "pil.lmdb", decode=True)

@@ -16,8 +16,8 @@ import pytest
 import fastloader
 from fastloader import open_dataset
 from fastloader.errors import PackError
-from fastloader.pack.cli import main
-from fastloader.pack.groups import expand_braces
+from fastloader.pack.cli.main import main
+from fastloader.pack.sources.groups import expand_braces
 from imagegen import encode, photo_like
 
 SPECIES = ["cat", "dog", "owl"]

@@ -12,8 +12,8 @@ import pytest
 import fastloader
 from fastloader import open_dataset
 from fastloader.errors import PackError
-from fastloader.pack.cli import main
-from fastloader.pack.journal import staging_path
+from fastloader.pack.cli.main import main
+from fastloader.pack.staging.journal import staging_path
 from faults import packdata_command
 from imagegen import encode, photo_like
 

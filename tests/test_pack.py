@@ -15,9 +15,9 @@ from PIL import Image
 from fastloader.errors import InvalidArgumentError, InvalidTypeError, PackError
 from fastloader.format.dataset import open_dataset
 from fastloader.format.manifest import Codec, read_manifest
-from fastloader.pack.journal import staging_path
-from fastloader.pack.plan import ShardPlan
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.staging.journal import staging_path
+from fastloader.pack.staging.plan import ShardPlan
 from faults import packdata_command
 from imagegen import encode, photo_like
 from treegen import add_broken_files, make_flat_tree, make_mixed_tree
@@ -69,7 +69,7 @@ def test_all_files_broken_is_an_error(tmp_path: Path) -> None:
 def test_parallel_pack_is_identical_to_serial(
     tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("fastloader.pack.engines._WINDOW_FILES", 7)  # many pool windows
+    monkeypatch.setattr("fastloader.pack.engines.local._WINDOW_FILES", 7)  # many pool windows
     make_flat_tree(tmp_path / "src", classes=3, per_class=30)
     calls: list[tuple[int, int, int]] = []
     serial = pack(tmp_path / "src", tmp_path / f"one{suffix}", workers=1, shard_size=20_000)
@@ -167,7 +167,7 @@ def test_killed_pack_leaves_no_dataset_and_resume_finishes_it(tmp_path: Path, su
     finished = _shard_inodes(staging)
     assert len(finished) >= 3 and len(list((staging / "journal").glob("*.json"))) == 3
 
-    from fastloader.pack.cli import main
+    from fastloader.pack.cli.main import main
 
     assert main([*argv, "--resume"]) == 0
     after = _shard_inodes(dst)
@@ -227,7 +227,7 @@ def test_without_resume_a_stale_staging_folder_is_replaced(tmp_path: Path) -> No
 
 def test_fastloader_pack_is_callable_even_after_submodule_imports(tmp_path: Path) -> None:
     import fastloader
-    import fastloader.pack.cli  # binds the subpackage to fastloader.pack
+    import fastloader.pack.cli.main  # binds the subpackage to fastloader.pack
 
     make_flat_tree(tmp_path / "src", classes=1, per_class=2)
     manifest = fastloader.pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1)

@@ -19,14 +19,14 @@ import pytest
 
 from fastloader.format.dataset import open_dataset
 from fastloader.format.index import write_index
-from fastloader.pack.commit import _index, check_parts, commit
-from fastloader.pack.journal import Staging
-from fastloader.pack.listing import Listing, SourceFile
-from fastloader.pack.part import build_part
-from fastloader.pack.plan import ShardPlan, from_scan
-from fastloader.pack.scan import ScanResult, scan
-from fastloader.pack.validate import Prepared
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.sources.listing import Listing, SourceFile
+from fastloader.pack.sources.scan import ScanResult, scan
+from fastloader.pack.sources.validate import Prepared
+from fastloader.pack.staging.commit import _index, check_parts, commit
+from fastloader.pack.staging.journal import Staging
+from fastloader.pack.staging.part import build_part
+from fastloader.pack.staging.plan import ShardPlan, from_scan
 from imagegen import encode, photo_like
 
 FILES = 20_000

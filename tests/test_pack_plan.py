@@ -14,19 +14,19 @@ import pytest
 
 from fastloader.errors import PackError
 from fastloader.format.dataset import open_dataset
-from fastloader.pack.cli import main
-from fastloader.pack.journal import staging_path
-from fastloader.pack.part import check_part, run_shard
-from fastloader.pack.plan import ShardPlan, cut
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.cli.main import main
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.staging.journal import staging_path
+from fastloader.pack.staging.part import check_part, run_shard
+from fastloader.pack.staging.plan import ShardPlan, cut
 from helpers import broken_tree, dataset_bytes
 
 SHARD = 20_000  # bytes: the 90-file tree makes 6 shards
 
 
 def _packdata(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
+    return subprocess.run([sys.executable, "-m", "fastloader.pack.cli.main", *argv],
                           capture_output=True, text=True, timeout=120)
 
 

@@ -14,8 +14,8 @@ import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
 from faults import patch_ray_task
 from helpers import (
     broken_tree,
@@ -86,7 +86,7 @@ def test_packdata_engine_ray_starts_and_stops_its_own_instance(tmp_path: Path) -
     broken_tree(tmp_path / "src", classes=2, per_class=10)
     argv = [str(tmp_path / "src"), str(tmp_path / "ray.lmdb"), "--engine", "ray",
             "--workers", "2", "--shard-size", "8K", "--quiet"]
-    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
+    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli.main", *argv],
                          env={**os.environ, **_ENV}, capture_output=True, text=True,
                          timeout=300)
     assert ran.returncode == 0, ran.stderr

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
 from faults import packdata_command
 from helpers import broken_tree, dataset_bytes
 

@@ -12,12 +12,12 @@ import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack import importers
-from fastloader.pack.engines import Meter
-from fastloader.pack.remote_stage import RemoteStaging, staging_url
-from fastloader.pack.sample_commit import commit_samples
-from fastloader.pack.sample_engines import run_local
-from fastloader.pack.samples import pack_options, plan_sample_pack
+from fastloader.pack.engines.local import Meter
+from fastloader.pack.engines.samples import run_local
+from fastloader.pack.pipeline.samples import pack_options, plan_sample_pack
+from fastloader.pack.sources import importers
+from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
+from fastloader.pack.staging.sample_commit import commit_samples
 from faults import packdata_command
 from helpers import coco_file, dataset_bytes, remote_dataset_bytes, sample_table
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from fastloader.errors import PackError
-from fastloader.pack.commit import commit
-from fastloader.pack.engines import Meter, run_local
-from fastloader.pack.remote_stage import RemoteStaging, staging_url
-from fastloader.pack.write import pack, plan_pack
+from fastloader.pack.engines.local import Meter, run_local
+from fastloader.pack.pipeline.tree import pack, plan_pack
+from fastloader.pack.staging.commit import commit
+from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
 from faults import packdata_command
 from helpers import broken_tree, dataset_bytes, remote_dataset_bytes, upload_tree
 
@@ -153,7 +153,7 @@ def test_an_object_gone_after_the_listing_is_skipped_and_listed(s3, local: Path,
 
 
 def test_packdata_to_a_url_summarises_and_plan_refuses_one(s3, local: Path, capsys) -> None:
-    from fastloader.pack.cli import main as packdata
+    from fastloader.pack.cli.main import main as packdata
 
     assert packdata([str(local / "src"), URL, "--shard-size", str(SHARD), "--workers", "1"]) == 0
     err = capsys.readouterr().err

@@ -8,9 +8,9 @@ from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
-from fastloader.pack import importers
-from fastloader.pack.samples import pack_samples
-from fastloader.pack.write import pack as pack_imagefolder
+from fastloader.pack.pipeline.samples import pack_samples
+from fastloader.pack.pipeline.tree import pack as pack_imagefolder
+from fastloader.pack.sources import importers
 
 
 def pack(
@@ -61,7 +61,7 @@ def pack(
             refused), ray_address, resume (not for Python samples: their sameness cannot be
             checked), storage_options (fsspec's, for a URL dst: s3://..., gs://...; every
             shard task uploads its part there); ImageFolder sources also strict, tiles,
-            restart_mcus (see fastloader.pack.write.pack). Shards of an importer's samples
+            restart_mcus (see fastloader.pack.pipeline.tree.pack). Shards of an importer's samples
             are cut by their image sizes (shard_size bytes); Python samples by count:
             shard_samples samples a shard (default shard_size / 128 KiB, i.e. 2048 for
             256 MiB).

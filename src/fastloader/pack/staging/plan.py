@@ -1,0 +1,192 @@
+"""The shard plan: the sorted source listing cut into shards by a rule of the samples alone.
+
+Shard k holds the files bounds[k]..bounds[k+1] of the sorted listing: files are added while
+their source bytes fit in shard_size (at least one file a shard) and at most MAX_SHARD_FILES.
+The cut reads only the listing (paths, labels, sizes), never the workers, the engine or the
+machines, so the same source gives the same shards, records, order and index arrays however
+it is packed. The listing and the bounds are kept as compact arrays (a few dozen bytes a
+file, never a Python object per file) in the staging folder's plan/ folder, where every shard
+task (a pool worker, a Ray task, `packdata shard` on another machine) reads its slice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from fastloader.errors import PackError
+from fastloader.format.index import encode_paths
+from fastloader.format.remote import is_url
+
+PLAN_DIR = "plan"
+MAX_SHARD_FILES = 1 << 16  # bounds a task's memory and time on tiny files
+_ARRAYS = ("path_offsets", "path_bytes", "labels", "sizes", "mtimes", "bounds")
+_SCAN_NAME = "scan.json"
+_GATHER_BLOCK = 1 << 12  # paths gathered at a time by paths_of (~2 MB of int64 indices)
+
+
+class Spans(Protocol):
+    """What checking parts, counting progress and running tasks read of a plan: ShardPlan's
+    and a sample pack's (pack/sample_plan.SamplePlan)."""
+
+    sizes: np.ndarray  # int64 (n,): the bytes a position weighs, for the progress
+
+    @property
+    def num_shards(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def span(self, k: int) -> tuple[int, int]: ...
+
+    def digest(self, k: int) -> str: ...
+
+    def relpath(self, i: int) -> str: ...
+
+
+@dataclass
+class ShardPlan:
+    """The listing (one entry per source file, sorted) and the shard bounds over it."""
+
+    root: Path | str  # a str: the URL of a tree in object storage
+    path_offsets: np.ndarray  # int64 (n + 1,): slices of path_bytes
+    path_bytes: np.ndarray  # uint8: UTF-8 (surrogateescape) relative paths
+    labels: np.ndarray  # int64 (n,)
+    sizes: np.ndarray  # int64 (n,): source bytes (stat)
+    mtimes: np.ndarray  # int64 (n,): st_mtime_ns, so a resume sees changed files
+    bounds: np.ndarray  # int64 (shards + 1,)
+    scan: dict[str, Any] = field(default_factory=dict)  # scan counts and refusals (stats)
+
+    def __len__(self) -> int:
+        return int(self.labels.size)
+
+    @property
+    def num_shards(self) -> int:
+        return int(self.bounds.size) - 1
+
+    def relpath(self, i: int) -> str:
+        """The relative path of file i of the listing."""
+        start, stop = int(self.path_offsets[i]), int(self.path_offsets[i + 1])
+        return bytes(self.path_bytes[start:stop]).decode("utf-8", "surrogateescape")
+
+    def source(self, i: int) -> str:
+        """Where file i of the listing is read from: its path, or its URL."""
+        if isinstance(self.root, str):
+            return f"{self.root}/{self.relpath(i)}"
+        return str(self.root / self.relpath(i))
+
+    def span(self, k: int) -> tuple[int, int]:
+        """Shard k's files: listing positions lo..hi (hi excluded)."""
+        return int(self.bounds[k]), int(self.bounds[k + 1])
+
+    def digest(self, k: int) -> str:
+        """sha256 of shard k's files (paths, labels, sizes, mtimes): a part made from other
+        files (the source changed since) is not reused."""
+        lo, hi = self.span(k)
+        digest = hashlib.sha256(f"{lo}:{hi}".encode())
+        digest.update(self.path_bytes[self.path_offsets[lo] : self.path_offsets[hi]].tobytes())
+        relative = self.path_offsets[lo : hi + 1] - self.path_offsets[lo]
+        for array in (relative, self.labels[lo:hi], self.sizes[lo:hi], self.mtimes[lo:hi]):
+            digest.update(np.ascontiguousarray(array, np.int64).tobytes())
+        return digest.hexdigest()
+
+    def paths_of(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, bytes) of the paths of these listing positions, gathered without strings
+        (a block of positions at a time: the byte gather's int64 indices stay bounded)."""
+        starts = self.path_offsets[positions]
+        lengths = self.path_offsets[positions + 1] - starts
+        offsets = np.zeros(positions.size + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        out = np.empty(int(offsets[-1]), np.uint8)
+        for lo in range(0, positions.size, _GATHER_BLOCK):
+            hi = min(lo + _GATHER_BLOCK, positions.size)
+            base, end = int(offsets[lo]), int(offsets[hi])
+            where = np.repeat(starts[lo:hi] - offsets[lo:hi], lengths[lo:hi])
+            where += np.arange(base, end, dtype=np.int64)
+            out[base:end] = self.path_bytes[where]
+        return offsets, out
+
+    def save(self, staging: Path) -> None:
+        """Write the plan into staging/plan/ (arrays as .npy, scan counts as JSON)."""
+        folder = staging / PLAN_DIR
+        folder.mkdir(exist_ok=True)
+        for name in _ARRAYS:
+            with open(folder / f"{name}.npy", "wb") as handle:
+                np.save(handle, getattr(self, name), allow_pickle=False)
+                handle.flush()
+                os.fsync(handle.fileno())
+        scan = {"root": str(self.root), **self.scan}
+        (folder / _SCAN_NAME).write_text(json.dumps(scan, sort_keys=True))
+
+    @classmethod
+    def load(cls, staging: Path) -> ShardPlan:
+        """The plan a `plan` step or a pack wrote into staging (memory-mapped arrays)."""
+        folder = staging / PLAN_DIR
+        try:
+            scan = json.loads((folder / _SCAN_NAME).read_text())
+            arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+                      for name in _ARRAYS}
+        except (OSError, ValueError) as exc:
+            raise PackError(
+                f"{staging} holds no readable shard plan ({exc}); run `packdata plan SRC DST` "
+                "again."
+            ) from None
+        root = scan.pop("root")
+        plan = cls(root if is_url(root) else Path(root), scan=scan, **arrays)
+        if plan.bounds.size < 2 or plan.bounds[-1] != len(plan) or plan.bounds[0] != 0:
+            raise PackError(f"the shard plan in {staging} is damaged; run `packdata plan SRC "
+                            "DST` again.")
+        return plan
+
+
+def cut(sizes: np.ndarray, shard_size: int, max_files: int = MAX_SHARD_FILES) -> np.ndarray:
+    """Shard bounds over files of these sizes: as many files as fit in shard_size source
+    bytes (at least one), at most max_files; the same sizes always give the same bounds."""
+    ends = np.cumsum(np.asarray(sizes, np.int64))
+    bounds = [0]
+    n = int(ends.size)
+    while bounds[-1] < n:
+        lo = bounds[-1]
+        before = int(ends[lo - 1]) if lo else 0
+        hi = int(np.searchsorted(ends, before + shard_size, side="right"))
+        bounds.append(min(max(hi, lo + 1), lo + max_files, n))
+    return np.asarray(bounds, np.int64)
+
+
+def _listing_arrays(files: Any) -> tuple[np.ndarray, ...]:
+    """(path_offsets, path_bytes, labels, sizes, mtimes) of a scan's files: a Listing's own
+    arrays (pack/sources/listing.py; no Python object per file), else read file by file."""
+    if hasattr(files, "path_offsets"):  # a Listing: its paths are already fsencoded bytes
+        return (np.asarray(files.path_offsets, np.int64), np.asarray(files.path_bytes, np.uint8),
+                np.asarray(files.labels, np.int64), np.asarray(files.sizes, np.int64),
+                np.asarray(files.mtimes, np.int64))
+    n = len(files)
+    labels, sizes, mtimes = (np.empty(n, np.int64) for _ in range(3))
+    for i, source in enumerate(files):
+        labels[i], sizes[i], mtimes[i] = source.label, source.size, source.mtime_ns
+    path_offsets, path_bytes = encode_paths([source.relpath for source in files])
+    return path_offsets, path_bytes, labels, sizes, mtimes
+
+
+def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) -> ShardPlan:
+    """The plan of a scan's files (pack/scan.ScanResult): the listing as arrays, then cut.
+
+    Reads the scan through a narrow interface only: a Listing's column arrays, or else
+    len(files) and each file's relpath, label, size and mtime_ns, in their (sorted) order.
+    """
+    path_offsets, path_bytes, labels, sizes, mtimes = _listing_arrays(result.files)
+    scan = {
+        "classes": list(result.classes),
+        "ignored_hidden": result.ignored_hidden,
+        "ignored_non_image": result.ignored_non_image,
+        "ignored_outside_classes": result.ignored_outside_classes,
+        "empty_classes": list(result.empty_classes),
+        "refused": [list(r) for r in result.refused],
+    }
+    return ShardPlan(result.root, path_offsets, path_bytes, labels, sizes, mtimes,
+                     cut(sizes, shard_size, max_files), scan)

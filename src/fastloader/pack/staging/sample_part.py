@@ -1,0 +1,206 @@
+"""One shard of a sample pack, one task: its shard file, index arrays, columns and part-manifest.
+
+A task prepares its samples lo..hi in order (pack/sources/values.py), writes the shard file (a
+temporary name renamed into place, part._write_shard), then journal/NNNNN.part.npz (its index
+arrays and its own encoded field columns, format/columns.encode_column) and, last, its
+part-manifest journal/NNNNN.json (part.Part: counts, sizes, sha256s, skipped samples). Running
+it twice writes the same bytes again. An importer's source is reopened in the task from the
+plan's description (cached per process); Python samples are handed to it. With a URL DST
+the task gets a remote_stage.RemoteStage: the part is built in a local temporary folder, then
+uploaded (shard file to DST, part files under the staging prefix, part-manifest last).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastloader.errors import PackError
+from fastloader.format.columns import encode_column
+from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
+from fastloader.format.index import encode_paths
+from fastloader.pack.sources.values import PreparedSample, prepare_sample
+from fastloader.pack.staging.journal import JOURNAL_DIR, PLAN_NAME, write_atomic
+from fastloader.pack.staging.part import (
+    Part,
+    RemoteParts,
+    Stage,
+    _save_arrays,
+    _write_shard,
+    part_path,
+)
+from fastloader.pack.staging.sample_plan import SamplePlan
+
+log = logging.getLogger(__name__)
+CORE = ("offset", "length", "height", "width", "codec", "crc32", "label")
+_DTYPES = ("int64", "int64", "int32", "int32", "uint8", "uint32", "int64")
+BAD_SAMPLE_FIX = ("fix it, or pass --skip-bad (skip_bad=True) to pack the rest and list what "
+                  "was skipped.")
+
+
+def specs_of(fields: list[dict[str, Any]]) -> list[FieldSpec]:
+    """The field specs of a plan's manifest entries."""
+    return specs_from_manifest(fields, "the shard plan")
+
+
+class _Rows:
+    """What a part collects from its prepared samples, in order."""
+
+    def __init__(self, specs: Sequence[FieldSpec]) -> None:
+        self.records = primary_image(specs).name
+        self.label = label_field(specs)
+        self.data: list[bytes] = []
+        self.core: list[tuple[int, ...]] = []
+        self.paths: list[str] = []
+        self.columns: dict[str, list[Any]] = {s.name: [] for s in specs
+                                              if s.name != self.records}
+        self.skipped: list[list[str]] = []
+        self.reencoded = 0
+
+    def add(self, prepared: PreparedSample, skip_bad: bool) -> None:
+        record = prepared.record
+        if record.data is None:
+            if not skip_bad:
+                raise PackError(f"{record.error}; {BAD_SAMPLE_FIX}")
+            self.skipped.append([prepared.path, record.error or "unknown error"])
+            log.warning("pack: skipped %s: %s", prepared.path, self.skipped[-1][1])
+            return
+        label = prepared.values.get(self.label.name, 0) if self.label else 0
+        self.data.append(record.data)
+        self.core.append((len(record.data), record.height, record.width, record.codec,
+                          record.crc32, int(label)))
+        self.paths.append(prepared.path)
+        self.reencoded += record.reencoded
+        for name, values in self.columns.items():
+            values.append(prepared.values[name])
+
+
+def _arrays(rows: _Rows, offsets: list[int], specs: Sequence[FieldSpec]) -> dict[str, Any]:
+    core: list[Any] = list(zip(*rows.core, strict=True)) if rows.core else [[] for _ in range(6)]
+    arrays = {name: np.asarray(values, dtype)
+              for name, values, dtype in zip(CORE, [offsets, *core], _DTYPES, strict=True)}
+    arrays["path_offsets"], arrays["path_bytes"] = encode_paths(rows.paths)
+    by_name = {s.name: s for s in specs}
+    for name, values in rows.columns.items():
+        arrays |= encode_column(by_name[name], values)
+    return arrays
+
+
+def build_sample_part(staging: Stage, plan: SamplePlan, k: int, specs: Sequence[FieldSpec],
+                      settings: dict[str, Any], prepared: Iterable[PreparedSample]) -> Part:
+    """Write shard k from its samples' prepared values (in order), then its part; for a URL
+    DST (remote_stage.RemoteStage) in a local temporary folder, then uploaded."""
+    if not isinstance(staging, Path):
+        return staging.build(k, lambda folder: build_sample_part(folder, plan, k, specs,
+                                                                 settings, prepared))
+    lo, hi = plan.span(k)
+    rows = _Rows(specs)
+    count = 0
+    for sample in prepared:
+        rows.add(sample, settings["skip_bad"])
+        count += 1
+    if count != hi - lo:
+        raise PackError(f"shard {k} expected samples {lo}..{hi - 1} but got {count}: the "
+                        "source changed length while it was packed; pack it again.")
+    part = Part(k, lo, hi, plan.digest(k), None, rows.skipped, rows.reencoded)
+    offsets: list[int] = []
+    if rows.data:
+        part.info, offsets = _write_shard(staging, k, lo, rows.data, settings["backend"])
+    arrays = _arrays(rows, offsets, specs)
+    part.arrays_sha256 = _save_arrays(part_path(staging, k, ".part.npz"), arrays)
+    write_atomic(part_path(staging, k), part.to_json())
+    return part
+
+
+def prepare_range(samples: Any, lo: int, hi: int, specs: Sequence[FieldSpec],
+                  settings: dict[str, Any]) -> Iterable[PreparedSample]:
+    """Samples lo..hi read by index and prepared, one after another (in a task)."""
+    for i in range(lo, hi):
+        where = f"sample {i}"
+        try:
+            sample = samples[i]
+        except Exception as exc:  # the user's __getitem__: any failure is this sample's
+            sample = f"<{type(exc).__name__}: {exc}>"
+        yield prepare_sample(sample, specs, where, settings)
+
+
+@functools.lru_cache(maxsize=2)
+def _reopened(description: str, options: str) -> tuple[Any, str]:
+    """An importer's samples opened again from the plan's description (one per process);
+    options: the fsspec storage options of a source at a URL (JSON; never in the plan)."""
+    from fastloader.pack.sources.importers import open_source
+
+    raw = json.loads(description)
+    samples, specs, source = open_source(
+        raw["src"], raw["kind"], fields=raw["fields"], image=raw["image"], label=raw["label"],
+        root=raw["root"], skip_empty=raw["skip_empty"], masks=raw["masks"],
+        storage_options=json.loads(options) or None)
+    if not (hasattr(samples, "__len__") and hasattr(samples, "__getitem__")):
+        samples = list(samples)  # a streamed importer (tars): its samples, by index
+    fields = json.dumps([s.to_json() for s in specs], sort_keys=True)
+    return samples, fields + source["fingerprint"]
+
+
+def reopen(plan: SamplePlan, storage_options: dict[str, Any] | None = None) -> Any:
+    """The plan's importer samples; PackError if the source is not the one planned."""
+    assert plan.reopen is not None
+    options = json.dumps(storage_options or {}, sort_keys=True, default=str)
+    samples, identity = _reopened(json.dumps(plan.reopen, sort_keys=True), options)
+    if identity != json.dumps(plan.fields, sort_keys=True) + plan.fingerprint:
+        raise PackError(f"{plan.reopen['src']} changed since its shard plan was made (its "
+                        "files or fields differ); plan the pack again (rerun it, or `packdata "
+                        "plan SRC DST`).")
+    return samples
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_plan(staging: str, stamp: int) -> tuple[SamplePlan, dict[str, Any]]:
+    folder = Path(staging)
+    try:
+        settings = json.loads((folder / PLAN_NAME).read_text())
+    except (OSError, ValueError) as exc:
+        raise PackError(f"{folder} holds no readable shard plan ({exc}); run `packdata plan "
+                        "SRC DST` again.") from None
+    return SamplePlan.load(folder), settings
+
+
+def load_plan(staging: Path) -> tuple[SamplePlan, dict[str, Any]]:
+    """The sample plan and settings in staging (cached while plan.json is unchanged)."""
+    try:
+        stamp = (staging / PLAN_NAME).stat().st_mtime_ns
+    except OSError:
+        raise PackError(f"{staging} holds no shard plan; run `packdata plan SRC DST` "
+                        "first.") from None
+    return _cached_plan(str(staging), stamp)
+
+
+def run_sample_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
+                     samples: Any = None) -> dict[str, int]:
+    """The task of shard k where the engine runs it (a Ray task): its samples prepared one
+    after another, its part written (in the staging folder, or uploaded to a URL DST's).
+    Returns {files, bytes, packed} for the progress."""
+    folder: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
+    plan, settings = load_plan(folder) if isinstance(folder, Path) else folder.load_plan()
+    if not 0 <= k < plan.num_shards:  # (a RemoteStage's repr would show storage_options)
+        where = folder if isinstance(folder, Path) else "the URL's staging"
+        raise PackError(f"shard {k} is not in the plan of {where} (shards 0..."
+                        f"{plan.num_shards - 1}).")
+    if samples is None:  # a URL DST's stage hands its storage options (a URL source's too)
+        samples = reopen(plan, settings.get("storage_options"))
+    specs = specs_of(plan.fields)
+    lo, hi = plan.span(k)
+    part = build_sample_part(folder, plan, k, specs, settings,
+                             prepare_range(samples, lo, hi, specs, settings))
+    return {"files": hi - lo, "bytes": int(plan.sizes[lo:hi].sum()),
+            "packed": 0 if part.info is None else part.info.count}
+
+
+__all__ = ["JOURNAL_DIR", "build_sample_part", "load_plan", "reopen",
+           "run_sample_shard", "specs_of"]
