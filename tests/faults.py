@@ -70,18 +70,15 @@ def faulty(real: Callable[..., Any], *, die_in: int | None = None, flag: str | P
 def patch_ray_task(setattr: Callable[[Any, str, Any], None], **faults: Any) -> None:
     """Make the Ray engine run its shard tasks (ImageFolder and sample ones) with `faults`
     (see faulty); setattr is monkeypatch.setattr, or plain setattr in a child process."""
-    from fastloader.pack.engines import local as engines
-    from fastloader.pack.engines import samples as sample_engines
+    from fastloader.pack.engines import ray
 
-    setattr(engines, "run_shard", faulty(engines.run_shard, **faults))
-    setattr(sample_engines, "run_sample_shard",
-            faulty(sample_engines.run_sample_shard, **faults))
+    setattr(ray, "run_shard", faulty(ray.run_shard, **faults))
+    setattr(ray, "run_sample_shard", faulty(ray.run_sample_shard, **faults))
 
 
 def _kill_after_parts(n: int) -> None:
     """SIGKILL this process right after the local engine wrote its nth part of this run."""
-    from fastloader.pack.engines import local as engines
-    from fastloader.pack.engines import samples as sample_engines
+    from fastloader.pack.engines import local
 
     written = [0]
 
@@ -94,9 +91,8 @@ def _kill_after_parts(n: int) -> None:
             return part
         return build
 
-    engines.build_part = counting(engines.build_part)  # type: ignore[assignment]
-    sample_engines.build_sample_part = counting(  # type: ignore[assignment]
-        sample_engines.build_sample_part)
+    local.build_part = counting(local.build_part)  # type: ignore[assignment]
+    local.build_sample_part = counting(local.build_sample_part)  # type: ignore[assignment]
 
 
 def _hold_before_rename(hold: str) -> None:

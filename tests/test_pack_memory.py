@@ -23,9 +23,9 @@ from fastloader.pack.pipeline.tree import pack
 from fastloader.pack.sources.listing import Listing, SourceFile
 from fastloader.pack.sources.scan import ScanResult, scan
 from fastloader.pack.sources.validate import Prepared
+from fastloader.pack.staging.build import build_part
 from fastloader.pack.staging.commit import _index, check_parts, commit
 from fastloader.pack.staging.journal import Staging
-from fastloader.pack.staging.part import build_part
 from fastloader.pack.staging.plan import ShardPlan, from_scan
 from imagegen import encode, photo_like
 

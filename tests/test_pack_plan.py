@@ -17,8 +17,9 @@ from fastloader.format.dataset import open_dataset
 from fastloader.pack.cli.main import main
 from fastloader.pack.maintain.verify import verify
 from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.staging.build import run_shard
 from fastloader.pack.staging.journal import staging_path
-from fastloader.pack.staging.part import check_part, run_shard
+from fastloader.pack.staging.part import check_part
 from fastloader.pack.staging.plan import ShardPlan, cut
 from helpers import broken_tree, dataset_bytes
 

@@ -13,10 +13,11 @@ import pytest
 
 import fastloader
 from fastloader.errors import PackError
+from fastloader.pack.sources.hints import size_hint
 from fastloader.pack.sources.values import TarMember
 from fastloader.pack.staging.commit import SKIPPED_NAME
 from fastloader.pack.staging.journal import staging_path
-from fastloader.pack.staging.sample_plan import count_bounds, size_hint
+from fastloader.pack.staging.plan import count_bounds
 from faults import packdata_command
 from helpers import coco_file, dataset_bytes, sample_table
 

@@ -12,12 +12,13 @@ import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack.engines.local import Meter
-from fastloader.pack.engines.samples import run_local
-from fastloader.pack.pipeline.samples import pack_options, plan_sample_pack
+from fastloader.pack.engines.local import run_local_samples
+from fastloader.pack.engines.progress import Meter
+from fastloader.pack.pipeline.options import PackOptions
+from fastloader.pack.pipeline.samples import plan_sample_pack, sample_options
 from fastloader.pack.sources import importers
+from fastloader.pack.staging.commit import commit_samples
 from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
-from fastloader.pack.staging.sample_commit import commit_samples
 from faults import packdata_command
 from helpers import coco_file, dataset_bytes, remote_dataset_bytes, sample_table
 
@@ -66,12 +67,13 @@ def test_the_commit_refuses_a_deleted_remote_part_naming_it(s3, local: Path) -> 
     table = local / "src" / "t.csv"
     samples, specs, source = importers.open_source(
         table, "csv", fields=None, image=None, label="species", root=None)
-    opts = pack_options(specs, source, workers=1, skip_bad=True, shard_size=4 << 10)
+    opts = sample_options(PackOptions(workers=1, skip_bad=True, shard_size=4 << 10).checked(),
+                          source)
     staging, plan, settings = plan_sample_pack(samples, URL, specs, opts, source, None)
     assert isinstance(staging, RemoteStaging) and plan is not None
     try:
         todo = staging.pending(plan, False)
-        run_local(staging.stage, plan, todo, samples, specs, settings | {"workers": 1},
+        run_local_samples(staging.stage, plan, todo, samples, specs, settings | {"workers": 1},
                   Meter(plan, todo, None, True))
         s3.rm_file(f"{staging_url(URL)[5:]}/journal/00002.json")
         with pytest.raises(PackError, match=r"cannot commit s3://bucket/table\.lmdb: 1 of "

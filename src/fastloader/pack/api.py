@@ -8,8 +8,9 @@ from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
+from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.pipeline.samples import pack_samples
-from fastloader.pack.pipeline.tree import pack as pack_imagefolder
+from fastloader.pack.pipeline.tree import pack_tree
 from fastloader.pack.sources import importers
 
 
@@ -86,15 +87,14 @@ def pack(
         if options.pop("shard_samples", None) is not None:
             raise PackError("shard_samples applies to Python samples only; an ImageFolder "
                             "tree is cut by its files' sizes (shard_size).")
-        return pack_imagefolder(src, dst, **options)
+        return pack_tree(src, dst, PackOptions(**options).checked())
     if options.pop("tiles", False):
         raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
                         "or Python samples are packed untiled.")
     options.pop("restart_mcus", None)
-    if options.pop("strict", False) and skip_bad:
-        raise PackError("strict and skip_bad contradict each other; pass one.")
+    checked = PackOptions(skip_bad=skip_bad, **options).checked()
     if kind is None:
-        return pack_samples(src, dst, fields, skip_bad=skip_bad, **options)
+        return pack_samples(src, dst, fields, checked)
     reopen = importers.reopen_description(src, kind, fields=fields, image=image, label=label,
                                           root=root, skip_empty=skip_empty, masks=masks)
     # opened by its absolute path, as a shard task reopens it (the same fingerprint)
@@ -102,5 +102,4 @@ def pack(
         reopen["src"] if reopen else src, kind, fields=fields, image=image, label=label,
         root=root, skip_empty=skip_empty, masks=masks,
         storage_options=options.get("storage_options"))
-    return pack_samples(samples, dst, specs, skip_bad=skip_bad, source=source, reopen=reopen,
-                        **options)
+    return pack_samples(samples, dst, specs, checked, source=source, reopen=reopen)

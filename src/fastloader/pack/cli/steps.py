@@ -20,13 +20,21 @@ from typing import Any
 from fastloader.errors import PackError
 from fastloader.format.remote import is_url
 from fastloader.pack.cli.sources import source_options
-from fastloader.pack.engines.local import Meter, run_local
+from fastloader.pack.engines.local import run_local, run_local_samples
+from fastloader.pack.engines.progress import Meter
+from fastloader.pack.pipeline.options import PackOptions, check_sizes
 from fastloader.pack.sources import importers
-from fastloader.pack.staging.commit import commit
+from fastloader.pack.staging.commit import commit, commit_samples
 from fastloader.pack.staging.journal import Staging, staging_path
-from fastloader.pack.staging.part import SETTINGS_NAME, read_settings
-from fastloader.pack.staging.plan import PLAN_DIR, ShardPlan
-from fastloader.pack.staging.sample_plan import is_sample_plan
+from fastloader.pack.staging.plan import (
+    PLAN_DIR,
+    SETTINGS_NAME,
+    SamplePlan,
+    ShardPlan,
+    is_sample_plan,
+    load_plan,
+    read_settings,
+)
 
 COMMANDS = ("plan", "shard", "commit")
 
@@ -63,11 +71,11 @@ def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
                         "schedule.")
     if importers.detect(args.src, args.source_format) != "imagefolder":
         return _plan_samples(args)
-    staging, plan, _ = plan_pack(
-        args.src, args.dst, format=args.format, shard_size=args.shard_size,
-        max_side=args.max_side, quality=args.quality, overwrite=args.overwrite,
-        resume=args.resume, strict=args.strict, tiles=args.tiles,
-        restart_mcus=args.restart_mcus, max_file_size=args.max_file_size)
+    staging, plan, _ = plan_pack(args.src, args.dst, PackOptions(
+        format=args.format, shard_size=args.shard_size, max_side=args.max_side,
+        quality=args.quality, overwrite=args.overwrite, resume=args.resume, strict=args.strict,
+        tiles=args.tiles, restart_mcus=args.restart_mcus,
+        max_file_size=args.max_file_size).checked())
     staging.release()
     _planned(args, len(plan), plan.num_shards, staging.dir)
     return 0
@@ -85,7 +93,7 @@ def _planned(args: argparse.Namespace, count: int, shards: int, folder: Path,
 def _plan_samples(args: argparse.Namespace) -> int:
     """plan of a table, file groups, .tar shards or a COCO file: its source description goes
     into the plan, so each `packdata shard` run opens it again."""
-    from fastloader.pack.pipeline.samples import pack_options, plan_sample_pack
+    from fastloader.pack.pipeline.samples import plan_sample_pack, sample_options
 
     if args.tiles or args.strict:
         raise PackError("--tiles and --strict apply to ImageFolder trees only.")
@@ -97,12 +105,12 @@ def _plan_samples(args: argparse.Namespace) -> int:
     samples, specs, source = importers.open_source(reopen["src"], kind, **_opener(options))
     if not hasattr(samples, "__getitem__"):
         samples = list(samples)
-    opts = pack_options(specs, source, format=args.format, shard_size=args.shard_size,
-                        max_side=args.max_side, quality=args.quality, overwrite=args.overwrite,
-                        skip_bad=skip_bad, max_file_size=args.max_file_size,
-                        resume=args.resume)
+    checked = sample_options(PackOptions(
+        format=args.format, shard_size=args.shard_size, max_side=args.max_side,
+        quality=args.quality, overwrite=args.overwrite, skip_bad=skip_bad,
+        max_file_size=args.max_file_size, resume=args.resume).checked(), source)
     dst = Path(args.dst).expanduser().absolute()
-    staging, plan, _ = plan_sample_pack(samples, dst, specs, opts, source, reopen)
+    staging, plan, _ = plan_sample_pack(samples, dst, specs, checked, source, reopen)
     try:
         (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text(
             json.dumps({"overwrite": args.overwrite}))
@@ -131,13 +139,12 @@ def _run_shard(argv: Sequence[str]) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     _refuse_url(args.dst)
-    from fastloader.pack.pipeline.tree import _check_options
-
-    _, workers, _, _ = _check_options(1, args.workers, None, 90)
+    _, workers, _, _ = check_sizes(1, args.workers, None, 90)
     folder = staging_path(Path(args.dst).expanduser().absolute())
     if is_sample_plan(folder):
         return _shard_samples(folder, args, workers)
-    plan, settings = ShardPlan.load(folder), read_settings(folder)
+    plan, settings = load_plan(folder)
+    assert isinstance(plan, ShardPlan)
     todo = _todo(args, plan.num_shards)
     if not todo:
         return 0
@@ -166,10 +173,10 @@ def _wrote(args: argparse.Namespace, todo: list[int], folder: Path) -> None:
 
 def _shard_samples(folder: Path, args: argparse.Namespace, workers: int) -> int:
     """`packdata shard` of a sample plan: its source opened again, its range's parts written."""
-    from fastloader.pack.engines import samples as sample_engines
-    from fastloader.pack.staging.sample_part import load_plan, reopen, specs_of
+    from fastloader.pack.staging.build import reopen, specs_of
 
     plan, settings = load_plan(folder)
+    assert isinstance(plan, SamplePlan)
     todo = _todo(args, plan.num_shards)
     if not todo:
         return 0
@@ -179,8 +186,8 @@ def _shard_samples(folder: Path, args: argparse.Namespace, workers: int) -> int:
     meter = Meter(plan, todo, None, args.quiet)
     meter.files, meter.total = 0, sum(plan.span(k)[1] - plan.span(k)[0] for k in todo)
     try:
-        sample_engines.run_local(folder, plan, todo, reopen(plan), specs_of(plan.fields),
-                                 settings | {"workers": workers}, meter)
+        run_local_samples(folder, plan, todo, reopen(plan), specs_of(plan.fields),
+                          settings | {"workers": workers}, meter)
     finally:
         meter.close()
     _wrote(args, todo, folder)
@@ -200,15 +207,14 @@ def _run_commit(argv: Sequence[str]) -> int:
     try:
         settings = read_settings(staging.dir)
         overwrite = args.overwrite or bool(settings.get("overwrite"))
-        if is_sample_plan(staging.dir):
-            from fastloader.pack.staging.sample_commit import commit_samples
-            from fastloader.pack.staging.sample_part import load_plan, specs_of
+        plan = load_plan(staging.dir)[0]
+        if isinstance(plan, SamplePlan):
+            from fastloader.pack.staging.build import specs_of
 
-            plan = load_plan(staging.dir)[0]
             manifest = commit_samples(staging, plan, specs_of(plan.fields), settings,
                                       overwrite)
         else:
-            manifest = commit(staging, ShardPlan.load(staging.dir), settings, overwrite)
+            manifest = commit(staging, plan, settings, overwrite)
     finally:
         staging.release()
     if not args.quiet:

@@ -1,74 +1,45 @@
-"""Who runs the shard tasks of a plan: this machine's processes, or a Ray cluster.
+"""The local engine: this machine's processes run a plan's pending shard tasks.
 
-Both write the same parts (part.py): the local engine prepares the files of every pending
-shard in listing order on a process pool (so even one shard uses every core) and writes each
-part when its last file is in; the Ray engine runs part.run_shard(staging, k) as one Ray task
-per shard (retried by Ray when its worker dies), with the listing done once on the driver.
+The items of every pending shard are prepared in plan order on a process pool (so even one
+shard uses every core), and each part is written here when its last item is in (the same
+part a Ray task writes, pack/staging/build.py). An ImageFolder tree's files go to the pool by
+path; a field source's samples are read by index in forked workers (its __getitem__ runs
+there, in parallel). A plain iterable of samples is read in order here and cut every
+shard_samples samples, each chunk a part.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
+import functools
+import itertools
+import multiprocessing
 import signal
-import sys
-import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastloader.errors import FastloaderError, PackError
-from fastloader.pack.sources.validate import Prepared
-from fastloader.pack.staging.part import Stage, build_part, prepare_job, run_shard
-from fastloader.pack.staging.plan import ShardPlan, Spans
+import numpy as np
 
-log = logging.getLogger(__name__)
-ENGINES = ("local", "ray")
+from fastloader.format.fields import FieldSpec
+from fastloader.pack.engines.progress import Meter
+from fastloader.pack.sources.validate import Prepared
+from fastloader.pack.sources.values import PreparedSample, prepare_sample
+from fastloader.pack.staging.build import build_part, build_sample_part, prepare_job
+from fastloader.pack.staging.part import Stage
+from fastloader.pack.staging.plan import SamplePlan, ShardPlan, Spans, count_bounds
+
 _WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memory
 _WINDOW_FILES = 2048
-RAY_HINT = ('--engine ray needs Ray: pip install "fastloader[ray]" (or "ray>=2.9"); or pack '
-            "with --engine local.")
-
-Progress = Callable[[int, int, int], None]  # (files done, files total, source bytes done)
+_WINDOW = 1024  # samples in flight per pool window: bounds memory
+_SOURCE: Any = None  # the sequence being packed, inherited by forked workers
 
 
-def progress_bar(total: int, quiet: bool, initial: int = 0) -> Any:
-    """tqdm's bar on a terminal's stderr, else None."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, unit="file", unit_scale=True, file=sys.stderr,
-                smoothing=0.1, desc="packing", dynamic_ncols=True)
-
-
-class Meter:
-    """Counts files and bytes done for the progress callback and the bar."""
-
-    def __init__(self, plan: Spans, todo: Sequence[int], progress: Progress | None,
-                 quiet: bool) -> None:
-        pending = sum(plan.span(k)[1] - plan.span(k)[0] for k in todo)
-        pending_bytes = sum(int(plan.sizes[slice(*plan.span(k))].sum()) for k in todo)
-        self.total, self.progress = len(plan), progress
-        self.files = self.total - pending
-        self.bytes = int(plan.sizes.sum()) - pending_bytes
-        self.began = time.monotonic()
-        self.bar = progress_bar(self.total, quiet, self.files)
-
-    def add(self, files: int, nbytes: int) -> None:
-        self.files += files
-        self.bytes += nbytes
-        if self.progress is not None:
-            self.progress(self.files, self.total, self.bytes)
-        if self.bar is not None:
-            self.bar.update(files)
-            rate = self.bytes / max(time.monotonic() - self.began, 1e-9) / 1e6
-            self.bar.set_postfix_str(f"{rate:.1f} MB/s", refresh=False)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def default_sigterm() -> None:
+    """A pool worker's initializer: SIGTERM kills it again. A forked worker inherits its
+    parent's Python handler (ray.init installs one and leaves it after shutdown), and Pool's
+    terminate() would then run that handler, not end the worker, and wait on it forever."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _windows(plan: ShardPlan, positions: Iterable[int]) -> Iterator[list[int]]:
@@ -84,7 +55,7 @@ def _windows(plan: ShardPlan, positions: Iterable[int]) -> Iterator[list[int]]:
         yield window
 
 
-def _prepared(plan: ShardPlan, todo: Sequence[int], workers: int,
+def _prepared_files(plan: ShardPlan, todo: Sequence[int], workers: int,
               job: Callable[[str], Prepared]) -> Iterator[Prepared]:
     """The pending shards' files prepared in listing order, by a pool holding two windows."""
     positions = (i for k in todo for i in range(*plan.span(k)))
@@ -109,7 +80,7 @@ def _prepared(plan: ShardPlan, todo: Sequence[int], workers: int,
 def run_local(staging: Stage, plan: ShardPlan, todo: Sequence[int], settings: dict[str, Any],
               workers: int, meter: Meter) -> set[int]:
     """Write the parts of `todo` with this machine's processes; the shards written."""
-    stream = _prepared(plan, todo, workers, prepare_job(settings))
+    stream = _prepared_files(plan, todo, workers, prepare_job(settings))
 
     def counted(lo: int, hi: int) -> Iterator[Prepared]:
         for i in range(lo, hi):
@@ -124,82 +95,95 @@ def run_local(staging: Stage, plan: ShardPlan, todo: Sequence[int], settings: di
     return written
 
 
-def import_ray() -> Any:
-    """The ray module, or PackError saying how to install it."""
+def is_sequence(samples: Any) -> bool:
+    """Whether samples can be read by index (len + getitem), not a plain iterable."""
+    return hasattr(samples, "__len__") and hasattr(samples, "__getitem__") and not isinstance(
+        samples, (dict, str, bytes))
+
+
+def _job(item: Any, specs: Sequence[FieldSpec], settings: dict[str, Any]) -> PreparedSample:
+    if isinstance(item, int):  # an index into the forked sequence: __getitem__ runs here
+        where = f"sample {item}"
+        try:
+            sample = _SOURCE[item]
+        except Exception as exc:  # the user's __getitem__: any failure is this sample's
+            return prepare_sample(f"<{type(exc).__name__}: {exc}>", specs, where, settings)
+        return prepare_sample(sample, specs, where, settings)
+    where, sample = item
+    return prepare_sample(sample, specs, where, settings)
+
+
+def _prepared_samples(samples: Any, items: Iterable[Any], specs: Sequence[FieldSpec],
+              settings: dict[str, Any]) -> Generator[PreparedSample, None, None]:
+    """items (indices of a sequence, or (where, sample) pairs) prepared in order, by a pool
+    holding at most two windows."""
+    global _SOURCE
+    job: Callable[[Any], PreparedSample] = functools.partial(_job, specs=specs,
+                                                             settings=settings)
+    # fork, explicitly (whatever the global default): workers inherit the sequence and call
+    # its __getitem__; without fork, samples travel to the workers pickled, in order.
+    forked = is_sequence(samples) and "fork" in multiprocessing.get_all_start_methods()
+    _SOURCE = samples
     try:
-        import ray
-    except ImportError:
-        raise PackError(RAY_HINT) from None
-    return ray
-
-
-def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, FastloaderError):  # a bad file under --strict: the task's own error
-        return cause
-    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, OSError):
-        return PackError(f"shard {k}'s task failed: {cause}; fix it and rerun with --resume.")
-    return PackError(f"shard {k}'s Ray task failed ({type(exc).__name__}: {exc}); the finished "
-                     "parts are kept: rerun with --resume.")
-
-
-def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | None,
-            meter: Meter, task: Callable[..., dict[str, int]] | None = None,
-            extra: tuple[Any, ...] = ()) -> set[int]:
-    """Run task(staging, k, *extra) (part.run_shard, or a sample pack's) as one Ray task per
-    pending shard; progress here on the driver.
-
-    Uses the Ray instance this process already joined, else joins `address`, else starts a
-    local one with `workers` CPUs on loopback (shut down again at the end).
-    """
-    with joined_ray(workers, address) as ray:
-        # SPREAD: shards go to every node (their reads and writes are what a cluster adds),
-        # not to the workers of the first node that has free CPUs
-        remote = ray.remote(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")(
-            run_shard if task is None else task)
-        refs = {remote.remote(staging, k, *extra): k for k in todo}
-        pending = list(refs)
-        written: set[int] = set()
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            for ref in ready:
-                try:
-                    done = ray.get(ref)
-                except Exception as exc:  # a task's error or a lost worker past its retries
-                    for other in pending:
-                        ray.cancel(other)
-                    raise _ray_failure(ray, exc, refs[ref]) from None
-                written.add(refs[ref])
-                meter.add(done["files"], done["bytes"])
-        return written
-
-
-def default_sigterm() -> None:
-    """A pool worker's initializer: SIGTERM kills it again. A forked worker inherits its
-    parent's Python handler (ray.init installs one and leaves it after shutdown), and Pool's
-    terminate() would then run that handler, not end the worker, and wait on it forever."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-@contextlib.contextmanager
-def joined_ray(workers: int, address: str | None) -> Iterator[Any]:
-    """The ray module, joined to the instance this process already joined, else to `address`,
-    else to a new local one with `workers` CPUs on loopback; what it started it shuts down."""
-    ray = import_ray()
-    started = not ray.is_initialized()
-    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it for good
-    quiet = {"include_dashboard": False, "log_to_driver": False,
-             "logging_level": logging.WARNING}  # packdata prints its own progress
-    if started and address:
-        ray.init(address=address, **quiet)
-    elif started:  # "local": a new instance even if a cluster runs on this machine
-        ray.init(address="local", num_cpus=workers, _node_ip_address="127.0.0.1", **quiet)
-    try:
-        yield ray
+        if settings["workers"] == 1:
+            yield from map(job, items)
+            return
+        if not forked and is_sequence(samples):
+            items = ((f"sample {i}", samples[i]) for i in items)
+        with multiprocessing.get_context("fork" if forked else None).Pool(
+                settings["workers"], initializer=default_sigterm) as pool:
+            iterator = iter(items)
+            pending: list[Iterable[PreparedSample]] = []
+            while window := list(itertools.islice(iterator, _WINDOW)):
+                chunk = max(1, min(32, len(window) // (4 * settings["workers"])))
+                pending.append(pool.imap(job, window, chunk))
+                if len(pending) > 1:  # keep the next window working while this one drains
+                    yield from pending.pop(0)
+            for rest in pending:
+                yield from rest
     finally:
-        if started:
-            ray.shutdown()
-            signal.signal(signal.SIGTERM, sigterm)
+        _SOURCE = None
+
+
+def run_local_samples(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: Any,
+              specs: Sequence[FieldSpec], settings: dict[str, Any], meter: Meter) -> set[int]:
+    """Write the parts of `todo` with this machine's processes; the shards written."""
+    positions = (i for k in todo for i in range(*plan.span(k)))
+    stream = _prepared_samples(samples, positions, specs, settings)
+
+    def counted(lo: int, hi: int) -> Iterator[PreparedSample]:
+        for i in range(lo, hi):
+            yield next(stream)
+            meter.add(1, int(plan.sizes[i]))
+
+    written: set[int] = set()
+    try:
+        for k in todo:
+            build_sample_part(staging, plan, k, specs, settings, counted(*plan.span(k)))
+            written.add(k)
+    finally:  # now, not when collected: a later pack's _SOURCE must not be reset by this one
+        stream.close()
+    return written
+
+
+def run_stream(staging: Stage, plan: SamplePlan, samples: Iterable[Any],
+               specs: Sequence[FieldSpec], settings: dict[str, Any], shard_samples: int,
+               meter: Meter) -> SamplePlan:
+    """A plain iterable read in order here, a part every shard_samples samples; the plan of
+    what was read (its bounds known only now)."""
+    items = ((f"sample {k}", s) for k, s in enumerate(samples))
+    stream = _prepared_samples(samples, items, specs, settings)
+    n = 0
+    try:
+        while chunk := list(itertools.islice(stream, shard_samples)):
+            plan.bounds = count_bounds(n + len(chunk), shard_samples)
+            plan.sizes = np.zeros(n + len(chunk), np.int64)
+            build_sample_part(staging, plan, n // shard_samples, specs, settings, chunk)
+            n += len(chunk)
+            meter.add(len(chunk), 0)
+    finally:
+        stream.close()
+    return plan
 
 
 def pending_shards(staging: Path, plan: Spans, resume: bool) -> list[int]:
@@ -209,7 +193,3 @@ def pending_shards(staging: Path, plan: Spans, resume: bool) -> list[int]:
     from fastloader.pack.staging.part import check_part
 
     return [k for k in range(plan.num_shards) if check_part(staging, plan, k)[0] is None]
-
-
-__all__ = ["ENGINES", "Meter", "default_sigterm", "import_ray",
-           "joined_ray", "pending_shards", "run_local", "run_ray"]

@@ -76,7 +76,7 @@ class MaskedSamples(Sequence[dict[str, Any]]):
 
     def size_hints(self) -> list[int]:
         """The shard plan's size hints (image file sizes), without painting any mask."""
-        from fastloader.pack.staging.sample_plan import size_hint
+        from fastloader.pack.sources.hints import size_hint
 
         return [size_hint(sample.get("image")) for sample in self._samples]
 

@@ -89,7 +89,7 @@ def fingerprint(kind: str, path: str, storage_options: dict[str, Any] | None = N
 def _url_entries(pattern: str, storage_options: dict[str, Any] | None) -> list[list[Any]]:
     """[url, size, stamp] of each tar a URL pattern names; PackError if one is gone."""
     from fastloader.pack.sources.groups import expand_braces
-    from fastloader.pack.sources.scan_remote import _stamp
+    from fastloader.pack.sources.scan_remote import stamp as _stamp
     from fastloader.pack.sources.tar_url import stat_tars
 
     urls = expand_braces(pattern)

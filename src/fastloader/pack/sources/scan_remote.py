@@ -22,7 +22,7 @@ from fastloader.pack.sources.listing import Listing, ListingBuilder
 from fastloader.pack.sources.scan import IMAGE_EXTENSIONS, ScanResult
 
 
-def _stamp(info: dict[str, Any]) -> int:
+def stamp(info: dict[str, Any]) -> int:
     """An int that changes when the object does: from its ETag, else its mtime (ns)."""
     etag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
     if etag:
@@ -77,7 +77,7 @@ def _classify(objects: dict[str, dict[str, Any]], result: ScanResult, max_file_s
             refused.append((*entry, f"{size} bytes, over the --max-file-size cap of "
                             f"{max_file_size}", None))
         else:
-            kept.append((*entry, size, _stamp(info)))
+            kept.append((*entry, size, stamp(info)))
     result.ignored_hidden = len(hidden)
     return classes, kept, refused
 

@@ -37,7 +37,8 @@ class Prepared(NamedTuple):
     source_crc32: int = 0  # crc32 of the bytes that were repacked
 
 
-def _reject(reason: str) -> Prepared:
+def reject(reason: str) -> Prepared:
+    """A refused item: no data, and why."""
     return Prepared(None, 0, 0, int(Codec.UNKNOWN), 0, reason, False)
 
 
@@ -142,16 +143,16 @@ def prepare(
         else:
             data = read_source(path, max_file_size)
     except OSError as exc:
-        return _reject(f"cannot read: {exc.strerror or exc}")
+        return reject(f"cannot read: {exc.strerror or exc}")
     except ValueError as exc:
-        return _reject(str(exc))
+        return reject(str(exc))
     return prepare_data(data, max_side, quality)
 
 
 def prepare_data(data: bytes, max_side: int | None = None, quality: int = 90) -> Prepared:
     """The record of image bytes (checked, maybe re-encoded); never raises for bad bytes."""
     if not data:
-        return _reject("empty file")
+        return reject("empty file")
     try:
         codec, height, width = check_image(data)
         reencoded = False
@@ -159,9 +160,9 @@ def prepare_data(data: bytes, max_side: int | None = None, quality: int = 90) ->
             data, height, width = reencode(data, max_side, quality)
             codec, reencoded = Codec.JPEG, True
     except DecodeError as exc:
-        return _reject(f"truncated or corrupt JPEG, the loader's decoder says: {exc}")
+        return reject(f"truncated or corrupt JPEG, the loader's decoder says: {exc}")
     except UnidentifiedImageError:
-        return _reject("not an image Pillow recognises (unknown or garbage header)")
+        return reject("not an image Pillow recognises (unknown or garbage header)")
     except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, bomb errors...
-        return _reject(f"not a decodable image: {type(exc).__name__}: {exc}")
+        return reject(f"not a decodable image: {type(exc).__name__}: {exc}")
     return Prepared(data, height, width, int(codec), zlib.crc32(data), None, reencoded)

@@ -18,7 +18,8 @@ import numpy as np
 from fastloader.decode.masks import map_mask
 from fastloader.format.fields import FieldSpec
 from fastloader.format.masks import MaskError, encode_mask, to_mask
-from fastloader.pack.sources.validate import Prepared, _reject, prepare_data, read_source
+from fastloader.pack.sources.validate import Prepared, prepare_data, read_source
+from fastloader.pack.sources.validate import reject as _reject
 
 WHERE_KEY = "__where__"  # importers: where the sample came from ("labels.csv line 14")
 PATH_KEY = "__path__"  # importers: the source path kept in the index (else WHERE_KEY)

@@ -12,9 +12,8 @@ from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import MANIFEST_NAME
-from fastloader.pack.staging.plan import PLAN_DIR
+from fastloader.pack.staging.plan import PLAN_DIR, PLAN_NAME
 
-PLAN_NAME = "plan.json"
 JOURNAL_DIR = "journal"
 LOCK_NAME = ".lock"
 

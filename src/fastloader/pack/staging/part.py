@@ -1,49 +1,37 @@
-"""One shard, one task: its shard file and its part-manifest in the staging folder.
+"""A part: what one shard task leaves in the staging folder, and its checks.
 
-A task reads its files (plan.py's slice), writes the shard file under a temporary name and
-renames it into place, then its index arrays (journal/NNNNN.part.npz) and, last, its
-part-manifest journal/NNNNN.json (counts, sizes, sha256s, skipped files), so a part-manifest
-always means a whole part. Running a task twice (an engine's retry, a killed task re-run, two
-`packdata shard` runs of one range) writes the same bytes again: tasks are idempotent.
+A task writes its shard file under a temporary name and renames it into place, then its index
+arrays (journal/NNNNN.part.npz) and, last, its part-manifest journal/NNNNN.json (counts,
+sizes, sha256s, skipped items), so a part-manifest always means a whole part. Running a task
+twice (an engine's retry, a killed task re-run, two `packdata shard` runs of one range)
+writes the same bytes again: tasks are idempotent. What goes into a part is built by
+pack/staging/build.py, for every source.
 
-A shard's LMDB keys start at its plan position lo (known before the files before it are
-read); the commit step (commit.py) gives each shard its sample range and records the key in
-the manifest (ShardInfo.first_key) where they differ (skipped files before it).
+A shard's LMDB keys start at its plan position lo (known before the items before it are
+read); the commit step gives each shard its sample range and records the key in the manifest
+(ShardInfo.first_key) where they differ (skipped items before it).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from fastloader.errors import PackError
 from fastloader.format.backends import backend_module
 from fastloader.format.manifest import ShardInfo
 from fastloader.pack.sources import tiling
-from fastloader.pack.sources.validate import Prepared, prepare
-from fastloader.pack.staging.journal import (
-    JOURNAL_DIR,
-    PLAN_NAME,
-    file_digest,
-    sha256_file,
-    write_atomic,
-)
-from fastloader.pack.staging.plan import PLAN_DIR, ShardPlan, Spans
+from fastloader.pack.staging.journal import JOURNAL_DIR, file_digest, sha256_file
+from fastloader.pack.staging.plan import Spans
 
-log = logging.getLogger(__name__)
-SETTINGS_NAME = "settings.json"  # in plan/: what a run adds to the plan (strict)
-_ARRAYS = ("kept", "offset", "length", "height", "width", "codec", "crc32")
-_DTYPES = ("int64", "int64", "int64", "int32", "int32", "uint8", "uint32")
-
+# a field source's part: its index arrays besides the columns (the commit joins them)
+CORE = ("offset", "length", "height", "width", "codec", "crc32", "label")
 
 @dataclass
 class Part:
@@ -75,31 +63,7 @@ def part_path(staging: Path, k: int, suffix: str = ".json") -> Path:
     return staging / JOURNAL_DIR / f"{k:05d}{suffix}"
 
 
-def read_settings(staging: Path) -> dict[str, Any]:
-    """The plan's identity (plan.json: backend, options) with the run settings (strict)."""
-    try:
-        settings = json.loads((staging / PLAN_NAME).read_text())
-        settings |= json.loads((staging / PLAN_DIR / SETTINGS_NAME).read_text())
-    except (OSError, ValueError) as exc:
-        raise PackError(f"{staging} holds no readable shard plan ({exc}); run `packdata plan "
-                        "SRC DST` again.") from None
-    return settings
-
-
-def prepare_job(settings: dict[str, Any]) -> Callable[[str], Prepared]:
-    """The per-file work of this pack (read, check, maybe re-encode or tile), picklable."""
-    if settings.get("tiles") is not None:
-        return functools.partial(
-            tiling.prepare_tiled, max_side=settings["max_side"], quality=settings["quality"],
-            restart_mcus=settings["tiles"]["restart_mcus"],
-            max_file_size=settings["max_file_size"],
-            storage_options=settings.get("storage_options"))
-    return functools.partial(prepare, max_side=settings["max_side"],
-                             quality=settings["quality"], max_file_size=settings["max_file_size"],
-                             storage_options=settings.get("storage_options"))
-
-
-def _write_bytes(path: Path, payload: bytes) -> str:
+def write_bytes(path: Path, payload: bytes) -> str:
     """Write payload durably; its sha256 (of the bytes in hand: no read-back)."""
     with open(path, "wb") as handle:
         handle.write(payload)
@@ -108,16 +72,19 @@ def _write_bytes(path: Path, payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-def _save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> str:
+def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> str:
+    """Write arrays as one .npz, durably; its sha256."""
     import io
 
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)  # type: ignore[arg-type]
-    return _write_bytes(path, buffer.getvalue())
+    return write_bytes(path, buffer.getvalue())
 
 
-def _write_shard(staging: Path, k: int, lo: int, data: list[bytes], backend: str
-                 ) -> tuple[ShardInfo, list[int]]:
+def write_shard(staging: Path, k: int, lo: int, data: list[bytes], backend: str
+                ) -> tuple[ShardInfo, list[int]]:
+    """Shard k's records written under a temporary name and renamed into place; its entry
+    and the records' offsets in it."""
     module = backend_module(backend)
     name = f"shard-{k:05d}{module.SHARD_SUFFIX}"
     tmp = part_path(staging, k, f".tmp-{os.getpid()}{module.SHARD_SUFFIX}")
@@ -139,80 +106,6 @@ class RemoteParts(Protocol):
 
 
 Stage = Path | RemoteParts  # what the engines hand each task: a staging folder, or remote
-
-
-def build_part(staging: Stage, plan: ShardPlan, k: int, settings: dict[str, Any],
-               prepared: Iterable[Prepared]) -> Part:
-    """Write shard k from its files' prepared records (in listing order), then its part."""
-    if not isinstance(staging, Path):  # built in a local folder, then uploaded
-        return staging.build(k, lambda folder: build_part(folder, plan, k, settings, prepared))
-    lo, hi = plan.span(k)
-    data: list[bytes] = []
-    kept: list[int] = []
-    rows: list[tuple[int, int, int, int, int]] = []
-    skipped: list[list[str]] = []
-    tiles = tiling.TileColumns() if settings.get("tiles") is not None else None
-    reencoded = 0
-    for i, record in zip(range(lo, hi), prepared, strict=True):
-        if record.data is None:
-            if settings.get("strict"):
-                raise PackError(f"{plan.source(i)}: {record.error}; fix or remove "
-                                "it, or pack without --strict to skip unreadable files.")
-            skipped.append([plan.relpath(i), record.error or "unknown error"])
-            log.warning("pack: skipped %s: %s", skipped[-1][0], skipped[-1][1])
-            continue
-        data.append(record.data)
-        kept.append(i)
-        rows.append((len(record.data), record.height, record.width, record.codec,
-                     record.crc32))
-        reencoded += record.reencoded
-        if tiles is not None:
-            tiles.add(record)
-    part = Part(k, lo, hi, plan.digest(k), None, skipped, reencoded)
-    offsets: list[int] = []
-    if data:
-        part.info, offsets = _write_shard(staging, k, lo, data, settings["backend"])
-    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in range(5)]
-    arrays = {name: np.asarray(values, dtype) for name, values, dtype in
-              zip(_ARRAYS, [kept, offsets, *columns], _DTYPES, strict=True)}
-    part.arrays_sha256 = _save_arrays(part_path(staging, k, ".part.npz"), arrays)
-    if tiles is not None:
-        part.tiles_sha256 = _save_arrays(part_path(staging, k, tiling.SHARD_SUFFIX),
-                                         tiles.take())
-    write_atomic(part_path(staging, k), part.to_json())
-    return part
-
-
-@functools.lru_cache(maxsize=4)
-def _cached_plan(staging: str, stamp: int) -> tuple[ShardPlan, dict[str, Any]]:
-    return ShardPlan.load(Path(staging)), read_settings(Path(staging))
-
-
-def _load_plan(staging: Stage) -> tuple[ShardPlan, dict[str, Any]]:
-    if not isinstance(staging, Path):
-        return staging.load_plan()
-    try:
-        stamp = (staging / PLAN_NAME).stat().st_mtime_ns
-    except OSError:
-        raise PackError(f"{staging} holds no shard plan; run `packdata plan SRC DST` "
-                        "first.") from None
-    return _cached_plan(str(staging), stamp)
-
-
-def run_shard(staging: str | os.PathLike[str] | RemoteParts, k: int) -> dict[str, int]:
-    """The task of shard k, where the engine runs it: read the plan, prepare the files one
-    after another, write the part. Returns {files, bytes, packed} for the driver's progress."""
-    stage: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
-    plan, settings = _load_plan(stage)
-    if not 0 <= k < plan.num_shards:
-        raise PackError(f"shard {k} is not in the plan of {staging} (shards 0..."
-                        f"{plan.num_shards - 1}).")
-    lo, hi = plan.span(k)
-    job = prepare_job(settings)
-    records = (job(plan.source(i)) for i in range(lo, hi))
-    part = build_part(stage, plan, k, settings, records)
-    return {"files": hi - lo, "bytes": int(plan.sizes[lo:hi].sum()),
-            "packed": 0 if part.info is None else part.info.count}
 
 
 def load_arrays(staging: Path, k: int) -> dict[str, np.ndarray]:

@@ -1,16 +1,25 @@
-"""The shard plan: the sorted source listing cut into shards by a rule of the samples alone.
+"""The shard plan: a source's items cut into shards by a rule of the items alone.
 
-Shard k holds the files bounds[k]..bounds[k+1] of the sorted listing: files are added while
-their source bytes fit in shard_size (at least one file a shard) and at most MAX_SHARD_FILES.
-The cut reads only the listing (paths, labels, sizes), never the workers, the engine or the
-machines, so the same source gives the same shards, records, order and index arrays however
-it is packed. The listing and the bounds are kept as compact arrays (a few dozen bytes a
-file, never a Python object per file) in the staging folder's plan/ folder, where every shard
-task (a pool worker, a Ray task, `packdata shard` on another machine) reads its slice.
+An ImageFolder tree (ShardPlan): shard k holds the files bounds[k]..bounds[k+1] of the sorted
+listing: files are added while their source bytes fit in shard_size (at least one file a
+shard) and at most MAX_SHARD_FILES. The listing and the bounds are kept as compact arrays (a
+few dozen bytes a file, never a Python object per file).
+
+A field source (SamplePlan): an importer's samples (a table, file groups, .tar shards, COCO)
+are cut by the same rule over their size hints (pack/sources/hints.py); Python samples would
+need their __getitem__ run on the driver for a hint, so they are cut by count alone: every
+shard_samples samples (default: shard_size / 128 KiB). The plan keeps the source's
+description, to reopen it in a shard task.
+
+No rule looks at the workers, the engine or the machines, so the same source gives the same
+shards, records, order and index arrays however it is packed. Both plans live in the staging
+folder's plan/ folder, where every shard task (a pool worker, a Ray task, `packdata shard` on
+another machine) reads its slice; load_plan reads whichever is there.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -20,11 +29,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fastloader.checks import int_at_least
 from fastloader.errors import PackError
 from fastloader.format.index import encode_paths
 from fastloader.format.remote import is_url
 
 PLAN_DIR = "plan"
+PLAN_NAME = "plan.json"  # in the staging folder: the identity (backend, options)
+SETTINGS_NAME = "settings.json"  # in plan/: what a run adds (strict, overwrite)
 MAX_SHARD_FILES = 1 << 16  # bounds a task's memory and time on tiny files
 _ARRAYS = ("path_offsets", "path_bytes", "labels", "sizes", "mtimes", "bounds")
 _SCAN_NAME = "scan.json"
@@ -33,7 +45,7 @@ _GATHER_BLOCK = 1 << 12  # paths gathered at a time by paths_of (~2 MB of int64 
 
 class Spans(Protocol):
     """What checking parts, counting progress and running tasks read of a plan: ShardPlan's
-    and a sample pack's (pack/sample_plan.SamplePlan)."""
+    and SamplePlan's."""
 
     sizes: np.ndarray  # int64 (n,): the bytes a position weighs, for the progress
 
@@ -190,3 +202,139 @@ def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) ->
     }
     return ShardPlan(result.root, path_offsets, path_bytes, labels, sizes, mtimes,
                      cut(sizes, shard_size, max_files), scan)
+
+
+SAMPLE_BYTES = 128 << 10  # what a Python sample is assumed to weigh: shard_samples' default
+_BOUNDS, _SIZES, _META = "sample_bounds.npy", "sample_sizes.npy", "samples.json"
+
+
+def default_shard_samples(shard_size: int) -> int:
+    """Samples per shard of Python samples when not given: shard_size / 128 KiB (at least 1)."""
+    return max(1, shard_size // SAMPLE_BYTES)
+
+
+def check_shard_samples(shard_samples: Any, shard_size: int) -> int:
+    """shard_samples checked (None: its default from shard_size)."""
+    if shard_samples is None:
+        return default_shard_samples(shard_size)
+    return int_at_least("shard_samples", shard_samples, 1,
+                        "Pass the number of samples per shard, e.g. 2048.")
+
+
+@dataclass
+class SamplePlan:
+    """Shard k holds samples bounds[k]..bounds[k+1]; sizes are their hints (zeros when cut by
+    count); reopen describes an importer's source for a task to open it again (None: Python
+    samples, handed to the tasks)."""
+
+    bounds: np.ndarray  # int64 (shards + 1,)
+    sizes: np.ndarray  # int64 (n,)
+    fingerprint: str = ""  # the source's (importers.fingerprint); "" for Python samples
+    reopen: dict[str, Any] | None = None
+    fields: list[dict[str, Any]] = field(default_factory=list)  # the specs' manifest entries
+
+    def __len__(self) -> int:
+        return int(self.bounds[-1])
+
+    @property
+    def num_shards(self) -> int:
+        return int(self.bounds.size) - 1
+
+    def span(self, k: int) -> tuple[int, int]:
+        return int(self.bounds[k]), int(self.bounds[k + 1])
+
+    def digest(self, k: int) -> str:
+        """What shard k's part was made from (the source's fingerprint and its range): a part
+        of another source or range is not reused."""
+        lo, hi = self.span(k)
+        return hashlib.sha256(f"{self.fingerprint}:{lo}:{hi}".encode()).hexdigest()
+
+    def relpath(self, i: int) -> str:
+        """How a refusal names sample i."""
+        return f"sample {i}"
+
+    def save(self, staging: Path) -> None:
+        folder = staging / PLAN_DIR
+        folder.mkdir(exist_ok=True)
+        for name, array in ((_BOUNDS, self.bounds), (_SIZES, self.sizes)):
+            with open(folder / name, "wb") as handle:
+                np.save(handle, array, allow_pickle=False)
+                handle.flush()
+                os.fsync(handle.fileno())
+        meta = {"fingerprint": self.fingerprint, "reopen": self.reopen, "fields": self.fields}
+        (folder / _META).write_text(json.dumps(meta, sort_keys=True))
+
+    @classmethod
+    def load(cls, staging: Path) -> SamplePlan:
+        folder = staging / PLAN_DIR
+        try:
+            meta = json.loads((folder / _META).read_text())
+            bounds = np.load(folder / _BOUNDS, allow_pickle=False)
+            sizes = np.load(folder / _SIZES, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise PackError(f"{staging} holds no readable sample plan ({exc}); run `packdata "
+                            "plan SRC DST` again.") from None
+        plan = cls(bounds, sizes, meta["fingerprint"], meta["reopen"], meta["fields"])
+        if bounds.size < 1 or bounds[0] != 0 or np.any(np.diff(bounds) <= 0) or \
+                sizes.size != bounds[-1]:
+            raise PackError(f"the sample plan in {staging} is damaged; run `packdata plan SRC "
+                            "DST` again.")
+        return plan
+
+
+def is_sample_plan(staging: Path) -> bool:
+    """Whether staging holds a sample pack's plan (not an ImageFolder one)."""
+    return (staging / PLAN_DIR / _META).is_file()
+
+
+def count_bounds(n: int, shard_samples: int) -> np.ndarray:
+    """Every shard_samples samples (the last shard may be shorter)."""
+    return np.append(np.arange(0, n, shard_samples, dtype=np.int64), np.int64(n))
+
+
+def plan_samples(samples: Any, image: str, shard_size: int, shard_samples: int,
+                 importer: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(bounds, sizes) of a sequence of samples: by size hints for an importer's, by count for
+    Python samples."""
+    from fastloader.pack.sources.hints import size_hints
+
+    n = len(samples)
+    if importer:
+        sizes = size_hints(samples, image)
+        return cut(sizes, shard_size, MAX_SHARD_FILES), sizes
+    return count_bounds(n, shard_samples), np.zeros(n, np.int64)
+
+@functools.lru_cache(maxsize=4)
+def _cached_plan(staging: str, stamp: int) -> tuple[ShardPlan | SamplePlan, dict[str, Any]]:
+    folder = Path(staging)
+    if not is_sample_plan(folder):
+        return ShardPlan.load(folder), read_settings(folder)
+    try:
+        settings = json.loads((folder / PLAN_NAME).read_text())
+    except (OSError, ValueError) as exc:
+        raise PackError(f"{folder} holds no readable shard plan ({exc}); run `packdata plan "
+                        "SRC DST` again.") from None
+    return SamplePlan.load(folder), settings
+
+
+def load_plan(staging: Path) -> tuple[ShardPlan | SamplePlan, dict[str, Any]]:
+    """The plan in staging (an ImageFolder tree's or a field source's) and its settings
+    (plan.json; a tree's with its run settings), cached while plan.json is unchanged."""
+    try:
+        stamp = (staging / PLAN_NAME).stat().st_mtime_ns
+    except OSError:
+        raise PackError(f"{staging} holds no shard plan; run `packdata plan SRC DST` "
+                        "first.") from None
+    return _cached_plan(str(staging), stamp)
+
+
+def read_settings(staging: Path) -> dict[str, Any]:
+    """The plan's identity (plan.json: backend, options) with the run settings
+    (plan/settings.json: strict, overwrite)."""
+    try:
+        settings = json.loads((staging / PLAN_NAME).read_text())
+        settings |= json.loads((staging / PLAN_DIR / SETTINGS_NAME).read_text())
+    except (OSError, ValueError) as exc:
+        raise PackError(f"{staging} holds no readable shard plan ({exc}); run `packdata plan "
+                        "SRC DST` again.") from None
+    return settings

@@ -37,10 +37,17 @@ from fastloader.errors import DatasetNotFoundError, PackError
 from fastloader.format.manifest import MANIFEST_NAME
 from fastloader.format.remote import Remote
 from fastloader.pack.sources import tiling
-from fastloader.pack.staging.journal import JOURNAL_DIR, PLAN_NAME
-from fastloader.pack.staging.part import Part, check_part, part_path, read_settings
-from fastloader.pack.staging.plan import PLAN_DIR, ShardPlan, Spans
-from fastloader.pack.staging.sample_plan import SamplePlan, is_sample_plan
+from fastloader.pack.staging.journal import JOURNAL_DIR
+from fastloader.pack.staging.part import Part, check_part, part_path
+from fastloader.pack.staging.plan import (
+    PLAN_DIR,
+    PLAN_NAME,
+    SamplePlan,
+    ShardPlan,
+    Spans,
+    is_sample_plan,
+    read_settings,
+)
 from fastloader.pack.staging.upload import put
 
 _PLAN_ARRAYS = ("path_offsets", "path_bytes", "labels", "sizes", "mtimes", "bounds")

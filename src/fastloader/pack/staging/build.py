@@ -1,13 +1,12 @@
-"""One shard of a sample pack, one task: its shard file, index arrays, columns and part-manifest.
+"""The part builder: one shard task of any source, from its items to its part.
 
-A task prepares its samples lo..hi in order (pack/sources/values.py), writes the shard file (a
-temporary name renamed into place, part._write_shard), then journal/NNNNN.part.npz (its index
-arrays and its own encoded field columns, format/columns.encode_column) and, last, its
-part-manifest journal/NNNNN.json (part.Part: counts, sizes, sha256s, skipped samples). Running
-it twice writes the same bytes again. An importer's source is reopened in the task from the
-plan's description (cached per process); Python samples are handed to it. With a URL DST
-the task gets a remote_stage.RemoteStage: the part is built in a local temporary folder, then
-uploaded (shard file to DST, part files under the staging prefix, part-manifest last).
+A task prepares its items lo..hi in order (an ImageFolder tree's files: pack/sources/validate
+or tiling; a field source's samples: pack/sources/values), writes the shard file
+(part.write_shard), then journal/NNNNN.part.npz (its index arrays; a field source's also its
+own encoded columns, format/columns.encode_column) and, last, its part-manifest. A field
+source (an importer) is reopened in the task from the plan's description (cached per
+process); Python samples are handed to it. With a URL DST the task gets a
+remote_stage.RemoteStage: the part is built in a local temporary folder, then uploaded.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +25,104 @@ from fastloader.errors import PackError
 from fastloader.format.columns import encode_column
 from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
 from fastloader.format.index import encode_paths
+from fastloader.pack.sources import tiling
+from fastloader.pack.sources.validate import Prepared, prepare
 from fastloader.pack.sources.values import PreparedSample, prepare_sample
-from fastloader.pack.staging.journal import JOURNAL_DIR, PLAN_NAME, write_atomic
+from fastloader.pack.staging.journal import write_atomic
 from fastloader.pack.staging.part import (
+    CORE,
     Part,
     RemoteParts,
     Stage,
-    _save_arrays,
-    _write_shard,
     part_path,
+    save_arrays,
+    write_shard,
 )
-from fastloader.pack.staging.sample_plan import SamplePlan
+from fastloader.pack.staging.plan import SamplePlan, ShardPlan, load_plan
 
 log = logging.getLogger(__name__)
-CORE = ("offset", "length", "height", "width", "codec", "crc32", "label")
-_DTYPES = ("int64", "int64", "int32", "int32", "uint8", "uint32", "int64")
+_ARRAYS = ("kept", "offset", "length", "height", "width", "codec", "crc32")
+_DTYPES = ("int64", "int64", "int64", "int32", "int32", "uint8", "uint32")
+_CORE_DTYPES = ("int64", "int64", "int32", "int32", "uint8", "uint32", "int64")
 BAD_SAMPLE_FIX = ("fix it, or pass --skip-bad (skip_bad=True) to pack the rest and list what "
                   "was skipped.")
+
+
+def prepare_job(settings: dict[str, Any]) -> Callable[[str], Prepared]:
+    """The per-file work of this pack (read, check, maybe re-encode or tile), picklable."""
+    if settings.get("tiles") is not None:
+        return functools.partial(
+            tiling.prepare_tiled, max_side=settings["max_side"], quality=settings["quality"],
+            restart_mcus=settings["tiles"]["restart_mcus"],
+            max_file_size=settings["max_file_size"],
+            storage_options=settings.get("storage_options"))
+    return functools.partial(prepare, max_side=settings["max_side"],
+                             quality=settings["quality"], max_file_size=settings["max_file_size"],
+                             storage_options=settings.get("storage_options"))
+
+
+def build_part(staging: Stage, plan: ShardPlan, k: int, settings: dict[str, Any],
+               prepared: Iterable[Prepared]) -> Part:
+    """Write shard k from its files' prepared records (in listing order), then its part."""
+    if not isinstance(staging, Path):  # built in a local folder, then uploaded
+        return staging.build(k, lambda folder: build_part(folder, plan, k, settings, prepared))
+    lo, hi = plan.span(k)
+    data: list[bytes] = []
+    kept: list[int] = []
+    rows: list[tuple[int, int, int, int, int]] = []
+    skipped: list[list[str]] = []
+    tiles = tiling.TileColumns() if settings.get("tiles") is not None else None
+    reencoded = 0
+    for i, record in zip(range(lo, hi), prepared, strict=True):
+        if record.data is None:
+            if settings.get("strict"):
+                raise PackError(f"{plan.source(i)}: {record.error}; fix or remove "
+                                "it, or pack without --strict to skip unreadable files.")
+            skipped.append([plan.relpath(i), record.error or "unknown error"])
+            log.warning("pack: skipped %s: %s", skipped[-1][0], skipped[-1][1])
+            continue
+        data.append(record.data)
+        kept.append(i)
+        rows.append((len(record.data), record.height, record.width, record.codec,
+                     record.crc32))
+        reencoded += record.reencoded
+        if tiles is not None:
+            tiles.add(record)
+    part = Part(k, lo, hi, plan.digest(k), None, skipped, reencoded)
+    offsets: list[int] = []
+    if data:
+        part.info, offsets = write_shard(staging, k, lo, data, settings["backend"])
+    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in range(5)]
+    arrays = {name: np.asarray(values, dtype) for name, values, dtype in
+              zip(_ARRAYS, [kept, offsets, *columns], _DTYPES, strict=True)}
+    part.arrays_sha256 = save_arrays(part_path(staging, k, ".part.npz"), arrays)
+    if tiles is not None:
+        part.tiles_sha256 = save_arrays(part_path(staging, k, tiling.SHARD_SUFFIX),
+                                         tiles.take())
+    write_atomic(part_path(staging, k), part.to_json())
+    return part
+
+
+def _plan_of(stage: Stage) -> tuple[Any, dict[str, Any]]:
+    """The plan and settings a task reads: from the staging folder (cached while unchanged),
+    or downloaded once per process for a URL DST."""
+    return load_plan(stage) if isinstance(stage, Path) else stage.load_plan()
+
+
+def run_shard(staging: str | os.PathLike[str] | RemoteParts, k: int) -> dict[str, int]:
+    """The task of shard k, where the engine runs it: read the plan, prepare the files one
+    after another, write the part. Returns {files, bytes, packed} for the driver's progress."""
+    stage: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
+    plan, settings = _plan_of(stage)
+    if not 0 <= k < plan.num_shards:
+        raise PackError(f"shard {k} is not in the plan of {staging} (shards 0..."
+                        f"{plan.num_shards - 1}).")
+    lo, hi = plan.span(k)
+    job = prepare_job(settings)
+    records = (job(plan.source(i)) for i in range(lo, hi))
+    part = build_part(stage, plan, k, settings, records)
+    return {"files": hi - lo, "bytes": int(plan.sizes[lo:hi].sum()),
+            "packed": 0 if part.info is None else part.info.count}
 
 
 def specs_of(fields: list[dict[str, Any]]) -> list[FieldSpec]:
@@ -85,7 +165,7 @@ class _Rows:
 def _arrays(rows: _Rows, offsets: list[int], specs: Sequence[FieldSpec]) -> dict[str, Any]:
     core: list[Any] = list(zip(*rows.core, strict=True)) if rows.core else [[] for _ in range(6)]
     arrays = {name: np.asarray(values, dtype)
-              for name, values, dtype in zip(CORE, [offsets, *core], _DTYPES, strict=True)}
+              for name, values, dtype in zip(CORE, [offsets, *core], _CORE_DTYPES, strict=True)}
     arrays["path_offsets"], arrays["path_bytes"] = encode_paths(rows.paths)
     by_name = {s.name: s for s in specs}
     for name, values in rows.columns.items():
@@ -112,9 +192,9 @@ def build_sample_part(staging: Stage, plan: SamplePlan, k: int, specs: Sequence[
     part = Part(k, lo, hi, plan.digest(k), None, rows.skipped, rows.reencoded)
     offsets: list[int] = []
     if rows.data:
-        part.info, offsets = _write_shard(staging, k, lo, rows.data, settings["backend"])
+        part.info, offsets = write_shard(staging, k, lo, rows.data, settings["backend"])
     arrays = _arrays(rows, offsets, specs)
-    part.arrays_sha256 = _save_arrays(part_path(staging, k, ".part.npz"), arrays)
+    part.arrays_sha256 = save_arrays(part_path(staging, k, ".part.npz"), arrays)
     write_atomic(part_path(staging, k), part.to_json())
     return part
 
@@ -160,34 +240,13 @@ def reopen(plan: SamplePlan, storage_options: dict[str, Any] | None = None) -> A
     return samples
 
 
-@functools.lru_cache(maxsize=4)
-def _cached_plan(staging: str, stamp: int) -> tuple[SamplePlan, dict[str, Any]]:
-    folder = Path(staging)
-    try:
-        settings = json.loads((folder / PLAN_NAME).read_text())
-    except (OSError, ValueError) as exc:
-        raise PackError(f"{folder} holds no readable shard plan ({exc}); run `packdata plan "
-                        "SRC DST` again.") from None
-    return SamplePlan.load(folder), settings
-
-
-def load_plan(staging: Path) -> tuple[SamplePlan, dict[str, Any]]:
-    """The sample plan and settings in staging (cached while plan.json is unchanged)."""
-    try:
-        stamp = (staging / PLAN_NAME).stat().st_mtime_ns
-    except OSError:
-        raise PackError(f"{staging} holds no shard plan; run `packdata plan SRC DST` "
-                        "first.") from None
-    return _cached_plan(str(staging), stamp)
-
-
 def run_sample_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
                      samples: Any = None) -> dict[str, int]:
     """The task of shard k where the engine runs it (a Ray task): its samples prepared one
     after another, its part written (in the staging folder, or uploaded to a URL DST's).
     Returns {files, bytes, packed} for the progress."""
     folder: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
-    plan, settings = load_plan(folder) if isinstance(folder, Path) else folder.load_plan()
+    plan, settings = _plan_of(folder)
     if not 0 <= k < plan.num_shards:  # (a RemoteStage's repr would show storage_options)
         where = folder if isinstance(folder, Path) else "the URL's staging"
         raise PackError(f"shard {k} is not in the plan of {where} (shards 0..."
@@ -200,7 +259,3 @@ def run_sample_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
                              prepare_range(samples, lo, hi, specs, settings))
     return {"files": hi - lo, "bytes": int(plan.sizes[lo:hi].sum()),
             "packed": 0 if part.info is None else part.info.count}
-
-
-__all__ = ["JOURNAL_DIR", "build_sample_part", "load_plan", "reopen",
-           "run_sample_shard", "specs_of"]
