@@ -92,13 +92,17 @@ def test_pack_summary_lists_skipped_files(tmp_path: Path, capsys) -> None:
     make_flat_tree(tmp_path / "src", classes=3, per_class=2)
     broken = add_broken_files(tmp_path / "src")
     dst = tmp_path / "out.h5"
-    assert main([str(tmp_path / "src"), str(dst), "--workers", "1"]) == 0
+    assert main([str(tmp_path / "src"), str(dst), "--workers", "1", "--skip-bad"]) == 0
     err = capsys.readouterr().err
     assert f"packed 6 images into {dst}" in err and "files/s" in err and "MB/s" in err
     assert f"skipped {len(broken)} unreadable files" in err
     assert all(path in err for path in broken)
-    assert main([str(tmp_path / "src"), str(tmp_path / "strict.h5"), "--strict"]) == 2
-    _one_line_error(capsys, "--strict")
+    for flags in ([], ["--strict"]):  # the default stops at the first bad file, as --strict
+        assert main([str(tmp_path / "src"), str(tmp_path / "strict.h5"), *flags]) == 2
+        _one_line_error(capsys, "--skip-bad")
+    assert main([str(tmp_path / "src"), str(tmp_path / "both.h5"), "--strict",
+                 "--skip-bad"]) == 2
+    _one_line_error(capsys, "strict (--strict) and skip_bad (--skip-bad)")
 
 
 def test_info_shows_counts_classes_shards_sizes_and_options(dataset: Path, capsys) -> None:

@@ -150,6 +150,8 @@ def test_refusals(tmp_path: Path, two) -> None:
     for image in (empty / "c00").iterdir():
         image.write_bytes(b"not an image")
     with pytest.raises(PackError, match="could be decoded"):
+        append(a, empty, workers=1, skip_bad=True)
+    with pytest.raises(PackError, match=r"not an image.*--skip-bad"):  # the default: stop
         append(a, empty, workers=1)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 

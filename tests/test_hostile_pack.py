@@ -94,7 +94,7 @@ def test_hostile_tree_packs_each_real_file_once_and_lists_every_refusal(
 ) -> None:
     src, refused = hostile_tree
     dst = tmp_path / "out.lmdb"
-    manifest = pack(src, dst, workers=1)
+    manifest = pack(src, dst, workers=1, skip_bad=True)
     with open_dataset(dst) as ds:
         got = sorted(zip(ds.paths, ds.labels.tolist(), strict=True))
     expected = [(f"a/ext/img{k}.jpg", 0) for k in range(2)]
@@ -134,7 +134,7 @@ def test_each_trap_alone_is_refused_and_listed(tmp_path: Path, kind: str) -> Non
     _images(src / "b", 2, 5)
     word = _trap(src, kind)
     dst = tmp_path / "out.h5"
-    pack(src, dst, workers=1)
+    pack(src, dst, workers=1, skip_bad=True)
     with open_dataset(dst) as ds:
         assert sorted(zip(ds.paths, ds.labels.tolist(), strict=True)) == [
             ("a/img0.jpg", 0), ("a/img1.jpg", 0), ("b/img0.jpg", 1), ("b/img1.jpg", 1)]
@@ -142,12 +142,13 @@ def test_each_trap_alone_is_refused_and_listed(tmp_path: Path, kind: str) -> Non
     assert skipped and all(word in s["reason"] for s in skipped), skipped
 
 
-def test_strict_stops_at_a_refused_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_refused_file_stops_the_pack_by_default(tmp_path: Path, strict: bool) -> None:
     src = tmp_path / "src"
     _images(src / "a", 2, 0)
     os.mkfifo(src / "a" / "x.jpg")
-    with pytest.raises(PackError, match=r"x\.jpg: not a regular file"):
-        pack(src, tmp_path / "out.h5", workers=1, strict=True)
+    with pytest.raises(PackError, match=r"x\.jpg: not a regular file.*--skip-bad"):
+        pack(src, tmp_path / "out.h5", workers=1, strict=strict)
 
 
 def test_size_cap_flag_skips_large_files_and_can_be_raised(tmp_path: Path) -> None:
@@ -156,7 +157,7 @@ def test_size_cap_flag_skips_large_files_and_can_be_raised(tmp_path: Path) -> No
     (src / "a" / "big.jpg").write_bytes(encode(photo_like(200, 200, 5), quality=95))
     cap = (src / "a" / "big.jpg").stat().st_size - 1
     assert main([str(src), str(tmp_path / "small.h5"), "--max-file-size", str(cap),
-                 "--workers", "1", "--quiet"]) == 0
+                 "--workers", "1", "--quiet", "--skip-bad"]) == 0
     skipped = json.loads((tmp_path / "small.h5" / "skipped.json").read_text())
     assert [s["path"] for s in skipped] == ["a/big.jpg"] and "max-file-size" in skipped[0]["reason"]
     assert main([str(src), str(tmp_path / "all.h5"), "--max-file-size", str(cap + 1),
@@ -197,7 +198,7 @@ def test_lying_header_is_refused_by_pack_and_found_by_verify_decode(tmp_path: Pa
     src = tmp_path / "src"
     _images(src / "a", 3, 0)
     (src / "a" / "liar.jpg").write_bytes(_lying_jpeg(1600, 1600))
-    pack(src, tmp_path / "native.lmdb", workers=1)
+    pack(src, tmp_path / "native.lmdb", workers=1, skip_bad=True)
     skipped = json.loads((tmp_path / "native.lmdb" / "skipped.json").read_text())
     assert [s["path"] for s in skipped] == ["a/liar.jpg"]
     assert "loader's decoder" in skipped[0]["reason"]

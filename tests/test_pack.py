@@ -34,7 +34,7 @@ def _digests(dst: Path) -> dict[str, str]:
 def test_broken_files_are_skipped_listed_and_never_packed(tmp_path: Path) -> None:
     written = make_mixed_tree(tmp_path / "src")
     broken = add_broken_files(tmp_path / "src")
-    manifest = pack(tmp_path / "src", tmp_path / "out.h5", workers=1)
+    manifest = pack(tmp_path / "src", tmp_path / "out.h5", workers=1, skip_bad=True)
     with open_dataset(tmp_path / "out.h5") as ds:
         assert sorted(ds.paths) == sorted(written)
         assert not set(ds.paths) & set(broken)
@@ -49,19 +49,23 @@ def test_broken_files_are_skipped_listed_and_never_packed(tmp_path: Path) -> Non
     assert stats["ignored_outside_classes"] == 1
 
 
-def test_strict_fails_on_the_first_broken_file_and_creates_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_broken_file_stops_the_pack_by_default_and_creates_nothing(tmp_path: Path,
+                                                                     strict: bool) -> None:
     make_mixed_tree(tmp_path / "src")
     (tmp_path / "src" / "cat" / "zz_garbage.jpg").write_bytes(b"\xff\xd8 not really")
-    with pytest.raises(PackError, match=r"zz_garbage\.jpg.*without --strict"):
-        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, strict=True)
+    with pytest.raises(PackError, match=r"zz_garbage\.jpg.*--skip-bad"):
+        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, strict=strict)
     assert not (tmp_path / "out.lmdb").exists()
+    with pytest.raises(PackError, match=r"strict \(--strict\) and skip_bad \(--skip-bad\)"):
+        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, strict=True, skip_bad=True)
 
 
 def test_all_files_broken_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "src" / "a").mkdir(parents=True)
     (tmp_path / "src" / "a" / "x.jpg").write_bytes(b"nope")
     with pytest.raises(PackError, match=r"no file under .* could be decoded"):
-        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1)
+        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, skip_bad=True)
     assert not (tmp_path / "out.lmdb").exists()
 
 

@@ -178,7 +178,7 @@ def test_hostile_names_are_listed_packed_and_skipped_as_before(tmp_path: Path,
     offsets = listing.path_offsets.tolist()
     assert sorted(blob[a:b] for a, b in itertools.pairwise(offsets)) == packed
     dst = tmp_path / "out.lmdb"
-    manifest = pack(src, dst, workers=workers)
+    manifest = pack(src, dst, workers=workers, skip_bad=True)
     with open_dataset(dst) as ds:
         assert list(ds.paths) == expected  # path_bytes keep the exact file-system bytes
     skipped = json.loads((dst / "skipped.json").read_text())

@@ -58,14 +58,15 @@ def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_ray_and_local_engines_write_the_same_dataset(tmp_path: Path, ray_instance: Path) -> None:
     written = broken_tree(tmp_path / "src")
     calls: list[tuple[int, int, int]] = []
-    by_ray = pack(tmp_path / "src", tmp_path / "ray.lmdb", engine="ray", shard_size=SHARD,
+    by_ray = pack(tmp_path / "src", tmp_path / "ray.lmdb", skip_bad=True,
+                  engine="ray", shard_size=SHARD,
                   progress=lambda *args: calls.append(args))
-    pack(tmp_path / "src", tmp_path / "local.lmdb", workers=1, shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "local.lmdb", skip_bad=True, workers=1, shard_size=SHARD)
     assert len(by_ray.shards) >= 4 and by_ray.num_samples == len(written)
     assert dataset_bytes(tmp_path / "ray.lmdb") == dataset_bytes(tmp_path / "local.lmdb")
     assert calls[-1][:2] == (len(written) + 2, len(written) + 2)  # files found, on the driver
     assert not (ray_instance / "died").exists()
-    with pytest.raises(PackError, match=r"a_broken\.jpg.*without --strict"):  # a task's own
+    with pytest.raises(PackError, match=r"a_broken\.jpg.*--skip-bad"):  # a task's own
         pack(tmp_path / "src", tmp_path / "strict.lmdb", engine="ray", strict=True)
 
 
@@ -75,9 +76,9 @@ def test_a_task_killed_mid_shard_is_retried_into_a_correct_dataset(
     broken_tree(tmp_path / "src")
     patch_ray_task(monkeypatch.setattr, die_in=1, flag=ray_instance / "died")
     ray_instance.mkdir()  # arms the fault: shard 1's first attempt dies with a torn shard
-    pack(tmp_path / "src", tmp_path / "ray.h5", engine="ray", shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "ray.h5", skip_bad=True, engine="ray", shard_size=SHARD)
     assert (ray_instance / "died").exists()  # it did die, and Ray ran it again
-    pack(tmp_path / "src", tmp_path / "local.h5", workers=2, shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "local.h5", skip_bad=True, workers=2, shard_size=SHARD)
     assert dataset_bytes(tmp_path / "ray.h5") == dataset_bytes(tmp_path / "local.h5")
     assert verify(tmp_path / "ray.h5").ok
 
@@ -85,12 +86,12 @@ def test_a_task_killed_mid_shard_is_retried_into_a_correct_dataset(
 def test_packdata_engine_ray_starts_and_stops_its_own_instance(tmp_path: Path) -> None:
     broken_tree(tmp_path / "src", classes=2, per_class=10)
     argv = [str(tmp_path / "src"), str(tmp_path / "ray.lmdb"), "--engine", "ray",
-            "--workers", "2", "--shard-size", "8K", "--quiet"]
+            "--workers", "2", "--shard-size", "8K", "--quiet", "--skip-bad"]
     ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli.main", *argv],
                          env={**os.environ, **_ENV}, capture_output=True, text=True,
                          timeout=300)
     assert ran.returncode == 0, ran.stderr
-    pack(tmp_path / "src", tmp_path / "local.lmdb", shard_size=8 << 10)
+    pack(tmp_path / "src", tmp_path / "local.lmdb", skip_bad=True, shard_size=8 << 10)
     assert dataset_bytes(tmp_path / "ray.lmdb") == dataset_bytes(tmp_path / "local.lmdb")
 
 
@@ -145,7 +146,7 @@ def test_ray_tasks_pack_to_s3_the_same_dataset(
     storage_options)."""
     pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
     broken_tree(tmp_path / "src")
-    pack(tmp_path / "src", tmp_path / "local.lmdb", workers=1, shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "local.lmdb", skip_bad=True, workers=1, shard_size=SHARD)
     with s3_server(monkeypatch) as endpoint:
         import s3fs
 
@@ -153,7 +154,8 @@ def test_ray_tasks_pack_to_s3_the_same_dataset(
         options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
         calls: list[tuple[int, int, int]] = []
         upload_tree(tmp_path / "src", "s3://bucket/tree")
-        pack("s3://bucket/tree", "s3://bucket/ray.lmdb", engine="ray", shard_size=SHARD,
+        pack("s3://bucket/tree", "s3://bucket/ray.lmdb", skip_bad=True,
+             engine="ray", shard_size=SHARD,
              storage_options=options, progress=lambda *args: calls.append(args))
         assert remote_dataset_bytes("s3://bucket/ray.lmdb") == dataset_bytes(
             tmp_path / "local.lmdb")

@@ -74,7 +74,7 @@ def _restore(saved: dict[str, str | None]) -> None:
 
 def _pack_on(cluster: RayCluster, src: Path, dst: Path) -> None:
     argv = [str(src), str(dst), "--engine", "ray", "--ray-address", cluster.address,
-            "--shard-size", str(SHARD), "--quiet"]
+            "--shard-size", str(SHARD), "--quiet", "--skip-bad"]
     env = {**os.environ, **_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     faults = {"die_in": 1, "flag": str(cluster.died), "nodes": str(cluster.nodes)}
     ran = subprocess.run(packdata_command(argv, ray=faults), env=env,
@@ -96,7 +96,8 @@ def test_shards_run_on_two_nodes_into_the_local_engines_dataset(
         for path in cluster.nodes.iterdir():
             path.unlink()
         cluster.nodes.rmdir()
-    by_local = pack(tmp_path / "src", tmp_path / "local.lmdb", workers=1, shard_size=SHARD)
+    by_local = pack(tmp_path / "src", tmp_path / "local.lmdb", skip_bad=True,
+                    workers=1, shard_size=SHARD)
     assert len(by_local.shards) >= 20 and by_local.num_samples == len(written)
     assert sorted(ran_on, key=int) == [str(k) for k in range(len(by_local.shards))]
     assert len(set(ran_on.values())) == 2 and set(ran_on.values()) == cluster.workers
@@ -112,6 +113,6 @@ def test_a_task_killed_on_a_worker_node_is_retried_into_a_correct_dataset(
     cluster.died.parent.mkdir()  # arms the fault: shard 1's first attempt dies, shard torn
     _pack_on(cluster, tmp_path / "src", tmp_path / "ray.h5")
     assert cluster.died.exists()  # it did die, and Ray ran it again
-    pack(tmp_path / "src", tmp_path / "local.h5", workers=1, shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "local.h5", skip_bad=True, workers=1, shard_size=SHARD)
     assert dataset_bytes(tmp_path / "ray.h5") == dataset_bytes(tmp_path / "local.h5")
     assert verify(tmp_path / "ray.h5").ok

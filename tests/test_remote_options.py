@@ -71,7 +71,7 @@ def test_info_counts_skips_without_skipped_json(tmp_path: Path) -> None:
 def packed_tree_from(tree: Path, dst: Path) -> Path:
     from fastloader.pack.pipeline.tree import pack
 
-    pack(tree, dst, workers=1, quiet=True)
+    pack(tree, dst, workers=1, quiet=True, skip_bad=True)
     return dst
 
 

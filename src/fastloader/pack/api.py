@@ -50,8 +50,10 @@ def pack(
         image: tables: the image column (default: path, image, file or filename).
         label: tables: a column of class names, turned into class ids (sorted names).
         root: tables: the folder image paths are relative to (default: the table's folder).
-        skip_bad: pack the samples that are fine and list the others (why, where) in the
-            manifest's stats and skipped.json, instead of stopping at the first bad one.
+        skip_bad: every source: pack the items that are fine and list the others (why,
+            where) in skipped.json (and a v2 manifest's stats), instead of stopping at the
+            first bad one (the default; strict=True says it explicitly, and contradicts
+            skip_bad).
         skip_empty: COCO files: leave out images without annotations (kept by default,
             with empty boxes).
         masks: COCO files: rasterize each image's polygons and RLEs into a `mask` field
@@ -61,9 +63,9 @@ def pack(
             dataset either way; Python samples go to Ray pickled, plain iterables are
             refused), ray_address, resume (not for Python samples: their sameness cannot be
             checked), storage_options (fsspec's, for a URL dst: s3://..., gs://...; every
-            shard task uploads its part there); ImageFolder sources also strict, tiles,
-            restart_mcus (see fastloader.pack.pipeline.tree.pack). Shards of an importer's samples
-            are cut by their image sizes (shard_size bytes); Python samples by count:
+            shard task uploads its part there), strict; ImageFolder sources also tiles,
+            restart_mcus (see fastloader.pack.pipeline.tree.pack). Shards of an importer's
+            samples are cut by their image sizes (shard_size bytes); Python samples by count:
             shard_samples samples a shard (default shard_size / 128 KiB, i.e. 2048 for
             256 MiB).
 
@@ -71,7 +73,7 @@ def pack(
         Manifest: what was written (also in dst/manifest.json).
 
     Raises:
-        PackError: a bad source or destination, or (skip_bad=False) a bad sample: the message
+        PackError: a bad source or destination, or (skip_bad=False) a bad item: the message
             names the file, the line or member, and the field.
         InvalidArgumentError: an option or a field declaration is invalid.
     """
@@ -83,11 +85,11 @@ def pack(
         raise PackError("masks (--masks) applies to COCO files only; a table or file groups "
                         "take a mask column or a .mask.png member instead.")
     if kind == "imagefolder":
-        importers.refuse_table_options(kind, fields, image, label, root, skip_bad)
+        importers.refuse_table_options(kind, fields, image, label, root)
         if options.pop("shard_samples", None) is not None:
             raise PackError("shard_samples applies to Python samples only; an ImageFolder "
                             "tree is cut by its files' sizes (shard_size).")
-        return pack_tree(src, dst, PackOptions(**options).checked())
+        return pack_tree(src, dst, PackOptions(skip_bad=skip_bad, **options).checked())
     if options.pop("tiles", False):
         raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
                         "or Python samples are packed untiled.")

@@ -96,7 +96,8 @@ def _pack_parser() -> argparse.ArgumentParser:
     add("--quality", type=int, default=90, metavar="Q", help="JPEG quality for --max-side")
     add("--overwrite", action="store_true", help="replace DST if it is a packed dataset")
     add("--resume", action="store_true", help="reuse the finished shards of an interrupted pack")
-    add("--strict", action="store_true", help="fail on the first unreadable image")
+    add("--strict", action="store_true", help="stop at the first bad item (the default, "
+        "said explicitly; the opposite of --skip-bad)")
     add("--quiet", action="store_true", help="no progress bar and no summary")
     add("--max-file-size", type=parse_size, default=DEFAULT_MAX_FILE_SIZE, metavar="SIZE",
         help="skip (and list in skipped.json) source files larger than SIZE "

@@ -49,8 +49,8 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         "annotations")
     add("--masks", action="store_true", help="COCO file: rasterize the polygons and RLEs into "
         "a semantic 'mask' field (0 background, class + 1, 255 crowd)")
-    add("--skip-bad", action="store_true", help="tables and file groups: pack the good "
-        "samples and list the bad ones (file, line or member, field, why)")
+    add("--skip-bad", action="store_true", help="pack the good items and list the bad ones "
+        "in skipped.json (file, line or member, field, why) instead of stopping at the first")
 
 
 def source_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -74,6 +74,7 @@ def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
     staging, plan, _ = plan_pack(args.src, args.dst, PackOptions(
         format=args.format, shard_size=args.shard_size, max_side=args.max_side,
         quality=args.quality, overwrite=args.overwrite, resume=args.resume, strict=args.strict,
+        skip_bad=args.skip_bad,
         tiles=args.tiles, restart_mcus=args.restart_mcus,
         max_file_size=args.max_file_size).checked())
     staging.release()
@@ -95,8 +96,8 @@ def _plan_samples(args: argparse.Namespace) -> int:
     into the plan, so each `packdata shard` run opens it again."""
     from fastloader.pack.pipeline.samples import plan_sample_pack, sample_options
 
-    if args.tiles or args.strict:
-        raise PackError("--tiles and --strict apply to ImageFolder trees only.")
+    if args.tiles:
+        raise PackError("--tiles applies to ImageFolder trees only.")
     options = source_options(args)
     kind = importers.detect(args.src, options.pop("source_format", None))
     skip_bad = options.pop("skip_bad", False)
@@ -107,7 +108,7 @@ def _plan_samples(args: argparse.Namespace) -> int:
         samples = list(samples)
     checked = sample_options(PackOptions(
         format=args.format, shard_size=args.shard_size, max_side=args.max_side,
-        quality=args.quality, overwrite=args.overwrite, skip_bad=skip_bad,
+        quality=args.quality, overwrite=args.overwrite, strict=args.strict, skip_bad=skip_bad,
         max_file_size=args.max_file_size, resume=args.resume).checked(), source)
     dst = Path(args.dst).expanduser().absolute()
     staging, plan, _ = plan_sample_pack(samples, dst, specs, checked, source, reopen)

@@ -35,7 +35,7 @@ def import_ray() -> Any:
 
 def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
     cause = getattr(exc, "cause", None)
-    if isinstance(cause, FastloaderError):  # a bad file under --strict: the task's own error
+    if isinstance(cause, FastloaderError):  # a bad item (no --skip-bad): the task's own error
         return cause
     if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, OSError):
         return PackError(f"shard {k}'s task failed: {cause}; fix it and rerun with --resume.")

@@ -362,8 +362,8 @@ def append(
     Args:
         dst: an untiled format v1 (ImageFolder) dataset folder.
         new: a packed dataset folder or an ImageFolder tree.
-        **pack_options: for an image tree: options of fastloader.pack.pipeline.tree.pack (workers,
-            quiet, strict, max_file_size, ...).
+        **pack_options: for an image tree: options of fastloader.pack.pipeline.tree.pack
+            (workers, quiet, skip_bad, max_file_size, ...).
 
     Returns:
         Manifest: the new manifest of dst.

@@ -59,7 +59,9 @@ class PackOptions:
             if not isinstance(getattr(self, name), bool):
                 raise invalid_type(name, getattr(self, name), "a bool")
         if self.strict and self.skip_bad:
-            raise PackError("strict and skip_bad contradict each other; pass one.")
+            raise PackError("strict (--strict) and skip_bad (--skip-bad) contradict each other: "
+                            "the first stops at the first bad item (the default), the second "
+                            "packs the rest and lists them in skipped.json; pass one.")
         check_engine(self.engine, self.ray_address)
         tiling.check_tiles_option(self.tiles, self.restart_mcus)
         max_file_size = int_at_least("max_file_size", self.max_file_size, 1,

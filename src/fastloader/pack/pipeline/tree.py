@@ -29,6 +29,7 @@ from fastloader.pack.sources import tiling
 from fastloader.pack.sources.scan import scan
 from fastloader.pack.sources.scan_remote import scan_url
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
+from fastloader.pack.staging.build import BAD_ITEM_FIX
 from fastloader.pack.staging.commit import SKIPPED_NAME, commit
 from fastloader.pack.staging.journal import Staging, staging_path
 from fastloader.pack.staging.plan import (
@@ -72,10 +73,9 @@ def plan_pack(src: str | os.PathLike[str], dst: str | os.PathLike[str], options:
     staging, backend = _open_staging(src_path, dst, options)
     result = (scan_url(src_path, options.max_file_size, options.storage_options)
               if isinstance(src_path, str) else scan(src_path, options.max_file_size))
-    if options.strict and result.refused:  # the scan's refusals count as unreadable files
+    if not options.skip_bad and result.refused:  # the scan's refusals are bad files too
         path, reason = result.refused[0]
-        raise PackError(f"{result.root}/{path}: {reason}; fix or remove it, or pack without "
-                        "--strict to skip (and list) such files.")
+        raise PackError(f"{result.root}/{path}: {reason}; {BAD_ITEM_FIX}")
     plan = from_scan(result, options.shard_size)
     identity: dict[str, Any] = {"backend": backend, "src": str(src_path),
                                 "classes": result.classes, "shard_size": options.shard_size,
@@ -84,7 +84,7 @@ def plan_pack(src: str | os.PathLike[str], dst: str | os.PathLike[str], options:
                                 "shard_files": MAX_SHARD_FILES}
     if options.tile_option is not None:
         identity["tiles"] = options.tile_option
-    run = {"strict": options.strict, "overwrite": options.overwrite}
+    run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
     try:
         if isinstance(staging, RemoteStaging):
             staging.open(identity, options.resume, options.overwrite)
@@ -112,6 +112,7 @@ def pack(
     overwrite: bool = False,
     resume: bool = False,
     strict: bool = False,
+    skip_bad: bool = False,
     quiet: bool = True,
     progress: Progress | None = None,
     tiles: bool = False,
@@ -124,8 +125,9 @@ def pack(
     """Pack the ImageFolder tree at src into a sharded dataset folder dst.
 
     Records keep the original bytes unless max_side is set and an image is larger (then JPEG at
-    quality). Unreadable images are skipped and listed in dst/skipped.json. dst appears only when
-    complete (built in a hidden staging folder, renamed last).
+    quality). An unreadable image stops the pack (naming it) unless skip_bad, which packs the
+    rest and lists it in dst/skipped.json. dst appears only when complete (built in a hidden
+    staging folder, renamed last).
 
     Args:
         src: the image tree, src/<class>/<images> (found recursively; hidden and non-image files
@@ -141,7 +143,9 @@ def pack(
         overwrite: replace dst if it is a packed dataset.
         resume: reuse the finished shards of an interrupted pack of the same src and options
             (each one only if its files are unchanged).
-        strict: fail on the first unreadable image instead of skipping it.
+        strict: stop at the first unreadable image (the default, said explicitly).
+        skip_bad: skip unreadable images (and files the scan refuses) and list them in
+            skipped.json, instead of stopping at the first.
         quiet: no progress bar (quiet=False shows tqdm's when stderr is a terminal).
         progress: called as progress(files_done, files_total, bytes_done) after each file.
         tiles: repack JPEGs losslessly as restart-tiled records (decode-aware packing; needs
@@ -164,14 +168,15 @@ def pack(
 
     Raises:
         PackError: a bad source or destination, no decodable image, tiles without the
-            extension, engine="ray" without Ray installed, or (strict=True) an unreadable
-            image.
+            extension, engine="ray" without Ray installed, strict with skip_bad, or (without
+            skip_bad) an unreadable image.
         InvalidArgumentError: an option is out of range.
         OSError: the disk filled or a file could not be written (rerun with resume=True).
     """
     options = PackOptions(
         format=format, shard_size=shard_size, workers=workers, max_side=max_side,
-        quality=quality, overwrite=overwrite, resume=resume, strict=strict, quiet=quiet,
+        quality=quality, overwrite=overwrite, resume=resume, strict=strict,
+        skip_bad=skip_bad, quiet=quiet,
         progress=progress, tiles=tiles, restart_mcus=restart_mcus, max_file_size=max_file_size,
         engine=engine, ray_address=ray_address, storage_options=storage_options).checked()
     return pack_tree(src, dst, options)

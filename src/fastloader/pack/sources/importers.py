@@ -52,15 +52,14 @@ def _has_groups(folder: Path, limit: int = 2000) -> bool:
     return False
 
 
-def refuse_table_options(kind: str, fields: Any, image: Any, label: Any, root: Any,
-                         skip_bad: bool) -> None:
+def refuse_table_options(kind: str, fields: Any, image: Any, label: Any, root: Any) -> None:
     """An ImageFolder tree takes none of the table and field options."""
     given = [name for name, value in (("fields", fields), ("image", image), ("label", label),
-                                      ("root", root), ("skip_bad", skip_bad)) if value]
+                                      ("root", root)) if value]
     if given:
         raise PackError(f"{', '.join(given)} do not apply to an ImageFolder tree (its classes "
-                        "are its folders; unreadable files are skipped and listed already); "
-                        "pass --source-format files if it is a folder of file groups.")
+                        "are its folders, its images the files); pass --source-format files "
+                        "if it is a folder of file groups.")
 
 
 def fingerprint(kind: str, path: str, storage_options: dict[str, Any] | None = None) -> str:

@@ -44,8 +44,9 @@ log = logging.getLogger(__name__)
 _ARRAYS = ("kept", "offset", "length", "height", "width", "codec", "crc32")
 _DTYPES = ("int64", "int64", "int64", "int32", "int32", "uint8", "uint32")
 _CORE_DTYPES = ("int64", "int64", "int32", "int32", "uint8", "uint32", "int64")
-BAD_SAMPLE_FIX = ("fix it, or pass --skip-bad (skip_bad=True) to pack the rest and list what "
-                  "was skipped.")
+# every source's bad item stops the pack unless skip_bad: the message says how to go on
+BAD_ITEM_FIX = ("fix it, or pass --skip-bad (skip_bad=True) to pack the rest and list what "
+                "was skipped.")
 
 
 def prepare_job(settings: dict[str, Any]) -> Callable[[str], Prepared]:
@@ -75,9 +76,8 @@ def build_part(staging: Stage, plan: ShardPlan, k: int, settings: dict[str, Any]
     reencoded = 0
     for i, record in zip(range(lo, hi), prepared, strict=True):
         if record.data is None:
-            if settings.get("strict"):
-                raise PackError(f"{plan.source(i)}: {record.error}; fix or remove "
-                                "it, or pack without --strict to skip unreadable files.")
+            if not settings.get("skip_bad"):
+                raise PackError(f"{plan.source(i)}: {record.error}; {BAD_ITEM_FIX}")
             skipped.append([plan.relpath(i), record.error or "unknown error"])
             log.warning("pack: skipped %s: %s", skipped[-1][0], skipped[-1][1])
             continue
@@ -148,7 +148,7 @@ class _Rows:
         record = prepared.record
         if record.data is None:
             if not skip_bad:
-                raise PackError(f"{record.error}; {BAD_SAMPLE_FIX}")
+                raise PackError(f"{record.error}; {BAD_ITEM_FIX}")
             self.skipped.append([prepared.path, record.error or "unknown error"])
             log.warning("pack: skipped %s: %s", prepared.path, self.skipped[-1][1])
             return

@@ -120,7 +120,8 @@ def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str
 
     if not shards:
         raise PackError(f"no file under {plan.root} could be decoded ({len(plan)} tried); see "
-                        "the reasons with --strict, or check the files are images.")
+                        "why by packing without --skip-bad (it stops at the first), or check "
+                        "the files are images.")
 
     def column(name: str) -> np.ndarray:
         return np.concatenate([a[name] for a in arrays])

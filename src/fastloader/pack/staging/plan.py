@@ -36,7 +36,7 @@ from fastloader.format.remote import is_url
 
 PLAN_DIR = "plan"
 PLAN_NAME = "plan.json"  # in the staging folder: the identity (backend, options)
-SETTINGS_NAME = "settings.json"  # in plan/: what a run adds (strict, overwrite)
+SETTINGS_NAME = "settings.json"  # in plan/: what a run adds (skip_bad, overwrite)
 MAX_SHARD_FILES = 1 << 16  # bounds a task's memory and time on tiny files
 _ARRAYS = ("path_offsets", "path_bytes", "labels", "sizes", "mtimes", "bounds")
 _SCAN_NAME = "scan.json"
@@ -330,7 +330,7 @@ def load_plan(staging: Path) -> tuple[ShardPlan | SamplePlan, dict[str, Any]]:
 
 def read_settings(staging: Path) -> dict[str, Any]:
     """The plan's identity (plan.json: backend, options) with the run settings
-    (plan/settings.json: strict, overwrite)."""
+    (plan/settings.json: skip_bad, overwrite)."""
     try:
         settings = json.loads((staging / PLAN_NAME).read_text())
         settings |= json.loads((staging / PLAN_DIR / SETTINGS_NAME).read_text())
