@@ -256,8 +256,8 @@ def test_options_that_do_not_fit_the_source_are_refused(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="is a file"):
         (tmp_path / "x.bin").write_bytes(b"")
         fastloader.pack(tmp_path / "x.bin", tmp_path / "o.lmdb")
-    with pytest.raises(PackError, match="tiles=True works for ImageFolder sources only"):
-        fastloader.pack([{}], tmp_path / "o.lmdb", fields={"image": "image"}, tiles=True)
+    with pytest.raises(PackError, match="shard_samples applies to Python samples only"):
+        fastloader.pack(tmp_path / "tree", tmp_path / "o.lmdb", shard_samples=4)
 
 
 def test_parquet_needs_pyarrow_or_reads_back(tmp_path: Path) -> None:

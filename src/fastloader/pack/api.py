@@ -63,8 +63,9 @@ def pack(
             dataset either way; Python samples go to Ray pickled, plain iterables are
             refused), ray_address, resume (not for Python samples: their sameness cannot be
             checked), storage_options (fsspec's, for a URL dst: s3://..., gs://...; every
-            shard task uploads its part there), strict; ImageFolder sources also tiles,
-            restart_mcus (see fastloader.pack.pipeline.tree.pack). Shards of an importer's
+            shard task uploads its part there), strict, tiles and restart_mcus (the records'
+            image field repacked as restart tiles; see fastloader.pack.pipeline.tree.pack).
+            Shards of an importer's
             samples are cut by their image sizes (shard_size bytes); Python samples by count:
             shard_samples samples a shard (default shard_size / 128 KiB, i.e. 2048 for
             256 MiB).
@@ -90,10 +91,6 @@ def pack(
             raise PackError("shard_samples applies to Python samples only; an ImageFolder "
                             "tree is cut by its files' sizes (shard_size).")
         return pack_tree(src, dst, PackOptions(skip_bad=skip_bad, **options).checked())
-    if options.pop("tiles", False):
-        raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
-                        "or Python samples are packed untiled.")
-    options.pop("restart_mcus", None)
     checked = PackOptions(skip_bad=skip_bad, **options).checked()
     if kind is None:
         return pack_samples(src, dst, fields, checked)

@@ -96,8 +96,6 @@ def _plan_samples(args: argparse.Namespace) -> int:
     into the plan, so each `packdata shard` run opens it again."""
     from fastloader.pack.pipeline.samples import plan_sample_pack, sample_options
 
-    if args.tiles:
-        raise PackError("--tiles applies to ImageFolder trees only.")
     options = source_options(args)
     kind = importers.detect(args.src, options.pop("source_format", None))
     skip_bad = options.pop("skip_bad", False)
@@ -109,7 +107,8 @@ def _plan_samples(args: argparse.Namespace) -> int:
     checked = sample_options(PackOptions(
         format=args.format, shard_size=args.shard_size, max_side=args.max_side,
         quality=args.quality, overwrite=args.overwrite, strict=args.strict, skip_bad=skip_bad,
-        max_file_size=args.max_file_size, resume=args.resume).checked(), source)
+        tiles=args.tiles, restart_mcus=args.restart_mcus, max_file_size=args.max_file_size,
+        resume=args.resume).checked(), source)
     dst = Path(args.dst).expanduser().absolute()
     staging, plan, _ = plan_sample_pack(samples, dst, specs, checked, source, reopen)
     try:

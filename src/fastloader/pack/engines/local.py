@@ -24,8 +24,13 @@ import numpy as np
 from fastloader.format.fields import FieldSpec
 from fastloader.pack.engines.progress import Meter
 from fastloader.pack.sources.validate import Prepared
-from fastloader.pack.sources.values import PreparedSample, prepare_sample
-from fastloader.pack.staging.build import build_part, build_sample_part, prepare_job
+from fastloader.pack.sources.values import PreparedSample
+from fastloader.pack.staging.build import (
+    build_part,
+    build_sample_part,
+    prepare_item,
+    prepare_job,
+)
 from fastloader.pack.staging.part import Stage
 from fastloader.pack.staging.plan import SamplePlan, ShardPlan, Spans, count_bounds
 
@@ -107,10 +112,10 @@ def _job(item: Any, specs: Sequence[FieldSpec], settings: dict[str, Any]) -> Pre
         try:
             sample = _SOURCE[item]
         except Exception as exc:  # the user's __getitem__: any failure is this sample's
-            return prepare_sample(f"<{type(exc).__name__}: {exc}>", specs, where, settings)
-        return prepare_sample(sample, specs, where, settings)
+            return prepare_item(f"<{type(exc).__name__}: {exc}>", specs, where, settings)
+        return prepare_item(sample, specs, where, settings)
     where, sample = item
-    return prepare_sample(sample, specs, where, settings)
+    return prepare_item(sample, specs, where, settings)
 
 
 def _prepared_samples(samples: Any, items: Iterable[Any], specs: Sequence[FieldSpec],

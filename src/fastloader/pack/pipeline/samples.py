@@ -52,6 +52,8 @@ def _identity(specs: list[FieldSpec], backend: str, source: dict[str, Any] | Non
                     "shard_size", "max_side", "quality", "max_file_size", "skip_bad")}}
     if source is None:  # Python samples are cut by count
         identity["shard_samples"] = options.shard_samples
+    if options.tile_option is not None:  # untiled plans stay as before
+        identity["tiles"] = options.tile_option
     return identity
 
 

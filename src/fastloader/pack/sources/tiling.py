@@ -52,6 +52,13 @@ def prepare_tiled(
     """prepare(), then a lossless restart-tile repack of JPEG records (others stay as they are)."""
     prepared = prepare(path, max_side=max_side, quality=quality, max_file_size=max_file_size,
                        storage_options=storage_options)
+    return tile_record(prepared, restart_mcus)
+
+
+def tile_record(prepared: Prepared, restart_mcus: int = tiles.DEFAULT_RESTART_MCUS
+                ) -> Prepared:
+    """A prepared record (of any source) repacked losslessly as restart tiles when it is a
+    JPEG that can be (others keep their bytes); a refused one as it is."""
     if prepared.data is None:
         return prepared
     untiled = prepared._replace(source_crc32=prepared.crc32)

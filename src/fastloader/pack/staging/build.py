@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +133,9 @@ def specs_of(fields: list[dict[str, Any]]) -> list[FieldSpec]:
 class _Rows:
     """What a part collects from its prepared samples, in order."""
 
-    def __init__(self, specs: Sequence[FieldSpec]) -> None:
+    def __init__(self, specs: Sequence[FieldSpec], tiled: bool) -> None:
         self.records = primary_image(specs).name
+        self.tiles = tiling.TileColumns() if tiled else None
         self.label = label_field(specs)
         self.data: list[bytes] = []
         self.core: list[tuple[int, ...]] = []
@@ -158,6 +159,8 @@ class _Rows:
                           record.crc32, int(label)))
         self.paths.append(prepared.path)
         self.reencoded += record.reencoded
+        if self.tiles is not None:
+            self.tiles.add(record)
         for name, values in self.columns.items():
             values.append(prepared.values[name])
 
@@ -181,7 +184,7 @@ def build_sample_part(staging: Stage, plan: SamplePlan, k: int, specs: Sequence[
         return staging.build(k, lambda folder: build_sample_part(folder, plan, k, specs,
                                                                  settings, prepared))
     lo, hi = plan.span(k)
-    rows = _Rows(specs)
+    rows = _Rows(specs, settings.get("tiles") is not None)
     count = 0
     for sample in prepared:
         rows.add(sample, settings["skip_bad"])
@@ -195,6 +198,9 @@ def build_sample_part(staging: Stage, plan: SamplePlan, k: int, specs: Sequence[
         part.info, offsets = write_shard(staging, k, lo, rows.data, settings["backend"])
     arrays = _arrays(rows, offsets, specs)
     part.arrays_sha256 = save_arrays(part_path(staging, k, ".part.npz"), arrays)
+    if rows.tiles is not None:
+        part.tiles_sha256 = save_arrays(part_path(staging, k, tiling.SHARD_SUFFIX),
+                                        rows.tiles.take())
     write_atomic(part_path(staging, k), part.to_json())
     return part
 
@@ -208,7 +214,18 @@ def prepare_range(samples: Any, lo: int, hi: int, specs: Sequence[FieldSpec],
             sample = samples[i]
         except Exception as exc:  # the user's __getitem__: any failure is this sample's
             sample = f"<{type(exc).__name__}: {exc}>"
-        yield prepare_sample(sample, specs, where, settings)
+        yield prepare_item(sample, specs, where, settings)
+
+
+def prepare_item(sample: Any, specs: Sequence[FieldSpec], where: str,
+                 settings: Mapping[str, Any]) -> PreparedSample:
+    """One sample checked and converted (sources/values), its record then repacked as
+    restart tiles when the pack is tiled (in the worker: the repack is the costly part)."""
+    prepared = prepare_sample(sample, specs, where, settings)
+    if settings.get("tiles") is None or prepared.record.data is None:
+        return prepared
+    record = tiling.tile_record(prepared.record, settings["tiles"]["restart_mcus"])
+    return prepared._replace(record=record)
 
 
 @functools.lru_cache(maxsize=2)

@@ -104,12 +104,10 @@ def placed_shards(staging: AnyStaging, parts: list[Part], backend: str
     return shards, arrays
 
 
-def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str, tiled: bool
-           ) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
-    """The dataset's index arrays and shard entries (each shard given its sample range)."""
-    shards, arrays = placed_shards(staging, parts, backend)
+def _tile_columns(staging: AnyStaging, parts: list[Part]) -> list[dict[str, np.ndarray]]:
+    """The tile columns of every part that has a shard, in order (any source)."""
     tiles: list[dict[str, np.ndarray]] = []
-    for part in parts if tiled else []:
+    for part in parts:
         if part.info is not None:
             columns = tiling.load_columns(staging.dir / JOURNAL_DIR, part.shard)
             if columns is None:
@@ -117,7 +115,14 @@ def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str
                                 "columns are unreadable; rebuild it with `packdata shard "
                                 f"{staging.dst} --range {part.shard}:{part.shard + 1}`.")
             tiles.append(columns)
+    return tiles
 
+
+def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str, tiled: bool
+           ) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
+    """The dataset's index arrays and shard entries (each shard given its sample range)."""
+    shards, arrays = placed_shards(staging, parts, backend)
+    tiles = _tile_columns(staging, parts) if tiled else []
     if not shards:
         raise PackError(f"no file under {plan.root} could be decoded ({len(plan)} tried); see "
                         "why by packing without --skip-bad (it stops at the first), or check "
@@ -216,7 +221,7 @@ def _join(specs: Sequence[FieldSpec], parts: list[dict[str, np.ndarray]]
 
 
 def _sample_index(staging: AnyStaging, parts: list[Part], specs: Sequence[FieldSpec],
-                  backend: str) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
+                  backend: str, tiled: bool) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
     shards, arrays = placed_shards(staging, parts, backend)
     if not shards:
         skipped = sum(len(p.skipped) for p in parts)
@@ -226,6 +231,8 @@ def _sample_index(staging: AnyStaging, parts: list[Part], specs: Sequence[FieldS
     counts = np.asarray([s.count for s in shards], np.int64)
     joined["shard"] = np.repeat(np.arange(len(shards), dtype=np.int32), counts)
     joined["shape"] = np.stack([joined.pop("height"), joined.pop("width")], 1).astype(np.int32)
+    if tiled:  # untiled indexes stay exactly as before
+        joined |= tiling.index_fields(_tile_columns(staging, parts))
     return joined, shards
 
 
@@ -247,7 +254,8 @@ def commit_samples(staging: AnyStaging, plan: SamplePlan, specs: Sequence[FieldS
                    ) -> Manifest:
     """Check every part, write index/, skipped.json and manifest.json, rename to DST."""
     parts = check_parts(staging, plan, trusted)
-    arrays, shards = _sample_index(staging, parts, specs, settings["backend"])
+    tiled = settings.get("tiles") is not None
+    arrays, shards = _sample_index(staging, parts, specs, settings["backend"], tiled)
     classes = _classes(specs, arrays["label"])
     skipped = [{"sample": where, "reason": why} for p in parts for where, why in p.skipped]
     index_fields = write_staged(staging, shards, arrays, skipped)
@@ -255,9 +263,12 @@ def commit_samples(staging: AnyStaging, plan: SamplePlan, specs: Sequence[FieldS
     options = {name: settings[name] for name in ("shard_size", "max_side", "quality", "source")}
     if "shard_samples" in settings:  # Python samples: cut by count
         options["shard_samples"] = settings["shard_samples"]
+    stats = {"packed": packed, "skipped": len(skipped), "skipped_samples": skipped,
+             "record_bytes": int(arrays["length"].sum())}
+    if tiled:  # untiled manifests stay exactly as before
+        options["tiles"] = settings["tiles"]
+        stats |= tiling.tile_stats(arrays)
     return publish(
         staging, overwrite, backend=settings["backend"], num_samples=packed, classes=classes,
-        shards=shards, fields=index_fields, options=options,
-        stats={"packed": packed, "skipped": len(skipped), "skipped_samples": skipped,
-               "record_bytes": int(arrays["length"].sum())},
+        shards=shards, fields=index_fields, options=options, stats=stats,
         version=2, sample_fields=[s.to_json() for s in specs])
