@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -77,3 +78,54 @@ def test_a_changed_source_is_packed_from_the_start(tmp_path: Path) -> None:
 def test_python_samples_cannot_resume(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="resume=True needs a source that can be recognised"):
         fastloader.pack([{}], tmp_path / "o.lmdb", fields={"image": "image"}, resume=True)
+
+
+def _groups(folder: Path, n: int = 12) -> list[tuple[str, bytes]]:
+    return [member for k in range(n) for member in (
+        (f"s{k:02d}.jpg", encode(photo_like(20, 24 + k % 4, k))), (f"s{k:02d}.cls", b"1"))]
+
+
+def _resumable(kind: str, root: Path) -> Any:
+    """A source of 12 items of each resumable kind: the table, file groups, a tar, COCO."""
+    if kind == "table":
+        return make_table(root, 12)
+    if kind == "coco":
+        from helpers import coco_file
+
+        return coco_file(root, 12)
+    root.mkdir(parents=True)
+    if kind == "files":
+        for name, data in _groups(root):
+            (root / name).write_bytes(data)
+        return root
+    import io
+    import tarfile
+
+    with tarfile.open(root / "w.tar", "w") as tar:
+        for name, data in _groups(root):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return root / "w.tar"
+
+
+@pytest.mark.parametrize("kind", ["table", "files", "tar", "coco"])
+def test_every_importer_resumes_reusing_its_finished_parts(tmp_path: Path, kind: str) -> None:
+    src = _resumable(kind, tmp_path / "src")
+    options: dict[str, Any] = {"label": "species"} if kind == "table" else {}
+    dst = tmp_path / "out.lmdb"
+
+    def stop(done: int, total: int, nbytes: int) -> None:
+        if done >= 8:
+            raise OSError("disk full (simulated)")
+
+    with pytest.raises(OSError, match="simulated"):
+        fastloader.pack(src, dst, shard_size=1500, workers=1, progress=stop, **options)
+    parts = {p.name: p.stat().st_mtime_ns for p in (staging_path(dst) / "journal").glob("*.json")}
+    assert len(parts) >= 2
+    calls: list[tuple[int, int, int]] = []
+    fastloader.pack(src, dst, shard_size=1500, workers=1, resume=True,
+                    progress=lambda *args: calls.append(args), **options)
+    assert calls and calls[0][0] > 1  # the finished parts' samples were not redone
+    fastloader.pack(src, tmp_path / "fresh.lmdb", shard_size=1500, workers=1, **options)
+    same_samples(dst, tmp_path / "fresh.lmdb")

@@ -4,9 +4,11 @@ by Ray into a correct dataset. Skipped where Ray is not installed (the `ray` ext
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,13 +98,25 @@ def test_packdata_engine_ray_starts_and_stops_its_own_instance(tmp_path: Path) -
 
 
 def test_sample_sources_pack_the_same_on_ray(tmp_path: Path, ray_instance: Path) -> None:
-    """A table and COCO (reopened in the tasks from the plan) and Python samples (ray.put)."""
+    """A table, COCO, a tar and file groups (reopened in the tasks from the plan) and Python
+    samples (ray.put)."""
     table = sample_table(tmp_path / "src", 30, bad=(3,))
     coco = coco_file(tmp_path / "coco")
     samples = [{"image": (tmp_path / "src" / "img" / f"{k}.jpg").read_bytes(), "y": k}
                for k in range(4, 20)]
+    (tmp_path / "groups").mkdir()
+    with tarfile.open(tmp_path / "w.tar", "w") as tar:  # the same groups as a tar
+        for k in range(12):
+            for name, data in ((f"s{k:02d}.jpg", (tmp_path / "src" / "img" / f"{k}.jpg")
+                                .read_bytes()), (f"s{k:02d}.cls", b"%d" % (k % 2))):
+                (tmp_path / "groups" / name).write_bytes(data)
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
     packs = {"t": (table, {"label": "species", "skip_bad": True, "shard_size": 4 << 10}),
              "c": (coco, {"masks": True, "shard_size": 8 << 10}),
+             "w": (tmp_path / "w.tar", {"shard_size": 3 << 10, "skip_bad": True}),
+             "g": (tmp_path / "groups", {"shard_size": 3 << 10, "skip_bad": True}),
              "p": (samples, {"fields": {"image": "image", "y": "int"}, "shard_samples": 5})}
     for name, (src, options) in packs.items():
         by_ray = fastloader.pack(src, tmp_path / f"{name}-ray.lmdb", engine="ray", **options)
