@@ -82,22 +82,34 @@ def _prepared_files(plan: ShardPlan, todo: Sequence[int], workers: int,
             yield from pending.popleft()
 
 
-def run_local(staging: Stage, plan: ShardPlan, todo: Sequence[int], settings: dict[str, Any],
-              workers: int, meter: Meter) -> set[int]:
-    """Write the parts of `todo` with this machine's processes; the shards written."""
-    stream = _prepared_files(plan, todo, workers, prepare_job(settings))
-
-    def counted(lo: int, hi: int) -> Iterator[Prepared]:
+def _write_parts(plan: Spans, todo: Sequence[int], stream: Iterator[Any],
+                 build: Callable[[int, Iterator[Any]], Any], meter: Meter) -> set[int]:
+    """build(k, items) for each shard of todo, its items taken from stream (every pending
+    item prepared in plan order) and counted as they go; the shards written."""
+    def counted(lo: int, hi: int) -> Iterator[Any]:
         for i in range(lo, hi):
-            record = next(stream)
-            yield record
+            yield next(stream)
             meter.add(1, int(plan.sizes[i]))
 
     written: set[int] = set()
-    for k in todo:
-        build_part(staging, plan, k, settings, counted(*plan.span(k)))
-        written.add(k)
+    try:
+        for k in todo:
+            build(k, counted(*plan.span(k)))
+            written.add(k)
+    finally:  # now, not when collected: a later pack's _SOURCE must not be reset by this one
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
     return written
+
+
+def run_local(staging: Stage, plan: ShardPlan, todo: Sequence[int], settings: dict[str, Any],
+              workers: int, meter: Meter) -> set[int]:
+    """Write the parts of `todo` (a tree's) with this machine's processes; the shards
+    written."""
+    stream = _prepared_files(plan, todo, workers, prepare_job(settings))
+    return _write_parts(plan, todo, stream,
+                        lambda k, items: build_part(staging, plan, k, settings, items), meter)
 
 
 def is_sequence(samples: Any) -> bool:
@@ -151,24 +163,14 @@ def _prepared_samples(samples: Any, items: Iterable[Any], specs: Sequence[FieldS
 
 
 def run_local_samples(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: Any,
-              specs: Sequence[FieldSpec], settings: dict[str, Any], meter: Meter) -> set[int]:
-    """Write the parts of `todo` with this machine's processes; the shards written."""
+                      specs: Sequence[FieldSpec], settings: dict[str, Any],
+                      meter: Meter) -> set[int]:
+    """Write the parts of `todo` (a field source's) with this machine's processes; the
+    shards written."""
     positions = (i for k in todo for i in range(*plan.span(k)))
     stream = _prepared_samples(samples, positions, specs, settings)
-
-    def counted(lo: int, hi: int) -> Iterator[PreparedSample]:
-        for i in range(lo, hi):
-            yield next(stream)
-            meter.add(1, int(plan.sizes[i]))
-
-    written: set[int] = set()
-    try:
-        for k in todo:
-            build_sample_part(staging, plan, k, specs, settings, counted(*plan.span(k)))
-            written.add(k)
-    finally:  # now, not when collected: a later pack's _SOURCE must not be reset by this one
-        stream.close()
-    return written
+    return _write_parts(plan, todo, stream, lambda k, items: build_sample_part(
+        staging, plan, k, specs, settings, items), meter)
 
 
 def run_stream(staging: Stage, plan: SamplePlan, samples: Iterable[Any],

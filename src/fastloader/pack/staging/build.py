@@ -12,6 +12,7 @@ remote_stage.RemoteStage: the part is built in a local temporary folder, then up
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -38,7 +39,7 @@ from fastloader.pack.staging.part import (
     save_arrays,
     write_shard,
 )
-from fastloader.pack.staging.plan import SamplePlan, ShardPlan, load_plan
+from fastloader.pack.staging.plan import SamplePlan, ShardPlan, Spans, load_plan
 
 log = logging.getLogger(__name__)
 _ARRAYS = ("kept", "offset", "length", "height", "width", "codec", "crc32")
@@ -62,45 +63,71 @@ def prepare_job(settings: dict[str, Any]) -> Callable[[str], Prepared]:
                              storage_options=settings.get("storage_options"))
 
 
+class _FileRows:
+    """What a tree's part collects from its files' prepared records, in listing order."""
+
+    def __init__(self, plan: ShardPlan, tiled: bool) -> None:
+        self.plan = plan
+        self.data: list[bytes] = []
+        self.kept: list[int] = []
+        self.core: list[tuple[int, int, int, int, int]] = []
+        self.skipped: list[list[str]] = []
+        self.reencoded = 0
+        self.tiles = tiling.TileColumns() if tiled else None
+
+    def add(self, i: int, record: Prepared, skip_bad: bool) -> None:
+        if record.data is None:
+            if not skip_bad:
+                raise PackError(f"{self.plan.source(i)}: {record.error}; {BAD_ITEM_FIX}")
+            self.skipped.append([self.plan.relpath(i), record.error or "unknown error"])
+            log.warning("pack: skipped %s: %s", self.skipped[-1][0], self.skipped[-1][1])
+            return
+        self.data.append(record.data)
+        self.kept.append(i)
+        self.core.append((len(record.data), record.height, record.width, record.codec,
+                          record.crc32))
+        self.reencoded += record.reencoded
+        if self.tiles is not None:
+            self.tiles.add(record)
+
+    def arrays(self, offsets: list[int]) -> dict[str, np.ndarray]:
+        columns: list[Any] = (list(zip(*self.core, strict=True)) if self.core
+                              else [[] for _ in range(5)])
+        return {name: np.asarray(values, dtype) for name, values, dtype in
+                zip(_ARRAYS, [self.kept, offsets, *columns], _DTYPES, strict=True)}
+
+
+def _write_part(staging: Path, plan: Spans, k: int, rows: Any, items: Iterable[Any],
+                settings: dict[str, Any]) -> Part:
+    """The one part writer: shard k's items (in plan order) through rows (_FileRows or
+    _SampleRows), then its shard file, index arrays, tile columns and part-manifest (last)."""
+    lo, hi = plan.span(k)
+    count = 0
+    for i, item in zip(itertools.count(lo), items):
+        rows.add(i, item, bool(settings.get("skip_bad")))
+        count += 1
+    if count != hi - lo:
+        raise PackError(f"shard {k} expected items {lo}..{hi - 1} but got {count}: the "
+                        "source changed length while it was packed; pack it again.")
+    part = Part(k, lo, hi, plan.digest(k), None, rows.skipped, rows.reencoded)
+    offsets: list[int] = []
+    if rows.data:
+        part.info, offsets = write_shard(staging, k, lo, rows.data, settings["backend"])
+    part.arrays_sha256 = save_arrays(part_path(staging, k, ".part.npz"), rows.arrays(offsets))
+    if rows.tiles is not None:
+        part.tiles_sha256 = save_arrays(part_path(staging, k, tiling.SHARD_SUFFIX),
+                                        rows.tiles.take())
+    write_atomic(part_path(staging, k), part.to_json())
+    return part
+
+
 def build_part(staging: Stage, plan: ShardPlan, k: int, settings: dict[str, Any],
                prepared: Iterable[Prepared]) -> Part:
     """Write shard k from its files' prepared records (in listing order), then its part."""
     if not isinstance(staging, Path):  # built in a local folder, then uploaded
         return staging.build(k, lambda folder: build_part(folder, plan, k, settings, prepared))
-    lo, hi = plan.span(k)
-    data: list[bytes] = []
-    kept: list[int] = []
-    rows: list[tuple[int, int, int, int, int]] = []
-    skipped: list[list[str]] = []
-    tiles = tiling.TileColumns() if settings.get("tiles") is not None else None
-    reencoded = 0
-    for i, record in zip(range(lo, hi), prepared, strict=True):
-        if record.data is None:
-            if not settings.get("skip_bad"):
-                raise PackError(f"{plan.source(i)}: {record.error}; {BAD_ITEM_FIX}")
-            skipped.append([plan.relpath(i), record.error or "unknown error"])
-            log.warning("pack: skipped %s: %s", skipped[-1][0], skipped[-1][1])
-            continue
-        data.append(record.data)
-        kept.append(i)
-        rows.append((len(record.data), record.height, record.width, record.codec,
-                     record.crc32))
-        reencoded += record.reencoded
-        if tiles is not None:
-            tiles.add(record)
-    part = Part(k, lo, hi, plan.digest(k), None, skipped, reencoded)
-    offsets: list[int] = []
-    if data:
-        part.info, offsets = write_shard(staging, k, lo, data, settings["backend"])
-    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in range(5)]
-    arrays = {name: np.asarray(values, dtype) for name, values, dtype in
-              zip(_ARRAYS, [kept, offsets, *columns], _DTYPES, strict=True)}
-    part.arrays_sha256 = save_arrays(part_path(staging, k, ".part.npz"), arrays)
-    if tiles is not None:
-        part.tiles_sha256 = save_arrays(part_path(staging, k, tiling.SHARD_SUFFIX),
-                                         tiles.take())
-    write_atomic(part_path(staging, k), part.to_json())
-    return part
+    rows = _FileRows(plan, settings.get("tiles") is not None)
+    return _write_part(staging, plan, k, rows, prepared, settings)
 
 
 def _plan_of(stage: Stage) -> tuple[Any, dict[str, Any]]:
@@ -130,12 +157,13 @@ def specs_of(fields: list[dict[str, Any]]) -> list[FieldSpec]:
     return specs_from_manifest(fields, "the shard plan")
 
 
-class _Rows:
+class _SampleRows:
     """What a part collects from its prepared samples, in order."""
 
     def __init__(self, specs: Sequence[FieldSpec], tiled: bool) -> None:
         self.records = primary_image(specs).name
         self.tiles = tiling.TileColumns() if tiled else None
+        self.by_name = {s.name: s for s in specs}
         self.label = label_field(specs)
         self.data: list[bytes] = []
         self.core: list[tuple[int, ...]] = []
@@ -145,7 +173,7 @@ class _Rows:
         self.skipped: list[list[str]] = []
         self.reencoded = 0
 
-    def add(self, prepared: PreparedSample, skip_bad: bool) -> None:
+    def add(self, i: int, prepared: PreparedSample, skip_bad: bool) -> None:
         record = prepared.record
         if record.data is None:
             if not skip_bad:
@@ -164,16 +192,15 @@ class _Rows:
         for name, values in self.columns.items():
             values.append(prepared.values[name])
 
-
-def _arrays(rows: _Rows, offsets: list[int], specs: Sequence[FieldSpec]) -> dict[str, Any]:
-    core: list[Any] = list(zip(*rows.core, strict=True)) if rows.core else [[] for _ in range(6)]
-    arrays = {name: np.asarray(values, dtype)
-              for name, values, dtype in zip(CORE, [offsets, *core], _CORE_DTYPES, strict=True)}
-    arrays["path_offsets"], arrays["path_bytes"] = encode_paths(rows.paths)
-    by_name = {s.name: s for s in specs}
-    for name, values in rows.columns.items():
-        arrays |= encode_column(by_name[name], values)
-    return arrays
+    def arrays(self, offsets: list[int]) -> dict[str, Any]:
+        core: list[Any] = (list(zip(*self.core, strict=True)) if self.core
+                           else [[] for _ in range(6)])
+        arrays = {name: np.asarray(values, dtype) for name, values, dtype in
+                  zip(CORE, [offsets, *core], _CORE_DTYPES, strict=True)}
+        arrays["path_offsets"], arrays["path_bytes"] = encode_paths(self.paths)
+        for name, values in self.columns.items():
+            arrays |= encode_column(self.by_name[name], values)
+        return arrays
 
 
 def build_sample_part(staging: Stage, plan: SamplePlan, k: int, specs: Sequence[FieldSpec],
@@ -183,26 +210,8 @@ def build_sample_part(staging: Stage, plan: SamplePlan, k: int, specs: Sequence[
     if not isinstance(staging, Path):
         return staging.build(k, lambda folder: build_sample_part(folder, plan, k, specs,
                                                                  settings, prepared))
-    lo, hi = plan.span(k)
-    rows = _Rows(specs, settings.get("tiles") is not None)
-    count = 0
-    for sample in prepared:
-        rows.add(sample, settings["skip_bad"])
-        count += 1
-    if count != hi - lo:
-        raise PackError(f"shard {k} expected samples {lo}..{hi - 1} but got {count}: the "
-                        "source changed length while it was packed; pack it again.")
-    part = Part(k, lo, hi, plan.digest(k), None, rows.skipped, rows.reencoded)
-    offsets: list[int] = []
-    if rows.data:
-        part.info, offsets = write_shard(staging, k, lo, rows.data, settings["backend"])
-    arrays = _arrays(rows, offsets, specs)
-    part.arrays_sha256 = save_arrays(part_path(staging, k, ".part.npz"), arrays)
-    if rows.tiles is not None:
-        part.tiles_sha256 = save_arrays(part_path(staging, k, tiling.SHARD_SUFFIX),
-                                        rows.tiles.take())
-    write_atomic(part_path(staging, k), part.to_json())
-    return part
+    rows = _SampleRows(specs, settings.get("tiles") is not None)
+    return _write_part(staging, plan, k, rows, prepared, settings)
 
 
 def prepare_range(samples: Any, lo: int, hi: int, specs: Sequence[FieldSpec],
