@@ -151,6 +151,53 @@ def test_a_refused_file_stops_the_pack_by_default(tmp_path: Path, strict: bool) 
         pack(src, tmp_path / "out.h5", workers=1, strict=strict)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "sparse", "dangling"])
+def test_each_refused_data_file_stops_the_pack_unless_skip_bad(tmp_path: Path,
+                                                               kind: str) -> None:
+    src = tmp_path / "src"
+    _images(src / "a", 2, 0)
+    _images(src / "b", 2, 5)
+    if kind == "dangling":
+        (src / "b" / "gone.jpg").symlink_to(tmp_path / "nothing")
+        word = "dangling"
+    else:
+        word = _trap(src, kind)
+    with pytest.raises(PackError, match=f"{word}.*--skip-bad"):
+        pack(src, tmp_path / "out.h5", workers=1)
+    assert main([str(src), str(tmp_path / "out.h5"), "--workers", "1", "--quiet",
+                 "--skip-bad"]) == 0
+    skipped = json.loads((tmp_path / "out.h5" / "skipped.json").read_text())
+    assert len(skipped) == 1 and word in skipped[0]["reason"]
+
+
+@pytest.mark.parametrize("kind", ["loop", "self-links", "visited"])
+def test_a_folder_link_packed_anyway_is_listed_and_does_not_stop(tmp_path: Path,
+                                                                  kind: str) -> None:
+    # not bad data: the linked folder's files are packed once, in their own place
+    src = tmp_path / "src"
+    _images(src / "a", 2, 0)
+    _images(src / "b", 2, 5)
+    if kind == "visited":  # a folder outside SRC reached twice: packed through the first link
+        outside = tmp_path / "outside"
+        _images(outside, 1, 9)
+        (src / "a" / "ext").symlink_to(outside)
+        (src / "a" / "ext2").symlink_to(outside)
+        word, extra = "already visited", {"a/ext/img0.jpg", "a/ext2/img0.jpg"}
+    else:
+        word, extra = _trap(src, kind), set()
+    dst = tmp_path / "out.h5"
+    manifest = pack(src, dst, workers=1)  # the default: stop at bad data
+    with open_dataset(dst) as ds:
+        got = sorted(zip(ds.paths, ds.labels.tolist(), strict=True))
+    own = [("a/img0.jpg", 0), ("a/img1.jpg", 0), ("b/img0.jpg", 1), ("b/img1.jpg", 1)]
+    linked = [entry for entry in got if entry not in own]  # whichever link the walk met first
+    assert [entry for entry in got if entry in own] == own
+    assert len(linked) == len(extra) // 2 and all(p in extra and y == 0 for p, y in linked)
+    skipped = json.loads((dst / "skipped.json").read_text())
+    assert skipped and all(word in s["reason"] for s in skipped), skipped
+    assert manifest.stats["skipped"] == len(skipped)
+
+
 def test_size_cap_flag_skips_large_files_and_can_be_raised(tmp_path: Path) -> None:
     src = tmp_path / "src"
     _images(src / "a", 3, 0, size=24)

@@ -79,7 +79,23 @@ def test_a_bad_item_stops_every_source_by_default(tmp_path: Path, kind: str,
     dst = tmp_path / "out.lmdb"
     with pytest.raises(PackError, match=rf"{bad}.*--skip-bad \(skip_bad=True\)"):
         fastloader.pack(src, dst, workers=1, strict=strict, **options)
-    assert not dst.exists()  # (an ImageFolder pack keeps its staging for --resume)
+    assert not dst.exists()
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+def test_a_failed_pack_keeps_its_staging_for_resume_and_says_so(tmp_path: Path,
+                                                                kind: str) -> None:
+    # one rule for every source that can be recognised again; Python samples cannot be, so
+    # theirs is removed (and --resume is not offered)
+    src, options, bad = SOURCES[kind](tmp_path / "in")
+    dst = tmp_path / "out.lmdb"
+    with pytest.raises(PackError, match=bad) as caught:
+        fastloader.pack(src, dst, workers=1, **options)
+    staging = tmp_path / ".out.lmdb.partial"
+    resumable = kind != "python"
+    assert staging.is_dir() == resumable and ("--resume" in str(caught.value)) == resumable
+    if resumable:
+        assert (staging / "plan.json").is_file()
 
 
 @pytest.mark.parametrize("kind", sorted(SOURCES))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from fastloader.format.fields import FieldSpec, parse_fields, primary_image
 from fastloader.format.manifest import Manifest
 from fastloader.format.remote import is_url
 from fastloader.pack.engines.local import is_sequence
+from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions, check_destination, resolve_backend
 from fastloader.pack.pipeline.run import run_pending
 from fastloader.pack.staging.commit import commit_samples
@@ -33,6 +33,7 @@ from fastloader.pack.staging.plan import (
     PLAN_DIR,
     SETTINGS_NAME,
     SamplePlan,
+    Spans,
     check_shard_samples,
     count_bounds,
     plan_samples,
@@ -125,6 +126,74 @@ def plan_sample_pack(samples: Any, dst: str | Path, specs: list[FieldSpec],
     return staging, plan, settings
 
 
+class SampleSource:
+    """Samples of declared fields as the pipeline's source: an importer's (a table, file
+    groups, .tar shards, a COCO file; `source` describes it, with its fingerprint, and `reopen`
+    how a task opens it again) or Python samples (a sequence read by index, or a plain
+    iterable read in order); cut into a SamplePlan, committed as format v2."""
+
+    def __init__(self, samples: Any, specs: list[FieldSpec], source: dict[str, Any] | None,
+                 reopen: dict[str, Any] | None) -> None:
+        self.samples, self.specs, self.source, self.reopen = samples, specs, source, reopen
+
+    @property
+    def resumable(self) -> bool:
+        """An importer's source can be recognised again (its fingerprint); Python samples
+        cannot, so nothing of theirs is kept."""
+        return self.source is not None
+
+    def plan(self, dst: str | os.PathLike[str], options: PackOptions
+             ) -> tuple[Staging | RemoteStaging, SamplePlan | None, dict[str, Any]]:
+        if options.engine == "ray" and not is_sequence(self.samples):
+            raise PackError("engine='ray' needs samples it can read by index (a sequence or a "
+                            "map-style dataset: len() and [i]); pack this iterable with "
+                            "engine='local', or pass list(samples).")
+        target = str(dst) if is_url(dst) else Path(dst).expanduser().absolute()
+        return plan_sample_pack(self.samples, target, self.specs, options, self.source,
+                                self.reopen)
+
+    def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
+            settings: dict[str, Any], options: PackOptions) -> tuple[SamplePlan, set[int]]:
+        from fastloader.pack.engines.local import run_local_samples
+        from fastloader.pack.engines.ray import run_on_ray
+
+        if plan is None:  # a plain iterable: read in order here, a part every shard_samples
+            return self._stream(staging, settings, options)
+        assert isinstance(plan, SamplePlan) and options.workers is not None
+        samples, specs, workers = self.samples, self.specs, options.workers
+        run = settings | {"workers": workers}
+        trusted = run_pending(
+            staging, plan, options,
+            local=lambda stage, todo, meter: run_local_samples(stage, plan, todo, samples,
+                                                               specs, run, meter),
+            ray=lambda stage, todo, meter: run_on_ray(stage, plan, todo, samples, workers,
+                                                      options.ray_address, meter))
+        return plan, trusted
+
+    def _stream(self, staging: Staging | RemoteStaging, settings: dict[str, Any],
+                options: PackOptions) -> tuple[SamplePlan, set[int]]:
+        from fastloader.pack.engines.local import run_stream
+        from fastloader.pack.engines.progress import Meter
+
+        plan = SamplePlan(count_bounds(0, 1), count_bounds(0, 1)[1:], "", None,
+                          settings["fields"])
+        stage = staging.stage if isinstance(staging, RemoteStaging) else staging.dir
+        meter = Meter(plan, [], options.progress, options.quiet)
+        assert options.shard_samples is not None
+        try:
+            run_stream(stage, plan, self.samples, self.specs,
+                       settings | {"workers": options.workers}, options.shard_samples, meter)
+        finally:
+            meter.close()
+        return plan, set(range(plan.num_shards))
+
+    def commit(self, staging: Staging | RemoteStaging, plan: Spans, settings: dict[str, Any],
+               options: PackOptions, trusted: set[int]) -> Manifest:
+        assert isinstance(plan, SamplePlan)
+        return commit_samples(staging, plan, self.specs, settings, options.overwrite,
+                              trusted=trusted)
+
+
 def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, options: PackOptions,
                  *, source: dict[str, Any] | None = None,
                  reopen: dict[str, Any] | None = None) -> Manifest:
@@ -139,53 +208,4 @@ def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, options
     """
     options = sample_options(options.checked(), source)
     specs = fields if isinstance(fields, list) else parse_fields(fields)
-    if options.engine == "ray" and not is_sequence(samples):
-        raise PackError("engine='ray' needs samples it can read by index (a sequence or a "
-                        "map-style dataset: len() and [i]); pack this iterable with "
-                        "engine='local', or pass list(samples).")
-    target = str(dst) if is_url(dst) else Path(dst).expanduser().absolute()
-    staging, plan, settings = plan_sample_pack(samples, target, specs, options, source, reopen)
-    finished = interrupted = False
-    try:
-        manifest = _run(staging, plan, samples, specs, settings, options)
-        finished = True
-    except (KeyboardInterrupt, OSError):
-        interrupted = source is not None  # kept for resume=True; a bad input is not resumable
-        raise
-    finally:
-        staging.release()
-        if not finished and not interrupted:  # nothing half-made is left behind
-            shutil.rmtree(staging.dir, ignore_errors=True)
-    return manifest
-
-
-def _run(staging: Staging | RemoteStaging, plan: SamplePlan | None, samples: Any,
-         specs: list[FieldSpec], settings: dict[str, Any], options: PackOptions) -> Manifest:
-    """Run the pending shard tasks on the engine, then commit."""
-    from fastloader.pack.engines.local import run_local_samples, run_stream
-    from fastloader.pack.engines.progress import Meter
-    from fastloader.pack.engines.ray import run_on_ray
-
-    run = settings | {"workers": options.workers}
-    if plan is None:  # a plain iterable: read in order here, a part every shard_samples
-        plan = SamplePlan(count_bounds(0, 1), count_bounds(0, 1)[1:], "", None,
-                          settings["fields"])
-        stage = staging.stage if isinstance(staging, RemoteStaging) else staging.dir
-        meter = Meter(plan, [], options.progress, options.quiet)
-        assert options.shard_samples is not None
-        try:
-            run_stream(stage, plan, samples, specs, run, options.shard_samples, meter)
-        finally:
-            meter.close()
-        return commit_samples(staging, plan, specs, settings, options.overwrite,
-                              trusted=range(plan.num_shards))
-    known = plan
-    assert options.workers is not None
-    workers = options.workers
-    trusted = run_pending(
-        staging, plan, options,
-        local=lambda stage, todo, meter: run_local_samples(stage, known, todo, samples, specs,
-                                                           run, meter),
-        ray=lambda stage, todo, meter: run_on_ray(stage, known, todo, samples, workers,
-                                                  options.ray_address, meter))
-    return commit_samples(staging, plan, specs, settings, options.overwrite, trusted=trusted)
+    return drive(SampleSource(samples, specs, source, reopen), dst, options)

@@ -18,6 +18,7 @@ from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
 from fastloader.format.remote import is_url
 from fastloader.pack.engines.progress import Progress
+from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import (
     DEFAULT_SHARD_SIZE,
     PackOptions,
@@ -37,6 +38,7 @@ from fastloader.pack.staging.plan import (
     PLAN_DIR,
     SETTINGS_NAME,
     ShardPlan,
+    Spans,
     from_scan,
 )
 from fastloader.pack.staging.remote_stage import RemoteStaging
@@ -73,8 +75,9 @@ def plan_pack(src: str | os.PathLike[str], dst: str | os.PathLike[str], options:
     staging, backend = _open_staging(src_path, dst, options)
     result = (scan_url(src_path, options.max_file_size, options.storage_options)
               if isinstance(src_path, str) else scan(src_path, options.max_file_size))
-    if not options.skip_bad and result.refused:  # the scan's refusals are bad files too
-        path, reason = result.refused[0]
+    bad = result.bad_data()  # a folder link's refusal is listed, not a reason to stop
+    if not options.skip_bad and bad:
+        path, reason = bad[0]
         raise PackError(f"{result.root}/{path}: {reason}; {BAD_ITEM_FIX}")
     plan = from_scan(result, options.shard_size)
     identity: dict[str, Any] = {"backend": backend, "src": str(src_path),
@@ -182,16 +185,27 @@ def pack(
     return pack_tree(src, dst, options)
 
 
-def pack_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], options: PackOptions
-              ) -> Manifest:
-    """pack() with its options checked (PackOptions.checked)."""
-    from fastloader.pack.engines.local import run_local
-    from fastloader.pack.engines.ray import run_ray
+class TreeSource:
+    """An ImageFolder tree (a folder, or its URL) as the pipeline's source: listed by the scan,
+    cut into a ShardPlan, each file read by the tasks, committed as format v1; its identity
+    for resume is each file's path, label, size and mtime (ShardPlan.digest)."""
 
-    staging, plan, settings = plan_pack(src, dst, options)
-    try:
+    resumable = True
+
+    def __init__(self, src: str | os.PathLike[str]) -> None:
+        self.src = src
+
+    def plan(self, dst: str | os.PathLike[str], options: PackOptions
+             ) -> tuple[Staging | RemoteStaging, ShardPlan, dict[str, Any]]:
+        return plan_pack(self.src, dst, options)
+
+    def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
+            settings: dict[str, Any], options: PackOptions) -> tuple[ShardPlan, set[int]]:
+        from fastloader.pack.engines.local import run_local
+        from fastloader.pack.engines.ray import run_ray
+
+        assert isinstance(plan, ShardPlan) and options.workers is not None
         settings["storage_options"] = options.storage_options  # a URL source's; never saved
-        assert options.workers is not None
         workers = options.workers
         trusted = run_pending(
             staging, plan, options,
@@ -199,11 +213,19 @@ def pack_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], options:
                                                        meter),
             ray=lambda stage, todo, meter: run_ray(stage, todo, workers, options.ray_address,
                                                    meter))
-        manifest = commit(staging, plan, settings, options.overwrite, trusted=trusted)
-    finally:
-        staging.release()
-    return manifest
+        return plan, trusted
+
+    def commit(self, staging: Staging | RemoteStaging, plan: Spans, settings: dict[str, Any],
+               options: PackOptions, trusted: set[int]) -> Manifest:
+        assert isinstance(plan, ShardPlan)
+        return commit(staging, plan, settings, options.overwrite, trusted=trusted)
 
 
-__all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "pack", "pack_tree", "plan_pack",
-           "staging_path"]
+def pack_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], options: PackOptions
+              ) -> Manifest:
+    """pack() with its options checked (PackOptions.checked)."""
+    return drive(TreeSource(src), dst, options)
+
+
+__all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "TreeSource", "pack", "pack_tree",
+           "plan_pack", "staging_path"]

@@ -44,6 +44,18 @@ class ScanResult:
     def total_bytes(self) -> int:
         return self.files.total_bytes
 
+    def bad_data(self) -> list[list[str]]:
+        """The refusals of data that is not packed (an unreadable or special file, one over
+        --max-file-size, ...): a pack stops at the first unless --skip-bad. A folder link
+        whose folder is packed anyway (in its own place, or once) is listed only."""
+        return [entry for entry in self.refused if entry[1] not in NOT_DATA]
+
+
+LINK_INSIDE = "symlink to a folder inside SRC (packed in its own place once, not again " \
+    "through the link)"
+VISITED = "folder already visited (a symlink loop or a second link)"
+NOT_DATA = frozenset((LINK_INSIDE, VISITED))  # refusals whose files are packed all the same
+
 
 def _is_hidden(name: str) -> bool:
     return name.startswith(".")
@@ -80,8 +92,7 @@ class _Walker:
                         "files below it cannot be opened; move them to a shorter path")
             return False
         if linked and self._inside_src(path):
-            self.refuse(path + "/", "symlink to a folder inside SRC (packed in its own place "
-                        "once, not again through the link)")
+            self.refuse(path + "/", LINK_INSIDE)
             return False
         try:
             info = os.stat(path)
@@ -90,7 +101,7 @@ class _Walker:
             return False
         key = (info.st_dev, info.st_ino)
         if key in self.visited:
-            self.refuse(path + "/", "folder already visited (a symlink loop or a second link)")
+            self.refuse(path + "/", VISITED)
             return False
         self.visited.add(key)
         return True
