@@ -16,6 +16,7 @@ from fastloader.errors import PackError
 from fastloader.pack.cli.main import main
 from fastloader.pack.staging.journal import staging_path
 from faults import packdata_command
+from helpers import dataset_bytes
 from imagegen import encode, photo_like
 
 
@@ -129,3 +130,75 @@ def test_every_importer_resumes_reusing_its_finished_parts(tmp_path: Path, kind:
     assert calls and calls[0][0] > 1  # the finished parts' samples were not redone
     fastloader.pack(src, tmp_path / "fresh.lmdb", shard_size=1500, workers=1, **options)
     same_samples(dst, tmp_path / "fresh.lmdb")
+
+
+def _tar_of(path: Path, members: list[tuple[str, bytes]]) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _group(k: int, label: int) -> list[tuple[str, bytes]]:
+    return [(f"s{k}.jpg", encode(photo_like(16, 20, k))), (f"s{k}.cls", str(label).encode())]
+
+
+def _item_source(kind: str, root: Path) -> tuple[Any, dict[str, Any], Any, set[int]]:
+    """(src, options, change one item, the shards that change reads into) of 6 items."""
+    from helpers import coco_file
+
+    root.mkdir(parents=True)
+    if kind == "table":
+        table = make_table(root, 6)
+        return table, {"label": "species"}, lambda: table.write_text(
+            table.read_text().replace("note 2", "note Z")), {2}
+    if kind == "files":
+        for k in range(6):
+            for name, data in _group(k, k % 2):
+                (root / name).write_bytes(data)
+        return root, {}, lambda: (root / "s2.cls").write_bytes(b"1"), {2}
+    if kind == "tar":
+        for name, ks in (("a.tar", range(3)), ("b.tar", range(3, 6))):
+            _tar_of(root / name, [m for k in ks for m in _group(k, k % 2)])
+        # b.tar rewritten with one label changed: its own groups change, a.tar's do not
+        return str(root / "{a,b}.tar"), {}, lambda: _tar_of(root / "b.tar", [
+            m for k in range(3, 6) for m in _group(k, 1 if k == 4 else k % 2)]), {3, 4, 5}
+    path = coco_file(root, 6)
+
+    def move_box() -> None:
+        import json
+
+        data = json.loads(path.read_text())
+        next(a for a in data["annotations"] if a["image_id"] == 12)["bbox"][2] = 9
+        path.write_text(json.dumps(data))
+
+    return path, {"masks": kind == "coco-masks"}, move_box, {2}
+
+
+@pytest.mark.parametrize("kind", ["table", "files", "tar", "coco", "coco-masks"])
+def test_resume_rebuilds_only_the_shards_of_changed_items(tmp_path: Path, kind: str) -> None:
+    src, options, change, changed = _item_source(kind, tmp_path / "src")
+    dst = tmp_path / "out.lmdb"
+    pack = {"shard_size": 1, "workers": 1, **options}  # one item a shard
+
+    def stop(done: int, total: int, nbytes: int) -> None:
+        if done >= total:  # every shard's part written but the last
+            raise OSError("disk full (simulated)")
+
+    with pytest.raises(OSError, match="simulated"):
+        fastloader.pack(src, dst, progress=stop, **pack)
+    staging = staging_path(dst)
+    shards = sorted(staging.glob("shard-*"))
+    assert len(shards) == 5
+    kept = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in shards}
+    change()
+    fastloader.pack(src, dst, resume=True, **pack)
+    stamps = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in dst.glob("shard-*")}
+    rebuilt = {k for k, name in enumerate(sorted(kept)) if stamps[name] != kept[name]}
+    assert rebuilt == changed - {5}  # shard 5 was never built before
+    fastloader.pack(src, tmp_path / "fresh.lmdb", **pack)
+    assert dataset_bytes(dst) == dataset_bytes(tmp_path / "fresh.lmdb")

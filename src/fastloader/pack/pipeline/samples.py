@@ -26,6 +26,7 @@ from fastloader.pack.engines.local import is_sequence
 from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions, check_destination, resolve_backend
 from fastloader.pack.pipeline.run import run_pending
+from fastloader.pack.sources.hints import item_keys
 from fastloader.pack.staging.commit import commit_samples
 from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.plan import (
@@ -104,6 +105,11 @@ def plan_sample_pack(samples: Any, dst: str | Path, specs: list[FieldSpec],
     if is_sequence(samples) and len(samples) == 0:
         raise PackError(f"no sample could be packed into {dst} (0 skipped): the source has no "
                         "samples.")
+    keys = None  # an importer's items' identities: --resume rebuilds the changed shards only
+    if source is not None and is_sequence(samples):
+        keys = item_keys(samples, [s.name for s in specs if s.kind in ("image", "mask")])
+    if keys is not None:
+        settings["item_keys"] = True
     try:
         if isinstance(staging, RemoteStaging):
             staging.open(settings, options.resume, options.overwrite)
@@ -115,7 +121,7 @@ def plan_sample_pack(samples: Any, dst: str | Path, specs: list[FieldSpec],
         bounds, sizes = plan_samples(samples, primary_image(specs).name, options.shard_size,
                                      options.shard_samples, source is not None)
         plan = SamplePlan(bounds, sizes, (source or {}).get("fingerprint", ""), reopen,
-                          settings["fields"])
+                          settings["fields"], keys)
         plan.save(staging.dir)
         if isinstance(staging, RemoteStaging):  # the run settings: this pack's token
             (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text("{}")
@@ -200,9 +206,11 @@ def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, options
     """Pack samples into dst as a format v2 dataset (see fastloader.pack for the options).
 
     `fields` is a dict (parsed here) or a list of FieldSpecs (from an importer); `source`
-    describes where an importer read from, kept in the manifest's options; with its
-    `fingerprint` (the source files' names, sizes and mtimes) resume=True reuses the parts
-    an interrupted pack of the same source and options finished. `reopen` is how a shard task
+    describes where an importer read from, kept in the manifest's options; resume=True
+    reuses the parts an interrupted pack of the same source and options finished: each one
+    whose items are unchanged (their keys, sources/hints.item_keys), or, where the source
+    cannot tell its items (tars at URLs), all of them while its `fingerprint` (the source
+    files' names, sizes and mtimes) is unchanged. `reopen` is how a shard task
     opens the importer's source again (engine="ray", `packdata shard`). A URL dst (with
     fsspec's storage_options) is staged remotely: every task uploads its own part.
     """

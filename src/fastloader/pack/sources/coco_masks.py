@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fastloader.errors import PackError
 from fastloader.pack.sources.rasterize import MAX_CLASSES, BadSegmentation, Instance, semantic_mask
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY
@@ -79,6 +81,18 @@ class MaskedSamples(Sequence[dict[str, Any]]):
         from fastloader.pack.sources.hints import size_hint
 
         return [size_hint(sample.get("image")) for sample in self._samples]
+
+    def item_keys(self) -> np.ndarray:
+        """Each image's identity (its sample with the image file stamped, its entry and its
+        instances' polygons), without painting any mask."""
+        from fastloader.pack.sources.hints import KEY_BYTES, file_stamp, key_of
+
+        keys = np.empty((len(self), KEY_BYTES), np.uint8)
+        for i, sample in enumerate(self._samples):
+            image = sample.get("image")
+            keys[i] = key_of([sample | {"image": file_stamp(image) if image else None},
+                              self._entries[i], self._instances[i]])
+        return keys
 
     def __getitem__(self, index: int) -> Any:  # type: ignore[override]
         sample = self._samples[index]

@@ -196,6 +196,10 @@ class TarSamples(Sequence[dict[str, Any]]):
         together (0 for a damaged tar's error sample); known without reading any data."""
         return self.tar_index.size_hints()
 
+    def item_keys(self) -> np.ndarray | None:
+        """Each group's identity from the tar headers (TarIndex.item_keys)."""
+        return self.tar_index.item_keys()
+
     def group(self, k: int) -> dict[str, Any] | tuple[str, str, dict[str, Any]]:
         """(where, key, members expanded by spatial.expand_group) of group k, or its error
         sample."""

@@ -151,6 +151,24 @@ class TarIndex:
         ends = np.concatenate([[0], np.cumsum(self.size, dtype=np.int64)])
         return ends[self.member_offsets[1:]] - ends[self.member_offsets[:-1]]
 
+    def item_keys(self) -> np.ndarray | None:
+        """uint8 (n, KEY_BYTES) per group: its tar's size and mtime, its key and its members'
+        suffixes, offsets and sizes, from the headers alone (a changed tar changes the keys of
+        its own groups only); None for tars at URLs (their fingerprint decides)."""
+        if self.remote:
+            return None
+        from fastloader.pack.sources.hints import KEY_BYTES, file_stamp, key_of
+
+        stamps = [file_stamp(tar) for tar in self.tars]
+        keys = np.empty((len(self), KEY_BYTES), np.uint8)
+        for k in range(len(self)):
+            lo, hi = int(self.member_offsets[k]), int(self.member_offsets[k + 1])
+            key = bytes(self.key_bytes[self.key_offsets[k]:self.key_offsets[k + 1]])
+            keys[k] = key_of([stamps[int(self.group_tar[k])], key.hex(),
+                              self.suffix_code[lo:hi].tolist(), self.offset[lo:hi].tolist(),
+                              self.size[lo:hi].tolist(), self.errors.get(k)])
+        return keys
+
     def read(self, tar: int, offset: int, size: int) -> bytes:
         """size bytes at offset of tar `tar` (fewer if the file shrank since the walk)."""
         if self._pid != os.getpid():  # forked: this process opens its own descriptors (the

@@ -206,6 +206,22 @@ def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) ->
 
 SAMPLE_BYTES = 128 << 10  # what a Python sample is assumed to weigh: shard_samples' default
 _BOUNDS, _SIZES, _META = "sample_bounds.npy", "sample_sizes.npy", "samples.json"
+_KEYS = "sample_keys.npy"
+
+
+def same_identity(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether a staged plan.json (old) is one a resume may reuse parts of: equal to new, bar
+    the whole-source fingerprint when both plans keep per-item keys (each part's digest then
+    tells whether its own items changed)."""
+    if old is None:
+        return False
+    if old.get("item_keys") and new.get("item_keys"):
+        def bare(plan: dict[str, Any]) -> dict[str, Any]:
+            source = {k: v for k, v in plan.get("source", {}).items() if k != "fingerprint"}
+            return plan | {"source": source}
+
+        return bare(old) == bare(new)
+    return old == new
 
 
 def default_shard_samples(shard_size: int) -> int:
@@ -232,6 +248,7 @@ class SamplePlan:
     fingerprint: str = ""  # the source's (importers.fingerprint); "" for Python samples
     reopen: dict[str, Any] | None = None
     fields: list[dict[str, Any]] = field(default_factory=list)  # the specs' manifest entries
+    keys: np.ndarray | None = None  # uint8 (n, KEY_BYTES): each item's identity, or None
 
     def __len__(self) -> int:
         return int(self.bounds[-1])
@@ -247,6 +264,10 @@ class SamplePlan:
         """What shard k's part was made from (the source's fingerprint and its range): a part
         of another source or range is not reused."""
         lo, hi = self.span(k)
+        if self.keys is not None:  # per item: a changed item invalidates its shard alone
+            digest = hashlib.sha256(f"items:{lo}:{hi}".encode())
+            digest.update(np.ascontiguousarray(self.keys[lo:hi]).tobytes())
+            return digest.hexdigest()
         return hashlib.sha256(f"{self.fingerprint}:{lo}:{hi}".encode()).hexdigest()
 
     def relpath(self, i: int) -> str:
@@ -261,6 +282,14 @@ class SamplePlan:
                 np.save(handle, array, allow_pickle=False)
                 handle.flush()
                 os.fsync(handle.fileno())
+        keys = folder / _KEYS
+        if self.keys is None:
+            keys.unlink(missing_ok=True)
+        else:
+            with open(keys, "wb") as handle:
+                np.save(handle, self.keys, allow_pickle=False)
+                handle.flush()
+                os.fsync(handle.fileno())
         meta = {"fingerprint": self.fingerprint, "reopen": self.reopen, "fields": self.fields}
         (folder / _META).write_text(json.dumps(meta, sort_keys=True))
 
@@ -271,12 +300,14 @@ class SamplePlan:
             meta = json.loads((folder / _META).read_text())
             bounds = np.load(folder / _BOUNDS, allow_pickle=False)
             sizes = np.load(folder / _SIZES, mmap_mode="r", allow_pickle=False)
+            keys = (np.load(folder / _KEYS, mmap_mode="r", allow_pickle=False)
+                    if (folder / _KEYS).is_file() else None)
         except (OSError, ValueError) as exc:
             raise PackError(f"{staging} holds no readable sample plan ({exc}); run `packdata "
                             "plan SRC DST` again.") from None
-        plan = cls(bounds, sizes, meta["fingerprint"], meta["reopen"], meta["fields"])
+        plan = cls(bounds, sizes, meta["fingerprint"], meta["reopen"], meta["fields"], keys)
         if bounds.size < 1 or bounds[0] != 0 or np.any(np.diff(bounds) <= 0) or \
-                sizes.size != bounds[-1]:
+                sizes.size != bounds[-1] or (keys is not None and len(keys) != sizes.size):
             raise PackError(f"the sample plan in {staging} is damaged; run `packdata plan SRC "
                             "DST` again.")
         return plan

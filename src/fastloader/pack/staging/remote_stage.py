@@ -47,6 +47,7 @@ from fastloader.pack.staging.plan import (
     Spans,
     is_sample_plan,
     read_settings,
+    same_identity,
 )
 from fastloader.pack.staging.upload import put
 
@@ -179,7 +180,7 @@ class RemoteStaging:
             old = json.loads(self.staging.read_bytes(PLAN_NAME))
         except (DatasetNotFoundError, ValueError):  # none yet, or unreadable
             old = None
-        if not resume or old != identity:
+        if not resume or not same_identity(old, identity):
             self._remove(self.staging, "")
         if overwrite:
             self._remove(self.remote, MANIFEST_NAME)
