@@ -8,9 +8,10 @@ from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
+from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.pipeline.samples import pack_samples
-from fastloader.pack.pipeline.tree import pack_tree
+from fastloader.pack.pipeline.tree import TreeSource
 from fastloader.pack.sources import importers
 
 
@@ -90,15 +91,23 @@ def pack(
         if options.pop("shard_samples", None) is not None:
             raise PackError("shard_samples applies to Python samples only; an ImageFolder "
                             "tree is cut by its files' sizes (shard_size).")
-        return pack_tree(src, dst, PackOptions(skip_bad=skip_bad, **options).checked())
+        return drive(TreeSource(src), dst, PackOptions(skip_bad=skip_bad, **options).checked())
     checked = PackOptions(skip_bad=skip_bad, **options).checked()
     if kind is None:
         return pack_samples(src, dst, fields, checked)
-    reopen = importers.reopen_description(src, kind, fields=fields, image=image, label=label,
-                                          root=root, skip_empty=skip_empty, masks=masks)
-    # opened by its absolute path, as a shard task reopens it (the same fingerprint)
-    samples, specs, source = importers.open_source(
-        reopen["src"] if reopen else src, kind, fields=fields, image=image, label=label,
-        root=root, skip_empty=skip_empty, masks=masks,
-        storage_options=options.get("storage_options"))
+    opener = {"fields": fields, "image": image, "label": label, "root": root,
+              "skip_empty": skip_empty, "masks": masks}
+    samples, specs, source, reopen = _importer(src, kind, opener,
+                                               options.get("storage_options"))
     return pack_samples(samples, dst, specs, checked, source=source, reopen=reopen)
+
+
+def _importer(src: str | os.PathLike[str], kind: str, opener: dict[str, Any],
+              storage_options: dict[str, Any] | None
+              ) -> tuple[Any, Any, dict[str, Any], dict[str, Any] | None]:
+    """(samples, specs, source, reopen description) of an importer's source, opened by its
+    absolute path, as a shard task reopens it (the same fingerprint)."""
+    reopen = importers.reopen_description(src, kind, **opener)
+    samples, specs, source = importers.open_source(
+        reopen["src"] if reopen else src, kind, **opener, storage_options=storage_options)
+    return samples, specs, source, reopen

@@ -1,11 +1,10 @@
 """Growing datasets: append new samples to a dataset, merge several into one.
 
 Records are copied byte for byte, never decoded: each input shard becomes one output shard (an
-HDF5 shard file is copied whole and its sha256 checked against its manifest; an LMDB shard is
-rewritten with its records under their new sample numbers, each record's crc32 checked on the
-way, because an LMDB record's key is its sample number). Class lists are reconciled by name:
-the classes of the first dataset keep their ids, and each later dataset's classes not seen yet
-are added at the end in that dataset's order; labels are remapped by name.
+HDF5 shard copied whole, its sha256 checked; an LMDB shard rewritten with its records under
+their new sample numbers, its key, each record's crc32 checked). Class lists are reconciled
+by name: the first dataset's classes keep their ids, each later one's new classes are added
+at the end in its order; labels are remapped by name.
 
 append() grows DST in place: the new shards get new file names, the index is written to a new
 folder (index-N/), and manifest.json is switched last, atomically. A reader that opened the
@@ -13,8 +12,7 @@ old version keeps working (it opened every shard and loaded the index at open; n
 uses is changed or removed: the index folder before the old one is removed, never the one in
 use). merge() builds OUT in a hidden staging folder renamed into place at the end, like pack.
 
-Only untiled format v1 (ImageFolder) datasets can be appended or merged for now; a format v2
-(declared fields) or --tiles dataset is refused with a message.
+Only untiled format v1 (ImageFolder) datasets are appended or merged: v2 and tiled refused.
 """
 
 from __future__ import annotations

@@ -88,7 +88,11 @@ def sample_options(options: PackOptions, source: dict[str, Any] | None) -> PackO
                         "are cut by their size (shard_size).")
     if options.resume and not (source and source.get("fingerprint")):
         raise PackError("resume=True needs a source that can be recognised again (a table, "
-                        "file groups or .tar shards); Python samples are packed from the start.")
+                        "file groups, .tar shards or a COCO file: each item's file stamps and "
+                        "values tell which shards changed); Python samples cannot be (whether "
+                        "sample i is still the one packed could only be told by reading it), "
+                        "so they are packed from the start: drop resume, or write them to a "
+                        "table or .tar shards first.")
     return replace(options, shard_samples=check_shard_samples(options.shard_samples,
                                                               options.shard_size))
 

@@ -182,7 +182,7 @@ def pack(
         skip_bad=skip_bad, quiet=quiet,
         progress=progress, tiles=tiles, restart_mcus=restart_mcus, max_file_size=max_file_size,
         engine=engine, ray_address=ray_address, storage_options=storage_options).checked()
-    return pack_tree(src, dst, options)
+    return drive(TreeSource(src), dst, options)
 
 
 class TreeSource:
@@ -221,11 +221,5 @@ class TreeSource:
         return commit(staging, plan, settings, options.overwrite, trusted=trusted)
 
 
-def pack_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], options: PackOptions
-              ) -> Manifest:
-    """pack() with its options checked (PackOptions.checked)."""
-    return drive(TreeSource(src), dst, options)
-
-
-__all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "TreeSource", "pack", "pack_tree",
-           "plan_pack", "staging_path"]
+__all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "TreeSource", "pack", "plan_pack",
+           "staging_path"]
