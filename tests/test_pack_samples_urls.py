@@ -6,6 +6,7 @@ manifest.json last. The same dataset as a local pack, byte for byte; a missing p
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_the_commit_refuses_a_deleted_remote_part_naming_it(s3, local: Path) -> 
     assert isinstance(staging, RemoteStaging) and plan is not None
     try:
         todo = staging.pending(plan, False)
-        run_local_samples(staging.stage, plan, todo, samples, specs, settings | {"workers": 1},
+        run_local_samples(staging.stage, plan, todo, samples, specs, replace(settings, workers=1),
                   Meter(plan, todo, None, True))
         s3.rm_file(f"{staging_url(URL)[5:]}/journal/00002.json")
         with pytest.raises(PackError, match=r"cannot commit s3://bucket/table\.lmdb: 1 of "

@@ -11,6 +11,7 @@ commit checks every part and publishes DST.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -187,7 +188,7 @@ def _shard_samples(folder: Path, args: argparse.Namespace, workers: int) -> int:
     meter.files, meter.total = 0, sum(plan.span(k)[1] - plan.span(k)[0] for k in todo)
     try:
         run_local_samples(folder, plan, todo, reopen(plan), specs_of(plan.fields),
-                          settings | {"workers": workers}, meter)
+                          dataclasses.replace(settings, workers=workers), meter)
     finally:
         meter.close()
     _wrote(args, todo, folder)
@@ -206,7 +207,7 @@ def _run_commit(argv: Sequence[str]) -> int:
     staging.adopt()
     try:
         settings = read_settings(staging.dir)
-        overwrite = args.overwrite or bool(settings.get("overwrite"))
+        overwrite = args.overwrite or settings.overwrite
         plan = load_plan(staging.dir)[0]
         if isinstance(plan, SamplePlan):
             from fastloader.pack.staging.build import specs_of

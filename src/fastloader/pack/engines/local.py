@@ -32,7 +32,13 @@ from fastloader.pack.staging.build import (
     prepare_job,
 )
 from fastloader.pack.staging.part import Stage
-from fastloader.pack.staging.plan import SamplePlan, ShardPlan, Spans, count_bounds
+from fastloader.pack.staging.plan import (
+    SamplePlan,
+    ShardPlan,
+    Spans,
+    TaskSettings,
+    count_bounds,
+)
 
 _WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memory
 _WINDOW_FILES = 2048
@@ -103,7 +109,7 @@ def _write_parts(plan: Spans, todo: Sequence[int], stream: Iterator[Any],
     return written
 
 
-def run_local(staging: Stage, plan: ShardPlan, todo: Sequence[int], settings: dict[str, Any],
+def run_local(staging: Stage, plan: ShardPlan, todo: Sequence[int], settings: TaskSettings,
               workers: int, meter: Meter) -> set[int]:
     """Write the parts of `todo` (a tree's) with this machine's processes; the shards
     written."""
@@ -118,7 +124,7 @@ def is_sequence(samples: Any) -> bool:
         samples, (dict, str, bytes))
 
 
-def _job(item: Any, specs: Sequence[FieldSpec], settings: dict[str, Any]) -> PreparedSample:
+def _job(item: Any, specs: Sequence[FieldSpec], settings: TaskSettings) -> PreparedSample:
     if isinstance(item, int):  # an index into the forked sequence: __getitem__ runs here
         where = f"sample {item}"
         try:
@@ -131,7 +137,7 @@ def _job(item: Any, specs: Sequence[FieldSpec], settings: dict[str, Any]) -> Pre
 
 
 def _prepared_samples(samples: Any, items: Iterable[Any], specs: Sequence[FieldSpec],
-              settings: dict[str, Any]) -> Generator[PreparedSample, None, None]:
+              settings: TaskSettings) -> Generator[PreparedSample, None, None]:
     """items (indices of a sequence, or (where, sample) pairs) prepared in order, by a pool
     holding at most two windows."""
     global _SOURCE
@@ -142,17 +148,17 @@ def _prepared_samples(samples: Any, items: Iterable[Any], specs: Sequence[FieldS
     forked = is_sequence(samples) and "fork" in multiprocessing.get_all_start_methods()
     _SOURCE = samples
     try:
-        if settings["workers"] == 1:
+        if settings.workers == 1:
             yield from map(job, items)
             return
         if not forked and is_sequence(samples):
             items = ((f"sample {i}", samples[i]) for i in items)
         with multiprocessing.get_context("fork" if forked else None).Pool(
-                settings["workers"], initializer=default_sigterm) as pool:
+                settings.workers, initializer=default_sigterm) as pool:
             iterator = iter(items)
             pending: list[Iterable[PreparedSample]] = []
             while window := list(itertools.islice(iterator, _WINDOW)):
-                chunk = max(1, min(32, len(window) // (4 * settings["workers"])))
+                chunk = max(1, min(32, len(window) // (4 * settings.workers)))
                 pending.append(pool.imap(job, window, chunk))
                 if len(pending) > 1:  # keep the next window working while this one drains
                     yield from pending.pop(0)
@@ -163,7 +169,7 @@ def _prepared_samples(samples: Any, items: Iterable[Any], specs: Sequence[FieldS
 
 
 def run_local_samples(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: Any,
-                      specs: Sequence[FieldSpec], settings: dict[str, Any],
+                      specs: Sequence[FieldSpec], settings: TaskSettings,
                       meter: Meter) -> set[int]:
     """Write the parts of `todo` (a field source's) with this machine's processes; the
     shards written."""
@@ -174,7 +180,7 @@ def run_local_samples(staging: Stage, plan: SamplePlan, todo: Sequence[int], sam
 
 
 def run_stream(staging: Stage, plan: SamplePlan, samples: Iterable[Any],
-               specs: Sequence[FieldSpec], settings: dict[str, Any], shard_samples: int,
+               specs: Sequence[FieldSpec], settings: TaskSettings, shard_samples: int,
                meter: Meter) -> SamplePlan:
     """A plain iterable read in order here, a part every shard_samples samples; the plan of
     what was read (its bounds known only now)."""

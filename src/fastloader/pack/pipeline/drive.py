@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Protocol
+from typing import Protocol
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
 from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.staging.journal import Staging
-from fastloader.pack.staging.plan import Spans
+from fastloader.pack.staging.plan import Spans, TaskSettings
 from fastloader.pack.staging.remote_stage import RemoteStaging
 
 AnyStaging = Staging | RemoteStaging
@@ -34,18 +34,18 @@ class PackSource(Protocol):
         ...
 
     def plan(self, dst: str | os.PathLike[str], options: PackOptions
-             ) -> tuple[AnyStaging, Spans | None, dict[str, Any]]:
+             ) -> tuple[AnyStaging, Spans | None, TaskSettings]:
         """Open dst's staging (locked on return), list the source, cut and save its plan
         (None: a stream, known once read) with its identity; the settings its tasks read."""
         ...
 
-    def run(self, staging: AnyStaging, plan: Spans | None, settings: dict[str, Any],
+    def run(self, staging: AnyStaging, plan: Spans | None, settings: TaskSettings,
             options: PackOptions) -> tuple[Spans, set[int]]:
         """Run the pending shards on options.engine; the plan (a stream's, now known) and the
         shards whose parts need no second hash at the commit."""
         ...
 
-    def commit(self, staging: AnyStaging, plan: Spans, settings: dict[str, Any],
+    def commit(self, staging: AnyStaging, plan: Spans, settings: TaskSettings,
                options: PackOptions, trusted: set[int]) -> Manifest:
         """Check every part, join them into the index and manifest.json, rename to dst."""
         ...

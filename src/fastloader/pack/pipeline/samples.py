@@ -35,6 +35,7 @@ from fastloader.pack.staging.plan import (
     SETTINGS_NAME,
     SamplePlan,
     Spans,
+    TaskSettings,
     check_shard_samples,
     count_bounds,
     plan_samples,
@@ -100,7 +101,7 @@ def sample_options(options: PackOptions, source: dict[str, Any] | None) -> PackO
 def plan_sample_pack(samples: Any, dst: str | Path, specs: list[FieldSpec],
                      options: PackOptions, source: dict[str, Any] | None,
                      reopen: dict[str, Any] | None
-                     ) -> tuple[Any, SamplePlan | None, dict[str, Any]]:
+                     ) -> tuple[Any, SamplePlan | None, TaskSettings]:
     """Open dst's staging (locked on return; a URL's is remote), cut the samples into a plan
     and save it there (a URL's uploaded, for its tasks). A plain iterable gets no plan yet
     (None): its bounds are known once it is read. options: from sample_options."""
@@ -120,7 +121,7 @@ def plan_sample_pack(samples: Any, dst: str | Path, specs: list[FieldSpec],
         else:
             staging.open(settings, options.resume)  # same source (its fingerprint) and options
         if not is_sequence(samples):
-            return staging, None, settings
+            return staging, None, TaskSettings.of(settings)
         assert options.shard_samples is not None
         bounds, sizes = plan_samples(samples, primary_image(specs).name, options.shard_size,
                                      options.shard_samples, source is not None)
@@ -133,7 +134,7 @@ def plan_sample_pack(samples: Any, dst: str | Path, specs: list[FieldSpec],
     except BaseException:
         staging.release()
         raise
-    return staging, plan, settings
+    return staging, plan, TaskSettings.of(settings)
 
 
 class SampleSource:
@@ -153,7 +154,7 @@ class SampleSource:
         return self.source is not None
 
     def plan(self, dst: str | os.PathLike[str], options: PackOptions
-             ) -> tuple[Staging | RemoteStaging, SamplePlan | None, dict[str, Any]]:
+             ) -> tuple[Staging | RemoteStaging, SamplePlan | None, TaskSettings]:
         if options.engine == "ray" and not is_sequence(self.samples):
             raise PackError("engine='ray' needs samples it can read by index (a sequence or a "
                             "map-style dataset: len() and [i]); pack this iterable with "
@@ -163,7 +164,7 @@ class SampleSource:
                                 self.reopen)
 
     def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
-            settings: dict[str, Any], options: PackOptions) -> tuple[SamplePlan, set[int]]:
+            settings: TaskSettings, options: PackOptions) -> tuple[SamplePlan, set[int]]:
         from fastloader.pack.engines.local import run_local_samples
         from fastloader.pack.engines.ray import run_on_ray
 
@@ -171,7 +172,7 @@ class SampleSource:
             return self._stream(staging, settings, options)
         assert isinstance(plan, SamplePlan) and options.workers is not None
         samples, specs, workers = self.samples, self.specs, options.workers
-        run = settings | {"workers": workers}
+        run = replace(settings, workers=workers)
         trusted = run_pending(
             staging, plan, options,
             local=lambda stage, todo, meter: run_local_samples(stage, plan, todo, samples,
@@ -180,24 +181,24 @@ class SampleSource:
                                                       options.ray_address, meter))
         return plan, trusted
 
-    def _stream(self, staging: Staging | RemoteStaging, settings: dict[str, Any],
+    def _stream(self, staging: Staging | RemoteStaging, settings: TaskSettings,
                 options: PackOptions) -> tuple[SamplePlan, set[int]]:
         from fastloader.pack.engines.local import run_stream
         from fastloader.pack.engines.progress import Meter
 
         plan = SamplePlan(count_bounds(0, 1), count_bounds(0, 1)[1:], "", None,
-                          settings["fields"])
+                          settings.fields or [])
         stage = staging.stage if isinstance(staging, RemoteStaging) else staging.dir
         meter = Meter(plan, [], options.progress, options.quiet)
-        assert options.shard_samples is not None
+        assert options.shard_samples is not None and options.workers is not None
         try:
             run_stream(stage, plan, self.samples, self.specs,
-                       settings | {"workers": options.workers}, options.shard_samples, meter)
+                       replace(settings, workers=options.workers), options.shard_samples, meter)
         finally:
             meter.close()
         return plan, set(range(plan.num_shards))
 
-    def commit(self, staging: Staging | RemoteStaging, plan: Spans, settings: dict[str, Any],
+    def commit(self, staging: Staging | RemoteStaging, plan: Spans, settings: TaskSettings,
                options: PackOptions, trusted: set[int]) -> Manifest:
         assert isinstance(plan, SamplePlan)
         return commit_samples(staging, plan, self.specs, settings, options.overwrite,

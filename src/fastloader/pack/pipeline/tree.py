@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from fastloader.pack.staging.plan import (
     SETTINGS_NAME,
     ShardPlan,
     Spans,
+    TaskSettings,
     from_scan,
 )
 from fastloader.pack.staging.remote_stage import RemoteStaging
@@ -63,7 +65,7 @@ def _open_staging(src_path: Path | str, dst: str | os.PathLike[str], options: Pa
 
 
 def plan_pack(src: str | os.PathLike[str], dst: str | os.PathLike[str], options: PackOptions
-              ) -> tuple[Staging | RemoteStaging, ShardPlan, dict[str, Any]]:
+              ) -> tuple[Staging | RemoteStaging, ShardPlan, TaskSettings]:
     """Scan src and write the shard plan into dst's staging folder (locked on return), or
     into the remote staging of a URL dst (remote_stage.py; uploaded, not locked).
 
@@ -100,7 +102,7 @@ def plan_pack(src: str | os.PathLike[str], dst: str | os.PathLike[str], options:
     except BaseException:
         staging.release()
         raise
-    return staging, plan, identity | run
+    return staging, plan, TaskSettings.of(identity | run)
 
 
 def pack(
@@ -196,26 +198,26 @@ class TreeSource:
         self.src = src
 
     def plan(self, dst: str | os.PathLike[str], options: PackOptions
-             ) -> tuple[Staging | RemoteStaging, ShardPlan, dict[str, Any]]:
+             ) -> tuple[Staging | RemoteStaging, ShardPlan, TaskSettings]:
         return plan_pack(self.src, dst, options)
 
     def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
-            settings: dict[str, Any], options: PackOptions) -> tuple[ShardPlan, set[int]]:
+            settings: TaskSettings, options: PackOptions) -> tuple[ShardPlan, set[int]]:
         from fastloader.pack.engines.local import run_local
         from fastloader.pack.engines.ray import run_ray
 
         assert isinstance(plan, ShardPlan) and options.workers is not None
-        settings["storage_options"] = options.storage_options  # a URL source's; never saved
+        # a URL source's storage options: never saved
+        task = replace(settings, storage_options=options.storage_options)
         workers = options.workers
         trusted = run_pending(
             staging, plan, options,
-            local=lambda stage, todo, meter: run_local(stage, plan, todo, settings, workers,
-                                                       meter),
+            local=lambda stage, todo, meter: run_local(stage, plan, todo, task, workers, meter),
             ray=lambda stage, todo, meter: run_ray(stage, todo, workers, options.ray_address,
                                                    meter))
         return plan, trusted
 
-    def commit(self, staging: Staging | RemoteStaging, plan: Spans, settings: dict[str, Any],
+    def commit(self, staging: Staging | RemoteStaging, plan: Spans, settings: TaskSettings,
                options: PackOptions, trusted: set[int]) -> Manifest:
         assert isinstance(plan, ShardPlan)
         return commit(staging, plan, settings, options.overwrite, trusted=trusted)

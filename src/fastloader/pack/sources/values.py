@@ -11,7 +11,7 @@ import io
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -219,8 +219,21 @@ def stored_value(spec: FieldSpec, value: Any, max_file_size: int) -> Any:
     return _blob(spec, value)
 
 
+class Limits(Protocol):
+    """What preparing a sample reads of the pack's settings (staging/plan.TaskSettings)."""
+
+    @property
+    def max_side(self) -> int | None: ...
+
+    @property
+    def quality(self) -> int: ...
+
+    @property
+    def max_file_size(self) -> int: ...
+
+
 def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
-                   settings: Mapping[str, Any]) -> PreparedSample:
+                   settings: Limits) -> PreparedSample:
     """Check and convert one sample; never raises: a bad one comes back rejected, its reason
     naming where, the field and what is wrong."""
     if not isinstance(sample, Mapping):
@@ -246,12 +259,12 @@ def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
                                   {}, path)
         try:
             if record is None and spec.kind == "image":
-                data = source = _image_bytes(sample[spec.name], settings["max_file_size"])
-                record = prepare_data(data, settings["max_side"], settings["quality"])
+                data = source = _image_bytes(sample[spec.name], settings.max_file_size)
+                record = prepare_data(data, settings.max_side, settings.quality)
                 if record.data is None:
                     raise BadValue(record.error or "not a decodable image")
                 continue
-            values[spec.name] = stored_value(spec, sample[spec.name], settings["max_file_size"])
+            values[spec.name] = stored_value(spec, sample[spec.name], settings.max_file_size)
         except BadValue as exc:
             return PreparedSample(_reject(f"{where}: field {spec.name!r} ({spec.describe()}): "
                                           f"{exc}"), {}, path)

@@ -16,7 +16,7 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from fastloader.pack.staging.part import (
     save_arrays,
     write_shard,
 )
-from fastloader.pack.staging.plan import SamplePlan, ShardPlan, Spans, load_plan
+from fastloader.pack.staging.plan import SamplePlan, ShardPlan, Spans, TaskSettings, load_plan
 
 log = logging.getLogger(__name__)
 _ARRAYS = ("kept", "offset", "length", "height", "width", "codec", "crc32")
@@ -50,17 +50,16 @@ BAD_ITEM_FIX = ("fix it, or pass --skip-bad (skip_bad=True) to pack the rest and
                 "was skipped.")
 
 
-def prepare_job(settings: dict[str, Any]) -> Callable[[str], Prepared]:
+def prepare_job(settings: TaskSettings) -> Callable[[str], Prepared]:
     """The per-file work of this pack (read, check, maybe re-encode or tile), picklable."""
-    if settings.get("tiles") is not None:
+    if settings.tiles is not None:
         return functools.partial(
-            tiling.prepare_tiled, max_side=settings["max_side"], quality=settings["quality"],
-            restart_mcus=settings["tiles"]["restart_mcus"],
-            max_file_size=settings["max_file_size"],
-            storage_options=settings.get("storage_options"))
-    return functools.partial(prepare, max_side=settings["max_side"],
-                             quality=settings["quality"], max_file_size=settings["max_file_size"],
-                             storage_options=settings.get("storage_options"))
+            tiling.prepare_tiled, max_side=settings.max_side, quality=settings.quality,
+            restart_mcus=settings.tiles["restart_mcus"], max_file_size=settings.max_file_size,
+            storage_options=settings.storage_options)
+    return functools.partial(prepare, max_side=settings.max_side, quality=settings.quality,
+                             max_file_size=settings.max_file_size,
+                             storage_options=settings.storage_options)
 
 
 class _FileRows:
@@ -98,13 +97,13 @@ class _FileRows:
 
 
 def _write_part(staging: Path, plan: Spans, k: int, rows: Any, items: Iterable[Any],
-                settings: dict[str, Any]) -> Part:
+                settings: TaskSettings) -> Part:
     """The one part writer: shard k's items (in plan order) through rows (_FileRows or
     _SampleRows), then its shard file, index arrays, tile columns and part-manifest (last)."""
     lo, hi = plan.span(k)
     count = 0
     for i, item in zip(itertools.count(lo), items):
-        rows.add(i, item, bool(settings.get("skip_bad")))
+        rows.add(i, item, settings.skip_bad)
         count += 1
     if count != hi - lo:
         raise PackError(f"shard {k} expected items {lo}..{hi - 1} but got {count}: the "
@@ -112,7 +111,7 @@ def _write_part(staging: Path, plan: Spans, k: int, rows: Any, items: Iterable[A
     part = Part(k, lo, hi, plan.digest(k), None, rows.skipped, rows.reencoded)
     offsets: list[int] = []
     if rows.data:
-        part.info, offsets = write_shard(staging, k, lo, rows.data, settings["backend"])
+        part.info, offsets = write_shard(staging, k, lo, rows.data, settings.backend)
     part.arrays_sha256 = save_arrays(part_path(staging, k, ".part.npz"), rows.arrays(offsets))
     if rows.tiles is not None:
         part.tiles_sha256 = save_arrays(part_path(staging, k, tiling.SHARD_SUFFIX),
@@ -121,16 +120,16 @@ def _write_part(staging: Path, plan: Spans, k: int, rows: Any, items: Iterable[A
     return part
 
 
-def build_part(staging: Stage, plan: ShardPlan, k: int, settings: dict[str, Any],
+def build_part(staging: Stage, plan: ShardPlan, k: int, settings: TaskSettings,
                prepared: Iterable[Prepared]) -> Part:
     """Write shard k from its files' prepared records (in listing order), then its part."""
     if not isinstance(staging, Path):  # built in a local folder, then uploaded
         return staging.build(k, lambda folder: build_part(folder, plan, k, settings, prepared))
-    rows = _FileRows(plan, settings.get("tiles") is not None)
+    rows = _FileRows(plan, settings.tiles is not None)
     return _write_part(staging, plan, k, rows, prepared, settings)
 
 
-def _plan_of(stage: Stage) -> tuple[Any, dict[str, Any]]:
+def _plan_of(stage: Stage) -> tuple[Any, TaskSettings]:
     """The plan and settings a task reads: from the staging folder (cached while unchanged),
     or downloaded once per process for a URL DST."""
     return load_plan(stage) if isinstance(stage, Path) else stage.load_plan()
@@ -204,18 +203,18 @@ class _SampleRows:
 
 
 def build_sample_part(staging: Stage, plan: SamplePlan, k: int, specs: Sequence[FieldSpec],
-                      settings: dict[str, Any], prepared: Iterable[PreparedSample]) -> Part:
+                      settings: TaskSettings, prepared: Iterable[PreparedSample]) -> Part:
     """Write shard k from its samples' prepared values (in order), then its part; for a URL
     DST (remote_stage.RemoteStage) in a local temporary folder, then uploaded."""
     if not isinstance(staging, Path):
         return staging.build(k, lambda folder: build_sample_part(folder, plan, k, specs,
                                                                  settings, prepared))
-    rows = _SampleRows(specs, settings.get("tiles") is not None)
+    rows = _SampleRows(specs, settings.tiles is not None)
     return _write_part(staging, plan, k, rows, prepared, settings)
 
 
 def prepare_range(samples: Any, lo: int, hi: int, specs: Sequence[FieldSpec],
-                  settings: dict[str, Any]) -> Iterable[PreparedSample]:
+                  settings: TaskSettings) -> Iterable[PreparedSample]:
     """Samples lo..hi read by index and prepared, one after another (in a task)."""
     for i in range(lo, hi):
         where = f"sample {i}"
@@ -227,13 +226,13 @@ def prepare_range(samples: Any, lo: int, hi: int, specs: Sequence[FieldSpec],
 
 
 def prepare_item(sample: Any, specs: Sequence[FieldSpec], where: str,
-                 settings: Mapping[str, Any]) -> PreparedSample:
+                 settings: TaskSettings) -> PreparedSample:
     """One sample checked and converted (sources/values), its record then repacked as
     restart tiles when the pack is tiled (in the worker: the repack is the costly part)."""
     prepared = prepare_sample(sample, specs, where, settings)
-    if settings.get("tiles") is None or prepared.record.data is None:
+    if settings.tiles is None or prepared.record.data is None:
         return prepared
-    record = tiling.tile_record(prepared.record, settings["tiles"]["restart_mcus"])
+    record = tiling.tile_record(prepared.record, settings.tiles["restart_mcus"])
     return prepared._replace(record=record)
 
 
@@ -278,7 +277,7 @@ def run_sample_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
         raise PackError(f"shard {k} is not in the plan of {where} (shards 0..."
                         f"{plan.num_shards - 1}).")
     if samples is None:  # a URL DST's stage hands its storage options (a URL source's too)
-        samples = reopen(plan, settings.get("storage_options"))
+        samples = reopen(plan, settings.storage_options)
     specs = specs_of(plan.fields)
     lo, hi = plan.span(k)
     part = build_sample_part(folder, plan, k, specs, settings,

@@ -27,7 +27,7 @@ from fastloader.format.manifest import Manifest, ShardInfo
 from fastloader.pack.sources import tiling
 from fastloader.pack.staging.journal import JOURNAL_DIR, Staging
 from fastloader.pack.staging.part import CORE, Part, check_part, load_arrays
-from fastloader.pack.staging.plan import SamplePlan, ShardPlan, Spans
+from fastloader.pack.staging.plan import SamplePlan, ShardPlan, Spans, TaskSettings
 from fastloader.pack.staging.remote_stage import RemoteStaging
 
 SKIPPED_NAME = "skipped.json"
@@ -172,18 +172,19 @@ def publish(staging: AnyStaging, overwrite: bool, **entries: Any) -> Manifest:
     return manifest
 
 
-def commit(staging: AnyStaging, plan: ShardPlan, settings: dict[str, Any], overwrite: bool,
+def commit(staging: AnyStaging, plan: ShardPlan, settings: TaskSettings, overwrite: bool,
            trusted: Collection[int] = ()) -> Manifest:
     """Check every part, write index/, skipped.json and manifest.json, rename to DST."""
     parts = check_parts(staging, plan, trusted)
-    tiled = settings.get("tiles") is not None
-    arrays, shards = _index(staging, plan, parts, settings["backend"], tiled)
+    tiled = settings.tiles is not None
+    arrays, shards = _index(staging, plan, parts, settings.backend, tiled)
     refusals = plan.scan["refused"] + [s for p in parts for s in p.skipped]  # scan's first
     skipped = [{"path": path, "reason": reason} for path, reason in refusals]
     fields = write_staged(staging, shards, arrays, skipped)
-    options = {name: settings[name] for name in ("shard_size", "max_side", "quality")}
+    options: dict[str, Any] = {"shard_size": settings.shard_size,
+                               "max_side": settings.max_side, "quality": settings.quality}
     if tiled:  # untiled manifests stay exactly as before
-        options["tiles"] = settings["tiles"]
+        options["tiles"] = settings.tiles
     packed = int(arrays["shard"].size)
     stats = {
         "files_found": len(plan), "packed": packed, "skipped": len(skipped),
@@ -192,7 +193,7 @@ def commit(staging: AnyStaging, plan: ShardPlan, settings: dict[str, Any], overw
                                               "ignored_outside_classes", "empty_classes")},
         "source_bytes": int(plan.sizes.sum()), "record_bytes": int(arrays["length"].sum()),
     }
-    return publish(staging, overwrite, backend=settings["backend"], num_samples=packed,
+    return publish(staging, overwrite, backend=settings.backend, num_samples=packed,
                    classes=plan.scan["classes"], shards=shards, fields=fields,
                    options=options, stats=stats | (tiling.tile_stats(arrays) if tiled else {}))
 
@@ -250,25 +251,27 @@ def _classes(specs: Sequence[FieldSpec], labels: np.ndarray) -> list[str]:
 
 
 def commit_samples(staging: AnyStaging, plan: SamplePlan, specs: Sequence[FieldSpec],
-                   settings: dict[str, Any], overwrite: bool, trusted: Collection[int] = ()
+                   settings: TaskSettings, overwrite: bool, trusted: Collection[int] = ()
                    ) -> Manifest:
     """Check every part, write index/, skipped.json and manifest.json, rename to DST."""
     parts = check_parts(staging, plan, trusted)
-    tiled = settings.get("tiles") is not None
-    arrays, shards = _sample_index(staging, parts, specs, settings["backend"], tiled)
+    tiled = settings.tiles is not None
+    arrays, shards = _sample_index(staging, parts, specs, settings.backend, tiled)
     classes = _classes(specs, arrays["label"])
     skipped = [{"sample": where, "reason": why} for p in parts for where, why in p.skipped]
     index_fields = write_staged(staging, shards, arrays, skipped)
     packed = int(arrays["shard"].size)
-    options = {name: settings[name] for name in ("shard_size", "max_side", "quality", "source")}
-    if "shard_samples" in settings:  # Python samples: cut by count
-        options["shard_samples"] = settings["shard_samples"]
+    options: dict[str, Any] = {"shard_size": settings.shard_size,
+                               "max_side": settings.max_side, "quality": settings.quality,
+                               "source": settings.source}
+    if settings.shard_samples is not None:  # Python samples: cut by count
+        options["shard_samples"] = settings.shard_samples
     stats = {"packed": packed, "skipped": len(skipped), "skipped_samples": skipped,
              "record_bytes": int(arrays["length"].sum())}
     if tiled:  # untiled manifests stay exactly as before
-        options["tiles"] = settings["tiles"]
+        options["tiles"] = settings.tiles
         stats |= tiling.tile_stats(arrays)
     return publish(
-        staging, overwrite, backend=settings["backend"], num_samples=packed, classes=classes,
+        staging, overwrite, backend=settings.backend, num_samples=packed, classes=classes,
         shards=shards, fields=index_fields, options=options, stats=stats,
         version=2, sample_fields=[s.to_json() for s in specs])

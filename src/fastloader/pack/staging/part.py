@@ -28,7 +28,7 @@ from fastloader.format.backends import backend_module
 from fastloader.format.manifest import ShardInfo
 from fastloader.pack.sources import tiling
 from fastloader.pack.staging.journal import JOURNAL_DIR, file_digest, sha256_file
-from fastloader.pack.staging.plan import Spans
+from fastloader.pack.staging.plan import Spans, TaskSettings
 
 # a field source's part: its index arrays besides the columns (the commit joins them)
 CORE = ("offset", "length", "height", "width", "codec", "crc32", "label")
@@ -102,7 +102,7 @@ class RemoteParts(Protocol):
 
     def build(self, k: int, make: Callable[[Path], Part]) -> Part: ...
 
-    def load_plan(self) -> tuple[Any, dict[str, Any]]: ...
+    def load_plan(self) -> tuple[Any, TaskSettings]: ...
 
 
 Stage = Path | RemoteParts  # what the engines hand each task: a staging folder, or remote

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,6 +42,39 @@ MAX_SHARD_FILES = 1 << 16  # bounds a task's memory and time on tiny files
 _ARRAYS = ("path_offsets", "path_bytes", "labels", "sizes", "mtimes", "bounds")
 _SCAN_NAME = "scan.json"
 _GATHER_BLOCK = 1 << 12  # paths gathered at a time by paths_of (~2 MB of int64 indices)
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """What a shard task and the commit read of a pack's settings, typed where they are read
+    (plan.json with plan/settings.json on disk, or the driver's own): the rest of plan.json
+    is identity only (what a resume compares)."""
+
+    backend: str
+    shard_size: int
+    max_side: int | None
+    quality: int
+    max_file_size: int
+    skip_bad: bool = False
+    tiles: dict[str, int] | None = None  # {version, restart_mcus}, or None untiled
+    source: dict[str, Any] | None = None  # a field source's description (manifest options)
+    fields: list[dict[str, Any]] | None = None  # a field source's specs' manifest entries
+    shard_samples: int | None = None  # Python samples: cut by count
+    overwrite: bool = False  # `packdata plan --overwrite`, for its commit
+    token: str | None = None  # a URL DST's: this pack's plan, not another's
+    workers: int = 1  # the local engine's processes (never saved)
+    storage_options: dict[str, Any] | None = None  # a URL's fsspec options (never saved)
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> TaskSettings:
+        """The settings in a plan.json (+ settings.json) mapping; PackError if one is
+        missing."""
+        names = {f.name for f in dataclass_fields(cls)}
+        try:
+            return cls(**{k: v for k, v in raw.items() if k in names})
+        except TypeError as exc:
+            raise PackError(f"the shard plan's settings are incomplete ({exc}); run `packdata "
+                            "plan SRC DST` again.") from None
 
 
 class Spans(Protocol):
@@ -336,7 +370,7 @@ def plan_samples(samples: Any, image: str, shard_size: int, shard_samples: int,
     return count_bounds(n, shard_samples), np.zeros(n, np.int64)
 
 @functools.lru_cache(maxsize=4)
-def _cached_plan(staging: str, stamp: int) -> tuple[ShardPlan | SamplePlan, dict[str, Any]]:
+def _cached_plan(staging: str, stamp: int) -> tuple[ShardPlan | SamplePlan, TaskSettings]:
     folder = Path(staging)
     if not is_sample_plan(folder):
         return ShardPlan.load(folder), read_settings(folder)
@@ -345,10 +379,10 @@ def _cached_plan(staging: str, stamp: int) -> tuple[ShardPlan | SamplePlan, dict
     except (OSError, ValueError) as exc:
         raise PackError(f"{folder} holds no readable shard plan ({exc}); run `packdata plan "
                         "SRC DST` again.") from None
-    return SamplePlan.load(folder), settings
+    return SamplePlan.load(folder), TaskSettings.of(settings)
 
 
-def load_plan(staging: Path) -> tuple[ShardPlan | SamplePlan, dict[str, Any]]:
+def load_plan(staging: Path) -> tuple[ShardPlan | SamplePlan, TaskSettings]:
     """The plan in staging (an ImageFolder tree's or a field source's) and its settings
     (plan.json; a tree's with its run settings), cached while plan.json is unchanged."""
     try:
@@ -359,7 +393,7 @@ def load_plan(staging: Path) -> tuple[ShardPlan | SamplePlan, dict[str, Any]]:
     return _cached_plan(str(staging), stamp)
 
 
-def read_settings(staging: Path) -> dict[str, Any]:
+def read_settings(staging: Path) -> TaskSettings:
     """The plan's identity (plan.json: backend, options) with the run settings
     (plan/settings.json: skip_bad, overwrite)."""
     try:
@@ -368,4 +402,4 @@ def read_settings(staging: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise PackError(f"{staging} holds no readable shard plan ({exc}); run `packdata plan "
                         "SRC DST` again.") from None
-    return settings
+    return TaskSettings.of(settings)

@@ -45,6 +45,7 @@ from fastloader.pack.staging.plan import (
     SamplePlan,
     ShardPlan,
     Spans,
+    TaskSettings,
     is_sample_plan,
     read_settings,
     same_identity,
@@ -87,12 +88,12 @@ class RemoteStage:
     def _remote(self, url: str) -> Remote:
         return Remote(url, self.storage_options)
 
-    def load_plan(self) -> tuple[Any, dict[str, Any]]:
+    def load_plan(self) -> tuple[Any, TaskSettings]:
         """The plan (an ImageFolder ShardPlan or a SamplePlan, by what the driver uploaded)
         and its settings (downloaded once per worker process)."""
         options = json.dumps(self.storage_options or {}, sort_keys=True, default=str)
         plan, settings = _cached_plan(self.staging, self.token, options)
-        return plan, settings | {"storage_options": self.storage_options}  # a URL source's
+        return plan, dataclasses.replace(settings, storage_options=self.storage_options)
 
     def build(self, k: int, make: Callable[[Path], Part]) -> Part:
         """Shard k's part made by make(folder) in a local temporary folder (an ImageFolder
@@ -131,7 +132,7 @@ def _load_any_plan(folder: Path) -> Any:
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_plan(staging: str, token: str, options: str) -> tuple[Any, dict[str, Any]]:
+def _cached_plan(staging: str, token: str, options: str) -> tuple[Any, TaskSettings]:
     remote = Remote(staging, json.loads(options) or None)
     with tempfile.TemporaryDirectory(prefix="packdata-plan-") as tmp:
         names = [PLAN_NAME] + [name for name in _listing(remote, PLAN_DIR)]
@@ -139,7 +140,7 @@ def _cached_plan(staging: str, token: str, options: str) -> tuple[Any, dict[str,
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / name).write_bytes(remote.read_bytes(name))
         plan, settings = _load_any_plan(Path(tmp)), read_settings(Path(tmp))
-    if settings.get("token") != token:
+    if settings.token != token:
         raise PackError(f"the plan at {staging} is not this pack's (another packdata replaced "
                         "it?); run one packdata per DST at a time.")
     return plan, settings
