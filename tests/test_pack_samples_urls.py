@@ -18,7 +18,7 @@ from fastloader.pack.engines.progress import Meter
 from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.pipeline.samples import plan_sample_pack, sample_options
 from fastloader.pack.sources import importers
-from fastloader.pack.staging.commit import commit_samples
+from fastloader.pack.staging.commit import commit
 from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
 from faults import packdata_command
 from helpers import coco_file, dataset_bytes, remote_dataset_bytes, sample_table
@@ -79,7 +79,7 @@ def test_the_commit_refuses_a_deleted_remote_part_naming_it(s3, local: Path) -> 
         s3.rm_file(f"{staging_url(URL)[5:]}/journal/00002.json")
         with pytest.raises(PackError, match=r"cannot commit s3://bucket/table\.lmdb: 1 of "
                            r"\d+ .*shard 2 .*never written"):
-            commit_samples(staging, plan, specs, settings, False)
+            commit(staging, plan, settings, False)
     finally:
         staging.release()
     s3.invalidate_cache()

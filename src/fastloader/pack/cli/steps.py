@@ -25,7 +25,7 @@ from fastloader.pack.engines.local import run_local, run_local_samples
 from fastloader.pack.engines.progress import Meter
 from fastloader.pack.pipeline.options import PackOptions, check_sizes
 from fastloader.pack.sources import importers
-from fastloader.pack.staging.commit import commit, commit_samples
+from fastloader.pack.staging.commit import commit
 from fastloader.pack.staging.journal import Staging, staging_path
 from fastloader.pack.staging.plan import (
     PLAN_DIR,
@@ -208,14 +208,7 @@ def _run_commit(argv: Sequence[str]) -> int:
     try:
         settings = read_settings(staging.dir)
         overwrite = args.overwrite or settings.overwrite
-        plan = load_plan(staging.dir)[0]
-        if isinstance(plan, SamplePlan):
-            from fastloader.pack.staging.build import specs_of
-
-            manifest = commit_samples(staging, plan, specs_of(plan.fields), settings,
-                                      overwrite)
-        else:
-            manifest = commit(staging, plan, settings, overwrite)
+        manifest = commit(staging, load_plan(staging.dir)[0], settings, overwrite)
     finally:
         staging.release()
     if not args.quiet:

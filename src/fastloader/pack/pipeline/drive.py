@@ -2,9 +2,10 @@
 
 A PackSource (an ImageFolder tree, local or at a URL: pipeline/tree.TreeSource; a table, file
 groups, .tar shards, a COCO file or Python samples: pipeline/samples.SampleSource) says how it
-is planned into the staging (what it lists and its identity for resume, in plan.json), how its
-pending shards run on the engine, and how its parts are committed (format v1 for a tree, v2
-for declared fields). drive() runs those steps in that order for every source, with one rule
+is planned into the staging (what it lists and its identity for resume, in plan.json) and how
+its pending shards run on the engine; one commit joins the parts of any source (format v2
+where the source declares fields, v1 for a tree's image + label records). drive() runs plan,
+run and commit for every source, with one rule
 for a failure: a source that can be recognised again keeps its staging for --resume (and the
 error says so); one that cannot (Python samples) leaves nothing behind.
 """
@@ -18,6 +19,7 @@ from typing import Protocol
 from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
 from fastloader.pack.pipeline.options import PackOptions
+from fastloader.pack.staging.commit import commit
 from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.plan import Spans, TaskSettings
 from fastloader.pack.staging.remote_stage import RemoteStaging
@@ -45,10 +47,6 @@ class PackSource(Protocol):
         shards whose parts need no second hash at the commit."""
         ...
 
-    def commit(self, staging: AnyStaging, plan: Spans, settings: TaskSettings,
-               options: PackOptions, trusted: set[int]) -> Manifest:
-        """Check every part, join them into the index and manifest.json, rename to dst."""
-        ...
 
 
 RESUME_HINT = "the finished shards are kept in the staging folder: rerun with --resume " \
@@ -61,7 +59,7 @@ def drive(source: PackSource, dst: str | os.PathLike[str], options: PackOptions)
     staging, plan, settings = source.plan(dst, options)
     try:
         done, trusted = source.run(staging, plan, settings, options)
-        manifest = source.commit(staging, done, settings, options, trusted)
+        manifest = commit(staging, done, settings, options.overwrite, trusted=trusted)
     except PackError as exc:
         _fail(staging, source.resumable)
         if not source.resumable or "--resume" in str(exc) or type(exc) is not PackError:

@@ -27,7 +27,6 @@ from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions, check_destination, resolve_backend
 from fastloader.pack.pipeline.run import run_pending
 from fastloader.pack.sources.hints import item_keys
-from fastloader.pack.staging.commit import commit_samples
 from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.plan import (
     MAX_SHARD_FILES,
@@ -197,12 +196,6 @@ class SampleSource:
         finally:
             meter.close()
         return plan, set(range(plan.num_shards))
-
-    def commit(self, staging: Staging | RemoteStaging, plan: Spans, settings: TaskSettings,
-               options: PackOptions, trusted: set[int]) -> Manifest:
-        assert isinstance(plan, SamplePlan)
-        return commit_samples(staging, plan, self.specs, settings, options.overwrite,
-                              trusted=trusted)
 
 
 def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, options: PackOptions,

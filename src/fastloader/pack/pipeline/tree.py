@@ -32,7 +32,7 @@ from fastloader.pack.sources.scan import scan
 from fastloader.pack.sources.scan_remote import scan_url
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
 from fastloader.pack.staging.build import BAD_ITEM_FIX
-from fastloader.pack.staging.commit import SKIPPED_NAME, commit
+from fastloader.pack.staging.commit import SKIPPED_NAME
 from fastloader.pack.staging.journal import Staging, staging_path
 from fastloader.pack.staging.plan import (
     MAX_SHARD_FILES,
@@ -216,11 +216,6 @@ class TreeSource:
             ray=lambda stage, todo, meter: run_ray(stage, todo, workers, options.ray_address,
                                                    meter))
         return plan, trusted
-
-    def commit(self, staging: Staging | RemoteStaging, plan: Spans, settings: TaskSettings,
-               options: PackOptions, trusted: set[int]) -> Manifest:
-        assert isinstance(plan, ShardPlan)
-        return commit(staging, plan, settings, options.overwrite, trusted=trusted)
 
 
 __all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "TreeSource", "pack", "plan_pack",

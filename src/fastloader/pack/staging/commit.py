@@ -2,9 +2,10 @@
 (last), and rename the staging folder to DST, atomically (for a URL DST, upload them over the
 downloaded parts: remote_stage.RemoteStaging.finish).
 
-An ImageFolder tree's parts become a format v1 dataset (commit); a field source's a v2 one
-(commit_samples: every part's index arrays and encoded columns joined: fixed columns and
-variable values concatenated, offsets shifted). A part is refused when its part-manifest is
+One commit for every source: the settings say the format: a source that declares its fields
+(an importer, Python samples) makes a v2 dataset (every part's index arrays and encoded columns
+joined: fixed columns and variable values concatenated, offsets shifted), one that does not
+(an ImageFolder tree: image + label records) a v1 one. A part is refused when its part-manifest is
 missing or unreadable, was made from other items, or its shard file or index arrays do not
 have the size and sha256 it recorded; the message names each such shard and the command that
 rebuilds it.
@@ -22,7 +23,7 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format import index as index_mod
-from fastloader.format.fields import FieldSpec, label_field, primary_image
+from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
 from fastloader.format.manifest import Manifest, ShardInfo
 from fastloader.pack.sources import tiling
 from fastloader.pack.staging.journal import JOURNAL_DIR, Staging
@@ -172,9 +173,22 @@ def publish(staging: AnyStaging, overwrite: bool, **entries: Any) -> Manifest:
     return manifest
 
 
-def commit(staging: AnyStaging, plan: ShardPlan, settings: TaskSettings, overwrite: bool,
+def commit(staging: AnyStaging, plan: Spans, settings: TaskSettings, overwrite: bool,
            trusted: Collection[int] = ()) -> Manifest:
-    """Check every part, write index/, skipped.json and manifest.json, rename to DST."""
+    """Check every part, write index/, skipped.json and manifest.json, rename to DST: format
+    v2 with the fields the settings declare, else v1. trusted: shards whose parts need no
+    second hash (written or checked by this run)."""
+    if settings.fields is None:
+        assert isinstance(plan, ShardPlan)
+        return _commit_v1(staging, plan, settings, overwrite, trusted)
+    assert isinstance(plan, SamplePlan)
+    specs = specs_from_manifest(settings.fields, "the shard plan")
+    return _commit_v2(staging, plan, specs, settings, overwrite, trusted)
+
+
+def _commit_v1(staging: AnyStaging, plan: ShardPlan, settings: TaskSettings, overwrite: bool,
+               trusted: Collection[int]) -> Manifest:
+    """An image + label dataset (format v1) of a tree's parts."""
     parts = check_parts(staging, plan, trusted)
     tiled = settings.tiles is not None
     arrays, shards = _index(staging, plan, parts, settings.backend, tiled)
@@ -250,10 +264,9 @@ def _classes(specs: Sequence[FieldSpec], labels: np.ndarray) -> list[str]:
     return [str(k) for k in range(int(labels.max(initial=-1)) + 1)]
 
 
-def commit_samples(staging: AnyStaging, plan: SamplePlan, specs: Sequence[FieldSpec],
-                   settings: TaskSettings, overwrite: bool, trusted: Collection[int] = ()
-                   ) -> Manifest:
-    """Check every part, write index/, skipped.json and manifest.json, rename to DST."""
+def _commit_v2(staging: AnyStaging, plan: SamplePlan, specs: Sequence[FieldSpec],
+               settings: TaskSettings, overwrite: bool, trusted: Collection[int]) -> Manifest:
+    """A dataset of declared fields (format v2) of a field source's parts."""
     parts = check_parts(staging, plan, trusted)
     tiled = settings.tiles is not None
     arrays, shards = _sample_index(staging, parts, specs, settings.backend, tiled)
