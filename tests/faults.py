@@ -68,12 +68,11 @@ def faulty(real: Callable[..., Any], *, die_in: int | None = None, flag: str | P
 
 
 def patch_ray_task(setattr: Callable[[Any, str, Any], None], **faults: Any) -> None:
-    """Make the Ray engine run its shard tasks (ImageFolder and sample ones) with `faults`
+    """Make the Ray engine run its shard tasks (build.run_shard, every source's) with `faults`
     (see faulty); setattr is monkeypatch.setattr, or plain setattr in a child process."""
     from fastloader.pack.engines import ray
 
     setattr(ray, "run_shard", faulty(ray.run_shard, **faults))
-    setattr(ray, "run_sample_shard", faulty(ray.run_sample_shard, **faults))
 
 
 def _kill_after_parts(n: int) -> None:

@@ -1,8 +1,8 @@
 """The Ray engine: one Ray task per pending shard (retried by Ray when its worker dies), with
 the listing done once on the driver and the progress counted there.
 
-An ImageFolder tree's tasks (build.run_shard) and an importer's (build.run_sample_shard)
-read the plan from the staging; Python samples go to the tasks by ray.put (they must pickle).
+Every source's tasks (build.run_shard) read the plan from the staging (an importer's reopen
+its source from it); Python samples go to the tasks by ray.put (they must pickle).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from fastloader.errors import FastloaderError, PackError
 from fastloader.pack.engines.progress import Meter
-from fastloader.pack.staging.build import run_sample_shard, run_shard
+from fastloader.pack.staging.build import run_shard
 from fastloader.pack.staging.part import Stage
 from fastloader.pack.staging.plan import SamplePlan
 
@@ -46,7 +46,7 @@ def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
 def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | None,
             meter: Meter, task: Callable[..., dict[str, int]] | None = None,
             extra: tuple[Any, ...] = ()) -> set[int]:
-    """Run task(staging, k, *extra) (part.run_shard, or a sample pack's) as one Ray task per
+    """Run task(staging, k, *extra) (build.run_shard unless given) as one Ray task per
     pending shard; progress here on the driver.
 
     Uses the Ray instance this process already joined, else joins `address`, else starts a
@@ -99,7 +99,7 @@ def run_on_ray(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: A
                workers: int, address: str | None, meter: Meter) -> set[int]:
     """One Ray task per pending shard; Python samples go to the tasks by ray.put."""
     if plan.reopen is not None:  # the tasks reopen the importer's source from the plan
-        return run_ray(staging, todo, workers, address, meter, task=run_sample_shard)
+        return run_ray(staging, todo, workers, address, meter)
     with joined_ray(workers, address) as ray:  # ray.put needs the instance now
         try:
             shared = ray.put(samples)
@@ -107,5 +107,4 @@ def run_on_ray(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: A
             raise PackError(f"engine='ray' sends Python samples to its tasks pickled, and "
                             f"{type(samples).__name__} does not pickle ({exc}); make it "
                             "picklable or pack with engine='local'.") from None
-        return run_ray(staging, todo, workers, address, meter, task=run_sample_shard,
-                       extra=(shared,))
+        return run_ray(staging, todo, workers, address, meter, extra=(shared,))

@@ -135,22 +135,6 @@ def _plan_of(stage: Stage) -> tuple[Any, TaskSettings]:
     return load_plan(stage) if isinstance(stage, Path) else stage.load_plan()
 
 
-def run_shard(staging: str | os.PathLike[str] | RemoteParts, k: int) -> dict[str, int]:
-    """The task of shard k, where the engine runs it: read the plan, prepare the files one
-    after another, write the part. Returns {files, bytes, packed} for the driver's progress."""
-    stage: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
-    plan, settings = _plan_of(stage)
-    if not 0 <= k < plan.num_shards:
-        raise PackError(f"shard {k} is not in the plan of {staging} (shards 0..."
-                        f"{plan.num_shards - 1}).")
-    lo, hi = plan.span(k)
-    job = prepare_job(settings)
-    records = (job(plan.source(i)) for i in range(lo, hi))
-    part = build_part(stage, plan, k, settings, records)
-    return {"files": hi - lo, "bytes": int(plan.sizes[lo:hi].sum()),
-            "packed": 0 if part.info is None else part.info.count}
-
-
 def specs_of(fields: list[dict[str, Any]]) -> list[FieldSpec]:
     """The field specs of a plan's manifest entries."""
     return specs_from_manifest(fields, "the shard plan")
@@ -265,22 +249,28 @@ def reopen(plan: SamplePlan, storage_options: dict[str, Any] | None = None) -> A
     return samples
 
 
-def run_sample_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
-                     samples: Any = None) -> dict[str, int]:
-    """The task of shard k where the engine runs it (a Ray task): its samples prepared one
-    after another, its part written (in the staging folder, or uploaded to a URL DST's).
-    Returns {files, bytes, packed} for the progress."""
+def run_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
+              samples: Any = None) -> dict[str, int]:
+    """The task of shard k of any source, where the engine runs it (a pool's driver, a Ray
+    task, `packdata shard`): read the plan, prepare its items one after another (a tree's
+    files by path; an importer's samples from its source reopened, or Python samples handed
+    over), write the part (in the staging folder, or uploaded to a URL DST's). Returns
+    {files, bytes, packed} for the progress."""
     folder: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
     plan, settings = _plan_of(folder)
     if not 0 <= k < plan.num_shards:  # (a RemoteStage's repr would show storage_options)
         where = folder if isinstance(folder, Path) else "the URL's staging"
         raise PackError(f"shard {k} is not in the plan of {where} (shards 0..."
                         f"{plan.num_shards - 1}).")
-    if samples is None:  # a URL DST's stage hands its storage options (a URL source's too)
-        samples = reopen(plan, settings.storage_options)
-    specs = specs_of(plan.fields)
     lo, hi = plan.span(k)
-    part = build_sample_part(folder, plan, k, specs, settings,
-                             prepare_range(samples, lo, hi, specs, settings))
+    if isinstance(plan, ShardPlan):
+        job = prepare_job(settings)
+        part = build_part(folder, plan, k, settings, (job(plan.source(i)) for i in range(lo, hi)))
+    else:
+        if samples is None:  # a URL DST's stage hands its storage options (a URL source's too)
+            samples = reopen(plan, settings.storage_options)
+        specs = specs_of(plan.fields)
+        part = build_sample_part(folder, plan, k, specs, settings,
+                                 prepare_range(samples, lo, hi, specs, settings))
     return {"files": hi - lo, "bytes": int(plan.sizes[lo:hi].sum()),
             "packed": 0 if part.info is None else part.info.count}
