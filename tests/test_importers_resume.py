@@ -59,7 +59,7 @@ def test_a_killed_table_pack_resumes_to_the_same_dataset(tmp_path: Path) -> None
     same_samples(dst, tmp_path / "fresh.lmdb")
 
 
-def test_a_changed_source_is_packed_from_the_start(tmp_path: Path) -> None:
+def test_a_changed_row_is_packed_anew_on_resume(tmp_path: Path) -> None:
     table = make_table(tmp_path / "src", 12)
     dst = tmp_path / "out.lmdb"
 
