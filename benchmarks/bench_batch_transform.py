@@ -24,7 +24,7 @@ from fastloader import FastLoader, RandomHorizontalFlip, RandomResizedCrop
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader import pipeline
 from fastloader.loader.batch_transform import run_batch_transform
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from make_images import ensure_tree
 
 DATA = Path(__file__).resolve().parent.parent / "bench_data"

@@ -59,7 +59,7 @@ def _command_run(argv: list[str], dst: Path, files: int) -> RunResult:
 
 
 def _pack_run(tree: Path, dst: Path, files: int, workers: int | None) -> RunResult:
-    from fastloader.pack.write import pack
+    from fastloader.pack.pipeline.tree import pack
 
     _remove(dst)
     t0 = time.perf_counter()
@@ -123,7 +123,7 @@ def configs(tree: Path, work: Path, files: int, workers: int | None) -> dict:
 
 def _engine_run(tree: Path, dst: Path, files: int, engine: str, workers: int,
                 shard_size: int) -> RunResult:
-    from fastloader.pack.write import pack
+    from fastloader.pack.pipeline.tree import pack
 
     _remove(dst)
     t0 = time.perf_counter()

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import s3fs
 
-    from fastloader.pack.write import pack
+    from fastloader.pack.pipeline.tree import pack
 
     proc, _ = start_s3()
     work = Path(tempfile.mkdtemp(prefix="bench-pack-remote-"))

@@ -104,8 +104,8 @@ def _transforms() -> list[Any]:
 
 
 def speed(count: int, rounds: int, batch: int, threads: int, work: Path) -> dict[str, Any]:
-    from fastloader.pack.upload import upload
-    from fastloader.pack.write import pack
+    from fastloader.pack.pipeline.tree import pack
+    from fastloader.pack.staging.upload import upload
 
     tree = work / "tree"
     with contextlib.redirect_stdout(sys.stderr):  # its stats, off the JSON on stdout

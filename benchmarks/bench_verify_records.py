@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 
 import fastloader
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from make_images import ensure_tree
 
 REPO = Path(__file__).resolve().parent.parent

@@ -106,7 +106,7 @@ def run_gpu_tests(sizes: Sizes) -> dict[str, Any]:
 
 
 def make_data(root: Path, sizes: Sizes) -> tuple[Path, Path]:
-    from fastloader.pack.write import pack
+    from fastloader.pack.pipeline.tree import pack
 
     tree, packed = root / "images", root / "images.lmdb"
     started = time.perf_counter()

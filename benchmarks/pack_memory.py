@@ -124,10 +124,10 @@ def _child(tree: Path, dst: Path, phase: str, workers: int, shard_size: int) -> 
     import numpy  # noqa: F401  (imported by the pack before the scan: part of the baseline)
     import PIL.Image  # noqa: F401
 
-    from fastloader.pack import plan as plan_mod
-    from fastloader.pack import scan as scan_mod
-    from fastloader.pack import write as write_mod
-    from fastloader.pack.engines import pending_shards
+    from fastloader.pack.engines.local import pending_shards
+    from fastloader.pack.pipeline import tree as write_mod
+    from fastloader.pack.sources import scan as scan_mod
+    from fastloader.pack.staging import plan as plan_mod
 
     gc.collect()
     baseline = _rss_bytes()

@@ -35,7 +35,7 @@ TRAIN = tuple(train_transforms())
 
 def packed_tree(root: Path, classes: int = 3, per_class: int = 8, **pack_options: Any) -> Path:
     """Pack a tiny ImageFolder tree (sizes vary per image) into root/data.lmdb."""
-    from fastloader.pack.write import pack
+    from fastloader.pack.pipeline.tree import pack
 
     make_tree(root / "tree", classes=classes, per_class=per_class)
     options: dict[str, Any] = {"workers": 1, "quiet": True, **pack_options}

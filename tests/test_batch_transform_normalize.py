@@ -14,7 +14,7 @@ from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import FastloaderError, InvalidArgumentError
 from fastloader.loader.loader import FastLoader
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))

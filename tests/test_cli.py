@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fastloader.format.open import open_dataset
-from fastloader.pack.cli import main, parse_size
+from fastloader.pack.cli.main import main, parse_size
 from treegen import CLASSES, add_broken_files, make_flat_tree
 
 
@@ -66,7 +66,7 @@ def test_module_entry_point_reports_bad_input_without_traceback(tmp_path: Path) 
     (tmp_path / "taken.h5").mkdir()
     for argv in (["missing_src", "x.lmdb"], [str(tmp_path), str(tmp_path / "taken.h5")]):
         run = subprocess.run(
-            [sys.executable, "-m", "fastloader.pack.cli", *argv],
+            [sys.executable, "-m", "fastloader.pack.cli.main", *argv],
             capture_output=True,
             text=True,
             cwd=tmp_path,
@@ -92,13 +92,17 @@ def test_pack_summary_lists_skipped_files(tmp_path: Path, capsys) -> None:
     make_flat_tree(tmp_path / "src", classes=3, per_class=2)
     broken = add_broken_files(tmp_path / "src")
     dst = tmp_path / "out.h5"
-    assert main([str(tmp_path / "src"), str(dst), "--workers", "1"]) == 0
+    assert main([str(tmp_path / "src"), str(dst), "--workers", "1", "--skip-bad"]) == 0
     err = capsys.readouterr().err
     assert f"packed 6 images into {dst}" in err and "files/s" in err and "MB/s" in err
     assert f"skipped {len(broken)} unreadable files" in err
     assert all(path in err for path in broken)
-    assert main([str(tmp_path / "src"), str(tmp_path / "strict.h5"), "--strict"]) == 2
-    _one_line_error(capsys, "--strict")
+    for flags in ([], ["--strict"]):  # the default stops at the first bad file, as --strict
+        assert main([str(tmp_path / "src"), str(tmp_path / "strict.h5"), *flags]) == 2
+        _one_line_error(capsys, "--skip-bad")
+    assert main([str(tmp_path / "src"), str(tmp_path / "both.h5"), "--strict",
+                 "--skip-bad"]) == 2
+    _one_line_error(capsys, "strict (--strict) and skip_bad (--skip-bad)")
 
 
 def test_info_shows_counts_classes_shards_sizes_and_options(dataset: Path, capsys) -> None:

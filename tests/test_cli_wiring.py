@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,8 +14,8 @@ import pytest
 
 from fastloader.format.manifest import read_manifest
 from fastloader.format.open import open_dataset
-from fastloader.pack.cli import main, parse_size
-from fastloader.pack.journal import HOLD_BEFORE_RENAME_ENV
+from fastloader.pack.cli.main import main, parse_size
+from faults import packdata_command
 from imagegen import make_tree
 
 QUIET = ["--workers", "1", "--quiet"]
@@ -98,16 +97,15 @@ def test_an_os_error_exits_1_with_the_resume_hint(tree: Path, tmp_path: Path, ca
 
 
 def test_an_interrupt_exits_130_with_the_resume_hint(tmp_path: Path) -> None:
-    # The pack holds (a test hook) once every shard is written, just before its final rename:
+    # The pack holds (faults.py's hold) once every shard is written, just before its final rename:
     # the interrupt lands there on any machine, however fast or loaded.
     make_tree(tmp_path / "src", classes=2, per_class=4, size=(40, 48))
     hold = tmp_path / "hold"
     hold.mkdir()
     dst = tmp_path / "out.lmdb"
-    command = [sys.executable, "-m", "fastloader.pack.cli", str(tmp_path / "src"), str(dst),
-               "--max-side", "64", "--workers", "1", "--quiet"]
-    env = {**os.environ, HOLD_BEFORE_RENAME_ENV: str(hold)}
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    command = packdata_command([str(tmp_path / "src"), str(dst), "--max-side", "64",
+                                "--workers", "1", "--quiet"], hold=hold)
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     staging = tmp_path / ".out.lmdb.partial"
     deadline = time.monotonic() + 120  # a hang guard, not a speed assertion
     while not (hold / "waiting").exists() and proc.poll() is None and \

@@ -9,7 +9,7 @@ import torch
 
 from fastloader.decode.augment import CenterCrop
 from fastloader.loader.loader import FastLoader
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 accelerate = pytest.importorskip("accelerate", reason="accelerate is a test dependency")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 pytest.importorskip("accelerate", reason="accelerate is a test dependency")

@@ -21,7 +21,7 @@ from fastloader.format.dataset import PackedDataset
 from fastloader.loader.dali_pipeline import dali_available
 from fastloader.loader.loader import FastLoader
 from fastloader.loader.pass_dataset import PassDataset
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 accelerate = pytest.importorskip("accelerate", reason="accelerate is a test dependency")

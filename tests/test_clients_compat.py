@@ -12,8 +12,8 @@ from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomRe
 from fastloader.errors import FastloaderError
 from fastloader.loader.loader import FastLoader
 from fastloader.loader.pass_dataset import collate_rows
-from fastloader.pack.scan import scan
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.sources.scan import scan
 from imagegen import make_tree
 
 TRAIN = [RandomResizedCrop(24), RandomHorizontalFlip()]

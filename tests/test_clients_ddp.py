@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 # Each image is its own class, so the labels a rank receives name the samples it read.

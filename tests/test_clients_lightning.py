@@ -12,7 +12,7 @@ from torch import nn
 
 from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop
 from fastloader.loader.loader import FastLoader
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 pl = pytest.importorskip("lightning.pytorch", reason="lightning is a test dependency")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 pytest.importorskip("lightning.pytorch", reason="lightning is a test dependency")

@@ -12,7 +12,7 @@ import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack.cli import main
+from fastloader.pack.cli.main import main
 from imagegen import encode
 
 CATEGORIES = [{"id": 7, "name": "zebra"}, {"id": 1, "name": "person"},

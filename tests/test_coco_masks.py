@@ -14,8 +14,8 @@ import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack.cli import main
-from fastloader.pack.rasterize import counts_to_string
+from fastloader.pack.cli.main import main
+from fastloader.pack.sources.rasterize import counts_to_string
 from imagegen import encode
 
 H, W = 40, 60

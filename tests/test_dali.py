@@ -26,7 +26,7 @@ from fastloader.gpu.ops import GpuRandomHorizontalFlip
 from fastloader.gpu.pixel_ops import GpuColorJitter
 from fastloader.loader.dali_pipeline import dali_available
 from fastloader.loader.sampler import epoch_indices
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from helpers import MEAN, STD, collect
 from imagegen import make_tree
 

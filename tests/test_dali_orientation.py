@@ -18,7 +18,7 @@ from PIL import Image
 from fastloader.decode.augment import RandomResizedCrop
 from fastloader.format.open import open_dataset
 from fastloader.loader.dali_pipeline import dali_available
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import photo_like
 
 pytestmark = pytest.mark.skipif(

@@ -140,7 +140,7 @@ def test_pack_and_verify_keep_what_pillow_decodes(tmp_path: Path) -> None:
     from fastloader import open_dataset, pack
 
     verdicts = _edited_tree(tmp_path / "src")
-    pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, quiet=True)
+    pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, quiet=True, skip_bad=True)
     skipped = json.loads((tmp_path / "out.lmdb" / "skipped.json").read_text())
     assert sorted(s["path"] for s in skipped) == sorted(p for p, ok in verdicts.items() if not ok)
     with open_dataset(tmp_path / "out.lmdb") as ds:
@@ -159,7 +159,8 @@ def test_tiled_pack_keeps_what_pillow_decodes_with_its_pixels(tmp_path: Path) ->
     from fastloader import open_dataset, pack
 
     verdicts = _edited_tree(tmp_path / "src")
-    pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, quiet=True, tiles=True)
+    pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, quiet=True, tiles=True,
+         skip_bad=True)
     with open_dataset(tmp_path / "out.lmdb") as ds, BatchDecoder(1, "native") as native:
         assert sorted(ds.paths) == sorted(p for p, ok in verdicts.items() if ok)
         tiled = 0

@@ -13,7 +13,7 @@ import pytest
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
 from fastloader.errors import FastloaderError
 from fastloader.loader.loader import FastLoader
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from helpers import run_in_fork
 from imagegen import make_tree
 

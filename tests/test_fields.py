@@ -17,8 +17,8 @@ import fastloader
 from fastloader import FastLoader, open_dataset
 from fastloader.errors import DatasetError, InvalidArgumentError, PackError
 from fastloader.format.manifest import read_manifest
-from fastloader.pack.info import dataset_info, format_info
-from fastloader.pack.verify import verify
+from fastloader.pack.maintain.info import dataset_info, format_info
+from fastloader.pack.maintain.verify import verify
 from helpers import packed_tree
 from imagegen import encode, photo_like
 

@@ -19,7 +19,7 @@ from fastloader.errors import DatasetError, DatasetNotFoundError
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import Codec, Manifest, read_manifest
 from fastloader.format.open import open_dataset
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from treegen import CLASSES
 
 SUFFIX = {"lmdb": ".lmdb", "hdf5": ".h5"}

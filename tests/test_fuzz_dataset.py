@@ -20,8 +20,8 @@ import pytest
 
 from fastloader.errors import FastloaderError
 from fastloader.format.open import open_dataset
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
 from treegen import make_flat_tree
 
 CASES = 120

@@ -17,7 +17,7 @@ from fastloader.format.open import open_dataset
 from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, GpuRandomResizedCrop, gpu_rng
 from fastloader.gpu.pixel_ops import GpuColorJitter, GpuCutMix, GpuMixUp
 from fastloader.loader.dali_pipeline import dali_available
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from helpers import MEAN, STD
 from imagegen import make_tree
 

@@ -18,7 +18,7 @@ from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
 from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, GpuRandomResizedCrop, gpu_rng
 from fastloader.gpu.pixel_ops import GpuColorJitter, GpuCutMix, GpuMixUp
 from fastloader.loader.memory import pinned_nbytes
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 pytestmark = [

@@ -20,7 +20,7 @@ from fastloader.gpu.device import DeviceStep, cuda_index, resolve_memory_format
 from fastloader.gpu.ops import GpuNormalize, GpuRandomResizedCrop, gpu_rng, resized_crop
 from fastloader.gpu.pixel_ops import GpuColorJitter, soft_targets
 from fastloader.loader.memory import BatchRing, pinned_nbytes
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -23,7 +23,7 @@ import torch
 
 from fastloader.decode.augment import CenterCrop
 from fastloader.gpu.device import RACE_SWITCHES
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 pytestmark = [

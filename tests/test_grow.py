@@ -13,10 +13,10 @@ import pytest
 from fastloader.errors import PackError
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import read_manifest
-from fastloader.pack.cli import main
-from fastloader.pack.grow import append, merge, merged_classes
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.cli.main import main
+from fastloader.pack.maintain.grow import append, merge, merged_classes
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
 from treegen import make_flat_tree
 
 SHARD = 2048  # small shards: several per input
@@ -150,6 +150,8 @@ def test_refusals(tmp_path: Path, two) -> None:
     for image in (empty / "c00").iterdir():
         image.write_bytes(b"not an image")
     with pytest.raises(PackError, match="could be decoded"):
+        append(a, empty, workers=1, skip_bad=True)
+    with pytest.raises(PackError, match=r"not an image.*--skip-bad"):  # the default: stop
         append(a, empty, workers=1)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 

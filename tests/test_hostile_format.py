@@ -19,9 +19,9 @@ import pytest
 
 from fastloader.errors import CorruptRecordError, DatasetError, FastloaderError
 from fastloader.format.open import open_dataset
-from fastloader.pack.cli import main
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.cli.main import main
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
 from treegen import make_flat_tree
 
 SUFFIX = {"lmdb": ".lmdb", "hdf5": ".h5"}
@@ -81,7 +81,7 @@ def test_truncated_shard_is_refused_by_verify_and_loader_without_sigbus(copy: Pa
     os.truncate(last, last.stat().st_size - 4096)  # an interrupted copy
     run = _run("""
         import sys
-        from fastloader.pack.cli import main
+        from fastloader.pack.cli.main import main
         sys.exit(main(["verify", sys.argv[1]]))
     """, str(copy))
     assert run.returncode == 1, (run.returncode, run.stderr)  # not -7 (SIGBUS)

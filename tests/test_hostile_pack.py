@@ -15,11 +15,11 @@ import pytest
 
 from fastloader.errors import PackError
 from fastloader.format.open import open_dataset
-from fastloader.pack.cli import main
-from fastloader.pack.journal import HOLD_BEFORE_RENAME_ENV
-from fastloader.pack.scan import PATH_MAX, scan
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.cli.main import main
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.sources.scan import PATH_MAX, scan
+from faults import packdata_command
 from imagegen import encode, photo_like
 
 pytestmark = pytest.mark.timeout(120)  # a FIFO or a loop must fail a test, never hang it
@@ -94,7 +94,7 @@ def test_hostile_tree_packs_each_real_file_once_and_lists_every_refusal(
 ) -> None:
     src, refused = hostile_tree
     dst = tmp_path / "out.lmdb"
-    manifest = pack(src, dst, workers=1)
+    manifest = pack(src, dst, workers=1, skip_bad=True)
     with open_dataset(dst) as ds:
         got = sorted(zip(ds.paths, ds.labels.tolist(), strict=True))
     expected = [(f"a/ext/img{k}.jpg", 0) for k in range(2)]
@@ -134,7 +134,7 @@ def test_each_trap_alone_is_refused_and_listed(tmp_path: Path, kind: str) -> Non
     _images(src / "b", 2, 5)
     word = _trap(src, kind)
     dst = tmp_path / "out.h5"
-    pack(src, dst, workers=1)
+    pack(src, dst, workers=1, skip_bad=True)
     with open_dataset(dst) as ds:
         assert sorted(zip(ds.paths, ds.labels.tolist(), strict=True)) == [
             ("a/img0.jpg", 0), ("a/img1.jpg", 0), ("b/img0.jpg", 1), ("b/img1.jpg", 1)]
@@ -142,12 +142,60 @@ def test_each_trap_alone_is_refused_and_listed(tmp_path: Path, kind: str) -> Non
     assert skipped and all(word in s["reason"] for s in skipped), skipped
 
 
-def test_strict_stops_at_a_refused_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_refused_file_stops_the_pack_by_default(tmp_path: Path, strict: bool) -> None:
     src = tmp_path / "src"
     _images(src / "a", 2, 0)
     os.mkfifo(src / "a" / "x.jpg")
-    with pytest.raises(PackError, match=r"x\.jpg: not a regular file"):
-        pack(src, tmp_path / "out.h5", workers=1, strict=True)
+    with pytest.raises(PackError, match=r"x\.jpg: not a regular file.*--skip-bad"):
+        pack(src, tmp_path / "out.h5", workers=1, strict=strict)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "sparse", "dangling"])
+def test_each_refused_data_file_stops_the_pack_unless_skip_bad(tmp_path: Path,
+                                                               kind: str) -> None:
+    src = tmp_path / "src"
+    _images(src / "a", 2, 0)
+    _images(src / "b", 2, 5)
+    if kind == "dangling":
+        (src / "b" / "gone.jpg").symlink_to(tmp_path / "nothing")
+        word = "dangling"
+    else:
+        word = _trap(src, kind)
+    with pytest.raises(PackError, match=f"{word}.*--skip-bad"):
+        pack(src, tmp_path / "out.h5", workers=1)
+    assert main([str(src), str(tmp_path / "out.h5"), "--workers", "1", "--quiet",
+                 "--skip-bad"]) == 0
+    skipped = json.loads((tmp_path / "out.h5" / "skipped.json").read_text())
+    assert len(skipped) == 1 and word in skipped[0]["reason"]
+
+
+@pytest.mark.parametrize("kind", ["loop", "self-links", "visited"])
+def test_a_folder_link_packed_anyway_is_listed_and_does_not_stop(tmp_path: Path,
+                                                                  kind: str) -> None:
+    # not bad data: the linked folder's files are packed once, in their own place
+    src = tmp_path / "src"
+    _images(src / "a", 2, 0)
+    _images(src / "b", 2, 5)
+    if kind == "visited":  # a folder outside SRC reached twice: packed through the first link
+        outside = tmp_path / "outside"
+        _images(outside, 1, 9)
+        (src / "a" / "ext").symlink_to(outside)
+        (src / "a" / "ext2").symlink_to(outside)
+        word, extra = "already visited", {"a/ext/img0.jpg", "a/ext2/img0.jpg"}
+    else:
+        word, extra = _trap(src, kind), set()
+    dst = tmp_path / "out.h5"
+    manifest = pack(src, dst, workers=1)  # the default: stop at bad data
+    with open_dataset(dst) as ds:
+        got = sorted(zip(ds.paths, ds.labels.tolist(), strict=True))
+    own = [("a/img0.jpg", 0), ("a/img1.jpg", 0), ("b/img0.jpg", 1), ("b/img1.jpg", 1)]
+    linked = [entry for entry in got if entry not in own]  # whichever link the walk met first
+    assert [entry for entry in got if entry in own] == own
+    assert len(linked) == len(extra) // 2 and all(p in extra and y == 0 for p, y in linked)
+    skipped = json.loads((dst / "skipped.json").read_text())
+    assert skipped and all(word in s["reason"] for s in skipped), skipped
+    assert manifest.stats["skipped"] == len(skipped)
 
 
 def test_size_cap_flag_skips_large_files_and_can_be_raised(tmp_path: Path) -> None:
@@ -156,7 +204,7 @@ def test_size_cap_flag_skips_large_files_and_can_be_raised(tmp_path: Path) -> No
     (src / "a" / "big.jpg").write_bytes(encode(photo_like(200, 200, 5), quality=95))
     cap = (src / "a" / "big.jpg").stat().st_size - 1
     assert main([str(src), str(tmp_path / "small.h5"), "--max-file-size", str(cap),
-                 "--workers", "1", "--quiet"]) == 0
+                 "--workers", "1", "--quiet", "--skip-bad"]) == 0
     skipped = json.loads((tmp_path / "small.h5" / "skipped.json").read_text())
     assert [s["path"] for s in skipped] == ["a/big.jpg"] and "max-file-size" in skipped[0]["reason"]
     assert main([str(src), str(tmp_path / "all.h5"), "--max-file-size", str(cap + 1),
@@ -197,14 +245,14 @@ def test_lying_header_is_refused_by_pack_and_found_by_verify_decode(tmp_path: Pa
     src = tmp_path / "src"
     _images(src / "a", 3, 0)
     (src / "a" / "liar.jpg").write_bytes(_lying_jpeg(1600, 1600))
-    pack(src, tmp_path / "native.lmdb", workers=1)
+    pack(src, tmp_path / "native.lmdb", workers=1, skip_bad=True)
     skipped = json.loads((tmp_path / "native.lmdb" / "skipped.json").read_text())
     assert [s["path"] for s in skipped] == ["a/liar.jpg"]
     assert "loader's decoder" in skipped[0]["reason"]
     # A dataset packed without the native core (Pillow accepts the file) holds it: verify
     # --decode must then say what the loader will find.
     env = os.environ | {"FASTLOADER_DISABLE_NATIVE": "1"}
-    code = "import sys; from fastloader.pack.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from fastloader.pack.cli.main import main; sys.exit(main(sys.argv[1:]))"
     subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "pil.lmdb"),
                     "--workers", "1", "--quiet"], env=env, check=True, timeout=100)
     report = verify(tmp_path / "pil.lmdb", decode=True)
@@ -226,10 +274,9 @@ def test_second_pack_cannot_take_over_a_finishing_pack(tmp_path: Path) -> None:
     dst = tmp_path / "out.lmdb"
     hold = tmp_path / "hold"
     hold.mkdir()
-    code = "import sys; from fastloader.pack.cli import main; sys.exit(main(sys.argv[1:]))"
     first = subprocess.Popen(
-        [sys.executable, "-c", code, str(src), str(dst), "--workers", "1", "--quiet"],
-        env=os.environ | {HOLD_BEFORE_RENAME_ENV: str(hold)}, stderr=subprocess.PIPE, text=True)
+        packdata_command([str(src), str(dst), "--workers", "1", "--quiet"], hold=hold),
+        stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not (hold / "waiting").exists() and time.monotonic() < deadline:

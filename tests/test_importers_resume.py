@@ -3,10 +3,9 @@ its finished parts (shard, index arrays and columns) to the same dataset a fresh
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,9 +13,10 @@ import pytest
 import fastloader
 from fastloader import open_dataset
 from fastloader.errors import PackError
-from fastloader.pack.cli import main
-from fastloader.pack.journal import staging_path
-from fastloader.pack.write import KILL_AFTER_SHARDS_ENV
+from fastloader.pack.cli.main import main
+from fastloader.pack.staging.journal import staging_path
+from faults import packdata_command
+from helpers import dataset_bytes
 from imagegen import encode, photo_like
 
 
@@ -45,8 +45,7 @@ def test_a_killed_table_pack_resumes_to_the_same_dataset(tmp_path: Path) -> None
     dst = tmp_path / "out.lmdb"
     argv = [str(table), str(dst), "--label", "species", "--shard-size", "4K", "--workers",
             "2", "--quiet"]
-    killed = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
-                            env={**os.environ, KILL_AFTER_SHARDS_ENV: "3"}, timeout=120,
+    killed = subprocess.run(packdata_command(argv, kill_after_parts=3), timeout=120,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert killed.returncode == -9 and not dst.exists()
     staging = staging_path(dst)
@@ -60,7 +59,7 @@ def test_a_killed_table_pack_resumes_to_the_same_dataset(tmp_path: Path) -> None
     same_samples(dst, tmp_path / "fresh.lmdb")
 
 
-def test_a_changed_source_is_packed_from_the_start(tmp_path: Path) -> None:
+def test_a_changed_row_is_packed_anew_on_resume(tmp_path: Path) -> None:
     table = make_table(tmp_path / "src", 12)
     dst = tmp_path / "out.lmdb"
 
@@ -80,3 +79,126 @@ def test_a_changed_source_is_packed_from_the_start(tmp_path: Path) -> None:
 def test_python_samples_cannot_resume(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="resume=True needs a source that can be recognised"):
         fastloader.pack([{}], tmp_path / "o.lmdb", fields={"image": "image"}, resume=True)
+
+
+def _groups(folder: Path, n: int = 12) -> list[tuple[str, bytes]]:
+    return [member for k in range(n) for member in (
+        (f"s{k:02d}.jpg", encode(photo_like(20, 24 + k % 4, k))), (f"s{k:02d}.cls", b"1"))]
+
+
+def _resumable(kind: str, root: Path) -> Any:
+    """A source of 12 items of each resumable kind: the table, file groups, a tar, COCO."""
+    if kind == "table":
+        return make_table(root, 12)
+    if kind == "coco":
+        from helpers import coco_file
+
+        return coco_file(root, 12)
+    root.mkdir(parents=True)
+    if kind == "files":
+        for name, data in _groups(root):
+            (root / name).write_bytes(data)
+        return root
+    import io
+    import tarfile
+
+    with tarfile.open(root / "w.tar", "w") as tar:
+        for name, data in _groups(root):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return root / "w.tar"
+
+
+@pytest.mark.parametrize("kind", ["table", "files", "tar", "coco"])
+def test_every_importer_resumes_reusing_its_finished_parts(tmp_path: Path, kind: str) -> None:
+    src = _resumable(kind, tmp_path / "src")
+    options: dict[str, Any] = {"label": "species"} if kind == "table" else {}
+    dst = tmp_path / "out.lmdb"
+
+    def stop(done: int, total: int, nbytes: int) -> None:
+        if done >= 8:
+            raise OSError("disk full (simulated)")
+
+    with pytest.raises(OSError, match="simulated"):
+        fastloader.pack(src, dst, shard_size=1500, workers=1, progress=stop, **options)
+    parts = {p.name: p.stat().st_mtime_ns for p in (staging_path(dst) / "journal").glob("*.json")}
+    assert len(parts) >= 2
+    calls: list[tuple[int, int, int]] = []
+    fastloader.pack(src, dst, shard_size=1500, workers=1, resume=True,
+                    progress=lambda *args: calls.append(args), **options)
+    assert calls and calls[0][0] > 1  # the finished parts' samples were not redone
+    fastloader.pack(src, tmp_path / "fresh.lmdb", shard_size=1500, workers=1, **options)
+    same_samples(dst, tmp_path / "fresh.lmdb")
+
+
+def _tar_of(path: Path, members: list[tuple[str, bytes]]) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _group(k: int, label: int) -> list[tuple[str, bytes]]:
+    return [(f"s{k}.jpg", encode(photo_like(16, 20, k))), (f"s{k}.cls", str(label).encode())]
+
+
+def _item_source(kind: str, root: Path) -> tuple[Any, dict[str, Any], Any, set[int]]:
+    """(src, options, change one item, the shards that change reads into) of 6 items."""
+    from helpers import coco_file
+
+    root.mkdir(parents=True)
+    if kind == "table":
+        table = make_table(root, 6)
+        return table, {"label": "species"}, lambda: table.write_text(
+            table.read_text().replace("note 2", "note Z")), {2}
+    if kind == "files":
+        for k in range(6):
+            for name, data in _group(k, k % 2):
+                (root / name).write_bytes(data)
+        return root, {}, lambda: (root / "s2.cls").write_bytes(b"1"), {2}
+    if kind == "tar":
+        for name, ks in (("a.tar", range(3)), ("b.tar", range(3, 6))):
+            _tar_of(root / name, [m for k in ks for m in _group(k, k % 2)])
+        # b.tar rewritten with one label changed: its own groups change, a.tar's do not
+        return str(root / "{a,b}.tar"), {}, lambda: _tar_of(root / "b.tar", [
+            m for k in range(3, 6) for m in _group(k, 1 if k == 4 else k % 2)]), {3, 4, 5}
+    path = coco_file(root, 6)
+
+    def move_box() -> None:
+        import json
+
+        data = json.loads(path.read_text())
+        next(a for a in data["annotations"] if a["image_id"] == 12)["bbox"][2] = 9
+        path.write_text(json.dumps(data))
+
+    return path, {"masks": kind == "coco-masks"}, move_box, {2}
+
+
+@pytest.mark.parametrize("kind", ["table", "files", "tar", "coco", "coco-masks"])
+def test_resume_rebuilds_only_the_shards_of_changed_items(tmp_path: Path, kind: str) -> None:
+    src, options, change, changed = _item_source(kind, tmp_path / "src")
+    dst = tmp_path / "out.lmdb"
+    pack = {"shard_size": 1, "workers": 1, **options}  # one item a shard
+
+    def stop(done: int, total: int, nbytes: int) -> None:
+        if done >= total:  # every shard's part written but the last
+            raise OSError("disk full (simulated)")
+
+    with pytest.raises(OSError, match="simulated"):
+        fastloader.pack(src, dst, progress=stop, **pack)
+    staging = staging_path(dst)
+    shards = sorted(staging.glob("shard-*"))
+    assert len(shards) == 5
+    kept = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in shards}
+    change()
+    fastloader.pack(src, dst, resume=True, **pack)
+    stamps = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in dst.glob("shard-*")}
+    rebuilt = {k for k, name in enumerate(sorted(kept)) if stamps[name] != kept[name]}
+    assert rebuilt == changed - {5}  # shard 5 was never built before
+    fastloader.pack(src, tmp_path / "fresh.lmdb", **pack)
+    assert dataset_bytes(dst) == dataset_bytes(tmp_path / "fresh.lmdb")

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastloader.pack.groups import TarSamples, open_tars
-from fastloader.pack.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
+from fastloader.pack.sources.groups import TarSamples, open_tars
+from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
 from helpers import run_in_fork
 
 

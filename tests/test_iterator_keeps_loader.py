@@ -14,7 +14,7 @@ import pytest
 from fastloader.decode.augment import CenterCrop
 from fastloader.loader.dali_pipeline import dali_available
 from fastloader.loader.loader import FastLoader
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 BACKENDS = ["auto", pytest.param("dali", marks=pytest.mark.skipif(

@@ -19,7 +19,7 @@ from fastloader import FastLoader, open_dataset
 from fastloader.errors import DatasetError, PackError
 from fastloader.format import kinds
 from fastloader.format.kinds.base import BadValue, Fixed
-from fastloader.pack.verify import verify
+from fastloader.pack.maintain.verify import verify
 from imagegen import encode, photo_like
 
 PACKAGE = Path(fastloader.__file__).parent

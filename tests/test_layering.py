@@ -172,3 +172,41 @@ def test_the_check_sees_an_import_circle(tmp_path: Path) -> None:
 def test_each_stage_has_a_docstring(stage: str) -> None:
     tree = ast.parse((PACKAGE / stage / "__init__.py").read_text())
     assert ast.get_docstring(tree)
+
+
+def test_pack_sub_packages_import_only_downwards(tmp_path: Path) -> None:
+    """Inside pack/: sources -> staging -> engines -> pipeline -> api -> maintain -> cli, each
+    importing only the ones before it (ARCHITECTURE.md); a copy with one upward import (a
+    source importing the staging) is caught, so the rule can fail."""
+    order = ["sources", "staging", "engines", "pipeline", "api", "maintain", "cli"]
+
+    def level(module: str) -> int | None:
+        parts = module.split(".")
+        if parts[:2] != ["fastloader", "pack"] or len(parts) < 3 or parts[2] not in order:
+            return None
+        return order.index(parts[2])
+
+    def upward(package: Path) -> list[str]:
+        bad = []
+        for path in sorted((package / "pack").rglob("*.py")):
+            own = level(module_name(path, package))
+            for line, target in imported_modules(path, package) if own is not None else []:
+                other = level(target)
+                if other is not None and other > own:
+                    bad.append(f"{path.relative_to(package)}:{line} imports {target}")
+        return bad
+
+    assert {p.name for p in (PACKAGE / "pack").iterdir() if (p / "__init__.py").exists()} \
+        == set(order) - {"api"}
+    assert upward(PACKAGE) == []
+    copy = tmp_path / "fastloader"
+    for path in (PACKAGE / "pack").rglob("*.py"):
+        target = copy / path.relative_to(PACKAGE)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    scan = copy / "pack" / "sources" / "scan.py"
+    lazy = "\n\ndef _f():\n    from fastloader.pack.staging import plan\n"
+    scan.write_text(scan.read_text() + lazy)
+    found = upward(copy)
+    assert found and all(line.startswith("pack/sources/scan.py:") for line in found)
+    assert any(line.endswith("imports fastloader.pack.staging.plan") for line in found)

@@ -11,7 +11,7 @@ from fastloader.decode.augment import CenterCrop, Resize
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
 from fastloader.format.open import open_dataset
 from fastloader.loader.loader import FastLoader
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from helpers import MEAN, STD, TRAIN, collect, same_batches
 from imagegen import encode, photo_like
 

@@ -124,7 +124,7 @@ def test_pack_with_other_restart_intervals(tmp_path: Path, restart_mcus: int) ->
     from fastloader.decode import tiles
     from fastloader.decode.decode import decode
     from fastloader.format.open import open_dataset
-    from fastloader.pack.write import pack
+    from fastloader.pack.pipeline.tree import pack
     from imagegen import make_tree
 
     tree = make_tree(tmp_path / "tree", classes=1, per_class=2, size=(64, 128))  # 8 MCUs a row

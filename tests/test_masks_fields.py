@@ -18,7 +18,7 @@ from fastloader.decode import _native
 from fastloader.decode.masks import map_mask, map_runs
 from fastloader.errors import CorruptRecordError, PackError
 from fastloader.format.masks import MaskError, decode_mask, encode_mask, mask_runs
-from fastloader.pack.verify import verify
+from fastloader.pack.maintain.verify import verify
 from imagegen import encode
 
 FIELDS = {"image": "image", "mask": "mask"}

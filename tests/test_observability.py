@@ -123,18 +123,19 @@ def test_pack_logs_each_skipped_file_and_is_silent_by_default(tmp_path: Path, ca
     import subprocess
     import sys
 
-    from fastloader.pack.write import pack
+    from fastloader.pack.pipeline.tree import pack
     from treegen import add_broken_files, make_flat_tree
 
     make_flat_tree(tmp_path / "src", classes=3, per_class=1)
     broken = add_broken_files(tmp_path / "src")
     with caplog.at_level(logging.WARNING, logger="fastloader"):
-        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1)
+        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, skip_bad=True)
     logged = " ".join(r.getMessage() for r in caplog.records if r.name.startswith("fastloader"))
     assert all(f"skipped {path}" in logged for path in broken)
     # Without logging configured nothing reaches stderr (no print, no last-resort handler).
-    code = ("import sys; from fastloader.pack.write import pack; "
-            f"pack({str(tmp_path / 'src')!r}, {str(tmp_path / 'again.lmdb')!r}, workers=1)")
+    code = ("import sys; from fastloader.pack.pipeline.tree import pack; "
+            f"pack({str(tmp_path / 'src')!r}, {str(tmp_path / 'again.lmdb')!r}, workers=1, "
+            "skip_bad=True)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120, check=True)
     assert result.stderr == "" and result.stdout == ""

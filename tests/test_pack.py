@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +15,10 @@ from PIL import Image
 from fastloader.errors import InvalidArgumentError, InvalidTypeError, PackError
 from fastloader.format.manifest import Codec, read_manifest
 from fastloader.format.open import open_dataset
-from fastloader.pack.journal import staging_path
-from fastloader.pack.plan import ShardPlan
-from fastloader.pack.write import KILL_AFTER_SHARDS_ENV, pack
+from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.staging.journal import staging_path
+from fastloader.pack.staging.plan import ShardPlan
+from faults import packdata_command
 from imagegen import encode, photo_like
 from treegen import add_broken_files, make_flat_tree, make_mixed_tree
 
@@ -34,7 +34,7 @@ def _digests(dst: Path) -> dict[str, str]:
 def test_broken_files_are_skipped_listed_and_never_packed(tmp_path: Path) -> None:
     written = make_mixed_tree(tmp_path / "src")
     broken = add_broken_files(tmp_path / "src")
-    manifest = pack(tmp_path / "src", tmp_path / "out.h5", workers=1)
+    manifest = pack(tmp_path / "src", tmp_path / "out.h5", workers=1, skip_bad=True)
     with open_dataset(tmp_path / "out.h5") as ds:
         assert sorted(ds.paths) == sorted(written)
         assert not set(ds.paths) & set(broken)
@@ -49,19 +49,23 @@ def test_broken_files_are_skipped_listed_and_never_packed(tmp_path: Path) -> Non
     assert stats["ignored_outside_classes"] == 1
 
 
-def test_strict_fails_on_the_first_broken_file_and_creates_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_broken_file_stops_the_pack_by_default_and_creates_nothing(tmp_path: Path,
+                                                                     strict: bool) -> None:
     make_mixed_tree(tmp_path / "src")
     (tmp_path / "src" / "cat" / "zz_garbage.jpg").write_bytes(b"\xff\xd8 not really")
-    with pytest.raises(PackError, match=r"zz_garbage\.jpg.*without --strict"):
-        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, strict=True)
+    with pytest.raises(PackError, match=r"zz_garbage\.jpg.*--skip-bad"):
+        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, strict=strict)
     assert not (tmp_path / "out.lmdb").exists()
+    with pytest.raises(PackError, match=r"strict \(--strict\) and skip_bad \(--skip-bad\)"):
+        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, strict=True, skip_bad=True)
 
 
 def test_all_files_broken_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "src" / "a").mkdir(parents=True)
     (tmp_path / "src" / "a" / "x.jpg").write_bytes(b"nope")
     with pytest.raises(PackError, match=r"no file under .* could be decoded"):
-        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1)
+        pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1, skip_bad=True)
     assert not (tmp_path / "out.lmdb").exists()
 
 
@@ -69,7 +73,7 @@ def test_all_files_broken_is_an_error(tmp_path: Path) -> None:
 def test_parallel_pack_is_identical_to_serial(
     tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("fastloader.pack.engines._WINDOW_FILES", 7)  # many pool windows
+    monkeypatch.setattr("fastloader.pack.engines.local._WINDOW_FILES", 7)  # many pool windows
     make_flat_tree(tmp_path / "src", classes=3, per_class=30)
     calls: list[tuple[int, int, int]] = []
     serial = pack(tmp_path / "src", tmp_path / f"one{suffix}", workers=1, shard_size=20_000)
@@ -154,10 +158,8 @@ def test_killed_pack_leaves_no_dataset_and_resume_finishes_it(tmp_path: Path, su
     make_flat_tree(tmp_path / "src", classes=2, per_class=40)
     dst = tmp_path / f"out{suffix}"
     argv = [str(tmp_path / "src"), str(dst), "--shard-size", "8K", "--workers", "2", "--quiet"]
-    env = {**os.environ, KILL_AFTER_SHARDS_ENV: "3"}
     killed = subprocess.run(
-        [sys.executable, "-m", "fastloader.pack.cli", *argv],
-        env=env,
+        packdata_command(argv, kill_after_parts=3),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         timeout=60,
@@ -169,7 +171,7 @@ def test_killed_pack_leaves_no_dataset_and_resume_finishes_it(tmp_path: Path, su
     finished = _shard_inodes(staging)
     assert len(finished) >= 3 and len(list((staging / "journal").glob("*.json"))) == 3
 
-    from fastloader.pack.cli import main
+    from fastloader.pack.cli.main import main
 
     assert main([*argv, "--resume"]) == 0
     after = _shard_inodes(dst)
@@ -229,7 +231,7 @@ def test_without_resume_a_stale_staging_folder_is_replaced(tmp_path: Path) -> No
 
 def test_fastloader_pack_is_callable_even_after_submodule_imports(tmp_path: Path) -> None:
     import fastloader
-    import fastloader.pack.cli  # binds the subpackage to fastloader.pack
+    import fastloader.pack.cli.main  # binds the subpackage to fastloader.pack
 
     make_flat_tree(tmp_path / "src", classes=1, per_class=2)
     manifest = fastloader.pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1)

@@ -19,14 +19,14 @@ import pytest
 
 from fastloader.format.index import write_index
 from fastloader.format.open import open_dataset
-from fastloader.pack.commit import _index, check_parts, commit
-from fastloader.pack.journal import Staging
-from fastloader.pack.listing import Listing, SourceFile
-from fastloader.pack.part import build_part
-from fastloader.pack.plan import ShardPlan, from_scan
-from fastloader.pack.scan import ScanResult, scan
-from fastloader.pack.validate import Prepared
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.sources.listing import Listing, SourceFile
+from fastloader.pack.sources.scan import ScanResult, scan
+from fastloader.pack.sources.validate import Prepared
+from fastloader.pack.staging.build import build_part
+from fastloader.pack.staging.commit import _index, check_parts, commit
+from fastloader.pack.staging.journal import Staging
+from fastloader.pack.staging.plan import ShardPlan, TaskSettings, from_scan
 from imagegen import encode, photo_like
 
 FILES = 20_000
@@ -97,17 +97,18 @@ def _prepared(k: int) -> Prepared:
     return Prepared(data, 8 + k % 7, 8, 1, 0x80000000 + k, None, False)
 
 
-def _planned(folder: Path, count: int) -> tuple[Staging, ShardPlan, dict[str, Any]]:
+def _planned(folder: Path, count: int) -> tuple[Staging, ShardPlan, TaskSettings]:
     """A staged plan of count listed files (12 bytes each, 100 classes) and its parts, written
     by build_part from made-up records (no image is decoded: only the commit is measured)."""
     files = Listing.from_files([SourceFile(f"class_{k % 100:03d}/img_{k:06d}.jpg", k % 100,
                                            12, k) for k in range(count)])
     result = ScanResult(folder, [f"class_{c:03d}" for c in range(100)], files)
     plan = from_scan(result, 40_000)  # 3,333 files a shard
-    settings: dict[str, Any] = {"backend": "lmdb", "shard_size": 40_000, "max_side": None,
-                                "quality": 90, "strict": False}
+    identity: dict[str, Any] = {"backend": "lmdb", "shard_size": 40_000, "max_side": None,
+                                "quality": 90, "max_file_size": 1 << 30}
+    settings = TaskSettings.of(identity)
     staging = Staging(folder / "out.lmdb")
-    staging.open(settings, resume=False)
+    staging.open(identity, resume=False)
     plan.save(staging.dir)
     for k in range(plan.num_shards):
         build_part(staging.dir, plan, k, settings, (_prepared(i) for i in range(*plan.span(k))))
@@ -178,7 +179,7 @@ def test_hostile_names_are_listed_packed_and_skipped_as_before(tmp_path: Path,
     offsets = listing.path_offsets.tolist()
     assert sorted(blob[a:b] for a, b in itertools.pairwise(offsets)) == packed
     dst = tmp_path / "out.lmdb"
-    manifest = pack(src, dst, workers=workers)
+    manifest = pack(src, dst, workers=workers, skip_bad=True)
     with open_dataset(dst) as ds:
         assert list(ds.paths) == expected  # path_bytes keep the exact file-system bytes
     skipped = json.loads((dst / "skipped.json").read_text())

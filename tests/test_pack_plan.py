@@ -14,19 +14,20 @@ import pytest
 
 from fastloader.errors import PackError
 from fastloader.format.open import open_dataset
-from fastloader.pack.cli import main
-from fastloader.pack.journal import staging_path
-from fastloader.pack.part import check_part, run_shard
-from fastloader.pack.plan import ShardPlan, cut
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.cli.main import main
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.staging.build import run_shard
+from fastloader.pack.staging.journal import staging_path
+from fastloader.pack.staging.part import check_part
+from fastloader.pack.staging.plan import ShardPlan, cut
 from helpers import broken_tree, dataset_bytes
 
 SHARD = 20_000  # bytes: the 90-file tree makes 6 shards
 
 
 def _packdata(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
+    return subprocess.run([sys.executable, "-m", "fastloader.pack.cli.main", *argv],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -41,8 +42,10 @@ def test_the_cut_depends_on_the_sizes_alone() -> None:
 @pytest.mark.parametrize("suffix", [".lmdb", ".h5"])
 def test_workers_do_not_change_a_byte(tmp_path: Path, suffix: str) -> None:
     written = broken_tree(tmp_path / "src")
-    one = pack(tmp_path / "src", tmp_path / f"one{suffix}", workers=1, shard_size=SHARD)
-    two = pack(tmp_path / "src", tmp_path / f"two{suffix}", workers=2, shard_size=SHARD)
+    one = pack(tmp_path / "src", tmp_path / f"one{suffix}", skip_bad=True,
+               workers=1, shard_size=SHARD)
+    two = pack(tmp_path / "src", tmp_path / f"two{suffix}", skip_bad=True,
+               workers=2, shard_size=SHARD)
     assert len(one.shards) >= 4 and one.num_samples == two.num_samples == len(written)
     assert dataset_bytes(tmp_path / f"one{suffix}") == dataset_bytes(tmp_path / f"two{suffix}")
     # Skipped files lie in the plan before later shards: an LMDB shard is keyed from its plan
@@ -60,11 +63,13 @@ def test_workers_do_not_change_a_byte(tmp_path: Path, suffix: str) -> None:
 
 def test_a_shard_of_skipped_files_only_leaves_no_shard_file(tmp_path: Path, capsys) -> None:
     written = broken_tree(tmp_path / "src", classes=2, per_class=3)
-    assert main(["plan", str(tmp_path / "src"), str(tmp_path / "out.lmdb"), "--shard-size",
+    assert main(["plan", "--skip-bad",
+                 str(tmp_path / "src"), str(tmp_path / "out.lmdb"), "--shard-size",
                  "1", "--quiet"]) == 0
     stray = staging_path(tmp_path / "out.lmdb") / "shard-00099.mdb"
     stray.write_bytes(b"left by an earlier plan")
-    manifest = pack(tmp_path / "src", tmp_path / "out.lmdb", shard_size=1, resume=True)
+    manifest = pack(tmp_path / "src", tmp_path / "out.lmdb", skip_bad=True,
+                    shard_size=1, resume=True)
     names = sorted(p.name for p in (tmp_path / "out.lmdb").glob("shard-*"))
     assert names == [s.file for s in manifest.shards] and len(names) == len(written)
     assert "shard-00000.mdb" not in names  # c00/a_broken.jpg was shard 0, alone
@@ -74,8 +79,8 @@ def test_a_shard_of_skipped_files_only_leaves_no_shard_file(tmp_path: Path, caps
 def test_plan_shard_commit_in_separate_processes_equal_a_one_shot_pack(tmp_path: Path) -> None:
     broken_tree(tmp_path / "src")
     dst = tmp_path / "steps.lmdb"
-    planned = _packdata("plan", str(tmp_path / "src"), str(dst), "--shard-size", str(SHARD),
-                        "--quiet")
+    planned = _packdata("plan", "--skip-bad", str(tmp_path / "src"), str(dst), "--shard-size",
+                        str(SHARD), "--quiet")
     assert planned.returncode == 0, planned.stderr
     shards = int(planned.stdout)
     assert shards >= 4 and not dst.exists()
@@ -86,7 +91,7 @@ def test_plan_shard_commit_in_separate_processes_equal_a_one_shot_pack(tmp_path:
         assert ran.returncode == 0, ran.stderr
     committed = _packdata("commit", str(dst))
     assert committed.returncode == 0, committed.stderr
-    pack(tmp_path / "src", tmp_path / "once.lmdb", shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "once.lmdb", skip_bad=True, shard_size=SHARD)
     assert dataset_bytes(dst) == dataset_bytes(tmp_path / "once.lmdb")
     assert not staging_path(dst).exists()
 
@@ -94,7 +99,7 @@ def test_plan_shard_commit_in_separate_processes_equal_a_one_shot_pack(tmp_path:
 def test_commit_refuses_missing_and_damaged_parts_naming_the_fix(tmp_path: Path, capsys) -> None:
     broken_tree(tmp_path / "src")
     dst = tmp_path / "out.h5"
-    assert main(["plan", str(tmp_path / "src"), str(dst), "--shard-size", str(SHARD),
+    assert main(["plan", "--skip-bad", str(tmp_path / "src"), str(dst), "--shard-size", str(SHARD),
                  "--quiet"]) == 0
     shards = int(capsys.readouterr().out)
     assert main(["shard", str(dst), "--range", f"0:{shards - 1}", "--quiet"]) == 0
@@ -114,14 +119,14 @@ def test_commit_refuses_missing_and_damaged_parts_naming_the_fix(tmp_path: Path,
     assert main(["shard", str(dst), "--range", "1", "--quiet"]) == 0
     assert main(["shard", str(dst), "--range", f"{last}:{shards}", "--quiet"]) == 0
     assert main(["commit", str(dst), "--quiet"]) == 0
-    pack(tmp_path / "src", tmp_path / "once.h5", shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "once.h5", skip_bad=True, shard_size=SHARD)
     assert dataset_bytes(dst) == dataset_bytes(tmp_path / "once.h5")
 
 
 def test_resume_redoes_only_missing_or_invalid_parts(tmp_path: Path, capsys) -> None:
     broken_tree(tmp_path / "src")
     dst = tmp_path / "out.lmdb"
-    assert main(["plan", str(tmp_path / "src"), str(dst), "--shard-size", str(SHARD),
+    assert main(["plan", "--skip-bad", str(tmp_path / "src"), str(dst), "--shard-size", str(SHARD),
                  "--quiet"]) == 0
     shards = int(capsys.readouterr().out)
     staging = staging_path(dst)
@@ -131,18 +136,19 @@ def test_resume_redoes_only_missing_or_invalid_parts(tmp_path: Path, capsys) -> 
     plan = ShardPlan.load(staging)
     assert check_part(staging, plan, 2)[1].startswith("has damaged index arrays")
     before = {p.name: p.stat().st_mtime_ns for p in staging.glob("shard-*")}
-    pack(tmp_path / "src", dst, shard_size=SHARD, resume=True)
+    pack(tmp_path / "src", dst, skip_bad=True, shard_size=SHARD, resume=True)
     after = {p.name: p.stat().st_mtime_ns for p in dst.glob("shard-*")}
     redone = {name for name in before if after[name] != before[name]}
     assert redone == {"shard-00002.mdb"} and f"shard-{shards - 1:05d}.mdb" in after
-    pack(tmp_path / "src", tmp_path / "once.lmdb", shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "once.lmdb", skip_bad=True, shard_size=SHARD)
     assert dataset_bytes(dst) == dataset_bytes(tmp_path / "once.lmdb")
 
 
 def test_a_task_run_twice_writes_the_same_part(tmp_path: Path, capsys) -> None:
     broken_tree(tmp_path / "src", classes=1, per_class=12)
     dst = tmp_path / "out.lmdb"
-    assert main(["plan", str(tmp_path / "src"), str(dst), "--shard-size", "4K", "--quiet"]) == 0
+    assert main(["plan", "--skip-bad",
+                 str(tmp_path / "src"), str(dst), "--shard-size", "4K", "--quiet"]) == 0
     capsys.readouterr()
     staging = staging_path(dst)
     run_shard(staging, 0)
@@ -160,7 +166,7 @@ def test_shard_and_commit_without_a_plan_say_to_plan_first(tmp_path: Path, capsy
     assert "packdata plan SRC DST" in capsys.readouterr().err
     assert main(["shard", str(tmp_path / "none.lmdb"), "--range", "3:1"]) == 2
     (tmp_path / "t.csv").write_text("path,label\n")
-    assert main(["plan", str(tmp_path / "t.csv"), str(tmp_path / "t.lmdb")]) == 2
+    assert main(["plan", "--skip-bad", str(tmp_path / "t.csv"), str(tmp_path / "t.lmdb")]) == 2
     assert "the source has no samples" in capsys.readouterr().err  # tables plan too
 
 
@@ -168,11 +174,11 @@ def test_engine_ray_without_ray_says_how_to_get_it(tmp_path: Path, monkeypatch, 
     broken_tree(tmp_path / "src", classes=1, per_class=2)
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(PackError, match=r'pip install "fastloader\[ray\]"'):
-        pack(tmp_path / "src", tmp_path / "out.lmdb", engine="ray")
+        pack(tmp_path / "src", tmp_path / "out.lmdb", skip_bad=True, engine="ray")
     assert main([str(tmp_path / "src"), str(tmp_path / "out.lmdb"), "--engine", "ray"]) == 2
     assert 'pip install "fastloader[ray]"' in capsys.readouterr().err
     with pytest.raises(PackError, match="needs engine='ray'"):
-        pack(tmp_path / "src", tmp_path / "out.lmdb", ray_address="127.0.0.1:6379")
+        pack(tmp_path / "src", tmp_path / "out.lmdb", skip_bad=True, ray_address="127.0.0.1:6379")
     assert not (tmp_path / "out.lmdb").exists()
 
 
@@ -183,7 +189,7 @@ def test_an_lmdb_shards_first_key_is_checked_at_open(tmp_path: Path) -> None:
 
     broken_tree(tmp_path / "src")
     dst = tmp_path / "out.lmdb"
-    pack(tmp_path / "src", dst, shard_size=SHARD)
+    pack(tmp_path / "src", dst, skip_bad=True, shard_size=SHARD)
     raw = json.loads((dst / "manifest.json").read_text())
     keyed = [s for s in raw["shards"] if "first_key" in s]
     assert keyed and all(s["first_key"] > s["start"] for s in keyed)

@@ -4,9 +4,11 @@ by Ray into a correct dataset. Skipped where Ray is not installed (the `ray` ext
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,9 +16,9 @@ import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack.part import DIE_IN_SHARD_ENV
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
+from faults import patch_ray_task
 from helpers import (
     broken_tree,
     coco_file,
@@ -35,10 +37,10 @@ _ENV = {"RAY_AUTH_MODE": "disabled",  # a loopback test instance: no token under
 
 @pytest.fixture(scope="module")
 def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A local Ray instance (2 CPUs) for this module; yields the kill hook's flag folder
-    (armed once created). Its workers get the hook's variable as they start."""
+    """A local Ray instance (2 CPUs) for this module; yields a folder for the kill fault's
+    flag (faults.faulty: armed once the folder exists)."""
     flags = tmp_path_factory.mktemp("ray-hook") / "armed"
-    env = _ENV | {DIE_IN_SHARD_ENV: f"1:{flags / 'died'}"}
+    env = _ENV
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:
@@ -58,25 +60,27 @@ def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_ray_and_local_engines_write_the_same_dataset(tmp_path: Path, ray_instance: Path) -> None:
     written = broken_tree(tmp_path / "src")
     calls: list[tuple[int, int, int]] = []
-    by_ray = pack(tmp_path / "src", tmp_path / "ray.lmdb", engine="ray", shard_size=SHARD,
+    by_ray = pack(tmp_path / "src", tmp_path / "ray.lmdb", skip_bad=True,
+                  engine="ray", shard_size=SHARD,
                   progress=lambda *args: calls.append(args))
-    pack(tmp_path / "src", tmp_path / "local.lmdb", workers=1, shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "local.lmdb", skip_bad=True, workers=1, shard_size=SHARD)
     assert len(by_ray.shards) >= 4 and by_ray.num_samples == len(written)
     assert dataset_bytes(tmp_path / "ray.lmdb") == dataset_bytes(tmp_path / "local.lmdb")
     assert calls[-1][:2] == (len(written) + 2, len(written) + 2)  # files found, on the driver
     assert not (ray_instance / "died").exists()
-    with pytest.raises(PackError, match=r"a_broken\.jpg.*without --strict"):  # a task's own
+    with pytest.raises(PackError, match=r"a_broken\.jpg.*--skip-bad"):  # a task's own
         pack(tmp_path / "src", tmp_path / "strict.lmdb", engine="ray", strict=True)
 
 
 def test_a_task_killed_mid_shard_is_retried_into_a_correct_dataset(
-    tmp_path: Path, ray_instance: Path
+    tmp_path: Path, ray_instance: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken_tree(tmp_path / "src")
-    ray_instance.mkdir()  # arms the hook: shard 1's first attempt dies with a torn shard
-    pack(tmp_path / "src", tmp_path / "ray.h5", engine="ray", shard_size=SHARD)
+    patch_ray_task(monkeypatch.setattr, die_in=1, flag=ray_instance / "died")
+    ray_instance.mkdir()  # arms the fault: shard 1's first attempt dies with a torn shard
+    pack(tmp_path / "src", tmp_path / "ray.h5", skip_bad=True, engine="ray", shard_size=SHARD)
     assert (ray_instance / "died").exists()  # it did die, and Ray ran it again
-    pack(tmp_path / "src", tmp_path / "local.h5", workers=2, shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "local.h5", skip_bad=True, workers=2, shard_size=SHARD)
     assert dataset_bytes(tmp_path / "ray.h5") == dataset_bytes(tmp_path / "local.h5")
     assert verify(tmp_path / "ray.h5").ok
 
@@ -84,23 +88,35 @@ def test_a_task_killed_mid_shard_is_retried_into_a_correct_dataset(
 def test_packdata_engine_ray_starts_and_stops_its_own_instance(tmp_path: Path) -> None:
     broken_tree(tmp_path / "src", classes=2, per_class=10)
     argv = [str(tmp_path / "src"), str(tmp_path / "ray.lmdb"), "--engine", "ray",
-            "--workers", "2", "--shard-size", "8K", "--quiet"]
-    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
+            "--workers", "2", "--shard-size", "8K", "--quiet", "--skip-bad"]
+    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli.main", *argv],
                          env={**os.environ, **_ENV}, capture_output=True, text=True,
                          timeout=300)
     assert ran.returncode == 0, ran.stderr
-    pack(tmp_path / "src", tmp_path / "local.lmdb", shard_size=8 << 10)
+    pack(tmp_path / "src", tmp_path / "local.lmdb", skip_bad=True, shard_size=8 << 10)
     assert dataset_bytes(tmp_path / "ray.lmdb") == dataset_bytes(tmp_path / "local.lmdb")
 
 
 def test_sample_sources_pack_the_same_on_ray(tmp_path: Path, ray_instance: Path) -> None:
-    """A table and COCO (reopened in the tasks from the plan) and Python samples (ray.put)."""
+    """A table, COCO, a tar and file groups (reopened in the tasks from the plan) and Python
+    samples (ray.put)."""
     table = sample_table(tmp_path / "src", 30, bad=(3,))
     coco = coco_file(tmp_path / "coco")
     samples = [{"image": (tmp_path / "src" / "img" / f"{k}.jpg").read_bytes(), "y": k}
                for k in range(4, 20)]
+    (tmp_path / "groups").mkdir()
+    with tarfile.open(tmp_path / "w.tar", "w") as tar:  # the same groups as a tar
+        for k in range(12):
+            for name, data in ((f"s{k:02d}.jpg", (tmp_path / "src" / "img" / f"{k}.jpg")
+                                .read_bytes()), (f"s{k:02d}.cls", b"%d" % (k % 2))):
+                (tmp_path / "groups" / name).write_bytes(data)
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
     packs = {"t": (table, {"label": "species", "skip_bad": True, "shard_size": 4 << 10}),
              "c": (coco, {"masks": True, "shard_size": 8 << 10}),
+             "w": (tmp_path / "w.tar", {"shard_size": 3 << 10, "skip_bad": True}),
+             "g": (tmp_path / "groups", {"shard_size": 3 << 10, "skip_bad": True}),
              "p": (samples, {"fields": {"image": "image", "y": "int"}, "shard_samples": 5})}
     for name, (src, options) in packs.items():
         by_ray = fastloader.pack(src, tmp_path / f"{name}-ray.lmdb", engine="ray", **options)
@@ -119,9 +135,11 @@ def test_sample_sources_pack_the_same_on_ray(tmp_path: Path, ray_instance: Path)
                         engine="ray")
 
 
-def test_a_sample_task_killed_mid_shard_is_retried(tmp_path: Path, ray_instance: Path) -> None:
+def test_a_sample_task_killed_mid_shard_is_retried(tmp_path: Path, ray_instance: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     table = sample_table(tmp_path / "src", 30)
-    ray_instance.mkdir(exist_ok=True)  # arms the hook: shard 1's first attempt dies
+    patch_ray_task(monkeypatch.setattr, die_in=1, flag=ray_instance / "died")
+    ray_instance.mkdir(exist_ok=True)  # arms the fault: shard 1's first attempt dies
     (ray_instance / "died").unlink(missing_ok=True)
     try:
         fastloader.pack(table, tmp_path / "ray.h5", engine="ray", shard_size=4 << 10)
@@ -142,7 +160,7 @@ def test_ray_tasks_pack_to_s3_the_same_dataset(
     storage_options)."""
     pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
     broken_tree(tmp_path / "src")
-    pack(tmp_path / "src", tmp_path / "local.lmdb", workers=1, shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "local.lmdb", skip_bad=True, workers=1, shard_size=SHARD)
     with s3_server(monkeypatch) as endpoint:
         import s3fs
 
@@ -150,7 +168,8 @@ def test_ray_tasks_pack_to_s3_the_same_dataset(
         options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
         calls: list[tuple[int, int, int]] = []
         upload_tree(tmp_path / "src", "s3://bucket/tree")
-        pack("s3://bucket/tree", "s3://bucket/ray.lmdb", engine="ray", shard_size=SHARD,
+        pack("s3://bucket/tree", "s3://bucket/ray.lmdb", skip_bad=True,
+             engine="ray", shard_size=SHARD,
              storage_options=options, progress=lambda *args: calls.append(args))
         assert remote_dataset_bytes("s3://bucket/ray.lmdb") == dataset_bytes(
             tmp_path / "local.lmdb")

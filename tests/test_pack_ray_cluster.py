@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from fastloader.pack.part import DIE_IN_SHARD_ENV, RECORD_NODE_ENV
-from fastloader.pack.verify import verify
-from fastloader.pack.write import pack
+from fastloader.pack.maintain.verify import verify
+from fastloader.pack.pipeline.tree import pack
+from faults import packdata_command
 from helpers import broken_tree, dataset_bytes
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'fastloader[ray]')")
@@ -35,18 +34,17 @@ _ENV = {"RAY_AUTH_MODE": "disabled",  # a loopback test instance: no token under
 class RayCluster:
     address: str
     workers: set[str]  # the worker nodes' ids
-    nodes: Path  # RECORD_NODE_ENV's folder: shard -> the node that ran it
-    died: Path  # DIE_IN_SHARD_ENV's flag; its folder arms the hook
+    nodes: Path  # the node fault's folder: shard -> the node that ran it
+    died: Path  # the kill fault's flag; its folder arms it
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    """A head node that runs no tasks and two worker nodes of one CPU each. Their processes
-    get the test hooks' variables as they start (this process's environment is restored at
-    once, so the local packs here run no hook)."""
+    """A head node that runs no tasks and two worker nodes of one CPU each (the packs on it
+    run in a child that installs faults.py's task wrapper: the local packs here run none)."""
     hooks = tmp_path_factory.mktemp("ray-cluster-hooks")
     found = RayCluster("", set(), hooks / "nodes", hooks / "armed" / "died")
-    env = _ENV | {DIE_IN_SHARD_ENV: f"1:{found.died}", RECORD_NODE_ENV: str(found.nodes)}
+    env = _ENV
     saved = {name: os.environ.get(name) for name in env}
     running = None
     try:
@@ -76,9 +74,10 @@ def _restore(saved: dict[str, str | None]) -> None:
 
 def _pack_on(cluster: RayCluster, src: Path, dst: Path) -> None:
     argv = [str(src), str(dst), "--engine", "ray", "--ray-address", cluster.address,
-            "--shard-size", str(SHARD), "--quiet"]
+            "--shard-size", str(SHARD), "--quiet", "--skip-bad"]
     env = {**os.environ, **_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv], env=env,
+    faults = {"die_in": 1, "flag": str(cluster.died), "nodes": str(cluster.nodes)}
+    ran = subprocess.run(packdata_command(argv, ray=faults), env=env,
                          capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-3000:]
 
@@ -97,7 +96,8 @@ def test_shards_run_on_two_nodes_into_the_local_engines_dataset(
         for path in cluster.nodes.iterdir():
             path.unlink()
         cluster.nodes.rmdir()
-    by_local = pack(tmp_path / "src", tmp_path / "local.lmdb", workers=1, shard_size=SHARD)
+    by_local = pack(tmp_path / "src", tmp_path / "local.lmdb", skip_bad=True,
+                    workers=1, shard_size=SHARD)
     assert len(by_local.shards) >= 20 and by_local.num_samples == len(written)
     assert sorted(ran_on, key=int) == [str(k) for k in range(len(by_local.shards))]
     assert len(set(ran_on.values())) == 2 and set(ran_on.values()) == cluster.workers
@@ -110,9 +110,9 @@ def test_a_task_killed_on_a_worker_node_is_retried_into_a_correct_dataset(
     tmp_path: Path, cluster: RayCluster
 ) -> None:
     broken_tree(tmp_path / "src")
-    cluster.died.parent.mkdir()  # arms the hook: shard 1's first attempt dies, shard torn
+    cluster.died.parent.mkdir()  # arms the fault: shard 1's first attempt dies, shard torn
     _pack_on(cluster, tmp_path / "src", tmp_path / "ray.h5")
     assert cluster.died.exists()  # it did die, and Ray ran it again
-    pack(tmp_path / "src", tmp_path / "local.h5", workers=1, shard_size=SHARD)
+    pack(tmp_path / "src", tmp_path / "local.h5", skip_bad=True, workers=1, shard_size=SHARD)
     assert dataset_bytes(tmp_path / "ray.h5") == dataset_bytes(tmp_path / "local.h5")
     assert verify(tmp_path / "ray.h5").ok

@@ -4,7 +4,6 @@ redoes only the missing part; plan/shard/commit as separate processes match a on
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +13,12 @@ import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack.commit import SKIPPED_NAME
-from fastloader.pack.journal import staging_path
-from fastloader.pack.sample_plan import count_bounds, size_hint
-from fastloader.pack.values import TarMember
+from fastloader.pack.sources.hints import size_hint
+from fastloader.pack.sources.values import TarMember
+from fastloader.pack.staging.commit import SKIPPED_NAME
+from fastloader.pack.staging.journal import staging_path
+from fastloader.pack.staging.plan import count_bounds
+from faults import packdata_command
 from helpers import coco_file, dataset_bytes, sample_table
 
 SHARD = 4 << 10  # bytes: the 30-row table makes several shards
@@ -86,12 +87,9 @@ def _table_pack(tmp_path: Path, dst: Path, **options) -> fastloader.Manifest:
 
 def _kill_after_two(tmp_path: Path, dst: Path) -> Path:
     """A pack killed after its second part: its staging folder."""
-    from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV
-
     argv = [str(tmp_path / "src" / "t.csv"), str(dst), "--label", "species", "--shard-size",
             str(SHARD), "--workers", "2", "--quiet"]
-    killed = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
-                            env={**os.environ, KILL_AFTER_SHARDS_ENV: "2"}, timeout=120,
+    killed = subprocess.run(packdata_command(argv, kill_after_parts=2), timeout=120,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert killed.returncode == -9 and not dst.exists()
     return staging_path(dst)
@@ -102,11 +100,11 @@ def test_commit_names_a_missing_or_damaged_part(tmp_path: Path, how: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     sample_table(tmp_path / "src", 30)
     dst = tmp_path / "out.lmdb"
-    assert subprocess.run([sys.executable, "-m", "fastloader.pack.cli", "plan",
+    assert subprocess.run([sys.executable, "-m", "fastloader.pack.cli.main", "plan",
                            str(tmp_path / "src" / "t.csv"), str(dst), "--label", "species",
                            "--shard-size", str(SHARD), "--quiet"], timeout=120,
                           capture_output=True).returncode == 0
-    from fastloader.pack.cli import main
+    from fastloader.pack.cli.main import main
 
     assert main(["shard", str(dst), "--range", "0:99", "--quiet", "--workers", "2"]) == 0
     staging = staging_path(dst)
@@ -143,7 +141,7 @@ def test_plan_shard_commit_as_processes_match_a_one_shot_pack(tmp_path: Path) ->
     dst = tmp_path / "steps.lmdb"
 
     def cli(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
+        return subprocess.run([sys.executable, "-m", "fastloader.pack.cli.main", *argv],
                               capture_output=True, text=True, timeout=120)
 
     planned = cli("plan", str(coco), str(dst), "--masks", "--shard-size", "8K", "--quiet")
@@ -162,7 +160,7 @@ def test_a_changed_source_is_refused_by_a_shard_run(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     table = sample_table(tmp_path / "src", 12)
     dst = tmp_path / "out.lmdb"
-    from fastloader.pack.cli import main
+    from fastloader.pack.cli.main import main
 
     assert main(["plan", str(table), str(dst), "--shard-size", str(SHARD), "--quiet"]) == 0
     table.write_text(table.read_text().replace("note 3", "note three"))
@@ -174,7 +172,7 @@ def test_tar_shards_named_relative_plan_and_reopen_the_same(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tarfile
 
-    from fastloader.pack.cli import main
+    from fastloader.pack.cli.main import main
 
     sample_table(tmp_path / "src", 16)
     for t in range(2):

@@ -5,21 +5,22 @@ manifest.json last. The same dataset as a local pack, byte for byte; a missing p
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack import importers
-from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter
-from fastloader.pack.remote_stage import RemoteStaging, staging_url
-from fastloader.pack.sample_commit import commit_samples
-from fastloader.pack.sample_engines import run_local
-from fastloader.pack.samples import pack_options, plan_sample_pack
+from fastloader.pack.engines.local import run_local_samples
+from fastloader.pack.engines.progress import Meter
+from fastloader.pack.pipeline.options import PackOptions
+from fastloader.pack.pipeline.samples import plan_sample_pack, sample_options
+from fastloader.pack.sources import importers
+from fastloader.pack.staging.commit import commit
+from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
+from faults import packdata_command
 from helpers import coco_file, dataset_bytes, remote_dataset_bytes, sample_table
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
@@ -67,17 +68,18 @@ def test_the_commit_refuses_a_deleted_remote_part_naming_it(s3, local: Path) -> 
     table = local / "src" / "t.csv"
     samples, specs, source = importers.open_source(
         table, "csv", fields=None, image=None, label="species", root=None)
-    opts = pack_options(specs, source, workers=1, skip_bad=True, shard_size=4 << 10)
+    opts = sample_options(PackOptions(workers=1, skip_bad=True, shard_size=4 << 10).checked(),
+                          source)
     staging, plan, settings = plan_sample_pack(samples, URL, specs, opts, source, None)
     assert isinstance(staging, RemoteStaging) and plan is not None
     try:
         todo = staging.pending(plan, False)
-        run_local(staging.stage, plan, todo, samples, specs, settings | {"workers": 1},
+        run_local_samples(staging.stage, plan, todo, samples, specs, replace(settings, workers=1),
                   Meter(plan, todo, None, True))
         s3.rm_file(f"{staging_url(URL)[5:]}/journal/00002.json")
         with pytest.raises(PackError, match=r"cannot commit s3://bucket/table\.lmdb: 1 of "
                            r"\d+ .*shard 2 .*never written"):
-            commit_samples(staging, plan, specs, settings, False)
+            commit(staging, plan, settings, False)
     finally:
         staging.release()
     s3.invalidate_cache()
@@ -88,9 +90,8 @@ def test_resume_after_a_killed_pack_redoes_only_the_missing_parts(s3, local: Pat
     table = local / "src" / "t.csv"
     argv = [str(table), URL, "--label", "species", "--skip-bad", "--shard-size", "4K",
             "--workers", "1", "--quiet"]
-    env = {**os.environ, KILL_AFTER_SHARDS_ENV: "2"}
-    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv], env=env,
-                         capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(packdata_command(argv, kill_after_parts=2), capture_output=True,
+                         text=True, timeout=300)
     assert ran.returncode == -9, ran.stderr  # SIGKILLed after 2 parts
     s3.invalidate_cache()
     assert not s3.exists(f"{URL[5:]}/manifest.json")

@@ -19,10 +19,10 @@ import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack.cli import main
-from fastloader.pack.groups import open_tars, split_key
-from fastloader.pack.importers import fingerprint, open_source
-from fastloader.pack.tar_index import TarIndex
+from fastloader.pack.cli.main import main
+from fastloader.pack.sources.groups import open_tars, split_key
+from fastloader.pack.sources.importers import fingerprint, open_source
+from fastloader.pack.sources.tar_index import TarIndex
 from helpers import dataset_bytes, run_in_fork
 from imagegen import encode, photo_like
 
@@ -152,7 +152,7 @@ def test_packdata_engine_ray_reopens_the_url_tars_in_its_tasks(s3: Any, tars: Pa
     upload(s3, tars)
     argv = [f"s3://bucket/{PATTERN}", str(tmp_path / "ray.lmdb"), "--engine", "ray",
             "--workers", "2", "--shard-size", "4K", "--quiet"]
-    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv],
+    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli.main", *argv],
                          env={**os.environ, **RAY_ENV}, capture_output=True, text=True,
                          timeout=300)
     assert ran.returncode == 0, ran.stderr

@@ -6,18 +6,19 @@ the missing parts; --overwrite rules; FastLoader reads the result."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fastloader.errors import PackError
-from fastloader.pack.commit import commit
-from fastloader.pack.engines import KILL_AFTER_SHARDS_ENV, Meter, run_local
-from fastloader.pack.remote_stage import RemoteStaging, staging_url
-from fastloader.pack.write import pack, plan_pack
+from fastloader.pack.engines.local import run_local
+from fastloader.pack.engines.progress import Meter
+from fastloader.pack.pipeline.options import PackOptions
+from fastloader.pack.pipeline.tree import pack, plan_pack
+from fastloader.pack.staging.commit import commit
+from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
+from faults import packdata_command
 from helpers import broken_tree, dataset_bytes, remote_dataset_bytes, upload_tree
 
 pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
@@ -38,12 +39,12 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  ".git/a.jpg", ".git/b.jpg", "c02/.cache/x.jpg", "c02/.cache/y.jpg"):
         (root / "src" / name).parent.mkdir(exist_ok=True)
         (root / "src" / name).write_bytes(b"ignored")
-    pack(root / "src", root / "local.lmdb", shard_size=SHARD, workers=1)
+    pack(root / "src", root / "local.lmdb", skip_bad=True, shard_size=SHARD, workers=1)
     return root
 
 
 def test_a_pack_to_s3_equals_the_local_pack_and_loads(s3, local: Path) -> None:
-    manifest = pack(local / "src", URL, shard_size=SHARD, workers=2)
+    manifest = pack(local / "src", URL, skip_bad=True, shard_size=SHARD, workers=2)
     assert len(manifest.shards) == 5
     assert remote_dataset_bytes(URL) == dataset_bytes(local / "local.lmdb")
     s3.invalidate_cache()
@@ -61,7 +62,8 @@ def test_a_pack_to_s3_equals_the_local_pack_and_loads(s3, local: Path) -> None:
 
 def _planned(src: Path) -> tuple[RemoteStaging, object, dict]:
     """A URL pack's plan with every part uploaded by the local engine, not committed."""
-    staging, plan, settings = plan_pack(src, URL, shard_size=SHARD)
+    staging, plan, settings = plan_pack(src, URL,
+                                        PackOptions(shard_size=SHARD, skip_bad=True).checked())
     assert isinstance(staging, RemoteStaging)
     todo = staging.pending(plan, False)
     run_local(staging.stage, plan, todo, settings, 1, Meter(plan, todo, None, True))
@@ -95,16 +97,16 @@ def test_a_damaged_remote_index_part_is_refused(s3, local: Path) -> None:
 
 
 def test_resume_after_a_killed_pack_uploads_only_the_missing_parts(s3, local: Path) -> None:
-    argv = [str(local / "src"), URL, "--shard-size", str(SHARD), "--workers", "1", "--quiet"]
-    env = {**os.environ, KILL_AFTER_SHARDS_ENV: "2"}
-    ran = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *argv], env=env,
-                         capture_output=True, text=True, timeout=300)
+    argv = [str(local / "src"), URL, "--shard-size", str(SHARD), "--workers", "1", "--quiet",
+            "--skip-bad"]
+    ran = subprocess.run(packdata_command(argv, kill_after_parts=2), capture_output=True,
+                         text=True, timeout=300)
     assert ran.returncode == -9, ran.stderr  # SIGKILLed after 2 parts
     s3.invalidate_cache()
     assert not s3.exists(f"{URL[5:]}/manifest.json")
     assert len(s3.glob(f"{staging_url(URL)[5:]}/journal/*.json")) == 2
     calls: list[tuple[int, int, int]] = []
-    pack(local / "src", URL, shard_size=SHARD, workers=1, resume=True,
+    pack(local / "src", URL, skip_bad=True, shard_size=SHARD, workers=1, resume=True,
          progress=lambda *args: calls.append(args))
     assert calls[0][0] == 40 + 1  # shards 0 and 1 (files 0..39) were kept, not redone
     assert len(calls) == 94 - 40
@@ -112,24 +114,25 @@ def test_resume_after_a_killed_pack_uploads_only_the_missing_parts(s3, local: Pa
 
 
 def test_overwrite_rules(s3, local: Path) -> None:
-    pack(local / "src", URL, shard_size=SHARD, workers=1)
+    pack(local / "src", URL, skip_bad=True, shard_size=SHARD, workers=1)
     with pytest.raises(PackError, match="already holds a packed dataset; pass --overwrite"):
-        pack(local / "src", URL, shard_size=4 * SHARD, workers=1)
-    manifest = pack(local / "src", URL, shard_size=4 * SHARD, workers=1, overwrite=True)
+        pack(local / "src", URL, skip_bad=True, shard_size=4 * SHARD, workers=1)
+    manifest = pack(local / "src", URL, skip_bad=True,
+                    shard_size=4 * SHARD, workers=1, overwrite=True)
     assert len(manifest.shards) == 2  # the old shards 2..4 are strays now: deleted
     named = {s.file for s in manifest.shards} | {f.file for f in manifest.fields.values()}
     assert set(remote_dataset_bytes(URL)) == named | {"manifest.json", "skipped.json"}
     s3.pipe_file("bucket/notes.lmdb/readme.txt", b"mine")
     with pytest.raises(PackError, match=r"not a packed dataset's .*readme\.txt"):
-        pack(local / "src", "s3://bucket/notes.lmdb", workers=1, overwrite=True)
+        pack(local / "src", "s3://bucket/notes.lmdb", skip_bad=True, workers=1, overwrite=True)
     assert s3.cat_file("bucket/notes.lmdb/readme.txt") == b"mine"
     with pytest.raises(PackError, match=r"DST s3://bucket/in\.lmdb is inside SRC s3://bucket"):
-        pack("s3://bucket/", "s3://bucket/in.lmdb", workers=1)
+        pack("s3://bucket/", "s3://bucket/in.lmdb", skip_bad=True, workers=1)
 
 
 def test_a_tree_at_an_s3_url_packs_the_same_dataset(s3, local: Path, tmp_path: Path) -> None:
     upload_tree(local / "src", "s3://bucket/tree")
-    pack("s3://bucket/tree", tmp_path / "from-s3.lmdb", shard_size=SHARD, workers=2)
+    pack("s3://bucket/tree", tmp_path / "from-s3.lmdb", skip_bad=True, shard_size=SHARD, workers=2)
     assert dataset_bytes(tmp_path / "from-s3.lmdb") == dataset_bytes(local / "local.lmdb")
     stats = json.loads((tmp_path / "from-s3.lmdb" / "manifest.json").read_text())["stats"]
     ignored = ("ignored_hidden", "ignored_non_image", "ignored_outside_classes")
@@ -140,7 +143,7 @@ def test_an_object_gone_after_the_listing_is_skipped_and_listed(s3, local: Path,
                                                                  tmp_path: Path) -> None:
     upload_tree(local / "src", "s3://bucket/tree")
     staging, plan, settings = plan_pack("s3://bucket/tree", tmp_path / "x.lmdb",
-                                        shard_size=SHARD)
+                                        PackOptions(shard_size=SHARD, skip_bad=True).checked())
     try:
         s3.rm_file("bucket/tree/c02/img_0003.jpg")
         todo = list(range(plan.num_shards))
@@ -155,9 +158,10 @@ def test_an_object_gone_after_the_listing_is_skipped_and_listed(s3, local: Path,
 
 
 def test_packdata_to_a_url_summarises_and_plan_refuses_one(s3, local: Path, capsys) -> None:
-    from fastloader.pack.cli import main as packdata
+    from fastloader.pack.cli.main import main as packdata
 
-    assert packdata([str(local / "src"), URL, "--shard-size", str(SHARD), "--workers", "1"]) == 0
+    assert packdata([str(local / "src"), URL, "--shard-size", str(SHARD), "--workers", "1",
+                     "--skip-bad"]) == 0
     err = capsys.readouterr().err
     assert f"packed 92 images into {URL}" in err
     assert f"skipped 2 unreadable files (all in {URL}/skipped.json)" in err
@@ -167,13 +171,15 @@ def test_packdata_to_a_url_summarises_and_plan_refuses_one(s3, local: Path, caps
 
 
 def test_file_urls_as_src_and_dst_pack_the_same_dataset(local: Path, tmp_path: Path) -> None:
-    pack(f"file://{local}/src", f"file://{tmp_path}/url.lmdb", shard_size=SHARD, workers=1)
+    pack(f"file://{local}/src", f"file://{tmp_path}/url.lmdb", skip_bad=True,
+         shard_size=SHARD, workers=1)
     assert dataset_bytes(tmp_path / "url.lmdb") == dataset_bytes(local / "local.lmdb")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["url.lmdb"]  # no staging left
     sizes = sorted(p.stat().st_size for p in (local / "src").rglob("*.jpg"))
     cap = sizes[len(sizes) // 2]  # half the files are refused by the listing, in its order
-    pack(f"file://{local}/src", tmp_path / "capped-url.lmdb", max_file_size=cap, workers=1)
-    pack(local / "src", tmp_path / "capped.lmdb", max_file_size=cap, workers=1)
+    pack(f"file://{local}/src", tmp_path / "capped-url.lmdb", skip_bad=True,
+         max_file_size=cap, workers=1)
+    pack(local / "src", tmp_path / "capped.lmdb", skip_bad=True, max_file_size=cap, workers=1)
     assert dataset_bytes(tmp_path / "capped-url.lmdb") == dataset_bytes(tmp_path / "capped.lmdb")
     skipped = json.loads((tmp_path / "capped.lmdb" / "skipped.json").read_text())
     assert sum("--max-file-size" in s["reason"] for s in skipped) > 10

@@ -11,7 +11,7 @@ from torch.utils.data import SubsetRandomSampler, WeightedRandomSampler
 from fastloader.decode.augment import CenterCrop, RandomResizedCrop
 from fastloader.errors import FastloaderError
 from fastloader.loader.loader import FastLoader
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
 SAMPLES = 12

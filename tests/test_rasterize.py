@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from fastloader.pack.rasterize import (
+from fastloader.pack.sources.rasterize import (
     IGNORE,
     BadSegmentation,
     Instance,

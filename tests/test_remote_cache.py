@@ -202,7 +202,7 @@ def test_a_pickled_remote_dataset_reopens_from_its_url_and_shares_the_cache(serv
 def test_hdf5_datasets_and_file_urls_read_through_the_cache(tmp_path: Path) -> None:
     src = tmp_path / "src"
     packed_tree(src, classes=3, per_class=6, shard_size=12000)
-    from fastloader.pack.write import pack
+    from fastloader.pack.pipeline.tree import pack
 
     pack(src / "tree", src / "data.h5", workers=1, quiet=True, shard_size=12000)
     for name in ("data.h5", "data.lmdb"):

@@ -11,7 +11,7 @@ import torch
 
 from fastloader.format.open import open_dataset
 from fastloader.loader.loader import FastLoader
-from fastloader.pack.cli import main as packdata
+from fastloader.pack.cli.main import main as packdata
 from helpers import train_transforms
 from imagegen import make_tree
 from servers import s3_server

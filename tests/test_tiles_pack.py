@@ -14,9 +14,9 @@ from fastloader.decode import tiles
 from fastloader.decode.decode import BatchDecoder
 from fastloader.format.manifest import read_manifest
 from fastloader.format.open import open_dataset
-from fastloader.pack.cli import main
-from fastloader.pack.journal import staging_path
-from fastloader.pack.write import pack
+from fastloader.pack.cli.main import main
+from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.staging.journal import staging_path
 from helpers import pillow_pixels
 from imagegen import encode, photo_like
 from treegen import make_flat_tree
@@ -187,7 +187,7 @@ def test_verify_decode_on_a_tiled_dataset(
 
 @pytest.mark.native
 def test_verify_reports_a_record_whose_table_disagrees(tmp_path: Path) -> None:
-    from fastloader.pack.verify import verify
+    from fastloader.pack.maintain.verify import verify
 
     make_flat_tree(tmp_path / "src", classes=1, per_class=2, size=40)
     dst = tmp_path / "t.h5"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from fastloader.pack.cli import main
+from fastloader.pack.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["info", *sys.argv[1:]]))

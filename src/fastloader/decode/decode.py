@@ -56,6 +56,18 @@ def _as_bytes_like(data: Any, name: str = "data") -> Any:
     raise invalid_type(name, data, "bytes, bytearray, memoryview or a uint8 numpy array")
 
 
+# The native decoder takes libjpeg's 1/8 DCT scale only while the scaled image stays at least
+# three times the output (kDctMargin in csrc/jpeg.cpp, the pixel rule across backends), so a
+# decode to 1/24 of each side is the cheapest that still entropy-decodes every scan: what pack
+# and verify use to prove a JPEG whole.
+CHECK_DIVISOR = 24
+
+
+def check_size(height: int, width: int) -> tuple[int, int]:
+    """The output size of a whole-file check decode of a height x width JPEG (see above)."""
+    return max(1, height // CHECK_DIVISOR), max(1, width // CHECK_DIVISOR)
+
+
 def header(data: Any) -> ImageHeader:
     """Read what an image says about itself, without decoding its pixels.
 

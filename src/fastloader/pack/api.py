@@ -8,9 +8,11 @@ from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
-from fastloader.pack import importers
-from fastloader.pack.samples import pack_samples
-from fastloader.pack.write import pack as pack_imagefolder
+from fastloader.pack.pipeline.drive import drive
+from fastloader.pack.pipeline.options import PackOptions
+from fastloader.pack.pipeline.samples import pack_samples
+from fastloader.pack.pipeline.tree import TreeSource
+from fastloader.pack.sources import importers
 
 
 def pack(
@@ -49,8 +51,10 @@ def pack(
         image: tables: the image column (default: path, image, file or filename).
         label: tables: a column of class names, turned into class ids (sorted names).
         root: tables: the folder image paths are relative to (default: the table's folder).
-        skip_bad: pack the samples that are fine and list the others (why, where) in the
-            manifest's stats and skipped.json, instead of stopping at the first bad one.
+        skip_bad: every source: pack the items that are fine and list the others (why,
+            where) in skipped.json (and a v2 manifest's stats), instead of stopping at the
+            first bad one (the default; strict=True says it explicitly, and contradicts
+            skip_bad).
         skip_empty: COCO files: leave out images without annotations (kept by default,
             with empty boxes).
         masks: COCO files: rasterize each image's polygons and RLEs into a `mask` field
@@ -60,9 +64,10 @@ def pack(
             dataset either way; Python samples go to Ray pickled, plain iterables are
             refused), ray_address, resume (not for Python samples: their sameness cannot be
             checked), storage_options (fsspec's, for a URL dst: s3://..., gs://...; every
-            shard task uploads its part there); ImageFolder sources also strict, tiles,
-            restart_mcus (see fastloader.pack.write.pack). Shards of an importer's samples
-            are cut by their image sizes (shard_size bytes); Python samples by count:
+            shard task uploads its part there), strict, tiles and restart_mcus (the records'
+            image field repacked as restart tiles; see fastloader.pack.pipeline.tree.pack).
+            Shards of an importer's
+            samples are cut by their image sizes (shard_size bytes); Python samples by count:
             shard_samples samples a shard (default shard_size / 128 KiB, i.e. 2048 for
             256 MiB).
 
@@ -70,7 +75,7 @@ def pack(
         Manifest: what was written (also in dst/manifest.json).
 
     Raises:
-        PackError: a bad source or destination, or (skip_bad=False) a bad sample: the message
+        PackError: a bad source or destination, or (skip_bad=False) a bad item: the message
             names the file, the line or member, and the field.
         InvalidArgumentError: an option or a field declaration is invalid.
     """
@@ -82,25 +87,27 @@ def pack(
         raise PackError("masks (--masks) applies to COCO files only; a table or file groups "
                         "take a mask column or a .mask.png member instead.")
     if kind == "imagefolder":
-        importers.refuse_table_options(kind, fields, image, label, root, skip_bad)
+        importers.refuse_table_options(kind, fields, image, label, root)
         if options.pop("shard_samples", None) is not None:
             raise PackError("shard_samples applies to Python samples only; an ImageFolder "
                             "tree is cut by its files' sizes (shard_size).")
-        return pack_imagefolder(src, dst, **options)
-    if options.pop("tiles", False):
-        raise PackError("tiles=True works for ImageFolder sources only; a table, file groups "
-                        "or Python samples are packed untiled.")
-    options.pop("restart_mcus", None)
-    if options.pop("strict", False) and skip_bad:
-        raise PackError("strict and skip_bad contradict each other; pass one.")
+        return drive(TreeSource(src), dst, PackOptions(skip_bad=skip_bad, **options).checked())
+    checked = PackOptions(skip_bad=skip_bad, **options).checked()
     if kind is None:
-        return pack_samples(src, dst, fields, skip_bad=skip_bad, **options)
-    reopen = importers.reopen_description(src, kind, fields=fields, image=image, label=label,
-                                          root=root, skip_empty=skip_empty, masks=masks)
-    # opened by its absolute path, as a shard task reopens it (the same fingerprint)
+        return pack_samples(src, dst, fields, checked)
+    opener = {"fields": fields, "image": image, "label": label, "root": root,
+              "skip_empty": skip_empty, "masks": masks}
+    samples, specs, source, reopen = _importer(src, kind, opener,
+                                               options.get("storage_options"))
+    return pack_samples(samples, dst, specs, checked, source=source, reopen=reopen)
+
+
+def _importer(src: str | os.PathLike[str], kind: str, opener: dict[str, Any],
+              storage_options: dict[str, Any] | None
+              ) -> tuple[Any, Any, dict[str, Any], dict[str, Any] | None]:
+    """(samples, specs, source, reopen description) of an importer's source, opened by its
+    absolute path, as a shard task reopens it (the same fingerprint)."""
+    reopen = importers.reopen_description(src, kind, **opener)
     samples, specs, source = importers.open_source(
-        reopen["src"] if reopen else src, kind, fields=fields, image=image, label=label,
-        root=root, skip_empty=skip_empty, masks=masks,
-        storage_options=options.get("storage_options"))
-    return pack_samples(samples, dst, specs, skip_bad=skip_bad, source=source, reopen=reopen,
-                        **options)
+        reopen["src"] if reopen else src, kind, **opener, storage_options=storage_options)
+    return samples, specs, source, reopen

@@ -1,0 +1,1 @@
+"""The packdata command line (fastloader.pack.cli.main.main)."""

@@ -1,0 +1,314 @@
+"""The `packdata` command: pack an image tree, or show info about / verify a packed dataset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
+from fastloader.errors import FastloaderError
+from fastloader.format.remote import is_url
+from fastloader.pack.api import pack
+from fastloader.pack.cli import steps as cli_plan
+from fastloader.pack.cli.sources import add_source_options, samples_summary, source_options
+from fastloader.pack.maintain.info import dataset_info, format_info, human_bytes
+from fastloader.pack.pipeline.tree import DEFAULT_SHARD_SIZE, SKIPPED_NAME
+from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
+from fastloader.pack.staging.upload import download
+
+SUBCOMMANDS = ("info", "verify", "append", "merge", "plan", "shard", "commit")
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_SHOWN_SKIPPED = 10
+
+USAGE_EPILOG = """\
+other commands:
+  packdata info DST [--json]       counts, classes, shards, bytes, image sizes, options
+  packdata verify DST [--decode] [--source SRC]
+                                   check every shard, index file and record checksum
+                                   (--decode also decodes each image; on a --tiles dataset it
+                                   checks each tile table, a spliced crop against the full
+                                   decode and, with --source, pixels against the source tree);
+                                   exit 0 only if intact
+  packdata append DST NEW          add NEW (an image tree or a packed dataset) to DST in place:
+                                   new shards, new class names at the end, manifest switched
+                                   last (readers of the old version keep working)
+  packdata merge A B [...] OUT     one dataset from several (records copied, not decoded);
+                                   classes by name: A's ids kept, new names added at the end
+  packdata plan SRC DST [options]  a pack in steps, for SLURM arrays and other schedulers:
+  packdata shard DST --range I:J   plan lists SRC once and prints the number of shards;
+  packdata commit DST              shard writes shards I..J-1 (anywhere DST's folder is
+                                   seen, any split, rerunnable); commit checks every part
+                                   and publishes DST (README: packing on many machines)
+
+SRC is an ImageFolder tree: SRC/<class>/<image files> (found recursively; hidden and
+non-image files are ignored), or a table (.csv .tsv .jsonl .parquet: --image, --label,
+--root, --field), or WebDataset-style file groups (x.jpg x.cls x.txt ...) in a folder or
+in .tar shards ('data-{000..009}.tar'); --source-format forces the kind.
+DST's suffix picks the backend: NAME.lmdb or NAME.h5.
+DST may be a URL (s3://bucket/x.lmdb, gs://..., file://...): every source is packed
+straight there (each shard task uploads its shard; the staging is the hidden .NAME.partial
+beside it; manifest.json last); info and verify take URLs too.
+A source folder literally named like a command ("info", "verify", "append", "merge",
+"plan", "shard", "commit") must be written as ./info.
+exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input."""
+
+
+def parse_size(text: str) -> int:
+    """'256M' -> 268435456 (K, M, G are powers of 1024; a plain number is bytes)."""
+    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = value[-1:] if value[-1:] in _UNITS else ""
+    number = value[: len(value) - len(unit)]
+    try:
+        size = int(float(number) * _UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 256M or 1G") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte")
+    return size
+
+
+def _pack_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="packdata",
+        usage="packdata SRC DST [options]\n       packdata {info,verify} DST [options]\n"
+              "       packdata append DST NEW | packdata merge A B [...] OUT\n"
+              "       packdata plan SRC DST [options] | packdata shard DST --range I:J | "
+              "packdata commit DST",
+        description="Pack an ImageFolder-style image tree into a sharded LMDB or HDF5 dataset.",
+        epilog=USAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("src", metavar="SRC", help="image tree: SRC/<class>/<images>")
+    add("dst", metavar="DST", help="dataset folder to create: NAME.lmdb or NAME.h5")
+    add("--format", choices=("lmdb", "hdf5"), help="backend (default: from DST's suffix)")
+    add("--shard-size", type=parse_size, default=DEFAULT_SHARD_SIZE, metavar="SIZE",
+        help="bytes per shard, e.g. 256M or 1G (default: 256M)")  # fmt: skip
+    add("--workers", type=int, metavar="N", help="processes (default: all usable cores)")
+    add("--max-side", type=int, metavar="N",
+        help="re-encode images whose longer side exceeds N pixels (as JPEG)")  # fmt: skip
+    add("--quality", type=int, default=90, metavar="Q", help="JPEG quality for --max-side")
+    add("--overwrite", action="store_true", help="replace DST if it is a packed dataset")
+    add("--resume", action="store_true", help="reuse the finished shards of an interrupted pack")
+    add("--strict", action="store_true", help="stop at the first bad item (the default, "
+        "said explicitly; the opposite of --skip-bad)")
+    add("--quiet", action="store_true", help="no progress bar and no summary")
+    add("--max-file-size", type=parse_size, default=DEFAULT_MAX_FILE_SIZE, metavar="SIZE",
+        help="skip (and list in skipped.json) source files larger than SIZE "
+        "(default: 256M)")  # fmt: skip
+    add("--tiles", action="store_true",
+        help="decode-aware packing: repack JPEGs losslessly with restart markers so crops "
+        "decode only the tiles they need (needs the native extension)")  # fmt: skip
+    add("--restart-mcus", type=int, default=DEFAULT_RESTART_MCUS, metavar="R",
+        help="with --tiles: at most R MCUs per restart segment "
+        f"(default {DEFAULT_RESTART_MCUS})")  # fmt: skip
+    add_source_options(parser)
+    add("--engine", choices=("local", "ray"), default="local",
+        help="who runs the shard tasks: this machine's processes (default) or Ray (one task "
+        "per shard; pip install \"fastloader[ray]\")")  # fmt: skip
+    add("--ray-address", metavar="ADDR", help="with --engine ray: the cluster to join "
+        "(default: a local Ray instance with --workers CPUs)")  # fmt: skip
+    # accepted and ignored, so older commands still run: every source now stages at DST's
+    # hidden .NAME.partial prefix (remote_stage.py), never in a local folder
+    add("--staging", metavar="DIR", help=argparse.SUPPRESS)
+    return parser
+
+
+def _sub_parser(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"packdata {command}")
+    parser.add_argument("dst", metavar="DST", help="a packed dataset folder, or its URL")
+    if command == "info":
+        parser.add_argument("--json", action="store_true", help="print JSON with every field")
+    else:
+        parser.add_argument("--decode", action="store_true", help="also decode every image")
+        parser.add_argument(
+            "--source", metavar="SRC", help="with --decode on a tiled dataset: the packed "
+            "image tree, to compare tiled records' pixels with their sources"
+        )  # fmt: skip
+        parser.add_argument("--quiet", action="store_true", help="print only problems")
+    return parser
+
+
+def _skipped_list(dst: Path | str) -> list[dict[str, str]]:
+    if isinstance(dst, str):  # a URL
+        from fastloader.format.remote import Remote
+
+        return list(json.loads(Remote(dst).read_bytes(SKIPPED_NAME)))
+    return list(json.loads((dst / SKIPPED_NAME).read_text()))
+
+
+def _summary(manifest_stats: dict, seconds: float, dst: Path | str) -> str:
+    stats = manifest_stats
+    rate = stats["files_found"] / max(seconds, 1e-9)
+    mbps = stats["source_bytes"] / max(seconds, 1e-9) / 1e6
+    lines = [
+        f"packed {stats['packed']} images into {dst} in {seconds:.1f} s "
+        f"({rate:.0f} files/s, {mbps:.1f} MB/s, {human_bytes(stats['record_bytes'])} of records)"
+    ]
+    ignored = stats["ignored_hidden"] + stats["ignored_non_image"]
+    ignored += stats["ignored_outside_classes"]
+    if ignored:
+        lines.append(
+            f"ignored {ignored} files: {stats['ignored_hidden']} hidden, "
+            f"{stats['ignored_non_image']} not images, "
+            f"{stats['ignored_outside_classes']} outside class folders"
+        )
+    if stats["empty_classes"]:
+        lines.append(f"empty class folders (kept as classes): {stats['empty_classes']}")
+    if "tiled" in stats:
+        lines.append(
+            f"tiled {stats['tiled']} JPEGs losslessly; {stats['untiled']} records kept their "
+            "bytes (not tileable: non-JPEG, arithmetic-coded, lossless or 12-bit)"
+        )
+    if stats["reencoded"]:
+        lines.append(f"re-encoded {stats['reencoded']} images larger than --max-side")
+    if stats["skipped"]:
+        lines.append(f"skipped {stats['skipped']} unreadable files (all in {dst}/{SKIPPED_NAME}):")
+        skipped = _skipped_list(dst)
+        lines += [f"  {s['path']}: {s['reason']}" for s in skipped[:_SHOWN_SKIPPED]]
+    return "\n".join(lines)
+
+
+def _run_pack(argv: Sequence[str]) -> int:
+    args = _pack_parser().parse_args(argv)
+    began = time.perf_counter()
+    # Every source packs straight to a URL DST: its staging is remote (remote_stage.py).
+    dst = args.dst
+    manifest = pack(
+        args.src,
+        dst,
+        **source_options(args),
+        format=args.format,
+        shard_size=args.shard_size,
+        workers=args.workers,
+        max_side=args.max_side,
+        quality=args.quality,
+        overwrite=args.overwrite,
+        resume=args.resume,
+        strict=args.strict,
+        quiet=args.quiet,
+        tiles=args.tiles,
+        restart_mcus=args.restart_mcus,
+        max_file_size=args.max_file_size,
+        engine=args.engine,
+        ray_address=args.ray_address,
+    )
+    if not args.quiet:
+        seconds = time.perf_counter() - began
+        where = dst if is_url(dst) else Path(dst).expanduser().absolute()
+        text = (_summary(manifest.stats, seconds, where) if manifest.version == 1
+                else samples_summary(manifest, seconds, where))
+        print(text, file=sys.stderr)
+    return 0
+
+
+def _run_grow(command: str, argv: Sequence[str]) -> int:
+    from fastloader.pack.maintain.grow import append, merge
+
+    parser = argparse.ArgumentParser(prog=f"packdata {command}")
+    if command == "append":
+        parser.add_argument("dst", metavar="DST", help="the packed dataset to grow")
+        parser.add_argument("new", metavar="NEW", help="an image tree or a packed dataset")
+        parser.add_argument("--workers", type=int, metavar="N", help="processes for a tree")
+    else:
+        parser.add_argument("paths", nargs="+", metavar="DATASET", help="inputs, then OUT")
+        parser.add_argument("--overwrite", action="store_true", help="replace OUT")
+    parser.add_argument("--quiet", action="store_true", help="no summary")
+    args = parser.parse_args(argv)
+    if command == "append":
+        manifest = append(args.dst, args.new, workers=args.workers)
+        target = args.dst
+    else:
+        if len(args.paths) < 3:
+            parser.error("merge needs two or more datasets and OUT")
+        manifest = merge(args.paths[:-1], args.paths[-1], overwrite=args.overwrite)
+        target = args.paths[-1]
+    if not args.quiet:
+        print(f"{target}: {manifest.num_samples} records in {len(manifest.shards)} shards, "
+              f"{len(manifest.classes)} classes", file=sys.stderr)
+    return 0
+
+
+def _run_info(argv: Sequence[str]) -> int:
+    args = _sub_parser("info").parse_args(argv)
+    info = dataset_info(args.dst)
+    print(json.dumps(info, indent=2) if args.json else format_info(info))
+    return 0
+
+
+def _run_verify(argv: Sequence[str]) -> int:
+    from fastloader.pack.maintain.verify import verify
+
+    args = _sub_parser("verify").parse_args(argv)
+    if is_url(args.dst):  # a full sha256-checked copy, then the same checks as a folder's
+        with tempfile.TemporaryDirectory(prefix="packdata-verify-") as tmp:
+            local = download(args.dst, Path(tmp) / "dataset")
+            report = verify(local, decode=args.decode or args.source is not None,
+                            source=args.source)
+            report.root = args.dst
+    else:
+        report = verify(args.dst, decode=args.decode or args.source is not None,
+                        source=args.source)
+    for problem in report.problems:
+        print(problem)
+    what = "records checked and decoded" if args.decode else "records checked"
+    if report.ok:
+        if not args.quiet:
+            values = (f" and {report.values_checked} text/json/image field values"
+                      if report.values_checked else "")
+            print(f"OK: {report.root}: {report.records_checked} {what}{values}, all intact")
+            if report.tiles_checked or report.tiles_unchecked:
+                print(_tiles_line(report, args.source is not None))
+        return 0
+    print(
+        f"DAMAGED: {report.root}: {len(report.problems)} problems, "
+        f"{len(set(report.bad_records))} bad records of {report.records_checked} {what}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _tiles_line(report: Any, with_source: bool) -> str:
+    if report.tiles_unchecked:
+        return f"tiles: not checked: {report.tiles_unchecked}"
+    line = f"tiles: {report.tiles_checked} tile tables match their records"
+    if with_source:
+        line += (
+            f"; {report.sources_compared} records equal their source pixels, "
+            f"{report.sources_unavailable} sources gone or changed (not compared)"
+        )
+    return line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run packdata with argv (default sys.argv[1:]); return the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in ("append", "merge"):
+            return _run_grow(args[0], args[1:])
+        if args and args[0] in cli_plan.COMMANDS:
+            return cli_plan.run(args[0], args[1:], _pack_parser())
+        if args and args[0] in SUBCOMMANDS:
+            return _run_info(args[1:]) if args[0] == "info" else _run_verify(args[1:])
+        return _run_pack(args)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    except FastloaderError as exc:
+        print(f"packdata: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # disk full, permission lost mid-way...: no traceback, one line
+        print(f"packdata: error: {exc}; fix it and rerun with --resume", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("packdata: interrupted; rerun the same command with --resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""packdata's options for tables and file groups (--source-format, --image, --label, --root,
+--field, --skip-bad) and the summary of a fields (v2) pack."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from fastloader.format import kinds
+from fastloader.format.manifest import Manifest
+from fastloader.pack.sources.importers import SOURCE_FORMATS
+
+_SHOWN_SKIPPED = 10
+
+
+def parse_field(text: str) -> tuple[str, Any]:
+    """'caption:text' -> ('caption', 'text'); 'emb:ndarray:float32:512' and '...:3x-1' give
+    ('emb', ('ndarray', 'float32', (512,)))."""
+    parts = text.split(":")
+    simple = [k for k in kinds.names() if k != "ndarray"]  # ndarray: NAME:ndarray:DTYPE:SHAPE
+    if len(parts) == 2 and parts[1] in simple:
+        return parts[0], parts[1]
+    if len(parts) == 4 and parts[1] == "ndarray":
+        try:
+            shape = tuple(int(n) for n in parts[3].split("x")) if parts[3] else ()
+            return parts[0], ("ndarray", parts[2], shape)
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not NAME:KIND (KIND one of {', '.join(simple)})"
+        " or NAME:ndarray:DTYPE:SHAPE (e.g. emb:ndarray:float32:512, seq:ndarray:int32:-1)")
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    """The importer options of `packdata SRC DST`."""
+    add = parser.add_argument
+    add("--source-format", choices=SOURCE_FORMATS, metavar="KIND",
+        help=f"force SRC's kind: {', '.join(SOURCE_FORMATS)} (default: detected)")
+    add("--image", metavar="COL", help="table: the image path column (default: path, image, "
+        "file or filename)")
+    add("--label", metavar="COL", help="table: a column of class names, stored as class ids")
+    add("--root", metavar="DIR", help="table: the folder image paths are relative to "
+        "(default: the table's folder)")
+    add("--field", type=parse_field, action="append", metavar="NAME:KIND",
+        help="a column's or extension's kind, overriding the inferred one (repeatable)")
+    add("--images", metavar="DIR", dest="root", help="COCO file: the folder its file_name "
+        "entries are relative to (default: the file's folder; same as --root)")
+    add("--skip-empty", action="store_true", help="COCO file: leave out images without "
+        "annotations")
+    add("--masks", action="store_true", help="COCO file: rasterize the polygons and RLEs into "
+        "a semantic 'mask' field (0 background, class + 1, 255 crowd)")
+    add("--skip-bad", action="store_true", help="pack the good items and list the bad ones "
+        "in skipped.json (file, line or member, field, why) instead of stopping at the first")
+
+
+def source_options(args: argparse.Namespace) -> dict[str, Any]:
+    """pack()'s keyword arguments from the importer options."""
+    options: dict[str, Any] = {}
+    if args.source_format is not None:
+        options["source_format"] = args.source_format
+    for name in ("image", "label", "root"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    if args.field:
+        options["fields"] = dict(args.field)
+    if args.skip_bad:
+        options["skip_bad"] = True
+    if args.skip_empty:
+        options["skip_empty"] = True
+    if args.masks:
+        options["masks"] = True
+    return options
+
+
+def samples_summary(manifest: Manifest, seconds: float, dst: Path | str) -> str:
+    """What a fields (v2) pack made, and what it skipped."""
+    stats = manifest.stats
+    fields = ", ".join(f"{f['name']} ({f['kind']})" for f in manifest.sample_fields)
+    lines = [f"packed {stats['packed']} samples into {dst} in {seconds:.1f} s "
+             f"({stats['packed'] / max(seconds, 1e-9):.0f} samples/s); fields: {fields}"]
+    skipped = stats.get("skipped_samples", [])
+    if skipped:
+        noun = "sample" if len(skipped) == 1 else "samples"
+        lines.append(f"skipped {len(skipped)} bad {noun} (all in the manifest and "
+                     f"{dst}/skipped.json):")
+        lines += [f"  {s['sample']}: {s['reason']}" for s in skipped[:_SHOWN_SKIPPED]]
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Work on packed datasets: append, merge, info, verify."""

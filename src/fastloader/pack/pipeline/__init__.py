@@ -1,0 +1,1 @@
+"""One pack from its source to DST: options checked, staging planned, engines run, commit."""

@@ -1,0 +1,79 @@
+"""The one packing pipeline: a source protocol and the driver every source goes through.
+
+A PackSource (an ImageFolder tree, local or at a URL: pipeline/tree.TreeSource; a table, file
+groups, .tar shards, a COCO file or Python samples: pipeline/samples.SampleSource) says how it
+is planned into the staging (what it lists and its identity for resume, in plan.json) and how
+its pending shards run on the engine; one commit joins the parts of any source (format v2
+where the source declares fields, v1 for a tree's image + label records). drive() runs plan,
+run and commit for every source, with one rule
+for a failure: a source that can be recognised again keeps its staging for --resume (and the
+error says so); one that cannot (Python samples) leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Protocol
+
+from fastloader.errors import PackError
+from fastloader.format.manifest import Manifest
+from fastloader.pack.pipeline.options import PackOptions
+from fastloader.pack.staging.commit import commit
+from fastloader.pack.staging.journal import Staging
+from fastloader.pack.staging.plan import Spans, TaskSettings
+from fastloader.pack.staging.remote_stage import RemoteStaging
+
+AnyStaging = Staging | RemoteStaging
+
+
+class PackSource(Protocol):
+    """What the pipeline asks of a source."""
+
+    @property
+    def resumable(self) -> bool:
+        """Whether a later --resume can tell this source's finished parts (its identity)."""
+        ...
+
+    def plan(self, dst: str | os.PathLike[str], options: PackOptions
+             ) -> tuple[AnyStaging, Spans | None, TaskSettings]:
+        """Open dst's staging (locked on return), list the source, cut and save its plan
+        (None: a stream, known once read) with its identity; the settings its tasks read."""
+        ...
+
+    def run(self, staging: AnyStaging, plan: Spans | None, settings: TaskSettings,
+            options: PackOptions) -> tuple[Spans, set[int]]:
+        """Run the pending shards on options.engine; the plan (a stream's, now known) and the
+        shards whose parts need no second hash at the commit."""
+        ...
+
+
+
+RESUME_HINT = "the finished shards are kept in the staging folder: rerun with --resume " \
+              "(resume=True) to reuse them"
+
+
+def drive(source: PackSource, dst: str | os.PathLike[str], options: PackOptions) -> Manifest:
+    """Pack source into dst: plan, run the pending shards, commit; on a failure the staging is
+    kept for --resume when the source is resumable (a PackError then says so), else removed."""
+    staging, plan, settings = source.plan(dst, options)
+    try:
+        done, trusted = source.run(staging, plan, settings, options)
+        manifest = commit(staging, done, settings, options.overwrite, trusted=trusted)
+    except PackError as exc:
+        _fail(staging, source.resumable)
+        if not source.resumable or "--resume" in str(exc) or type(exc) is not PackError:
+            raise
+        raise PackError(f"{exc} ({RESUME_HINT})") from exc
+    except BaseException:
+        _fail(staging, source.resumable)
+        raise
+    staging.release()
+    return manifest
+
+
+def _fail(staging: AnyStaging, keep: bool) -> None:
+    """Release the staging after a failure: kept for --resume, or removed."""
+    staging.release()
+    if not keep:  # nothing half-made is left behind
+        shutil.rmtree(staging.dir, ignore_errors=True)

@@ -1,0 +1,217 @@
+"""Pack samples (dicts of field values) into a format v2 dataset: independent shard tasks.
+
+The Python API (`fastloader.pack(samples, dst, fields=...)`) and every importer but the
+ImageFolder one come here. The samples are cut into a shard plan by a rule of the samples alone
+(staging/plan.py), each shard is one task writing its shard file and part (staging/build.py;
+run by engines/ on forked processes or Ray), and the commit step joins the parts
+(staging/commit.py). A URL DST is staged remotely (staging/remote_stage.py), as an ImageFolder
+pack's is. The first image field becomes the records (shards, as in v1); every other field
+becomes columns under index/ (format/columns.py). A bad sample stops the pack with its reason
+(where, field, what), unless skip_bad, which packs the rest and lists it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fastloader.errors import PackError
+from fastloader.format.fields import FieldSpec, parse_fields, primary_image
+from fastloader.format.manifest import Manifest
+from fastloader.format.remote import is_url
+from fastloader.pack.engines.local import is_sequence
+from fastloader.pack.pipeline.drive import drive
+from fastloader.pack.pipeline.options import PackOptions, check_destination, resolve_backend
+from fastloader.pack.pipeline.run import run_pending
+from fastloader.pack.sources.hints import item_keys
+from fastloader.pack.staging.journal import Staging
+from fastloader.pack.staging.plan import (
+    MAX_SHARD_FILES,
+    PLAN_DIR,
+    SETTINGS_NAME,
+    SamplePlan,
+    Spans,
+    TaskSettings,
+    check_shard_samples,
+    count_bounds,
+    plan_samples,
+)
+from fastloader.pack.staging.remote_stage import RemoteStaging
+
+log = logging.getLogger(__name__)
+
+
+def _identity(specs: list[FieldSpec], backend: str, source: dict[str, Any] | None,
+              options: PackOptions) -> dict[str, Any]:
+    """plan.json: what makes the parts (a resume reuses parts of the same identity only), and
+    what a shard task reads as its settings."""
+    identity = {"backend": backend, "fields": [s.to_json() for s in specs],
+                "source": source or {"kind": "python"}, "shard_files": MAX_SHARD_FILES,
+                **{name: getattr(options, name) for name in (
+                    "shard_size", "max_side", "quality", "max_file_size", "skip_bad")}}
+    if source is None:  # Python samples are cut by count
+        identity["shard_samples"] = options.shard_samples
+    if options.tile_option is not None:  # untiled plans stay as before
+        identity["tiles"] = options.tile_option
+    return identity
+
+
+def _open_staging(dst: str | Path, source: dict[str, Any] | None, options: PackOptions
+                  ) -> tuple[Staging | RemoteStaging, str]:
+    """dst's staging, checked but not opened, and its backend: a folder beside a path DST, or
+    the hidden prefix beside a URL DST (remote_stage.py: each shard task uploads its part)."""
+    if is_url(dst):
+        backend = resolve_backend(str(dst), options.format)
+        remote = RemoteStaging(str(dst), options.storage_options)
+        remote.check_destination(options.overwrite)
+        return remote, backend
+    if options.storage_options is not None and not (
+            source and is_url(str(source.get("path", "")))):
+        raise PackError(f"storage_options applies to a URL SRC or DST (s3://..., gs://...), "
+                        f"and neither the source nor the folder {dst} is one; drop it, or "
+                        "pass the URL.")
+    dst = Path(dst)
+    backend = resolve_backend(dst, options.format)
+    src_path = Path(source["path"]).absolute() if source and "path" in source else Path("/-")
+    check_destination(dst, src_path, options.overwrite)
+    return Staging(dst), backend
+
+
+def sample_options(options: PackOptions, source: dict[str, Any] | None) -> PackOptions:
+    """options (checked) for these samples: shard_samples is Python samples' only (resolved
+    from shard_size when not given); resume needs a source that can be recognised again."""
+    if source is not None and options.shard_samples is not None:
+        raise PackError("shard_samples applies to Python samples only; an importer's samples "
+                        "are cut by their size (shard_size).")
+    if options.resume and not (source and source.get("fingerprint")):
+        raise PackError("resume=True needs a source that can be recognised again (a table, "
+                        "file groups, .tar shards or a COCO file: each item's file stamps and "
+                        "values tell which shards changed); Python samples cannot be (whether "
+                        "sample i is still the one packed could only be told by reading it), "
+                        "so they are packed from the start: drop resume, or write them to a "
+                        "table or .tar shards first.")
+    return replace(options, shard_samples=check_shard_samples(options.shard_samples,
+                                                              options.shard_size))
+
+
+def plan_sample_pack(samples: Any, dst: str | Path, specs: list[FieldSpec],
+                     options: PackOptions, source: dict[str, Any] | None,
+                     reopen: dict[str, Any] | None
+                     ) -> tuple[Any, SamplePlan | None, TaskSettings]:
+    """Open dst's staging (locked on return; a URL's is remote), cut the samples into a plan
+    and save it there (a URL's uploaded, for its tasks). A plain iterable gets no plan yet
+    (None): its bounds are known once it is read. options: from sample_options."""
+    staging, backend = _open_staging(dst, source, options)
+    settings = _identity(specs, backend, source, options)
+    if is_sequence(samples) and len(samples) == 0:
+        raise PackError(f"no sample could be packed into {dst} (0 skipped): the source has no "
+                        "samples.")
+    keys = None  # an importer's items' identities: --resume rebuilds the changed shards only
+    if source is not None and is_sequence(samples):
+        keys = item_keys(samples, [s.name for s in specs if s.kind in ("image", "mask")])
+    if keys is not None:
+        settings["item_keys"] = True
+    try:
+        if isinstance(staging, RemoteStaging):
+            staging.open(settings, options.resume, options.overwrite)
+        else:
+            staging.open(settings, options.resume)  # same source (its fingerprint) and options
+        if not is_sequence(samples):
+            return staging, None, TaskSettings.of(settings)
+        assert options.shard_samples is not None
+        bounds, sizes = plan_samples(samples, primary_image(specs).name, options.shard_size,
+                                     options.shard_samples, source is not None)
+        plan = SamplePlan(bounds, sizes, (source or {}).get("fingerprint", ""), reopen,
+                          settings["fields"], keys)
+        plan.save(staging.dir)
+        if isinstance(staging, RemoteStaging):  # the run settings: this pack's token
+            (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text("{}")
+            staging.publish_plan(SETTINGS_NAME)
+    except BaseException:
+        staging.release()
+        raise
+    return staging, plan, TaskSettings.of(settings)
+
+
+class SampleSource:
+    """Samples of declared fields as the pipeline's source: an importer's (a table, file
+    groups, .tar shards, a COCO file; `source` describes it, with its fingerprint, and `reopen`
+    how a task opens it again) or Python samples (a sequence read by index, or a plain
+    iterable read in order); cut into a SamplePlan, committed as format v2."""
+
+    def __init__(self, samples: Any, specs: list[FieldSpec], source: dict[str, Any] | None,
+                 reopen: dict[str, Any] | None) -> None:
+        self.samples, self.specs, self.source, self.reopen = samples, specs, source, reopen
+
+    @property
+    def resumable(self) -> bool:
+        """An importer's source can be recognised again (its fingerprint); Python samples
+        cannot, so nothing of theirs is kept."""
+        return self.source is not None
+
+    def plan(self, dst: str | os.PathLike[str], options: PackOptions
+             ) -> tuple[Staging | RemoteStaging, SamplePlan | None, TaskSettings]:
+        if options.engine == "ray" and not is_sequence(self.samples):
+            raise PackError("engine='ray' needs samples it can read by index (a sequence or a "
+                            "map-style dataset: len() and [i]); pack this iterable with "
+                            "engine='local', or pass list(samples).")
+        target = str(dst) if is_url(dst) else Path(dst).expanduser().absolute()
+        return plan_sample_pack(self.samples, target, self.specs, options, self.source,
+                                self.reopen)
+
+    def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
+            settings: TaskSettings, options: PackOptions) -> tuple[SamplePlan, set[int]]:
+        from fastloader.pack.engines.local import run_local_samples
+        from fastloader.pack.engines.ray import run_on_ray
+
+        if plan is None:  # a plain iterable: read in order here, a part every shard_samples
+            return self._stream(staging, settings, options)
+        assert isinstance(plan, SamplePlan) and options.workers is not None
+        samples, specs, workers = self.samples, self.specs, options.workers
+        run = replace(settings, workers=workers)
+        trusted = run_pending(
+            staging, plan, options,
+            local=lambda stage, todo, meter: run_local_samples(stage, plan, todo, samples,
+                                                               specs, run, meter),
+            ray=lambda stage, todo, meter: run_on_ray(stage, plan, todo, samples, workers,
+                                                      options.ray_address, meter))
+        return plan, trusted
+
+    def _stream(self, staging: Staging | RemoteStaging, settings: TaskSettings,
+                options: PackOptions) -> tuple[SamplePlan, set[int]]:
+        from fastloader.pack.engines.local import run_stream
+        from fastloader.pack.engines.progress import Meter
+
+        plan = SamplePlan(count_bounds(0, 1), count_bounds(0, 1)[1:], "", None,
+                          settings.fields or [])
+        stage = staging.stage if isinstance(staging, RemoteStaging) else staging.dir
+        meter = Meter(plan, [], options.progress, options.quiet)
+        assert options.shard_samples is not None and options.workers is not None
+        try:
+            run_stream(stage, plan, self.samples, self.specs,
+                       replace(settings, workers=options.workers), options.shard_samples, meter)
+        finally:
+            meter.close()
+        return plan, set(range(plan.num_shards))
+
+
+def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, options: PackOptions,
+                 *, source: dict[str, Any] | None = None,
+                 reopen: dict[str, Any] | None = None) -> Manifest:
+    """Pack samples into dst as a format v2 dataset (see fastloader.pack for the options).
+
+    `fields` is a dict (parsed here) or a list of FieldSpecs (from an importer); `source`
+    describes where an importer read from, kept in the manifest's options; resume=True
+    reuses the parts an interrupted pack of the same source and options finished: each one
+    whose items are unchanged (their keys, sources/hints.item_keys), or, where the source
+    cannot tell its items (tars at URLs), all of them while its `fingerprint` (the source
+    files' names, sizes and mtimes) is unchanged. `reopen` is how a shard task
+    opens the importer's source again (engine="ray", `packdata shard`). A URL dst (with
+    fsspec's storage_options) is staged remotely: every task uploads its own part.
+    """
+    options = sample_options(options.checked(), source)
+    specs = fields if isinstance(fields, list) else parse_fields(fields)
+    return drive(SampleSource(samples, specs, source, reopen), dst, options)

@@ -1,0 +1,222 @@
+"""pack(): turn an image tree into a packed dataset; parallel, atomic and resumable.
+
+scan the tree -> a shard plan (staging/plan.py: the sorted listing cut by a rule of the files
+alone) in the staging folder -> one task per shard (staging/build.py; run by engines/: local
+processes or Ray) -> the commit step (staging/commit.py) checks every part and writes the
+index and manifest.json (format v1) last, then renames the folder to DST. `packdata
+plan/shard/commit` run these steps apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fastloader.errors import PackError
+from fastloader.format.manifest import Manifest
+from fastloader.format.remote import is_url
+from fastloader.pack.engines.progress import Progress
+from fastloader.pack.pipeline.drive import drive
+from fastloader.pack.pipeline.options import (
+    DEFAULT_SHARD_SIZE,
+    PackOptions,
+    check_destination,
+    resolve_backend,
+)
+from fastloader.pack.pipeline.run import run_pending
+from fastloader.pack.sources import tiling
+from fastloader.pack.sources.scan import scan
+from fastloader.pack.sources.scan_remote import scan_url
+from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
+from fastloader.pack.staging.build import BAD_ITEM_FIX
+from fastloader.pack.staging.commit import SKIPPED_NAME
+from fastloader.pack.staging.journal import Staging, staging_path
+from fastloader.pack.staging.plan import (
+    MAX_SHARD_FILES,
+    PLAN_DIR,
+    SETTINGS_NAME,
+    ShardPlan,
+    Spans,
+    TaskSettings,
+    from_scan,
+)
+from fastloader.pack.staging.remote_stage import RemoteStaging
+
+
+def _open_staging(src_path: Path | str, dst: str | os.PathLike[str], options: PackOptions
+                  ) -> tuple[Staging | RemoteStaging, str]:
+    """dst's staging, checked but not opened, and its backend: a folder beside a path DST, or
+    the remote staging of a URL DST (remote_stage.py; each task uploads its part)."""
+    if is_url(dst):
+        backend = resolve_backend(str(dst), options.format)
+        if isinstance(src_path, str) and str(dst).startswith(src_path.rstrip("/") + "/"):
+            raise PackError(f"DST {dst} is inside SRC {src_path}; write the dataset outside "
+                            "the source.")
+        remote = RemoteStaging(str(dst), options.storage_options)
+        remote.check_destination(options.overwrite)
+        return remote, backend
+    dst_path = Path(dst).expanduser().absolute()
+    backend = resolve_backend(dst_path, options.format)
+    check_destination(dst_path, src_path, options.overwrite)
+    return Staging(dst_path), backend
+
+
+def plan_pack(src: str | os.PathLike[str], dst: str | os.PathLike[str], options: PackOptions
+              ) -> tuple[Staging | RemoteStaging, ShardPlan, TaskSettings]:
+    """Scan src and write the shard plan into dst's staging folder (locked on return), or
+    into the remote staging of a URL dst (remote_stage.py; uploaded, not locked).
+
+    Without resume, or when the options differ from the staged plan's, the folder is cleared;
+    resuming keeps the parts (each is reused only if made from the same files). Returns the
+    staging (the caller releases it), the plan and the settings every shard task reads.
+    """
+    src_path = str(src) if is_url(src) else Path(src).expanduser().absolute()
+    staging, backend = _open_staging(src_path, dst, options)
+    result = (scan_url(src_path, options.max_file_size, options.storage_options)
+              if isinstance(src_path, str) else scan(src_path, options.max_file_size))
+    bad = result.bad_data()  # a folder link's refusal is listed, not a reason to stop
+    if not options.skip_bad and bad:
+        path, reason = bad[0]
+        raise PackError(f"{result.root}/{path}: {reason}; {BAD_ITEM_FIX}")
+    plan = from_scan(result, options.shard_size)
+    identity: dict[str, Any] = {"backend": backend, "src": str(src_path),
+                                "classes": result.classes, "shard_size": options.shard_size,
+                                "max_side": options.max_side, "quality": options.quality,
+                                "max_file_size": options.max_file_size,
+                                "shard_files": MAX_SHARD_FILES}
+    if options.tile_option is not None:
+        identity["tiles"] = options.tile_option
+    run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
+    try:
+        if isinstance(staging, RemoteStaging):
+            staging.open(identity, options.resume, options.overwrite)
+        else:
+            staging.open(identity, options.resume)
+        plan.save(staging.dir)
+        (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text(json.dumps(run, sort_keys=True))
+        if isinstance(staging, RemoteStaging):
+            staging.publish_plan(SETTINGS_NAME)
+    except BaseException:
+        staging.release()
+        raise
+    return staging, plan, TaskSettings.of(identity | run)
+
+
+def pack(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    workers: int | None = None,
+    max_side: int | None = None,
+    quality: int = 90,
+    overwrite: bool = False,
+    resume: bool = False,
+    strict: bool = False,
+    skip_bad: bool = False,
+    quiet: bool = True,
+    progress: Progress | None = None,
+    tiles: bool = False,
+    restart_mcus: int = tiling.tiles.DEFAULT_RESTART_MCUS,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    engine: str = "local",
+    ray_address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Manifest:
+    """Pack the ImageFolder tree at src into a sharded dataset folder dst.
+
+    Records keep the original bytes unless max_side is set and an image is larger (then JPEG at
+    quality). An unreadable image stops the pack (naming it) unless skip_bad, which packs the
+    rest and lists it in dst/skipped.json. dst appears only when complete (built in a hidden
+    staging folder, renamed last).
+
+    Args:
+        src: the image tree, src/<class>/<images> (found recursively; hidden and non-image files
+            are ignored), or its URL (listed once here, each file read by the tasks).
+        dst: the dataset folder to create, NAME.lmdb or NAME.h5, or its URL (each task uploads
+            its shard; manifest.json last: see pack/staging/remote_stage.py).
+        format: "lmdb", "hdf5" or None (from dst's suffix).
+        shard_size: bytes per shard file.
+        workers: processes that read and check images (None: every usable core); with
+            engine="ray" and no cluster, the CPUs of the local Ray instance.
+        max_side: re-encode images whose longer side exceeds it, as JPEG; None keeps all bytes.
+        quality: the JPEG quality of those re-encodes, 1-100.
+        overwrite: replace dst if it is a packed dataset.
+        resume: reuse the finished shards of an interrupted pack of the same src and options
+            (each one only if its files are unchanged).
+        strict: stop at the first unreadable image (the default, said explicitly).
+        skip_bad: skip unreadable images (and files the scan refuses) and list them in
+            skipped.json, instead of stopping at the first.
+        quiet: no progress bar (quiet=False shows tqdm's when stderr is a terminal).
+        progress: called as progress(files_done, files_total, bytes_done) after each file.
+        tiles: repack JPEGs losslessly as restart-tiled records (decode-aware packing; needs
+            the native extension), so crops decode only the segments they cover.
+        restart_mcus: with tiles, at most this many MCUs per restart segment.
+        max_file_size: files over this many bytes are not read (listed in skipped.json), nor
+            is anything that is not a regular file (FIFOs, devices).
+        engine: who runs the shard tasks: "local" (this machine's processes) or "ray" (one
+            Ray task per shard; needs `pip install "fastloader[ray]"`). Both give the same
+            dataset: shards are cut by the files' count and sizes alone.
+        ray_address: with engine="ray", the cluster to join (None: the Ray instance this
+            process joined, else a local one with `workers` CPUs).
+        storage_options: fsspec options (endpoint_url, key, secret, ...) for a src or dst
+            given as a URL (s3://bucket/x.lmdb, gs://..., file://...); None: the standard
+            ones (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). They travel to the Ray tasks with
+            a URL dst, and are never written to the staging.
+
+    Returns:
+        Manifest: what was written (also in dst/manifest.json).
+
+    Raises:
+        PackError: a bad source or destination, no decodable image, tiles without the
+            extension, engine="ray" without Ray installed, strict with skip_bad, or (without
+            skip_bad) an unreadable image.
+        InvalidArgumentError: an option is out of range.
+        OSError: the disk filled or a file could not be written (rerun with resume=True).
+    """
+    options = PackOptions(
+        format=format, shard_size=shard_size, workers=workers, max_side=max_side,
+        quality=quality, overwrite=overwrite, resume=resume, strict=strict,
+        skip_bad=skip_bad, quiet=quiet,
+        progress=progress, tiles=tiles, restart_mcus=restart_mcus, max_file_size=max_file_size,
+        engine=engine, ray_address=ray_address, storage_options=storage_options).checked()
+    return drive(TreeSource(src), dst, options)
+
+
+class TreeSource:
+    """An ImageFolder tree (a folder, or its URL) as the pipeline's source: listed by the scan,
+    cut into a ShardPlan, each file read by the tasks, committed as format v1; its identity
+    for resume is each file's path, label, size and mtime (ShardPlan.digest)."""
+
+    resumable = True
+
+    def __init__(self, src: str | os.PathLike[str]) -> None:
+        self.src = src
+
+    def plan(self, dst: str | os.PathLike[str], options: PackOptions
+             ) -> tuple[Staging | RemoteStaging, ShardPlan, TaskSettings]:
+        return plan_pack(self.src, dst, options)
+
+    def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
+            settings: TaskSettings, options: PackOptions) -> tuple[ShardPlan, set[int]]:
+        from fastloader.pack.engines.local import run_local
+        from fastloader.pack.engines.ray import run_ray
+
+        assert isinstance(plan, ShardPlan) and options.workers is not None
+        # a URL source's storage options: never saved
+        task = replace(settings, storage_options=options.storage_options)
+        workers = options.workers
+        trusted = run_pending(
+            staging, plan, options,
+            local=lambda stage, todo, meter: run_local(stage, plan, todo, task, workers, meter),
+            ray=lambda stage, todo, meter: run_ray(stage, todo, workers, options.ray_address,
+                                                   meter))
+        return plan, trusted
+
+
+__all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "TreeSource", "pack", "plan_pack",
+           "staging_path"]

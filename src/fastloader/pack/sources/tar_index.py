@@ -1,0 +1,214 @@
+"""The member index of WebDataset .tar shards: one header walk, kept as compact numpy arrays.
+
+Tars are local paths (read by os.pread on descriptors cached per process) or fsspec URLs (the
+walk reads ahead in large blocks, reads are ranged requests: pack/sources/tar_url.py).
+
+A group is a run of consecutive members sharing a key (WebDataset's convention: a key seen
+again later starts a new group). Per group: its tar, its key (UTF-8 bytes + offsets) and its
+members; per member: its name's suffix (a code into a small table of distinct suffixes), data
+offset and size. No Python object per member or group is kept, so a pack's driver holds
+millions of samples in a few tens of bytes each, and forks or pickles the index cheaply.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import os
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastloader.format.remote import is_url
+from fastloader.pack.sources import tar_url
+
+_OPEN_MAX = 16  # tar file descriptors kept open per process (least recently used closed)
+# A URL tar is read ahead this much per request, and the block kept (one per process): a
+# shard task reads consecutive groups, so they share requests instead of one each.
+_READ_BLOCK = 4 << 20
+
+
+class _Walk:
+    """The index's columns while the headers are walked (array.array: no object per item)."""
+
+    def __init__(self) -> None:
+        self.group_tar = array.array("i")
+        self.key_bytes = bytearray()
+        self.key_ends = array.array("q")
+        self.member_ends = array.array("q")
+        self.suffix_code = array.array("i")
+        self.offset = array.array("q")
+        self.size = array.array("q")
+        self.suffixes: dict[str, int] = {}
+        self.errors: dict[int, str] = {}
+
+    def add_member(self, suffix: str, offset: int, size: int) -> None:
+        self.suffix_code.append(self.suffixes.setdefault(suffix, len(self.suffixes)))
+        self.offset.append(offset)
+        self.size.append(size)
+
+    def end_group(self, tar: int, key: str) -> None:
+        self.group_tar.append(tar)
+        self.key_bytes += key.encode("utf-8", "surrogateescape")
+        self.key_ends.append(len(self.key_bytes))
+        self.member_ends.append(len(self.offset))
+
+    def fail(self, tar: int, message: str) -> None:
+        """A damaged tar: the group in progress is dropped, an error group (no members) ends
+        that tar's good groups."""
+        kept = self.member_ends[-1] if self.member_ends else 0
+        for column in (self.suffix_code, self.offset, self.size):
+            del column[kept:]
+        self.errors[len(self.group_tar)] = message
+        self.end_group(tar, "")
+
+
+def _walk_tar(walk: _Walk, tar_index: int, source: Path | Any, size: int,
+              split_key: Callable[[str], tuple[str, str]]) -> None:
+    """Index one tar: a local path, or a URL's open file (the same checks, the same errors)."""
+    key = None
+    try:
+        with (tarfile.open(source, "r:") if isinstance(source, Path)
+              else tarfile.open(fileobj=source, mode="r:")) as tar:
+            while (member := tar.next()) is not None:
+                tar.members.clear()  # type: ignore[attr-defined]  # tarfile keeps each TarInfo
+                if not member.isfile() or member.name.split("/")[-1].startswith("."):
+                    continue
+                if member.offset_data + member.size > size:
+                    raise tarfile.ReadError(f"member {member.name!r} needs "
+                                            f"{member.size} bytes past the end of the file")
+                name_key = split_key(member.name)[0]
+                if key is not None and name_key != key:
+                    walk.end_group(tar_index, key)
+                key = name_key
+                walk.add_member(member.name[len(key):], member.offset_data, member.size)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        walk.fail(tar_index, f"truncated or damaged tar after member {key!r} ({exc})")
+        return
+    if key is not None:
+        walk.end_group(tar_index, key)
+
+
+class TarIndex:
+    """Groups of members of a list of uncompressed tars, and their reads by offset."""
+
+    def __init__(self, paths: list[Path] | list[str], split_key: Callable[[str], tuple[str, str]],
+                 storage_options: dict[str, Any] | None = None) -> None:
+        """Walk every tar's headers once (data is skipped by seeking); split_key(name) gives
+        a member's (key, extension). paths: local paths, or fsspec URLs (all of them)."""
+        self.tars = [str(p) for p in paths]
+        self.remote = bool(self.tars) and is_url(self.tars[0])
+        self.storage_options = storage_options  # a URL's fsspec options (travel when pickled)
+        walk = _Walk()
+        self.tar_sizes: list[int] = []
+        for tar_index, tar in enumerate(self.tars):
+            if self.remote:
+                with tar_url.open_for_walk(tar, storage_options) as handle:
+                    self.tar_sizes.append(int(handle.size))
+                    _walk_tar(walk, tar_index, handle, handle.size, split_key)
+            else:
+                self.tar_sizes.append(Path(tar).stat().st_size)
+                _walk_tar(walk, tar_index, Path(tar), self.tar_sizes[-1], split_key)
+        self.group_tar = np.frombuffer(walk.group_tar, np.int32).copy()
+        self.key_bytes = np.frombuffer(bytes(walk.key_bytes), np.uint8)
+        self.key_offsets = np.concatenate([[0], np.frombuffer(walk.key_ends, np.int64)])
+        self.member_offsets = np.concatenate([[0], np.frombuffer(walk.member_ends, np.int64)])
+        self.suffix_code = np.frombuffer(walk.suffix_code, np.int32).copy()
+        self.offset = np.frombuffer(walk.offset, np.int64).copy()
+        self.size = np.frombuffer(walk.size, np.int64).copy()
+        self.suffixes = list(walk.suffixes)  # code -> a member name's suffix (".seg.png")
+        self.errors = walk.errors  # group -> why its tar is damaged (rare: a dict)
+        self._fds: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._block: tuple[int, int, bytes] | None = None  # a URL's: (tar, offset, data)
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return len(self.group_tar)
+
+    def nbytes(self) -> int:
+        """Bytes the index's arrays hold."""
+        return sum(a.nbytes for a in (self.group_tar, self.key_bytes, self.key_offsets,
+                                      self.member_offsets, self.suffix_code, self.offset,
+                                      self.size))
+
+    def key(self, group: int) -> str:
+        start, end = self.key_offsets[group], self.key_offsets[group + 1]
+        return self.key_bytes[start:end].tobytes().decode("utf-8", "surrogateescape")
+
+    def members(self, group: int) -> list[tuple[str, int, int]]:
+        """(name suffix, data offset, size) of the group's members, in tar order."""
+        first, end = self.member_offsets[group], self.member_offsets[group + 1]
+        codes, offsets = self.suffix_code[first:end].tolist(), self.offset[first:end].tolist()
+        return [(self.suffixes[c], o, s) for c, o, s in zip(
+            codes, offsets, self.size[first:end].tolist(), strict=True)]
+
+    def size_hints(self) -> np.ndarray:
+        """int64 per group: the sum of its members' sizes (0 for a damaged tar's error
+        group)."""
+        ends = np.concatenate([[0], np.cumsum(self.size, dtype=np.int64)])
+        return ends[self.member_offsets[1:]] - ends[self.member_offsets[:-1]]
+
+    def item_keys(self) -> np.ndarray | None:
+        """uint8 (n, KEY_BYTES) per group: its tar's size and mtime, its key and its members'
+        suffixes, offsets and sizes, from the headers alone (a changed tar changes the keys of
+        its own groups only); None for tars at URLs (their fingerprint decides)."""
+        if self.remote:
+            return None
+        from fastloader.pack.sources.hints import KEY_BYTES, file_stamp, key_of
+
+        stamps = [file_stamp(tar) for tar in self.tars]
+        keys = np.empty((len(self), KEY_BYTES), np.uint8)
+        for k in range(len(self)):
+            lo, hi = int(self.member_offsets[k]), int(self.member_offsets[k + 1])
+            key = bytes(self.key_bytes[self.key_offsets[k]:self.key_offsets[k + 1]])
+            keys[k] = key_of([stamps[int(self.group_tar[k])], key.hex(),
+                              self.suffix_code[lo:hi].tolist(), self.offset[lo:hi].tolist(),
+                              self.size[lo:hi].tolist(), self.errors.get(k)])
+        return keys
+
+    def read(self, tar: int, offset: int, size: int) -> bytes:
+        """size bytes at offset of tar `tar` (fewer if the file shrank since the walk)."""
+        if self._pid != os.getpid():  # forked: this process opens its own descriptors (the
+            # inherited ones are left alone: the child may have closed and reused their numbers)
+            self._fds, self._block, self._pid = collections.OrderedDict(), None, os.getpid()
+        if self.remote:
+            return self._read_url(tar, offset, size)
+        fd = self._fds.get(tar)
+        if fd is None:
+            fd = self._fds[tar] = os.open(self.tars[tar], os.O_RDONLY | os.O_CLOEXEC)
+            if len(self._fds) > _OPEN_MAX:
+                os.close(self._fds.popitem(last=False)[1])
+        else:
+            self._fds.move_to_end(tar)
+        return os.pread(fd, size, offset)
+
+    def _read_url(self, tar: int, offset: int, size: int) -> bytes:
+        """From this process's block, else one ranged request of _READ_BLOCK bytes (or size)."""
+        if self._block is not None:
+            block_tar, start, data = self._block
+            if block_tar == tar and start <= offset and offset + size <= start + len(data):
+                return data[offset - start: offset - start + size]
+        end = max(offset + size, min(offset + _READ_BLOCK, self.tar_sizes[tar]))
+        data = tar_url.read_range(self.tars[tar], offset, end - offset, self.storage_options)
+        self._block = (tar, offset, data)
+        return data[:size]
+
+    def close(self, _getpid: Callable[[], int] = os.getpid,
+              _close: Callable[[int], None] = os.close) -> None:
+        """Close this process's descriptors (reads reopen them). os's functions are bound
+        as defaults: at interpreter exit __del__ may run after the os module is torn down."""
+        if getattr(self, "_pid", -1) == _getpid():
+            while self._fds:
+                _close(self._fds.popitem()[1])
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_fds"], state["_pid"] = collections.OrderedDict(), -1  # descriptors stay here
+        state["_block"] = None
+        return state

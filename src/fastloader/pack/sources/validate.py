@@ -1,0 +1,169 @@
+"""Per-file packing work (runs in pool workers): read, validate with Pillow, maybe re-encode."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import zlib
+from typing import Any, NamedTuple
+
+from PIL import Image, UnidentifiedImageError
+
+from fastloader.decode import _native
+from fastloader.decode import decode as decoder
+from fastloader.errors import DecodeError
+from fastloader.format.manifest import Codec
+from fastloader.format.remote import is_url
+
+# Largest source file read (packdata --max-file-size): bounds each pool worker's memory, and a
+# huge file (a 6 GB sparse "image") is listed in skipped.json instead of exhausting it.
+DEFAULT_MAX_FILE_SIZE = 256 << 20
+
+
+class Prepared(NamedTuple):
+    """One file's outcome: the record to store, or the reason it was rejected."""
+
+    data: bytes | None
+    height: int
+    width: int
+    codec: int
+    crc32: int
+    error: str | None
+    reencoded: bool
+    # Set by pack/sources/tiling.py's prepare_tiled (tiled packs only).
+    tile_header: Any = None  # int64[9] in tiles.HEADER_FIELDS order, None: not tiled
+    tile_offsets: Any = None  # uint32 segment offsets
+    source_crc32: int = 0  # crc32 of the bytes that were repacked
+
+
+def reject(reason: str) -> Prepared:
+    """A refused item: no data, and why."""
+    return Prepared(None, 0, 0, int(Codec.UNKNOWN), 0, reason, False)
+
+
+def check_image(data: bytes) -> tuple[Codec, int, int]:
+    """Decode data as the loader will to prove it is whole; return (codec, height, width).
+
+    JPEGs go through the loader's own decoder when the native core is built (a libjpeg warning
+    that damages pixels, such as corrupt data, is an error there, while Pillow returns grey
+    pixels for it); other
+    images, or JPEGs without the core, through Pillow as the loader's fallback does. Raises
+    whatever Pillow raises, or DecodeError, for empty, truncated or garbage input.
+    """
+    with Image.open(io.BytesIO(data)) as image:
+        codec = Codec.from_pillow(image.format)
+        width, height = image.size  # from the header, before any draft scaling
+        if codec == Codec.JPEG and _native.native_module() is not None:
+            # A 1/8-scale decode still entropy-decodes every scan: damage anywhere is found.
+            decoder.decode(data, size=decoder.check_size(height, width))
+            return codec, height, width
+        if image.format == "JPEG":
+            # A 1/8-scale DCT decode still entropy-decodes every scan, so truncation and
+            # corrupt Huffman data fail as they would at full size, for a fraction of the cost.
+            image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
+        image.load()
+    return codec, height, width
+
+
+def read_source(path: str, max_bytes: int) -> bytes:
+    """The bytes of the regular file at path, at most max_bytes; OSError/ValueError otherwise.
+
+    Opened without blocking (a FIFO put in place after the scan would wait for a writer
+    forever) and checked to be a regular file before reading (a link to /dev/zero never ends).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file (a FIFO, device or socket); nothing to pack")
+        if info.st_size > max_bytes:
+            raise ValueError(f"{info.st_size} bytes, over the --max-file-size cap of {max_bytes}")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # grew since the stat
+        raise ValueError(f"more than {max_bytes} bytes, over the --max-file-size cap")
+    return data
+
+
+def reencode(data: bytes, max_side: int, quality: int) -> tuple[bytes, int, int]:
+    """Shrink an image so its longer side is max_side and store it as JPEG at quality."""
+    with Image.open(io.BytesIO(data)) as image:
+        width, height = image.size
+        scale = max_side / max(width, height)
+        size = (max(1, round(width * scale)), max(1, round(height * scale)))
+        if image.format == "JPEG":
+            image.draft("RGB" if image.mode == "CMYK" else image.mode, size)
+        converted = image if image.mode in ("RGB", "L") else image.convert("RGB")
+        resized = converted.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
+    buffer = io.BytesIO()
+    resized.save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue(), size[1], size[0]
+
+
+def read_url(url: str, max_bytes: int, storage_options: dict[str, Any] | None) -> bytes:
+    """The bytes of the object at url (fsspec), at most max_bytes; OSError/ValueError otherwise.
+
+    One ranged read of max_bytes + 1 bytes (one request; the listing already refused objects
+    listed over the cap): an object grown since is found without reading it whole.
+    """
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    try:
+        try:
+            data = bytes(fs.cat_file(path, start=0, end=max_bytes + 1))
+        except FileNotFoundError:
+            raise
+        except OSError:  # S3 refuses every range of an empty object: its size, then read it
+            size = int(fs.size(path) or 0)
+            if size > max_bytes:
+                raise ValueError(f"{size} bytes, over the --max-file-size cap of {max_bytes}"
+                                 ) from None
+            data = bytes(fs.cat_file(path))
+    except (OSError, ValueError):
+        raise
+    except Exception as exc:  # a storage client's own errors: the object is unreadable
+        raise OSError(f"{type(exc).__name__}: {exc}") from exc
+    if len(data) > max_bytes:  # grew since the listing
+        raise ValueError(f"more than {max_bytes} bytes, over the --max-file-size cap")
+    return data
+
+
+def prepare(
+    path: str, max_side: int | None = None, quality: int = 90,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE, storage_options: dict[str, Any] | None = None,
+) -> Prepared:
+    """Read the file at path (or the object at a URL) and return its record; never raises for
+    a bad file."""
+    try:
+        if is_url(path):
+            data = read_url(path, max_file_size, storage_options)
+        else:
+            data = read_source(path, max_file_size)
+    except OSError as exc:
+        return reject(f"cannot read: {exc.strerror or exc}")
+    except ValueError as exc:
+        return reject(str(exc))
+    return prepare_data(data, max_side, quality)
+
+
+def prepare_data(data: bytes, max_side: int | None = None, quality: int = 90) -> Prepared:
+    """The record of image bytes (checked, maybe re-encoded); never raises for bad bytes."""
+    if not data:
+        return reject("empty file")
+    try:
+        codec, height, width = check_image(data)
+        reencoded = False
+        if max_side is not None and max(height, width) > max_side:
+            data, height, width = reencode(data, max_side, quality)
+            codec, reencoded = Codec.JPEG, True
+    except DecodeError as exc:
+        return reject(f"truncated or corrupt JPEG, the loader's decoder says: {exc}")
+    except UnidentifiedImageError:
+        return reject("not an image Pillow recognises (unknown or garbage header)")
+    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, bomb errors...
+        return reject(f"not a decodable image: {type(exc).__name__}: {exc}")
+    return Prepared(data, height, width, int(codec), zlib.crc32(data), None, reencoded)

@@ -1,0 +1,290 @@
+"""The commit step: check every part, then write the index, skipped.json and manifest.json
+(last), and rename the staging folder to DST, atomically (for a URL DST, upload them over the
+downloaded parts: remote_stage.RemoteStaging.finish).
+
+One commit for every source: the settings say the format: a source that declares its fields
+(an importer, Python samples) makes a v2 dataset (every part's index arrays and encoded columns
+joined: fixed columns and variable values concatenated, offsets shifted), one that does not
+(an ImageFolder tree: image + label records) a v1 one. A part is refused when its part-manifest is
+missing or unreadable, was made from other items, or its shard file or index arrays do not
+have the size and sha256 it recorded; the message names each such shard and the command that
+rebuilds it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from fastloader.errors import PackError
+from fastloader.format import index as index_mod
+from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
+from fastloader.format.manifest import Manifest, ShardInfo
+from fastloader.pack.sources import tiling
+from fastloader.pack.staging.journal import JOURNAL_DIR, Staging
+from fastloader.pack.staging.part import CORE, Part, check_part, load_arrays
+from fastloader.pack.staging.plan import SamplePlan, ShardPlan, Spans, TaskSettings
+from fastloader.pack.staging.remote_stage import RemoteStaging
+
+SKIPPED_NAME = "skipped.json"
+AnyStaging = Staging | RemoteStaging  # a staging folder, or a URL's (remote_stage.py)
+_NAMED = 5  # bad parts named one by one in the refusal; the rest are counted
+
+
+def _ranges(shards: list[int]) -> list[str]:
+    """[3, 4, 5, 9] -> ["3:6", "9:10"]: the --range arguments that rebuild them."""
+    spans: list[list[int]] = []
+    for k in shards:
+        if spans and spans[-1][1] == k:
+            spans[-1][1] = k + 1
+        else:
+            spans.append([k, k + 1])
+    return [f"{lo}:{hi}" for lo, hi in spans]
+
+
+def check_parts(staging: AnyStaging, plan: Spans, trusted: Collection[int] = ()
+                ) -> list[Part]:
+    """Every part of the plan, whole; PackError naming the missing or damaged ones.
+
+    The shard files of `trusted` parts (written and hashed by this process just now) are only
+    checked for their size; every other one is hashed again (on a few threads). At a URL the
+    parts are downloaded first and every shard is checked by its size (remote_stage.py).
+    """
+    sizes = staging.gather()
+
+    def one(k: int) -> tuple[Part | None, str]:
+        return check_part(staging.dir, plan, k, hash_shard=k not in trusted, sizes=sizes)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(one, range(plan.num_shards)))
+    bad = [(k, why) for k, (part, why) in enumerate(results) if part is None]
+    if bad:
+        named = "; ".join(
+            f"shard {k} (files {plan.span(k)[0]}..{plan.span(k)[1] - 1}, first "
+            f"{plan.relpath(plan.span(k)[0])!r}) {why}" for k, why in bad[:_NAMED])
+        more = f"; and {len(bad) - _NAMED} more" if len(bad) > _NAMED else ""
+        fixes = " ".join(f"--range {r}" for r in _ranges([k for k, _ in bad])[:_NAMED])
+        how = (f"Rebuild them with `packdata shard {staging.dst} {fixes}` (one run per range) "
+               "and commit again, or rerun the pack with --resume."
+               if isinstance(staging, Staging) else "Rerun the pack with --resume: it redoes "
+               "only these.")
+        raise PackError(
+            f"cannot commit {staging.dst}: {len(bad)} of {plan.num_shards} shard parts are "
+            f"missing or damaged: {named}{more}. {how}"
+        )
+    return [part for part, _ in results if part is not None]
+
+
+def placed_shards(staging: AnyStaging, parts: list[Part], backend: str
+                  ) -> tuple[list[ShardInfo], list[dict[str, np.ndarray]]]:
+    """The parts that have a shard file, in order, each given its sample range (and its LMDB
+    first key where that differs: files before it were skipped), with its index arrays."""
+    shards: list[ShardInfo] = []
+    arrays: list[dict[str, np.ndarray]] = []
+    start = 0
+    for part in parts:
+        if part.info is None:  # every file of this shard was skipped: no shard file
+            continue
+        got = load_arrays(staging.dir, part.shard)
+        if got["length"].size != part.info.count:
+            raise PackError(f"cannot commit {staging.dst}: shard {part.shard}'s index arrays "
+                            f"hold {got['length'].size} records, its part says "
+                            f"{part.info.count}; rebuild it with `packdata shard "
+                            f"{staging.dst} --range {part.shard}:{part.shard + 1}`.")
+        info = part.info
+        key = info.key_start if backend == "lmdb" and info.key_start != start else None
+        shards.append(ShardInfo(info.file, start, info.count, info.bytes, info.sha256,
+                                info.data_offset, key))
+        arrays.append(got)
+        start += info.count
+    return shards, arrays
+
+
+def _tile_columns(staging: AnyStaging, parts: list[Part]) -> list[dict[str, np.ndarray]]:
+    """The tile columns of every part that has a shard, in order (any source)."""
+    tiles: list[dict[str, np.ndarray]] = []
+    for part in parts:
+        if part.info is not None:
+            columns = tiling.load_columns(staging.dir / JOURNAL_DIR, part.shard)
+            if columns is None:
+                raise PackError(f"cannot commit {staging.dst}: shard {part.shard}'s tile "
+                                "columns are unreadable; rebuild it with `packdata shard "
+                                f"{staging.dst} --range {part.shard}:{part.shard + 1}`.")
+            tiles.append(columns)
+    return tiles
+
+
+def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str, tiled: bool
+           ) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
+    """The dataset's index arrays and shard entries (each shard given its sample range)."""
+    shards, arrays = placed_shards(staging, parts, backend)
+    tiles = _tile_columns(staging, parts) if tiled else []
+    if not shards:
+        raise PackError(f"no file under {plan.root} could be decoded ({len(plan)} tried); see "
+                        "why by packing without --skip-bad (it stops at the first), or check "
+                        "the files are images.")
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([a[name] for a in arrays])
+
+    kept = column("kept")
+    path_offsets, path_bytes = plan.paths_of(kept)
+    extra = tiling.index_fields(tiles) if tiled else {}
+    counts = np.asarray([s.count for s in shards], np.int64)
+    return extra | {
+        "shard": np.repeat(np.arange(len(shards), dtype=np.int32), counts),
+        "offset": column("offset").astype(np.int64),
+        "length": column("length").astype(np.int64),
+        "label": np.asarray(plan.labels[kept], np.int64),
+        "shape": np.stack([column("height"), column("width")], 1).astype(np.int32),
+        "codec": column("codec").astype(np.uint8),
+        "crc32": column("crc32").astype(np.uint32),
+        "path_offsets": path_offsets,
+        "path_bytes": path_bytes,
+    }, shards
+
+
+def write_staged(staging: AnyStaging, shards: list[ShardInfo], arrays: dict[str, np.ndarray],
+                 skipped: list[dict[str, str]]) -> dict[str, Any]:
+    """Into the staging: stray shard files removed, the index written (its manifest entries
+    returned) and skipped.json."""
+    named = {shard.file for shard in shards}
+    for stray in staging.dir.glob("shard-*"):  # an earlier plan's, or an emptied shard's
+        if stray.name not in named:
+            stray.unlink()
+    fields = index_mod.write_index(staging.dir, arrays)
+    (staging.dir / SKIPPED_NAME).write_text(json.dumps(skipped, indent=1) + "\n")
+    return fields
+
+
+def publish(staging: AnyStaging, overwrite: bool, **entries: Any) -> Manifest:
+    """The manifest of these entries, stamped (version, time), written last: DST appears."""
+    from fastloader import __version__
+
+    manifest = Manifest(created_by=f"fastloader {__version__}",
+                        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        **entries)
+    staging.finish(manifest.write, overwrite)
+    return manifest
+
+
+def commit(staging: AnyStaging, plan: Spans, settings: TaskSettings, overwrite: bool,
+           trusted: Collection[int] = ()) -> Manifest:
+    """Check every part, write index/, skipped.json and manifest.json, rename to DST: format
+    v2 with the fields the settings declare, else v1. trusted: shards whose parts need no
+    second hash (written or checked by this run)."""
+    if settings.fields is None:
+        assert isinstance(plan, ShardPlan)
+        return _commit_v1(staging, plan, settings, overwrite, trusted)
+    assert isinstance(plan, SamplePlan)
+    specs = specs_from_manifest(settings.fields, "the shard plan")
+    return _commit_v2(staging, plan, specs, settings, overwrite, trusted)
+
+
+def _commit_v1(staging: AnyStaging, plan: ShardPlan, settings: TaskSettings, overwrite: bool,
+               trusted: Collection[int]) -> Manifest:
+    """An image + label dataset (format v1) of a tree's parts."""
+    parts = check_parts(staging, plan, trusted)
+    tiled = settings.tiles is not None
+    arrays, shards = _index(staging, plan, parts, settings.backend, tiled)
+    refusals = plan.scan["refused"] + [s for p in parts for s in p.skipped]  # scan's first
+    skipped = [{"path": path, "reason": reason} for path, reason in refusals]
+    fields = write_staged(staging, shards, arrays, skipped)
+    options: dict[str, Any] = {"shard_size": settings.shard_size,
+                               "max_side": settings.max_side, "quality": settings.quality}
+    if tiled:  # untiled manifests stay exactly as before
+        options["tiles"] = settings.tiles
+    packed = int(arrays["shard"].size)
+    stats = {
+        "files_found": len(plan), "packed": packed, "skipped": len(skipped),
+        "reencoded": sum(p.reencoded for p in parts),
+        **{name: plan.scan[name] for name in ("ignored_hidden", "ignored_non_image",
+                                              "ignored_outside_classes", "empty_classes")},
+        "source_bytes": int(plan.sizes.sum()), "record_bytes": int(arrays["length"].sum()),
+    }
+    return publish(staging, overwrite, backend=settings.backend, num_samples=packed,
+                   classes=plan.scan["classes"], shards=shards, fields=fields,
+                   options=options, stats=stats | (tiling.tile_stats(arrays) if tiled else {}))
+
+
+def _shifted(offsets: list[np.ndarray]) -> np.ndarray:
+    """Per-part (count + 1,) offsets joined into one (total + 1,) array."""
+    out, base = [np.zeros(1, np.int64)], 0
+    for part in offsets:
+        out.append(part[1:] + base)
+        base += int(part[-1])
+    return np.concatenate(out).astype(np.int64)
+
+
+def _join(specs: Sequence[FieldSpec], parts: list[dict[str, np.ndarray]]
+          ) -> dict[str, np.ndarray]:
+    """Every part's core arrays and columns as one dataset's (offsets shifted)."""
+    joined = {name: np.concatenate([p[name] for p in parts]) for name in CORE}
+    joined["path_offsets"] = _shifted([p["path_offsets"] for p in parts])
+    joined["path_bytes"] = np.concatenate([p["path_bytes"] for p in parts]).astype(np.uint8)
+    records = primary_image(specs).name
+    for spec in (s for s in specs if s.name != records):
+        for role, name in spec.arrays().items():
+            pieces = [p[name] for p in parts]
+            joined[name] = _shifted(pieces) if role == "offsets" else np.concatenate(pieces)
+    return joined
+
+
+def _sample_index(staging: AnyStaging, parts: list[Part], specs: Sequence[FieldSpec],
+                  backend: str, tiled: bool) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
+    shards, arrays = placed_shards(staging, parts, backend)
+    if not shards:
+        skipped = sum(len(p.skipped) for p in parts)
+        raise PackError(f"no sample could be packed into {staging.dst} ({skipped} skipped); "
+                        "see why with skip_bad=False.")
+    joined = _join(specs, arrays)
+    counts = np.asarray([s.count for s in shards], np.int64)
+    joined["shard"] = np.repeat(np.arange(len(shards), dtype=np.int32), counts)
+    joined["shape"] = np.stack([joined.pop("height"), joined.pop("width")], 1).astype(np.int32)
+    if tiled:  # untiled indexes stay exactly as before
+        joined |= tiling.index_fields(_tile_columns(staging, parts))
+    return joined, shards
+
+
+def _classes(specs: Sequence[FieldSpec], labels: np.ndarray) -> list[str]:
+    """The class names: the label field's, else its numbers (unnamed labels)."""
+    label = label_field(specs)
+    if label is None:
+        return []
+    if label.classes is not None:
+        return list(label.classes)
+    if labels.min(initial=0) < 0:
+        raise PackError(f"field {label.name!r} is the label of this image + int dataset but "
+                        "has a negative value; labels are 0..classes-1.")
+    return [str(k) for k in range(int(labels.max(initial=-1)) + 1)]
+
+
+def _commit_v2(staging: AnyStaging, plan: SamplePlan, specs: Sequence[FieldSpec],
+               settings: TaskSettings, overwrite: bool, trusted: Collection[int]) -> Manifest:
+    """A dataset of declared fields (format v2) of a field source's parts."""
+    parts = check_parts(staging, plan, trusted)
+    tiled = settings.tiles is not None
+    arrays, shards = _sample_index(staging, parts, specs, settings.backend, tiled)
+    classes = _classes(specs, arrays["label"])
+    skipped = [{"sample": where, "reason": why} for p in parts for where, why in p.skipped]
+    index_fields = write_staged(staging, shards, arrays, skipped)
+    packed = int(arrays["shard"].size)
+    options: dict[str, Any] = {"shard_size": settings.shard_size,
+                               "max_side": settings.max_side, "quality": settings.quality,
+                               "source": settings.source}
+    if settings.shard_samples is not None:  # Python samples: cut by count
+        options["shard_samples"] = settings.shard_samples
+    stats = {"packed": packed, "skipped": len(skipped), "skipped_samples": skipped,
+             "record_bytes": int(arrays["length"].sum())}
+    if tiled:  # untiled manifests stay exactly as before
+        options["tiles"] = settings.tiles
+        stats |= tiling.tile_stats(arrays)
+    return publish(
+        staging, overwrite, backend=settings.backend, num_samples=packed, classes=classes,
+        shards=shards, fields=index_fields, options=options, stats=stats,
+        version=2, sample_fields=[s.to_json() for s in specs])
