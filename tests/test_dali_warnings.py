@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fastloader.pack.write import pack
+from fastloader.pack.pipeline.tree import pack
 
 from fastloader.decode.augment import CenterCrop
 from fastloader.decode.jpeg_headers import pillow_framed
