@@ -17,6 +17,7 @@ from fastloader.pack.engines.progress import Meter
 from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.pipeline.tree import pack, plan_pack
 from fastloader.pack.staging.commit import commit
+from fastloader.pack.staging.items import items_of
 from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
 from faults import packdata_command
 from helpers import broken_tree, dataset_bytes, remote_dataset_bytes, upload_tree
@@ -66,7 +67,8 @@ def _planned(src: Path) -> tuple[RemoteStaging, object, dict]:
                                         PackOptions(shard_size=SHARD, skip_bad=True).checked())
     assert isinstance(staging, RemoteStaging)
     todo = staging.pending(plan, False)
-    run_local(staging.stage, plan, todo, settings, 1, Meter(plan, todo, None, True))
+    run_local(staging.stage, plan, todo, items_of(plan, settings), settings, 1,
+              Meter(plan, todo, None, True))
     return staging, plan, settings
 
 
@@ -147,7 +149,8 @@ def test_an_object_gone_after_the_listing_is_skipped_and_listed(s3, local: Path,
     try:
         s3.rm_file("bucket/tree/c02/img_0003.jpg")
         todo = list(range(plan.num_shards))
-        run_local(staging.dir, plan, todo, settings, 1, Meter(plan, todo, None, True))
+        run_local(staging.dir, plan, todo, items_of(plan, settings), settings, 1,
+                  Meter(plan, todo, None, True))
         manifest = commit(staging, plan, settings, False)
     finally:
         staging.release()

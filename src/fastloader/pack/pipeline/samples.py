@@ -22,11 +22,11 @@ from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, parse_fields, primary_image
 from fastloader.format.manifest import Manifest
 from fastloader.format.remote import is_url
-from fastloader.pack.engines.local import is_sequence
 from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions, check_destination, resolve_backend
 from fastloader.pack.pipeline.run import run_pending
 from fastloader.pack.sources.hints import item_keys
+from fastloader.pack.staging.items import SampleItems, is_sequence
 from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.plan import (
     MAX_SHARD_FILES,
@@ -164,18 +164,18 @@ class SampleSource:
 
     def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
             settings: TaskSettings, options: PackOptions) -> tuple[SamplePlan, set[int]]:
-        from fastloader.pack.engines.local import run_local_samples
+        from fastloader.pack.engines.local import run_local
         from fastloader.pack.engines.ray import run_on_ray
 
         if plan is None:  # a plain iterable: read in order here, a part every shard_samples
             return self._stream(staging, settings, options)
         assert isinstance(plan, SamplePlan) and options.workers is not None
-        samples, specs, workers = self.samples, self.specs, options.workers
-        run = replace(settings, workers=workers)
+        samples, workers = self.samples, options.workers
+        items = SampleItems(samples, self.specs, settings, plan.sizes, plan.reopen)
         trusted = run_pending(
             staging, plan, options,
-            local=lambda stage, todo, meter: run_local_samples(stage, plan, todo, samples,
-                                                               specs, run, meter),
+            local=lambda stage, todo, meter: run_local(stage, plan, todo, items, settings,
+                                                       workers, meter),
             ray=lambda stage, todo, meter: run_on_ray(stage, plan, todo, samples, workers,
                                                       options.ray_address, meter))
         return plan, trusted
@@ -191,8 +191,8 @@ class SampleSource:
         meter = Meter(plan, [], options.progress, options.quiet)
         assert options.shard_samples is not None and options.workers is not None
         try:
-            run_stream(stage, plan, self.samples, self.specs,
-                       replace(settings, workers=options.workers), options.shard_samples, meter)
+            run_stream(stage, plan, SampleItems(self.samples, self.specs, settings), settings,
+                       options.workers, options.shard_samples, meter)
         finally:
             meter.close()
         return plan, set(range(plan.num_shards))

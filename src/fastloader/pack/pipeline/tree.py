@@ -31,8 +31,8 @@ from fastloader.pack.sources import tiling
 from fastloader.pack.sources.scan import scan
 from fastloader.pack.sources.scan_remote import scan_url
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
-from fastloader.pack.staging.build import BAD_ITEM_FIX
 from fastloader.pack.staging.commit import SKIPPED_NAME
+from fastloader.pack.staging.items import BAD_ITEM_FIX, TreeItems
 from fastloader.pack.staging.journal import Staging, staging_path
 from fastloader.pack.staging.plan import (
     MAX_SHARD_FILES,
@@ -212,7 +212,8 @@ class TreeSource:
         workers = options.workers
         trusted = run_pending(
             staging, plan, options,
-            local=lambda stage, todo, meter: run_local(stage, plan, todo, task, workers, meter),
+            local=lambda stage, todo, meter: run_local(stage, plan, todo, TreeItems(plan, task),
+                                                       task, workers, meter),
             ray=lambda stage, todo, meter: run_ray(stage, todo, workers, options.ray_address,
                                                    meter))
         return plan, trusted
