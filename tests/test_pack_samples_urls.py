@@ -14,8 +14,9 @@ import fastloader
 from fastloader.errors import PackError
 from fastloader.pack.engines.local import run_local
 from fastloader.pack.engines.progress import Meter
+from fastloader.pack.pipeline.drive import plan_source
 from fastloader.pack.pipeline.options import PackOptions
-from fastloader.pack.pipeline.samples import plan_sample_pack, sample_options
+from fastloader.pack.pipeline.samples import SampleSource, sample_options
 from fastloader.pack.sources import importers
 from fastloader.pack.staging.commit import commit
 from fastloader.pack.staging.items import items_of
@@ -70,7 +71,7 @@ def test_the_commit_refuses_a_deleted_remote_part_naming_it(s3, local: Path) -> 
         table, "csv", fields=None, image=None, label="species", root=None)
     opts = sample_options(PackOptions(workers=1, skip_bad=True, shard_size=4 << 10).checked(),
                           source)
-    staging, plan, settings = plan_sample_pack(samples, URL, specs, opts, source, None)
+    staging, plan, settings = plan_source(SampleSource(samples, specs, source, None), URL, opts)
     assert isinstance(staging, RemoteStaging) and plan is not None
     try:
         todo = staging.pending(plan, False)

@@ -56,7 +56,8 @@ def _refuse_url(dst: str) -> None:
 
 
 def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
-    from fastloader.pack.pipeline.tree import plan_pack
+    from fastloader.pack.pipeline.drive import plan_source
+    from fastloader.pack.pipeline.tree import TreeSource
 
     pack_parser.prog = "packdata plan"
     pack_parser.usage = "packdata plan SRC DST [options of packdata SRC DST]"
@@ -70,13 +71,14 @@ def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
                         "schedule.")
     if importers.detect(args.src, args.source_format) != "imagefolder":
         return _plan_samples(args)
-    staging, plan, _ = plan_pack(args.src, args.dst, PackOptions(
+    staging, plan, _ = plan_source(TreeSource(args.src), args.dst, PackOptions(
         format=args.format, shard_size=args.shard_size, max_side=args.max_side,
         quality=args.quality, overwrite=args.overwrite, resume=args.resume, strict=args.strict,
         skip_bad=args.skip_bad,
         tiles=args.tiles, restart_mcus=args.restart_mcus,
         max_file_size=args.max_file_size).checked())
     staging.release()
+    assert plan is not None
     _planned(args, len(plan), plan.num_shards, staging.dir)
     return 0
 
@@ -93,7 +95,8 @@ def _planned(args: argparse.Namespace, count: int, shards: int, folder: Path,
 def _plan_samples(args: argparse.Namespace) -> int:
     """plan of a table, file groups, .tar shards or a COCO file: its source description goes
     into the plan, so each `packdata shard` run opens it again."""
-    from fastloader.pack.pipeline.samples import plan_sample_pack, sample_options
+    from fastloader.pack.pipeline.drive import plan_source
+    from fastloader.pack.pipeline.samples import SampleSource, sample_options
 
     options = source_options(args)
     kind = importers.detect(args.src, options.pop("source_format", None))
@@ -109,7 +112,7 @@ def _plan_samples(args: argparse.Namespace) -> int:
         tiles=args.tiles, restart_mcus=args.restart_mcus, max_file_size=args.max_file_size,
         resume=args.resume).checked(), source)
     dst = Path(args.dst).expanduser().absolute()
-    staging, plan, _ = plan_sample_pack(samples, dst, specs, checked, source, reopen)
+    staging, plan, _ = plan_source(SampleSource(samples, specs, source, reopen), dst, checked)
     try:
         (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text(
             json.dumps({"overwrite": args.overwrite}))

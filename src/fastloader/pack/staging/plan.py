@@ -94,6 +94,8 @@ class Spans(Protocol):
 
     def relpath(self, i: int) -> str: ...
 
+    def save(self, staging: Path) -> None: ...
+
 
 @dataclass
 class ShardPlan:
