@@ -151,21 +151,11 @@ class SampleSource:
 
     def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
             settings: TaskSettings, options: PackOptions) -> tuple[SamplePlan, set[int]]:
-        from fastloader.pack.engines.local import run_local
-        from fastloader.pack.engines.ray import run_on_ray
-
         if plan is None:  # a plain iterable: read in order here, a part every shard_samples
             return self._stream(staging, settings, options)
-        assert isinstance(plan, SamplePlan) and options.workers is not None
-        samples, workers = self.samples, options.workers
-        items = SampleItems(samples, self.specs, settings, plan.sizes, plan.reopen)
-        trusted = run_pending(
-            staging, plan, options,
-            local=lambda stage, todo, meter: run_local(stage, plan, todo, items, settings,
-                                                       workers, meter),
-            ray=lambda stage, todo, meter: run_on_ray(stage, plan, todo, samples, workers,
-                                                      options.ray_address, meter))
-        return plan, trusted
+        assert isinstance(plan, SamplePlan)
+        items = SampleItems(self.samples, self.specs, settings, plan.sizes, plan.reopen)
+        return plan, run_pending(staging, plan, items, settings, options)
 
     def _stream(self, staging: Staging | RemoteStaging, settings: TaskSettings,
                 options: PackOptions) -> tuple[SamplePlan, set[int]]:

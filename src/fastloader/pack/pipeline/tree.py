@@ -177,20 +177,10 @@ class TreeSource:
 
     def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
             settings: TaskSettings, options: PackOptions) -> tuple[ShardPlan, set[int]]:
-        from fastloader.pack.engines.local import run_local
-        from fastloader.pack.engines.ray import run_ray
-
-        assert isinstance(plan, ShardPlan) and options.workers is not None
+        assert isinstance(plan, ShardPlan)
         # a URL source's storage options: never saved
         task = replace(settings, storage_options=options.storage_options)
-        workers = options.workers
-        trusted = run_pending(
-            staging, plan, options,
-            local=lambda stage, todo, meter: run_local(stage, plan, todo, TreeItems(plan, task),
-                                                       task, workers, meter),
-            ray=lambda stage, todo, meter: run_ray(stage, todo, workers, options.ray_address,
-                                                   meter))
-        return plan, trusted
+        return plan, run_pending(staging, plan, TreeItems(plan, task), task, options)
 
 
 __all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "TreeSource", "pack",

@@ -77,3 +77,8 @@ class ItemSource(Protocol):
         """How a task on another machine opens this source again (JSON); None when it cannot
         (then the items travel to the tasks)."""
         ...
+
+    def handed(self) -> Any:
+        """What a task on another machine is handed when describe() is None (the samples,
+        pickled); None when the task opens the source itself."""
+        ...

@@ -131,6 +131,9 @@ class TreeItems:
     def describe(self) -> dict[str, Any] | None:
         return {"root": str(self.plan.root)}  # a task reads the listing from the plan
 
+    def handed(self) -> Any:
+        return None
+
 
 def specs_of(fields: list[dict[str, Any]]) -> list[FieldSpec]:
     """The field specs of a plan's manifest entries."""
@@ -260,6 +263,9 @@ class SampleItems:
 
     def describe(self) -> dict[str, Any] | None:
         return self.reopen
+
+    def handed(self) -> Any:
+        return self.samples if self.reopen is None else None
 
 
 @functools.lru_cache(maxsize=2)
