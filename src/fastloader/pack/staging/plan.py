@@ -62,7 +62,6 @@ class TaskSettings:
     shard_samples: int | None = None  # Python samples: cut by count
     overwrite: bool = False  # `packdata plan --overwrite`, for its commit
     token: str | None = None  # a URL DST's: this pack's plan, not another's
-    workers: int = 1  # the local engine's processes (never saved)
     storage_options: dict[str, Any] | None = None  # a URL's fsspec options (never saved)
 
     @classmethod
