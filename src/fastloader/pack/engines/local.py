@@ -24,9 +24,8 @@ import numpy as np
 from fastloader.pack.engines.progress import Meter
 from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.staging.build import build_part
-from fastloader.pack.staging.items import SampleItems
 from fastloader.pack.staging.part import Stage
-from fastloader.pack.staging.plan import SamplePlan, Spans, TaskSettings, count_bounds
+from fastloader.pack.staging.plan import Spans, TaskSettings, count_bounds
 
 _WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memory
 
@@ -111,11 +110,12 @@ def run_local(staging: Stage, plan: Spans, todo: Sequence[int], items: ItemSourc
         staging, plan, k, settings, items, prepared), meter)
 
 
-def run_stream(staging: Stage, plan: SamplePlan, items: SampleItems, settings: TaskSettings,
-               workers: int, shard_samples: int, meter: Meter) -> SamplePlan:
-    """A plain iterable (items.samples) read in order here, a part every shard_samples
-    samples; the plan of what was read (its bounds known only now)."""
-    works = ((f"sample {k}", s) for k, s in enumerate(items.samples))
+def run_stream(staging: Stage, plan: Spans, items: ItemSource, samples: Iterable[Any],
+               settings: TaskSettings, workers: int, shard_samples: int, meter: Meter) -> None:
+    """A plain iterable of samples read in order here, each handed to the items' job as its
+    work (where, sample), a part every shard_samples samples; the plan's bounds and sizes
+    are set to what was read (known only now)."""
+    works = ((f"sample {k}", s) for k, s in enumerate(samples))
     if workers == 1:
         job = items.job()
         stream: Iterator[Any] = map(job, works)
@@ -133,7 +133,6 @@ def run_stream(staging: Stage, plan: SamplePlan, items: SampleItems, settings: T
         close = getattr(stream, "close", None)
         if close is not None:
             close()
-    return plan
 
 
 def pending_shards(staging: Path, plan: Spans, resume: bool) -> list[int]:

@@ -168,8 +168,8 @@ class SampleSource:
         meter = Meter(plan, [], options.progress, options.quiet)
         assert options.shard_samples is not None and options.workers is not None
         try:
-            run_stream(stage, plan, SampleItems(self.samples, self.specs, settings), settings,
-                       options.workers, options.shard_samples, meter)
+            run_stream(stage, plan, SampleItems(self.samples, self.specs, settings),
+                       self.samples, settings, options.workers, options.shard_samples, meter)
         finally:
             meter.close()
         return plan, set(range(plan.num_shards))

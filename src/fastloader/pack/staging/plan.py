@@ -81,6 +81,7 @@ class Spans(Protocol):
     and SamplePlan's."""
 
     sizes: np.ndarray  # int64 (n,): the bytes a position weighs, for the progress
+    bounds: np.ndarray  # int64 (shards + 1,): shard k is positions bounds[k]..bounds[k+1]
 
     @property
     def num_shards(self) -> int: ...
