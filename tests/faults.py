@@ -91,7 +91,6 @@ def _kill_after_parts(n: int) -> None:
         return build
 
     local.build_part = counting(local.build_part)  # type: ignore[assignment]
-    local.build_sample_part = counting(local.build_sample_part)  # type: ignore[assignment]
 
 
 def _hold_before_rename(hold: str) -> None:

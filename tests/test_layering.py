@@ -210,3 +210,31 @@ def test_pack_sub_packages_import_only_downwards(tmp_path: Path) -> None:
     found = upward(copy)
     assert found and all(line.startswith("pack/sources/scan.py:") for line in found)
     assert any(line.endswith("imports fastloader.pack.staging.plan") for line in found)
+
+
+# the stages that serve every source through pack/sources/base.ItemSource (issue 26): the part
+# builder, the engines and the run step never name a source's plan or items
+_SOURCE_BLIND = ("pack/staging/build.py", "pack/engines/local.py", "pack/engines/ray.py",
+                 "pack/pipeline/run.py")
+_SOURCE_NAMES = {"ShardPlan", "SamplePlan", "TreeItems", "SampleItems", "TreeSource",
+                 "SampleSource"}
+
+
+def source_names(path: Path) -> set[str]:
+    """The source-specific names a module uses (imported, or read as a name)."""
+    tree = ast.parse(path.read_text())
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    used |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+             for alias in node.names}
+    return used & _SOURCE_NAMES
+
+
+def test_the_builder_and_engines_never_ask_which_source(tmp_path: Path) -> None:
+    """build, the local and Ray engines and run_pending read the ItemSource contract only; a
+    copy of build.py that asks for ShardPlan is caught, so the rule can fail."""
+    assert {name: source_names(PACKAGE / name) for name in _SOURCE_BLIND} == {
+        name: set() for name in _SOURCE_BLIND}
+    asking = tmp_path / "build.py"
+    asking.write_text((PACKAGE / _SOURCE_BLIND[0]).read_text()
+                      + "\n\ndef _f(plan):\n    return isinstance(plan, ShardPlan)\n")
+    assert source_names(asking) == {"ShardPlan"}

@@ -25,6 +25,7 @@ from fastloader.pack.sources.scan import ScanResult, scan
 from fastloader.pack.sources.validate import Prepared
 from fastloader.pack.staging.build import build_part
 from fastloader.pack.staging.commit import _index, check_parts, commit
+from fastloader.pack.staging.items import TreeItems
 from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.plan import ShardPlan, TaskSettings, from_scan
 from imagegen import encode, photo_like
@@ -111,7 +112,8 @@ def _planned(folder: Path, count: int) -> tuple[Staging, ShardPlan, TaskSettings
     staging.open(identity, resume=False)
     plan.save(staging.dir)
     for k in range(plan.num_shards):
-        build_part(staging.dir, plan, k, settings, (_prepared(i) for i in range(*plan.span(k))))
+        build_part(staging.dir, plan, k, settings, TreeItems(plan, settings),
+                   (_prepared(i) for i in range(*plan.span(k))))
     return staging, plan, settings
 
 

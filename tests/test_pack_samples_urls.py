@@ -6,19 +6,20 @@ manifest.json last. The same dataset as a local pack, byte for byte; a missing p
 from __future__ import annotations
 
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import fastloader
 from fastloader.errors import PackError
-from fastloader.pack.engines.local import run_local_samples
+from fastloader.pack.engines.local import run_local
 from fastloader.pack.engines.progress import Meter
+from fastloader.pack.pipeline.drive import plan_source
 from fastloader.pack.pipeline.options import PackOptions
-from fastloader.pack.pipeline.samples import plan_sample_pack, sample_options
+from fastloader.pack.pipeline.samples import SampleSource, sample_options
 from fastloader.pack.sources import importers
 from fastloader.pack.staging.commit import commit
+from fastloader.pack.staging.items import items_of
 from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
 from faults import packdata_command
 from helpers import coco_file, dataset_bytes, remote_dataset_bytes, sample_table
@@ -70,11 +71,11 @@ def test_the_commit_refuses_a_deleted_remote_part_naming_it(s3, local: Path) -> 
         table, "csv", fields=None, image=None, label="species", root=None)
     opts = sample_options(PackOptions(workers=1, skip_bad=True, shard_size=4 << 10).checked(),
                           source)
-    staging, plan, settings = plan_sample_pack(samples, URL, specs, opts, source, None)
+    staging, plan, settings = plan_source(SampleSource(samples, specs, source, None), URL, opts)
     assert isinstance(staging, RemoteStaging) and plan is not None
     try:
         todo = staging.pending(plan, False)
-        run_local_samples(staging.stage, plan, todo, samples, specs, replace(settings, workers=1),
+        run_local(staging.stage, plan, todo, items_of(plan, settings, samples), settings, 1,
                   Meter(plan, todo, None, True))
         s3.rm_file(f"{staging_url(URL)[5:]}/journal/00002.json")
         with pytest.raises(PackError, match=r"cannot commit s3://bucket/table\.lmdb: 1 of "

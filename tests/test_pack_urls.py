@@ -14,9 +14,11 @@ import pytest
 from fastloader.errors import PackError
 from fastloader.pack.engines.local import run_local
 from fastloader.pack.engines.progress import Meter
+from fastloader.pack.pipeline.drive import plan_source
 from fastloader.pack.pipeline.options import PackOptions
-from fastloader.pack.pipeline.tree import pack, plan_pack
+from fastloader.pack.pipeline.tree import TreeSource, pack
 from fastloader.pack.staging.commit import commit
+from fastloader.pack.staging.items import items_of
 from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
 from faults import packdata_command
 from helpers import broken_tree, dataset_bytes, remote_dataset_bytes, upload_tree
@@ -62,11 +64,12 @@ def test_a_pack_to_s3_equals_the_local_pack_and_loads(s3, local: Path) -> None:
 
 def _planned(src: Path) -> tuple[RemoteStaging, object, dict]:
     """A URL pack's plan with every part uploaded by the local engine, not committed."""
-    staging, plan, settings = plan_pack(src, URL,
-                                        PackOptions(shard_size=SHARD, skip_bad=True).checked())
+    staging, plan, settings = plan_source(TreeSource(src), URL,
+                                          PackOptions(shard_size=SHARD, skip_bad=True).checked())
     assert isinstance(staging, RemoteStaging)
     todo = staging.pending(plan, False)
-    run_local(staging.stage, plan, todo, settings, 1, Meter(plan, todo, None, True))
+    run_local(staging.stage, plan, todo, items_of(plan, settings), settings, 1,
+              Meter(plan, todo, None, True))
     return staging, plan, settings
 
 
@@ -142,12 +145,13 @@ def test_a_tree_at_an_s3_url_packs_the_same_dataset(s3, local: Path, tmp_path: P
 def test_an_object_gone_after_the_listing_is_skipped_and_listed(s3, local: Path,
                                                                  tmp_path: Path) -> None:
     upload_tree(local / "src", "s3://bucket/tree")
-    staging, plan, settings = plan_pack("s3://bucket/tree", tmp_path / "x.lmdb",
-                                        PackOptions(shard_size=SHARD, skip_bad=True).checked())
+    staging, plan, settings = plan_source(TreeSource("s3://bucket/tree"), tmp_path / "x.lmdb",
+                                          PackOptions(shard_size=SHARD, skip_bad=True).checked())
     try:
         s3.rm_file("bucket/tree/c02/img_0003.jpg")
         todo = list(range(plan.num_shards))
-        run_local(staging.dir, plan, todo, settings, 1, Meter(plan, todo, None, True))
+        run_local(staging.dir, plan, todo, items_of(plan, settings), settings, 1,
+                  Meter(plan, todo, None, True))
         manifest = commit(staging, plan, settings, False)
     finally:
         staging.release()

@@ -11,7 +11,6 @@ commit checks every part and publishes DST.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -21,18 +20,17 @@ from typing import Any
 from fastloader.errors import PackError
 from fastloader.format.remote import is_url
 from fastloader.pack.cli.sources import source_options
-from fastloader.pack.engines.local import run_local, run_local_samples
+from fastloader.pack.engines.local import run_local
 from fastloader.pack.engines.progress import Meter
 from fastloader.pack.pipeline.options import PackOptions, check_sizes
 from fastloader.pack.sources import importers
 from fastloader.pack.staging.commit import commit
+from fastloader.pack.staging.items import items_of
 from fastloader.pack.staging.journal import Staging, staging_path
 from fastloader.pack.staging.plan import (
     PLAN_DIR,
     SETTINGS_NAME,
     SamplePlan,
-    ShardPlan,
-    is_sample_plan,
     load_plan,
     read_settings,
 )
@@ -58,7 +56,8 @@ def _refuse_url(dst: str) -> None:
 
 
 def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
-    from fastloader.pack.pipeline.tree import plan_pack
+    from fastloader.pack.pipeline.drive import plan_source
+    from fastloader.pack.pipeline.tree import TreeSource
 
     pack_parser.prog = "packdata plan"
     pack_parser.usage = "packdata plan SRC DST [options of packdata SRC DST]"
@@ -72,13 +71,14 @@ def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
                         "schedule.")
     if importers.detect(args.src, args.source_format) != "imagefolder":
         return _plan_samples(args)
-    staging, plan, _ = plan_pack(args.src, args.dst, PackOptions(
+    staging, plan, _ = plan_source(TreeSource(args.src), args.dst, PackOptions(
         format=args.format, shard_size=args.shard_size, max_side=args.max_side,
         quality=args.quality, overwrite=args.overwrite, resume=args.resume, strict=args.strict,
         skip_bad=args.skip_bad,
         tiles=args.tiles, restart_mcus=args.restart_mcus,
         max_file_size=args.max_file_size).checked())
     staging.release()
+    assert plan is not None
     _planned(args, len(plan), plan.num_shards, staging.dir)
     return 0
 
@@ -95,7 +95,8 @@ def _planned(args: argparse.Namespace, count: int, shards: int, folder: Path,
 def _plan_samples(args: argparse.Namespace) -> int:
     """plan of a table, file groups, .tar shards or a COCO file: its source description goes
     into the plan, so each `packdata shard` run opens it again."""
-    from fastloader.pack.pipeline.samples import plan_sample_pack, sample_options
+    from fastloader.pack.pipeline.drive import plan_source
+    from fastloader.pack.pipeline.samples import SampleSource, sample_options
 
     options = source_options(args)
     kind = importers.detect(args.src, options.pop("source_format", None))
@@ -111,7 +112,7 @@ def _plan_samples(args: argparse.Namespace) -> int:
         tiles=args.tiles, restart_mcus=args.restart_mcus, max_file_size=args.max_file_size,
         resume=args.resume).checked(), source)
     dst = Path(args.dst).expanduser().absolute()
-    staging, plan, _ = plan_sample_pack(samples, dst, specs, checked, source, reopen)
+    staging, plan, _ = plan_source(SampleSource(samples, specs, source, reopen), dst, checked)
     try:
         (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text(
             json.dumps({"overwrite": args.overwrite}))
@@ -142,17 +143,18 @@ def _run_shard(argv: Sequence[str]) -> int:
     _refuse_url(args.dst)
     _, workers, _, _ = check_sizes(1, args.workers, None, 90)
     folder = staging_path(Path(args.dst).expanduser().absolute())
-    if is_sample_plan(folder):
-        return _shard_samples(folder, args, workers)
     plan, settings = load_plan(folder)
-    assert isinstance(plan, ShardPlan)
     todo = _todo(args, plan.num_shards)
     if not todo:
         return 0
+    if isinstance(plan, SamplePlan) and plan.reopen is None:
+        raise PackError(f"{folder} was planned from Python samples; only the pack that "
+                        "planned it can write its shards.")
+    items = items_of(plan, settings)  # an importer's source opened again
     meter = Meter(plan, todo, None, args.quiet)
     meter.files, meter.total = 0, sum(plan.span(k)[1] - plan.span(k)[0] for k in todo)
     try:
-        run_local(folder, plan, todo, settings, workers, meter)
+        run_local(folder, plan, todo, items, settings, workers, meter)
     finally:
         meter.close()
     _wrote(args, todo, folder)
@@ -170,29 +172,6 @@ def _todo(args: argparse.Namespace, shards: int) -> list[int]:
 def _wrote(args: argparse.Namespace, todo: list[int], folder: Path) -> None:
     if not args.quiet:
         print(f"wrote the parts of shards {todo[0]}..{todo[-1]} in {folder}", file=sys.stderr)
-
-
-def _shard_samples(folder: Path, args: argparse.Namespace, workers: int) -> int:
-    """`packdata shard` of a sample plan: its source opened again, its range's parts written."""
-    from fastloader.pack.staging.build import reopen, specs_of
-
-    plan, settings = load_plan(folder)
-    assert isinstance(plan, SamplePlan)
-    todo = _todo(args, plan.num_shards)
-    if not todo:
-        return 0
-    if plan.reopen is None:
-        raise PackError(f"{folder} was planned from Python samples; only the pack that "
-                        "planned it can write its shards.")
-    meter = Meter(plan, todo, None, args.quiet)
-    meter.files, meter.total = 0, sum(plan.span(k)[1] - plan.span(k)[0] for k in todo)
-    try:
-        run_local_samples(folder, plan, todo, reopen(plan), specs_of(plan.fields),
-                          dataclasses.replace(settings, workers=workers), meter)
-    finally:
-        meter.close()
-    _wrote(args, todo, folder)
-    return 0
 
 
 def _run_commit(argv: Sequence[str]) -> int:

@@ -16,9 +16,9 @@ from typing import Any
 
 from fastloader.errors import FastloaderError, PackError
 from fastloader.pack.engines.progress import Meter
+from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.staging.build import run_shard
 from fastloader.pack.staging.part import Stage
-from fastloader.pack.staging.plan import SamplePlan
 
 RAY_HINT = ('--engine ray needs Ray: pip install "fastloader[ray]" (or "ray>=2.9"); or pack '
             "with --engine local.")
@@ -95,11 +95,13 @@ def joined_ray(workers: int, address: str | None) -> Iterator[Any]:
             signal.signal(signal.SIGTERM, sigterm)
 
 
-def run_on_ray(staging: Stage, plan: SamplePlan, todo: Sequence[int], samples: Any,
-               workers: int, address: str | None, meter: Meter) -> set[int]:
-    """One Ray task per pending shard; Python samples go to the tasks by ray.put."""
-    if plan.reopen is not None:  # the tasks reopen the importer's source from the plan
+def run_on_ray(staging: Stage, todo: Sequence[int], items: ItemSource, workers: int,
+               address: str | None, meter: Meter) -> set[int]:
+    """One Ray task per pending shard of any source: the task opens the source from the plan
+    (a tree's listing, an importer's description), or is handed the samples by ray.put."""
+    if items.describe() is not None:
         return run_ray(staging, todo, workers, address, meter)
+    samples = items.handed()
     with joined_ray(workers, address) as ray:  # ray.put needs the instance now
         try:
             shared = ray.put(samples)

@@ -12,33 +12,40 @@ error says so); one that cannot (Python samples) leaves nothing behind.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-from typing import Protocol
+from typing import Any, Protocol
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
 from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.staging.commit import commit
 from fastloader.pack.staging.journal import Staging
-from fastloader.pack.staging.plan import Spans, TaskSettings
+from fastloader.pack.staging.plan import PLAN_DIR, SETTINGS_NAME, Spans, TaskSettings
 from fastloader.pack.staging.remote_stage import RemoteStaging
 
 AnyStaging = Staging | RemoteStaging
 
 
 class PackSource(Protocol):
-    """What the pipeline asks of a source."""
+    """What the pipeline asks of a source (its items then follow sources/base.ItemSource)."""
 
     @property
     def resumable(self) -> bool:
         """Whether a later --resume can tell this source's finished parts (its identity)."""
         ...
 
-    def plan(self, dst: str | os.PathLike[str], options: PackOptions
-             ) -> tuple[AnyStaging, Spans | None, TaskSettings]:
-        """Open dst's staging (locked on return), list the source, cut and save its plan
-        (None: a stream, known once read) with its identity; the settings its tasks read."""
+    def open_staging(self, dst: str | os.PathLike[str], options: PackOptions
+                     ) -> tuple[AnyStaging, str]:
+        """dst's staging, checked against the source but not opened yet, and its backend."""
+        ...
+
+    def listing(self, staging: AnyStaging, backend: str, options: PackOptions
+                ) -> tuple[Spans | None, dict[str, Any], dict[str, Any] | None]:
+        """List the source and cut it for this (unopened) staging: (its plan, None for a
+        stream known once read; the identity plan.json keeps, what a resume compares; the run
+        settings plan/settings.json keeps, None for none)."""
         ...
 
     def run(self, staging: AnyStaging, plan: Spans | None, settings: TaskSettings,
@@ -48,6 +55,33 @@ class PackSource(Protocol):
         ...
 
 
+def plan_source(source: PackSource, dst: str | os.PathLike[str], options: PackOptions
+                ) -> tuple[AnyStaging, Spans | None, TaskSettings]:
+    """The one planning step of every source (a pack's, `packdata plan`'s): dst's staging
+    checked, the source listed and cut, then the staging opened (locked on return; a URL's is
+    remote) with the plan saved there (a URL's uploaded, for its tasks). Without resume, or
+    when the identity differs from the staged plan's, the folder is cleared; resuming keeps
+    the parts (each reused only if made from the same items). The caller releases the
+    staging; the settings are what every shard task reads."""
+    staging, backend = source.open_staging(dst, options)
+    plan, identity, run = source.listing(staging, backend, options)
+    try:
+        if isinstance(staging, RemoteStaging):
+            staging.open(identity, options.resume, options.overwrite)
+        else:
+            staging.open(identity, options.resume)
+        if plan is not None:
+            plan.save(staging.dir)
+            if run is not None:
+                (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text(
+                    json.dumps(run, sort_keys=True))
+            if isinstance(staging, RemoteStaging):  # the run settings: this pack's token
+                staging.publish_plan(SETTINGS_NAME)
+    except BaseException:
+        staging.release()
+        raise
+    return staging, plan, TaskSettings.of(identity | (run or {}))
+
 
 RESUME_HINT = "the finished shards are kept in the staging folder: rerun with --resume " \
               "(resume=True) to reuse them"
@@ -56,7 +90,7 @@ RESUME_HINT = "the finished shards are kept in the staging folder: rerun with --
 def drive(source: PackSource, dst: str | os.PathLike[str], options: PackOptions) -> Manifest:
     """Pack source into dst: plan, run the pending shards, commit; on a failure the staging is
     kept for --resume when the source is resumable (a PackError then says so), else removed."""
-    staging, plan, settings = source.plan(dst, options)
+    staging, plan, settings = plan_source(source, dst, options)
     try:
         done, trusted = source.run(staging, plan, settings, options)
         manifest = commit(staging, done, settings, options.overwrite, trusted=trusted)

@@ -22,16 +22,14 @@ from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, parse_fields, primary_image
 from fastloader.format.manifest import Manifest
 from fastloader.format.remote import is_url
-from fastloader.pack.engines.local import is_sequence
 from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions, check_destination, resolve_backend
 from fastloader.pack.pipeline.run import run_pending
 from fastloader.pack.sources.hints import item_keys
+from fastloader.pack.staging.items import SampleItems, is_sequence
 from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.plan import (
     MAX_SHARD_FILES,
-    PLAN_DIR,
-    SETTINGS_NAME,
     SamplePlan,
     Spans,
     TaskSettings,
@@ -97,45 +95,6 @@ def sample_options(options: PackOptions, source: dict[str, Any] | None) -> PackO
                                                               options.shard_size))
 
 
-def plan_sample_pack(samples: Any, dst: str | Path, specs: list[FieldSpec],
-                     options: PackOptions, source: dict[str, Any] | None,
-                     reopen: dict[str, Any] | None
-                     ) -> tuple[Any, SamplePlan | None, TaskSettings]:
-    """Open dst's staging (locked on return; a URL's is remote), cut the samples into a plan
-    and save it there (a URL's uploaded, for its tasks). A plain iterable gets no plan yet
-    (None): its bounds are known once it is read. options: from sample_options."""
-    staging, backend = _open_staging(dst, source, options)
-    settings = _identity(specs, backend, source, options)
-    if is_sequence(samples) and len(samples) == 0:
-        raise PackError(f"no sample could be packed into {dst} (0 skipped): the source has no "
-                        "samples.")
-    keys = None  # an importer's items' identities: --resume rebuilds the changed shards only
-    if source is not None and is_sequence(samples):
-        keys = item_keys(samples, [s.name for s in specs if s.kind in ("image", "mask")])
-    if keys is not None:
-        settings["item_keys"] = True
-    try:
-        if isinstance(staging, RemoteStaging):
-            staging.open(settings, options.resume, options.overwrite)
-        else:
-            staging.open(settings, options.resume)  # same source (its fingerprint) and options
-        if not is_sequence(samples):
-            return staging, None, TaskSettings.of(settings)
-        assert options.shard_samples is not None
-        bounds, sizes = plan_samples(samples, primary_image(specs).name, options.shard_size,
-                                     options.shard_samples, source is not None)
-        plan = SamplePlan(bounds, sizes, (source or {}).get("fingerprint", ""), reopen,
-                          settings["fields"], keys)
-        plan.save(staging.dir)
-        if isinstance(staging, RemoteStaging):  # the run settings: this pack's token
-            (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text("{}")
-            staging.publish_plan(SETTINGS_NAME)
-    except BaseException:
-        staging.release()
-        raise
-    return staging, plan, TaskSettings.of(settings)
-
-
 class SampleSource:
     """Samples of declared fields as the pipeline's source: an importer's (a table, file
     groups, .tar shards, a COCO file; `source` describes it, with its fingerprint, and `reopen`
@@ -152,33 +111,51 @@ class SampleSource:
         cannot, so nothing of theirs is kept."""
         return self.source is not None
 
-    def plan(self, dst: str | os.PathLike[str], options: PackOptions
-             ) -> tuple[Staging | RemoteStaging, SamplePlan | None, TaskSettings]:
+    def open_staging(self, dst: str | os.PathLike[str], options: PackOptions
+                     ) -> tuple[Staging | RemoteStaging, str]:
+        """dst's staging, checked but not opened, and its backend. options: from
+        sample_options."""
         if options.engine == "ray" and not is_sequence(self.samples):
             raise PackError("engine='ray' needs samples it can read by index (a sequence or a "
                             "map-style dataset: len() and [i]); pack this iterable with "
                             "engine='local', or pass list(samples).")
         target = str(dst) if is_url(dst) else Path(dst).expanduser().absolute()
-        return plan_sample_pack(self.samples, target, self.specs, options, self.source,
-                                self.reopen)
+        return _open_staging(target, self.source, options)
+
+    def listing(self, staging: Staging | RemoteStaging, backend: str, options: PackOptions
+                ) -> tuple[SamplePlan | None, dict[str, Any], dict[str, Any] | None]:
+        """The samples cut into a plan (a plain iterable gets none yet: its bounds are known
+        once it is read), with per-item keys where an importer's items can tell them; a URL
+        DST's run settings ({}: its token)."""
+        identity = _identity(self.specs, backend, self.source, options)
+        samples = self.samples
+        run: dict[str, Any] | None = {} if isinstance(staging, RemoteStaging) else None
+        if not is_sequence(samples):
+            return None, identity, run
+        if len(samples) == 0:
+            raise PackError(f"no sample could be packed into {staging.dst} (0 "
+                            "skipped): the source has no samples.")
+        keys = None  # an importer's items' identities: --resume rebuilds the changed shards
+        if self.source is not None:
+            keys = item_keys(samples, [s.name for s in self.specs
+                                       if s.kind in ("image", "mask")])
+        if keys is not None:
+            identity["item_keys"] = True
+        assert options.shard_samples is not None
+        bounds, sizes = plan_samples(samples, primary_image(self.specs).name,
+                                     options.shard_size, options.shard_samples,
+                                     self.source is not None)
+        plan = SamplePlan(bounds, sizes, (self.source or {}).get("fingerprint", ""),
+                          self.reopen, identity["fields"], keys)
+        return plan, identity, run
 
     def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
             settings: TaskSettings, options: PackOptions) -> tuple[SamplePlan, set[int]]:
-        from fastloader.pack.engines.local import run_local_samples
-        from fastloader.pack.engines.ray import run_on_ray
-
         if plan is None:  # a plain iterable: read in order here, a part every shard_samples
             return self._stream(staging, settings, options)
-        assert isinstance(plan, SamplePlan) and options.workers is not None
-        samples, specs, workers = self.samples, self.specs, options.workers
-        run = replace(settings, workers=workers)
-        trusted = run_pending(
-            staging, plan, options,
-            local=lambda stage, todo, meter: run_local_samples(stage, plan, todo, samples,
-                                                               specs, run, meter),
-            ray=lambda stage, todo, meter: run_on_ray(stage, plan, todo, samples, workers,
-                                                      options.ray_address, meter))
-        return plan, trusted
+        assert isinstance(plan, SamplePlan)
+        items = SampleItems(self.samples, self.specs, settings, plan.sizes, plan.reopen)
+        return plan, run_pending(staging, plan, items, settings, options)
 
     def _stream(self, staging: Staging | RemoteStaging, settings: TaskSettings,
                 options: PackOptions) -> tuple[SamplePlan, set[int]]:
@@ -191,8 +168,8 @@ class SampleSource:
         meter = Meter(plan, [], options.progress, options.quiet)
         assert options.shard_samples is not None and options.workers is not None
         try:
-            run_stream(stage, plan, self.samples, self.specs,
-                       replace(settings, workers=options.workers), options.shard_samples, meter)
+            run_stream(stage, plan, SampleItems(self.samples, self.specs, settings),
+                       self.samples, settings, options.workers, options.shard_samples, meter)
         finally:
             meter.close()
         return plan, set(range(plan.num_shards))

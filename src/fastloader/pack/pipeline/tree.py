@@ -9,7 +9,6 @@ plan/shard/commit` run these steps apart.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -31,78 +30,17 @@ from fastloader.pack.sources import tiling
 from fastloader.pack.sources.scan import scan
 from fastloader.pack.sources.scan_remote import scan_url
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
-from fastloader.pack.staging.build import BAD_ITEM_FIX
 from fastloader.pack.staging.commit import SKIPPED_NAME
+from fastloader.pack.staging.items import BAD_ITEM_FIX, TreeItems
 from fastloader.pack.staging.journal import Staging, staging_path
 from fastloader.pack.staging.plan import (
     MAX_SHARD_FILES,
-    PLAN_DIR,
-    SETTINGS_NAME,
     ShardPlan,
     Spans,
     TaskSettings,
     from_scan,
 )
 from fastloader.pack.staging.remote_stage import RemoteStaging
-
-
-def _open_staging(src_path: Path | str, dst: str | os.PathLike[str], options: PackOptions
-                  ) -> tuple[Staging | RemoteStaging, str]:
-    """dst's staging, checked but not opened, and its backend: a folder beside a path DST, or
-    the remote staging of a URL DST (remote_stage.py; each task uploads its part)."""
-    if is_url(dst):
-        backend = resolve_backend(str(dst), options.format)
-        if isinstance(src_path, str) and str(dst).startswith(src_path.rstrip("/") + "/"):
-            raise PackError(f"DST {dst} is inside SRC {src_path}; write the dataset outside "
-                            "the source.")
-        remote = RemoteStaging(str(dst), options.storage_options)
-        remote.check_destination(options.overwrite)
-        return remote, backend
-    dst_path = Path(dst).expanduser().absolute()
-    backend = resolve_backend(dst_path, options.format)
-    check_destination(dst_path, src_path, options.overwrite)
-    return Staging(dst_path), backend
-
-
-def plan_pack(src: str | os.PathLike[str], dst: str | os.PathLike[str], options: PackOptions
-              ) -> tuple[Staging | RemoteStaging, ShardPlan, TaskSettings]:
-    """Scan src and write the shard plan into dst's staging folder (locked on return), or
-    into the remote staging of a URL dst (remote_stage.py; uploaded, not locked).
-
-    Without resume, or when the options differ from the staged plan's, the folder is cleared;
-    resuming keeps the parts (each is reused only if made from the same files). Returns the
-    staging (the caller releases it), the plan and the settings every shard task reads.
-    """
-    src_path = str(src) if is_url(src) else Path(src).expanduser().absolute()
-    staging, backend = _open_staging(src_path, dst, options)
-    result = (scan_url(src_path, options.max_file_size, options.storage_options)
-              if isinstance(src_path, str) else scan(src_path, options.max_file_size))
-    bad = result.bad_data()  # a folder link's refusal is listed, not a reason to stop
-    if not options.skip_bad and bad:
-        path, reason = bad[0]
-        raise PackError(f"{result.root}/{path}: {reason}; {BAD_ITEM_FIX}")
-    plan = from_scan(result, options.shard_size)
-    identity: dict[str, Any] = {"backend": backend, "src": str(src_path),
-                                "classes": result.classes, "shard_size": options.shard_size,
-                                "max_side": options.max_side, "quality": options.quality,
-                                "max_file_size": options.max_file_size,
-                                "shard_files": MAX_SHARD_FILES}
-    if options.tile_option is not None:
-        identity["tiles"] = options.tile_option
-    run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
-    try:
-        if isinstance(staging, RemoteStaging):
-            staging.open(identity, options.resume, options.overwrite)
-        else:
-            staging.open(identity, options.resume)
-        plan.save(staging.dir)
-        (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text(json.dumps(run, sort_keys=True))
-        if isinstance(staging, RemoteStaging):
-            staging.publish_plan(SETTINGS_NAME)
-    except BaseException:
-        staging.release()
-        raise
-    return staging, plan, TaskSettings.of(identity | run)
 
 
 def pack(
@@ -189,34 +127,61 @@ def pack(
 
 class TreeSource:
     """An ImageFolder tree (a folder, or its URL) as the pipeline's source: listed by the scan,
-    cut into a ShardPlan, each file read by the tasks, committed as format v1; its identity
-    for resume is each file's path, label, size and mtime (ShardPlan.digest)."""
+    cut into a ShardPlan, each file read by the tasks (staging/items.TreeItems), committed as
+    format v1; its identity for resume is each file's path, label, size and mtime
+    (ShardPlan.digest)."""
 
     resumable = True
 
     def __init__(self, src: str | os.PathLike[str]) -> None:
         self.src = src
+        self.path: Path | str = str(src) if is_url(src) else Path(src).expanduser().absolute()
 
-    def plan(self, dst: str | os.PathLike[str], options: PackOptions
-             ) -> tuple[Staging | RemoteStaging, ShardPlan, TaskSettings]:
-        return plan_pack(self.src, dst, options)
+    def open_staging(self, dst: str | os.PathLike[str], options: PackOptions
+                     ) -> tuple[Staging | RemoteStaging, str]:
+        """dst's staging, checked but not opened, and its backend: a folder beside a path
+        DST, or the remote staging of a URL DST (remote_stage.py; each task uploads its
+        part)."""
+        if is_url(dst):
+            backend = resolve_backend(str(dst), options.format)
+            if isinstance(self.path, str) and str(dst).startswith(self.path.rstrip("/") + "/"):
+                raise PackError(f"DST {dst} is inside SRC {self.path}; write the dataset "
+                                "outside the source.")
+            remote = RemoteStaging(str(dst), options.storage_options)
+            remote.check_destination(options.overwrite)
+            return remote, backend
+        dst_path = Path(dst).expanduser().absolute()
+        backend = resolve_backend(dst_path, options.format)
+        check_destination(dst_path, self.path, options.overwrite)
+        return Staging(dst_path), backend
+
+    def listing(self, staging: Staging | RemoteStaging, backend: str, options: PackOptions
+                ) -> tuple[ShardPlan, dict[str, Any], dict[str, Any]]:
+        """The tree scanned (a bad file stops here unless skip_bad) and its listing cut."""
+        result = (scan_url(self.path, options.max_file_size, options.storage_options)
+                  if isinstance(self.path, str) else scan(self.path, options.max_file_size))
+        bad = result.bad_data()  # a folder link's refusal is listed, not a reason to stop
+        if not options.skip_bad and bad:
+            path, reason = bad[0]
+            raise PackError(f"{result.root}/{path}: {reason}; {BAD_ITEM_FIX}")
+        identity: dict[str, Any] = {"backend": backend, "src": str(self.path),
+                                    "classes": result.classes,
+                                    "shard_size": options.shard_size,
+                                    "max_side": options.max_side, "quality": options.quality,
+                                    "max_file_size": options.max_file_size,
+                                    "shard_files": MAX_SHARD_FILES}
+        if options.tile_option is not None:
+            identity["tiles"] = options.tile_option
+        run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
+        return from_scan(result, options.shard_size), identity, run
 
     def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
             settings: TaskSettings, options: PackOptions) -> tuple[ShardPlan, set[int]]:
-        from fastloader.pack.engines.local import run_local
-        from fastloader.pack.engines.ray import run_ray
-
-        assert isinstance(plan, ShardPlan) and options.workers is not None
+        assert isinstance(plan, ShardPlan)
         # a URL source's storage options: never saved
         task = replace(settings, storage_options=options.storage_options)
-        workers = options.workers
-        trusted = run_pending(
-            staging, plan, options,
-            local=lambda stage, todo, meter: run_local(stage, plan, todo, task, workers, meter),
-            ray=lambda stage, todo, meter: run_ray(stage, todo, workers, options.ray_address,
-                                                   meter))
-        return plan, trusted
+        return plan, run_pending(staging, plan, TreeItems(plan, task), task, options)
 
 
-__all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "TreeSource", "pack", "plan_pack",
+__all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "TreeSource", "pack",
            "staging_path"]

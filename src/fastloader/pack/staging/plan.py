@@ -62,7 +62,6 @@ class TaskSettings:
     shard_samples: int | None = None  # Python samples: cut by count
     overwrite: bool = False  # `packdata plan --overwrite`, for its commit
     token: str | None = None  # a URL DST's: this pack's plan, not another's
-    workers: int = 1  # the local engine's processes (never saved)
     storage_options: dict[str, Any] | None = None  # a URL's fsspec options (never saved)
 
     @classmethod
@@ -82,6 +81,7 @@ class Spans(Protocol):
     and SamplePlan's."""
 
     sizes: np.ndarray  # int64 (n,): the bytes a position weighs, for the progress
+    bounds: np.ndarray  # int64 (shards + 1,): shard k is positions bounds[k]..bounds[k+1]
 
     @property
     def num_shards(self) -> int: ...
@@ -93,6 +93,8 @@ class Spans(Protocol):
     def digest(self, k: int) -> str: ...
 
     def relpath(self, i: int) -> str: ...
+
+    def save(self, staging: Path) -> None: ...
 
 
 @dataclass

@@ -1,0 +1,84 @@
+"""The item-level source contract: what the plan, the part builder and the engines read of any
+source (an ImageFolder tree's files, an importer's samples, Python samples), never asking which.
+
+A source's items are positions 0..len-1 of its plan. Each one has a size hint (what the cut
+and the progress weigh), a piece of `work` that travels to a worker (a path, an index into a
+sequence the forked workers inherit, or the sample itself) and a picklable `job` that turns
+that work into a prepared record. The source says how its part's rows are kept (`rows`: a
+tree's v1 index columns, or the v2 columns of its declared `fields`), how a task on another
+machine opens it again (`describe`, None when it cannot be: Python samples travel to the
+tasks), and its identity for resume (the plan's digest of a shard: its items' keys, or the
+source's fingerprint and range).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+
+class PartRows(Protocol):
+    """What a part collects from its items' prepared records, in plan order."""
+
+    data: list[bytes]  # the kept records' bytes, for the shard file
+    skipped: list[list[str]]  # [name, reason] of each bad item skipped
+    reencoded: int  # records re-encoded (max_side)
+    tiles: Any  # sources/tiling.TileColumns of a tiled pack, else None
+
+    def add(self, i: int, prepared: Any, skip_bad: bool) -> None:
+        """Keep item i's prepared record, or (skip_bad) list it as skipped; PackError else."""
+        ...
+
+    def arrays(self, offsets: list[int]) -> dict[str, Any]:
+        """The part's index arrays, its records at these shard offsets."""
+        ...
+
+
+class ItemSource(Protocol):
+    """A source as its items: listed, sized, read and prepared one at a time."""
+
+    window: int  # at most this many items in flight per pool window (bounds memory)
+
+    def __len__(self) -> int: ...
+
+    @property
+    def fields(self) -> list[dict[str, Any]] | None:
+        """The declared fields' manifest entries (format v2); None: a tree's image + label
+        records (format v1)."""
+        ...
+
+    def size(self, i: int) -> int:
+        """Item i's size hint in bytes (0 where unknown: Python samples)."""
+        ...
+
+    def work(self, i: int) -> Any:
+        """What a worker needs to prepare item i (picklable)."""
+        ...
+
+    def job(self) -> Callable[[Any], Any]:
+        """The picklable function from work(i) to item i's prepared record."""
+        ...
+
+    def prepare(self, i: int) -> Any:
+        """Item i read and prepared here, in this process (a shard task's own loop)."""
+        ...
+
+    def inherited(self) -> AbstractContextManager[bool]:
+        """While open, workers forked now inherit what work() refers to; yields whether the
+        pool must fork for that (work by index) or may start workers any way."""
+        ...
+
+    def rows(self) -> PartRows:
+        """A new collector of one part's rows."""
+        ...
+
+    def describe(self) -> dict[str, Any] | None:
+        """How a task on another machine opens this source again (JSON); None when it cannot
+        (then the items travel to the tasks)."""
+        ...
+
+    def handed(self) -> Any:
+        """What a task on another machine is handed when describe() is None (the samples,
+        pickled); None when the task opens the source itself."""
+        ...
