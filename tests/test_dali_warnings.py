@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fastloader.pack.pipeline.tree import pack
 
 from fastloader.decode.augment import CenterCrop
 from fastloader.decode.jpeg_headers import pillow_framed
@@ -18,6 +17,7 @@ from fastloader.errors import DecodeError
 from fastloader.format.open import open_dataset
 from fastloader.loader.dali_pipeline import dali_available
 from fastloader.loader.loader import FastLoader
+from fastloader.pack.pipeline.tree import pack
 from jpeg_edits import REFUSED, WARNINGS, bases
 
 needs_dali = pytest.mark.skipif(
