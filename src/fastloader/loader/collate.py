@@ -37,7 +37,6 @@ from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
 from fastloader.decode.geometry import Geometry
 from fastloader.errors import InvalidArgumentError, invalid_type
 from fastloader.format.fields import FieldSpec, is_classification, label_field
-from fastloader.format.kinds import BOXES
 from fastloader.loader.detection import (
     LETTERBOX_KEYS,
     check_letterbox_names,
@@ -187,8 +186,8 @@ class FieldCollator:
                 f"field {name!r} holds boxes, which need the crop plan the images were decoded "
                 "with; this loader does not give it. Use the packed loader (backend 'auto', "
                 "'native' or 'pillow').")
-        return BOXES.map_batch(self.dataset.columns.gather(name, indices), geometry,
-                               self.min_visibility, device)
+        return self.specs[name].kind.map_batch(self.dataset.columns.gather(name, indices),
+                                               geometry, self.min_visibility, device)
 
     def mask(self, name: str, device: torch.device) -> torch.Tensor:
         """Mask field name of the batch, uint8 [B, H, W] on device."""

@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from fastloader.decode.geometry import Geometry
-from fastloader.format.kinds import MASK
 from fastloader.gpu.planar import TensorPool
 
 
@@ -76,8 +75,8 @@ class MaskBatches:
 
     def _one(self, name: str, i: int, crop: np.ndarray, flip: bool, out: np.ndarray) -> None:
         try:
-            MASK.map_into(self.dataset.columns.blob(name, i), self.dataset.shapes[i], crop, flip,
-                          out)
+            self.dataset.fields[name].kind.map_into(self.dataset.columns.blob(name, i),
+                                                    self.dataset.shapes[i], crop, flip, out)
         except ValueError as exc:  # MaskError too: the stored blob is damaged
             where = self.dataset.describe(i)  # only on failure: it builds a string
             raise self.dataset.columns.mask_error(name, where, exc) from None

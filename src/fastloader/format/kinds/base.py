@@ -22,6 +22,8 @@ from fastloader.format.kinds.device import to_tensor
 if TYPE_CHECKING:
     import torch
 
+    from fastloader.decode.geometry import Geometry
+
 
 Bad = Callable[[str], Exception]
 
@@ -189,6 +191,18 @@ class Kind(str):
                 device: torch.device) -> Any:
         """The batch's column of field spec: a tensor on device, or a list of values."""
         return batch.values(spec.name, indices)
+
+    # spatial kinds: what the flags above promise (holds_boxes: map_batch; raster: map_into)
+
+    def map_batch(self, boxes: list[np.ndarray], geometry: Geometry, min_visibility: float,
+                  device: torch.device) -> tuple[list[torch.Tensor], list[np.ndarray]]:
+        """A batch's boxes in output pixels on device, and each sample's keep mask."""
+        raise NotImplementedError(f"kind {self.name!r} sets holds_boxes but has no map_batch")
+
+    def map_into(self, blob: Any, image_size: tuple[int, int], crop: np.ndarray, flip: bool,
+                 out: np.ndarray) -> None:
+        """A stored raster mapped through one sample's crop and flip into out."""
+        raise NotImplementedError(f"kind {self.name!r} sets raster but has no map_into")
 
 
 class Fixed(Kind):
