@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -172,12 +172,14 @@ class ShardPlan:
         (folder / _SCAN_NAME).write_text(json.dumps(scan, sort_keys=True))
 
     @classmethod
-    def load(cls, staging: Path) -> ShardPlan:
-        """The plan a `plan` step or a pack wrote into staging (memory-mapped arrays)."""
+    def load(cls, staging: Path, mmap: bool = True) -> ShardPlan:
+        """The plan a `plan` step or a pack wrote into staging (arrays memory-mapped, or read
+        into memory with mmap=False: for a plan folder that is deleted after loading)."""
         folder = staging / PLAN_DIR
+        mode: Literal["r"] | None = "r" if mmap else None
         try:
             scan = json.loads((folder / _SCAN_NAME).read_text())
-            arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+            arrays = {name: np.load(folder / f"{name}.npy", mmap_mode=mode, allow_pickle=False)
                       for name in _ARRAYS}
         except (OSError, ValueError) as exc:
             raise PackError(
@@ -330,13 +332,15 @@ class SamplePlan:
         (folder / _META).write_text(json.dumps(meta, sort_keys=True))
 
     @classmethod
-    def load(cls, staging: Path) -> SamplePlan:
+    def load(cls, staging: Path, mmap: bool = True) -> SamplePlan:
+        """The plan a sample pack wrote into staging (see ShardPlan.load for mmap)."""
         folder = staging / PLAN_DIR
+        mode: Literal["r"] | None = "r" if mmap else None
         try:
             meta = json.loads((folder / _META).read_text())
             bounds = np.load(folder / _BOUNDS, allow_pickle=False)
-            sizes = np.load(folder / _SIZES, mmap_mode="r", allow_pickle=False)
-            keys = (np.load(folder / _KEYS, mmap_mode="r", allow_pickle=False)
+            sizes = np.load(folder / _SIZES, mmap_mode=mode, allow_pickle=False)
+            keys = (np.load(folder / _KEYS, mmap_mode=mode, allow_pickle=False)
                     if (folder / _KEYS).is_file() else None)
         except (OSError, ValueError) as exc:
             raise PackError(f"{staging} holds no readable sample plan ({exc}); run `packdata "

@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fastloader.errors import DatasetNotFoundError, PackError
 from fastloader.format.manifest import MANIFEST_NAME
 from fastloader.format.remote import Remote
@@ -52,7 +50,6 @@ from fastloader.pack.staging.plan import (
 )
 from fastloader.pack.staging.upload import put
 
-_PLAN_ARRAYS = ("path_offsets", "path_bytes", "labels", "sizes", "mtimes", "bounds")
 # What a dataset folder of ours holds: anything else at DST is not ours to replace.
 _OURS = re.compile(r"^(shard-\d+\.[A-Za-z0-9]+|index(-\d+)?/[^/]+|skipped\.json|manifest\.json)$")
 
@@ -123,12 +120,8 @@ def _load_any_plan(folder: Path) -> Any:
     """The plan in a downloaded plan folder, in memory (its arrays outlive the folder): a
     sample pack's (plan/samples.json) or an ImageFolder one's."""
     if is_sample_plan(folder):
-        plan: Any = SamplePlan.load(folder)
-        plan.sizes = np.array(plan.sizes)  # loaded memory-mapped
-        return plan
-    plan = ShardPlan.load(folder)
-    arrays: dict[str, Any] = {name: np.array(getattr(plan, name)) for name in _PLAN_ARRAYS}
-    return dataclasses.replace(plan, **arrays)
+        return SamplePlan.load(folder, mmap=False)
+    return ShardPlan.load(folder, mmap=False)
 
 
 @functools.lru_cache(maxsize=4)
