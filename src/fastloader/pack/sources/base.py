@@ -42,12 +42,6 @@ class ItemSource(Protocol):
 
     def __len__(self) -> int: ...
 
-    @property
-    def fields(self) -> list[dict[str, Any]] | None:
-        """The declared fields' manifest entries (format v2); None: a tree's image + label
-        records (format v1)."""
-        ...
-
     def size(self, i: int) -> int:
         """Item i's size hint in bytes (0 where unknown: Python samples)."""
         ...

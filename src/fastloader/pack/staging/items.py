@@ -106,10 +106,6 @@ class TreeItems:
     def __len__(self) -> int:
         return len(self.plan)
 
-    @property
-    def fields(self) -> list[dict[str, Any]] | None:
-        return None
-
     def size(self, i: int) -> int:
         return int(self.plan.sizes[i])
 
@@ -117,10 +113,14 @@ class TreeItems:
         return self.plan.source(i)
 
     def job(self) -> Callable[[str], Prepared]:
-        return prepare_job(self.settings)
+        return self._job
+
+    @functools.cached_property
+    def _job(self) -> Callable[[str], Prepared]:
+        return prepare_job(self.settings)  # once: prepare() runs it for every file
 
     def prepare(self, i: int) -> Prepared:
-        return self.job()(self.work(i))
+        return self._job(self.work(i))
 
     def inherited(self) -> contextlib.AbstractContextManager[bool]:
         return contextlib.nullcontext(False)  # a path travels as it is
@@ -232,10 +232,6 @@ class SampleItems:
 
     def __len__(self) -> int:
         return len(self.samples)
-
-    @property
-    def fields(self) -> list[dict[str, Any]] | None:
-        return [s.to_json() for s in self.specs]
 
     def size(self, i: int) -> int:
         return 0 if self.sizes is None else int(self.sizes[i])
