@@ -11,6 +11,7 @@ strict parser decodes to the same pixels. Only the header is read, never the ent
 
 from __future__ import annotations
 
+from fastloader.decode.pillow import is_jpeg
 from fastloader.errors import DecodeError
 
 _SOS = 0xDA
@@ -49,7 +50,7 @@ def pillow_framed(data: Record) -> Record:
         DecodeError: Pillow refuses the header (not a JPEG, no marker where one must be, a JFIF
             or Adobe segment too short, the file ends inside the header).
     """
-    if data[:3] != b"\xff\xd8\xff":
+    if not is_jpeg(data):
         raise DecodeError("not a JPEG file (it does not start with FF D8 FF)")
     kept: list[tuple[int, int]] = []  # (start, end) of each segment Pillow read
     skipped = False

@@ -96,10 +96,8 @@ class DaliRecords:
     def find_refused(self, batches: Iterable[FedBatch]) -> list[tuple[FedBatch, int, int]]:
         """The (batch, position, record) DALI fails on among `batches`, each remembered: the
         native decoder's refusals first, else DALI's own, one record at a time."""
-        from fastloader.decode.decode import decode
-
         fed = list(batches)
-        for check in (_native_refuses(decode), dali_refuses):
+        for check in (_native_refuses, dali_refuses):
             found = []
             for batch in fed:
                 pairs = zip(batch.samples.tolist(), batch.records, strict=True)
@@ -113,12 +111,15 @@ class DaliRecords:
         return []
 
 
-def _native_refuses(decode: Any) -> Any:
-    def check(record: Any) -> str | None:
-        try:
-            decode(record)
-        except FastloaderError as exc:
-            return str(exc)
-        return None
+def _native_refuses(record: Any) -> str | None:
+    """Why the loader's own decoder refuses record, or None. A whole-file check decode
+    (decode.check_size: every scan entropy-decoded, at the cheapest scale) finds what a
+    full-size decode would, as pack and verify prove records."""
+    from fastloader.decode.decode import check_size, decode, header
 
-    return check
+    try:
+        head = header(record)
+        decode(record, size=check_size(head.height, head.width))
+    except FastloaderError as exc:
+        return str(exc)
+    return None
