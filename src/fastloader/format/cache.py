@@ -37,6 +37,13 @@ from fastloader.errors import DatasetError, invalid_argument
 
 _PART = re.compile(r"\.part-(\d+)-(\d+)$")
 STAMP_BYTES = 64  # room a download reserves for its NAME.ok ("size mtime_ns inode" is shorter)
+
+
+def reserved_bytes(size: int) -> int:
+    """What a cached file of size bytes counts against the limit: itself and its stamp."""
+    return size + STAMP_BYTES
+
+
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -244,7 +251,7 @@ class ShardCache:
         The part is created already locked, inside the accounting lock: another reservation's
         _drop_stale_parts never takes a live download for a dead one's leftovers (deleting it
         would free its room twice)."""
-        reserved = size + STAMP_BYTES
+        reserved = reserved_bytes(size)
         if self.limit is not None and reserved > self.limit:
             raise CacheFullError(f"{name} is {size} bytes, more than cache_limit={self.limit}; "
                                  "raise cache_limit.")

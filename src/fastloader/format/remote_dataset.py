@@ -22,7 +22,7 @@ import numpy as np
 
 from fastloader.errors import DatasetError, invalid_argument
 from fastloader.format.backends import ShardReader, open_reader
-from fastloader.format.cache import STAMP_BYTES, ShardCache
+from fastloader.format.cache import ShardCache, reserved_bytes
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import Manifest
 from fastloader.format.remote import Remote, cache_folder, fetch_verified, open_cache
@@ -113,15 +113,15 @@ class RemoteDataset(PackedDataset):
         """The smallest cache_limit that holds the index and the largest shards_at_once
         shards (those a reader pins at once: the window plus the prefetch)."""
         sizes = sorted((s.bytes for s in self.manifest.shards), reverse=True)
-        return meta_bytes + sum(size + STAMP_BYTES for size in sizes[:shards_at_once])
+        return meta_bytes + sum(reserved_bytes(size) for size in sizes[:shards_at_once])
 
     def _check_limit(self, manifest: Manifest, raw: bytes, window: int) -> None:
         limit = self.cache.limit
         if limit is None:
             return
         self.manifest = manifest
-        meta = len(raw) + STAMP_BYTES + sum(
-            int(np.prod(f.shape)) * np.dtype(f.dtype).itemsize + 4096 + STAMP_BYTES
+        meta = reserved_bytes(len(raw)) + sum(
+            reserved_bytes(int(np.prod(f.shape)) * np.dtype(f.dtype).itemsize + 4096)
             for f in manifest.fields.values())
         at_once = min(max(1, window) + self.prefetch, len(manifest.shards))
         need = self.min_cache_limit(at_once, meta)
