@@ -22,10 +22,7 @@ from fastloader.decode.augment import plan
 from fastloader.decode.jpeg_headers import pillow_framed
 from fastloader.errors import DecodeError, FastloaderError
 from fastloader.loader.dali_pipeline import dali_refuses
-from fastloader.loader.pipeline import SKIP_ATTEMPTS
-
-_FIX = ("Repack or remove that source file, or pass on_error='skip' to replace bad samples and "
-       "count them in stats().")
+from fastloader.loader.pipeline import RAISE_FIX, no_replacement, replacements
 
 
 @dataclass
@@ -70,28 +67,23 @@ class DaliRecords:
             except DecodeError as exc:
                 if self.on_error == "raise":
                     raise DecodeError(f"{self._data.describe(i)} failed to decode in DALI: "
-                                      f"{exc} (batch {b}, position {k}). {_FIX}") from None
+                                      f"{exc} (batch {b}, position {k}). {RAISE_FIX}") from None
                 fed.skipped.append((self._data.describe(i), str(exc)))
                 fed.records.append(self._replace(fed, k, i, key))
         return fed
 
     def _replace(self, fed: FedBatch, k: int, sample: int, key: Sequence[int]) -> Any:
         seed, epoch, rank = key
-        n = len(self._data)
-        for attempt in range(1, SKIP_ATTEMPTS + 1):
-            candidate = (sample + attempt) % n
+        for candidate, rng in replacements(sample, len(self._data), (seed, epoch, fed.b, rank, k)):
             try:
                 record = self.framed(candidate)
             except (DecodeError, FastloaderError):
                 continue
-            rng = np.random.default_rng([seed, epoch, fed.b, rank, k, attempt])
             crops, flips, _ = plan(self._transforms, self._data.shapes[[candidate]], rng)
             fed.samples[k], fed.crops[k], fed.flips[k] = candidate, crops[0], flips[0]
             return record
-        raise DecodeError(
-            f"{self._data.describe(sample)} cannot be decoded ({self.refused.get(sample)}); and "
-            f"the {SKIP_ATTEMPTS} records after it failed too, so no replacement was found. The "
-            "dataset looks badly damaged: run `packdata verify` and repack it.")
+        raise no_replacement(f"{self._data.describe(sample)} cannot be decoded "
+                             f"({self.refused.get(sample)})")
 
     def find_refused(self, batches: Iterable[FedBatch]) -> list[tuple[FedBatch, int, int]]:
         """The (batch, position, record) DALI fails on among `batches`, each remembered: the

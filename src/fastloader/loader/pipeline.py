@@ -18,7 +18,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +41,25 @@ from fastloader.loader.stats import Counters, Timer
 SKIP_ATTEMPTS = 16  # replacement candidates tried for one bad sample under on_error="skip"
 _thread_ids = itertools.count()
 log = logging.getLogger(__name__)  # a child of the "fastloader" logger
+
+# How a bad record under on_error="raise" says what to do (the packed and DALI loaders).
+RAISE_FIX = ("Repack or remove that source file, or pass on_error='skip' to replace bad samples "
+             "and count them in stats().")
+
+
+def replacements(sample: int, n: int, key: Sequence[int]) -> Iterator[tuple[int, Any]]:
+    """on_error="skip"'s candidates for bad record `sample` of n: the next records after it
+    (sample+1, sample+2, ...), each with the generator its plan is drawn from, keyed by
+    key = (seed, epoch, batch, rank, position) and the attempt: deterministic."""
+    for attempt in range(1, SKIP_ATTEMPTS + 1):
+        yield (sample + attempt) % n, np.random.default_rng([*key, attempt])
+
+
+def no_replacement(error: str) -> DecodeError:
+    """The error when every candidate of replacements() failed too."""
+    return DecodeError(
+        f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
+        "was found. The dataset looks badly damaged: run `packdata verify` and repack it.")
 
 
 @dataclass(frozen=True)
@@ -327,25 +346,18 @@ class Producer:
         from a generator keyed by (seed, epoch, batch, rank, position, attempt): deterministic.
         """
         if self.on_error == "raise":
-            raise type(error)(
-                f"{error} (batch {b}, position {k}). Repack or remove that source file, or "
-                "pass on_error='skip' to replace bad samples and count them in stats()."
-            ) from error
+            raise type(error)(f"{error} (batch {b}, position {k}). {RAISE_FIX}") from error
         description = self.dataset.describe(sample)
         self.counters.add_skip(description)
         log.warning("on_error='skip': %s (batch %d, position %d) replaced: %s",
                     description, b, k, error)
         self.budget.spend(description)
-        n = len(self.dataset)
-        for attempt in range(1, SKIP_ATTEMPTS + 1):
-            candidate = (sample + attempt) % n
+        key = (self.plan.seed, self.plan.epoch, b, self.plan.rank, k)
+        for candidate, rng in replacements(sample, len(self.dataset), key):
             try:
                 record = self.dataset.record(candidate)
             except CorruptRecordError:
                 continue
-            rng = np.random.default_rng(
-                [self.plan.seed, self.plan.epoch, b, self.plan.rank, k, attempt]
-            )
             geometry = self._plan(np.array([candidate]), rng)
             tiles = self.dataset.tile_batch([candidate])
             if self.decoder.decode_into([record], geometry.crops, geometry.flips,
@@ -354,10 +366,7 @@ class Producer:
                                         **_planar_kwargs(spec, images, k, k + 1))[0] is None:
                 log.info("replacement for %s: record %d", description, candidate)
                 return candidate, geometry
-        raise DecodeError(
-            f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
-            "was found. The dataset looks badly damaged: run `packdata verify` and repack it."
-        )
+        raise no_replacement(str(error))
 
     def get(self, counters: Counters) -> ReadyBatch | None:
         """Next decoded batch for the consumer; None at the end; re-raises producer errors."""
