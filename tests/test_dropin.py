@@ -1,4 +1,5 @@
-"""The drop-in path: FastLoader(any map-style Dataset) behaves like a tuned DataLoader."""
+"""The drop-in path: FastLoader(any dataset DataLoader takes: map-style, a datasets.Dataset,
+iterable) behaves like a tuned DataLoader."""
 
 from __future__ import annotations
 
@@ -71,3 +72,65 @@ def test_dropin_distributed_split_and_rejections() -> None:
         FastLoader(Squares(), num_threads=2)
     with pytest.raises(FastloaderError, match="packed"):
         FastLoader(Squares(), num_workers=0).state_dict()
+
+
+def rows_dataset(n: int = 10):
+    """A real datasets.Dataset (not a torch Dataset): a 2x2 image, a ClassLabel, a text."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    features = datasets.Features({"image": datasets.Image(),
+                                  "label": datasets.ClassLabel(names=["a", "b", "c"]),
+                                  "text": datasets.Value("string")})
+    return datasets.Dataset.from_dict(
+        {"image": [Image.fromarray(np.full((2, 2, 3), i, np.uint8)) for i in range(n)],
+         "label": [i % 3 for i in range(n)], "text": [f"t{i}" for i in range(n)]},
+        features=features)
+
+
+def test_dropin_takes_a_datasets_dataset_as_dataloader_does() -> None:
+    import numpy as np
+
+    dataset = rows_dataset()
+    loader = FastLoader(dataset, batch_size=4, num_workers=0, collate_fn=list)
+    assert isinstance(loader, DropInLoader) and len(loader) == 3
+    rows = [row for batch in loader for row in batch]
+    assert [int(np.asarray(r["image"])[0, 0, 0]) for r in rows] == list(range(10))
+    assert [r["label"] for r in rows] == [i % 3 for i in range(10)]
+    assert [r["text"] for r in rows] == [f"t{i}" for i in range(10)]
+    assert loader.dataset.features["label"].names == ["a", "b", "c"]
+    torch_rows = FastLoader(dataset.with_format("torch"), batch_size=5, num_workers=0)
+    images = torch.cat([b["image"] for b in torch_rows])
+    assert images.shape == (10, 3, 2, 2) and images[:, 0, 0, 0].tolist() == list(range(10))
+    (batch,) = FastLoader([3, 1, 2], batch_size=3, num_workers=0)  # a list is map-style too
+    assert batch.tolist() == [3, 1, 2]
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """0..9 once, however many workers read it (it does not split itself)."""
+
+    def __iter__(self):
+        return iter(range(10))
+
+
+def test_dropin_takes_iterable_datasets() -> None:
+    from fastloader.loader.sampler import threads_per_rank
+
+    # a torch IterableDataset gets DataLoader's default: no workers, so each item comes once
+    loader = FastLoader(Stream(), batch_size=5)
+    assert loader.loader.num_workers == 0
+    assert [v for b in loader for v in b.tolist()] == list(range(10))
+    stream = rows_dataset().to_iterable_dataset(num_shards=3)
+    loader = FastLoader(stream, batch_size=4, collate_fn=list)
+    assert loader.loader.num_workers == min(3, threads_per_rank(1))
+    assert sorted(r["text"] for b in loader for r in b) == sorted(f"t{i}" for i in range(10))
+    loader.close()
+    with pytest.raises(InvalidArgumentError, match=r"shuffle=True is invalid: does not apply "
+                       r"to an iterable dataset.*dataset\.shuffle\(seed"):
+        FastLoader(stream, shuffle=True)
+    parts = [[row["text"] for b in FastLoader(stream, batch_size=10, rank=rank, world_size=2,
+                                              num_workers=0, collate_fn=list) for row in b]
+             for rank in range(2)]
+    assert not set(parts[0]) & set(parts[1])
+    assert sorted(parts[0] + parts[1]) == sorted(f"t{i}" for i in range(10))

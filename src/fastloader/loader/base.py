@@ -51,7 +51,9 @@ class FastLoader:
       mean/std in 0-1 scale, or 0-255 scale when a mean exceeds 1. Labels int64.
     - the same with `backend="dali"`: the DALI loader (fastloader.loader.dali.DaliLoader):
       DALI decodes, with nvJPEG on a GPU; needs `pip install "fastloader[dali]"`.
-    - `data` a map-style torch Dataset: the drop-in loader
+    - `data` any dataset torch's DataLoader takes (anything with __getitem__ and __len__, such
+      as a map-style torch Dataset or a Hugging Face datasets.Dataset; or an iterable dataset:
+      a torch IterableDataset, a datasets.IterableDataset): the drop-in loader
       (fastloader.loader.dropin.DropInLoader), torch's DataLoader with tuned defaults;
       DataLoader's own keyword arguments are accepted there.
 
@@ -89,7 +91,8 @@ class FastLoader:
     Args:
         data: a packed dataset folder (str or PathLike), its fsspec URL (s3://, gs://,
             http(s)://, file://; read through the shard cache), an open PackedDataset (the
-            caller closes it), or a map-style torch Dataset (the drop-in loader).
+            caller closes it), or a dataset torch's DataLoader takes (map-style: anything with
+            __getitem__ and __len__; or iterable): the drop-in loader.
         batch_size: samples per batch, >= 1.
         shuffle: a new order each epoch, drawn from (seed, epoch).
         seed: the seed of the order and of every random crop and flip.
@@ -437,11 +440,21 @@ class PackedAttributes:
     in_order = True
 
 
+def _is_dataset(data: Any) -> bool:
+    """A dataset as torch's DataLoader takes one (not a packed one, nor a path): a torch
+    Dataset (an IterableDataset too), or anything with __getitem__ and __len__ (map-style: a
+    datasets.Dataset, a list)."""
+    if isinstance(data, (str, bytes, os.PathLike, PackedDataset)):
+        return False
+    return isinstance(data, torch.utils.data.Dataset) or (
+        hasattr(data, "__getitem__") and hasattr(data, "__len__"))
+
+
 def _path_of(data: Any, backend: Any) -> str:
     """The path for these arguments: the drop-in loader for a torch Dataset, the DALI loader
     for backend="dali", the packed loader otherwise (each checks the rest of its arguments)."""
     data = unwrap_view(data)  # another packed loader's `dataset`: its packed dataset
-    if isinstance(data, torch.utils.data.Dataset) and not isinstance(data, PackedDataset):
+    if _is_dataset(data):
         return "drop-in loader"
     if backend not in BACKENDS:
         raise invalid_argument("backend", backend, f"must be one of {BACKENDS}",

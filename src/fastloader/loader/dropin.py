@@ -1,21 +1,41 @@
-"""The drop-in path: any map-style Dataset through torch's DataLoader with better defaults."""
+"""The drop-in path: any dataset torch's DataLoader takes (map-style: anything with __getitem__
+and __len__, a Hugging Face datasets.Dataset too; iterable: a torch or datasets IterableDataset)
+through DataLoader with better defaults."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
-from fastloader.errors import FastloaderError
+from fastloader.errors import FastloaderError, invalid_argument
 from fastloader.loader.base import FastLoader
 from fastloader.loader.options import DropInOptions, options_of, take_foreign
 from fastloader.loader.sampler import planned_world, resolve_rank_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats, batch_size_of
 
 DEFAULT_PREFETCH_FACTOR = 4  # torch's 2 leaves workers idle behind a slow step more often
+log = logging.getLogger(__name__)
+
+
+def is_hf_iterable(data: Any) -> bool:
+    """Whether data is a Hugging Face datasets.IterableDataset (datasets not imported)."""
+    return any(c.__name__ == "IterableDataset" and c.__module__.split(".")[0] == "datasets"
+               for c in type(data).__mro__)
+
+
+def _iterable_workers(data: Any, threads: int) -> int:
+    """Default workers of an iterable dataset: one per shard of a datasets.IterableDataset
+    (each worker reads whole shards; more would idle), none for a torch IterableDataset
+    (DataLoader's default: each worker would yield the whole stream unless the dataset
+    splits itself by torch.utils.data.get_worker_info())."""
+    if is_hf_iterable(data):
+        return max(0, min(threads, int(getattr(data, "num_shards", 1) or 1)))
+    return 0
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
@@ -35,15 +55,24 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
 class DropInLoader(FastLoader, path="drop-in loader"):
     """torch.utils.data.DataLoader with tuned defaults and a `device=` transfer.
 
-    Built by FastLoader(torch_dataset, ...). Defaults that differ from DataLoader:
+    Built by FastLoader(dataset, ...) for any dataset DataLoader takes: map-style (anything
+    with __getitem__ and __len__: a torch Dataset, a datasets.Dataset, a list) or iterable (a
+    torch IterableDataset, a datasets.IterableDataset). Defaults that differ from DataLoader:
     num_workers = the cores this rank may use, persistent_workers=True when there are
     workers, prefetch_factor=4, pin_memory when the target is CUDA, a DistributedSampler
     (seeded by `seed`) under torch.distributed, and a seeded shuffle generator. Every
     DataLoader keyword is accepted and wins over a default; FastLoader's packed-only
     arguments (transforms, normalize, ...) are refused with the way to get them.
+
+    An iterable dataset yields in its own order (shuffle=True is refused: shuffle it itself,
+    e.g. datasets' dataset.shuffle(seed=..., buffer_size=...)). A datasets.IterableDataset
+    gets a worker per shard (up to the cores) and, under torch.distributed, its rank's part
+    (datasets.distributed.split_dataset_by_node); set_epoch reaches its own set_epoch. A
+    torch IterableDataset gets DataLoader's defaults (no workers, every rank reading the
+    whole stream) unless it is given num_workers: it must split itself by worker and rank.
     """
 
-    def __init__(self, data: torch.utils.data.Dataset[Any], batch_size: int | None = 1,
+    def __init__(self, data: Any, batch_size: int | None = 1,
                  shuffle: bool = False, *, seed: int = 0,
                  device: str | torch.device | None = None, drop_last: bool = False,
                  rank: int | None = None, world_size: int | None = None,
@@ -51,6 +80,11 @@ class DropInLoader(FastLoader, path="drop-in loader"):
         # FastLoader's options of the packed paths: taken at their defaults, refused otherwise.
         take_foreign(dataloader_kwargs, "drop-in loader")
         options = DropInOptions(**options_of(DropInOptions, locals()))
+        if isinstance(data, IterableDataset) and shuffle:
+            raise invalid_argument(
+                "shuffle", shuffle, f"does not apply to an iterable dataset ({type(data).__name__}"
+                "), which yields in its own order", "Shuffle the dataset itself (datasets: "
+                "dataset.shuffle(seed=..., buffer_size=...)) and pass shuffle=False.")
         kwargs = dataloader_kwargs
         self.device = options.target
         rank, world = options.rank_world
@@ -70,7 +104,10 @@ class DropInLoader(FastLoader, path="drop-in loader"):
         dataset, batch_size, shuffle, drop_last, kwargs = self._args
         kwargs = dict(kwargs)
         self._generator: torch.Generator | None = None
-        if world > 1 and "sampler" not in kwargs and "batch_sampler" not in kwargs:
+        iterable = isinstance(dataset, IterableDataset)
+        if iterable:
+            dataset = self._iterable_part(dataset, rank, world)
+        elif world > 1 and "sampler" not in kwargs and "batch_sampler" not in kwargs:
             kwargs["sampler"] = DistributedSampler(dataset, num_replicas=world, rank=rank,
                                                    shuffle=shuffle, seed=self.seed,
                                                    drop_last=drop_last)
@@ -78,8 +115,10 @@ class DropInLoader(FastLoader, path="drop-in loader"):
         elif shuffle and "generator" not in kwargs and "sampler" not in kwargs:
             self._generator = torch.Generator().manual_seed(self.seed)
             kwargs["generator"] = self._generator
-        workers = kwargs.setdefault("num_workers", threads_per_rank(
-            world if world > 1 or not self._follow_distributed else planned_world(None, None)))
+        threads = threads_per_rank(
+            world if world > 1 or not self._follow_distributed else planned_world(None, None))
+        workers = kwargs.setdefault("num_workers", _iterable_workers(dataset, threads)
+                                    if iterable else threads)
         if workers > 0:
             kwargs.setdefault("persistent_workers", True)
             kwargs.setdefault("prefetch_factor", DEFAULT_PREFETCH_FACTOR)
@@ -92,6 +131,22 @@ class DropInLoader(FastLoader, path="drop-in loader"):
                                      drop_last=drop_last, **kwargs)
         self._non_blocking = bool(self.loader.pin_memory)
         self._built_for = (rank, world)
+
+    def _iterable_part(self, dataset: Any, rank: int, world: int) -> Any:
+        """This rank's part of an iterable dataset: a datasets.IterableDataset split by node;
+        a torch IterableDataset as it is (it splits itself, as under DataLoader)."""
+        if world <= 1:
+            return dataset
+        if is_hf_iterable(dataset):
+            from datasets.distributed import (  # type: ignore[import-untyped, unused-ignore]
+                split_dataset_by_node,
+            )
+
+            return split_dataset_by_node(dataset, rank=rank, world_size=world)
+        log.warning("drop-in loader: %s is a torch IterableDataset on %d ranks; every rank "
+                    "reads what it yields unless it splits itself by rank",
+                    type(dataset).__name__, world)
+        return dataset
 
     def _follow(self) -> DataLoader[Any]:
         """Rebuild the DataLoader when torch.distributed's rank or world changed since."""
@@ -125,6 +180,8 @@ class DropInLoader(FastLoader, path="drop-in loader"):
         """Forward to a sampler with set_epoch; else reseed the shuffle with (seed + epoch)."""
         self._epoch = epoch
         holders: tuple[Any, ...] = (self.loader.sampler, self.loader.batch_sampler)
+        if isinstance(self.loader.dataset, IterableDataset):  # it orders itself
+            holders = (self.loader.dataset,)
         for holder in holders:
             if hasattr(holder, "set_epoch"):
                 holder.set_epoch(epoch)
