@@ -1,5 +1,6 @@
-"""fastloader.pack(): one entry for every source: an ImageFolder tree, a table, WebDataset-style
-file groups (a folder or .tar shards), or Python samples."""
+"""fastloader.pack(): one entry for every source: an ImageFolder tree, a table (Parquet: a
+Hugging Face split's files too), WebDataset-style file groups (a folder or .tar shards), a
+Hugging Face `datasets` Dataset, or Python samples."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.pipeline.samples import pack_samples
 from fastloader.pack.pipeline.tree import TreeSource
-from fastloader.pack.sources import importers
+from fastloader.pack.sources import hf_dataset, importers
 
 
 def pack(
@@ -27,15 +28,27 @@ def pack(
     skip_bad: bool = False,
     skip_empty: bool = False,
     masks: bool = False,
+    pil_format: str = "png",
     **options: Any,
 ) -> Manifest:
     """Pack src into the dataset folder dst (NAME.lmdb or NAME.h5), atomically.
 
     src is an ImageFolder tree (format v1: image + label, as packdata always made), a table
-    (.csv, .tsv, .jsonl, .parquet), WebDataset-style files grouped by basename (a folder, a
-    .tar, or a brace pattern of .tar shards), or Python samples: a sequence or map-style
-    dataset of dicts (read by index in parallel workers) or any iterable of dicts (in order).
-    The last three make a format v2 dataset with declared fields (README: other datasets).
+    (.csv, .tsv, .jsonl, .parquet; Parquet also as a brace pattern of files or a folder of one
+    split's files, as the Hugging Face Hub stores them: train-00000-of-00042.parquet ...),
+    WebDataset-style files grouped by basename (a folder, a .tar, or a brace pattern of .tar
+    shards), a Hugging Face `datasets` Dataset or IterableDataset (one split: a DatasetDict is
+    refused, naming its splits), or Python samples: a sequence or map-style dataset of dicts
+    (read by index in parallel workers) or any iterable of dicts (in order). All but the first
+    make a format v2 dataset with declared fields (README: other datasets).
+
+    A Parquet file written by `datasets` and a Dataset take their fields from their features:
+    Image -> image (its stored bytes, never decoded or re-encoded), ClassLabel -> int with its
+    class names, Value(string) -> text, Value(int*, bool) -> int, Value(float*) -> float,
+    List/Sequence of numbers and ArrayND -> ndarray, other lists and dicts -> json
+    (fastloader.pack.sources.hf_features). PIL images (in Python samples, from any source)
+    are encoded once, as PNG (lossless) unless pil_format="jpeg" (at `quality`); the
+    "fastloader" logger says so.
 
     Args:
         src: the source (see above).
@@ -45,10 +58,12 @@ def pack(
             ("boxes", PER_BOX_FIELDS): float32 [k, 4] XYXY source-pixel boxes, "mask": a
             uint8 [H, W] label image the size of the first image field, given as an array,
             PNG bytes or a PNG path).
-            Tables and file groups: kinds that override the inferred ones.
+            Tables, file groups and Datasets: kinds that override the inferred ones (a
+            column of the table or Dataset -> kind).
         source_format: force the source kind: "imagefolder", "csv", "tsv", "jsonl",
             "parquet", "files" (a folder of file groups) or "tar" (None: detected).
-        image: tables: the image column (default: path, image, file or filename).
+        image: tables: the image column (default: path, image, file or filename; Parquet:
+            else its first Image column); a Dataset: which Image column is the records.
         label: tables: a column of class names, turned into class ids (sorted names).
         root: tables: the folder image paths are relative to (default: the table's folder).
         skip_bad: every source: pack the items that are fine and list the others (why,
@@ -59,6 +74,8 @@ def pack(
             with empty boxes).
         masks: COCO files: rasterize each image's polygons and RLEs into a `mask` field
             (uint8 [H, W]: 0 background, box_labels id + 1, 255 crowd regions).
+        pil_format: how PIL images are stored: "png" (lossless, the default) or "jpeg" (at
+            the `quality` option, 90 unless given).
         **options: format, shard_size, workers, max_side, quality, overwrite, quiet,
             progress, max_file_size, engine ("local" or "ray": one task per shard, the same
             dataset either way; Python samples go to Ray pickled, plain iterables are
@@ -86,6 +103,9 @@ def pack(
     if masks and kind != "coco":
         raise PackError("masks (--masks) applies to COCO files only; a table or file groups "
                         "take a mask column or a .mask.png member instead.")
+    if pil_format != "png" and (kind is not None or hf_dataset.is_hf_dataset(src)):
+        raise PackError(f"pil_format={pil_format!r} applies to PIL images in Python samples; "
+                        "this source's images are stored as the bytes it holds.")
     if kind == "imagefolder":
         importers.refuse_table_options(kind, fields, image, label, root)
         if options.pop("shard_samples", None) is not None:
@@ -93,8 +113,12 @@ def pack(
                             "tree is cut by its files' sizes (shard_size).")
         return drive(TreeSource(src), dst, PackOptions(skip_bad=skip_bad, **options).checked())
     checked = PackOptions(skip_bad=skip_bad, **options).checked()
+    if kind is None and hf_dataset.is_hf_dataset(src):
+        samples, specs = hf_dataset.dataset_samples(src, fields, image, label, root)
+        return pack_samples(samples, dst, specs, checked)
     if kind is None:
-        return pack_samples(src, dst, fields, checked)
+        samples = hf_dataset.with_pil_format(src, pil_format, checked.quality)
+        return pack_samples(samples, dst, fields, checked)
     opener = {"fields": fields, "image": image, "label": label, "root": root,
               "skip_empty": skip_empty, "masks": masks}
     samples, specs, source, reopen = _importer(src, kind, opener,

@@ -28,6 +28,10 @@ def detect(src: str | os.PathLike[str], forced: str | None) -> str:
     if ("{" in text and text.rstrip("}").endswith(".tar")) or text.endswith(".tar"):
         return "tar"
     if path.is_dir():
+        from fastloader.pack.sources.hf_parquet import is_parquet_folder
+
+        if is_parquet_folder(path):  # one split's files, as the Hugging Face Hub keeps them
+            return "parquet"
         return "files" if _has_groups(path) else "imagefolder"
     suffix = path.suffix.lower()
     if suffix in _SUFFIXES:
@@ -78,6 +82,10 @@ def fingerprint(kind: str, path: str, storage_options: dict[str, Any] | None = N
             files = [Path(p) for p in expand_braces(path)]
         elif kind == "files":
             files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+        elif kind == "parquet":  # a file, a brace pattern or a folder of one split's files
+            from fastloader.pack.sources.hf_parquet import parquet_files
+
+            files = parquet_files(path)
         else:
             files = [Path(path)]
         stats = [(str(f), f.stat()) for f in files]  # one stat a file

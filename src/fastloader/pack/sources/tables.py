@@ -1,7 +1,12 @@
 """Table importer: .csv, .tsv, .jsonl (and .parquet with pyarrow), one row a sample.
 
-The image column is found by name (path, image, file, filename) or given; its paths are
-relative to the table's folder or `root`. `label` turns a column of class names into ids
+The image column is found by name (path, image, file, filename) or given (Parquet: else the
+first Image feature or column of image bytes); its paths are relative to the table's folder or
+`root`; Parquet's image bytes ({bytes, path} structs of `datasets` Image() columns, or binary
+cells) are read by the workers (pack/sources/hf_parquet.py), a struct's path only where it has
+no bytes. A Parquet source may be one split's files (a brace pattern, or a folder); its columns'
+Hugging Face features give their kinds (pack/sources/hf_features.py: ClassLabel names become
+the label's classes). `label` turns a column of class names into ids
 (sorted names). Other columns become fields of their inferred kind: CSV cells that all parse as
 ints are int, as numbers float, else text; JSON values keep their type (lists and objects are
 json). Empty cells: "" in text, NaN in float, null in json; in an int column an error (declare
@@ -16,14 +21,19 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastloader.errors import OptionalDependencyError, PackError
+import numpy as np
+
+from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
 from fastloader.format.kinds.infer import infer_kind
-from fastloader.pack.sources import spatial
-from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY
+from fastloader.pack.sources import hf_parquet, hints, spatial
+from fastloader.pack.sources.hf_features import Mapped, fields_of, one_label
+from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, ParquetCell
 
 IMAGE_COLUMNS = ("path", "image", "file", "filename")
 _EMPTY = None  # an empty cell, before the column's kind says what it reads as
@@ -79,17 +89,7 @@ def _jsonl_rows(path: Path) -> tuple[list[str], list[tuple[int, Any]]]:
     return list(header), rows
 
 
-def _parquet_rows(path: Path) -> tuple[list[str], list[tuple[int, Any]]]:
-    try:
-        import pyarrow.parquet as pq  # type: ignore[import-not-found]
-    except ImportError:
-        raise OptionalDependencyError(f"{path}: reading .parquet needs pyarrow; "
-                                      "pip install pyarrow, or export the table as CSV.") from None
-    table = pq.read_table(path)
-    return list(table.column_names), [(k + 1, row) for k, row in enumerate(table.to_pylist())]
-
-
-def _infer(column: str, rows: list[tuple[int, Any]], from_csv: bool) -> str:
+def _infer(column: str, rows: list[tuple[str, Any]], from_csv: bool) -> str:
     return infer_kind([r[column] for _, r in rows
                        if isinstance(r, dict) and r.get(column) is not None], from_csv)
 
@@ -102,80 +102,206 @@ def _convert(spec: FieldSpec, value: Any, from_csv: bool) -> Any:
     return spec.kind.from_cell(spec, value, from_csv)
 
 
-def _row_sample(line: int, row: Any, table: Path, specs: list[FieldSpec], columns: dict[str, str],
-                base: Path, from_csv: bool) -> dict[str, Any]:
-    where = f"{table} line {line}"
+
+def shown(value: Any) -> str:
+    """A cell for an error message, never cut mid-value: short text and numbers as they are,
+    bytes, structs and long values by what they are."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"({len(value)} bytes)"
+    if isinstance(value, dict):
+        return f"(a struct of {', '.join(map(str, value))})"
+    text = repr(value)
+    if isinstance(value, (str, int, float)) and len(text) <= 60:
+        return text
+    return f"(a {type(value).__name__}{f' of {len(value)}' if hasattr(value, '__len__') else ''})"
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How a table's rows become samples: each field's column, the folder image paths are
+    under, whether cells are CSV text, and the Hugging Face features' converters (by field)."""
+
+    columns: dict[str, str]
+    base: Path
+    from_csv: bool
+    converters: dict[str, Callable[[Any], Any]]
+
+    def value(self, spec: FieldSpec, cell: Any, sample: dict[str, Any]) -> Any:
+        """A cell as its field's value (an image's source: bytes, a path under base, or a
+        ParquetCell the worker reads); ValueError saying why not."""
+        if isinstance(cell, ParquetCell):
+            return cell
+        if spec.name in self.converters:
+            value = self.converters[spec.name](cell)
+            if not (spec.kind.cell_is_path and isinstance(value, str)):
+                return value
+            cell = value  # a struct's path: under base, as a path cell's
+        elif not spec.kind.cell_is_path:
+            return _convert(spec, cell, self.from_csv)
+        if isinstance(cell, (bytes, bytearray)) and spec.kind.is_image:
+            return bytes(cell)
+        if not isinstance(cell, str) or not cell:  # an image's or a mask PNG's path
+            raise ValueError(f"has no {spec.kind} path")
+        if spec.kind.is_image:
+            sample.setdefault(PATH_KEY, cell)
+        return str(self.base / cell)
+
+
+def _row_sample(where: str, row: Any, specs: list[FieldSpec], reading: _Reading
+                ) -> dict[str, Any]:
     if not isinstance(row, dict):
         return {WHERE_KEY: where, ERROR_KEY: row}
     sample: dict[str, Any] = {WHERE_KEY: where}
     for spec in specs:
-        if columns[spec.name] not in row:  # JSONL: a key other records have (not a null)
-            return {WHERE_KEY: where, ERROR_KEY: f"has no field {columns[spec.name]!r}, which "
-                    "other records have (write null for an empty value)"}
-        value = row.get(columns[spec.name])
+        column = reading.columns[spec.name]
+        if column not in row:  # JSONL: a key other records have (not a null)
+            return {WHERE_KEY: where, ERROR_KEY: f"has no field {column!r}, which other "
+                    "records have (write null for an empty value)"}
+        value = row.get(column)
         try:
-            if spec.kind.cell_is_path:  # an image's or a mask PNG's, relative to base
-                if not isinstance(value, str) or not value:
-                    raise ValueError(f"has no {spec.kind} path")
-                if spec.kind.is_image:
-                    sample[PATH_KEY] = value
-                value = str(base / value)
-            else:
-                value = _convert(spec, value, from_csv)
+            sample[spec.name] = reading.value(spec, value, sample)
         except ValueError as exc:
-            return {WHERE_KEY: where, ERROR_KEY: f"field {spec.name!r} ({spec.kind}) "
-                    f"{value!r:.40}: {exc}" if value is not None else
-                    f"field {spec.name!r} ({spec.kind}) {exc}"}
-        sample[spec.name] = value
+            named = f"field {spec.name!r}" + (f" (column {column!r})" if column != spec.name
+                                               else "")
+            return {WHERE_KEY: where, ERROR_KEY: f"{named} ({spec.kind}) {shown(value)}: {exc}"
+                    if value is not None else f"{named} ({spec.kind}) {exc}"}
     return sample
 
 
-def _specs(table: Path, header: list[str], rows: list[tuple[int, Any]], image: str | None,
-           label: str | None, overrides: dict[str, Any], from_csv: bool
-           ) -> tuple[list[FieldSpec], dict[str, str]]:
+def _image_column(where: str, header: list[str], image: str | None,
+                  features: dict[str, Mapped], binary: frozenset[str]) -> str:
+    """The records' column: given, else by name, else the first Image feature or column of
+    image bytes ({bytes, path} structs)."""
     lowered = {h.lower(): h for h in header}
-    image_col = image or next((lowered[c] for c in IMAGE_COLUMNS if c in lowered), None)
-    if image_col is None or image_col not in header:
-        raise PackError(f"{table}: no image column (looked for {image or ', '.join(IMAGE_COLUMNS)}"
+    found = image or next((lowered[c] for c in IMAGE_COLUMNS if c in lowered), None) or next(
+        (c for c in header if c in features and features[c].spec == "image"), None) or next(
+        (c for c in header if c in binary), None)
+    if found is None or found not in header:
+        raise PackError(f"{where}: no image column (looked for {image or ', '.join(IMAGE_COLUMNS)}"
                         f" among {header}); name it with --image COL.")
+    return found
+
+
+def _label_spec(where: str, label: str, rows: list[tuple[str, Any]],
+                features: dict[str, Mapped]) -> tuple[FieldSpec, Callable[[Any], Any] | None]:
+    """--label's field: a ClassLabel's names (and ids), else the column's sorted names."""
+    mapped = features.get(label)
+    if mapped is not None and isinstance(mapped.spec, tuple) and mapped.spec[0] == "int":
+        return make_spec("label", mapped.spec, PackError, f"{where} column {label!r}"), \
+            mapped.convert
+    names = sorted({str(r[label]) for _, r in rows if isinstance(r, dict)
+                    and r.get(label) is not None})
+    return FieldSpec("label", "int", classes=tuple(names)), None
+
+
+def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col: str,
+           label: str | None, overrides: dict[str, Any], from_csv: bool,
+           features: dict[str, Mapped]
+           ) -> tuple[list[FieldSpec], dict[str, str], dict[str, Callable[[Any], Any]]]:
+    """(fields, field -> column, field -> converter): a column's kind is its --field, else
+    its Hugging Face feature's, else a boxes/mask column's by name, else inferred."""
     if label is not None and label not in header:
-        raise PackError(f"{table}: no column {label!r} for --label among {header}.")
+        raise PackError(f"{where}: no column {label!r} for --label among {header}.")
+    _check_overrides(where, header, image_col, label, overrides)
     columns = {"image": image_col}
     specs = [FieldSpec("image", "image")]
+    converters = {"image": features[image_col].convert} if image_col in features else {}
     if label is not None:
-        names = sorted({str(r[label]) for _, r in rows if isinstance(r, dict)
-                        and r.get(label) is not None})
-        specs.append(FieldSpec("label", "int", classes=tuple(names)))
+        spec, convert = _label_spec(where, label, rows, features)
+        specs.append(spec)
         columns["label"] = label
+        if convert is not None:
+            converters["label"] = convert
     for column in header:
         if column in (image_col, label):
             continue
         kind = overrides[column] if column in overrides else (
+            features[column].spec if column in features else
             spatial.default_kind(column, header, spatial.declares_boxes(overrides))
             or _infer(column, rows, from_csv))
-        specs.append(make_spec(column, kind, PackError, f"{table} column {column!r}"))
+        specs.append(make_spec(column, kind, PackError, f"{where} column {column!r}"))
         columns[column] = column
+        if column in features:
+            converters[column] = features[column].convert
+    specs = spatial.with_per_box(specs)
+    one_label(where, [columns[s.name] for s in specs if s.classes is not None])
+    check_specs(specs, PackError, where)
+    return specs, columns, converters
+
+
+def _check_overrides(where: str, header: list[str], image_col: str, label: str | None,
+                     overrides: dict[str, Any]) -> None:
+    """--field names columns, and keeps the image column an image and the label a label."""
     unknown = set(overrides) - set(header)
     if unknown:
-        raise PackError(f"{table}: --field names {sorted(unknown)}, not columns of {header}.")
-    specs = spatial.with_per_box(specs)
-    check_specs(specs, PackError, str(table))
-    return specs, columns
+        raise PackError(f"{where}: --field names {sorted(unknown)}, not columns of {header}.")
+    if image_col in overrides and overrides[image_col] != "image":
+        raise PackError(f"{where}: --field {image_col}:... declares the image column "
+                        f"{image_col!r} another kind; it holds the records, read as image "
+                        "bytes ({bytes, path} structs or binary cells) or image paths, so its "
+                        "kind is image: drop that --field, or pick another image column with "
+                        "--image COL.")
+    if label is not None and label in overrides:
+        raise PackError(f"{where}: --field {label}:... and --label {label} both declare "
+                        f"column {label!r}; --label makes it the int label of its class "
+                        "names: pass one of them.")
+
+
+class TableSamples(list[Any]):
+    """A table's samples, with their size hints (image cells of a Parquet file: their row
+    group's bytes per row; paths: the file's size), known without reading an image."""
+
+    def size_hints(self) -> np.ndarray:
+        return np.asarray([_hint(s.get("image")) if isinstance(s, dict) else 0
+                           for s in self], np.int64)
+
+
+def _hint(value: Any) -> int:
+    return value.size if isinstance(value, ParquetCell) else hints.size_hint(value)
 
 
 def open_table(path: str | os.PathLike[str], kind: str, fields: Any, image: str | None,
                label: str | None, root: str | os.PathLike[str] | None
                ) -> tuple[list[dict[str, Any]], list[FieldSpec], dict[str, Any]]:
     """(samples, fields, source description) of a table."""
+    if kind == "parquet":
+        return _open_parquet(path, fields, image, label, root)
     table = Path(path).expanduser().absolute()
     if not table.is_file():
         raise PackError(f"{table}: no such table file.")
     from_csv = kind in ("csv", "tsv")
     reader = {"csv": lambda p: _csv_rows(p, ","), "tsv": lambda p: _csv_rows(p, "\t"),
-              "jsonl": _jsonl_rows, "parquet": _parquet_rows}[kind]
-    header, rows = reader(table)
-    specs, columns = _specs(table, header, rows, image, label, dict(fields or {}), from_csv)
+              "jsonl": _jsonl_rows}[kind]
+    header, lines = reader(table)
+    rows = [(f"{table} line {line}", row) for line, row in lines]
+    image_col = _image_column(str(table), header, image, {}, frozenset())
+    specs, columns, _ = _specs(str(table), header, rows, image_col, label, dict(fields or {}),
+                               from_csv, {})
     base = Path(root).expanduser().absolute() if root is not None else table.parent
-    samples = [_row_sample(line, row, table, specs, columns, base, from_csv)
-               for line, row in rows]
+    reading = _Reading(columns, base, from_csv, {})
+    samples = TableSamples(_row_sample(where, row, specs, reading) for where, row in rows)
     return samples, specs, {"kind": kind, "path": str(table), "root": str(base)}
+
+
+def _open_parquet(path: str | os.PathLike[str], fields: Any, image: str | None,
+                  label: str | None, root: str | os.PathLike[str] | None
+                  ) -> tuple[list[dict[str, Any]], list[FieldSpec], dict[str, Any]]:
+    """A Parquet file, brace pattern or folder of one split's files: its Hugging Face
+    features' kinds (with --field over them), image cells read by the workers."""
+    table = hf_parquet.open_table(path)
+    source = Path(path).expanduser().absolute()
+    where = str(source)
+    overrides = dict(fields or {})
+    known = {c: f for c, f in table.features.items() if c in table.header}
+    features = fields_of(known, where, {c: k for c, k in overrides.items() if c in known})
+    image_col = _image_column(where, table.header, image, features, table.binary)
+    images = {image_col} | {c for c, m in features.items() if m.spec == "image"} | {
+        c for c, k in overrides.items() if k == "image"}
+    base = Path(root).expanduser().absolute() if root is not None else (
+        source if source.is_dir() else table.files[0].parent)
+    rows = hf_parquet.read_rows(table, images & table.binary, base)
+    specs, columns, converters = _specs(where, table.header, rows, image_col, label,
+                                        overrides, False, features)
+    reading = _Reading(columns, base, False, converters)
+    samples = TableSamples(_row_sample(w, row, specs, reading) for w, row in rows)
+    return samples, specs, {"kind": "parquet", "path": where, "root": str(base)}

@@ -1,5 +1,8 @@
 """One sample's field values checked against their declared kinds (runs in pool workers).
 
+An image value is bytes, a file path, a tar member or a Parquet cell (read here), or a PIL
+image, encoded here once: PNG (lossless) unless pack(pil_format=...) chose JPEG.
+
 Every value becomes its stored form (int, float, an ndarray of the field's dtype, or bytes) by
 its kind's store() (format/kinds/); a value that does not fit its field is an error naming the
 sample, the field and what it got, never a silent conversion (an int column never takes 2.5, a
@@ -13,8 +16,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from fastloader.errors import OptionalDependencyError
 from fastloader.format.fields import FieldSpec
 from fastloader.format.kinds import BadValue
+from fastloader.pack.sources.hf_features import image_source
 from fastloader.pack.sources.validate import Prepared, prepare_data, read_source
 from fastloader.pack.sources.validate import reject as _reject
 
@@ -43,6 +48,88 @@ def read_member(member: TarMember) -> bytes:
     return data
 
 
+PIL_FORMATS = ("png", "jpeg")  # what PIL images are encoded as (png: lossless, the default)
+_PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16")
+
+
+class EncodeAs(NamedTuple):
+    """A PIL image to be stored in another format than PNG (pack(pil_format=...)), encoded
+    by the worker that checks it."""
+
+    image: Any
+    format: str  # one of PIL_FORMATS
+    quality: int  # JPEG's
+
+
+def is_pil(value: Any) -> bool:
+    """Whether value is a PIL image (Pillow imported only when it may be one)."""
+    if not type(value).__module__.startswith("PIL."):
+        return False
+    from PIL import Image
+
+    return isinstance(value, Image.Image)
+
+
+def encode_pil(image: Any, format: str = "png", quality: int = 90) -> bytes:
+    """A PIL image encoded once: PNG (lossless; modes PNG cannot hold, such as CMYK, as RGB)
+    or JPEG at quality (RGB or grey)."""
+    buffer = io.BytesIO()
+    if format == "png":
+        if image.mode not in _PNG_MODES:
+            image = image.convert("RGBA" if "A" in image.mode else "RGB")
+        image.save(buffer, format="PNG")
+    else:
+        if image.mode not in ("L", "RGB"):
+            image = image.convert("RGB")
+        image.save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+class ParquetCell(NamedTuple):
+    """One image cell of a Parquet file, read later (read_cell) by the worker that checks it;
+    its repr (an item's key on resume) changes with the file's size or mtime."""
+
+    file: str
+    row_group: int
+    row: int  # within the row group
+    column: str
+    base: str  # the folder a struct's relative path is under
+    size: int  # the column's bytes in this row group, per row: the shard plan's size hint
+    stamp: tuple[int, int]  # the file's (size, mtime_ns)
+
+
+def pyarrow_parquet(where: Any) -> Any:
+    """pyarrow.parquet, or OptionalDependencyError naming where it was needed."""
+    try:
+        import pyarrow.parquet as pq  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    except ImportError:
+        raise OptionalDependencyError(f"{where}: reading .parquet needs pyarrow; pip install "
+                                      "pyarrow, or export the table as CSV.") from None
+    return pq
+
+
+_LAST: dict[str, Any] = {}  # this process's last row group read: key, pid, column values
+
+
+def read_cell(cell: ParquetCell) -> bytes | str:
+    """A cell's image bytes, or the path (under its base) of a struct without bytes; OSError
+    if the file cannot be read, ValueError if the cell holds no image."""
+    key = (cell.file, cell.row_group, cell.column, os.getpid())
+    if _LAST.get("key") != key:
+        pq = pyarrow_parquet(cell.file)
+        try:
+            column = pq.ParquetFile(cell.file).read_row_group(
+                cell.row_group, columns=[cell.column]).column(0)
+        except OSError:
+            raise
+        except Exception as exc:  # pyarrow's own errors: a damaged row group
+            raise OSError(f"row group {cell.row_group}: {type(exc).__name__}: {exc}") from None
+        _LAST.clear()
+        _LAST.update(key=key, column=column)
+    value = image_source(_LAST["column"][cell.row].as_py())
+    return os.path.join(cell.base, value) if isinstance(value, str) else value
+
+
 class PreparedSample(NamedTuple):
     """One sample's record (its first image field) and its other fields' stored values."""
 
@@ -52,6 +139,15 @@ class PreparedSample(NamedTuple):
 
 
 def _image_bytes(value: Any, max_file_size: int) -> bytes:
+    if isinstance(value, ParquetCell):
+        cell = value
+        try:
+            value = read_cell(cell)
+        except OSError as exc:
+            raise BadValue(f"cannot read {cell.file} row group {cell.row_group}: "
+                           f"{exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise BadValue(f"column {cell.column!r} {exc}") from None
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, TarMember):
@@ -66,7 +162,12 @@ def _image_bytes(value: Any, max_file_size: int) -> bytes:
             raise BadValue(f"cannot read {os.fspath(value)!r}: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise BadValue(f"{os.fspath(value)!r}: {exc}") from None
-    raise BadValue(f"expected image bytes or a file path, got {type(value).__name__}")
+    if isinstance(value, EncodeAs):
+        return encode_pil(*value)
+    if is_pil(value):
+        return encode_pil(value)
+    raise BadValue(f"expected image bytes, a file path or a PIL image, got "
+                   f"{type(value).__name__}")
 
 
 def _image_size(data: bytes) -> tuple[int, int]:
