@@ -1,5 +1,6 @@
 """Packing speed: packdata into LMDB and HDF5 against tar and cp -r of the same tree, same disk;
-and the same images from a CSV table and from WebDataset .tar shards (the importers).
+and the same images from a CSV table, from WebDataset .tar shards and from a Hugging Face
+Parquet split (4 files written by `datasets`, Image + ClassLabel; the importers).
 --engines: `--engine ray` against `--engine local` on the same tree and shard plan.
 `--memory 50000,200000,1000000`: the packer's memory against dataset size instead (trees of
 tiny JPEGs, one subprocess per pack; pack_memory.py)."""
@@ -103,6 +104,24 @@ def make_sources(tree: Path, work: Path, shards: int = 4) -> tuple[Path, str]:
     return table, str(work / f"wds-{{000..{shards - 1:03d}}}.tar")
 
 
+def make_parquet_split(tree: Path, work: Path, shards: int = 4) -> str:
+    """The tree as a Hugging Face split (image bytes + ClassLabel) written by `datasets` as
+    `shards` Parquet files, the Hub's way (train-0000k-of-0000n.parquet); their brace pattern.
+    Untimed."""
+    import datasets
+
+    images = sorted(p for p in tree.rglob("*") if p.is_file() and not p.name.startswith("."))
+    classes = sorted({p.parent.name for p in images})
+    features = datasets.Features({"image": datasets.Image(),
+                                  "label": datasets.ClassLabel(names=classes)})
+    split = datasets.Dataset.from_dict(
+        {"image": [{"bytes": p.read_bytes(), "path": p.name} for p in images],
+         "label": [classes.index(p.parent.name) for p in images]}, features=features)
+    for k in range(shards):
+        split.shard(shards, k).to_parquet(work / f"train-{k:05d}-of-{shards:05d}.parquet")
+    return str(work / f"train-{{00000..{shards - 1:05d}}}-of-{shards:05d}.parquet")
+
+
 def configs(tree: Path, work: Path, files: int, workers: int | None) -> dict:
     """Every way of turning the tree into one artefact on the work disk."""
     tar_dst, cp_dst = work / "tree.tar", work / "tree_copy"
@@ -114,11 +133,20 @@ def configs(tree: Path, work: Path, files: int, workers: int | None) -> dict:
         "packdata -> HDF5": lambda: _pack_run(tree, work / "out.h5", files, workers),
         "tar -cf": lambda: _command_run(tar, tar_dst, files),
         "cp -r": lambda: _command_run(cp, cp_dst, files),
-        "CSV table -> LMDB": lambda: _import_run(table, work / "t.lmdb", files, workers,
-                                                 label="species", root=tree),
+        CSV: lambda: _import_run(table, work / "t.lmdb", files, workers, label="species",
+                                 root=tree),
         "WebDataset tars -> LMDB": lambda: _import_run(shards, work / "w.lmdb", files, workers),
     }
+    try:
+        import datasets  # noqa: F401  (the test extra's; the row is left out without it)
+    except ImportError:
+        return runs
+    split = make_parquet_split(tree, work)
+    runs[PARQUET] = lambda: _import_run(split, work / "p.lmdb", files, workers)
     return runs
+
+
+CSV, PARQUET = "CSV table -> LMDB", "HF Parquet split -> LMDB"
 
 
 def _engine_run(tree: Path, dst: Path, files: int, engine: str, workers: int,
@@ -199,14 +227,14 @@ def print_table(rows: list[dict], total_bytes: int, files: int, env: dict) -> No
     tar = next(r for r in rows if r["name"] == "tar -cf")
     mb = total_bytes / 1e6
     header = ["method", "files/s median (min-max)", "MB/s median", "s median", "vs tar",
-              "vs packdata LMDB (same round, median)"]
+              "vs packdata LMDB (same round, median)", "vs CSV table (same round, median)"]
     body = []
     for row in rows:
         rate = row["img_per_s"]["median"]
         body.append([
             row["name"], spread_text(row["img_per_s"]), f"{rate * mb / files:.1f}",
             f"{files / rate:.2f}", f"{rate / tar['img_per_s']['median']:.2f}x",
-            f"{row.get('vs_imagefolder', 1.0):.2f}x",
+            f"{row.get('vs_imagefolder', 1.0):.2f}x", f"{row.get('vs_csv', 1.0):.2f}x",
         ])
     print(format_table(header, body))
     print(f"{files} files, {mb:.1f} MB; source tree in the page cache (every method reads hot)")
@@ -262,11 +290,12 @@ def main(argv: list[str] | None = None) -> int:
                 on_run=lambda name, i, run, usage: writer.write(run_row(name, i, run, usage)),
             )
             rows = [summary_row(name, r) for name, r in results.items()]
-            base_runs = [run.rate for run, _ in results["packdata -> LMDB"]]
-            for row in rows:  # each round's rate over the ImageFolder pack's of that round
-                ratios = [run.rate / b for (run, _), b in zip(results[row["name"]], base_runs,
-                                                              strict=True)]
-                row["vs_imagefolder"] = statistics.median(ratios)
+            for key, base in (("vs_imagefolder", "packdata -> LMDB"), ("vs_csv", CSV)):
+                base_runs = [run.rate for run, _ in results[base]]
+                for row in rows:  # each round's rate over the base's rate of that round
+                    row[key] = statistics.median(
+                        run.rate / b for (run, _), b in zip(results[row["name"]], base_runs,
+                                                            strict=True))
             for row in rows:
                 row["unit"] = "files"
                 row["mb_per_s_median"] = row["img_per_s"]["median"] * total_bytes / 1e6 / files

@@ -108,25 +108,48 @@ def pyarrow_parquet(where: Any) -> Any:
     return pq
 
 
-_LAST: dict[str, Any] = {}  # this process's last row group read: key, pid, column values
+_LAST: dict[str, Any] = {}  # this process's last row group read: its key and arrays
+_FILES: dict[tuple[Any, ...], Any] = {}  # this process's open Parquet files
 
 
-def read_cell(cell: ParquetCell) -> bytes | str:
-    """A cell's image bytes, or the path (under its base) of a struct without bytes; OSError
-    if the file cannot be read, ValueError if the cell holds no image."""
-    key = (cell.file, cell.row_group, cell.column, os.getpid())
+def _row_group(cell: ParquetCell) -> dict[str, Any]:
+    """The cells of cell's column in its row group (Arrow arrays: cells, and a struct's bytes
+    and path fields), read once per process and row group: a worker's next cells are mostly
+    of the same group."""
+    opened = (cell.file, cell.stamp, os.getpid())  # a file written again is opened again
+    key = (*opened, cell.row_group, cell.column)
     if _LAST.get("key") != key:
-        pq = pyarrow_parquet(cell.file)
         try:
-            column = pq.ParquetFile(cell.file).read_row_group(
-                cell.row_group, columns=[cell.column]).column(0)
+            if opened not in _FILES:
+                if len(_FILES) >= 8:
+                    _FILES.clear()
+                # read, not memory-mapped: a file cut short under a map kills the worker
+                _FILES[opened] = pyarrow_parquet(cell.file).ParquetFile(cell.file)
+            column = _FILES[opened].read_row_group(cell.row_group, columns=[cell.column])
         except OSError:
             raise
         except Exception as exc:  # pyarrow's own errors: a damaged row group
             raise OSError(f"row group {cell.row_group}: {type(exc).__name__}: {exc}") from None
         _LAST.clear()
-        _LAST.update(key=key, column=column)
-    value = image_source(_LAST["column"][cell.row].as_py())
+        cells = column.column(0).combine_chunks()
+        struct = bool(cells.type.num_fields)  # datasets' {bytes, path}, else a binary column
+        _LAST.update(key=key, cells=cells, bytes=cells.field("bytes") if struct else None,
+                     path=cells.field("path") if struct and cells.type.get_field_index(
+                         "path") >= 0 else None)
+    return _LAST
+
+
+def read_cell(cell: ParquetCell) -> bytes | str:
+    """A cell's image bytes, or the path (under its base) of a struct without bytes; OSError
+    if the file cannot be read, ValueError if the cell holds no image."""
+    group = _row_group(cell)
+    if group["bytes"] is None or not group["cells"][cell.row].is_valid:  # binary, or null
+        value = image_source(group["cells"][cell.row].as_py())
+    else:  # the struct's fields read apart: no dict per cell, the path only without bytes
+        data = group["bytes"][cell.row].as_py()
+        names = group["path"] if data is None else None
+        path = names[cell.row].as_py() if names is not None else None
+        value = image_source({"bytes": data, "path": path})
     return os.path.join(cell.base, value) if isinstance(value, str) else value
 
 
