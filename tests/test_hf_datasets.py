@@ -244,3 +244,18 @@ def test_pil_images_are_encoded_once_losslessly_unless_told(
     hf_dataset().to_parquet(tmp_path / "t.parquet")
     with pytest.raises(PackError, match=r"pil_format='jpeg' applies to PIL images in Python"):
         fastloader.pack(tmp_path / "t.parquet", tmp_path / "g.lmdb", pil_format="jpeg")
+
+
+def test_binary_image_cells_and_cells_shown_without_their_bytes(tmp_path: Path) -> None:
+    """A plain binary column of image bytes (no datasets metadata) is read as images; a bad
+    cell in the parent (a JSONL struct where a path belongs) is shown by what it is."""
+    pq.write_table(pa.table({"image": pa.array([png(pixels(k)) for k in range(3)], pa.binary()),
+                             "caption": [f"c{k}" for k in range(3)]}), tmp_path / "b.parquet")
+    fastloader.pack(tmp_path / "b.parquet", tmp_path / "b.lmdb", workers=1)
+    with open_dataset(tmp_path / "b.lmdb") as ds:
+        assert [ds.sample(k)["image"] for k in range(3)] == [png(pixels(k)) for k in range(3)]
+        assert ds.sample(2)["caption"] == "c2"
+    (tmp_path / "t.jsonl").write_text('{"path": {"bytes": "\\u00ff\\u00d8' + "x" * 80 + '"}}\n')
+    with pytest.raises(PackError, match=r"t\.jsonl line 1: field 'image' \(column 'path'\) "
+                       r"\(image\) \(a struct of bytes\): has no image path"):
+        fastloader.pack(tmp_path / "t.jsonl", tmp_path / "j.lmdb", workers=1)
