@@ -64,7 +64,7 @@ def converted(row: Mapping[str, Any], fields: dict[str, Mapped], image: str,
         try:
             sample[name] = field.convert(row[name])
         except ValueError as exc:
-            return {WHERE_KEY: where, ERROR_KEY: f"field {name!r} (column {name!r}): {exc}"}
+            return {WHERE_KEY: where, ERROR_KEY: f"column {name!r}: {exc}"}
     return sample
 
 

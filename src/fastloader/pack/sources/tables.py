@@ -102,7 +102,6 @@ def _convert(spec: FieldSpec, value: Any, from_csv: bool) -> Any:
     return spec.kind.from_cell(spec, value, from_csv)
 
 
-
 def shown(value: Any) -> str:
     """A cell for an error message, never cut mid-value: short text and numbers as they are,
     bytes, structs and long values by what they are."""
