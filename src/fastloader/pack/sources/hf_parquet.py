@@ -132,13 +132,14 @@ def read_rows(table: ParquetTable, lazy: set[str], base: Path) -> list[tuple[str
     ParquetCells, the others' values as pyarrow gives them."""
     pq = pyarrow_parquet(table.files[0])
     rows: list[tuple[str, Any]] = []
+    folder = str(base)  # one string for every cell (a split can have millions)
     for file in table.files:
         handle = pq.ParquetFile(file)
         try:
             values = handle.read(columns=[c for c in table.header if c not in lazy]).to_pylist()
         except Exception as exc:  # a damaged file: pyarrow's errors
             raise PackError(f"{file}: cannot be read ({type(exc).__name__}: {exc}).") from None
-        info = file.stat()
+        info, name = file.stat(), str(file)
         stamp = (info.st_size, info.st_mtime_ns)
         k = 0
         for group in range(handle.metadata.num_row_groups):
@@ -147,10 +148,10 @@ def read_rows(table: ParquetTable, lazy: set[str], base: Path) -> list[tuple[str
             for r in range(meta.num_rows):
                 row = values[k]
                 for column in lazy:
-                    row[column] = ParquetCell(str(file), group, r, column, str(base),
-                                              sizes[column], stamp)
+                    row[column] = ParquetCell(name, group, r, column, folder, sizes[column],
+                                              stamp)
                 k += 1
-                rows.append((f"{file} line {k}", row))
+                rows.append((f"{name} line {k}", row))
     return rows
 
 
