@@ -451,8 +451,9 @@ def _is_dataset(data: Any) -> bool:
 
 
 def _path_of(data: Any, backend: Any) -> str:
-    """The path for these arguments: the drop-in loader for a torch Dataset, the DALI loader
-    for backend="dali", the packed loader otherwise (each checks the rest of its arguments)."""
+    """The path for these arguments: the drop-in loader for a dataset DataLoader takes, the
+    DALI loader for backend="dali", the packed loader otherwise (each checks the rest of its
+    arguments)."""
     data = unwrap_view(data)  # another packed loader's `dataset`: its packed dataset
     if _is_dataset(data):
         return "drop-in loader"
