@@ -105,7 +105,7 @@ def dataset_samples(dataset: Any, fields: Any, image: str | None, label: Any, ro
         raise PackError(f"{where}: fields names {sorted(unknown)}, not columns of "
                         f"{list(dataset.features)}.")
     mapped = fields_of(dataset.features.to_dict(), where, overrides)
-    images = [c for c, m in mapped.items() if m.spec == "image"]
+    images = [c for c, m in mapped.items() if m.image]
     if image is not None and image not in images:
         raise PackError(f"{where}: image={image!r} is not one of its Image columns "
                         f"({images or 'none'}).")

@@ -19,6 +19,19 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from fastloader.errors import PackError
+from fastloader.format.kinds import Kind, find
+
+
+def kind_of(spec: Any) -> Kind | None:
+    """The registered kind of a field as fields= writes it ("image", ("int", NAMES), ...);
+    None for an unknown one (make_spec says what is wrong with it)."""
+    return find(spec[0] if isinstance(spec, (tuple, list)) and spec else spec)
+
+
+def is_image(spec: Any) -> bool:
+    """Whether a field written as fields= writes it is of an image kind."""
+    kind = kind_of(spec)
+    return kind is not None and kind.is_image
 
 
 class Mapped(NamedTuple):
@@ -28,6 +41,11 @@ class Mapped(NamedTuple):
 
     spec: Any
     convert: Callable[[Any], Any]
+
+    @property
+    def image(self) -> bool:
+        """Whether the field is of an image kind."""
+        return is_image(self.spec)
 
 
 def image_source(value: Any) -> Any:

@@ -32,7 +32,7 @@ from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
 from fastloader.format.kinds.infer import infer_kind
 from fastloader.pack.sources import hf_parquet, hints, spatial
-from fastloader.pack.sources.hf_features import Mapped, fields_of, one_label
+from fastloader.pack.sources.hf_features import Mapped, fields_of, is_image, kind_of, one_label
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, ParquetCell
 
 IMAGE_COLUMNS = ("path", "image", "file", "filename")
@@ -173,7 +173,7 @@ def _image_column(where: str, header: list[str], image: str | None,
     image bytes ({bytes, path} structs)."""
     lowered = {h.lower(): h for h in header}
     found = image or next((lowered[c] for c in IMAGE_COLUMNS if c in lowered), None) or next(
-        (c for c in header if c in features and features[c].spec == "image"), None) or next(
+        (c for c in header if c in features and features[c].image), None) or next(
         (c for c in header if c in binary), None)
     if found is None or found not in header:
         raise PackError(f"{where}: no image column (looked for {image or ', '.join(IMAGE_COLUMNS)}"
@@ -185,7 +185,8 @@ def _label_spec(where: str, label: str, rows: list[tuple[str, Any]],
                 features: dict[str, Mapped]) -> tuple[FieldSpec, Callable[[Any], Any] | None]:
     """--label's field: a ClassLabel's names (and ids), else the column's sorted names."""
     mapped = features.get(label)
-    if mapped is not None and isinstance(mapped.spec, tuple) and mapped.spec[0] == "int":
+    kind = kind_of(mapped.spec) if mapped is not None else None
+    if mapped is not None and kind is not None and kind.takes_classes:
         return make_spec("label", mapped.spec, PackError, f"{where} column {label!r}"), \
             mapped.convert
     names = sorted({str(r[label]) for _, r in rows if isinstance(r, dict)
@@ -234,7 +235,7 @@ def _check_overrides(where: str, header: list[str], image_col: str, label: str |
     unknown = set(overrides) - set(header)
     if unknown:
         raise PackError(f"{where}: --field names {sorted(unknown)}, not columns of {header}.")
-    if image_col in overrides and overrides[image_col] != "image":
+    if image_col in overrides and not is_image(overrides[image_col]):
         raise PackError(f"{where}: --field {image_col}:... declares the image column "
                         f"{image_col!r} another kind; it holds the records, read as image "
                         "bytes ({bytes, path} structs or binary cells) or image paths, so its "
@@ -294,8 +295,8 @@ def _open_parquet(path: str | os.PathLike[str], fields: Any, image: str | None,
     known = {c: f for c, f in table.features.items() if c in table.header}
     features = fields_of(known, where, {c: k for c, k in overrides.items() if c in known})
     image_col = _image_column(where, table.header, image, features, table.binary)
-    images = {image_col} | {c for c, m in features.items() if m.spec == "image"} | {
-        c for c, k in overrides.items() if k == "image"}
+    images = {image_col} | {c for c, m in features.items() if m.image} | {
+        c for c, k in overrides.items() if is_image(k)}
     base = Path(root).expanduser().absolute() if root is not None else (
         source if source.is_dir() else table.files[0].parent)
     rows = hf_parquet.read_rows(table, images & table.binary, base)
