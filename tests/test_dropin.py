@@ -75,17 +75,20 @@ def test_dropin_distributed_split_and_rejections() -> None:
 
 
 def rows_dataset(n: int = 10):
-    """A real datasets.Dataset (not a torch Dataset): a 2x2 image, a ClassLabel, a text."""
+    """A real datasets.Dataset (not a torch Dataset): a 2x2 image, a ClassLabel, a text and a
+    list of floats."""
     import datasets
     import numpy as np
     from PIL import Image
 
     features = datasets.Features({"image": datasets.Image(),
                                   "label": datasets.ClassLabel(names=["a", "b", "c"]),
-                                  "text": datasets.Value("string")})
+                                  "text": datasets.Value("string"),
+                                  "vec": datasets.List(datasets.Value("float32"))})
     return datasets.Dataset.from_dict(
         {"image": [Image.fromarray(np.full((2, 2, 3), i, np.uint8)) for i in range(n)],
-         "label": [i % 3 for i in range(n)], "text": [f"t{i}" for i in range(n)]},
+         "label": [i % 3 for i in range(n)], "text": [f"t{i}" for i in range(n)],
+         "vec": [[i / 2] * (1 + i % 3) for i in range(n)]},
         features=features)
 
 
@@ -99,8 +102,10 @@ def test_dropin_takes_a_datasets_dataset_as_dataloader_does() -> None:
     assert [int(np.asarray(r["image"])[0, 0, 0]) for r in rows] == list(range(10))
     assert [r["label"] for r in rows] == [i % 3 for i in range(10)]
     assert [r["text"] for r in rows] == [f"t{i}" for i in range(10)]
+    assert [r["vec"] for r in rows] == [[i / 2] * (1 + i % 3) for i in range(10)]
     assert loader.dataset.features["label"].names == ["a", "b", "c"]
-    torch_rows = FastLoader(dataset.with_format("torch"), batch_size=5, num_workers=0)
+    torch_rows = FastLoader(dataset.remove_columns("vec").with_format("torch"), batch_size=5,
+                            num_workers=0)
     images = torch.cat([b["image"] for b in torch_rows])
     assert images.shape == (10, 3, 2, 2) and images[:, 0, 0, 0].tolist() == list(range(10))
     (batch,) = FastLoader([3, 1, 2], batch_size=3, num_workers=0)  # a list is map-style too
