@@ -24,7 +24,7 @@ import numpy as np
 from fastloader.pack.engines.progress import Meter
 from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.staging.build import build_part
-from fastloader.pack.staging.part import Stage
+from fastloader.pack.staging.part import Identity, Stage
 from fastloader.pack.staging.plan import Spans, TaskSettings, count_bounds
 
 _WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memory
@@ -135,10 +135,12 @@ def run_stream(staging: Stage, plan: Spans, items: ItemSource, samples: Iterable
             close()
 
 
-def pending_shards(staging: Path, plan: Spans, resume: bool) -> list[int]:
-    """The shards whose part is missing or invalid (all of them unless resuming)."""
+def pending_shards(staging: Path, plan: Spans, resume: bool, items: Identity) -> list[int]:
+    """The shards whose part is missing, invalid or made from other items (part.identity;
+    all of them unless resuming)."""
     if not resume:
         return list(range(plan.num_shards))
     from fastloader.pack.staging.part import check_part
 
-    return [k for k in range(plan.num_shards) if check_part(staging, plan, k)[0] is None]
+    return [k for k in range(plan.num_shards)
+            if check_part(staging, plan, k, items)[0] is None]

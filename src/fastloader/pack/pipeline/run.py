@@ -9,20 +9,21 @@ from fastloader.pack.engines.ray import run_on_ray
 from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.staging.journal import Staging
-from fastloader.pack.staging.part import Stage
+from fastloader.pack.staging.part import Stage, identity
 from fastloader.pack.staging.plan import Spans, TaskSettings
 from fastloader.pack.staging.remote_stage import RemoteStaging
 
 
 def run_pending(staging: Staging | RemoteStaging, plan: Spans, items: ItemSource,
                 settings: TaskSettings, options: PackOptions) -> set[int]:
-    """Run the shards whose parts are missing (all of them unless resuming) on
-    options.engine; the shards whose parts need no second hash at the commit: written just
-    now, or hashed by the resume check (a URL's are checked by size only)."""
+    """Run the shards whose parts are missing, or were made from other items (all of them
+    unless resuming) on options.engine; the shards whose parts the commit need not check
+    again: written just now, or checked by the resume (hashed, or at a URL sized)."""
     assert options.workers is not None
-    remote = isinstance(staging, RemoteStaging)
-    todo = (staging.pending(plan, options.resume) if isinstance(staging, RemoteStaging)
-            else pending_shards(staging.dir, plan, options.resume))
+    made_of = identity(items, plan)
+    todo = (staging.pending(plan, options.resume, made_of)
+            if isinstance(staging, RemoteStaging)
+            else pending_shards(staging.dir, plan, options.resume, made_of))
     stage: Stage = staging.stage if isinstance(staging, RemoteStaging) else staging.dir
     meter = Meter(plan, todo, options.progress, options.quiet)
     try:
@@ -33,5 +34,4 @@ def run_pending(staging: Staging | RemoteStaging, plan: Spans, items: ItemSource
             written = run_local(stage, plan, todo, items, settings, options.workers, meter)
     finally:
         meter.close()
-    hashed = set() if remote else set(range(plan.num_shards)) - set(todo)
-    return set(written) | hashed
+    return set(written) | (set(range(plan.num_shards)) - set(todo))

@@ -36,7 +36,6 @@ from fastloader.pack.staging.journal import Staging, staging_path
 from fastloader.pack.staging.plan import (
     MAX_SHARD_FILES,
     ShardPlan,
-    Spans,
     TaskSettings,
     from_scan,
 )
@@ -129,7 +128,7 @@ class TreeSource:
     """An ImageFolder tree (a folder, or its URL) as the pipeline's source: listed by the scan,
     cut into a ShardPlan, each file read by the tasks (staging/items.TreeItems), committed as
     format v1; its identity for resume is each file's path, label, size and mtime
-    (ShardPlan.digest)."""
+    (TreeItems.keys)."""
 
     resumable = True
 
@@ -175,7 +174,7 @@ class TreeSource:
         run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
         return from_scan(result, options.shard_size), identity, run
 
-    def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
+    def run(self, staging: Staging | RemoteStaging, plan: ShardPlan | None,
             settings: TaskSettings, options: PackOptions) -> tuple[ShardPlan, set[int]]:
         assert isinstance(plan, ShardPlan)
         # a URL source's storage options: never saved
