@@ -18,6 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, parse_fields, primary_image
 from fastloader.format.manifest import Manifest
@@ -25,7 +27,7 @@ from fastloader.format.remote import is_url
 from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions, check_destination, resolve_backend
 from fastloader.pack.pipeline.run import run_pending
-from fastloader.pack.sources.hints import item_keys
+from fastloader.pack.sources.hints import sizes_and_keys
 from fastloader.pack.staging.items import SampleItems, file_fields, is_sequence
 from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.plan import (
@@ -34,7 +36,7 @@ from fastloader.pack.staging.plan import (
     TaskSettings,
     check_shard_samples,
     count_bounds,
-    plan_samples,
+    cut,
 )
 from fastloader.pack.staging.remote_stage import RemoteStaging
 
@@ -137,14 +139,16 @@ class SampleSource:
             raise PackError(f"no sample could be packed into {staging.dst} (0 "
                             "skipped): the source has no samples.")
         keys = None  # an importer's items' identities: --resume rebuilds the changed shards
-        if self.source is not None:
-            keys = item_keys(samples, file_fields(self.specs))
+        if self.source is not None:  # cut by size hints, got with the keys in one pass
+            sizes, keys = sizes_and_keys(samples, primary_image(self.specs).name,
+                                         file_fields(self.specs))
+            bounds = cut(sizes, options.shard_size)
+        else:  # Python samples, cut by count: their keys are their tasks'
+            assert options.shard_samples is not None
+            bounds = count_bounds(len(samples), options.shard_samples)
+            sizes = np.zeros(len(samples), np.int64)
         if keys is not None:
             identity["item_keys"] = True
-        assert options.shard_samples is not None
-        bounds, sizes = plan_samples(samples, primary_image(self.specs).name,
-                                     options.shard_size, options.shard_samples,
-                                     self.source is not None)
         plan = ShardPlan(bounds, sizes, keys=keys,
                          fingerprint=(self.source or {}).get("fingerprint", ""),
                          reopen=self.reopen, fields=identity["fields"])

@@ -264,19 +264,6 @@ def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) ->
                      labels, mtimes, root=result.root, scan=scan)
 
 
-def plan_samples(samples: Any, image: str, shard_size: int, shard_samples: int,
-                 importer: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(bounds, sizes) of a sequence of samples: by size hints for an importer's, by count for
-    Python samples."""
-    from fastloader.pack.sources.hints import size_hints
-
-    n = len(samples)
-    if importer:
-        sizes = size_hints(samples, image)
-        return cut(sizes, shard_size, MAX_SHARD_FILES), sizes
-    return count_bounds(n, shard_samples), np.zeros(n, np.int64)
-
-
 def check_shard_samples(shard_samples: Any, shard_size: int) -> int:
     """shard_samples checked (None: its default, shard_size / 128 KiB, at least 1)."""
     if shard_samples is None:
