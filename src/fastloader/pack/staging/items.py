@@ -15,9 +15,7 @@ import functools
 import json
 import logging
 import multiprocessing
-import os
-import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,9 +26,9 @@ from fastloader.format.fields import FieldSpec, label_field, primary_image, spec
 from fastloader.format.index import encode_paths
 from fastloader.pack.sources import tiling
 from fastloader.pack.sources.base import ItemSource
-from fastloader.pack.sources.hints import file_stamp, key_of
 from fastloader.pack.sources.validate import Prepared, prepare
 from fastloader.pack.sources.values import PreparedSample, prepare_sample
+from fastloader.pack.staging.keys import known, sample_key
 from fastloader.pack.staging.part import CORE
 from fastloader.pack.staging.plan import ShardPlan, TaskSettings
 
@@ -221,38 +219,12 @@ def prepare_item(sample: Any, specs: Sequence[FieldSpec], where: str, settings: 
     """One sample checked and converted (sources/values), its record then repacked as
     restart tiles when the pack is tiled (in the worker: the repack is the costly part); with
     its key (sample_key) when files is given (the sample is keyed by its task)."""
-    key = None if files is None else sample_key(sample, files)
     prepared = prepare_sample(sample, specs, where, settings)
+    key = None if files is None else sample_key(sample, files, known(sample, specs, prepared))
     if settings.tiles is None or prepared.record.data is None:
         return prepared, key
     record = tiling.tile_record(prepared.record, settings.tiles["restart_mcus"])
     return prepared._replace(record=record), key
-
-
-def sample_key(sample: Any, files: frozenset[str]) -> bytes:
-    """A Python sample's resume key (KEY_BYTES): its values, a file field's path taken as its
-    path, size and mtime, bytes and arrays as their length and crc32 (a checksum costs ~1% of
-    preparing the image, a cryptographic hash ~7%; a change that keeps both a value's length
-    and its crc32 is missed, 1 in 2**32 by chance, as the records' own crc32 checks go)."""
-    if not isinstance(sample, Mapping):
-        return key_of(repr(sample)).tobytes()
-    return key_of({str(k): _plain(v, k in files) for k, v in sample.items()}).tobytes()
-
-
-def _plain(value: Any, is_file: bool) -> Any:
-    """value as plain types whose repr tells it whole (numpy's repr elides long arrays)."""
-    if is_file and isinstance(value, (str, os.PathLike)):
-        return file_stamp(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return ["bytes", len(value), zlib.crc32(value)]
-    if isinstance(value, np.ndarray):
-        data = np.ascontiguousarray(value)
-        return ["ndarray", str(value.dtype), list(value.shape), zlib.crc32(data.data)]
-    if isinstance(value, (list, tuple)):
-        return [type(value).__name__, [_plain(v, False) for v in value]]
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v, False) for k, v in value.items()}
-    return value
 
 
 def _read(samples: Any, i: int) -> Any:
