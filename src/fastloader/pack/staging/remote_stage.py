@@ -35,7 +35,13 @@ from fastloader.errors import DatasetNotFoundError, PackError
 from fastloader.format.manifest import MANIFEST_NAME
 from fastloader.format.remote import Remote
 from fastloader.pack.sources import tiling
-from fastloader.pack.staging.journal import JOURNAL_DIR, PLAN_DIR, PLAN_NAME, same_identity
+from fastloader.pack.staging.journal import (
+    JOURNAL_DIR,
+    PLAN_DIR,
+    PLAN_NAME,
+    same_identity,
+    write_atomic,
+)
 from fastloader.pack.staging.part import Identity, Part, check_part, part_path
 from fastloader.pack.staging.plan import ShardPlan, Spans, TaskSettings, read_settings
 from fastloader.pack.staging.upload import put
@@ -162,14 +168,14 @@ class RemoteStaging:
         if overwrite:
             self._remove(self.remote, MANIFEST_NAME)
         self.journal.mkdir(parents=True, exist_ok=True)
-        (self.dir / PLAN_NAME).write_text(json.dumps(identity, sort_keys=True))
+        write_atomic(self.dir / PLAN_NAME, json.dumps(identity, sort_keys=True))
 
     def publish_plan(self, settings_name: str) -> None:
         """Upload the plan written in dir (the tasks read it from there), plan.json last;
         the run settings carry this pack's token."""
         settings = self.dir / PLAN_DIR / settings_name
         run = json.loads(settings.read_text()) | {"token": self.stage.token}
-        settings.write_text(json.dumps(run, sort_keys=True))
+        write_atomic(settings, json.dumps(run, sort_keys=True))
         for path in sorted((self.dir / PLAN_DIR).iterdir()):
             put(self.staging, path, f"{PLAN_DIR}/{path.name}")
         put(self.staging, self.dir / PLAN_NAME, PLAN_NAME)
