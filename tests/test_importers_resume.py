@@ -164,6 +164,16 @@ def test_a_changed_python_sample_rebuilds_only_its_shard(tmp_path: Path, change:
     assert dataset_bytes(dst) == dataset_bytes(tmp_path / "fresh.lmdb")
 
 
+def test_only_the_pack_that_planned_python_samples_commits_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dst = tmp_path / "out.lmdb"
+    _stopped(Samples(tmp_path / "img", 3), dst, workers=1)
+    for step in (["shard", str(dst), "--range", "2:3"], ["commit", str(dst)]):
+        assert main([*step, "--quiet"]) != 0
+        assert "Python samples" in capsys.readouterr().err
+    assert not dst.exists() and staging_path(dst).is_dir()
+
+
 def test_a_plain_iterable_of_python_samples_cannot_resume(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="resume=True needs samples it can read again by index"):
         fastloader.pack(iter([{}]), tmp_path / "o.lmdb", fields={"image": "image"},
