@@ -261,9 +261,10 @@ class SampleItems:
                  plan: ShardPlan | None = None) -> None:
         self._samples, self.specs, self.settings, self.plan = samples, specs, settings, plan
         self.reopen = None if plan is None else plan.reopen
-        # Python samples (no source to reopen) read by index are keyed by their tasks: the
-        # fields a key stamps as files, None when not keyed
-        keyed = self.reopen is None and (samples is None or is_sequence(samples))
+        # samples the plan cannot tell (Python samples: no keys, no source to reopen) read by
+        # index are keyed by their tasks: the fields a key stamps as files, None when not
+        planned = plan is not None and (plan.keys is not None or plan.reopen is not None)
+        keyed = not planned and (samples is None or is_sequence(samples))
         self.files = file_fields(specs) if keyed else None
 
     @property
@@ -289,14 +290,15 @@ class SampleItems:
         return 0 if self.plan is None else int(self.plan.sizes[i])
 
     def keys(self, lo: int, hi: int) -> bytes:
+        if self.files is not None:  # read again, each keyed as its task keyed it
+            return b"".join(sample_key(_read(self.samples, i), self.files)
+                            for i in range(lo, hi))
         plan = self.plan
-        if plan is not None and plan.keys is not None:  # an importer's items, planned
-            return np.ascontiguousarray(plan.keys[lo:hi]).tobytes()
-        if self.reopen is not None:  # an importer that cannot tell its items: the whole
-            return plan.fingerprint.encode() if plan is not None else b""
-        if self.files is None:  # a plain iterable: read once, never resumed
+        if plan is None:  # a plain iterable: read once, never resumed
             return b""
-        return b"".join(sample_key(_read(self.samples, i), self.files) for i in range(lo, hi))
+        if plan.keys is not None:  # an importer's items, planned
+            return np.ascontiguousarray(plan.keys[lo:hi]).tobytes()
+        return plan.fingerprint.encode()  # an importer that cannot tell its items: the whole
 
     def work(self, i: int) -> Any:
         return i if self.forked else (f"sample {i}", self.samples[i])
