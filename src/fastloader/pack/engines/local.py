@@ -135,7 +135,8 @@ def run_stream(staging: Stage, plan: Spans, items: ItemSource, samples: Iterable
             close()
 
 
-def pending_shards(staging: Path, plan: Spans, resume: bool, items: Identity) -> list[int]:
+def pending_shards(staging: Path, plan: Spans, resume: bool, made_of: Identity
+                   ) -> list[int]:
     """The shards whose part is missing, invalid or made from other items (part.identity;
     all of them unless resuming)."""
     if not resume:
@@ -143,4 +144,4 @@ def pending_shards(staging: Path, plan: Spans, resume: bool, items: Identity) ->
     from fastloader.pack.staging.part import check_part
 
     return [k for k in range(plan.num_shards)
-            if check_part(staging, plan, k, items)[0] is None]
+            if check_part(staging, plan, k, made_of)[0] is None]

@@ -5,7 +5,9 @@ arrays (journal/NNNNN.part.npz) and, last, its part-manifest journal/NNNNN.json 
 sizes, sha256s, skipped items), so a part-manifest always means a whole part. Running a task
 twice (an engine's retry, a killed task re-run, two `packdata shard` runs of one range)
 writes the same bytes again: tasks are idempotent. What goes into a part is built by
-pack/staging/build.py, for every source.
+pack/staging/build.py, for every source. A part records what it was made from (Part.digest:
+span_digest of its items' keys, sources/base.ItemSource.keys); a resume or a commit reuses it
+only while identity(items, plan) says the same of the items now.
 
 A shard's LMDB keys start at its plan position lo (known before the items before it are
 read); the commit step gives each shard its sample range and records the key in the manifest
@@ -137,12 +139,12 @@ def load_arrays(staging: Path, k: int) -> dict[str, np.ndarray]:
         return {name: data[name] for name in data.files}
 
 
-def check_part(staging: Path, plan: Spans, k: int, items: Identity | None,
+def check_part(staging: Path, plan: Spans, k: int, made_of: Identity | None,
                hash_shard: bool = True, sizes: Mapping[str, int] | None = None
                ) -> tuple[Part | None, str]:
     """Shard k's part when it is whole and made from the plan's items, else why not.
 
-    items: the digest its items have now (identity()); None: not compared (a part this run
+    made_of: the digest its items have now (identity()); None: not compared (a part this run
     wrote, or checked already). It is asked last but for the shard file's checks, so items
     are read again (Python samples) only for parts that are otherwise whole.
     sizes: the shard files' sizes when they are not in staging (a URL's listing); then only
@@ -165,7 +167,7 @@ def check_part(staging: Path, plan: Spans, k: int, items: Identity | None,
     count = (0 if part.info is None else part.info.count) + len(part.skipped)
     if count != part.hi - part.lo:
         return None, f"counts {count} files, its plan range has {part.hi - part.lo}"
-    if items is not None and part.digest != items(k):
+    if made_of is not None and part.digest != made_of(k):
         return None, "was made from other source items (the source changed since)"
     if part.info is None:
         return part, ""

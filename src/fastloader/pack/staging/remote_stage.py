@@ -193,14 +193,14 @@ class RemoteStaging:
                 (self.dir / name).write_bytes(got[path])
         return _listing(self.remote)
 
-    def pending(self, plan: Spans, resume: bool, items: Identity) -> list[int]:
+    def pending(self, plan: Spans, resume: bool, made_of: Identity) -> list[int]:
         """The shards whose part is missing, invalid or made from other items at the URL
         (all unless resuming)."""
         if not resume:
             return list(range(plan.num_shards))
         sizes = self.gather()
         return [k for k in range(plan.num_shards)
-                if check_part(self.dir, plan, k, items, sizes=sizes)[0] is None]
+                if check_part(self.dir, plan, k, made_of, sizes=sizes)[0] is None]
 
     def finish(self, write_manifest: Callable[[Path], Any], overwrite: bool) -> None:
         """Upload index/ and skipped.json, then manifest.json (last); then delete the objects
