@@ -59,6 +59,12 @@ class ItemSource(Protocol):
         """
         ...
 
+    def key_job(self) -> Callable[[Any], bytes] | None:
+        """The picklable function from work(i) to item i's key where telling it means reading
+        the item (Python samples), so a resume's check can read them on the pool; None where
+        keys() reads only the plan."""
+        ...
+
     def work(self, i: int) -> Any:
         """What a worker needs to prepare item i (picklable)."""
         ...

@@ -125,6 +125,9 @@ class TreeItems:
         numbers = (relative, plan.labels[lo:hi], plan.sizes[lo:hi], plan.mtimes[lo:hi])
         return paths + b"".join(np.ascontiguousarray(a, np.int64).tobytes() for a in numbers)
 
+    def key_job(self) -> None:
+        return None  # the listing tells the keys
+
     def job(self) -> Callable[[str], Prepared]:
         return self._job
 
@@ -245,6 +248,13 @@ def sample_job(work: Any, specs: Sequence[FieldSpec], settings: TaskSettings,
     return prepare_item(sample, specs, where, settings, files)
 
 
+def key_job(work: Any, files: frozenset[str]) -> bytes:
+    """The key of the sample work names (an index into the forked sequence, or a (where,
+    sample) pair), read and not prepared."""
+    sample = _read(_SOURCE, work) if isinstance(work, int) else work[1]
+    return sample_key(sample, files)
+
+
 class SampleItems:
     """Samples of declared fields as items: read by index (in forked workers, which inherit
     the sequence), or handed over as (where, sample) pairs; the v2 columns in its parts.
@@ -299,6 +309,9 @@ class SampleItems:
         if plan.keys is not None:  # an importer's items, planned
             return np.ascontiguousarray(plan.keys[lo:hi]).tobytes()
         return plan.fingerprint.encode()  # an importer that cannot tell its items: the whole
+
+    def key_job(self) -> Callable[[Any], bytes] | None:
+        return None if self.files is None else functools.partial(key_job, files=self.files)
 
     def work(self, i: int) -> Any:
         return i if self.forked else (f"sample {i}", self.samples[i])
