@@ -128,6 +128,8 @@ def _child(tree: Path, dst: Path, phase: str, workers: int, shard_size: int) -> 
     from fastloader.pack.pipeline import tree as write_mod
     from fastloader.pack.sources import scan as scan_mod
     from fastloader.pack.staging import plan as plan_mod
+    from fastloader.pack.staging.items import TreeItems
+    from fastloader.pack.staging.part import identity
 
     gc.collect()
     baseline = _rss_bytes()
@@ -144,7 +146,9 @@ def _child(tree: Path, dst: Path, phase: str, workers: int, shard_size: int) -> 
         staging = write_mod.Staging(dst)
         staging.open({"listing": True}, resume=False)
         plan.save(staging.dir)
-        pending_shards(staging.dir, plan, resume=True)  # the resume check over every shard
+        settings = plan_mod.TaskSettings("lmdb", shard_size, None, 90, 1 << 30)
+        keys = identity(TreeItems(plan, settings), plan)  # what each part must be made of
+        pending_shards(staging.dir, plan, True, keys)  # the resume check over every shard
         staging.release()
         shutil.rmtree(staging.dir)
     seconds = time.perf_counter() - t0

@@ -1,5 +1,6 @@
-"""--resume for tables and WebDataset tars: a killed pack leaves no dataset, and resuming reuses
-its finished parts (shard, index arrays and columns) to the same dataset a fresh pack makes."""
+"""--resume for tables, file groups, tars, COCO and Python samples: a killed pack leaves no
+dataset, and resuming reuses its finished parts (shard, index arrays and columns) to the same
+dataset a fresh pack makes; a changed item rebuilds only its own shard."""
 
 from __future__ import annotations
 
@@ -76,9 +77,111 @@ def test_a_changed_row_is_packed_anew_on_resume(tmp_path: Path) -> None:
         assert ds.sample(3)["note"] == "note three" and len(ds) == 12
 
 
-def test_python_samples_cannot_resume(tmp_path: Path) -> None:
-    with pytest.raises(PackError, match="resume=True needs a source that can be recognised"):
-        fastloader.pack([{}], tmp_path / "o.lmdb", fields={"image": "image"}, resume=True)
+class Samples:
+    """A map-style dataset of n Python samples (image bytes or a file's path, a label and an
+    array) that counts the samples it is asked for; each value can be changed."""
+
+    def __init__(self, root: Path, n: int, paths: bool = False) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.images = [encode(photo_like(16, 20 + k % 3, k)) for k in range(n)]
+        self.files = []
+        for k, data in enumerate(self.images):
+            (root / f"{k}.jpg").write_bytes(data)
+            self.files.append(str(root / f"{k}.jpg"))
+        self.paths, self.labels, self.read = paths, [k % 3 for k in range(n)], 0
+        self.arrays = [np.full(3, k, np.float32) for k in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        self.read += 1
+        image = self.files[i] if self.paths else self.images[i]
+        return {"image": image, "y": self.labels[i], "v": self.arrays[i]}
+
+
+PYTHON_FIELDS = {"image": "image", "y": "int", "v": ("ndarray", "float32", (3,))}
+
+
+def _stopped(samples: Any, dst: Path, **options: Any) -> dict[str, tuple[int, int]]:
+    """Pack samples one a shard and stop before the last part; the finished shard files'
+    (inode, mtime) by name."""
+    def stop(done: int, total: int, nbytes: int) -> None:
+        if done >= total:  # every shard's part written but the last
+            raise OSError("disk full (simulated)")
+
+    with pytest.raises(OSError, match="simulated"):
+        fastloader.pack(samples, dst, fields=PYTHON_FIELDS, shard_samples=1, progress=stop,
+                        **options)
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in sorted(staging_path(dst).glob("shard-*"))}
+
+
+def _stamps(dst: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in dst.glob("shard-*")}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_python_samples_resume_reusing_their_finished_parts(tmp_path: Path,
+                                                            workers: int) -> None:
+    samples = Samples(tmp_path / "img", 10)  # 10 items: two workers prepare them on a pool
+    dst = tmp_path / "out.lmdb"
+    kept = _stopped(samples, dst, workers=workers)
+    assert len(kept) == 9
+    samples.read = 0
+    fastloader.pack(samples, dst, fields=PYTHON_FIELDS, shard_samples=1, workers=workers,
+                    resume=True)
+    assert _stamps(dst) | kept == _stamps(dst)  # every finished shard reused, not rewritten
+    # the check read each finished shard's sample once (one worker: here; two: on the pool,
+    # in forked children that count their own), and the last one was packed here
+    assert samples.read == (10 if workers == 1 else 1)
+    fastloader.pack(samples, tmp_path / "fresh.lmdb", fields=PYTHON_FIELDS, shard_samples=1,
+                    workers=1)
+    assert dataset_bytes(dst) == dataset_bytes(tmp_path / "fresh.lmdb")
+
+
+@pytest.mark.parametrize("change", ["label", "image bytes", "image file", "array"])
+@pytest.mark.parametrize("workers", [1, 2])  # two: the check reads ahead on the pool
+def test_a_changed_python_sample_rebuilds_only_its_shard(tmp_path: Path, change: str,
+                                                         workers: int) -> None:
+    samples = Samples(tmp_path / "img", 10, paths=change == "image file")
+    dst = tmp_path / "out.lmdb"
+    kept = _stopped(samples, dst, workers=workers)
+    if change == "label":
+        samples.labels[2] = 1
+    elif change == "image bytes":
+        samples.images[2] = encode(photo_like(16, 21, 99))
+    elif change == "image file":  # the same path, rewritten: its size and mtime tell
+        Path(samples.files[2]).write_bytes(encode(photo_like(17, 21, 99)))
+    else:
+        samples.arrays[2] = np.asarray([2, 2, 2.5], np.float32)
+    fastloader.pack(samples, dst, fields=PYTHON_FIELDS, shard_samples=1, workers=workers,
+                    resume=True)
+    stamps = _stamps(dst)
+    rebuilt = {k for k, name in enumerate(sorted(kept)) if stamps[name] != kept[name]}
+    assert rebuilt == {2}
+    fastloader.pack(samples, tmp_path / "fresh.lmdb", fields=PYTHON_FIELDS, shard_samples=1,
+                    workers=1)
+    assert dataset_bytes(dst) == dataset_bytes(tmp_path / "fresh.lmdb")
+
+
+def test_only_the_pack_that_planned_python_samples_commits_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dst = tmp_path / "out.lmdb"
+    _stopped(Samples(tmp_path / "img", 3), dst, workers=1)
+    for step in (["shard", str(dst), "--range", "2:3"], ["commit", str(dst)]):
+        assert main([*step, "--quiet"]) != 0
+        assert "Python samples" in capsys.readouterr().err
+    assert not dst.exists() and staging_path(dst).is_dir()
+
+
+def test_a_plain_iterable_of_python_samples_cannot_resume(tmp_path: Path) -> None:
+    with pytest.raises(PackError, match="resume=True needs samples it can read again by index"):
+        fastloader.pack(iter([{}]), tmp_path / "o.lmdb", fields={"image": "image"},
+                        resume=True)
+    assert not staging_path(tmp_path / "o.lmdb").exists()
 
 
 def _groups(folder: Path, n: int = 12) -> list[tuple[str, bytes]]:

@@ -27,6 +27,7 @@ from fastloader.pack.staging.build import build_part
 from fastloader.pack.staging.commit import _index, check_parts, commit
 from fastloader.pack.staging.items import TreeItems
 from fastloader.pack.staging.journal import Staging
+from fastloader.pack.staging.part import identity
 from fastloader.pack.staging.plan import ShardPlan, TaskSettings, from_scan
 from imagegen import encode, photo_like
 
@@ -121,9 +122,9 @@ def _index_traced(folder: Path, count: int) -> int:
     """Peak bytes of the commit's per-file work: the index gathered from the checked parts and
     written. (check_parts, before it, holds a Part and a hash buffer per shard, not per file.)"""
     folder.mkdir()
-    staging, plan, _ = _planned(folder, count)
+    staging, plan, settings = _planned(folder, count)
     try:
-        parts = check_parts(staging, plan)
+        parts = check_parts(staging, plan, identity(TreeItems(plan, settings), plan))
         _, _, peak = _traced(lambda: write_index(
             staging.dir, _index(staging, plan, parts, "lmdb", False)[0]))
     finally:

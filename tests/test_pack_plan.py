@@ -134,7 +134,7 @@ def test_resume_redoes_only_missing_or_invalid_parts(tmp_path: Path, capsys) -> 
         run_shard(staging, k)
     (staging / "journal" / "00002.part.npz").write_bytes(b"damaged")
     plan = ShardPlan.load(staging)
-    assert check_part(staging, plan, 2)[1].startswith("has damaged index arrays")
+    assert check_part(staging, plan, 2, None)[1].startswith("has damaged index arrays")
     before = {p.name: p.stat().st_mtime_ns for p in staging.glob("shard-*")}
     pack(tmp_path / "src", dst, skip_bad=True, shard_size=SHARD, resume=True)
     after = {p.name: p.stat().st_mtime_ns for p in dst.glob("shard-*")}

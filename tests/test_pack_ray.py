@@ -18,6 +18,7 @@ import fastloader
 from fastloader.errors import PackError
 from fastloader.pack.maintain.verify import verify
 from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.staging.journal import staging_path
 from faults import patch_ray_task
 from helpers import (
     broken_tree,
@@ -27,6 +28,7 @@ from helpers import (
     sample_table,
     upload_tree,
 )
+from imagegen import encode, photo_like
 from servers import s3_server
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'fastloader[ray]')")
@@ -133,6 +135,32 @@ def test_sample_sources_pack_the_same_on_ray(tmp_path: Path, ray_instance: Path)
     with pytest.raises(PackError, match="does not pickle"):
         fastloader.pack(locked, tmp_path / "l.lmdb", fields={"image": "image", "y": "int"},
                         engine="ray")
+
+
+def test_python_samples_keyed_by_ray_tasks_resume_locally(tmp_path: Path,
+                                                         ray_instance: Path) -> None:
+    """Each Ray task keys the Python samples it prepares as the driver's resume check reads
+    them: every part is reused but the changed sample's."""
+    samples = [{"image": encode(photo_like(16, 20, k)), "y": k} for k in range(6)]
+    python = {"fields": {"image": "image", "y": "int"}, "shard_samples": 1}
+    dst = tmp_path / "out.lmdb"
+
+    def stop(done: int, total: int, nbytes: int) -> None:
+        if done >= total:  # every task done, before the commit
+            raise OSError("disk full (simulated)")
+
+    with pytest.raises(OSError, match="simulated"):
+        fastloader.pack(samples, dst, engine="ray", progress=stop, **python)
+    kept = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in sorted(staging_path(dst).glob("shard-*"))}
+    assert len(kept) == 6
+    samples[2] = {"image": encode(photo_like(16, 21, 99)), "y": 2}
+    fastloader.pack(samples, dst, workers=1, resume=True, **python)
+    rebuilt = {k for k, name in enumerate(kept)
+               if ((dst / name).stat().st_ino, (dst / name).stat().st_mtime_ns) != kept[name]}
+    assert rebuilt == {2}
+    fastloader.pack(samples, tmp_path / "fresh.lmdb", workers=1, **python)
+    assert dataset_bytes(dst) == dataset_bytes(tmp_path / "fresh.lmdb")
 
 
 def test_a_sample_task_killed_mid_shard_is_retried(tmp_path: Path, ray_instance: Path,

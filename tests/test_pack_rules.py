@@ -85,17 +85,18 @@ def test_a_bad_item_stops_every_source_by_default(tmp_path: Path, kind: str,
 @pytest.mark.parametrize("kind", sorted(SOURCES))
 def test_a_failed_pack_keeps_its_staging_for_resume_and_says_so(tmp_path: Path,
                                                                 kind: str) -> None:
-    # one rule for every source that can be recognised again; Python samples cannot be, so
-    # theirs is removed (and --resume is not offered)
+    # one rule for every source that can be recognised again (Python samples read by index
+    # included); a plain iterable, read once, cannot be, so its staging is removed (and
+    # --resume is not offered)
     src, options, bad = SOURCES[kind](tmp_path / "in")
-    dst = tmp_path / "out.lmdb"
-    with pytest.raises(PackError, match=bad) as caught:
-        fastloader.pack(src, dst, workers=1, **options)
-    staging = tmp_path / ".out.lmdb.partial"
-    resumable = kind != "python"
-    assert staging.is_dir() == resumable and ("--resume" in str(caught.value)) == resumable
-    if resumable:
-        assert (staging / "plan.json").is_file()
+    for resumable in (True, False) if kind == "python" else (True,):
+        dst = tmp_path / f"out-{resumable}.lmdb"
+        with pytest.raises(PackError, match=bad) as caught:
+            fastloader.pack(src if resumable else iter(src), dst, workers=1, **options)
+        staging = tmp_path / f".{dst.name}.partial"
+        assert staging.is_dir() == resumable and ("--resume" in str(caught.value)) == resumable
+        if resumable:
+            assert (staging / "plan.json").is_file()
 
 
 @pytest.mark.parametrize("kind", sorted(SOURCES))

@@ -4,6 +4,7 @@ redoes only the missing part; plan/shard/commit as separate processes match a on
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +135,24 @@ def test_resume_redoes_only_the_missing_parts(tmp_path: Path) -> None:
             for name in kept} == kept  # reused, not rewritten
     _table_pack(tmp_path, tmp_path / "fresh.lmdb")
     assert dataset_bytes(dst) == dataset_bytes(tmp_path / "fresh.lmdb")
+
+
+def test_planning_stats_each_image_once_for_its_size_and_key(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    from fastloader.pack.sources import hints
+
+    (tmp_path / "a.jpg").write_bytes(b"x" * 7)
+    samples = [{"image": str(tmp_path / "a.jpg"), "y": 1}, {"image": b"abc", "y": 2},
+               {"image": str(tmp_path / "missing.jpg"), "y": 3}]
+    apart = hints.size_hints(samples, "image"), hints.item_keys(samples, ["image"])
+    stats: list[str] = []
+    real = os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: stats.append(path) or real(path))
+    sizes, keys = hints.sizes_and_keys(samples, "image", ["image"])
+    assert sizes.tolist() == apart[0].tolist() == [7, 3, 0]
+    assert keys is not None and apart[1] is not None and np.array_equal(keys, apart[1])
+    assert sorted(stats) == sorted([samples[0]["image"], samples[2]["image"]])  # once each
 
 
 def test_plan_shard_commit_as_processes_match_a_one_shot_pack(tmp_path: Path) -> None:

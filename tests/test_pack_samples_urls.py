@@ -20,6 +20,7 @@ from fastloader.pack.pipeline.samples import SampleSource, sample_options
 from fastloader.pack.sources import importers
 from fastloader.pack.staging.commit import commit
 from fastloader.pack.staging.items import items_of
+from fastloader.pack.staging.part import identity
 from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
 from faults import packdata_command
 from helpers import coco_file, dataset_bytes, remote_dataset_bytes, sample_table
@@ -74,9 +75,9 @@ def test_the_commit_refuses_a_deleted_remote_part_naming_it(s3, local: Path) -> 
     staging, plan, settings = plan_source(SampleSource(samples, specs, source, None), URL, opts)
     assert isinstance(staging, RemoteStaging) and plan is not None
     try:
-        todo = staging.pending(plan, False)
-        run_local(staging.stage, plan, todo, items_of(plan, settings, samples), settings, 1,
-                  Meter(plan, todo, None, True))
+        items = items_of(plan, settings, samples)
+        todo = staging.pending(plan, False, identity(items, plan))
+        run_local(staging.stage, plan, todo, items, settings, 1, Meter(plan, todo, None, True))
         s3.rm_file(f"{staging_url(URL)[5:]}/journal/00002.json")
         with pytest.raises(PackError, match=r"cannot commit s3://bucket/table\.lmdb: 1 of "
                            r"\d+ .*shard 2 .*never written"):

@@ -19,6 +19,7 @@ from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.pipeline.tree import TreeSource, pack
 from fastloader.pack.staging.commit import commit
 from fastloader.pack.staging.items import items_of
+from fastloader.pack.staging.part import identity
 from fastloader.pack.staging.remote_stage import RemoteStaging, staging_url
 from faults import packdata_command
 from helpers import broken_tree, dataset_bytes, remote_dataset_bytes, upload_tree
@@ -67,9 +68,9 @@ def _planned(src: Path) -> tuple[RemoteStaging, object, dict]:
     staging, plan, settings = plan_source(TreeSource(src), URL,
                                           PackOptions(shard_size=SHARD, skip_bad=True).checked())
     assert isinstance(staging, RemoteStaging)
-    todo = staging.pending(plan, False)
-    run_local(staging.stage, plan, todo, items_of(plan, settings), settings, 1,
-              Meter(plan, todo, None, True))
+    items = items_of(plan, settings)
+    todo = staging.pending(plan, False, identity(items, plan))
+    run_local(staging.stage, plan, todo, items, settings, 1, Meter(plan, todo, None, True))
     return staging, plan, settings
 
 

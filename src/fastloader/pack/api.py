@@ -79,8 +79,9 @@ def pack(
         **options: format, shard_size, workers, max_side, quality, overwrite, quiet,
             progress, max_file_size, engine ("local" or "ray": one task per shard, the same
             dataset either way; Python samples go to Ray pickled, plain iterables are
-            refused), ray_address, resume (not for Python samples: their sameness cannot be
-            checked), storage_options (fsspec's, for a URL dst: s3://..., gs://...; every
+            refused), ray_address, resume (Python samples: those read by index, each finished
+            shard's samples read again and compared by key; a plain iterable is refused),
+            storage_options (fsspec's, for a URL dst: s3://..., gs://...; every
             shard task uploads its part there), strict, tiles and restart_mcus (the records'
             image field repacked as restart tiles; see fastloader.pack.pipeline.tree.pack).
             Shards of an importer's

@@ -30,7 +30,6 @@ from fastloader.pack.staging.journal import Staging, staging_path
 from fastloader.pack.staging.plan import (
     PLAN_DIR,
     SETTINGS_NAME,
-    SamplePlan,
     load_plan,
     read_settings,
 )
@@ -147,7 +146,7 @@ def _run_shard(argv: Sequence[str]) -> int:
     todo = _todo(args, plan.num_shards)
     if not todo:
         return 0
-    if isinstance(plan, SamplePlan) and plan.reopen is None:
+    if plan.handed:
         raise PackError(f"{folder} was planned from Python samples; only the pack that "
                         "planned it can write its shards.")
     items = items_of(plan, settings)  # an importer's source opened again

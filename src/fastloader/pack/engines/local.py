@@ -24,7 +24,7 @@ import numpy as np
 from fastloader.pack.engines.progress import Meter
 from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.staging.build import build_part
-from fastloader.pack.staging.part import Stage
+from fastloader.pack.staging.part import Identity, Stage
 from fastloader.pack.staging.plan import Spans, TaskSettings, count_bounds
 
 _WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memory
@@ -135,10 +135,36 @@ def run_stream(staging: Stage, plan: Spans, items: ItemSource, samples: Iterable
             close()
 
 
-def pending_shards(staging: Path, plan: Spans, resume: bool) -> list[int]:
-    """The shards whose part is missing or invalid (all of them unless resuming)."""
+def pending_shards(staging: Path, plan: Spans, resume: bool, made_of: Identity
+                   ) -> list[int]:
+    """The shards whose part is missing, invalid or made from other items (part.identity;
+    all of them unless resuming)."""
     if not resume:
         return list(range(plan.num_shards))
     from fastloader.pack.staging.part import check_part
 
-    return [k for k in range(plan.num_shards) if check_part(staging, plan, k)[0] is None]
+    return [k for k in range(plan.num_shards)
+            if check_part(staging, plan, k, made_of)[0] is None]
+
+
+def read_keys(items: ItemSource, plan: Spans, shards: Sequence[int], workers: int
+              ) -> dict[int, bytes]:
+    """The keys of these shards' items (shard -> items.keys) where telling them means reading
+    the items (items.key_job(): Python samples), read by forked workers as their preparing
+    would be, so a resume's check reads with every core; {} where the source tells its keys
+    from its plan (or one process, or few items, would do: the check reads them then)."""
+    job = items.key_job()
+    count = sum(plan.span(k)[1] - plan.span(k)[0] for k in shards)
+    if job is None or workers == 1 or count < 4 * workers:
+        return {}
+    with items.inherited() as fork:
+        if not fork:  # each sample would travel pickled: reading it here is cheaper
+            return {}
+        works = ((items.work(i), 0) for k in shards for i in range(*plan.span(k)))
+        keys = list(_pooled(job, works, workers, True, items.window))
+    found, at = {}, 0
+    for k in shards:
+        lo, hi = plan.span(k)
+        found[k] = b"".join(keys[at:at + hi - lo])
+        at += hi - lo
+    return found

@@ -5,9 +5,9 @@ groups, .tar shards, a COCO file or Python samples: pipeline/samples.SampleSourc
 is planned into the staging (what it lists and its identity for resume, in plan.json) and how
 its pending shards run on the engine; one commit joins the parts of any source (format v2
 where the source declares fields, v1 for a tree's image + label records). drive() runs plan,
-run and commit for every source, with one rule
-for a failure: a source that can be recognised again keeps its staging for --resume (and the
-error says so); one that cannot (Python samples) leaves nothing behind.
+run and commit for every source, with one rule for a failure: a source that can be
+recognised again keeps its staging for --resume (and the error says so); one that cannot (a
+plain iterable of Python samples, read once) leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
 from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.staging.commit import commit
-from fastloader.pack.staging.journal import Staging
-from fastloader.pack.staging.plan import PLAN_DIR, SETTINGS_NAME, Spans, TaskSettings
+from fastloader.pack.staging.journal import PLAN_DIR, Staging, write_atomic
+from fastloader.pack.staging.plan import SETTINGS_NAME, ShardPlan, TaskSettings
 from fastloader.pack.staging.remote_stage import RemoteStaging
 
 AnyStaging = Staging | RemoteStaging
@@ -42,21 +42,21 @@ class PackSource(Protocol):
         ...
 
     def listing(self, staging: AnyStaging, backend: str, options: PackOptions
-                ) -> tuple[Spans | None, dict[str, Any], dict[str, Any] | None]:
+                ) -> tuple[ShardPlan | None, dict[str, Any], dict[str, Any] | None]:
         """List the source and cut it for this (unopened) staging: (its plan, None for a
         stream known once read; the identity plan.json keeps, what a resume compares; the run
         settings plan/settings.json keeps, None for none)."""
         ...
 
-    def run(self, staging: AnyStaging, plan: Spans | None, settings: TaskSettings,
-            options: PackOptions) -> tuple[Spans, set[int]]:
+    def run(self, staging: AnyStaging, plan: ShardPlan | None, settings: TaskSettings,
+            options: PackOptions) -> tuple[ShardPlan, set[int]]:
         """Run the pending shards on options.engine; the plan (a stream's, now known) and the
         shards whose parts need no second hash at the commit."""
         ...
 
 
 def plan_source(source: PackSource, dst: str | os.PathLike[str], options: PackOptions
-                ) -> tuple[AnyStaging, Spans | None, TaskSettings]:
+                ) -> tuple[AnyStaging, ShardPlan | None, TaskSettings]:
     """The one planning step of every source (a pack's, `packdata plan`'s): dst's staging
     checked, the source listed and cut, then the staging opened (locked on return; a URL's is
     remote) with the plan saved there (a URL's uploaded, for its tasks). Without resume, or
@@ -73,8 +73,8 @@ def plan_source(source: PackSource, dst: str | os.PathLike[str], options: PackOp
         if plan is not None:
             plan.save(staging.dir)
             if run is not None:
-                (staging.dir / PLAN_DIR / SETTINGS_NAME).write_text(
-                    json.dumps(run, sort_keys=True))
+                write_atomic(staging.dir / PLAN_DIR / SETTINGS_NAME,
+                             json.dumps(run, sort_keys=True))
             if isinstance(staging, RemoteStaging):  # the run settings: this pack's token
                 staging.publish_plan(SETTINGS_NAME)
     except BaseException:

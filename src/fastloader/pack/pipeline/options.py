@@ -29,7 +29,40 @@ ENGINES = ("local", "ray")
 
 @dataclass(frozen=True)
 class PackOptions:
-    """How to pack (see fastloader.pack for each option); `checked()` before use."""
+    """How to pack, for every source; `checked()` before use. Each option (the words of an
+    ImageFolder tree's; fastloader.pack says what differs for other sources):
+
+    Attributes:
+        format: "lmdb", "hdf5" or None (from dst's suffix).
+        shard_size: bytes per shard file.
+        workers: processes that read and check images (None: every usable core); with
+            engine="ray" and no cluster, the CPUs of the local Ray instance.
+        max_side: re-encode images whose longer side exceeds it, as JPEG; None keeps all bytes.
+        quality: the JPEG quality of those re-encodes, 1-100.
+        overwrite: replace dst if it is a packed dataset.
+        resume: reuse the finished shards of an interrupted pack of the same src and options
+            (each one only if its files are unchanged).
+        strict: stop at the first unreadable image (the default, said explicitly).
+        skip_bad: skip unreadable images (and files the scan refuses) and list them in
+            skipped.json, instead of stopping at the first.
+        quiet: no progress bar (quiet=False shows tqdm's when stderr is a terminal).
+        progress: called as progress(files_done, files_total, bytes_done) after each file.
+        tiles: repack JPEGs losslessly as restart-tiled records (decode-aware packing; needs
+            the native extension), so crops decode only the segments they cover.
+        restart_mcus: with tiles, at most this many MCUs per restart segment.
+        max_file_size: files over this many bytes are not read (listed in skipped.json), nor
+            is anything that is not a regular file (FIFOs, devices).
+        engine: who runs the shard tasks: "local" (this machine's processes) or "ray" (one
+            Ray task per shard; needs `pip install "fastloader[ray]"`). Both give the same
+            dataset: shards are cut by the files' count and sizes alone.
+        ray_address: with engine="ray", the cluster to join (None: the Ray instance this
+            process joined, else a local one with `workers` CPUs).
+        storage_options: fsspec options (endpoint_url, key, secret, ...) for a src or dst
+            given as a URL (s3://bucket/x.lmdb, gs://..., file://...); None: the standard
+            ones (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). They travel to the Ray tasks with
+            a URL dst, and are never written to the staging.
+        shard_samples: Python samples only: samples a shard (None: shard_size / 128 KiB).
+    """
 
     format: str | None = None
     shard_size: int = DEFAULT_SHARD_SIZE

@@ -18,6 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, parse_fields, primary_image
 from fastloader.format.manifest import Manifest
@@ -25,17 +27,16 @@ from fastloader.format.remote import is_url
 from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions, check_destination, resolve_backend
 from fastloader.pack.pipeline.run import run_pending
-from fastloader.pack.sources.hints import item_keys
-from fastloader.pack.staging.items import SampleItems, is_sequence
+from fastloader.pack.sources.hints import sizes_and_keys
+from fastloader.pack.staging.items import SampleItems, file_fields, is_sequence
 from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.plan import (
     MAX_SHARD_FILES,
-    SamplePlan,
-    Spans,
+    ShardPlan,
     TaskSettings,
     check_shard_samples,
     count_bounds,
-    plan_samples,
+    cut,
 )
 from fastloader.pack.staging.remote_stage import RemoteStaging
 
@@ -80,17 +81,14 @@ def _open_staging(dst: str | Path, source: dict[str, Any] | None, options: PackO
 
 def sample_options(options: PackOptions, source: dict[str, Any] | None) -> PackOptions:
     """options (checked) for these samples: shard_samples is Python samples' only (resolved
-    from shard_size when not given); resume needs a source that can be recognised again."""
+    from shard_size when not given); an importer's resume needs its source's fingerprint."""
     if source is not None and options.shard_samples is not None:
         raise PackError("shard_samples applies to Python samples only; an importer's samples "
                         "are cut by their size (shard_size).")
-    if options.resume and not (source and source.get("fingerprint")):
-        raise PackError("resume=True needs a source that can be recognised again (a table, "
-                        "file groups, .tar shards or a COCO file: each item's file stamps and "
-                        "values tell which shards changed); Python samples cannot be (whether "
-                        "sample i is still the one packed could only be told by reading it), "
-                        "so they are packed from the start: drop resume, or write them to a "
-                        "table or .tar shards first.")
+    if options.resume and source is not None and not source.get("fingerprint"):
+        raise PackError(f"resume=True needs a source that can be recognised again, and this "
+                        f"{source.get('kind', 'source')} has no fingerprint; pack it without "
+                        "resume.")
     return replace(options, shard_samples=check_shard_samples(options.shard_samples,
                                                               options.shard_size))
 
@@ -99,7 +97,7 @@ class SampleSource:
     """Samples of declared fields as the pipeline's source: an importer's (a table, file
     groups, .tar shards, a COCO file; `source` describes it, with its fingerprint, and `reopen`
     how a task opens it again) or Python samples (a sequence read by index, or a plain
-    iterable read in order); cut into a SamplePlan, committed as format v2."""
+    iterable read in order); cut into a ShardPlan, committed as format v2."""
 
     def __init__(self, samples: Any, specs: list[FieldSpec], source: dict[str, Any] | None,
                  reopen: dict[str, Any] | None) -> None:
@@ -107,9 +105,10 @@ class SampleSource:
 
     @property
     def resumable(self) -> bool:
-        """An importer's source can be recognised again (its fingerprint); Python samples
-        cannot, so nothing of theirs is kept."""
-        return self.source is not None
+        """An importer's source can be recognised again (its items' keys, or fingerprint), and
+        so can Python samples read by index (read again, each keyed as its task keyed it); a
+        plain iterable is read once, so nothing of its pack is kept."""
+        return self.source is not None or is_sequence(self.samples)
 
     def open_staging(self, dst: str | os.PathLike[str], options: PackOptions
                      ) -> tuple[Staging | RemoteStaging, str]:
@@ -119,11 +118,15 @@ class SampleSource:
             raise PackError("engine='ray' needs samples it can read by index (a sequence or a "
                             "map-style dataset: len() and [i]); pack this iterable with "
                             "engine='local', or pass list(samples).")
+        if options.resume and not self.resumable:
+            raise PackError("resume=True needs samples it can read again by index (a sequence "
+                            "or a map-style dataset: len() and [i]), and a plain iterable is "
+                            "read once; pass list(samples), or drop resume.")
         target = str(dst) if is_url(dst) else Path(dst).expanduser().absolute()
         return _open_staging(target, self.source, options)
 
     def listing(self, staging: Staging | RemoteStaging, backend: str, options: PackOptions
-                ) -> tuple[SamplePlan | None, dict[str, Any], dict[str, Any] | None]:
+                ) -> tuple[ShardPlan | None, dict[str, Any], dict[str, Any] | None]:
         """The samples cut into a plan (a plain iterable gets none yet: its bounds are known
         once it is read), with per-item keys where an importer's items can tell them; a URL
         DST's run settings ({}: its token)."""
@@ -136,34 +139,36 @@ class SampleSource:
             raise PackError(f"no sample could be packed into {staging.dst} (0 "
                             "skipped): the source has no samples.")
         keys = None  # an importer's items' identities: --resume rebuilds the changed shards
-        if self.source is not None:
-            keys = item_keys(samples, [s.name for s in self.specs
-                                       if s.kind in ("image", "mask")])
+        if self.source is not None:  # cut by size hints, got with the keys in one pass
+            sizes, keys = sizes_and_keys(samples, primary_image(self.specs).name,
+                                         file_fields(self.specs))
+            bounds = cut(sizes, options.shard_size)
+        else:  # Python samples, cut by count: their keys are their tasks'
+            assert options.shard_samples is not None
+            bounds = count_bounds(len(samples), options.shard_samples)
+            sizes = np.zeros(len(samples), np.int64)
         if keys is not None:
             identity["item_keys"] = True
-        assert options.shard_samples is not None
-        bounds, sizes = plan_samples(samples, primary_image(self.specs).name,
-                                     options.shard_size, options.shard_samples,
-                                     self.source is not None)
-        plan = SamplePlan(bounds, sizes, (self.source or {}).get("fingerprint", ""),
-                          self.reopen, identity["fields"], keys)
+        plan = ShardPlan(bounds, sizes, keys=keys,
+                         fingerprint=(self.source or {}).get("fingerprint", ""),
+                         reopen=self.reopen, fields=identity["fields"])
         return plan, identity, run
 
-    def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
-            settings: TaskSettings, options: PackOptions) -> tuple[SamplePlan, set[int]]:
+    def run(self, staging: Staging | RemoteStaging, plan: ShardPlan | None,
+            settings: TaskSettings, options: PackOptions) -> tuple[ShardPlan, set[int]]:
         if plan is None:  # a plain iterable: read in order here, a part every shard_samples
             return self._stream(staging, settings, options)
-        assert isinstance(plan, SamplePlan)
-        items = SampleItems(self.samples, self.specs, settings, plan.sizes, plan.reopen)
+        assert isinstance(plan, ShardPlan)
+        items = SampleItems(self.samples, self.specs, settings, plan)
         return plan, run_pending(staging, plan, items, settings, options)
 
     def _stream(self, staging: Staging | RemoteStaging, settings: TaskSettings,
-                options: PackOptions) -> tuple[SamplePlan, set[int]]:
+                options: PackOptions) -> tuple[ShardPlan, set[int]]:
         from fastloader.pack.engines.local import run_stream
         from fastloader.pack.engines.progress import Meter
 
-        plan = SamplePlan(count_bounds(0, 1), count_bounds(0, 1)[1:], "", None,
-                          settings.fields or [])
+        plan = ShardPlan(count_bounds(0, 1), count_bounds(0, 1)[1:],
+                         fields=settings.fields or [])
         stage = staging.stage if isinstance(staging, RemoteStaging) else staging.dir
         meter = Meter(plan, [], options.progress, options.quiet)
         assert options.shard_samples is not None and options.workers is not None
@@ -183,9 +188,11 @@ def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, options
     `fields` is a dict (parsed here) or a list of FieldSpecs (from an importer); `source`
     describes where an importer read from, kept in the manifest's options; resume=True
     reuses the parts an interrupted pack of the same source and options finished: each one
-    whose items are unchanged (their keys, sources/hints.item_keys), or, where the source
-    cannot tell its items (tars at URLs), all of them while its `fingerprint` (the source
-    files' names, sizes and mtimes) is unchanged. `reopen` is how a shard task
+    whose items are unchanged (their keys, sources/hints.item_keys; Python samples read by
+    index are read again and keyed as their tasks keyed them, staging/items.sample_key), or,
+    where the source cannot tell its items (tars at URLs), all of them while its
+    `fingerprint` (the source files' names, sizes and mtimes) is unchanged; a plain iterable
+    cannot resume. `reopen` is how a shard task
     opens the importer's source again (engine="ray", `packdata shard`). A URL dst (with
     fsspec's storage_options) is staged remotely: every task uploads its own part.
     """

@@ -36,7 +36,6 @@ from fastloader.pack.staging.journal import Staging, staging_path
 from fastloader.pack.staging.plan import (
     MAX_SHARD_FILES,
     ShardPlan,
-    Spans,
     TaskSettings,
     from_scan,
 )
@@ -65,7 +64,8 @@ def pack(
     ray_address: str | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> Manifest:
-    """Pack the ImageFolder tree at src into a sharded dataset folder dst.
+    """Pack the ImageFolder tree at src into a sharded dataset folder dst; the Manifest
+    written (also dst/manifest.json).
 
     Records keep the original bytes unless max_side is set and an image is larger (then JPEG at
     quality). An unreadable image stops the pack (naming it) unless skip_bad, which packs the
@@ -77,51 +77,21 @@ def pack(
             are ignored), or its URL (listed once here, each file read by the tasks).
         dst: the dataset folder to create, NAME.lmdb or NAME.h5, or its URL (each task uploads
             its shard; manifest.json last: see pack/staging/remote_stage.py).
-        format: "lmdb", "hdf5" or None (from dst's suffix).
-        shard_size: bytes per shard file.
-        workers: processes that read and check images (None: every usable core); with
-            engine="ray" and no cluster, the CPUs of the local Ray instance.
-        max_side: re-encode images whose longer side exceeds it, as JPEG; None keeps all bytes.
-        quality: the JPEG quality of those re-encodes, 1-100.
-        overwrite: replace dst if it is a packed dataset.
-        resume: reuse the finished shards of an interrupted pack of the same src and options
-            (each one only if its files are unchanged).
-        strict: stop at the first unreadable image (the default, said explicitly).
-        skip_bad: skip unreadable images (and files the scan refuses) and list them in
-            skipped.json, instead of stopping at the first.
-        quiet: no progress bar (quiet=False shows tqdm's when stderr is a terminal).
-        progress: called as progress(files_done, files_total, bytes_done) after each file.
-        tiles: repack JPEGs losslessly as restart-tiled records (decode-aware packing; needs
-            the native extension), so crops decode only the segments they cover.
-        restart_mcus: with tiles, at most this many MCUs per restart segment.
-        max_file_size: files over this many bytes are not read (listed in skipped.json), nor
-            is anything that is not a regular file (FIFOs, devices).
-        engine: who runs the shard tasks: "local" (this machine's processes) or "ray" (one
-            Ray task per shard; needs `pip install "fastloader[ray]"`). Both give the same
-            dataset: shards are cut by the files' count and sizes alone.
-        ray_address: with engine="ray", the cluster to join (None: the Ray instance this
-            process joined, else a local one with `workers` CPUs).
-        storage_options: fsspec options (endpoint_url, key, secret, ...) for a src or dst
-            given as a URL (s3://bucket/x.lmdb, gs://..., file://...); None: the standard
-            ones (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). They travel to the Ray tasks with
-            a URL dst, and are never written to the staging.
-
-    Returns:
-        Manifest: what was written (also in dst/manifest.json).
+        format ... storage_options: how to pack, each described on PackOptions
+            (pack/pipeline/options.py), checked there in full before any file is read.
 
     Raises:
         PackError: a bad source or destination, no decodable image, tiles without the
-            extension, engine="ray" without Ray installed, strict with skip_bad, or (without
-            skip_bad) an unreadable image.
-        InvalidArgumentError: an option is out of range.
-        OSError: the disk filled or a file could not be written (rerun with resume=True).
+            extension, engine="ray" without Ray, strict with skip_bad, or (without skip_bad)
+            an unreadable image. InvalidArgumentError: an option is out of range. OSError:
+            the disk filled or a file could not be written (rerun with resume=True).
     """
     options = PackOptions(
         format=format, shard_size=shard_size, workers=workers, max_side=max_side,
-        quality=quality, overwrite=overwrite, resume=resume, strict=strict,
-        skip_bad=skip_bad, quiet=quiet,
-        progress=progress, tiles=tiles, restart_mcus=restart_mcus, max_file_size=max_file_size,
-        engine=engine, ray_address=ray_address, storage_options=storage_options).checked()
+        quality=quality, overwrite=overwrite, resume=resume, strict=strict, skip_bad=skip_bad,
+        quiet=quiet, progress=progress, tiles=tiles, restart_mcus=restart_mcus,
+        max_file_size=max_file_size, engine=engine, ray_address=ray_address,
+        storage_options=storage_options).checked()
     return drive(TreeSource(src), dst, options)
 
 
@@ -129,7 +99,7 @@ class TreeSource:
     """An ImageFolder tree (a folder, or its URL) as the pipeline's source: listed by the scan,
     cut into a ShardPlan, each file read by the tasks (staging/items.TreeItems), committed as
     format v1; its identity for resume is each file's path, label, size and mtime
-    (ShardPlan.digest)."""
+    (TreeItems.keys)."""
 
     resumable = True
 
@@ -175,7 +145,7 @@ class TreeSource:
         run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
         return from_scan(result, options.shard_size), identity, run
 
-    def run(self, staging: Staging | RemoteStaging, plan: Spans | None,
+    def run(self, staging: Staging | RemoteStaging, plan: ShardPlan | None,
             settings: TaskSettings, options: PackOptions) -> tuple[ShardPlan, set[int]]:
         assert isinstance(plan, ShardPlan)
         # a URL source's storage options: never saved

@@ -7,8 +7,10 @@ sequence the forked workers inherit, or the sample itself) and a picklable `job`
 that work into a prepared record. The source says how its part's rows are kept (`rows`: a
 tree's v1 index columns, or the v2 columns of its declared `fields`), how a task on another
 machine opens it again (`describe`, None when it cannot be: Python samples travel to the
-tasks), and its identity for resume (the plan's digest of a shard: its items' keys, or the
-source's fingerprint and range).
+tasks), and each item's identity for resume (`keys`: what the item is made of, told without
+preparing it; a part records its items' keys, and --resume reuses it only while they are the
+same). A source whose keys can only be told by reading its items (Python samples) has its
+tasks compute them as they prepare each item (`PartRows.keys`), so a pack reads it once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ class PartRows(Protocol):
     skipped: list[list[str]]  # [name, reason] of each bad item skipped
     reencoded: int  # records re-encoded (max_side)
     tiles: Any  # sources/tiling.TileColumns of a tiled pack, else None
+    # the items' keys as their tasks computed them while preparing (Python samples: each
+    # item's job returns its key too), in order; None: the source tells them (keys())
+    keys: bytearray | None
 
     def add(self, i: int, prepared: Any, skip_bad: bool) -> None:
         """Keep item i's prepared record, or (skip_bad) list it as skipped; PackError else."""
@@ -44,6 +49,20 @@ class ItemSource(Protocol):
 
     def size(self, i: int) -> int:
         """Item i's size hint in bytes (0 where unknown: Python samples)."""
+        ...
+
+    def keys(self, lo: int, hi: int) -> bytes:
+        """The resume identity of items lo..hi: each one's key, in order, told here without
+        preparing it (a tree's listing entry: path, label, size, mtime; an importer's key
+        from its plan, or its source's fingerprint; a Python sample read again and keyed as
+        its task keyed it). A finished part is reused only while its items' keys are equal.
+        """
+        ...
+
+    def key_job(self) -> Callable[[Any], bytes] | None:
+        """The picklable function from work(i) to item i's key where telling it means reading
+        the item (Python samples), so a resume's check can read them on the pool; None where
+        keys() reads only the plan."""
         ...
 
     def work(self, i: int) -> Any:

@@ -46,7 +46,7 @@ def size_hints(samples: Any, image: str) -> np.ndarray:
     return hints
 
 
-KEY_BYTES = 16  # an item's key in the plan (sample_keys.npy): a blake2b digest
+KEY_BYTES = 16  # an item's key in the plan (plan/keys.npy): a blake2b digest
 
 
 def item_keys(samples: Any, files: Iterable[str]) -> np.ndarray | None:
@@ -62,6 +62,27 @@ def item_keys(samples: Any, files: Iterable[str]) -> np.ndarray | None:
     for i in range(len(samples)):
         keys[i] = key_of(_canonical(samples[i], names))
     return keys
+
+
+def sizes_and_keys(samples: Any, image: str, files: Iterable[str]
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+    """(size_hints, item_keys) of an importer's samples, in one pass where the sequence gives
+    neither itself: each sample built once and each of its files stat'ed once (an image
+    file's size hint is its key's stamp)."""
+    if hasattr(samples, "size_hints") or hasattr(samples, "item_keys"):
+        return size_hints(samples, image), item_keys(samples, files)
+    names = frozenset(files)
+    sizes = np.zeros(len(samples), np.int64)
+    keys = np.empty((sizes.size, KEY_BYTES), np.uint8)
+    for i in range(sizes.size):
+        sample = samples[i]
+        plain = _canonical(sample, names)
+        keys[i] = key_of(plain)
+        if isinstance(sample, dict):
+            value = sample.get(image)
+            stamped = image in names and isinstance(value, (str, Path))
+            sizes[i] = (plain[image][1] or 0) if stamped else size_hint(value)
+    return sizes, keys
 
 
 def key_of(value: Any) -> np.ndarray:

@@ -28,6 +28,7 @@ from fastloader.pack.staging.part import (
     Stage,
     part_path,
     save_arrays,
+    span_digest,
     write_shard,
 )
 from fastloader.pack.staging.plan import Spans, TaskSettings, load_plan
@@ -50,7 +51,8 @@ def build_part(staging: Stage, plan: Spans, k: int, settings: TaskSettings,
     if count != hi - lo:
         raise PackError(f"shard {k} expected items {lo}..{hi - 1} but got {count}: the "
                         "source changed length while it was packed; pack it again.")
-    part = Part(k, lo, hi, plan.digest(k), None, rows.skipped, rows.reencoded)
+    keys = items.keys(lo, hi) if rows.keys is None else bytes(rows.keys)
+    part = Part(k, lo, hi, span_digest(lo, hi, keys), None, rows.skipped, rows.reencoded)
     offsets: list[int] = []
     if rows.data:
         part.info, offsets = write_shard(staging, k, lo, rows.data, settings.backend)

@@ -26,9 +26,10 @@ from fastloader.format import index as index_mod
 from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
 from fastloader.format.manifest import Manifest, ShardInfo
 from fastloader.pack.sources import tiling
+from fastloader.pack.staging.items import items_of
 from fastloader.pack.staging.journal import JOURNAL_DIR, Staging
-from fastloader.pack.staging.part import CORE, Part, check_part, load_arrays
-from fastloader.pack.staging.plan import SamplePlan, ShardPlan, Spans, TaskSettings
+from fastloader.pack.staging.part import CORE, Identity, Part, check_part, identity, load_arrays
+from fastloader.pack.staging.plan import ShardPlan, Spans, TaskSettings
 from fastloader.pack.staging.remote_stage import RemoteStaging
 
 SKIPPED_NAME = "skipped.json"
@@ -47,18 +48,22 @@ def _ranges(shards: list[int]) -> list[str]:
     return [f"{lo}:{hi}" for lo, hi in spans]
 
 
-def check_parts(staging: AnyStaging, plan: Spans, trusted: Collection[int] = ()
-                ) -> list[Part]:
-    """Every part of the plan, whole; PackError naming the missing or damaged ones.
+def check_parts(staging: AnyStaging, plan: Spans, made_of: Identity,
+                trusted: Collection[int] = ()) -> list[Part]:
+    """Every part of the plan, whole and made from the items made_of tells (part.identity);
+    PackError naming the missing or damaged ones.
 
-    The shard files of `trusted` parts (written and hashed by this process just now) are only
-    checked for their size; every other one is hashed again (on a few threads). At a URL the
-    parts are downloaded first and every shard is checked by its size (remote_stage.py).
+    The parts of `trusted` shards (written or checked by this run) are only checked to be
+    whole, their shard files by their size; every other one is compared with its items and
+    its shard hashed again (on a few threads). At a URL the parts are downloaded first and
+    every shard is checked by its size (remote_stage.py).
     """
     sizes = staging.gather()
 
     def one(k: int) -> tuple[Part | None, str]:
-        return check_part(staging.dir, plan, k, hash_shard=k not in trusted, sizes=sizes)
+        fresh = k in trusted
+        return check_part(staging.dir, plan, k, None if fresh else made_of,
+                          hash_shard=not fresh, sizes=sizes)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(one, range(plan.num_shards)))
@@ -133,6 +138,7 @@ def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str
         return np.concatenate([a[name] for a in arrays])
 
     kept = column("kept")
+    assert plan.labels is not None  # a tree's plan: its listing
     path_offsets, path_bytes = plan.paths_of(kept)
     extra = tiling.index_fields(tiles) if tiled else {}
     counts = np.asarray([s.count for s in shards], np.int64)
@@ -173,32 +179,38 @@ def publish(staging: AnyStaging, overwrite: bool, **entries: Any) -> Manifest:
     return manifest
 
 
-def commit(staging: AnyStaging, plan: Spans, settings: TaskSettings, overwrite: bool,
+def commit(staging: AnyStaging, plan: ShardPlan, settings: TaskSettings, overwrite: bool,
            trusted: Collection[int] = ()) -> Manifest:
     """Check every part, write index/, skipped.json and manifest.json, rename to DST: format
-    v2 with the fields the settings declare, else v1. trusted: shards whose parts need no
-    second hash (written or checked by this run)."""
+    v2 with the fields the settings declare, else v1. trusted: shards whose parts need not be
+    checked again (written or checked by this run)."""
+    parts = check_parts(staging, plan, identity(items_of(plan, settings), plan), trusted)
     if settings.fields is None:
-        assert isinstance(plan, ShardPlan)
-        return _commit_v1(staging, plan, settings, overwrite, trusted)
-    assert isinstance(plan, SamplePlan)
+        return _commit_v1(staging, plan, parts, settings, overwrite)
     specs = specs_from_manifest(settings.fields, "the shard plan")
-    return _commit_v2(staging, plan, specs, settings, overwrite, trusted)
+    return _commit_v2(staging, parts, specs, settings, overwrite)
 
 
-def _commit_v1(staging: AnyStaging, plan: ShardPlan, settings: TaskSettings, overwrite: bool,
-               trusted: Collection[int]) -> Manifest:
+def _options(settings: TaskSettings, **more: Any) -> dict[str, Any]:
+    """The manifest's options: the packing settings, then a format's own (more), then tiles
+    (untiled manifests stay exactly as before)."""
+    options: dict[str, Any] = {"shard_size": settings.shard_size,
+                               "max_side": settings.max_side, "quality": settings.quality,
+                               **more}
+    if settings.tiles is not None:
+        options["tiles"] = settings.tiles
+    return options
+
+
+def _commit_v1(staging: AnyStaging, plan: ShardPlan, parts: list[Part],
+               settings: TaskSettings, overwrite: bool) -> Manifest:
     """An image + label dataset (format v1) of a tree's parts."""
-    parts = check_parts(staging, plan, trusted)
     tiled = settings.tiles is not None
     arrays, shards = _index(staging, plan, parts, settings.backend, tiled)
     refusals = plan.scan["refused"] + [s for p in parts for s in p.skipped]  # scan's first
     skipped = [{"path": path, "reason": reason} for path, reason in refusals]
     fields = write_staged(staging, shards, arrays, skipped)
-    options: dict[str, Any] = {"shard_size": settings.shard_size,
-                               "max_side": settings.max_side, "quality": settings.quality}
-    if tiled:  # untiled manifests stay exactly as before
-        options["tiles"] = settings.tiles
+    options = _options(settings)
     packed = int(arrays["shard"].size)
     stats = {
         "files_found": len(plan), "packed": packed, "skipped": len(skipped),
@@ -264,25 +276,21 @@ def _classes(specs: Sequence[FieldSpec], labels: np.ndarray) -> list[str]:
     return [str(k) for k in range(int(labels.max(initial=-1)) + 1)]
 
 
-def _commit_v2(staging: AnyStaging, plan: SamplePlan, specs: Sequence[FieldSpec],
-               settings: TaskSettings, overwrite: bool, trusted: Collection[int]) -> Manifest:
+def _commit_v2(staging: AnyStaging, parts: list[Part], specs: Sequence[FieldSpec],
+               settings: TaskSettings, overwrite: bool) -> Manifest:
     """A dataset of declared fields (format v2) of a field source's parts."""
-    parts = check_parts(staging, plan, trusted)
     tiled = settings.tiles is not None
     arrays, shards = _sample_index(staging, parts, specs, settings.backend, tiled)
     classes = _classes(specs, arrays["label"])
     skipped = [{"sample": where, "reason": why} for p in parts for where, why in p.skipped]
     index_fields = write_staged(staging, shards, arrays, skipped)
     packed = int(arrays["shard"].size)
-    options: dict[str, Any] = {"shard_size": settings.shard_size,
-                               "max_side": settings.max_side, "quality": settings.quality,
-                               "source": settings.source}
-    if settings.shard_samples is not None:  # Python samples: cut by count
-        options["shard_samples"] = settings.shard_samples
+    by_count = {} if settings.shard_samples is None else {  # Python samples: cut by count
+        "shard_samples": settings.shard_samples}
+    options = _options(settings, source=settings.source, **by_count)
     stats = {"packed": packed, "skipped": len(skipped), "skipped_samples": skipped,
              "record_bytes": int(arrays["length"].sum())}
-    if tiled:  # untiled manifests stay exactly as before
-        options["tiles"] = settings.tiles
+    if tiled:
         stats |= tiling.tile_stats(arrays)
     return publish(
         staging, overwrite, backend=settings.backend, num_samples=packed, classes=classes,

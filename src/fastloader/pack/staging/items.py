@@ -28,8 +28,9 @@ from fastloader.pack.sources import tiling
 from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.sources.validate import Prepared, prepare
 from fastloader.pack.sources.values import PreparedSample, prepare_sample
+from fastloader.pack.staging.keys import known, sample_key
 from fastloader.pack.staging.part import CORE
-from fastloader.pack.staging.plan import SamplePlan, ShardPlan, TaskSettings
+from fastloader.pack.staging.plan import ShardPlan, TaskSettings
 
 log = logging.getLogger(__name__)
 _ARRAYS = ("kept", "offset", "length", "height", "width", "codec", "crc32")
@@ -70,6 +71,7 @@ class _FileRows:
         self.skipped: list[list[str]] = []
         self.reencoded = 0
         self.tiles = tiling.TileColumns() if tiled else None
+        self.keys: bytearray | None = None  # the listing tells them (TreeItems.keys)
 
     def add(self, i: int, prepared: Any, skip_bad: bool) -> None:
         record: Prepared = prepared
@@ -112,6 +114,20 @@ class TreeItems:
     def work(self, i: int) -> str:
         return self.plan.source(i)
 
+    def keys(self, lo: int, hi: int) -> bytes:
+        """Files lo..hi's listing entries: their paths, labels, sizes and mtimes (a changed
+        or renamed file changes its shard's keys)."""
+        plan = self.plan
+        assert plan.path_offsets is not None and plan.path_bytes is not None
+        assert plan.labels is not None and plan.mtimes is not None
+        paths = plan.path_bytes[plan.path_offsets[lo]:plan.path_offsets[hi]].tobytes()
+        relative = plan.path_offsets[lo:hi + 1] - plan.path_offsets[lo]
+        numbers = (relative, plan.labels[lo:hi], plan.sizes[lo:hi], plan.mtimes[lo:hi])
+        return paths + b"".join(np.ascontiguousarray(a, np.int64).tobytes() for a in numbers)
+
+    def key_job(self) -> None:
+        return None  # the listing tells the keys
+
     def job(self) -> Callable[[str], Prepared]:
         return self._job
 
@@ -140,10 +156,19 @@ def specs_of(fields: list[dict[str, Any]]) -> list[FieldSpec]:
     return specs_from_manifest(fields, "the shard plan")
 
 
-class _SampleRows:
-    """What a part collects from its prepared samples, in order."""
+def file_fields(specs: Sequence[FieldSpec]) -> frozenset[str]:
+    """The fields whose value may name a file (images and masks): an item's key stamps it."""
+    return frozenset(s.name for s in specs if s.kind in ("image", "mask"))
 
-    def __init__(self, specs: Sequence[FieldSpec], tiled: bool) -> None:
+
+Keyed = tuple[PreparedSample, bytes | None]  # a prepared sample, with its key when keyed
+
+
+class _SampleRows:
+    """What a part collects from its prepared samples, in order (and their keys, when their
+    tasks key them)."""
+
+    def __init__(self, specs: Sequence[FieldSpec], tiled: bool, keyed: bool) -> None:
         self.records = primary_image(specs).name
         self.tiles = tiling.TileColumns() if tiled else None
         self.by_name = {s.name: s for s in specs}
@@ -155,9 +180,14 @@ class _SampleRows:
                                               if s.name != self.records}
         self.skipped: list[list[str]] = []
         self.reencoded = 0
+        self.keys = bytearray() if keyed else None
 
     def add(self, i: int, prepared: Any, skip_bad: bool) -> None:
-        sample: PreparedSample = prepared
+        keyed: Keyed = prepared
+        sample, key = keyed
+        if self.keys is not None:
+            assert key is not None
+            self.keys += key
         record = sample.record
         if record.data is None:
             if not skip_bad:
@@ -187,15 +217,17 @@ class _SampleRows:
         return arrays
 
 
-def prepare_item(sample: Any, specs: Sequence[FieldSpec], where: str,
-                 settings: TaskSettings) -> PreparedSample:
+def prepare_item(sample: Any, specs: Sequence[FieldSpec], where: str, settings: TaskSettings,
+                 files: frozenset[str] | None = None) -> Keyed:
     """One sample checked and converted (sources/values), its record then repacked as
-    restart tiles when the pack is tiled (in the worker: the repack is the costly part)."""
+    restart tiles when the pack is tiled (in the worker: the repack is the costly part); with
+    its key (sample_key) when files is given (the sample is keyed by its task)."""
     prepared = prepare_sample(sample, specs, where, settings)
+    key = None if files is None else sample_key(sample, files, known(sample, specs, prepared))
     if settings.tiles is None or prepared.record.data is None:
-        return prepared
+        return prepared, key
     record = tiling.tile_record(prepared.record, settings.tiles["restart_mcus"])
-    return prepared._replace(record=record)
+    return prepared._replace(record=record), key
 
 
 def _read(samples: Any, i: int) -> Any:
@@ -206,44 +238,91 @@ def _read(samples: Any, i: int) -> Any:
         return f"<{type(exc).__name__}: {exc}>"
 
 
-def sample_job(work: Any, specs: Sequence[FieldSpec], settings: TaskSettings
-               ) -> PreparedSample:
+def sample_job(work: Any, specs: Sequence[FieldSpec], settings: TaskSettings,
+               files: frozenset[str] | None = None) -> Keyed:
     """work prepared: an index into the forked sequence (its __getitem__ runs here), or a
-    (where, sample) pair."""
+    (where, sample) pair; keyed when files is given."""
     if isinstance(work, int):
-        return prepare_item(_read(_SOURCE, work), specs, f"sample {work}", settings)
+        return prepare_item(_read(_SOURCE, work), specs, f"sample {work}", settings, files)
     where, sample = work
-    return prepare_item(sample, specs, where, settings)
+    return prepare_item(sample, specs, where, settings, files)
+
+
+def key_job(work: Any, files: frozenset[str]) -> bytes:
+    """The key of the sample work names (an index into the forked sequence, or a (where,
+    sample) pair), read and not prepared."""
+    sample = _read(_SOURCE, work) if isinstance(work, int) else work[1]
+    return sample_key(sample, files)
 
 
 class SampleItems:
     """Samples of declared fields as items: read by index (in forked workers, which inherit
-    the sequence), or handed over as (where, sample) pairs; the v2 columns in its parts."""
+    the sequence), or handed over as (where, sample) pairs; the v2 columns in its parts.
+
+    Their keys: an importer's from its plan (or its source's fingerprint); a sequence of
+    Python samples' computed by their tasks as they prepare them, and by reading them again
+    here for a resume's check; a plain iterable's none (it is read once, never resumed). An
+    importer's samples given as None are reopened from the plan's description when first
+    needed (a commit's check reads only the plan's keys)."""
 
     window = 1024  # samples in flight per pool window
 
     def __init__(self, samples: Any, specs: Sequence[FieldSpec], settings: TaskSettings,
-                 sizes: np.ndarray | None = None, reopen: dict[str, Any] | None = None) -> None:
-        self.samples, self.specs, self.settings = samples, specs, settings
-        self.sizes, self.reopen = sizes, reopen
-        # fork, explicitly (whatever the global default): workers inherit the sequence and
-        # call its __getitem__; without fork, samples travel to the workers pickled, in order
-        self.forked = is_sequence(samples) and "fork" in multiprocessing.get_all_start_methods()
+                 plan: ShardPlan | None = None) -> None:
+        self._samples, self.specs, self.settings, self.plan = samples, specs, settings, plan
+        self.reopen = None if plan is None else plan.reopen
+        # samples the plan cannot tell (Python samples: no keys, no source to reopen) read by
+        # index are keyed by their tasks: the fields a key stamps as files, None when not
+        planned = plan is not None and (plan.keys is not None or plan.reopen is not None)
+        keyed = not planned and (samples is None or is_sequence(samples))
+        self.files = file_fields(specs) if keyed else None
+
+    @property
+    def samples(self) -> Any:
+        if self._samples is None:
+            if self.plan is None or self.reopen is None:
+                raise PackError("these shards were planned from Python samples, which only the "
+                                "pack that planned them can read; rerun that pack (with "
+                                "resume=True to reuse its finished shards).")
+            self._samples = reopen(self.plan, self.settings.storage_options)
+        return self._samples
+
+    @functools.cached_property
+    def forked(self) -> bool:
+        """fork, explicitly (whatever the global default): workers inherit the sequence and
+        call its __getitem__; without fork, samples travel to the workers pickled, in order."""
+        return is_sequence(self.samples) and "fork" in multiprocessing.get_all_start_methods()
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def size(self, i: int) -> int:
-        return 0 if self.sizes is None else int(self.sizes[i])
+        return 0 if self.plan is None else int(self.plan.sizes[i])
+
+    def keys(self, lo: int, hi: int) -> bytes:
+        if self.files is not None:  # read again, each keyed as its task keyed it
+            return b"".join(sample_key(_read(self.samples, i), self.files)
+                            for i in range(lo, hi))
+        plan = self.plan
+        if plan is None:  # a plain iterable: read once, never resumed
+            return b""
+        if plan.keys is not None:  # an importer's items, planned
+            return np.ascontiguousarray(plan.keys[lo:hi]).tobytes()
+        return plan.fingerprint.encode()  # an importer that cannot tell its items: the whole
+
+    def key_job(self) -> Callable[[Any], bytes] | None:
+        return None if self.files is None else functools.partial(key_job, files=self.files)
 
     def work(self, i: int) -> Any:
         return i if self.forked else (f"sample {i}", self.samples[i])
 
-    def job(self) -> Callable[[Any], PreparedSample]:
-        return functools.partial(sample_job, specs=self.specs, settings=self.settings)
+    def job(self) -> Callable[[Any], Keyed]:
+        return functools.partial(sample_job, specs=self.specs, settings=self.settings,
+                                 files=self.files)
 
-    def prepare(self, i: int) -> PreparedSample:
-        return prepare_item(_read(self.samples, i), self.specs, f"sample {i}", self.settings)
+    def prepare(self, i: int) -> Keyed:
+        return prepare_item(_read(self.samples, i), self.specs, f"sample {i}", self.settings,
+                            self.files)
 
     @contextlib.contextmanager
     def inherited(self) -> Iterator[bool]:
@@ -255,7 +334,7 @@ class SampleItems:
             _SOURCE = None
 
     def rows(self) -> _SampleRows:
-        return _SampleRows(self.specs, self.settings.tiles is not None)
+        return _SampleRows(self.specs, self.settings.tiles is not None, self.files is not None)
 
     def describe(self) -> dict[str, Any] | None:
         return self.reopen
@@ -281,7 +360,7 @@ def _reopened(description: str, options: str) -> tuple[Any, str]:
     return samples, fields + source["fingerprint"]
 
 
-def reopen(plan: SamplePlan, storage_options: dict[str, Any] | None = None) -> Any:
+def reopen(plan: ShardPlan, storage_options: dict[str, Any] | None = None) -> Any:
     """The plan's importer samples; PackError if the source is not the one planned."""
     assert plan.reopen is not None
     options = json.dumps(storage_options or {}, sort_keys=True, default=str)
@@ -293,12 +372,9 @@ def reopen(plan: SamplePlan, storage_options: dict[str, Any] | None = None) -> A
     return samples
 
 
-def items_of(plan: ShardPlan | SamplePlan, settings: TaskSettings,
-             samples: Any = None) -> ItemSource:
+def items_of(plan: ShardPlan, settings: TaskSettings, samples: Any = None) -> ItemSource:
     """The items of a plan: a tree's files, or its samples (handed over, or else its
-    importer's source reopened with the settings' storage options)."""
-    if isinstance(plan, ShardPlan):
+    importer's source, reopened with the settings' storage options when first read)."""
+    if plan.path_offsets is not None:
         return TreeItems(plan, settings)
-    if samples is None:
-        samples = reopen(plan, settings.storage_options)
-    return SampleItems(samples, specs_of(plan.fields), settings, plan.sizes, plan.reopen)
+    return SampleItems(samples, specs_of(plan.fields), settings, plan)

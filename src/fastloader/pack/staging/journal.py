@@ -12,10 +12,11 @@ from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import MANIFEST_NAME
-from fastloader.pack.staging.plan import PLAN_DIR, PLAN_NAME, same_identity
 
 JOURNAL_DIR = "journal"
 LOCK_NAME = ".lock"
+PLAN_DIR = "plan"  # the shard plan's arrays and description (staging/plan.py)
+PLAN_NAME = "plan.json"  # in the staging folder: the identity (backend, options)
 
 # The staging locks this process holds. A pool worker forked while one is held would keep a
 # copy of its fd, and a flock lives until its last fd closes: when the packer is killed, its
@@ -32,6 +33,21 @@ def _close_inherited_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
+def same_identity(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether a staged plan.json (old) is one a resume may reuse parts of: equal to new, bar
+    the whole-source fingerprint when both plans keep per-item keys (each part's digest then
+    tells whether its own items changed)."""
+    if old is None:
+        return False
+    if old.get("item_keys") and new.get("item_keys"):
+        def bare(plan: dict[str, Any]) -> dict[str, Any]:
+            source = {k: v for k, v in plan.get("source", {}).items() if k != "fingerprint"}
+            return plan | {"source": source}
+
+        return bare(old) == bare(new)
+    return old == new
 
 
 def staging_path(dst: Path) -> Path:

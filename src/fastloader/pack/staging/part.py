@@ -5,7 +5,9 @@ arrays (journal/NNNNN.part.npz) and, last, its part-manifest journal/NNNNN.json 
 sizes, sha256s, skipped items), so a part-manifest always means a whole part. Running a task
 twice (an engine's retry, a killed task re-run, two `packdata shard` runs of one range)
 writes the same bytes again: tasks are idempotent. What goes into a part is built by
-pack/staging/build.py, for every source.
+pack/staging/build.py, for every source. A part records what it was made from (Part.digest:
+span_digest of its items' keys, sources/base.ItemSource.keys); a resume or a commit reuses it
+only while identity(items, plan) says the same of the items now.
 
 A shard's LMDB keys start at its plan position lo (known before the items before it are
 read); the commit step gives each shard its sample range and records the key in the manifest
@@ -27,11 +29,14 @@ import numpy as np
 from fastloader.format.backends import backend_module
 from fastloader.format.manifest import ShardInfo
 from fastloader.pack.sources import tiling
+from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.staging.journal import JOURNAL_DIR, file_digest, sha256_file
 from fastloader.pack.staging.plan import Spans, TaskSettings
 
 # a field source's part: its index arrays besides the columns (the commit joins them)
 CORE = ("offset", "length", "height", "width", "codec", "crc32", "label")
+Identity = Callable[[int], str]  # shard k -> the digest of its items' keys (span_digest)
+
 
 @dataclass
 class Part:
@@ -96,6 +101,25 @@ def write_shard(staging: Path, k: int, lo: int, data: list[bytes], backend: str
     return info, list(layout.offsets)
 
 
+def span_digest(lo: int, hi: int, keys: bytes) -> str:
+    """What a part records of its items lo..hi (Part.digest): the sha256 of their range and
+    their keys (ItemSource.keys), so a part made from other items is not reused."""
+    digest = hashlib.sha256(f"{lo}:{hi}".encode())
+    digest.update(keys)
+    return digest.hexdigest()
+
+
+def identity(items: ItemSource, plan: Spans) -> Identity:
+    """Shard k -> the digest of its items as the source tells them now (items.keys: a
+    tree's listing, an importer's planned keys, Python samples read again), what a part
+    must have been made from to be reused."""
+    def digest(k: int) -> str:
+        lo, hi = plan.span(k)
+        return span_digest(lo, hi, items.keys(lo, hi))
+
+    return digest
+
+
 class RemoteParts(Protocol):
     """Where the tasks put their parts when DST is a URL (remote_stage.RemoteStage): each part
     is built in a local folder, then uploaded."""
@@ -115,10 +139,14 @@ def load_arrays(staging: Path, k: int) -> dict[str, np.ndarray]:
         return {name: data[name] for name in data.files}
 
 
-def check_part(staging: Path, plan: Spans, k: int, hash_shard: bool = True,
-               sizes: Mapping[str, int] | None = None) -> tuple[Part | None, str]:
-    """Shard k's part when it is whole and made from the plan's files, else why not.
+def check_part(staging: Path, plan: Spans, k: int, made_of: Identity | None,
+               hash_shard: bool = True, sizes: Mapping[str, int] | None = None
+               ) -> tuple[Part | None, str]:
+    """Shard k's part when it is whole and made from the plan's items, else why not.
 
+    made_of: the digest its items have now (identity()); None: not compared (a part this run
+    wrote, or checked already). It is asked last but for the shard file's checks, so items
+    are read again (Python samples) only for parts that are otherwise whole.
     sizes: the shard files' sizes when they are not in staging (a URL's listing); then only
     the size is checked: the sha256 is the one the task computed over the bytes it uploaded.
     """
@@ -128,8 +156,8 @@ def check_part(staging: Path, plan: Spans, k: int, hash_shard: bool = True,
         return None, "was never written (its task did not finish)"
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return None, f"has an unreadable part-manifest ({type(exc).__name__})"
-    if (part.shard, part.lo, part.hi, part.digest) != (k, *plan.span(k), plan.digest(k)):
-        return None, "was made from other source files (the source changed since)"
+    if (part.shard, part.lo, part.hi) != (k, *plan.span(k)):
+        return None, "was made from another range of items (the source changed since)"
     npz = part_path(staging, k, ".part.npz")
     if not npz.is_file() or sha256_file(npz)[1] != part.arrays_sha256:
         return None, f"has damaged index arrays ({npz.name})"
@@ -139,6 +167,8 @@ def check_part(staging: Path, plan: Spans, k: int, hash_shard: bool = True,
     count = (0 if part.info is None else part.info.count) + len(part.skipped)
     if count != part.hi - part.lo:
         return None, f"counts {count} files, its plan range has {part.hi - part.lo}"
+    if made_of is not None and part.digest != made_of(k):
+        return None, "was made from other source items (the source changed since)"
     if part.info is None:
         return part, ""
     shard = staging / part.info.file

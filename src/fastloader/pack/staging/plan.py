@@ -1,26 +1,27 @@
-"""The shard plan: a source's items cut into shards by a rule of the items alone.
+"""The shard plan: any source's items cut into shards by a rule of the items alone.
 
-An ImageFolder tree (ShardPlan): shard k holds the files bounds[k]..bounds[k+1] of the sorted
-listing: files are added while their source bytes fit in shard_size (at least one file a
-shard) and at most MAX_SHARD_FILES. The listing and the bounds are kept as compact arrays (a
-few dozen bytes a file, never a Python object per file).
-
-A field source (SamplePlan): an importer's samples (a table, file groups, .tar shards, COCO)
-are cut by the same rule over their size hints (pack/sources/hints.py); Python samples would
-need their __getitem__ run on the driver for a hint, so they are cut by count alone: every
-shard_samples samples (default: shard_size / 128 KiB). The plan keeps the source's
-description, to reopen it in a shard task.
+One plan for every source (ShardPlan): shard k holds items bounds[k]..bounds[k+1], each item
+weighing its size hint (sizes: what the cut and the progress count). Items are added while
+their bytes fit in shard_size (at least one a shard) and at most MAX_SHARD_FILES. What a
+source adds is kept beside the bounds as compact arrays, never a Python object per item:
+- an ImageFolder tree: its sorted listing (path bytes and offsets, labels, mtimes) and root,
+  with the scan's counts;
+- an importer's samples (a table, file groups, .tar shards, COCO): their item keys (what a
+  resume compares, pack/sources/hints.item_keys) or the source's fingerprint, and how a task
+  opens the source again (reopen);
+- Python samples: nothing more. Their __getitem__ would have to run on the driver for a size
+  hint, so they are cut by count alone (every shard_samples samples, default shard_size /
+  128 KiB), and their keys are computed by the tasks as they prepare them.
 
 No rule looks at the workers, the engine or the machines, so the same source gives the same
-shards, records, order and index arrays however it is packed. Both plans live in the staging
-folder's plan/ folder, where every shard task (a pool worker, a Ray task, `packdata shard` on
-another machine) reads its slice; load_plan reads whichever is there.
+shards, records, order and index arrays however it is packed. The plan lives in the staging
+folder's plan/ folder (its arrays as .npy, the rest in meta.json), where every shard task (a
+pool worker, a Ray task, `packdata shard` on another machine) and the commit read it.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -34,13 +35,14 @@ from fastloader.checks import int_at_least
 from fastloader.errors import PackError
 from fastloader.format.index import encode_paths
 from fastloader.format.remote import is_url
+from fastloader.pack.staging.journal import PLAN_DIR, PLAN_NAME, write_atomic
 
-PLAN_DIR = "plan"
-PLAN_NAME = "plan.json"  # in the staging folder: the identity (backend, options)
-SETTINGS_NAME = "settings.json"  # in plan/: what a run adds (skip_bad, overwrite)
+SETTINGS_NAME = "settings.json"  # in plan/: what a run adds (skip_bad, overwrite, token)
 MAX_SHARD_FILES = 1 << 16  # bounds a task's memory and time on tiny files
-_ARRAYS = ("path_offsets", "path_bytes", "labels", "sizes", "mtimes", "bounds")
-_SCAN_NAME = "scan.json"
+SAMPLE_BYTES = 128 << 10  # what a Python sample is assumed to weigh: shard_samples' default
+_META = "meta.json"
+# the plan's arrays, each saved when present: per shard, per item, a tree's listing
+_ARRAYS = ("bounds", "sizes", "path_offsets", "path_bytes", "labels", "mtimes", "keys")
 _GATHER_BLOCK = 1 << 12  # paths gathered at a time by paths_of (~2 MB of int64 indices)
 
 
@@ -77,8 +79,7 @@ class TaskSettings:
 
 
 class Spans(Protocol):
-    """What checking parts, counting progress and running tasks read of a plan: ShardPlan's
-    and SamplePlan's."""
+    """What checking parts, counting progress and running tasks read of a plan."""
 
     sizes: np.ndarray  # int64 (n,): the bytes a position weighs, for the progress
     bounds: np.ndarray  # int64 (shards + 1,): shard k is positions bounds[k]..bounds[k+1]
@@ -90,8 +91,6 @@ class Spans(Protocol):
 
     def span(self, k: int) -> tuple[int, int]: ...
 
-    def digest(self, k: int) -> str: ...
-
     def relpath(self, i: int) -> str: ...
 
     def save(self, staging: Path) -> None: ...
@@ -99,53 +98,56 @@ class Spans(Protocol):
 
 @dataclass
 class ShardPlan:
-    """The listing (one entry per source file, sorted) and the shard bounds over it."""
+    """The shard bounds over a source's items, with what the source keeps per item (see the
+    module docstring: a tree's listing, an importer's keys, nothing for Python samples)."""
 
-    root: Path | str  # a str: the URL of a tree in object storage
-    path_offsets: np.ndarray  # int64 (n + 1,): slices of path_bytes
-    path_bytes: np.ndarray  # uint8: UTF-8 (surrogateescape) relative paths
-    labels: np.ndarray  # int64 (n,)
-    sizes: np.ndarray  # int64 (n,): source bytes (stat)
-    mtimes: np.ndarray  # int64 (n,): st_mtime_ns, so a resume sees changed files
     bounds: np.ndarray  # int64 (shards + 1,)
-    scan: dict[str, Any] = field(default_factory=dict)  # scan counts and refusals (stats)
+    sizes: np.ndarray  # int64 (n,): size hints (a tree's files' stat sizes; 0 by count)
+    path_offsets: np.ndarray | None = None  # a tree: int64 (n + 1,), slices of path_bytes
+    path_bytes: np.ndarray | None = None  # a tree: uint8 UTF-8 (surrogateescape) relpaths
+    labels: np.ndarray | None = None  # a tree: int64 (n,)
+    mtimes: np.ndarray | None = None  # a tree: int64 (n,) st_mtime_ns, so a resume sees edits
+    keys: np.ndarray | None = None  # an importer: uint8 (n, KEY_BYTES) item identities
+    root: Path | str | None = None  # a tree's folder, or its URL (a str)
+    scan: dict[str, Any] = field(default_factory=dict)  # a tree's scan counts and refusals
+    fingerprint: str = ""  # an importer's (importers.fingerprint)
+    reopen: dict[str, Any] | None = None  # how a task opens an importer's source again
+    fields: list[dict[str, Any]] = field(default_factory=list)  # the specs' manifest entries
 
     def __len__(self) -> int:
-        return int(self.labels.size)
+        return int(self.sizes.size)
 
     @property
     def num_shards(self) -> int:
         return int(self.bounds.size) - 1
 
+    @property
+    def handed(self) -> bool:
+        """Whether the items exist only in the pack that planned them (Python samples: no
+        listing to read, no source to reopen), so a task must be handed them."""
+        return self.path_offsets is None and self.reopen is None
+
+    def span(self, k: int) -> tuple[int, int]:
+        """Shard k's items: plan positions lo..hi (hi excluded)."""
+        return int(self.bounds[k]), int(self.bounds[k + 1])
+
     def relpath(self, i: int) -> str:
-        """The relative path of file i of the listing."""
+        """How item i is named: a tree's file by its relative path, a sample by position."""
+        if self.path_offsets is None or self.path_bytes is None:
+            return f"sample {i}"
         start, stop = int(self.path_offsets[i]), int(self.path_offsets[i + 1])
         return bytes(self.path_bytes[start:stop]).decode("utf-8", "surrogateescape")
 
     def source(self, i: int) -> str:
-        """Where file i of the listing is read from: its path, or its URL."""
+        """Where a tree's file i is read from: its path, or its URL."""
         if isinstance(self.root, str):
             return f"{self.root}/{self.relpath(i)}"
-        return str(self.root / self.relpath(i))
-
-    def span(self, k: int) -> tuple[int, int]:
-        """Shard k's files: listing positions lo..hi (hi excluded)."""
-        return int(self.bounds[k]), int(self.bounds[k + 1])
-
-    def digest(self, k: int) -> str:
-        """sha256 of shard k's files (paths, labels, sizes, mtimes): a part made from other
-        files (the source changed since) is not reused."""
-        lo, hi = self.span(k)
-        digest = hashlib.sha256(f"{lo}:{hi}".encode())
-        digest.update(self.path_bytes[self.path_offsets[lo] : self.path_offsets[hi]].tobytes())
-        relative = self.path_offsets[lo : hi + 1] - self.path_offsets[lo]
-        for array in (relative, self.labels[lo:hi], self.sizes[lo:hi], self.mtimes[lo:hi]):
-            digest.update(np.ascontiguousarray(array, np.int64).tobytes())
-        return digest.hexdigest()
+        return str(Path(self.root or ".") / self.relpath(i))
 
     def paths_of(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, bytes) of the paths of these listing positions, gathered without strings
         (a block of positions at a time: the byte gather's int64 indices stay bounded)."""
+        assert self.path_offsets is not None and self.path_bytes is not None
         starts = self.path_offsets[positions]
         lengths = self.path_offsets[positions + 1] - starts
         offsets = np.zeros(positions.size + 1, np.int64)
@@ -160,16 +162,20 @@ class ShardPlan:
         return offsets, out
 
     def save(self, staging: Path) -> None:
-        """Write the plan into staging/plan/ (arrays as .npy, scan counts as JSON)."""
+        """Write the plan into staging/plan/: each array present as .npy, then meta.json
+        (naming them) last, atomically: a plan folder with a meta.json is whole."""
         folder = staging / PLAN_DIR
         folder.mkdir(exist_ok=True)
-        for name in _ARRAYS:
+        present = [name for name in _ARRAYS if getattr(self, name) is not None]
+        for name in present:
             with open(folder / f"{name}.npy", "wb") as handle:
                 np.save(handle, getattr(self, name), allow_pickle=False)
                 handle.flush()
                 os.fsync(handle.fileno())
-        scan = {"root": str(self.root), **self.scan}
-        (folder / _SCAN_NAME).write_text(json.dumps(scan, sort_keys=True))
+        meta = {"arrays": present, "root": None if self.root is None else str(self.root),
+                "scan": self.scan, "fingerprint": self.fingerprint, "reopen": self.reopen,
+                "fields": self.fields}
+        write_atomic(folder / _META, json.dumps(meta, sort_keys=True))
 
     @classmethod
     def load(cls, staging: Path, mmap: bool = True) -> ShardPlan:
@@ -178,25 +184,36 @@ class ShardPlan:
         folder = staging / PLAN_DIR
         mode: Literal["r"] | None = "r" if mmap else None
         try:
-            scan = json.loads((folder / _SCAN_NAME).read_text())
+            meta = json.loads((folder / _META).read_text())
             arrays = {name: np.load(folder / f"{name}.npy", mmap_mode=mode, allow_pickle=False)
-                      for name in _ARRAYS}
-        except (OSError, ValueError) as exc:
-            raise PackError(
-                f"{staging} holds no readable shard plan ({exc}); run `packdata plan SRC DST` "
-                "again."
-            ) from None
-        root = scan.pop("root")
-        plan = cls(root if is_url(root) else Path(root), scan=scan, **arrays)
-        if plan.bounds.size < 2 or plan.bounds[-1] != len(plan) or plan.bounds[0] != 0:
+                      for name in meta["arrays"] if name in _ARRAYS}
+            root = meta["root"]
+            plan = cls(**arrays, root=root if root is None or is_url(root) else Path(root),
+                       scan=meta["scan"], fingerprint=meta["fingerprint"],
+                       reopen=meta["reopen"], fields=meta["fields"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise PackError(f"{staging} holds no readable shard plan ({type(exc).__name__}: "
+                            f"{exc}); run `packdata plan SRC DST` again.") from None
+        if not plan.whole():
             raise PackError(f"the shard plan in {staging} is damaged; run `packdata plan SRC "
                             "DST` again.")
         return plan
 
+    def whole(self) -> bool:
+        """Whether the arrays agree: bounds rising from 0 to the item count, one entry per
+        item in each per-item array."""
+        n, bounds = len(self), self.bounds
+        if bounds.ndim != 1 or bounds.size < 1 or bounds[0] != 0 or bounds[-1] != n or \
+                np.any(np.diff(bounds) <= 0):
+            return False
+        per_item = [a for a in (self.labels, self.mtimes, self.keys) if a is not None]
+        offsets = self.path_offsets
+        return all(len(a) == n for a in per_item) and (offsets is None or offsets.size == n + 1)
+
 
 def cut(sizes: np.ndarray, shard_size: int, max_files: int = MAX_SHARD_FILES) -> np.ndarray:
-    """Shard bounds over files of these sizes: as many files as fit in shard_size source
-    bytes (at least one), at most max_files; the same sizes always give the same bounds."""
+    """Shard bounds over items of these sizes: as many as fit in shard_size bytes (at least
+    one), at most max_files; the same sizes always give the same bounds."""
     ends = np.cumsum(np.asarray(sizes, np.int64))
     bounds = [0]
     n = int(ends.size)
@@ -206,6 +223,11 @@ def cut(sizes: np.ndarray, shard_size: int, max_files: int = MAX_SHARD_FILES) ->
         hi = int(np.searchsorted(ends, before + shard_size, side="right"))
         bounds.append(min(max(hi, lo + 1), lo + max_files, n))
     return np.asarray(bounds, np.int64)
+
+
+def count_bounds(n: int, shard_samples: int) -> np.ndarray:
+    """Every shard_samples samples (the last shard may be shorter)."""
+    return np.append(np.arange(0, n, shard_samples, dtype=np.int64), np.int64(n))
 
 
 def _listing_arrays(files: Any) -> tuple[np.ndarray, ...]:
@@ -224,7 +246,7 @@ def _listing_arrays(files: Any) -> tuple[np.ndarray, ...]:
 
 
 def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) -> ShardPlan:
-    """The plan of a scan's files (pack/scan.ScanResult): the listing as arrays, then cut.
+    """The plan of a scan's files (pack/sources/scan.ScanResult): the listing as arrays, cut.
 
     Reads the scan through a narrow interface only: a Listing's column arrays, or else
     len(files) and each file's relpath, label, size and mtime_ns, in their (sorted) order.
@@ -238,159 +260,27 @@ def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) ->
         "empty_classes": list(result.empty_classes),
         "refused": [list(r) for r in result.refused],
     }
-    return ShardPlan(result.root, path_offsets, path_bytes, labels, sizes, mtimes,
-                     cut(sizes, shard_size, max_files), scan)
-
-
-SAMPLE_BYTES = 128 << 10  # what a Python sample is assumed to weigh: shard_samples' default
-_BOUNDS, _SIZES, _META = "sample_bounds.npy", "sample_sizes.npy", "samples.json"
-_KEYS = "sample_keys.npy"
-
-
-def same_identity(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
-    """Whether a staged plan.json (old) is one a resume may reuse parts of: equal to new, bar
-    the whole-source fingerprint when both plans keep per-item keys (each part's digest then
-    tells whether its own items changed)."""
-    if old is None:
-        return False
-    if old.get("item_keys") and new.get("item_keys"):
-        def bare(plan: dict[str, Any]) -> dict[str, Any]:
-            source = {k: v for k, v in plan.get("source", {}).items() if k != "fingerprint"}
-            return plan | {"source": source}
-
-        return bare(old) == bare(new)
-    return old == new
-
-
-def default_shard_samples(shard_size: int) -> int:
-    """Samples per shard of Python samples when not given: shard_size / 128 KiB (at least 1)."""
-    return max(1, shard_size // SAMPLE_BYTES)
+    return ShardPlan(cut(sizes, shard_size, max_files), sizes, path_offsets, path_bytes,
+                     labels, mtimes, root=result.root, scan=scan)
 
 
 def check_shard_samples(shard_samples: Any, shard_size: int) -> int:
-    """shard_samples checked (None: its default from shard_size)."""
+    """shard_samples checked (None: its default, shard_size / 128 KiB, at least 1)."""
     if shard_samples is None:
-        return default_shard_samples(shard_size)
+        return max(1, shard_size // SAMPLE_BYTES)
     return int_at_least("shard_samples", shard_samples, 1,
                         "Pass the number of samples per shard, e.g. 2048.")
 
 
-@dataclass
-class SamplePlan:
-    """Shard k holds samples bounds[k]..bounds[k+1]; sizes are their hints (zeros when cut by
-    count); reopen describes an importer's source for a task to open it again (None: Python
-    samples, handed to the tasks)."""
-
-    bounds: np.ndarray  # int64 (shards + 1,)
-    sizes: np.ndarray  # int64 (n,)
-    fingerprint: str = ""  # the source's (importers.fingerprint); "" for Python samples
-    reopen: dict[str, Any] | None = None
-    fields: list[dict[str, Any]] = field(default_factory=list)  # the specs' manifest entries
-    keys: np.ndarray | None = None  # uint8 (n, KEY_BYTES): each item's identity, or None
-
-    def __len__(self) -> int:
-        return int(self.bounds[-1])
-
-    @property
-    def num_shards(self) -> int:
-        return int(self.bounds.size) - 1
-
-    def span(self, k: int) -> tuple[int, int]:
-        return int(self.bounds[k]), int(self.bounds[k + 1])
-
-    def digest(self, k: int) -> str:
-        """What shard k's part was made from (the source's fingerprint and its range): a part
-        of another source or range is not reused."""
-        lo, hi = self.span(k)
-        if self.keys is not None:  # per item: a changed item invalidates its shard alone
-            digest = hashlib.sha256(f"items:{lo}:{hi}".encode())
-            digest.update(np.ascontiguousarray(self.keys[lo:hi]).tobytes())
-            return digest.hexdigest()
-        return hashlib.sha256(f"{self.fingerprint}:{lo}:{hi}".encode()).hexdigest()
-
-    def relpath(self, i: int) -> str:
-        """How a refusal names sample i."""
-        return f"sample {i}"
-
-    def save(self, staging: Path) -> None:
-        folder = staging / PLAN_DIR
-        folder.mkdir(exist_ok=True)
-        for name, array in ((_BOUNDS, self.bounds), (_SIZES, self.sizes)):
-            with open(folder / name, "wb") as handle:
-                np.save(handle, array, allow_pickle=False)
-                handle.flush()
-                os.fsync(handle.fileno())
-        keys = folder / _KEYS
-        if self.keys is None:
-            keys.unlink(missing_ok=True)
-        else:
-            with open(keys, "wb") as handle:
-                np.save(handle, self.keys, allow_pickle=False)
-                handle.flush()
-                os.fsync(handle.fileno())
-        meta = {"fingerprint": self.fingerprint, "reopen": self.reopen, "fields": self.fields}
-        (folder / _META).write_text(json.dumps(meta, sort_keys=True))
-
-    @classmethod
-    def load(cls, staging: Path, mmap: bool = True) -> SamplePlan:
-        """The plan a sample pack wrote into staging (see ShardPlan.load for mmap)."""
-        folder = staging / PLAN_DIR
-        mode: Literal["r"] | None = "r" if mmap else None
-        try:
-            meta = json.loads((folder / _META).read_text())
-            bounds = np.load(folder / _BOUNDS, allow_pickle=False)
-            sizes = np.load(folder / _SIZES, mmap_mode=mode, allow_pickle=False)
-            keys = (np.load(folder / _KEYS, mmap_mode=mode, allow_pickle=False)
-                    if (folder / _KEYS).is_file() else None)
-        except (OSError, ValueError) as exc:
-            raise PackError(f"{staging} holds no readable sample plan ({exc}); run `packdata "
-                            "plan SRC DST` again.") from None
-        plan = cls(bounds, sizes, meta["fingerprint"], meta["reopen"], meta["fields"], keys)
-        if bounds.size < 1 or bounds[0] != 0 or np.any(np.diff(bounds) <= 0) or \
-                sizes.size != bounds[-1] or (keys is not None and len(keys) != sizes.size):
-            raise PackError(f"the sample plan in {staging} is damaged; run `packdata plan SRC "
-                            "DST` again.")
-        return plan
-
-
-def is_sample_plan(staging: Path) -> bool:
-    """Whether staging holds a sample pack's plan (not an ImageFolder one)."""
-    return (staging / PLAN_DIR / _META).is_file()
-
-
-def count_bounds(n: int, shard_samples: int) -> np.ndarray:
-    """Every shard_samples samples (the last shard may be shorter)."""
-    return np.append(np.arange(0, n, shard_samples, dtype=np.int64), np.int64(n))
-
-
-def plan_samples(samples: Any, image: str, shard_size: int, shard_samples: int,
-                 importer: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(bounds, sizes) of a sequence of samples: by size hints for an importer's, by count for
-    Python samples."""
-    from fastloader.pack.sources.hints import size_hints
-
-    n = len(samples)
-    if importer:
-        sizes = size_hints(samples, image)
-        return cut(sizes, shard_size, MAX_SHARD_FILES), sizes
-    return count_bounds(n, shard_samples), np.zeros(n, np.int64)
-
 @functools.lru_cache(maxsize=4)
-def _cached_plan(staging: str, stamp: int) -> tuple[ShardPlan | SamplePlan, TaskSettings]:
+def _cached_plan(staging: str, stamp: int) -> tuple[ShardPlan, TaskSettings]:
     folder = Path(staging)
-    if not is_sample_plan(folder):
-        return ShardPlan.load(folder), read_settings(folder)
-    try:
-        settings = json.loads((folder / PLAN_NAME).read_text())
-    except (OSError, ValueError) as exc:
-        raise PackError(f"{folder} holds no readable shard plan ({exc}); run `packdata plan "
-                        "SRC DST` again.") from None
-    return SamplePlan.load(folder), TaskSettings.of(settings)
+    return ShardPlan.load(folder), read_settings(folder)
 
 
-def load_plan(staging: Path) -> tuple[ShardPlan | SamplePlan, TaskSettings]:
-    """The plan in staging (an ImageFolder tree's or a field source's) and its settings
-    (plan.json; a tree's with its run settings), cached while plan.json is unchanged."""
+def load_plan(staging: Path) -> tuple[ShardPlan, TaskSettings]:
+    """The plan in staging and its settings (plan.json with plan/settings.json), cached while
+    plan.json is unchanged."""
     try:
         stamp = (staging / PLAN_NAME).stat().st_mtime_ns
     except OSError:
@@ -401,10 +291,12 @@ def load_plan(staging: Path) -> tuple[ShardPlan | SamplePlan, TaskSettings]:
 
 def read_settings(staging: Path) -> TaskSettings:
     """The plan's identity (plan.json: backend, options) with the run settings
-    (plan/settings.json: skip_bad, overwrite)."""
+    (plan/settings.json: skip_bad, overwrite, token; none written is none added)."""
+    run = staging / PLAN_DIR / SETTINGS_NAME
     try:
         settings = json.loads((staging / PLAN_NAME).read_text())
-        settings |= json.loads((staging / PLAN_DIR / SETTINGS_NAME).read_text())
+        if run.is_file():
+            settings |= json.loads(run.read_text())
     except (OSError, ValueError) as exc:
         raise PackError(f"{staging} holds no readable shard plan ({exc}); run `packdata plan "
                         "SRC DST` again.") from None

@@ -35,19 +35,15 @@ from fastloader.errors import DatasetNotFoundError, PackError
 from fastloader.format.manifest import MANIFEST_NAME
 from fastloader.format.remote import Remote
 from fastloader.pack.sources import tiling
-from fastloader.pack.staging.journal import JOURNAL_DIR
-from fastloader.pack.staging.part import Part, check_part, part_path
-from fastloader.pack.staging.plan import (
+from fastloader.pack.staging.journal import (
+    JOURNAL_DIR,
     PLAN_DIR,
     PLAN_NAME,
-    SamplePlan,
-    ShardPlan,
-    Spans,
-    TaskSettings,
-    is_sample_plan,
-    read_settings,
     same_identity,
+    write_atomic,
 )
+from fastloader.pack.staging.part import Identity, Part, check_part, part_path
+from fastloader.pack.staging.plan import ShardPlan, Spans, TaskSettings, read_settings
 from fastloader.pack.staging.upload import put
 
 # What a dataset folder of ours holds: anything else at DST is not ours to replace.
@@ -85,9 +81,9 @@ class RemoteStage:
     def _remote(self, url: str) -> Remote:
         return Remote(url, self.storage_options)
 
-    def load_plan(self) -> tuple[Any, TaskSettings]:
-        """The plan (an ImageFolder ShardPlan or a SamplePlan, by what the driver uploaded)
-        and its settings (downloaded once per worker process)."""
+    def load_plan(self) -> tuple[ShardPlan, TaskSettings]:
+        """The plan the driver uploaded and its settings (downloaded once per worker
+        process)."""
         options = json.dumps(self.storage_options or {}, sort_keys=True, default=str)
         plan, settings = _cached_plan(self.staging, self.token, options)
         return plan, dataclasses.replace(settings, storage_options=self.storage_options)
@@ -116,23 +112,16 @@ class RemoteStage:
                 put(staging, local, f"{JOURNAL_DIR}/{local.name}")
 
 
-def _load_any_plan(folder: Path) -> Any:
-    """The plan in a downloaded plan folder, in memory (its arrays outlive the folder): a
-    sample pack's (plan/samples.json) or an ImageFolder one's."""
-    if is_sample_plan(folder):
-        return SamplePlan.load(folder, mmap=False)
-    return ShardPlan.load(folder, mmap=False)
-
-
 @functools.lru_cache(maxsize=4)
-def _cached_plan(staging: str, token: str, options: str) -> tuple[Any, TaskSettings]:
+def _cached_plan(staging: str, token: str, options: str) -> tuple[ShardPlan, TaskSettings]:
     remote = Remote(staging, json.loads(options) or None)
     with tempfile.TemporaryDirectory(prefix="packdata-plan-") as tmp:
         names = [PLAN_NAME] + [name for name in _listing(remote, PLAN_DIR)]
         for name in names:
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / name).write_bytes(remote.read_bytes(name))
-        plan, settings = _load_any_plan(Path(tmp)), read_settings(Path(tmp))
+        # in memory: its arrays outlive the folder
+        plan, settings = ShardPlan.load(Path(tmp), mmap=False), read_settings(Path(tmp))
     if settings.token != token:
         raise PackError(f"the plan at {staging} is not this pack's (another packdata replaced "
                         "it?); run one packdata per DST at a time.")
@@ -179,14 +168,14 @@ class RemoteStaging:
         if overwrite:
             self._remove(self.remote, MANIFEST_NAME)
         self.journal.mkdir(parents=True, exist_ok=True)
-        (self.dir / PLAN_NAME).write_text(json.dumps(identity, sort_keys=True))
+        write_atomic(self.dir / PLAN_NAME, json.dumps(identity, sort_keys=True))
 
     def publish_plan(self, settings_name: str) -> None:
         """Upload the plan written in dir (the tasks read it from there), plan.json last;
         the run settings carry this pack's token."""
         settings = self.dir / PLAN_DIR / settings_name
         run = json.loads(settings.read_text()) | {"token": self.stage.token}
-        settings.write_text(json.dumps(run, sort_keys=True))
+        write_atomic(settings, json.dumps(run, sort_keys=True))
         for path in sorted((self.dir / PLAN_DIR).iterdir()):
             put(self.staging, path, f"{PLAN_DIR}/{path.name}")
         put(self.staging, self.dir / PLAN_NAME, PLAN_NAME)
@@ -204,13 +193,14 @@ class RemoteStaging:
                 (self.dir / name).write_bytes(got[path])
         return _listing(self.remote)
 
-    def pending(self, plan: Spans, resume: bool) -> list[int]:
-        """The shards whose part is missing or invalid at the URL (all unless resuming)."""
+    def pending(self, plan: Spans, resume: bool, made_of: Identity) -> list[int]:
+        """The shards whose part is missing, invalid or made from other items at the URL
+        (all unless resuming)."""
         if not resume:
             return list(range(plan.num_shards))
         sizes = self.gather()
         return [k for k in range(plan.num_shards)
-                if check_part(self.dir, plan, k, hash_shard=False, sizes=sizes)[0] is None]
+                if check_part(self.dir, plan, k, made_of, sizes=sizes)[0] is None]
 
     def finish(self, write_manifest: Callable[[Path], Any], overwrite: bool) -> None:
         """Upload index/ and skipped.json, then manifest.json (last); then delete the objects
