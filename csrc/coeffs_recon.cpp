@@ -1,0 +1,105 @@
+// Scalar reconstruction kernels of the coeffs codec, written to give libjpeg-turbo's SIMD bits:
+// the ISLOW IDCT with its 16-bit dequantisation and saturation, fancy upsampling, YCbCr->RGB.
+#include <algorithm>
+#include <atomic>
+
+#include "coeffs_internal.h"
+
+namespace fl::coeffs {
+
+namespace {
+
+// int32 arithmetic that wraps as the SIMD lanes do (no undefined overflow).
+inline int32_t add(int32_t a, int32_t b) { return int32_t(uint32_t(a) + uint32_t(b)); }
+inline int32_t sub(int32_t a, int32_t b) { return int32_t(uint32_t(a) - uint32_t(b)); }
+inline int32_t madd(int a, int b, int ca, int cb) { return add(a * ca, b * cb); }
+inline int sat16(int32_t v) { return std::clamp(v, -32768, 32767); }
+
+// jidctint.c's 1-D ISLOW regrouped into pairwise products, as the AVX2 kernel computes it.
+void idct_1d(const int *v, int32_t *o, int fudge) {
+    const int32_t f = fudge << 13;
+    const int32_t tmp0 = add(madd(v[0], v[4], 8192, 8192), f), tmp1 = add(madd(v[0], v[4], 8192, -8192), f);
+    const int32_t tmp2 = madd(v[2], v[6], 4433, -10704), tmp3 = madd(v[2], v[6], 10703, 4433);
+    const int32_t tmp10 = add(tmp0, tmp3), tmp13 = sub(tmp0, tmp3);
+    const int32_t tmp11 = add(tmp1, tmp2), tmp12 = sub(tmp1, tmp2);
+    const int32_t t0 = add(madd(v[7], v[1], -11363, 2260), madd(v[3], v[5], -6436, 9633));
+    const int32_t t1 = add(madd(v[7], v[1], 9633, 6437), madd(v[3], v[5], -11362, 2261));
+    const int32_t t2 = add(madd(v[7], v[1], -6436, 9633), madd(v[3], v[5], -2259, -11362));
+    const int32_t t3 = add(madd(v[7], v[1], 2260, 11363), madd(v[3], v[5], 9633, 6437));
+    o[0] = add(tmp10, t3);
+    o[7] = sub(tmp10, t3);
+    o[1] = add(tmp11, t2);
+    o[6] = sub(tmp11, t2);
+    o[2] = add(tmp12, t1);
+    o[5] = sub(tmp12, t1);
+    o[3] = add(tmp13, t0);
+    o[4] = sub(tmp13, t0);
+}
+
+void idct_scalar(const int16_t *coef, const uint16_t *quant, uint8_t *out, ptrdiff_t stride) {
+    int mid[8][8];  // [row][column] after the column pass, saturated to int16
+    for (int c = 0; c < 8; ++c) {
+        int v[8];
+        int32_t o[8];
+        for (int r = 0; r < 8; ++r) v[r] = int16_t(uint16_t(coef[8 * r + c] * quant[8 * r + c]));  // pmullw
+        idct_1d(v, o, 0);
+        for (int r = 0; r < 8; ++r) mid[r][c] = sat16(add(o[r], 1 << 10) >> 11);
+    }
+    for (int r = 0; r < 8; ++r) {
+        int32_t o[8];
+        idct_1d(mid[r], o, 1 << 4);  // the DC fudge rounds the final shift
+        for (int x = 0; x < 8; ++x) out[r * stride + x] = uint8_t(std::clamp(o[x] >> 18, -128, 127) + 128);
+    }
+}
+
+inline uint8_t clamp255(int v) { return uint8_t(std::clamp(v, 0, 255)); }
+
+// jdcolor.c's ycc_rgb_convert: FIX(1.40200) = 91881, FIX(0.34414) = 22554, FIX(0.71414) = 46802,
+// FIX(1.77200) = 116130, ONE_HALF = 32768.
+void ycc_rgb_scalar(const uint8_t *y, const uint8_t *cb, const uint8_t *cr, uint8_t *out, int n) {
+    for (int i = 0; i < n; ++i) {
+        const int yy = y[i], b = cb[i] - 128, r = cr[i] - 128;
+        out[3 * i] = clamp255(yy + ((91881 * r + 32768) >> 16));
+        out[3 * i + 1] = clamp255(yy + ((-22554 * b - 46802 * r + 32768) >> 16));
+        out[3 * i + 2] = clamp255(yy + ((116130 * b + 32768) >> 16));
+    }
+}
+
+void h2v2_scalar(const uint8_t *a, const uint8_t *b, int col0, int dw, int x0, int x1, uint8_t *out,
+                 int16_t *) {
+    auto cs = [&](int i) {
+        i = std::clamp(i, 0, dw - 1) - col0;
+        return 3 * a[i] + b[i];
+    };
+    for (int x = x0; x < x1; ++x) {
+        const int i = x >> 1;
+        out[x - x0] = (x & 1) ? uint8_t((3 * cs(i) + cs(i + 1) + 7) >> 4) : uint8_t((3 * cs(i) + cs(i - 1) + 8) >> 4);
+    }
+}
+
+const Kernels kScalar{idct_scalar, ycc_rgb_scalar, h2v2_scalar};
+
+std::atomic<int> g_simd{-1};  // -1: not chosen yet
+
+}  // namespace
+
+const Kernels &scalar_kernels() { return kScalar; }
+
+bool simd_enabled() {
+    int s = g_simd.load(std::memory_order_relaxed);
+    if (s < 0) {
+        s = avx2_kernels() != nullptr && __builtin_cpu_supports("avx2") ? 1 : 0;
+        g_simd.store(s, std::memory_order_relaxed);
+    }
+    return s == 1;
+}
+
+bool set_simd(bool enabled) {
+    const bool old = simd_enabled();
+    g_simd.store(enabled && avx2_kernels() != nullptr && __builtin_cpu_supports("avx2") ? 1 : 0);
+    return old;
+}
+
+const Kernels &kernels() { return simd_enabled() ? *avx2_kernels() : kScalar; }
+
+}  // namespace fl::coeffs
