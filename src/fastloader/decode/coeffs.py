@@ -15,7 +15,7 @@ from fastloader.decode import _native
 from fastloader.decode.pillow import ImageHeader
 from fastloader.errors import DecodeError, NativeUnavailableError
 
-__all__ = ["MAGIC", "decode_record", "encode", "header", "is_coeffs", "native_reason"]
+__all__ = ["MAGIC", "decode_record", "encode", "header", "is_coeffs", "native_reason", "refusal"]
 
 MAGIC = b"FLCOEF"
 _FIX = "repack the dataset with `packdata --codec jpeg` (or `packdata recode --codec jpeg`)"
@@ -24,6 +24,13 @@ _FIX = "repack the dataset with `packdata --codec jpeg` (or `packdata recode --c
 def is_coeffs(data: Any) -> bool:
     """Whether bytes-like data starts as a coeffs record does (it may still be damaged)."""
     return bytes(memoryview(data)[:len(MAGIC)]) == MAGIC
+
+
+def refusal(backend: str) -> str:
+    """What a backend that cannot decode coeffs records (DALI, nvJPEG) says about a dataset."""
+    return (f"{backend} cannot decode coeffs records (nvJPEG reads JPEG only), and this "
+            "dataset holds some: use the native backend (backend='auto'), or pack the images "
+            "with `packdata --codec jpeg` (the default) for DALI")
 
 
 def _core_or_none() -> Any:
