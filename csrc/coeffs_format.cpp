@@ -23,16 +23,6 @@ void put32(std::vector<uint8_t> &b, uint32_t v) {
     for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i)));
 }
 
-void put_byte_value(std::vector<uint8_t> &esc, int v) {
-    if (v >= -127 && v <= 127) {
-        esc.push_back(uint8_t(int8_t(v)));
-        return;
-    }
-    esc.push_back(0x80);
-    esc.push_back(uint8_t(v & 255));
-    esc.push_back(uint8_t((v >> 8) & 255));
-}
-
 // Calls f(component, block row, block column) for a segment's blocks in stored order.
 template <class F>
 void for_segment_blocks(const Geometry &g, int row, int seg, F &&f) {
@@ -45,42 +35,63 @@ void for_segment_blocks(const Geometry &g, int row, int seg, F &&f) {
         }
 }
 
+// Streams of one segment, written through raw pointers into buffers sized for the worst case
+// (3 bytes a value, 9 mask bytes and 32 nibble bytes a block).
 struct SegmentWriter {
     std::vector<uint8_t> mask, nib, esc;
-    int nibbles = 0;
-    void put_nibble(unsigned v) {
-        if (nibbles % 2 == 0) nib.push_back(0);
-        nib.back() = uint8_t(nib.back() | ((v & 15) << (4 * (nibbles % 2))));
-        ++nibbles;
+    uint8_t *m = nullptr, *e = nullptr;
+    size_t nibbles = 0;
+    void start(size_t blocks) {
+        if (mask.size() < blocks * 9) mask.resize(blocks * 9);
+        if (nib.size() < blocks * 32 + 1) nib.resize(blocks * 32 + 1);
+        if (esc.size() < blocks * 192) esc.resize(blocks * 192);
+        std::memset(nib.data(), 0, blocks * 32 + 1);
+        m = mask.data();
+        e = esc.data();
+        nibbles = 0;
+    }
+    size_t mask_bytes() const { return size_t(m - mask.data()); }
+    size_t nib_bytes() const { return (nibbles + 1) / 2; }
+    size_t esc_bytes() const { return size_t(e - esc.data()); }
+    void byte_value(int v) {
+        if (v >= -127 && v <= 127) {
+            *e++ = uint8_t(int8_t(v));
+            return;
+        }
+        e[0] = 0x80;
+        e[1] = uint8_t(v & 255);
+        e[2] = uint8_t((v >> 8) & 255);
+        e += 3;
     }
     void block(const int16_t *blk, int16_t &pred, int nibble_from) {
         int vals[64];
         vals[0] = int16_t(uint16_t(blk[0] - pred));  // wraps: the decoder adds modulo 2^16 too
         pred = blk[0];
-        int n = 0;
-        for (int k = 0; k < 64; ++k) {
-            if (k) vals[k] = blk[kZigzag[k]];
-            if (vals[k]) n = k + 1;
+        uint64_t nz = vals[0] != 0;
+        for (int k = 1; k < 64; ++k) {
+            vals[k] = blk[kZigzag[k]];
+            nz |= uint64_t(vals[k] != 0) << k;
         }
+        const int n = nz ? 64 - __builtin_clzll(nz) : 0;
+        const uint64_t high = nibble_from >= 64 ? 0 : nz & ~((uint64_t(1) << nibble_from) - 1) & ~uint64_t(1);
         int escapes = 0;
-        for (int k = std::max(1, nibble_from); k < n; ++k) escapes += vals[k] < -7 || vals[k] > 7;
-        const bool wide = escapes >= kWideEscapes;
-        mask.push_back(uint8_t(n | (wide ? 128 : 0)));
-        for (int by = 0; by < (n + 7) / 8; ++by) {
-            uint8_t m = 0;
-            for (int i = 0; i < 8 && by * 8 + i < n; ++i)
-                if (vals[by * 8 + i]) m = uint8_t(m | (1 << i));
-            mask.push_back(m);
+        for (uint64_t h = high; h; h &= h - 1) {
+            const int v = vals[__builtin_ctzll(h)];
+            escapes += v < -7 || v > 7;
         }
-        for (int k = 0; k < n; ++k) {
+        const bool wide = escapes >= kWideEscapes;
+        *m++ = uint8_t(n | (wide ? 128 : 0));
+        for (int by = 0; by < (n + 7) / 8; ++by) *m++ = uint8_t(nz >> (8 * by));
+        for (uint64_t bits = nz; bits; bits &= bits - 1) {
+            const int k = __builtin_ctzll(bits);
             const int v = vals[k];
-            if (!v) continue;
-            if (k > 0 && k >= nibble_from && !wide) {
+            if (!wide && ((high >> k) & 1)) {
                 const bool fits = v >= -7 && v <= 7;
-                put_nibble(fits ? unsigned(v) : 8u);  // 8 (= -8) escapes to the byte stream
+                nib[nibbles >> 1] = uint8_t(nib[nibbles >> 1] | (((fits ? unsigned(v) : 8u) & 15) << (4 * (nibbles & 1))));
+                ++nibbles;  // 8 (= -8) escapes to the byte stream
                 if (fits) continue;
             }
-            put_byte_value(esc, v);
+            byte_value(v);
         }
     }
 };
@@ -146,20 +157,18 @@ void write_record(const Coefficients &c, std::vector<uint8_t> &out) {
         for (int seg = 0; seg < g.segs_per_row; ++seg) {
             const uint32_t at = uint32_t(out.size() - payload);
             std::memcpy(&out[table + 4 * size_t(row * g.segs_per_row + seg)], &at, 4);
-            w.mask.clear();
-            w.nib.clear();
-            w.esc.clear();
-            w.nibbles = 0;
+            const int mcus = std::min(g.mcu_cols, (seg + 1) * g.seg_mcus) - seg * g.seg_mcus;
+            w.start(size_t(mcus) * g.blocks_per_mcu);
             int16_t pred[3] = {0, 0, 0};
             for_segment_blocks(g, row, seg, [&](int ci, int by, int bx) {
                 const Component &k = g.comps[ci];
                 w.block(&c.blocks[ci][(size_t(by) * k.bw + bx) * 64], pred[ci], g.nibble_from);
             });
-            put32(out, uint32_t(w.mask.size()));
-            put32(out, uint32_t(w.nib.size()));
-            out.insert(out.end(), w.mask.begin(), w.mask.end());
-            out.insert(out.end(), w.nib.begin(), w.nib.end());
-            out.insert(out.end(), w.esc.begin(), w.esc.end());
+            put32(out, uint32_t(w.mask_bytes()));
+            put32(out, uint32_t(w.nib_bytes()));
+            out.insert(out.end(), w.mask.data(), w.mask.data() + w.mask_bytes());
+            out.insert(out.end(), w.nib.data(), w.nib.data() + w.nib_bytes());
+            out.insert(out.end(), w.esc.data(), w.esc.data() + w.esc_bytes());
         }
     const uint32_t end = uint32_t(out.size() - payload);
     std::memcpy(&out[table + 4 * size_t(nseg)], &end, 4);

@@ -1,0 +1,164 @@
+"""Coeffs records against JPEG (issue 30): per-core decode ms, stored size, packing, loader img/s.
+
+    python benchmarks/bench_codec.py --data TREE [--images 400] [--rounds 5]
+
+Per-core rows time one thread (thread CPU time, so other jobs on a shared machine cost little)
+decoding every image: whole, and RandomResizedCrop(224)-distributed crops resized to 224 x 224
+and flipped, through the JPEG path (libjpeg-turbo, DCT scaling on as the loader uses it) and
+through the coeffs path. Rounds interleave the two; medians per image and the same-round ratio.
+The loader rows pack TREE to LMDB, recode it to coeffs, and time FastLoader (RandomResizedCrop +
+flip + normalize, batch 64, the usable cores' threads) over both, interleaved (wall clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastloader import FastLoader, _core
+from fastloader.decode import coeffs
+from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
+from fastloader.pack.maintain.recode import recode
+from fastloader.pack.pipeline.tree import pack
+
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import environment
+
+SIZE = 224
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def rrc_boxes(rng: np.random.Generator, height: int, width: int) -> tuple[int, int, int, int]:
+    """One torchvision RandomResizedCrop box: scale (0.08, 1), ratio (3/4, 4/3)."""
+    area = height * width
+    for _ in range(10):
+        target = area * rng.uniform(0.08, 1.0)
+        ratio = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+        w, h = round(np.sqrt(target * ratio)), round(np.sqrt(target / ratio))
+        if 0 < w <= width and 0 < h <= height:
+            return int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w
+    return 0, 0, height, width
+
+
+def _cpu_ms(fn: Any, items: list[Any]) -> float:
+    """Thread CPU ms per item of fn over items."""
+    began = time.thread_time()
+    for item in items:
+        fn(item)
+    return (time.thread_time() - began) * 1e3 / len(items)
+
+
+def per_core(jpegs: list[bytes], records: list[bytes], rounds: int) -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    full: list[np.ndarray] = []
+    crops = []
+    for data in jpegs:
+        hdr = _core.header(data)
+        full.append(np.empty((hdr.height, hdr.width, 3), np.uint8))
+        crops.append((rrc_boxes(rng, hdr.height, hdr.width), bool(rng.integers(0, 2))))
+    slot = np.empty((SIZE, SIZE, 3), np.uint8)
+
+    def jpeg_full(k: int) -> None:
+        _core.decode_into(jpegs[k], (0, 0, 0, 0), False, full[k])
+
+    def coeffs_full(k: int) -> None:
+        _core.coeffs_decode_into(records[k], (0, 0, 0, 0), False, full[k])
+
+    def jpeg_crop(k: int) -> None:
+        _core.decode_into(jpegs[k], crops[k][0], crops[k][1], slot)
+
+    def coeffs_crop(k: int) -> None:
+        _core.coeffs_decode_into(records[k], crops[k][0], crops[k][1], slot)
+
+    rows = {"jpeg full": jpeg_full, "coeffs full": coeffs_full, "jpeg crop": jpeg_crop,
+            "coeffs crop": coeffs_crop}
+    index = list(range(len(jpegs)))
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    for fn in rows.values():  # warm-up: page cache, scratch buffers
+        _cpu_ms(fn, index[:20])
+    for r in range(rounds):
+        for name in (list(rows) if r % 2 == 0 else list(reversed(rows))):
+            times[name].append(_cpu_ms(rows[name], index))
+    out: dict[str, Any] = {name: statistics.median(v) for name, v in times.items()}
+    for kind in ("full", "crop"):
+        ratios = [a / b for a, b in zip(times[f"jpeg {kind}"], times[f"coeffs {kind}"],
+                                        strict=True)]
+        out[f"speedup {kind}"] = statistics.median(ratios)
+    return out
+
+
+def encode_cost(jpegs: list[bytes]) -> dict[str, float]:
+    """Thread CPU ms per image: coeffs.encode, and the whole-file check decode pack runs."""
+    def check(data: bytes) -> None:
+        hdr = _core.header(data)
+        out = np.empty((max(1, hdr.height // 24), max(1, hdr.width // 24), 3), np.uint8)
+        _core.decode_into(data, (0, 0, 0, 0), False, out)
+
+    return {"encode ms": _cpu_ms(coeffs.encode, jpegs), "check decode ms": _cpu_ms(check, jpegs)}
+
+
+def loader_rows(tree: Path, folder: Path, rounds: int, threads: int) -> dict[str, Any]:
+    jpeg, coeff = folder / "jpeg.lmdb", folder / "coeffs.lmdb"
+    pack(tree, jpeg, quiet=True)
+    began = time.perf_counter()
+    recode(jpeg, coeff)
+    recode_s = time.perf_counter() - began
+    transforms = [RandomResizedCrop(SIZE), RandomHorizontalFlip()]
+    rates: dict[str, list[float]] = {"jpeg": [], "coeffs": []}
+
+    def one(path: Path) -> float:
+        with FastLoader(path, batch_size=64, shuffle=True, transforms=transforms,
+                        normalize=(MEAN, STD), num_threads=threads, seed=1) as loader:
+            it = iter(loader)
+            next(it)  # warm-up batch
+            began, n = time.perf_counter(), 0
+            for images, _ in it:
+                n += len(images)
+            return n / (time.perf_counter() - began)
+
+    one(jpeg)
+    one(coeff)
+    for r in range(rounds):
+        for name in (("jpeg", "coeffs") if r % 2 == 0 else ("coeffs", "jpeg")):
+            rates[name].append(one(jpeg if name == "jpeg" else coeff))
+    ratios = [b / a for a, b in zip(rates["jpeg"], rates["coeffs"], strict=True)]
+    return {"jpeg img/s": statistics.median(rates["jpeg"]),
+            "coeffs img/s": statistics.median(rates["coeffs"]),
+            "speedup": statistics.median(ratios), "recode s": recode_s,
+            "rates": rates}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True, help="ImageFolder tree of JPEGs")
+    parser.add_argument("--images", type=int, default=400, help="images timed per core")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2, help="loader decode threads")
+    parser.add_argument("--no-loader", dest="loader", action="store_false")
+    args = parser.parse_args()
+    files = sorted(p for p in args.data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
+    jpegs = [p.read_bytes() for p in files[: args.images]]
+    records = [coeffs.encode(j) for j in jpegs]
+    result: dict[str, Any] = {"environment": environment(), "images": len(jpegs),
+                              "simd": _core.coeffs_simd()}
+    result["size ratio"] = sum(map(len, records)) / sum(map(len, jpegs))
+    result["jpeg bytes/img"] = sum(map(len, jpegs)) / len(jpegs)
+    result["per core ms"] = per_core(jpegs, records, args.rounds)
+    result["packing"] = encode_cost(jpegs)
+    if args.loader:
+        with tempfile.TemporaryDirectory(prefix="bench-codec-") as tmp:
+            result["loader"] = loader_rows(args.data, Path(tmp), args.rounds, args.threads)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
