@@ -18,7 +18,7 @@ from fastloader.errors import InvalidArgumentError, PackError
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import Codec
 from fastloader.pack.cli.main import main
-from fastloader.pack.maintain.recode import recode
+from fastloader.pack.pipeline.recode import recode
 from fastloader.pack.pipeline.tree import pack
 from helpers import MEAN, STD, collect
 from treegen import MIXED_SPECS
@@ -163,3 +163,36 @@ def test_without_the_extension_a_coeffs_dataset_fails_clearly(mixed) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert "coeffs records need the native extension" in result.stdout
     assert "FASTLOADER_DISABLE_NATIVE" in result.stdout and "--codec jpeg" in result.stdout
+
+
+def test_pack_with_codec_coeffs_equals_pack_then_recode(mixed, mixed_tree, tmp_path) -> None:
+    import fastloader
+
+    _, recoded = mixed
+    dst = tmp_path / "direct.lmdb"
+    assert main([str(mixed_tree[0]), str(dst), "--codec", "coeffs", "--workers", "1",
+                 "--quiet"]) == 0
+    assert not list(tmp_path.glob(".*"))  # the JPEG pack it recoded from is gone
+    with PackedDataset(dst) as a, PackedDataset(recoded) as b:
+        assert a.manifest.options["codec"] == "coeffs"
+        assert [bytes(a.record(i)) for i in range(len(a))] == \
+            [bytes(b.record(i)) for i in range(len(b))]
+    manifest = fastloader.pack(mixed_tree[0], dst, codec="coeffs", overwrite=True, quiet=True,
+                               workers=1)
+    assert manifest.stats["recoded"] > 0
+    with pytest.raises(PackError, match="already exists"):
+        fastloader.pack(mixed_tree[0], dst, codec="coeffs", quiet=True)
+
+
+def test_pack_codec_tiles_is_tiles_and_others_are_refused(mixed_tree, tmp_path) -> None:
+    import fastloader
+
+    manifest = fastloader.pack(mixed_tree[0], tmp_path / "t.lmdb", codec="tiles", quiet=True,
+                               workers=1)
+    assert "tiles" in manifest.options
+    with pytest.raises(PackError, match="not one of"):
+        fastloader.pack(mixed_tree[0], tmp_path / "x.lmdb", codec="webp")
+    samples = [{"image": bytes(1), "label": 0}]
+    with pytest.raises(PackError, match="ImageFolder trees"):
+        fastloader.pack(samples, tmp_path / "y.lmdb", codec="coeffs",
+                        fields={"image": "image", "label": "int"})

@@ -108,6 +108,10 @@ def _pack_parser() -> argparse.ArgumentParser:
     add("--tiles", action="store_true",
         help="decode-aware packing: repack JPEGs losslessly with restart markers so crops "
         "decode only the tiles they need (needs the native extension)")  # fmt: skip
+    add("--codec", choices=("jpeg", "coeffs", "tiles"), default="jpeg",
+        help="how JPEG records are stored: jpeg (as they are, default), tiles (= --tiles), or "
+        "coeffs (their coefficients: lossless, faster decodes and crops, ~1.5x the bytes; "
+        "ImageFolder trees; needs the native extension)")  # fmt: skip
     add("--restart-mcus", type=int, default=DEFAULT_RESTART_MCUS, metavar="R",
         help="with --tiles: at most R MCUs per restart segment "
         f"(default {DEFAULT_RESTART_MCUS})")  # fmt: skip
@@ -198,6 +202,7 @@ def _run_pack(argv: Sequence[str]) -> int:
         quiet=args.quiet,
         tiles=args.tiles,
         restart_mcus=args.restart_mcus,
+        codec=args.codec,
         max_file_size=args.max_file_size,
         engine=args.engine,
         ray_address=args.ray_address,

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from fastloader.pack.maintain.info import human_bytes
-from fastloader.pack.maintain.recode import CODECS, kept_summary, recode
+from fastloader.pack.pipeline.recode import CODECS, kept_summary, recode
 
 
 def run(argv: Sequence[str]) -> int:
