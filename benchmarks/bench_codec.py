@@ -26,7 +26,7 @@ import numpy as np
 from fastloader import FastLoader, _core
 from fastloader.decode import coeffs
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
-from fastloader.pack.maintain.recode import recode
+from fastloader.pack.pipeline.recode import recode
 from fastloader.pack.pipeline.tree import pack
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -21,6 +21,9 @@ struct Region {
     int col0() const { return bx0 * 8; }
 };
 
+// Planes up to this size stay allocated between decodes (a 4k x 4k luma plane is 16 MiB).
+constexpr size_t kKeptPlaneBytes = size_t(32) << 20;
+
 // Per-thread buffers, reused across decodes (the loader's threads are persistent).
 struct Scratch {
     std::vector<int16_t> blocks;
@@ -194,6 +197,11 @@ std::string decode_into(const uint8_t *data, size_t size, const CropBox &asked, 
         color_row(g, c, resizer.row_buffer(), crop.width);
         resizer.push_row();
     }
+    for (int i = 0; i < g.ncomp; ++i)  // a rare huge image's planes are not kept per thread
+        if (s.capacity[i] > kKeptPlaneBytes) {
+            s.planes[i].reset();
+            s.capacity[i] = 0;
+        }
     return {};
 }
 
