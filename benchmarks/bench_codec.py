@@ -6,8 +6,11 @@ Per-core rows time one thread (thread CPU time, so other jobs on a shared machin
 decoding every image: whole, and RandomResizedCrop(224)-distributed crops resized to 224 x 224
 and flipped, through the JPEG path (libjpeg-turbo, DCT scaling on as the loader uses it) and
 through the coeffs path. Rounds interleave the two; medians per image and the same-round ratio.
-The loader rows pack TREE to LMDB, recode it to coeffs, and time FastLoader (RandomResizedCrop +
-flip + normalize, batch 64, the usable cores' threads) over both, interleaved (wall clock).
+The packing rows time `pack(TREE, codec=...)` for jpeg and coeffs (best of 2, interleaved)
+and one recode. The loader rows time FastLoader (RandomResizedCrop + flip + normalize, batch
+64, --threads decode threads) over the JPEG dataset and its recode, interleaved: wall-clock
+img/s, and the process's CPU ms per image (all threads), which other jobs on a shared machine
+disturb far less than the wall clock.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ import numpy as np
 from fastloader import FastLoader, _core
 from fastloader.decode import coeffs
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
+from fastloader.pack.api import pack
 from fastloader.pack.pipeline.recode import recode
-from fastloader.pack.pipeline.tree import pack
 
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import environment
@@ -78,8 +81,18 @@ def per_core(jpegs: list[bytes], records: list[bytes], rounds: int) -> dict[str,
     def coeffs_crop(k: int) -> None:
         _core.coeffs_decode_into(records[k], crops[k][0], crops[k][1], slot)
 
+    def scalar(fn: Any) -> Any:  # the run-time fallback for CPUs without AVX2
+        def run(k: int) -> None:
+            old = _core.coeffs_set_simd(False)
+            try:
+                fn(k)
+            finally:
+                _core.coeffs_set_simd(old)
+        return run
+
     rows = {"jpeg full": jpeg_full, "coeffs full": coeffs_full, "jpeg crop": jpeg_crop,
-            "coeffs crop": coeffs_crop}
+            "coeffs crop": coeffs_crop, "coeffs full scalar": scalar(coeffs_full),
+            "coeffs crop scalar": scalar(coeffs_crop)}
     index = list(range(len(jpegs)))
     times: dict[str, list[float]] = {name: [] for name in rows}
     for fn in rows.values():  # warm-up: page cache, scratch buffers
@@ -107,33 +120,46 @@ def encode_cost(jpegs: list[bytes]) -> dict[str, float]:
 
 def loader_rows(tree: Path, folder: Path, rounds: int, threads: int) -> dict[str, Any]:
     jpeg, coeff = folder / "jpeg.lmdb", folder / "coeffs.lmdb"
+    seconds: dict[str, list[float]] = {"pack jpeg s": [], "pack coeffs s": [], "recode s": []}
+    for r in range(2):  # packing, interleaved: files/s of --codec jpeg against --codec coeffs
+        for name in (("jpeg", "coeffs") if r % 2 == 0 else ("coeffs", "jpeg")):
+            began = time.perf_counter()
+            pack(tree, folder / f"{name}-pack.lmdb", quiet=True, overwrite=True, codec=name)
+            seconds[f"pack {name} s"].append(time.perf_counter() - began)
     pack(tree, jpeg, quiet=True)
     began = time.perf_counter()
     recode(jpeg, coeff)
-    recode_s = time.perf_counter() - began
+    seconds["recode s"].append(time.perf_counter() - began)
     transforms = [RandomResizedCrop(SIZE), RandomHorizontalFlip()]
     rates: dict[str, list[float]] = {"jpeg": [], "coeffs": []}
+    cpu: dict[str, list[float]] = {"jpeg": [], "coeffs": []}
 
-    def one(path: Path) -> float:
+    def one(path: Path) -> tuple[float, float]:
         with FastLoader(path, batch_size=64, shuffle=True, transforms=transforms,
                         normalize=(MEAN, STD), num_threads=threads, seed=1) as loader:
             it = iter(loader)
             next(it)  # warm-up batch
-            began, n = time.perf_counter(), 0
+            began, cpu0, n = time.perf_counter(), time.process_time(), 0
             for images, _ in it:
                 n += len(images)
-            return n / (time.perf_counter() - began)
+            return n / (time.perf_counter() - began), (time.process_time() - cpu0) * 1e3 / n
 
     one(jpeg)
     one(coeff)
     for r in range(rounds):
         for name in (("jpeg", "coeffs") if r % 2 == 0 else ("coeffs", "jpeg")):
-            rates[name].append(one(jpeg if name == "jpeg" else coeff))
+            rate, ms = one(jpeg if name == "jpeg" else coeff)
+            rates[name].append(rate)
+            cpu[name].append(ms)
     ratios = [b / a for a, b in zip(rates["jpeg"], rates["coeffs"], strict=True)]
     return {"jpeg img/s": statistics.median(rates["jpeg"]),
             "coeffs img/s": statistics.median(rates["coeffs"]),
-            "speedup": statistics.median(ratios), "recode s": recode_s,
-            "rates": rates}
+            "speedup": statistics.median(ratios), "rates": rates,
+            "jpeg cpu ms/img": statistics.median(cpu["jpeg"]),
+            "coeffs cpu ms/img": statistics.median(cpu["coeffs"]),
+            "cpu speedup": statistics.median(
+                [a / b for a, b in zip(cpu["jpeg"], cpu["coeffs"], strict=True)]),
+            **{name: min(v) for name, v in seconds.items()}}
 
 
 def main() -> int:
