@@ -6,7 +6,8 @@
 //   8  u32 width, u32 height (pixels)
 //   16 u8 components (1 or 3), u8 colour (0 grey, 1 YCbCr, 2 RGB), u8 nibble_from (1..64: the
 //      first zigzag position stored as a nibble), u8 seg_mcus (MCU columns per segment, >= 1)
-//   20 per component: u8 h, u8 v (sampling factors, 1 or 2), u16 quant[64] (natural order)
+//   20 u8 EXIF orientation of the source JPEG (0: none found, else 1-8), 3 bytes reserved (0)
+//   24 per component: u8 h, u8 v (sampling factors, 1 or 2), u16 quant[64] (natural order)
 //   .. u32 segments (= MCU rows x segments per row), u32 offsets[segments + 1] into the payload
 //   .. payload, then 8 bytes of padding (the decoder reads 8 bytes at a time)
 // A segment is one MCU row x seg_mcus MCUs: u32 mask bytes, u32 nibble bytes, then the mask,
@@ -49,6 +50,7 @@ struct Geometry {
     int hmax = 1, vmax = 1, mcu_cols = 0, mcu_rows = 0;
     int seg_mcus = kDefaultSegMcus, segs_per_row = 0, nibble_from = kDefaultNibbleFrom;
     int blocks_per_mcu = 0;
+    int orientation = 0;  // the source's EXIF orientation (0: none); the pixels are as stored
     Component comps[3];
 };
 

@@ -53,8 +53,9 @@ nb::bytes encode(nb::handle data, int seg_mcus, int nibble_from) {
     return nb::bytes(reinterpret_cast<const char *>(out.data()), out.size());
 }
 
-// (width, height, components, colour, subsampling, segments) of a record; ValueError if damaged.
-std::tuple<int, int, int, std::string, std::string, int> info(nb::handle data) {
+// (width, height, components, colour, subsampling, segments, EXIF orientation) of a record;
+// ValueError if damaged.
+std::tuple<int, int, int, std::string, std::string, int, int> info(nb::handle data) {
     Bytes in(data);
     coeffs::View view;
     if (std::string why = coeffs::open_record(in.data(), in.size(), view); !why.empty())
@@ -68,7 +69,7 @@ std::tuple<int, int, int, std::string, std::string, int> info(nb::handle data) {
         sub = !same ? "other" : rh == 1 && rv == 1 ? "4:4:4" : rh == 2 && rv == 1 ? "4:2:2"
               : rh == 2 ? "4:2:0" : "4:4:0";
     }
-    return {g.width, g.height, g.ncomp, colors[int(g.color)], sub, g.mcu_rows * g.segs_per_row};
+    return {g.width, g.height, g.ncomp, colors[int(g.color)], sub, g.mcu_rows * g.segs_per_row, g.orientation};
 }
 
 std::optional<std::string> decode_into(nb::handle data, std::tuple<int, int, int, int> crop, bool flip, Slot out) {
@@ -99,8 +100,8 @@ void register_coeffs(nb::module_ &m) {
           nb::arg("nibble_from") = coeffs::kDefaultNibbleFrom,
           "A JPEG's coefficients as a coeffs record (bytes); ValueError saying why a JPEG cannot be one.");
     m.def("coeffs_info", &info, nb::arg("data"),
-          "(width, height, components, colour, subsampling, segments) of a coeffs record; ValueError if "
-          "its header or segment table is damaged.");
+          "(width, height, components, colour, subsampling, segments, EXIF orientation: 0 none) of a coeffs "
+          "record; ValueError if its header or segment table is damaged.");
     m.def("coeffs_decode_into", &decode_into, nb::arg("data"), nb::arg("crop"), nb::arg("flip"), nb::arg("out"),
           "Decode a coeffs record cropped to (top, left, height, width) ((0,0,0,0): whole image), resized to "
           "out's (H, W) and mirrored if flip; returns None or the error message.");

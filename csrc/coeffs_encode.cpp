@@ -90,14 +90,46 @@ void check_complete(j_decompress_ptr cinfo) {
                 fail(cinfo, "progressive JPEG with unfinished scans (libjpeg smooths it): keep it JPEG");
 }
 
+// The orientation tag (0x0112) of IFD0 in an APP1 "Exif" payload, as Pillow's getexif reads
+// it; 0 when absent, damaged or out of 1..8. Every read is bounds-checked.
+int exif_orientation(const uint8_t *p, size_t n) {
+    if (n < 14 || std::memcmp(p, "Exif\0\0", 6) != 0) return 0;
+    const uint8_t *t = p + 6;
+    const size_t len = n - 6;
+    const bool le = t[0] == 'I' && t[1] == 'I';
+    if (!le && !(t[0] == 'M' && t[1] == 'M')) return 0;
+    auto u16 = [&](size_t at) { return le ? unsigned(t[at] | (t[at + 1] << 8)) : unsigned((t[at] << 8) | t[at + 1]); };
+    auto u32 = [&](size_t at) { return (uint32_t(u16(le ? at + 2 : at)) << 16) | u16(le ? at : at + 2); };
+    const uint32_t ifd = u32(4);
+    if (ifd > len || len - ifd < 2) return 0;
+    const unsigned count = u16(ifd);
+    for (unsigned i = 0; i < count; ++i) {
+        const size_t at = ifd + 2 + size_t(i) * 12;
+        if (at + 12 > len) return 0;
+        if (u16(at) != 0x0112) continue;
+        const unsigned value = u16(at + 2) == 3 ? u16(at + 8) : u16(at + 2) == 4 ? u32(at + 8) : 0;
+        return value >= 1 && value <= 8 ? int(value) : 0;
+    }
+    return 0;
+}
+
+int orientation_of(j_decompress_ptr cinfo) {
+    for (jpeg_saved_marker_ptr m = cinfo->marker_list; m != nullptr; m = m->next)
+        if (m->marker == JPEG_APP0 + 1 && m->data_length >= 6 && std::memcmp(m->data, "Exif\0\0", 6) == 0)
+            return exif_orientation(m->data, m->data_length);  // the first Exif APP1, as Pillow
+    return 0;
+}
+
 // Must not own C++ objects with destructors: libjpeg errors longjmp straight out of it.
 void read_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, Coefficients &c) {
     jpeg_progress_mgr progress{};
     progress.progress_monitor = limit_scans;
     cinfo->progress = &progress;
     jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
+    jpeg_save_markers(cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(cinfo, TRUE);
     check_kind(cinfo, c.geo);
+    c.geo.orientation = orientation_of(cinfo);
     jvirt_barray_ptr *arrays = jpeg_read_coefficients(cinfo);
     check_complete(cinfo);
     for (int ci = 0; ci < c.geo.ncomp; ++ci) {

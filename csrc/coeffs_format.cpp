@@ -139,6 +139,8 @@ void write_record(const Coefficients &c, std::vector<uint8_t> &out) {
     out.push_back(uint8_t(g.color));
     out.push_back(uint8_t(g.nibble_from));
     out.push_back(uint8_t(g.seg_mcus));
+    out.push_back(uint8_t(g.orientation));
+    out.insert(out.end(), 3, 0);
     for (int i = 0; i < g.ncomp; ++i) {
         out.push_back(uint8_t(g.comps[i].h));
         out.push_back(uint8_t(g.comps[i].v));
@@ -197,6 +199,7 @@ std::string open_record(const uint8_t *data, size_t size, View &view) {
     g.color = Color(data[17]);
     g.nibble_from = data[18];
     g.seg_mcus = data[19];
+    g.orientation = data[20] <= 8 ? data[20] : 0;
     if ((g.ncomp == 1) != (g.color == Color::kGrey)) return "record header: colour space and components disagree";
     if (g.ncomp != 1 && g.ncomp != 3) return "record header: not 1 or 3 components";
     size_t at = kFixedHeader;

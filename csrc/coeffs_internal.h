@@ -12,7 +12,7 @@ namespace fl::coeffs {
 
 extern const uint8_t kMagic[6];
 extern const int kZigzag[64];  // zigzag index -> natural index
-constexpr size_t kFixedHeader = 20;
+constexpr size_t kFixedHeader = 24;
 constexpr size_t kComponentHeader = 2 + 128;
 // The largest image a record may describe: JPEG's 65535 per side, Pillow's bomb limit in all.
 constexpr double kMaxPixels = 2.0 * 89478485;

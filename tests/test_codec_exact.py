@@ -188,3 +188,33 @@ def test_batch_decoder_mixes_records_jpegs_and_pngs() -> None:
         assert decoder.decode_into([*jpegs, png_bytes(1)], crops, flips, ref) == [None] * 7
     # DCT scaling is off for these sizes (crops under 3x the output per side): same bits
     assert np.array_equal(out, ref)
+
+
+def test_the_exif_orientation_is_kept_in_the_record() -> None:
+    """Records hold the stored pixels (as decode() gives them by default) and the source's
+    EXIF orientation, the one piece of metadata the loader may act on."""
+    import io
+
+    from PIL import Image
+
+    pixels = photo_like(20, 30, seed=9)
+    for value in (1, 3, 6, 8):
+        exif = Image.Exif()
+        exif[0x0112] = value
+        for block in (exif.tobytes(), _big_endian_exif(value)):  # "II" and "MM" TIFF data
+            buffer = io.BytesIO()
+            Image.fromarray(pixels).save(buffer, "JPEG", quality=90, exif=block)
+            data = buffer.getvalue()
+            assert Image.open(io.BytesIO(data)).getexif()[0x0112] == value  # as Pillow reads it
+            record = coeffs.encode(data)
+            assert coeffs.orientation(record) == value
+            assert np.array_equal(fastloader.decode(record), fastloader.decode(data))
+    plain = encode(pixels, "JPEG", "RGB", quality=90)
+    assert coeffs.orientation(coeffs.encode(plain)) == 0
+
+
+def _big_endian_exif(value: int) -> bytes:
+    """A minimal big-endian ("MM") EXIF block with one orientation entry."""
+    ifd = (1).to_bytes(2, "big") + bytes.fromhex("0112 0003 00000001") + \
+        value.to_bytes(2, "big") + b"\0\0" + (0).to_bytes(4, "big")
+    return b"Exif\0\0MM\0*" + (8).to_bytes(4, "big") + ifd

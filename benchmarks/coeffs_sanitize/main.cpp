@@ -1,6 +1,7 @@
 // ASan + UBSan run of the coeffs codec (issue 30): encodes each JPEG given, checks a full decode
-// with the AVX2 and the scalar kernels agree, then decodes thousands of mutated and truncated
-// records (full, cropped, resized, flipped). Any memory or UB error aborts the run.
+// with the AVX2 and the scalar kernels agree, encodes mutated JPEGs (header and EXIF damage
+// included), then decodes thousands of mutated and truncated records (full, cropped, resized,
+// flipped). Any memory or UB error aborts the run.
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -23,7 +24,7 @@ static std::string decode(const std::vector<uint8_t> &rec, fl::CropBox crop, int
 
 int main(int argc, char **argv) {
     std::mt19937 rng(12345);
-    long failed = 0, decoded = 0;
+    long failed = 0, decoded = 0, encoded = 0, refused = 0;
     const int rounds = 3000;
     for (int a = 1; a < argc; ++a) {
         std::ifstream f(argv[a], std::ios::binary);
@@ -46,6 +47,13 @@ int main(int argc, char **argv) {
             std::printf("%s: AVX2 and scalar differ\n", argv[a]);
             return 3;
         }
+        for (int r = 0; r < rounds / 4; ++r) {  // hostile JPEGs into the encoder (EXIF walk too)
+            std::vector<uint8_t> j = jpeg, out;
+            for (int i = 0, n = 1 + int(rng() % 6); i < n; ++i)
+                j[rng() % std::min<size_t>(r % 2 ? 400 : j.size(), j.size())] = uint8_t(rng());
+            if (r % 5 == 0) j.resize(rng() % j.size());
+            (fl::coeffs::encode_jpeg(j.data(), j.size(), out).empty() ? encoded : refused)++;
+        }
         for (int r = 0; r < rounds; ++r) {
             std::vector<uint8_t> m = rec;
             const int kind = int(rng() % 4);
@@ -67,6 +75,7 @@ int main(int argc, char **argv) {
             (e.empty() ? decoded : failed)++;
         }
     }
-    std::printf("sanitized run: %ld decoded, %ld refused, no memory or UB error\n", decoded, failed);
+    std::printf("sanitized run: %ld records decoded, %ld refused; %ld mutated JPEGs encoded, %ld "
+                "refused; no memory or UB error\n", decoded, failed, encoded, refused);
     return 0;
 }

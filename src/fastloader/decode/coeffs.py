@@ -15,7 +15,8 @@ from fastloader.decode import _native
 from fastloader.decode.pillow import ImageHeader
 from fastloader.errors import DecodeError, NativeUnavailableError
 
-__all__ = ["MAGIC", "decode_record", "encode", "header", "is_coeffs", "native_reason", "refusal"]
+__all__ = ["MAGIC", "decode_record", "encode", "header", "is_coeffs", "native_reason",
+           "orientation", "refusal"]
 
 MAGIC = b"FLCOEF"
 _FIX = "repack the dataset with `packdata --codec jpeg` (or `packdata recode --codec jpeg`)"
@@ -75,9 +76,9 @@ def encode(jpeg: Any, *, seg_mcus: int = 4, nibble_from: int = 10) -> bytes:
         raise DecodeError(f"cannot store this JPEG as a coeffs record: {exc}") from exc
 
 
-def _info(data: Any) -> tuple[int, int, int, str, str, int]:
+def _info(data: Any) -> tuple[int, int, int, str, str, int, int]:
     try:
-        info: tuple[int, int, int, str, str, int] = tuple(_core().coeffs_info(data))
+        info: tuple[int, int, int, str, str, int, int] = tuple(_core().coeffs_info(data))
         return info
     except ValueError as exc:
         raise DecodeError(f"cannot read coeffs record ({len(data)} bytes): {exc}") from exc
@@ -85,8 +86,14 @@ def _info(data: Any) -> tuple[int, int, int, str, str, int]:
 
 def header(data: Any) -> ImageHeader:
     """The ImageHeader of a coeffs record (progressive is False: records have no scans)."""
-    width, height, components, color, subsampling, _ = _info(data)
+    width, height, components, color, subsampling, _, _ = _info(data)
     return ImageHeader(width, height, components, color, subsampling, False)
+
+
+def orientation(data: Any) -> int:
+    """The EXIF orientation (1-8) of the JPEG a record came from, 0 when it had none: records
+    keep the stored pixels and this one value of the JPEG's metadata."""
+    return _info(data)[6]
 
 
 def decode_record(data: Any, box: tuple[int, int, int, int] | None,
