@@ -218,3 +218,27 @@ def _big_endian_exif(value: int) -> bytes:
     ifd = (1).to_bytes(2, "big") + bytes.fromhex("0112 0003 00000001") + \
         value.to_bytes(2, "big") + b"\0\0" + (0).to_bytes(4, "big")
     return b"Exif\0\0MM\0*" + (8).to_bytes(4, "big") + ifd
+
+
+def test_batch_places_and_planar_output_match_the_jpeg_records() -> None:
+    """The BatchDecoder's letterbox placements and planar float output take coeffs records as
+    they take JPEGs (same slot, same fill, same planes)."""
+    jpegs = [encode(photo_like(30 + 9 * k, 41 + 4 * k, seed=k), "JPEG", "RGB", quality=90,
+                    subsampling=k % 3) for k in range(6)]
+    records = [coeffs.encode(j) for j in jpegs]
+    crops = np.array([[0, 0, 0, 0], [2, 3, 20, 25]] * 3, np.int32)
+    flips = np.arange(6) % 2 == 1
+    places = np.array([[0, 0, 18, 20], [3, 2, 12, 16]] * 3, np.int32)
+    results = []
+    with fastloader.BatchDecoder(num_threads=2) as decoder:
+        for batch in (jpegs, records):
+            out = np.zeros((6, 18, 20, 3), np.uint8)
+            planar = np.zeros((6, 3, 18, 20), np.float32)
+            errors = decoder.decode_into(batch, crops, flips, out, planar=planar,
+                                         scale=(0.5, 0.25, 2.0), shift=(1.0, 0.0, -3.0),
+                                         places=places, fill=114)
+            assert errors == [None] * 6
+            results.append((out, planar))
+    assert np.array_equal(results[0][0], results[1][0])
+    assert np.array_equal(results[0][1], results[1][1])
+    assert (results[1][0][1, 0] == 114).all()  # the fill around a placed crop

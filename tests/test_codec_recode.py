@@ -14,6 +14,7 @@ import torch
 from fastloader import FastLoader
 from fastloader.decode import coeffs
 from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+from fastloader.decode.detect import ResizeFit
 from fastloader.errors import InvalidArgumentError, PackError
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import Codec
@@ -114,6 +115,7 @@ def test_recode_refuses_what_it_cannot_convert(mixed, tmp_path) -> None:
 TRANSFORMS = {
     "train": [RandomResizedCrop(64), RandomHorizontalFlip()],
     "eval": [Resize(40), CenterCrop(32)],
+    "letterbox": [ResizeFit(48, fill=114), RandomHorizontalFlip()],
 }
 
 
@@ -196,3 +198,16 @@ def test_pack_codec_tiles_is_tiles_and_others_are_refused(mixed_tree, tmp_path) 
     with pytest.raises(PackError, match="ImageFolder trees"):
         fastloader.pack(samples, tmp_path / "y.lmdb", codec="coeffs",
                         fields={"image": "image", "label": "int"})
+
+
+def test_recode_an_hdf5_dataset(mixed_tree, tmp_path) -> None:
+    import fastloader
+
+    src = tmp_path / "data.h5"
+    fastloader.pack(mixed_tree[0], src, workers=1, quiet=True)
+    manifest = recode(src, tmp_path / "coeffs.h5")
+    assert manifest.backend == "hdf5" and manifest.stats["recoded"] > 0
+    assert main(["verify", str(tmp_path / "coeffs.h5"), "--decode", "--quiet"]) == 0
+    options = {"batch_size": 4, "transforms": TRANSFORMS["eval"], "num_threads": 1}
+    with FastLoader(src, **options) as a, FastLoader(tmp_path / "coeffs.h5", **options) as b:
+        assert all(torch.equal(x[0], y[0]) for x, y in zip(collect(a), collect(b), strict=True))
