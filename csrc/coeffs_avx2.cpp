@@ -217,7 +217,46 @@ AVX2 void h2v2_avx2(const uint8_t* a, const uint8_t* b, int col0, int dw, int x0
   std::memcpy(out, up.data() + (x0 - 2 * ilo), size_t(x1 - x0));
 }
 
-const Kernels kAvx2{idct_avx2, ycc_rgb_avx2, h2v2_avx2};
+// 16 chroma samples at m (neighbours at m - 1, m + 1) to 32 upsampled bytes at out:
+// even (3m + l + 1) >> 2, odd (3m + r + 2) >> 2, as libjpeg's h2v1 fancy upsampling.
+AVX2 inline void h2v1_16(const uint8_t* m, uint8_t* out) {
+  const __m256i three = _mm256_set1_epi16(3), one = _mm256_set1_epi16(1), two = _mm256_set1_epi16(2);
+  __m256i c = _mm256_mullo_epi16(ld(m), three);
+  __m256i e = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(c, ld(m - 1)), one), 2);
+  __m256i o = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(c, ld(m + 1)), two), 2);
+  __m256i lo = _mm256_unpacklo_epi16(e, o), hi = _mm256_unpackhi_epi16(e, o);
+  __m256i p0 = _mm256_permute2x128_si256(lo, hi, 0x20), p1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm256_permute4x64_epi64(_mm256_packus_epi16(p0, p1), 0xD8));
+}
+
+// The needed samples ilo - 1 .. ihi + 1 copied into pad with the edges replicated, then 16
+// samples a step; the 32-byte groups go through `up` so out gets exactly x1 - x0 bytes.
+AVX2 void h2v1_avx2(const uint8_t* a, int col0, int dw, int x0, int x1, uint8_t* out, uint8_t* pad) {
+  static thread_local std::vector<uint8_t> up;
+  const int ilo = x0 >> 1, ihi = (x1 - 1) >> 1;
+  const int i0 = std::max(0, ilo - 1), i1 = std::min(dw - 1, ihi + 1);
+  uint8_t* p = pad + 1 - ilo;  // p[j] for j in [ilo - 1, ihi + 1]
+  std::memcpy(p + i0, a + (i0 - col0), size_t(i1 - i0 + 1));
+  if (i0 == ilo) p[ilo - 1] = p[ilo];
+  if (i1 == ihi) p[ihi + 1] = p[ihi];
+  const size_t need = size_t(2 * (ihi - ilo + 1) + 64);
+  if (up.size() < need) up.resize(need);
+  for (int i = ilo; i <= ihi; i += 16) h2v1_16(p + i, up.data() + 2 * (i - ilo));
+  std::memcpy(out, up.data() + (x0 - 2 * ilo), size_t(x1 - x0));
+}
+
+AVX2 void h1v2_avx2(const uint8_t* a, const uint8_t* b, int n, int bias, uint8_t* out) {
+  const __m256i three = _mm256_set1_epi16(3), vb = _mm256_set1_epi16(int16_t(bias));
+  int x = 0;
+  for (; x + 16 <= n; x += 16) {
+    __m256i v = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(_mm256_mullo_epi16(ld(a + x), three), ld(b + x)), vb), 2);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + x), to_u8(v));
+  }
+  for (; x < n; ++x) out[x] = uint8_t((3 * a[x] + b[x] + bias) >> 2);
+}
+
+const Kernels kAvx2{idct_avx2, ycc_rgb_avx2, h2v2_avx2, h2v1_avx2, h1v2_avx2};
 
 }  // namespace
 

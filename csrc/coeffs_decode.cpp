@@ -119,9 +119,7 @@ const uint8_t *full_row(const Component &k, const Region &r, int y, int xa, int 
     const uint8_t *a = r.row(c);
     if (k.rv == 2 && k.rh == 1) {  // h1v2: 3:1 with the nearer neighbour row, +1 / +2 rounding
         const int other = (y & 1) ? std::min(c + 1, k.dh - 1) : std::max(c - 1, 0);
-        const uint8_t *b = r.row(other);
-        const int bias = (y & 1) ? 2 : 1;
-        for (int x = 0; x < n; ++x) out[x] = uint8_t((3 * a[xa + x - col0] + b[xa + x - col0] + bias) >> 2);
+        kernels().h1v2(a + (xa - col0), r.row(other) + (xa - col0), n, (y & 1) ? 2 : 1, out);
         return out;
     }
     if (k.dw <= 2) {  // h2v1 / h2v2 replication
@@ -133,11 +131,7 @@ const uint8_t *full_row(const Component &k, const Region &r, int y, int xa, int 
         kernels().h2v2(a, r.row(other), col0, k.dw, xa, xb, out, s.cs.data());
         return out;
     }
-    for (int x = xa; x < xb; ++x) {  // h2v1: 3:1 with the nearer neighbour, +1 / +2 rounding
-        const int j = x >> 1;
-        const int nb = (x & 1) ? std::min(j + 1, k.dw - 1) : std::max(j - 1, 0);
-        out[x - xa] = uint8_t((3 * a[j - col0] + a[nb - col0] + ((x & 1) ? 2 : 1)) >> 2);
-    }
+    kernels().h2v1(a, col0, k.dw, xa, xb, out, reinterpret_cast<uint8_t *>(s.cs.data()));
     return out;
 }
 

@@ -59,6 +59,10 @@ struct Kernels {
     // output columns [x0, x1) to out[0, x1 - x0). cs: scratch of dw + 64 int16.
     void (*h2v2)(const uint8_t *a, const uint8_t *b, int col0, int dw, int x0, int x1, uint8_t *out,
                  int16_t *cs);
+    // libjpeg's h2v1 fancy upsampling of one row (a as for h2v2); pad: scratch of dw + 64 bytes.
+    void (*h2v1)(const uint8_t *a, int col0, int dw, int x0, int x1, uint8_t *out, uint8_t *pad);
+    // libjpeg's h1v2 fancy upsampling: out[x] = (3 a[x] + b[x] + bias) >> 2 for x in [0, n).
+    void (*h1v2)(const uint8_t *a, const uint8_t *b, int n, int bias, uint8_t *out);
 };
 const Kernels &scalar_kernels();
 const Kernels *avx2_kernels();  // nullptr when not built with AVX2 support

@@ -81,7 +81,19 @@ void h2v2_scalar(const uint8_t *a, const uint8_t *b, int col0, int dw, int x0, i
     }
 }
 
-const Kernels kScalar{idct_scalar, ycc_rgb_scalar, h2v2_scalar};
+void h2v1_scalar(const uint8_t *a, int col0, int dw, int x0, int x1, uint8_t *out, uint8_t *) {
+    for (int x = x0; x < x1; ++x) {  // 3:1 with the nearer neighbour, +1 / +2 rounding
+        const int j = x >> 1;
+        const int nb = (x & 1) ? std::min(j + 1, dw - 1) : std::max(j - 1, 0);
+        out[x - x0] = uint8_t((3 * a[j - col0] + a[nb - col0] + ((x & 1) ? 2 : 1)) >> 2);
+    }
+}
+
+void h1v2_scalar(const uint8_t *a, const uint8_t *b, int n, int bias, uint8_t *out) {
+    for (int x = 0; x < n; ++x) out[x] = uint8_t((3 * a[x] + b[x] + bias) >> 2);
+}
+
+const Kernels kScalar{idct_scalar, ycc_rgb_scalar, h2v2_scalar, h2v1_scalar, h1v2_scalar};
 
 std::atomic<int> g_simd{-1};  // -1: not chosen yet
 
