@@ -72,40 +72,60 @@ void plan_regions(const Geometry &g, int xa, int xb, int ya, int yb, Region *reg
     }
 }
 
-// Entropy-decodes the segments covering the regions and IDCTs the blocks inside them.
-std::string reconstruct(const View &view, Region *regions, Scratch &s) {
-    const Geometry &g = view.geo;
-    int mr0 = g.mcu_rows, mr1 = -1, mc0 = g.mcu_cols, mc1 = -1;
+// The MCU rows and columns whose blocks the regions hold.
+struct Span {
+    int mr0, mr1, mc0, mc1;
+};
+
+Span span_of(const Geometry &g, const Region *regions) {
+    Span sp{g.mcu_rows, -1, g.mcu_cols, -1};
     for (int i = 0; i < g.ncomp; ++i) {
         const Component &k = g.comps[i];
-        mr0 = std::min(mr0, regions[i].by0 / k.v);
-        mr1 = std::max(mr1, regions[i].by1 / k.v);
-        mc0 = std::min(mc0, regions[i].bx0 / k.h);
-        mc1 = std::max(mc1, regions[i].bx1 / k.h);
+        sp.mr0 = std::min(sp.mr0, regions[i].by0 / k.v);
+        sp.mr1 = std::max(sp.mr1, regions[i].by1 / k.v);
+        sp.mc0 = std::min(sp.mc0, regions[i].bx0 / k.h);
+        sp.mc1 = std::max(sp.mc1, regions[i].bx1 / k.h);
     }
-    s.blocks.resize(size_t(g.seg_mcus) * g.blocks_per_mcu * 64);
+    return sp;
+}
+
+// Entropy-decodes MCU row `row`'s segments the regions touch and IDCTs their blocks inside them.
+std::string reconstruct_row(const View &view, const Span &sp, int row, Region *regions, Scratch &s) {
+    const Geometry &g = view.geo;
     const Kernels &kern = kernels();
-    for (int row = mr0; row <= mr1; ++row)
-        for (int seg = mc0 / g.seg_mcus; seg <= mc1 / g.seg_mcus; ++seg) {
-            if (!decode_segment(view, row, seg, s.blocks.data()))
-                return "coeffs record is damaged: segment " + std::to_string(seg) + " of MCU row " +
-                       std::to_string(row) + " does not decode";
-            const int16_t *blk = s.blocks.data();
-            const int m1 = std::min(g.mcu_cols, (seg + 1) * g.seg_mcus);
-            for (int m = seg * g.seg_mcus; m < m1; ++m)
-                for (int ci = 0; ci < g.ncomp; ++ci) {
-                    const Component &k = g.comps[ci];
-                    const Region &r = regions[ci];
-                    for (int yy = 0; yy < k.v; ++yy)
-                        for (int xx = 0; xx < k.h; ++xx, blk += 64) {
-                            const int by = row * k.v + yy, bx = m * k.h + xx;
-                            if (by < r.by0 || by > r.by1 || bx < r.bx0 || bx > r.bx1) continue;
-                            kern.idct(blk, k.quant, r.plane + (by - r.by0) * 8 * r.stride + (bx - r.bx0) * 8,
-                                      r.stride);
-                        }
-                }
-        }
+    for (int seg = sp.mc0 / g.seg_mcus; seg <= sp.mc1 / g.seg_mcus; ++seg) {
+        if (!decode_segment(view, row, seg, s.blocks.data()))
+            return "coeffs record is damaged: segment " + std::to_string(seg) + " of MCU row " +
+                   std::to_string(row) + " does not decode";
+        const int16_t *blk = s.blocks.data();
+        const int m1 = std::min(g.mcu_cols, (seg + 1) * g.seg_mcus);
+        for (int m = seg * g.seg_mcus; m < m1; ++m)
+            for (int ci = 0; ci < g.ncomp; ++ci) {
+                const Component &k = g.comps[ci];
+                const Region &r = regions[ci];
+                for (int yy = 0; yy < k.v; ++yy)
+                    for (int xx = 0; xx < k.h; ++xx, blk += 64) {
+                        const int by = row * k.v + yy, bx = m * k.h + xx;
+                        if (by < r.by0 || by > r.by1 || bx < r.bx0 || bx > r.bx1) continue;
+                        kern.idct(blk, k.quant, r.plane + (by - r.by0) * 8 * r.stride + (bx - r.bx0) * 8,
+                                  r.stride);
+                    }
+            }
+    }
     return {};
+}
+
+// The last output row every component has its samples for once MCU rows up to `row` are
+// reconstructed (fancy upsampling halved vertically reads one chroma row further down).
+int ready_until(const Geometry &g, const Region *regions, int row) {
+    int ready = 1 << 30;
+    for (int i = 0; i < g.ncomp; ++i) {
+        const Component &k = g.comps[i];
+        const int last = (row + 1) * k.v * 8 - 1;
+        if (last >= regions[i].sy1) continue;  // all the rows this component needs are in
+        ready = std::min(ready, k.rv == 1 ? last : 2 * last - 1);
+    }
+    return ready;
 }
 
 // Component i's samples at full resolution for output row y, columns [xa, xb): a pointer into
@@ -181,15 +201,23 @@ std::string decode_into(const uint8_t *data, size_t size, const CropBox &asked, 
     Scratch &s = scratch();
     Region regions[3];
     plan_regions(g, xa, xb, ya, yb, regions, s);
-    if (std::string why = reconstruct(view, regions, s); !why.empty()) return why;
     for (int i = 0; i < g.ncomp; ++i) s.rows[i].resize(size_t(crop.width) + 64);
     s.cs.resize(size_t(g.width) + 64);  // at least every component's dw
+    s.blocks.resize(size_t(g.seg_mcus) * g.blocks_per_mcu * 64);
     resizer.start(size_t(crop.width) * 3, 0);
-    for (int y = ya; y < yb; ++y) {
-        const uint8_t *c[3] = {};
-        for (int i = 0; i < g.ncomp; ++i) c[i] = full_row(g.comps[i], regions[i], y, xa, xb, s, i);
-        color_row(g, c, resizer.row_buffer(), crop.width);
-        resizer.push_row();
+    // MCU row by MCU row, each output row coloured as soon as its samples are in: the planes'
+    // rows are still in cache when read again.
+    const Span sp = span_of(g, regions);
+    int y = ya;
+    for (int row = sp.mr0; row <= sp.mr1; ++row) {
+        if (std::string why = reconstruct_row(view, sp, row, regions, s); !why.empty()) return why;
+        const int until = row == sp.mr1 ? yb - 1 : std::min(yb - 1, ready_until(g, regions, row));
+        for (; y <= until; ++y) {
+            const uint8_t *c[3] = {};
+            for (int i = 0; i < g.ncomp; ++i) c[i] = full_row(g.comps[i], regions[i], y, xa, xb, s, i);
+            color_row(g, c, resizer.row_buffer(), crop.width);
+            resizer.push_row();
+        }
     }
     for (int i = 0; i < g.ncomp; ++i)  // a rare huge image's planes are not kept per thread
         if (s.capacity[i] > kKeptPlaneBytes) {
