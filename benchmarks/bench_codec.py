@@ -162,6 +162,43 @@ def loader_rows(tree: Path, folder: Path, rounds: int, threads: int) -> dict[str
             **{name: min(v) for name, v in seconds.items()}}
 
 
+KINDS = (((375, 500), 1), ((1200, 1600), 2), ((2000, 3000), 2), ((2000, 3000), 1))
+
+
+def kinds_rows(source: Path) -> list[dict[str, Any]]:
+    """Other sizes and subsamplings: source resized (bicubic) and saved at q90, one thread,
+    best of 3 passes over 40 RandomResizedCrop boxes and of 2 full decodes."""
+    import io
+
+    from PIL import Image
+
+    base = Image.open(source).convert("RGB")
+    rows = []
+    for (height, width), sub in KINDS:
+        buffer = io.BytesIO()
+        base.resize((width, height), Image.Resampling.BICUBIC).save(
+            buffer, "JPEG", quality=90, subsampling=sub)
+        jpeg = buffer.getvalue()
+        record = coeffs.encode(jpeg)
+        rng = np.random.default_rng(0)
+        boxes = [(rrc_boxes(rng, height, width), bool(rng.integers(0, 2))) for _ in range(40)]
+        slot, full = np.empty((SIZE, SIZE, 3), np.uint8), np.empty((height, width, 3), np.uint8)
+        row: dict[str, Any] = {"image": f"{width}x{height} {('4:4:4', '4:2:2', '4:2:0')[sub]}",
+                               "size ratio": len(record) / len(jpeg)}
+        for name, data, fn in (("jpeg", jpeg, _core.decode_into),
+                               ("coeffs", record, _core.coeffs_decode_into)):
+            def crop(box: Any, d: bytes = data, f: Any = fn, out: np.ndarray = slot) -> None:
+                f(d, box[0], box[1], out)
+
+            def whole(_: int, d: bytes = data, f: Any = fn, out: np.ndarray = full) -> None:
+                f(d, (0, 0, 0, 0), False, out)
+
+            row[f"{name} crop"] = min(_cpu_ms(crop, boxes) for _ in range(3))
+            row[f"{name} full"] = min(_cpu_ms(whole, [0, 1]) for _ in range(3))
+        rows.append(row)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True, help="ImageFolder tree of JPEGs")
@@ -169,6 +206,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2, help="loader decode threads")
     parser.add_argument("--no-loader", dest="loader", action="store_false")
+    parser.add_argument("--kinds", action="store_true", help="also time other sizes and "
+                        "subsamplings, made from the first image")
     args = parser.parse_args()
     files = sorted(p for p in args.data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
     jpegs = [p.read_bytes() for p in files[: args.images]]
@@ -179,6 +218,8 @@ def main() -> int:
     result["jpeg bytes/img"] = sum(map(len, jpegs)) / len(jpegs)
     result["per core ms"] = per_core(jpegs, records, args.rounds)
     result["packing"] = encode_cost(jpegs)
+    if args.kinds:
+        result["kinds"] = kinds_rows(files[0])
     if args.loader:
         with tempfile.TemporaryDirectory(prefix="bench-codec-") as tmp:
             result["loader"] = loader_rows(args.data, Path(tmp), args.rounds, args.threads)
