@@ -62,6 +62,11 @@ bool looks_like_record(const uint8_t *data, size_t size);
 std::string encode_jpeg(const uint8_t *data, size_t size, std::vector<uint8_t> &out,
                         int seg_mcus = kDefaultSegMcus, int nibble_from = kDefaultNibbleFrom);
 
+// The JPEG of a record's coefficients (jpeg_write_coefficients: baseline, optimised Huffman
+// tables, the record's quant tables and sampling): decodes to the record's pixels. Returns ""
+// or why not (a damaged record, libjpeg's message).
+std::string record_to_jpeg(const uint8_t *data, size_t size, std::vector<uint8_t> &out);
+
 // Parsed and checked record: every length and offset is within the bytes.
 struct View {
     Geometry geo;

@@ -53,6 +53,22 @@ nb::bytes encode(nb::handle data, int seg_mcus, int nibble_from) {
     return nb::bytes(reinterpret_cast<const char *>(out.data()), out.size());
 }
 
+nb::bytes to_jpeg(nb::handle data) {
+    Bytes in(data);
+    std::vector<uint8_t> out;
+    std::string error;
+    {
+        nb::gil_scoped_release release;
+        try {
+            error = coeffs::record_to_jpeg(in.data(), in.size(), out);
+        } catch (const std::bad_alloc &) {
+            error = "out of memory";
+        }
+    }
+    if (!error.empty()) throw nb::value_error(error.c_str());
+    return nb::bytes(reinterpret_cast<const char *>(out.data()), out.size());
+}
+
 // (width, height, components, colour, subsampling, segments, EXIF orientation) of a record;
 // ValueError if damaged.
 std::tuple<int, int, int, std::string, std::string, int, int> info(nb::handle data) {
@@ -99,6 +115,8 @@ void register_coeffs(nb::module_ &m) {
     m.def("coeffs_encode", &encode, nb::arg("data"), nb::kw_only(), nb::arg("seg_mcus") = coeffs::kDefaultSegMcus,
           nb::arg("nibble_from") = coeffs::kDefaultNibbleFrom,
           "A JPEG's coefficients as a coeffs record (bytes); ValueError saying why a JPEG cannot be one.");
+    m.def("coeffs_to_jpeg", &to_jpeg, nb::arg("data"),
+          "The JPEG of a coeffs record's coefficients (same pixels); ValueError if the record is damaged.");
     m.def("coeffs_info", &info, nb::arg("data"),
           "(width, height, components, colour, subsampling, segments, EXIF orientation: 0 none) of a coeffs "
           "record; ValueError if its header or segment table is damaged.");

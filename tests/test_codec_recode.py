@@ -211,3 +211,22 @@ def test_recode_an_hdf5_dataset(mixed_tree, tmp_path) -> None:
     options = {"batch_size": 4, "transforms": TRANSFORMS["eval"], "num_threads": 1}
     with FastLoader(src, **options) as a, FastLoader(tmp_path / "coeffs.h5", **options) as b:
         assert all(torch.equal(x[0], y[0]) for x, y in zip(collect(a), collect(b), strict=True))
+
+
+def test_recode_back_to_jpeg_keeps_the_pixels(mixed, tmp_path) -> None:
+    src, recoded = mixed
+    back = tmp_path / "back.lmdb"
+    assert main(["recode", str(recoded), str(back), "--codec", "jpeg", "--quiet"]) == 0
+    with PackedDataset(src) as a, PackedDataset(back) as b:
+        assert b.manifest.options["codec"] == "jpeg"
+        assert not (np.asarray(b.codecs) == Codec.COEFFS).any()
+        assert np.array_equal(a.codecs, b.codecs)
+        assert b.manifest.stats["recoded"] == int((np.asarray(a.codecs) == Codec.JPEG).sum()) - 1
+    options = {"batch_size": 4, "transforms": TRANSFORMS["train"], "seed": 2, "num_threads": 1}
+    with FastLoader(src, **options) as x, FastLoader(back, **options) as y:
+        assert all(torch.equal(p[0], q[0]) for p, q in zip(collect(x), collect(y), strict=True))
+    from fastloader.loader.dali_pipeline import dali_available
+
+    if dali_available():  # DALI takes the converted dataset
+        FastLoader(back, batch_size=2, backend="dali", device="cpu",
+                   transforms=TRANSFORMS["train"]).close()

@@ -73,6 +73,10 @@ int main(int argc, char **argv) {
             const int oh = whole ? H : 1 + int(rng() % 40), ow = whole ? W : 1 + int(rng() % 40);
             std::string e = decode(m, crop, std::min(oh, 2048), std::min(ow, 2048), r % 2, x);
             (e.empty() ? decoded : failed)++;
+            if (r % 8 == 0) {  // and back to JPEG (record_to_jpeg decodes every segment)
+                std::vector<uint8_t> j;
+                fl::coeffs::record_to_jpeg(m.data(), m.size(), j);
+            }
         }
     }
     std::printf("sanitized run: %ld records decoded, %ld refused; %ld mutated JPEGs encoded, %ld "

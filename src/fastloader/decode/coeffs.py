@@ -16,7 +16,7 @@ from fastloader.decode.pillow import ImageHeader
 from fastloader.errors import DecodeError, NativeUnavailableError
 
 __all__ = ["MAGIC", "decode_record", "encode", "header", "is_coeffs", "native_reason",
-           "orientation", "refusal"]
+           "orientation", "refusal", "to_jpeg"]
 
 MAGIC = b"FLCOEF"
 _FIX = "repack the dataset with `packdata --codec jpeg` (or `packdata recode --codec jpeg`)"
@@ -30,8 +30,9 @@ def is_coeffs(data: Any) -> bool:
 def refusal(backend: str) -> str:
     """What a backend that cannot decode coeffs records (DALI, nvJPEG) says about a dataset."""
     return (f"{backend} cannot decode coeffs records (nvJPEG reads JPEG only), and this "
-            "dataset holds some: use the native backend (backend='auto'), or pack the images "
-            "with `packdata --codec jpeg` (the default) for DALI")
+            "dataset holds some: use the native backend (backend='auto'), or convert it for "
+            "DALI with `packdata recode SRC DST --codec jpeg` (or pack the images with "
+            "`--codec jpeg`, the default)")
 
 
 def _core_or_none() -> Any:
@@ -74,6 +75,21 @@ def encode(jpeg: Any, *, seg_mcus: int = 4, nibble_from: int = 10) -> bytes:
         return bytes(core.coeffs_encode(jpeg, seg_mcus=seg_mcus, nibble_from=nibble_from))
     except ValueError as exc:
         raise DecodeError(f"cannot store this JPEG as a coeffs record: {exc}") from exc
+
+
+def to_jpeg(record: Any) -> bytes:
+    """The JPEG of a record's coefficients (and its EXIF orientation): decodes to the record's
+    pixels, for `packdata recode --codec jpeg` (DALI, sharing). Not the source file's bytes:
+    baseline, optimised Huffman tables, no other metadata.
+
+    Raises:
+        DecodeError: the record is damaged, or the native extension is not in use.
+    """
+    try:
+        return bytes(_core().coeffs_to_jpeg(record))
+    except ValueError as exc:
+        raise DecodeError(f"cannot write coeffs record ({len(record)} bytes) as JPEG: {exc}"
+                          ) from exc
 
 
 def _info(data: Any) -> tuple[int, int, int, str, str, int, int]:

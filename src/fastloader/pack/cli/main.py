@@ -40,9 +40,10 @@ other commands:
                                    last (readers of the old version keep working)
   packdata merge A B [...] OUT     one dataset from several (records copied, not decoded);
                                    classes by name: A's ids kept, new names added at the end
-  packdata recode SRC DST --codec coeffs
+  packdata recode SRC DST --codec coeffs|jpeg
                                    a new dataset with SRC's JPEG records as coeffs records
-                                   (lossless, faster decodes; other images kept as they are)
+                                   (lossless, faster decodes; other images kept as they are),
+                                   or a coeffs dataset's records back as JPEGs
   packdata plan SRC DST [options]  a pack in steps, for SLURM arrays and other schedulers:
   packdata shard DST --range I:J   plan lists SRC once and prints the number of shards;
   packdata commit DST              shard writes shards I..J-1 (anywhere DST's folder is

@@ -1,4 +1,4 @@
-"""`packdata recode SRC DST --codec coeffs`: convert a packed dataset's JPEG records."""
+"""`packdata recode SRC DST --codec coeffs|jpeg`: convert a packed dataset's records."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ def run(argv: Sequence[str]) -> int:
     """Parse recode's arguments, convert, print a summary; the exit code."""
     parser = argparse.ArgumentParser(
         prog="packdata recode",
-        description="Write a packed dataset's samples to a new dataset with every JPEG record "
-        "in another codec (coeffs: lossless, the same pixels, faster to decode and crop); other "
-        "images keep their bytes. No source tree needed.")
+        description="Write a packed dataset's samples to a new dataset with its records in "
+        "another codec: --codec coeffs turns JPEG records into coeffs records (lossless, the "
+        "same pixels, faster to decode and crop), --codec jpeg turns coeffs records back into "
+        "JPEGs of the same pixels (for DALI); other images keep their bytes. No source tree "
+        "needed.")
     parser.add_argument("src", metavar="SRC", help="a packed dataset folder (untiled, format v1)")
     parser.add_argument("dst", metavar="DST", help="the dataset folder to create")
     parser.add_argument("--codec", choices=CODECS, required=True, help="the records' new codec")

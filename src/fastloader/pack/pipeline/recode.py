@@ -1,4 +1,4 @@
-"""recode(): a packed JPEG dataset as a coeffs dataset (or back), without its source tree.
+"""recode(): a packed JPEG dataset as a coeffs dataset, or back, without its source tree.
 
 Each JPEG record becomes a coeffs record (fastloader.decode.coeffs: the same coefficients, so
 the same pixels, in a layout that decodes faster and crops without entropy-decoding the rows
@@ -32,7 +32,7 @@ from fastloader.format.manifest import MANIFEST_NAME, Codec, Manifest, ShardInfo
 from fastloader.pack.staging.commit import SKIPPED_NAME
 from fastloader.pack.staging.journal import Staging, file_digest, is_dataset, write_atomic
 
-CODECS = ("coeffs",)
+CODECS = ("coeffs", "jpeg")
 _SHOWN_KEPT = 5
 
 
@@ -66,26 +66,34 @@ def _open_source(path: Path) -> PackedDataset:
     return ds
 
 
-def _recode_one(ds: PackedDataset, i: int) -> tuple[bytes, int, str | None]:
-    """(bytes, codec, why a JPEG was kept) of record i, its crc32 checked first."""
+def _recode_one(ds: PackedDataset, i: int, codec: str) -> tuple[bytes, int, str | None]:
+    """(bytes, codec, why a JPEG was kept) of record i in codec, its crc32 checked first."""
     data = bytes(ds.record(i))
     if zlib.crc32(data) != int(ds.crc32s[i]):
         raise PackError(f"{ds.describe(i)} fails its crc32 check; run `packdata verify "
                         f"{ds.root}` and repack that dataset before recoding it.")
-    codec = int(ds.codecs[i])
-    if codec != Codec.JPEG:
-        return data, codec, None
+    kind = int(ds.codecs[i])
+    if codec == "jpeg":  # coeffs records back to JPEG (the same pixels); the rest as they are
+        if kind != Codec.COEFFS:
+            return data, kind, None
+        try:
+            return coeffs.to_jpeg(data), int(Codec.JPEG), None
+        except DecodeError as exc:
+            raise PackError(f"{ds.describe(i)}: {exc}; run `packdata verify {ds.root} "
+                            "--decode`.") from exc
+    if kind != Codec.JPEG:
+        return data, kind, None
     try:
         return coeffs.encode(data), int(Codec.COEFFS), None
     except DecodeError as exc:
-        return data, codec, str(exc).split(": ", 1)[-1]
+        return data, kind, str(exc).split(": ", 1)[-1]
 
 
-def _recode_shard(ds: PackedDataset, k: int, target: Path, start: int,
+def _recode_shard(ds: PackedDataset, k: int, target: Path, start: int, codec: str,
                   pool: ThreadPoolExecutor, out: _Output) -> None:
     info = ds.manifest.shards[k]
     span = range(info.start, info.stop)
-    results = list(pool.map(lambda i: _recode_one(ds, i), span))  # encode releases the GIL
+    results = list(pool.map(lambda i: _recode_one(ds, i, codec), span))  # GIL released
     records = [r[0] for r in results]
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.unlink(missing_ok=True)
@@ -100,8 +108,8 @@ def _recode_shard(ds: PackedDataset, k: int, target: Path, start: int,
     out.add("shape", np.asarray(ds.shapes[sl]))
     out.add("codec", np.asarray([r[1] for r in results], np.uint8))
     out.add("crc32", np.asarray([zlib.crc32(r) for r in records], np.uint32))
-    for _, codec, why in results:
-        out.recoded += codec == Codec.COEFFS
+    for (_, new, why), old in zip(results, ds.codecs[sl], strict=True):
+        out.recoded += int(new) != int(old)
         if why is not None:
             out.kept[why] = out.kept.get(why, 0) + 1
     out.shards.append(ShardInfo(target.name, start, info.count, size, sha, layout.data_offset))
@@ -130,13 +138,14 @@ def recode(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, codec: s
     Args:
         src: an untiled format v1 (ImageFolder) dataset folder.
         dst: the dataset folder to create (same backend as src).
-        codec: "coeffs".
+        codec: "coeffs" (JPEG records become coeffs records) or "jpeg" (coeffs records
+            become JPEGs of the same pixels, e.g. for DALI).
         workers: threads encoding records (default: the usable cores).
         overwrite: replace dst if it is a packed dataset.
 
     Returns:
-        Manifest: what was written; stats["recoded"] JPEGs became coeffs records,
-        stats["kept_jpeg"] stayed JPEG (a kind records do not hold).
+        Manifest: what was written; stats["recoded"] records changed codec,
+        stats["kept_jpeg"] JPEGs stayed JPEG (a kind coeffs records do not hold).
 
     Raises:
         PackError: codec is unknown, src is not a dataset or is v2/tiled, a record fails its
@@ -166,8 +175,8 @@ def recode(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, codec: s
         threads = workers or len(os.sched_getaffinity(0))
         with ThreadPoolExecutor(max(1, threads), "fastloader-recode") as pool:
             for k, info in enumerate(ds.manifest.shards):
-                _recode_shard(ds, k, staging.dir / f"shard-{k:05d}{suffix}", info.start, pool,
-                              out)
+                _recode_shard(ds, k, staging.dir / f"shard-{k:05d}{suffix}", info.start, codec,
+                              pool, out)
         arrays = {name: np.concatenate(parts) for name, parts in out.columns.items()}
         arrays["path_offsets"], arrays["path_bytes"] = index_mod.encode_paths(list(ds.paths))
         fields = index_mod.write_index(staging.dir, arrays)
@@ -206,6 +215,9 @@ def pack_as(codec: str, pack_jpeg: Callable[[Path], Any], dst: str | os.PathLike
 def kept_summary(manifest: Manifest) -> str:
     """One line for the CLI: how many records were recoded and kept."""
     stats: dict[str, Any] = manifest.stats
+    if manifest.options["codec"] == "jpeg":
+        return (f"recoded {stats.get('recoded', 0)} coeffs records to JPEG (the same pixels); "
+                "other records unchanged")
     return (f"recoded {stats.get('recoded', 0)} JPEG records to {manifest.options['codec']}; "
             f"{stats.get('kept_jpeg', 0)} JPEGs kept their bytes (kinds coeffs records do not "
             "hold), other images unchanged")
