@@ -4,8 +4,9 @@
 // Record layout, version 1 (all integers little-endian):
 //   0  "FLCOEF" magic, u8 version (1), u8 layer (1 = nibbles)
 //   8  u32 width, u32 height (pixels)
-//   16 u8 components (1 or 3), u8 colour (0 grey, 1 YCbCr, 2 RGB), u8 nibble_from (1..64: the
-//      first zigzag position stored as a nibble), u8 seg_mcus (MCU columns per segment, >= 1)
+//   16 u8 components (1, 3 or 4), u8 colour (0 grey, 1 YCbCr, 2 RGB, 3 CMYK, 4 YCCK),
+//      u8 nibble_from (1..64: the first zigzag position stored as a nibble), u8 seg_mcus (MCU
+//      columns per segment, >= 1)
 //   20 u8 EXIF orientation of the source JPEG (0: none found, else 1-8), 3 bytes reserved (0)
 //   24 per component: u8 h, u8 v (sampling factors, 1 or 2), u16 quant[64] (natural order)
 //   .. u32 segments (= MCU rows x segments per row), u32 offsets[segments + 1] into the payload
@@ -33,7 +34,8 @@ constexpr size_t kPadding = 8;
 constexpr int kDefaultSegMcus = 4;
 constexpr int kDefaultNibbleFrom = 10;
 
-enum class Color : uint8_t { kGrey = 0, kYCbCr = 1, kRgb = 2 };
+enum class Color : uint8_t { kGrey = 0, kYCbCr = 1, kRgb = 2, kCmyk = 3, kYcck = 4 };
+constexpr int kMaxComponents = 4;
 
 struct Component {
     int h = 1, v = 1;    // sampling factors
@@ -51,14 +53,14 @@ struct Geometry {
     int seg_mcus = kDefaultSegMcus, segs_per_row = 0, nibble_from = kDefaultNibbleFrom;
     int blocks_per_mcu = 0;
     int orientation = 0;  // the source's EXIF orientation (0: none); the pixels are as stored
-    Component comps[3];
+    Component comps[kMaxComponents];
 };
 
 // True when the bytes start with the record magic (then it is a coeffs record or damaged one).
 bool looks_like_record(const uint8_t *data, size_t size);
 
 // Encodes a JPEG's coefficients (jpeg_read_coefficients) as a record; returns "" or why not
-// (libjpeg's message, or a kind the codec does not store: CMYK/YCCK, 4:1:1, ...).
+// (libjpeg's message, or a kind the codec does not store: 4:1:1, unfinished progressive...).
 std::string encode_jpeg(const uint8_t *data, size_t size, std::vector<uint8_t> &out,
                         int seg_mcus = kDefaultSegMcus, int nibble_from = kDefaultNibbleFrom);
 

@@ -77,7 +77,7 @@ std::tuple<int, int, int, std::string, std::string, int, int> info(nb::handle da
     if (std::string why = coeffs::open_record(in.data(), in.size(), view); !why.empty())
         throw nb::value_error(why.c_str());
     const coeffs::Geometry &g = view.geo;
-    static const char *const colors[] = {"gray", "ycbcr", "rgb"};
+    static const char *const colors[] = {"gray", "ycbcr", "rgb", "cmyk", "ycck"};
     std::string sub = "gray";
     if (g.ncomp == 3) {
         const int rh = g.comps[1].rh, rv = g.comps[1].rv;
@@ -85,6 +85,7 @@ std::tuple<int, int, int, std::string, std::string, int, int> info(nb::handle da
         sub = !same ? "other" : rh == 1 && rv == 1 ? "4:4:4" : rh == 2 && rv == 1 ? "4:2:2"
               : rh == 2 ? "4:2:0" : "4:4:0";
     }
+    if (g.ncomp == 4) sub = "other";  // as the JPEG header reader names four components
     return {g.width, g.height, g.ncomp, colors[int(g.color)], sub, g.mcu_rows * g.segs_per_row, g.orientation};
 }
 

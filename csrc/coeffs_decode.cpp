@@ -27,9 +27,9 @@ constexpr size_t kKeptPlaneBytes = size_t(32) << 20;
 // Per-thread buffers, reused across decodes (the loader's threads are persistent).
 struct Scratch {
     std::vector<int16_t> blocks;
-    std::unique_ptr<uint8_t[]> planes[3];
-    size_t capacity[3] = {0, 0, 0};
-    std::vector<uint8_t> rows[3];
+    std::unique_ptr<uint8_t[]> planes[kMaxComponents];
+    size_t capacity[kMaxComponents] = {0, 0, 0, 0};
+    std::vector<uint8_t> rows[kMaxComponents];
     std::vector<int16_t> cs;
 };
 
@@ -155,9 +155,38 @@ const uint8_t *full_row(const Component &k, const Region &r, int y, int xa, int 
     return out;
 }
 
+// What the JPEG path does with libjpeg's CMYK output (jpeg.cpp's cmyk_to_rgb: Pillow's
+// "CMYK;I" cmyk2rgb): rgb = nk - ((t >> 8) + t) >> 8 with t = (255 - raw) nk + 128, nk the raw K.
+// YCCK is first turned into that raw CMYK as libjpeg's ycck_cmyk_convert does (255 minus the
+// YCbCr->RGB of the first three), so 255 - raw is that RGB value.
+void cmyk_row(bool ycck, const uint8_t *const *c, uint8_t *out, int n) {
+    uint8_t inv[3][64];  // 255 - raw C, M, Y for up to 64 pixels at a time
+    for (int x0 = 0; x0 < n; x0 += 64) {
+        const int m = std::min(64, n - x0);
+        if (ycck) {
+            uint8_t rgb[3 * 64];
+            scalar_kernels().ycc_rgb(c[0] + x0, c[1] + x0, c[2] + x0, rgb, m);
+            for (int x = 0; x < m; ++x)
+                for (int k = 0; k < 3; ++k) inv[k][x] = rgb[3 * x + k];
+        } else {
+            for (int k = 0; k < 3; ++k)
+                for (int x = 0; x < m; ++x) inv[k][x] = uint8_t(255 - c[k][x0 + x]);
+        }
+        for (int x = 0; x < m; ++x) {
+            const int nk = c[3][x0 + x];
+            for (int k = 0; k < 3; ++k) {
+                const int t = inv[k][x] * nk + 128;
+                out[3 * (x0 + x) + k] = uint8_t(std::clamp(nk - (((t >> 8) + t) >> 8), 0, 255));
+            }
+        }
+    }
+}
+
 void color_row(const Geometry &g, const uint8_t *const *c, uint8_t *out, int n) {
     if (g.color == Color::kYCbCr) {
         kernels().ycc_rgb(c[0], c[1], c[2], out, n);
+    } else if (g.color == Color::kCmyk || g.color == Color::kYcck) {
+        cmyk_row(g.color == Color::kYcck, c, out, n);
     } else if (g.color == Color::kGrey) {  // libjpeg-turbo replicates grey into RGB
         for (int x = 0; x < n; ++x) out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = c[0][x];
     } else {
@@ -199,7 +228,7 @@ std::string decode_into(const uint8_t *data, size_t size, const CropBox &asked, 
     const int xa = crop.left, xb = crop.left + crop.width;
     const int ya = crop.top + resizer.first_row(), yb = crop.top + resizer.end_row();
     Scratch &s = scratch();
-    Region regions[3];
+    Region regions[kMaxComponents];
     plan_regions(g, xa, xb, ya, yb, regions, s);
     for (int i = 0; i < g.ncomp; ++i) s.rows[i].resize(size_t(crop.width) + 64);
     s.cs.resize(size_t(g.width) + 64);  // at least every component's dw
@@ -213,7 +242,7 @@ std::string decode_into(const uint8_t *data, size_t size, const CropBox &asked, 
         if (std::string why = reconstruct_row(view, sp, row, regions, s); !why.empty()) return why;
         const int until = row == sp.mr1 ? yb - 1 : std::min(yb - 1, ready_until(g, regions, row));
         for (; y <= until; ++y) {
-            const uint8_t *c[3] = {};
+            const uint8_t *c[kMaxComponents] = {};
             for (int i = 0; i < g.ncomp; ++i) c[i] = full_row(g.comps[i], regions[i], y, xa, xb, s, i);
             color_row(g, c, resizer.row_buffer(), crop.width);
             resizer.push_row();

@@ -48,20 +48,22 @@ void limit_scans(j_common_ptr cinfo) {
     if (d->is_decompressor && d->input_scan_number > kMaxScans) fail(d, "progressive JPEG has more than 500 scans");
 }
 
-// The kinds reconstructed exactly: grey, and 3-component YCbCr or RGB whose components are
-// each at full or half resolution along each axis.
+// The kinds reconstructed exactly: grey, 3-component YCbCr or RGB and 4-component CMYK or
+// YCCK whose components are each at full or half resolution along each axis.
 void check_kind(j_decompress_ptr cinfo, Geometry &g) {
     const int n = cinfo->num_components;
-    if (cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK)
-        fail(cinfo, "CMYK/YCCK JPEGs are not stored as coeffs records (keep them JPEG: --codec jpeg)");
     if (n == 1 && cinfo->jpeg_color_space == JCS_GRAYSCALE) {
         g.color = Color::kGrey;
     } else if (n == 3 && cinfo->jpeg_color_space == JCS_YCbCr) {
         g.color = Color::kYCbCr;
     } else if (n == 3 && cinfo->jpeg_color_space == JCS_RGB) {
         g.color = Color::kRgb;
+    } else if (n == 4 && cinfo->jpeg_color_space == JCS_CMYK) {
+        g.color = Color::kCmyk;
+    } else if (n == 4 && cinfo->jpeg_color_space == JCS_YCCK) {
+        g.color = Color::kYcck;
     } else {
-        fail(cinfo, "JPEG colour space is not grey, YCbCr or RGB (keep it JPEG: --codec jpeg)");
+        fail(cinfo, "JPEG colour space is not grey, YCbCr, RGB, CMYK or YCCK (keep it JPEG: --codec jpeg)");
     }
     g.ncomp = n;
     g.width = int(cinfo->image_width);

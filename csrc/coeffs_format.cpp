@@ -101,7 +101,7 @@ std::string derive_geometry(Geometry &g) {
     if (g.width < 1 || g.height < 1 || g.width > 65535 || g.height > 65535)
         return "image size out of range";
     if (double(g.width) * g.height > kMaxPixels) return "image exceeds the decompression-bomb limit";
-    if (g.ncomp != 1 && g.ncomp != 3) return "not 1 or 3 components";
+    if (g.ncomp != 1 && g.ncomp != 3 && g.ncomp != 4) return "not 1, 3 or 4 components";
     if (g.seg_mcus < 1 || g.nibble_from < 1 || g.nibble_from > 64) return "layout parameters out of range";
     g.hmax = g.vmax = 1;
     for (int i = 0; i < g.ncomp; ++i) {
@@ -161,7 +161,7 @@ void write_record(const Coefficients &c, std::vector<uint8_t> &out) {
             std::memcpy(&out[table + 4 * size_t(row * g.segs_per_row + seg)], &at, 4);
             const int mcus = std::min(g.mcu_cols, (seg + 1) * g.seg_mcus) - seg * g.seg_mcus;
             w.start(size_t(mcus) * g.blocks_per_mcu);
-            int16_t pred[3] = {0, 0, 0};
+            int16_t pred[kMaxComponents] = {0, 0, 0, 0};
             for_segment_blocks(g, row, seg, [&](int ci, int by, int bx) {
                 const Component &k = g.comps[ci];
                 w.block(&c.blocks[ci][(size_t(by) * k.bw + bx) * 64], pred[ci], g.nibble_from);
@@ -195,13 +195,13 @@ std::string open_record(const uint8_t *data, size_t size, View &view) {
     g.width = int(w);
     g.height = int(h);
     g.ncomp = data[16];
-    if (data[17] > uint8_t(Color::kRgb)) return "record header: unknown colour space";
+    if (data[17] > uint8_t(Color::kYcck)) return "record header: unknown colour space";
     g.color = Color(data[17]);
     g.nibble_from = data[18];
     g.seg_mcus = data[19];
     g.orientation = data[20] <= 8 ? data[20] : 0;
-    if ((g.ncomp == 1) != (g.color == Color::kGrey)) return "record header: colour space and components disagree";
-    if (g.ncomp != 1 && g.ncomp != 3) return "record header: not 1 or 3 components";
+    const int expected = g.color == Color::kGrey ? 1 : g.color >= Color::kCmyk ? 4 : 3;
+    if (g.ncomp != expected) return "record header: colour space and components disagree";
     size_t at = kFixedHeader;
     if (size < at + kComponentHeader * size_t(g.ncomp) + 4) return "record is truncated inside its header";
     for (int i = 0; i < g.ncomp; ++i, at += kComponentHeader) {
@@ -323,7 +323,7 @@ bool decode_segment(const View &view, int row, int seg, int16_t *blocks) {
     c.n_nibbles = 2 * nib_len;
     c.e = c.nib + nib_len;
     c.e_end = view.payload + end;
-    int16_t pred[3] = {0, 0, 0};
+    int16_t pred[kMaxComponents] = {0, 0, 0, 0};
     const int m0 = seg * g.seg_mcus, m1 = std::min(g.mcu_cols, m0 + g.seg_mcus);
     int16_t *blk = blocks;
     for (int mcu = m0; mcu < m1; ++mcu)

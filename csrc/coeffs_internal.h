@@ -36,7 +36,7 @@ std::string derive_geometry(Geometry &geo);
 // 64 int16 in natural order), as jpeg_read_coefficients gives them.
 struct Coefficients {
     Geometry geo;
-    std::vector<int16_t> blocks[3];
+    std::vector<int16_t> blocks[kMaxComponents];
 };
 
 // Appends the record of c to out.

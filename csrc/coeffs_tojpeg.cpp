@@ -52,16 +52,16 @@ bool decode_all(const View &view, Coefficients &c) {
 // Must not own C++ objects with destructors: libjpeg errors longjmp straight out of it.
 void write_body(j_compress_ptr cinfo, const Coefficients &c) {
     const Geometry &g = c.geo;
-    const J_COLOR_SPACE space = g.color == Color::kGrey ? JCS_GRAYSCALE
-                                : g.color == Color::kYCbCr ? JCS_YCbCr : JCS_RGB;
+    static const J_COLOR_SPACE spaces[] = {JCS_GRAYSCALE, JCS_YCbCr, JCS_RGB, JCS_CMYK, JCS_YCCK};
+    const J_COLOR_SPACE space = spaces[int(g.color)];
     cinfo->image_width = JDIMENSION(g.width);
     cinfo->image_height = JDIMENSION(g.height);
     cinfo->input_components = g.ncomp;
-    cinfo->in_color_space = space;
+    cinfo->in_color_space = space == JCS_YCCK ? JCS_CMYK : space;  // only what we write matters
     jpeg_set_defaults(cinfo);
     jpeg_set_colorspace(cinfo, space);  // RGB: an Adobe marker with transform 0, as the source had
     cinfo->optimize_coding = TRUE;
-    jvirt_barray_ptr arrays[3];
+    jvirt_barray_ptr arrays[kMaxComponents];
     for (int ci = 0; ci < g.ncomp; ++ci) {
         const Component &k = g.comps[ci];
         jpeg_component_info *comp = &cinfo->comp_info[ci];

@@ -87,19 +87,29 @@ def _plane_blocks(plane: np.ndarray, rows: int, cols: int, q: np.ndarray) -> np.
     return quant.reshape(rows, cols, 64)[:, :, _ZIGZAG]
 
 
+def _ycc(rgb: np.ndarray) -> list[np.ndarray]:
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    return [0.299 * r + 0.587 * g + 0.114 * b,
+            -0.168736 * r - 0.331264 * g + 0.5 * b + 128,
+            0.5 * r - 0.418688 * g - 0.081312 * b + 128]
+
+
 def write_jpeg(pixels: np.ndarray, factors: tuple[tuple[int, int], ...] = ((2, 2), (1, 1), (1, 1)),
-               restart: int = 0, quality_step: int = 6) -> bytes:
-    """A baseline JPEG of (H, W, 3) RGB or (H, W) grey pixels; factors[i] = (h, v) per component."""
+               restart: int = 0, quality_step: int = 6, ycck: bool = False) -> bytes:
+    """A baseline JPEG of (H, W, 3) RGB, (H, W) grey or (H, W, 4) CMYK pixels (with an Adobe
+    marker: transform 0, or 2 = YCCK when ycck); factors[i] = (h, v) per component."""
     grey = pixels.ndim == 2
+    adobe = b""
     if grey:
         planes = [pixels.astype(np.float64)]
         factors = ((1, 1),)
+    elif pixels.shape[2] == 4:
+        cmyk = pixels.astype(np.float64)
+        planes = [*(_ycc(cmyk[..., :3]) if ycck else [cmyk[..., i] for i in range(3)]),
+                  cmyk[..., 3]]
+        adobe = _segment(0xEE, b"Adobe" + bytes([0, 100, 0, 0, 0, 0, 2 if ycck else 0]))
     else:
-        rgb = pixels.astype(np.float64)
-        r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
-        planes = [0.299 * r + 0.587 * g + 0.114 * b,
-                  -0.168736 * r - 0.331264 * g + 0.5 * b + 128,
-                  0.5 * r - 0.418688 * g - 0.081312 * b + 128]
+        planes = _ycc(pixels.astype(np.float64))
     height, width = pixels.shape[:2]
     hmax = max(h for h, _ in factors)
     vmax = max(v for _, v in factors)
@@ -112,7 +122,7 @@ def write_jpeg(pixels: np.ndarray, factors: tuple[tuple[int, int], ...] = ((2, 2
         sub = sub[: -(-height * v // vmax), : -(-width * h // hmax)]
         rows, cols = (mcu_rows * v, mcu_cols * h) if not grey else (-(-height // 8), -(-width // 8))
         coeffs.append(_plane_blocks(np.clip(np.round(sub), 0, 255), rows, cols, qtables[min(i, 1)]))
-    out = bytearray(b"\xff\xd8")
+    out = bytearray(b"\xff\xd8") + adobe
     for t, q in enumerate(qtables):
         out += _segment(0xDB, bytes([t]) + bytes(q.astype(np.uint8).ravel()[_ZIGZAG]))
     sof = bytes([8]) + height.to_bytes(2, "big") + width.to_bytes(2, "big") + bytes([len(planes)])

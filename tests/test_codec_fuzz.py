@@ -33,6 +33,9 @@ CHILD = textwrap.dedent(
         encode(photo_like(33, 47, 3), "JPEG", "RGB", quality=90, subsampling=0),
         encode(photo_like(24, 40, 4), "JPEG", "L", quality=85),
         write_jpeg(photo_like(29, 35, 5), ((1, 2), (1, 1), (1, 1)), restart=2),
+        encode(photo_like(24, 32, 6), "JPEG", "CMYK", quality=85, progressive=True),
+        write_jpeg(np.concatenate([photo_like(21, 27, 7)] * 2, axis=2)[..., :4],
+                   ((2, 2), (1, 1), (1, 1), (2, 2)), ycck=True),
     ]
     bases = [coeffs.encode(j, seg_mcus=1 + i % 3) for i, j in enumerate(jpegs)]
 

@@ -22,17 +22,29 @@ from fastloader.pack.cli.main import main
 from fastloader.pack.pipeline.recode import recode
 from fastloader.pack.pipeline.tree import pack
 from helpers import MEAN, STD, collect
+from imagegen import photo_like
+from jpeg_writer import write_jpeg
 from treegen import MIXED_SPECS
 
 pytestmark = pytest.mark.native
 
 
 @pytest.fixture(scope="module")
-def mixed(tmp_path_factory: pytest.TempPathFactory, mixed_tree) -> tuple[Path, Path]:
-    """(JPEG dataset, its coeffs recode) of the mixed tree: every mode and format."""
+def tree(tmp_path_factory: pytest.TempPathFactory, mixed_tree) -> Path:
+    """The mixed tree (every mode and format) plus a 4:1:1 JPEG, a kind records do not hold."""
+    root = tmp_path_factory.mktemp("recode-tree") / "src"
+    shutil.copytree(mixed_tree[0], root)
+    (root / "eel" / "k411.jpg").write_bytes(write_jpeg(photo_like(16, 40, 3),
+                                                       ((4, 1), (1, 1), (1, 1))))
+    return root
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory, tree: Path) -> tuple[Path, Path]:
+    """(JPEG dataset, its coeffs recode) of the tree."""
     folder = tmp_path_factory.mktemp("recode")
     src = folder / "jpeg.lmdb"
-    pack(mixed_tree[0], src, workers=1, quiet=True)
+    pack(tree, src, workers=1, quiet=True)
     assert main(["recode", str(src), str(folder / "coeffs.lmdb"), "--codec", "coeffs",
                  "--quiet"]) == 0
     return src, folder / "coeffs.lmdb"
@@ -56,14 +68,14 @@ def test_recode_converts_jpegs_and_keeps_everything_else(mixed: tuple[Path, Path
 
                 assert np.array_equal(decode(new), decode(old)), name
             else:
-                assert new == old, name  # PNG, GIF, ... and CMYK JPEG: the same bytes
-    assert kinds["cmyk.jpeg"] == "JPEG"  # a kind coeffs records do not hold stays JPEG
+                assert new == old, name  # PNG, GIF, ... and the 4:1:1 JPEG: the same bytes
+    assert kinds["k411.jpg"] == "JPEG"  # a kind coeffs records do not hold stays JPEG
     assert kinds["plain.png"] == "PNG"
-    assert kinds["progressive.jpg"] == kinds["gray.JPG"] == kinds["one_pixel.jpg"] == "COEFFS"
+    assert kinds["progressive.jpg"] == kinds["gray.JPG"] == kinds["cmyk.jpeg"] == "COEFFS"
     with PackedDataset(dst) as b:
         stats = b.manifest.stats
         jpegs = sum(1 for _, _, fmt, _, _ in MIXED_SPECS.values() if fmt == "JPEG")
-        assert stats["recoded"] == jpegs - 1 and stats["kept_jpeg"] == 1
+        assert stats["recoded"] == jpegs and stats["kept_jpeg"] == 1
 
 
 def test_info_shows_each_codecs_size(mixed: tuple[Path, Path], capsys) -> None:
@@ -167,23 +179,22 @@ def test_without_the_extension_a_coeffs_dataset_fails_clearly(mixed) -> None:
     assert "FASTLOADER_DISABLE_NATIVE" in result.stdout and "--codec jpeg" in result.stdout
 
 
-def test_pack_with_codec_coeffs_equals_pack_then_recode(mixed, mixed_tree, tmp_path) -> None:
+def test_pack_with_codec_coeffs_equals_pack_then_recode(mixed, tree, tmp_path) -> None:
     import fastloader
 
     _, recoded = mixed
     dst = tmp_path / "direct.lmdb"
-    assert main([str(mixed_tree[0]), str(dst), "--codec", "coeffs", "--workers", "1",
+    assert main([str(tree), str(dst), "--codec", "coeffs", "--workers", "1",
                  "--quiet"]) == 0
     assert not list(tmp_path.glob(".*"))  # the JPEG pack it recoded from is gone
     with PackedDataset(dst) as a, PackedDataset(recoded) as b:
         assert a.manifest.options["codec"] == "coeffs"
         assert [bytes(a.record(i)) for i in range(len(a))] == \
             [bytes(b.record(i)) for i in range(len(b))]
-    manifest = fastloader.pack(mixed_tree[0], dst, codec="coeffs", overwrite=True, quiet=True,
-                               workers=1)
+    manifest = fastloader.pack(tree, dst, codec="coeffs", overwrite=True, quiet=True, workers=1)
     assert manifest.stats["recoded"] > 0
     with pytest.raises(PackError, match="already exists"):
-        fastloader.pack(mixed_tree[0], dst, codec="coeffs", quiet=True)
+        fastloader.pack(tree, dst, codec="coeffs", quiet=True)
 
 
 def test_pack_codec_tiles_is_tiles_and_others_are_refused(mixed_tree, tmp_path) -> None:
@@ -222,6 +233,8 @@ def test_recode_back_to_jpeg_keeps_the_pixels(mixed, tmp_path) -> None:
         assert not (np.asarray(b.codecs) == Codec.COEFFS).any()
         assert np.array_equal(a.codecs, b.codecs)
         assert b.manifest.stats["recoded"] == int((np.asarray(a.codecs) == Codec.JPEG).sum()) - 1
+        assert [bytes(a.record(i)) for i in range(len(a)) if a.paths[i].endswith("k411.jpg")] \
+            == [bytes(b.record(i)) for i in range(len(b)) if b.paths[i].endswith("k411.jpg")]
     options = {"batch_size": 4, "transforms": TRANSFORMS["train"], "seed": 2, "num_threads": 1}
     with FastLoader(src, **options) as x, FastLoader(back, **options) as y:
         assert all(torch.equal(p[0], q[0]) for p, q in zip(collect(x), collect(y), strict=True))
