@@ -8,7 +8,7 @@
 //      u8 nibble_from (1..64: the first zigzag position stored as a nibble), u8 seg_mcus (MCU
 //      columns per segment, >= 1)
 //   20 u8 EXIF orientation of the source JPEG (0: none found, else 1-8), 3 bytes reserved (0)
-//   24 per component: u8 h, u8 v (sampling factors, 1 or 2), u16 quant[64] (natural order)
+//   24 per component: u8 h, u8 v (sampling factors, 1-4), u16 quant[64] (natural order)
 //   .. u32 segments (= MCU rows x segments per row), u32 offsets[segments + 1] into the payload
 //   .. payload, then 8 bytes of padding (the decoder reads 8 bytes at a time)
 // A segment is one MCU row x seg_mcus MCUs: u32 mask bytes, u32 nibble bytes, then the mask,
@@ -39,7 +39,7 @@ constexpr int kMaxComponents = 4;
 
 struct Component {
     int h = 1, v = 1;    // sampling factors
-    int rh = 1, rv = 1;  // upsampling ratio to full resolution (hmax / h, vmax / v): 1 or 2
+    int rh = 1, rv = 1;  // upsampling ratio to full resolution (hmax / h, vmax / v): 1-4
     int bw = 0, bh = 0;  // block grid (whole MCUs)
     int dw = 0, dh = 0;  // samples that are real (libjpeg's downsampled_width / height)
     uint16_t quant[64] = {};
@@ -60,7 +60,7 @@ struct Geometry {
 bool looks_like_record(const uint8_t *data, size_t size);
 
 // Encodes a JPEG's coefficients (jpeg_read_coefficients) as a record; returns "" or why not
-// (libjpeg's message, or a kind the codec does not store: 4:1:1, unfinished progressive...).
+// (libjpeg's message, or the kind the codec does not store: progressive files libjpeg smooths).
 std::string encode_jpeg(const uint8_t *data, size_t size, std::vector<uint8_t> &out,
                         int seg_mcus = kDefaultSegMcus, int nibble_from = kDefaultNibbleFrom);
 

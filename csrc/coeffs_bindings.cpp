@@ -83,7 +83,8 @@ std::tuple<int, int, int, std::string, std::string, int, int> info(nb::handle da
         const int rh = g.comps[1].rh, rv = g.comps[1].rv;
         const bool same = g.comps[2].rh == rh && g.comps[2].rv == rv && g.comps[0].rh == 1 && g.comps[0].rv == 1;
         sub = !same ? "other" : rh == 1 && rv == 1 ? "4:4:4" : rh == 2 && rv == 1 ? "4:2:2"
-              : rh == 2 ? "4:2:0" : "4:4:0";
+              : rh == 2 && rv == 2 ? "4:2:0" : rh == 1 && rv == 2 ? "4:4:0"
+              : rh == 4 && rv == 1 ? "4:1:1" : "other";
     }
     if (g.ncomp == 4) sub = "other";  // as the JPEG header reader names four components
     return {g.width, g.height, g.ncomp, colors[int(g.color)], sub, g.mcu_rows * g.segs_per_row, g.orientation};

@@ -38,16 +38,17 @@ Scratch &scratch() {
     return s;
 }
 
-// Samples [lo, hi] of an axis a component at ratio r (1 or 2) needs for output pixels [a, b):
-// fancy upsampling reads one sample beyond each side.
+// Samples [lo, hi] of an axis a component at ratio r needs for output pixels [a, b): fancy
+// upsampling (r = 2) reads one sample beyond each side, replication (r > 2) none.
 void axis_need(int a, int b, int r, int real, int &lo, int &hi) {
     if (r == 1) {
         lo = a;
         hi = std::min(b - 1, real - 1);
         return;
     }
-    lo = std::max(0, (a >> 1) - 1);
-    hi = std::min(real - 1, ((b - 1) >> 1) + 1);
+    const int pad = r == 2 ? 1 : 0;
+    lo = std::max(0, a / r - pad);
+    hi = std::min(real - 1, (b - 1) / r + pad);
 }
 
 void plan_regions(const Geometry &g, int xa, int xb, int ya, int yb, Region *regions, Scratch &s) {
@@ -123,27 +124,28 @@ int ready_until(const Geometry &g, const Region *regions, int row) {
         const Component &k = g.comps[i];
         const int last = (row + 1) * k.v * 8 - 1;
         if (last >= regions[i].sy1) continue;  // all the rows this component needs are in
-        ready = std::min(ready, k.rv == 1 ? last : 2 * last - 1);
+        ready = std::min(ready, k.rv == 1 ? last : k.rv == 2 ? 2 * last - 1 : (last + 1) * k.rv - 1);
     }
     return ready;
 }
 
 // Component i's samples at full resolution for output row y, columns [xa, xb): a pointer into
-// its plane, or its upsampled row in s.rows[i]. libjpeg's choices: fancy (triangle) filters,
-// plain replication for chroma 2 samples wide or less when halved horizontally.
+// its plane, or its upsampled row in s.rows[i]. libjpeg's choices: fancy (triangle) filters for
+// h2v1, h1v2 and h2v2; plain replication for those 2 samples wide or less when halved
+// horizontally, and for every other integer ratio (int_upsample: 4:1:1 and the like).
 const uint8_t *full_row(const Component &k, const Region &r, int y, int xa, int xb, Scratch &s, int i) {
     const int n = xb - xa, col0 = r.col0();
     if (k.rh == 1 && k.rv == 1) return r.row(y) + (xa - col0);
     uint8_t *out = s.rows[i].data();
-    const int c = k.rv == 2 ? y >> 1 : y;
+    const int c = y / k.rv;
     const uint8_t *a = r.row(c);
     if (k.rv == 2 && k.rh == 1) {  // h1v2: 3:1 with the nearer neighbour row, +1 / +2 rounding
         const int other = (y & 1) ? std::min(c + 1, k.dh - 1) : std::max(c - 1, 0);
         kernels().h1v2(a + (xa - col0), r.row(other) + (xa - col0), n, (y & 1) ? 2 : 1, out);
         return out;
     }
-    if (k.dw <= 2) {  // h2v1 / h2v2 replication
-        for (int x = 0; x < n; ++x) out[x] = a[((xa + x) >> 1) - col0];
+    if (k.rh != 2 || k.rv > 2 || k.dw <= 2) {  // replication
+        for (int x = 0; x < n; ++x) out[x] = a[(xa + x) / k.rh - col0];
         return out;
     }
     if (k.rv == 2) {

@@ -49,7 +49,7 @@ void limit_scans(j_common_ptr cinfo) {
 }
 
 // The kinds reconstructed exactly: grey, 3-component YCbCr or RGB and 4-component CMYK or
-// YCCK whose components are each at full or half resolution along each axis.
+// YCCK, any integer sampling ratios libjpeg decodes.
 void check_kind(j_decompress_ptr cinfo, Geometry &g) {
     const int n = cinfo->num_components;
     if (n == 1 && cinfo->jpeg_color_space == JCS_GRAYSCALE) {

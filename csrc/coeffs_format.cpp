@@ -107,10 +107,17 @@ std::string derive_geometry(Geometry &g) {
     for (int i = 0; i < g.ncomp; ++i) {
         if (g.ncomp == 1) g.comps[i].h = g.comps[i].v = 1;  // libjpeg ignores a lone component's
         Component &k = g.comps[i];
-        if (k.h < 1 || k.h > 2 || k.v < 1 || k.v > 2) return "sampling factors other than 1 or 2";
+        if (k.h < 1 || k.h > 4 || k.v < 1 || k.v > 4) return "sampling factors outside 1..4";
         g.hmax = std::max(g.hmax, k.h);
         g.vmax = std::max(g.vmax, k.v);
     }
+    int blocks = 0;
+    for (int i = 0; i < g.ncomp; ++i) {
+        if (g.hmax % g.comps[i].h || g.vmax % g.comps[i].v)
+            return "fractional sampling factors (libjpeg does not decode them either)";
+        blocks += g.comps[i].h * g.comps[i].v;
+    }
+    if (g.ncomp > 1 && blocks > 10) return "more than 10 blocks an MCU (JPEG's limit)";
     g.mcu_cols = ceil_div(g.width, 8 * g.hmax);
     g.mcu_rows = ceil_div(g.height, 8 * g.vmax);
     g.segs_per_row = ceil_div(g.mcu_cols, g.seg_mcus);

@@ -154,3 +154,15 @@ def write_jpeg(pixels: np.ndarray, factors: tuple[tuple[int, int], ...] = ((2, 2
                     preds[i] = _encode_block(bits, blk, preds[i])
     bits.flush()
     return bytes(out + bits.out + b"\xff\xd9")
+
+
+def first_scans(data: bytes, scans: int) -> bytes:
+    """A progressive JPEG cut after its first `scans` scans (then EOI): a file whose scans leave
+    coefficient bits unsent, which libjpeg decodes with block smoothing. In entropy data 0xFF
+    is always followed by 0x00 or a restart marker, so b"\\xff\\xda" finds only real SOS markers."""
+    at, found = 0, 0
+    while True:
+        at = data.index(b"\xff\xda", at + 1)
+        found += 1
+        if found > scans:
+            return data[:at] + b"\xff\xd9"

@@ -9,7 +9,7 @@ import fastloader
 from fastloader.decode import coeffs
 from fastloader.errors import DecodeError
 from imagegen import encode, photo_like
-from jpeg_writer import write_jpeg
+from jpeg_writer import first_scans, write_jpeg
 
 pytestmark = pytest.mark.native
 
@@ -33,6 +33,10 @@ PILLOW_KINDS = (
 # jpeg_writer's factor sets: what Pillow cannot write.
 WRITER_KINDS = (
     ("440", ((1, 2), (1, 1), (1, 1))),
+    ("411", ((4, 1), (1, 1), (1, 1))),
+    ("410", ((4, 2), (1, 1), (1, 1))),
+    ("h3", ((3, 1), (1, 1), (1, 1))),
+    ("v4", ((1, 4), (1, 2), (1, 1))),
     ("mixed", ((2, 2), (1, 2), (2, 1))),
     ("422v2", ((2, 2), (2, 1), (2, 1))),
     ("chroma-full", ((1, 1), (1, 1), (1, 1))),
@@ -148,16 +152,18 @@ def test_resized_crops_follow_the_jpeg_path(name: str, data: bytes) -> None:
         assert ours <= max(1.0, np.abs(jpeg - pillow).mean()), (name, crop, size)
 
 
-def test_other_sampling_factors_are_refused_with_the_fix() -> None:
-    pixels = photo_like(24, 32, seed=3)
-    refused = {
-        "411": write_jpeg(pixels, ((4, 1), (1, 1), (1, 1))),
-        "3x": write_jpeg(pixels, ((3, 1), (1, 1), (1, 1))),
-    }
-    for _name, data in refused.items():
-        with pytest.raises(DecodeError, match=r"--codec jpeg|keep it JPEG"):
-            coeffs.encode(data)
-        fastloader.decode(data)  # the JPEG itself still decodes: it just stays JPEG
+def test_what_records_do_not_hold_is_refused_with_the_fix() -> None:
+    """A progressive file whose scans stop early decodes with libjpeg's block smoothing, which
+    records do not do: it stays JPEG. Fractional sampling and over 10 blocks an MCU libjpeg
+    cannot decode either."""
+    pixels = photo_like(40, 48, seed=3)
+    unfinished = first_scans(encode(pixels, "JPEG", "RGB", quality=90, progressive=True), 3)
+    fastloader.decode(unfinished)  # the JPEG path decodes it (smoothed)
+    with pytest.raises(DecodeError, match=r"unfinished scans.*keep it JPEG"):
+        coeffs.encode(unfinished)
+    for factors in (((3, 1), (2, 1), (1, 1)), ((3, 3), (1, 1), (1, 1))):
+        with pytest.raises(DecodeError, match=r"--codec jpeg"):
+            coeffs.encode(write_jpeg(pixels, factors))
 
 
 def test_damaged_jpegs_are_not_encoded() -> None:

@@ -22,8 +22,8 @@ from fastloader.pack.cli.main import main
 from fastloader.pack.pipeline.recode import recode
 from fastloader.pack.pipeline.tree import pack
 from helpers import MEAN, STD, collect
-from imagegen import photo_like
-from jpeg_writer import write_jpeg
+from imagegen import encode, photo_like
+from jpeg_writer import first_scans, write_jpeg
 from treegen import MIXED_SPECS
 
 pytestmark = pytest.mark.native
@@ -31,11 +31,14 @@ pytestmark = pytest.mark.native
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory, mixed_tree) -> Path:
-    """The mixed tree (every mode and format) plus a 4:1:1 JPEG, a kind records do not hold."""
+    """The mixed tree (every mode and format) plus a 4:1:1 JPEG and a progressive one cut after
+    its first scans (libjpeg smooths it: a kind records do not hold)."""
     root = tmp_path_factory.mktemp("recode-tree") / "src"
     shutil.copytree(mixed_tree[0], root)
     (root / "eel" / "k411.jpg").write_bytes(write_jpeg(photo_like(16, 40, 3),
                                                        ((4, 1), (1, 1), (1, 1))))
+    cut = first_scans(encode(photo_like(32, 40, 4), "JPEG", "RGB", progressive=True), 3)
+    (root / "eel" / "unfinished.jpg").write_bytes(cut)
     return root
 
 
@@ -68,14 +71,15 @@ def test_recode_converts_jpegs_and_keeps_everything_else(mixed: tuple[Path, Path
 
                 assert np.array_equal(decode(new), decode(old)), name
             else:
-                assert new == old, name  # PNG, GIF, ... and the 4:1:1 JPEG: the same bytes
-    assert kinds["k411.jpg"] == "JPEG"  # a kind coeffs records do not hold stays JPEG
+                assert new == old, name  # PNG, GIF, ... and the cut JPEG: the same bytes
+    assert kinds["unfinished.jpg"] == "JPEG"  # a kind coeffs records do not hold stays JPEG
+    assert kinds["k411.jpg"] == "COEFFS"
     assert kinds["plain.png"] == "PNG"
     assert kinds["progressive.jpg"] == kinds["gray.JPG"] == kinds["cmyk.jpeg"] == "COEFFS"
     with PackedDataset(dst) as b:
         stats = b.manifest.stats
         jpegs = sum(1 for _, _, fmt, _, _ in MIXED_SPECS.values() if fmt == "JPEG")
-        assert stats["recoded"] == jpegs and stats["kept_jpeg"] == 1
+        assert stats["recoded"] == jpegs + 1 and stats["kept_jpeg"] == 1
 
 
 def test_info_shows_each_codecs_size(mixed: tuple[Path, Path], capsys) -> None:
@@ -233,8 +237,8 @@ def test_recode_back_to_jpeg_keeps_the_pixels(mixed, tmp_path) -> None:
         assert not (np.asarray(b.codecs) == Codec.COEFFS).any()
         assert np.array_equal(a.codecs, b.codecs)
         assert b.manifest.stats["recoded"] == int((np.asarray(a.codecs) == Codec.JPEG).sum()) - 1
-        assert [bytes(a.record(i)) for i in range(len(a)) if a.paths[i].endswith("k411.jpg")] \
-            == [bytes(b.record(i)) for i in range(len(b)) if b.paths[i].endswith("k411.jpg")]
+        kept = [i for i in range(len(a)) if a.paths[i].endswith("unfinished.jpg")]
+        assert [bytes(a.record(i)) for i in kept] == [bytes(b.record(i)) for i in kept]
     options = {"batch_size": 4, "transforms": TRANSFORMS["train"], "seed": 2, "num_threads": 1}
     with FastLoader(src, **options) as x, FastLoader(back, **options) as y:
         assert all(torch.equal(p[0], q[0]) for p, q in zip(collect(x), collect(y), strict=True))

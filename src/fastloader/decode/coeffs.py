@@ -65,8 +65,8 @@ def encode(jpeg: Any, *, seg_mcus: int = 4, nibble_from: int = 10) -> bytes:
 
     Raises:
         NativeUnavailableError: the native extension is not in use.
-        DecodeError: the JPEG is damaged, or of a kind records do not hold (sampling
-            other than 1 or 2 per axis, a progressive file with unfinished scans): keep it JPEG.
+        DecodeError: the JPEG is damaged, or of the kind records do not hold (a progressive
+            file whose scans stop early, which libjpeg block-smooths): keep it JPEG.
     """
     core = _core_or_none()
     if core is None:

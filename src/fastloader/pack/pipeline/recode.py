@@ -2,8 +2,8 @@
 
 Each JPEG record becomes a coeffs record (fastloader.decode.coeffs: the same coefficients, so
 the same pixels, in a layout that decodes faster and crops without entropy-decoding the rows
-above); every other record (PNG, WebP, ... and JPEGs the codec does not hold: 4:1:1 and
-other sampling factors, unfinished progressive scans) keeps its bytes; codec "jpeg" turns
+above); every other record (PNG, WebP, ... and JPEGs the codec does not hold: progressive
+files whose scans stop early) keeps its bytes; codec "jpeg" turns
 coeffs records back into JPEGs of the same pixels. Records are checked against their crc32
 before they are read; the output is built in a hidden staging folder and renamed into place,
 as pack and merge do. The manifest's options say the dataset's codec ("codec": "coeffs").
