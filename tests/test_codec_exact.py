@@ -167,8 +167,13 @@ def test_what_records_do_not_hold_is_refused_with_the_fix() -> None:
 
 
 def test_damaged_jpegs_are_not_encoded() -> None:
+    """Nor one the JPEG path refuses as Pillow does (a marker byte below 0xC0 after SOI)."""
     data = encode(photo_like(40, 48, seed=4), "JPEG", "RGB", quality=90)
-    for bad in (data[: len(data) // 2], b"\xff\xd8\xff" + b"\x00" * 40, b"not a jpeg"):
+    pillow_refuses = data[:2] + b"\xff\x01" + data[2:]
+    with pytest.raises(DecodeError):
+        fastloader.decode(pillow_refuses)
+    for bad in (data[: len(data) // 2], b"\xff\xd8\xff" + b"\x00" * 40, b"not a jpeg",
+                pillow_refuses):
         with pytest.raises(DecodeError, match="cannot store"):
             coeffs.encode(bad)
 

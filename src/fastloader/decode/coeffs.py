@@ -72,6 +72,7 @@ def encode(jpeg: Any, *, seg_mcus: int = 4, nibble_from: int = 10) -> bytes:
     if core is None:
         raise NativeUnavailableError(f"cannot make coeffs records: {native_reason()}")
     try:
+        core.header(jpeg)  # the JPEG path's header rules (Pillow's marker walk) come first
         return bytes(core.coeffs_encode(jpeg, seg_mcus=seg_mcus, nibble_from=nibble_from))
     except ValueError as exc:
         raise DecodeError(f"cannot store this JPEG as a coeffs record: {exc}") from exc
