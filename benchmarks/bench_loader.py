@@ -47,9 +47,10 @@ def _tree_files(tree: Path) -> int:
     return sum(1 for p in tree.rglob("*") if p.is_file() and not p.name.startswith("."))
 
 
-def ensure_packed(tree: Path, dst: Path, quiet: bool = True, tiles: bool = False) -> None:
+def ensure_packed(tree: Path, dst: Path, quiet: bool = True, tiles: bool = False,
+                  codec: str = "jpeg") -> None:
     """Pack the tree with the packdata CLI unless dst already holds all of its files
-    (tiles=True: decode-aware packing, `packdata --tiles`)."""
+    (tiles=True: decode-aware packing, `packdata --tiles`; codec="coeffs": `--codec coeffs`)."""
     from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
     from fastloader.format.open import open_dataset
 
@@ -58,6 +59,7 @@ def ensure_packed(tree: Path, dst: Path, quiet: bool = True, tiles: bool = False
             option = ds.manifest.options.get("tiles") or {}
             # A tiled copy made with another segment size would time another packing.
             current = not tiles or option.get("restart_mcus") == DEFAULT_RESTART_MCUS
+            current = current and ds.manifest.options.get("codec", "jpeg") == codec
             if len(ds) == _tree_files(tree) and ds.tiled == tiles and current:
                 return
     except Exception:  # missing, partial or stale: pack it again
@@ -65,6 +67,7 @@ def ensure_packed(tree: Path, dst: Path, quiet: bool = True, tiles: bool = False
     packdata = Path(sys.executable).with_name("packdata")
     argv = [str(packdata), str(tree), str(dst), "--overwrite"] + (["--quiet"] if quiet else [])
     argv += ["--tiles"] if tiles else []
+    argv += ["--codec", codec] if codec != "jpeg" else []
     print("$ " + " ".join(argv[:3] + argv[3:]), flush=True)
     subprocess.run(argv, check=True)
 
@@ -315,10 +318,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="skip the native full-decode row")
     parser.add_argument("--no-others", dest="dali", action="store_false",
                         help="skip the optional DALI and FFCV rows")
-    parser.add_argument("--formats", nargs="*", default=["LMDB", "HDF5", "tiled LMDB"],
-                        choices=["LMDB", "HDF5", "tiled LMDB"],
-                        help="packed copies to load; 'tiled LMDB' is packed with --tiles "
-                             "(needs the native extension, skipped without it)")
+    parser.add_argument("--formats", nargs="*",
+                        default=["LMDB", "HDF5", "tiled LMDB", "coeffs LMDB"],
+                        choices=["LMDB", "HDF5", "tiled LMDB", "coeffs LMDB"],
+                        help="packed copies to load; 'tiled LMDB' is packed with --tiles, "
+                             "'coeffs LMDB' with --codec coeffs (both need the native "
+                             "extension, skipped without it)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "loader.jsonl")
     parser.add_argument("--quick", action="store_true",
                         help="300 images, 2 repeats, workers 0 and 2")
@@ -339,13 +344,16 @@ def main(argv: list[str] | None = None) -> int:
         ensure_tree(tree, args.count)
     import fastloader
 
-    suffix = {"LMDB": ".lmdb", "HDF5": ".h5", "tiled LMDB": ".tiled.lmdb"}
-    formats = [f for f in args.formats if f != "tiled LMDB" or fastloader.native_available()]
+    suffix = {"LMDB": ".lmdb", "HDF5": ".h5", "tiled LMDB": ".tiled.lmdb",
+              "coeffs LMDB": ".coeffs.lmdb"}
+    native_only = ("tiled LMDB", "coeffs LMDB")
+    formats = [f for f in args.formats if f not in native_only or fastloader.native_available()]
     if len(formats) < len(args.formats):
-        print("skipped FastLoader tiled LMDB: packing --tiles needs the native extension")
+        print("skipped FastLoader tiled/coeffs LMDB: packing them needs the native extension")
     packed = {f: tree.parent / (tree.name + suffix[f]) for f in formats}
     for label, path in packed.items():
-        ensure_packed(tree, path, tiles=label == "tiled LMDB")
+        ensure_packed(tree, path, tiles=label == "tiled LMDB",
+                      codec="coeffs" if label == "coeffs LMDB" else "jpeg")
     torch.set_num_threads(cores())
     rows = run_benchmark(args, tree, packed)
     print(table(rows))

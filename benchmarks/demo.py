@@ -73,14 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     tree = args.dir / "images"
     print(f"== 1. sample tree: {args.count} ImageNet-like JPEGs in {tree}", flush=True)
     packed = {"LMDB": args.dir / "images.lmdb", "HDF5": args.dir / "images.h5"}
+    import fastloader
+
+    if fastloader.native_available():  # the coeffs codec needs the extension to pack and read
+        packed["coeffs LMDB"] = args.dir / "images.coeffs.lmdb"
     if ensure_tree(tree, args.count, classes=10, seed=0):
         for path in packed.values():  # new images: the old packs are stale
             shutil.rmtree(path, ignore_errors=True)
     else:
         print("   (reusing the tree made earlier with the same parameters)")
-    print("== 2. pack it with packdata (LMDB and HDF5)", flush=True)
-    for path in packed.values():
-        ensure_packed(tree, path, quiet=False)
+    print(f"== 2. pack it with packdata ({', '.join(packed)})", flush=True)
+    for label, path in packed.items():
+        ensure_packed(tree, path, quiet=False, codec="coeffs" if label == "coeffs LMDB" else "jpeg")
     print(f"== 3. loader race: {args.repeats} interleaved rounds, batch {args.batch}, "
           f"RandomResizedCrop 224 + flip + normalize", flush=True)
     rows = run_benchmark(args, tree, packed)

@@ -8,6 +8,7 @@
 #include <exception>
 #include <new>
 
+#include "coeffs.h"
 #include "tiles.h"
 
 namespace fl {
@@ -226,7 +227,8 @@ void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *cro
     errors.assign(n, std::string());
     std::vector<char> is_jpeg(n);
     for (size_t k = 0; k < n; ++k) {
-        is_jpeg[k] = looks_like_jpeg(records[k].data, records[k].size);
+        is_jpeg[k] = looks_like_jpeg(records[k].data, records[k].size) ||
+                     coeffs::looks_like_record(records[k].data, records[k].size);
         if (!is_jpeg[k]) skipped.push_back(k);
     }
     while (scratch_.size() < static_cast<size_t>(pool_.num_threads()))
@@ -271,6 +273,8 @@ void BatchDecoder::normalize_planar(const uint8_t *src, size_t n, size_t pixels,
 std::string BatchDecoder::decode_one(const Record &record, const CropBox &crop, const OutputSlot &target,
                                      const TileRef *tile, int slot, const DecodeOptions &options) {
     DecodeScratch &scratch = *scratch_[slot];
+    if (coeffs::looks_like_record(record.data, record.size))
+        return coeffs::decode_into(record.data, record.size, crop, target, scratch.resizer);
     const bool whole = crop.height == 0 && crop.width == 0;
     if (whole || tile == nullptr || tile->header == nullptr || is_untiled(tile->header))
         return decode_jpeg_into(record.data, record.size, crop, target, scratch, options);

@@ -20,6 +20,7 @@
 #include "tiles.h"
 #include "masks_bindings.h"
 #include "tiles_bindings.h"
+#include "coeffs_bindings.h"
 
 namespace nb = nanobind;
 
@@ -312,4 +313,5 @@ NB_MODULE(_core, m) {
     register_batch_decoder(m);
     register_tiles(m);
     register_masks(m);
+    register_coeffs(m);
 }

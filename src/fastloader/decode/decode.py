@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastloader.checks import int_at_least
-from fastloader.decode import _native
+from fastloader.decode import _native, coeffs
 from fastloader.decode.batch_args import (
     Conversion,
     check_batch,
@@ -82,6 +82,8 @@ def header(data: Any) -> ImageHeader:
         DecodeError: the bytes are not a readable image.
     """
     data = _as_bytes_like(data)
+    if coeffs.is_coeffs(data):
+        return coeffs.header(data)
     if _native.native_module() is None or not is_jpeg(data):
         return header_pillow(data)
     from fastloader import _core  # loaded and checked by _native; typed by _core.pyi
@@ -170,6 +172,8 @@ def decode(
     hdr = header(data)
     box = _check_crop(crop, hdr) if crop is not None else None
     out_size = _check_size(size) if size is not None else None
+    if coeffs.is_coeffs(data):
+        return coeffs.decode_record(data, box, out_size, bool(flip))
     if _native.native_module() is None or not is_jpeg(data):
         return decode_pillow(data, box, out_size, bool(flip))
     if hdr.width * hdr.height > _MAX_PIXELS:  # before allocating: a hostile header can say anything
@@ -210,9 +214,9 @@ def _decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndar
         if place is not None:
             top, left, height, width = (int(v) for v in place)
             target = slot[top:top + height, left:left + width]
-        target[...] = decode_pillow(
-            _as_bytes_like(record, "record"), _crop_or_none(crop), target.shape[:2], bool(flip)
-        )
+        data = _as_bytes_like(record, "record")
+        decoder = coeffs.decode_record if coeffs.is_coeffs(data) else decode_pillow
+        target[...] = decoder(data, _crop_or_none(crop), target.shape[:2], bool(flip))
         if place is not None:  # the padding around the image, as the native path writes it
             slot[:top], slot[top + height:] = fill, fill
             slot[top:top + height, :left], slot[top:top + height, left + width:] = fill, fill

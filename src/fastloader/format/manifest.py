@@ -35,6 +35,7 @@ class Codec(enum.IntEnum):
     GIF = 5
     TIFF = 6
     PPM = 7
+    COEFFS = 8  # a coeffs record (issue 30): a JPEG's coefficients, fastloader.decode.coeffs
 
     @classmethod
     def from_pillow(cls, pillow_format: str | None) -> Codec:

@@ -17,8 +17,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from fastloader.decode import coeffs
 from fastloader.decode.augment import batch_rng, output_size, plan
-from fastloader.errors import DecodeError, FastloaderError
+from fastloader.errors import DecodeError, FastloaderError, InvalidArgumentError
+from fastloader.format.manifest import Codec
 from fastloader.format.open import dataset_from
 from fastloader.gpu.ops import gpu_rng
 from fastloader.loader.base import FastLoader, PackedAttributes, PackedData
@@ -151,6 +153,8 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         self._data, self._owns_dataset = dataset_from(
             unwrap_view(data), "a packed dataset path or a PackedDataset")
         try:  # what needs the dataset; a failure closes a dataset this loader opened
+            if (np.asarray(self._data.codecs) == Codec.COEFFS).any():
+                raise InvalidArgumentError(coeffs.refusal('backend="dali"'))
             self.image_size = output_size(self.transforms, self._data.shapes)
             self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                    options.world_size, options.shuffle,

@@ -22,7 +22,7 @@ from fastloader.pack.pipeline.tree import DEFAULT_SHARD_SIZE, SKIPPED_NAME
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
 from fastloader.pack.staging.upload import download
 
-SUBCOMMANDS = ("info", "verify", "append", "merge", "plan", "shard", "commit")
+SUBCOMMANDS = ("info", "verify", "append", "merge", "plan", "shard", "commit", "recode")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SHOWN_SKIPPED = 10
 
@@ -40,6 +40,10 @@ other commands:
                                    last (readers of the old version keep working)
   packdata merge A B [...] OUT     one dataset from several (records copied, not decoded);
                                    classes by name: A's ids kept, new names added at the end
+  packdata recode SRC DST --codec coeffs|jpeg
+                                   a new dataset with SRC's JPEG records as coeffs records
+                                   (lossless, faster decodes; other images kept as they are),
+                                   or a coeffs dataset's records back as JPEGs
   packdata plan SRC DST [options]  a pack in steps, for SLURM arrays and other schedulers:
   packdata shard DST --range I:J   plan lists SRC once and prints the number of shards;
   packdata commit DST              shard writes shards I..J-1 (anywhere DST's folder is
@@ -105,6 +109,10 @@ def _pack_parser() -> argparse.ArgumentParser:
     add("--tiles", action="store_true",
         help="decode-aware packing: repack JPEGs losslessly with restart markers so crops "
         "decode only the tiles they need (needs the native extension)")  # fmt: skip
+    add("--codec", choices=("jpeg", "coeffs", "tiles"), default="jpeg",
+        help="how JPEG records are stored: jpeg (as they are, default), tiles (= --tiles), or "
+        "coeffs (their coefficients: lossless, faster decodes and crops, ~1.5x the bytes; "
+        "ImageFolder trees; needs the native extension)")  # fmt: skip
     add("--restart-mcus", type=int, default=DEFAULT_RESTART_MCUS, metavar="R",
         help="with --tiles: at most R MCUs per restart segment "
         f"(default {DEFAULT_RESTART_MCUS})")  # fmt: skip
@@ -195,6 +203,7 @@ def _run_pack(argv: Sequence[str]) -> int:
         quiet=args.quiet,
         tiles=args.tiles,
         restart_mcus=args.restart_mcus,
+        codec=args.codec,
         max_file_size=args.max_file_size,
         engine=args.engine,
         ray_address=args.ray_address,
@@ -290,6 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run packdata with argv (default sys.argv[1:]); return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        if args and args[0] == "recode":
+            from fastloader.pack.cli import recode as cli_recode
+
+            return cli_recode.run(args[1:])
         if args and args[0] in ("append", "merge"):
             return _run_grow(args[0], args[1:])
         if args and args[0] in cli_plan.COMMANDS:

@@ -60,6 +60,8 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
             "height": _spread(ds.shapes[:, 0]),
             "width": _spread(ds.shapes[:, 1]),
             "codecs": {Codec(c).name: int(n) for c, n in enumerate(codecs.tolist()) if n},
+            "codec_bytes": {Codec(c).name: int(ds.lengths[ds.codecs == c].sum())
+                            for c, n in enumerate(codecs.tolist()) if n},
             "options": manifest.options,
             "stats": manifest.stats,
             "skipped": skipped_count,
@@ -96,7 +98,8 @@ def format_info(info: dict[str, Any]) -> str:
         f"{human_bytes(size['max'])} max",
         f"height    {height['min']} min, {height['median']:g} median, {height['max']} max",
         f"width     {width['min']} min, {width['median']:g} median, {width['max']} max",
-        "codecs    " + ", ".join(f"{k} {v}" for k, v in info["codecs"].items()),
+        "codecs    " + ", ".join(f"{k} {v} ({human_bytes(info['codec_bytes'][k])})"
+                                for k, v in info["codecs"].items()),
         "options   " + ", ".join(f"{k}={v}" for k, v in sorted(info["options"].items())),
         f"skipped   {info['skipped']} "
         + ("unreadable source files" if info["format_version"] == 1 else "bad samples")

@@ -1,0 +1,131 @@
+// Python bridge of the coeffs record codec (a file that sees Python, beside bindings.cpp): takes
+// bytes-like objects, releases the GIL, returns messages that fastloader/decode/coeffs.py maps
+// to its errors.
+#include "coeffs_bindings.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "coeffs.h"
+
+namespace nb = nanobind;
+namespace coeffs = fl::coeffs;
+
+namespace {
+
+// A contiguous read-only view of a bytes-like object, released on scope exit.
+class Bytes {
+public:
+    explicit Bytes(nb::handle obj) {
+        if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_SIMPLE) != 0) {
+            PyErr_Clear();
+            throw nb::type_error("data must be a contiguous bytes-like object (bytes, bytearray, memoryview)");
+        }
+    }
+    ~Bytes() { PyBuffer_Release(&view_); }
+    Bytes(const Bytes &) = delete;
+    Bytes &operator=(const Bytes &) = delete;
+    const uint8_t *data() const { return static_cast<const uint8_t *>(view_.buf); }
+    size_t size() const { return static_cast<size_t>(view_.len); }
+
+private:
+    Py_buffer view_{};
+};
+
+using Slot = nb::ndarray<uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+
+nb::bytes encode(nb::handle data, int seg_mcus, int nibble_from) {
+    Bytes in(data);
+    std::vector<uint8_t> out;
+    std::string error;
+    {
+        nb::gil_scoped_release release;
+        error = coeffs::encode_jpeg(in.data(), in.size(), out, seg_mcus, nibble_from);
+    }
+    if (!error.empty()) throw nb::value_error(error.c_str());
+    return nb::bytes(reinterpret_cast<const char *>(out.data()), out.size());
+}
+
+nb::bytes to_jpeg(nb::handle data) {
+    Bytes in(data);
+    std::vector<uint8_t> out;
+    std::string error;
+    {
+        nb::gil_scoped_release release;
+        try {
+            error = coeffs::record_to_jpeg(in.data(), in.size(), out);
+        } catch (const std::bad_alloc &) {
+            error = "out of memory";
+        }
+    }
+    if (!error.empty()) throw nb::value_error(error.c_str());
+    return nb::bytes(reinterpret_cast<const char *>(out.data()), out.size());
+}
+
+// (width, height, components, colour, subsampling, segments, EXIF orientation) of a record;
+// ValueError if damaged.
+std::tuple<int, int, int, std::string, std::string, int, int> info(nb::handle data) {
+    Bytes in(data);
+    coeffs::View view;
+    if (std::string why = coeffs::open_record(in.data(), in.size(), view); !why.empty())
+        throw nb::value_error(why.c_str());
+    const coeffs::Geometry &g = view.geo;
+    static const char *const colors[] = {"gray", "ycbcr", "rgb", "cmyk", "ycck"};
+    std::string sub = "gray";
+    if (g.ncomp == 3) {
+        const int rh = g.comps[1].rh, rv = g.comps[1].rv;
+        const bool same = g.comps[2].rh == rh && g.comps[2].rv == rv && g.comps[0].rh == 1 && g.comps[0].rv == 1;
+        sub = !same ? "other" : rh == 1 && rv == 1 ? "4:4:4" : rh == 2 && rv == 1 ? "4:2:2"
+              : rh == 2 && rv == 2 ? "4:2:0" : rh == 1 && rv == 2 ? "4:4:0"
+              : rh == 4 && rv == 1 ? "4:1:1" : "other";
+    }
+    if (g.ncomp == 4) sub = "other";  // as the JPEG header reader names four components
+    return {g.width, g.height, g.ncomp, colors[int(g.color)], sub, g.mcu_rows * g.segs_per_row, g.orientation};
+}
+
+std::optional<std::string> decode_into(nb::handle data, std::tuple<int, int, int, int> crop, bool flip, Slot out) {
+    if (out.shape(2) != 3) throw nb::value_error("out must have shape (H, W, 3)");
+    Bytes in(data);
+    const fl::CropBox box{std::get<0>(crop), std::get<1>(crop), std::get<2>(crop), std::get<3>(crop)};
+    const fl::OutputSlot slot{out.data(), static_cast<int>(out.shape(0)), static_cast<int>(out.shape(1)),
+                              static_cast<std::ptrdiff_t>(out.shape(1)) * 3, flip};
+    std::string error;
+    {
+        nb::gil_scoped_release release;
+        fl::RowResizer resizer;
+        try {
+            error = coeffs::decode_into(in.data(), in.size(), box, slot, resizer);
+        } catch (const std::bad_alloc &) {
+            error = "out of memory";
+        }
+    }
+    if (error.empty()) return std::nullopt;
+    return error;
+}
+
+}  // namespace
+
+void register_coeffs(nb::module_ &m) {
+    m.attr("coeffs_version") = coeffs::kVersion;
+    m.def("coeffs_encode", &encode, nb::arg("data"), nb::kw_only(), nb::arg("seg_mcus") = coeffs::kDefaultSegMcus,
+          nb::arg("nibble_from") = coeffs::kDefaultNibbleFrom,
+          "A JPEG's coefficients as a coeffs record (bytes); ValueError saying why a JPEG cannot be one.");
+    m.def("coeffs_to_jpeg", &to_jpeg, nb::arg("data"),
+          "The JPEG of a coeffs record's coefficients (same pixels); ValueError if the record is damaged.");
+    m.def("coeffs_info", &info, nb::arg("data"),
+          "(width, height, components, colour, subsampling, segments, EXIF orientation: 0 none) of a coeffs "
+          "record; ValueError if its header or segment table is damaged.");
+    m.def("coeffs_decode_into", &decode_into, nb::arg("data"), nb::arg("crop"), nb::arg("flip"), nb::arg("out"),
+          "Decode a coeffs record cropped to (top, left, height, width) ((0,0,0,0): whole image), resized to "
+          "out's (H, W) and mirrored if flip; returns None or the error message.");
+    m.def("coeffs_simd", &coeffs::simd_enabled, "True when the AVX2 reconstruction kernels are in use.");
+    m.def("coeffs_set_simd", &coeffs::set_simd, nb::arg("enabled"),
+          "Test seam: use the AVX2 kernels (when the CPU has them) or the scalar ones; returns the old choice.");
+}

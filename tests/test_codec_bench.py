@@ -1,0 +1,30 @@
+"""benchmarks/bench_codec.py runs end to end on a few images (its numbers are not checked)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from imagegen import encode, photo_like
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+bench_codec = pytest.importorskip(
+    "bench_codec", reason="bench_codec imports fastloader._core: the extension is not built")
+
+pytestmark = pytest.mark.native
+
+
+def test_per_core_rows_and_encode_cost_are_measured() -> None:
+    from fastloader.decode import coeffs
+
+    jpegs = [encode(photo_like(60 + 7 * k, 80 + 5 * k, seed=k), "JPEG", "RGB", quality=90)
+             for k in range(4)]
+    records = [coeffs.encode(j) for j in jpegs]
+    rows = bench_codec.per_core(jpegs, records, rounds=2)
+    for name in ("jpeg full", "coeffs full", "jpeg crop", "coeffs crop"):
+        assert rows[name] > 0
+    assert rows["speedup full"] > 0 and rows["speedup crop"] > 0
+    cost = bench_codec.encode_cost(jpegs)
+    assert cost["encode ms"] > 0 and cost["check decode ms"] > 0
