@@ -64,6 +64,7 @@ def pack(
     engine: str = "local",
     ray_address: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    apply_exif_orientation: bool = False,
 ) -> Manifest:
     """Pack the ImageFolder tree at src into a sharded dataset folder dst.
 
@@ -105,6 +106,9 @@ def pack(
             given as a URL (s3://bucket/x.lmdb, gs://..., file://...); None: the standard
             ones (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). They travel to the Ray tasks with
             a URL dst, and are never written to the staging.
+        apply_exif_orientation: store each image's EXIF orientation (as
+            PIL.ImageOps.exif_transpose reads it) in the index, and its size as the turned
+            image's; records keep their bytes. FastLoader then shows the turned images.
 
     Returns:
         Manifest: what was written (also in dst/manifest.json).
@@ -121,7 +125,8 @@ def pack(
         quality=quality, overwrite=overwrite, resume=resume, strict=strict,
         skip_bad=skip_bad, quiet=quiet,
         progress=progress, tiles=tiles, restart_mcus=restart_mcus, max_file_size=max_file_size,
-        engine=engine, ray_address=ray_address, storage_options=storage_options).checked()
+        engine=engine, ray_address=ray_address, storage_options=storage_options,
+        apply_exif_orientation=apply_exif_orientation).checked()
     return drive(TreeSource(src), dst, options)
 
 
@@ -172,6 +177,7 @@ class TreeSource:
                                     "shard_files": MAX_SHARD_FILES}
         if options.tile_option is not None:
             identity["tiles"] = options.tile_option
+        identity |= options.exif_identity()
         run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
         return from_scan(result, options.shard_size), identity, run
 
