@@ -27,6 +27,7 @@ from fastloader.decode.orientation import turn_array, turn_boxes, turned_shapes
 from fastloader.errors import InvalidArgumentError
 from fastloader.format.masks import encode_mask, mask_runs
 from fastloader.format.open import open_dataset
+from fastloader.pack.maintain.verify import verify
 from imagegen import photo_like
 
 HEIGHT, WIDTH = 40, 72  # non-square: 5-8 turn it into 72 x 40
@@ -211,6 +212,13 @@ def test_pack_stores_orientations_and_turned_sizes(packed: dict[str, Path]) -> N
             assert data == bytes(plain.record(i))  # records keep their bytes
             assert tuple(turned.shapes[i]) == reference(data).shape[:2]
             assert tuple(turned.stored_shapes[i]) == tuple(plain.shapes[i]) == (HEIGHT, WIDTH)
+
+
+def test_verify_decodes_a_turned_pack(packed: dict[str, Path]) -> None:
+    """verify --decode checks each record, and a mask, against its stored size."""
+    for name in ("turned", "samples"):
+        report = verify(packed[name], decode=True)
+        assert report.problems == [], report.problems
 
 
 def _loader_batch(path: Path, **options: Any) -> Any:
