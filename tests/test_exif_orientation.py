@@ -265,6 +265,35 @@ def test_loader_backends_agree_on_random_crops(packed: dict[str, Path]) -> None:
         assert mae(native[0][k].numpy(), pillow[0][k].numpy()) <= 2, k
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_letterbox_of_turned_images(packed: dict[str, Path], backend: str) -> None:
+    """ResizeFit places the turned image (its long side along the canvas's) and its box."""
+    fields = ("image", "label", "boxes", "scale", "pad")
+    images, labels, boxes, scale, pad = _loader_batch(
+        packed["samples"], transforms=[fastloader.ResizeFit(36, fill=7),
+                                       fastloader.RandomHorizontalFlip(1.0)],
+        backend=backend, fields=fields)
+    top, left, bottom, right = REGION
+    samples = _samples()
+    for k, o in enumerate(labels.tolist()):
+        turned = reference(samples[o - 1]["image"])
+        h, w = turned.shape[:2]
+        pad_l, pad_t, pad_r, pad_b = pad[k].tolist()
+        assert (36 - pad_t - pad_b, 36 - pad_l - pad_r) == (
+            (20, 36) if w > h else (36, 20)), o  # 40 x 72 or 72 x 40 to the 36 canvas
+        inner = images[k, :, pad_t:36 - pad_b, pad_l:36 - pad_r].permute(1, 2, 0).numpy()
+        expected = np.array(Image.fromarray(turned).resize(
+            (inner.shape[1], inner.shape[0]), Image.Resampling.BILINEAR))[:, ::-1]
+        assert mae(inner, expected) <= 2, o
+        assert (images[k, :, :pad_t] == 7).all() and (images[k, :, 36 - pad_b:] == 7).all()
+        region = turn_boxes(np.array([[left, top, right, bottom]]), np.array([[HEIGHT, WIDTH]]),
+                            np.array([o]))[0]
+        sx, sy = scale[k].tolist()
+        x1, x2 = inner.shape[1] - region[2] * sx, inner.shape[1] - region[0] * sx  # mirrored
+        expected_box = [x1 + pad_l, region[1] * sy + pad_t, x2 + pad_l, region[3] * sy + pad_t]
+        assert np.allclose(boxes[k][0].tolist(), expected_box, atol=1e-4), o
+
+
 def test_loader_orientation_choice(packed: dict[str, Path]) -> None:
     """None follows the pack; False shows a turned pack as stored; True needs the index's
     orientations."""
