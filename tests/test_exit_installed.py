@@ -137,6 +137,7 @@ def test_exit_soak(dataset: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # 300 processes that each import torch: ~12 min on 2 busy cores
 def test_ctrl_c_soak(dataset: Path) -> None:
     started = time.perf_counter()
     _check_interrupts(dataset, 300, max(2, min(4, len(os.sched_getaffinity(0)))))
