@@ -312,6 +312,24 @@ def test_loader_orientation_choice(packed: dict[str, Path]) -> None:
                               device="cpu")
 
 
+def test_dali_loads_a_turned_pack_as_stored_only_when_told(packed: dict[str, Path]) -> None:
+    from fastloader.loader.dali_pipeline import dali_available
+
+    if not dali_available():
+        pytest.skip('NVIDIA DALI is not importable here: pip install "fastloader[dali]"')
+    options: dict[str, Any] = {"batch_size": 8, "device": "cpu", "num_threads": 1,
+                               "transforms": [fastloader.CenterCrop(36)]}
+    with pytest.raises(InvalidArgumentError, match="apply_exif_orientation=False"):
+        fastloader.FastLoader(packed["turned"], backend="dali", **options)
+    with fastloader.FastLoader(packed["turned"], backend="dali", apply_exif_orientation=False,
+                               **options) as loader:
+        dali = next(iter(loader))
+    native = _loader_batch(packed["plain"], transforms=[fastloader.CenterCrop(36)])
+    assert np.array_equal(dali[1], native[1])
+    for k in range(8):  # as stored, as the native loader shows the plain pack
+        assert mae(dali[0][k].numpy(), native[0][k].numpy()) < 4, k
+
+
 def test_packdata_flag_and_verify(packed: dict[str, Path], tmp_path: Path) -> None:
     dst = tmp_path / "cli.lmdb"
     run = [sys.executable, "-m", "fastloader.pack.cli", str(packed["tree"]), str(dst),
