@@ -1,5 +1,6 @@
 // Persistent thread pool and the batch decode loop: one status per sample, never an exception.
 #include "batch.h"
+#include "orientation.h"
 
 #include <pthread.h>
 
@@ -220,7 +221,8 @@ static void fill_outside(uint8_t *slot, int height, int width, const int32_t *ro
 void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *crops, const bool *flips,
                           uint8_t *out, int height, int width, const DecodeOptions &options,
                           std::vector<std::string> &errors, std::vector<size_t> &skipped,
-                          const TileRef *tiles, const PlanarOutput *planar, const Placement *place) {
+                          const TileRef *tiles, const PlanarOutput *planar, const Placement *place,
+                          const uint8_t *orientations) {
     std::lock_guard<std::mutex> lock(mutex_);
     const size_t n = records.size();
     const size_t slot_bytes = static_cast<size_t>(height) * width * 3;
@@ -239,12 +241,13 @@ void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *cro
         uint8_t *dst = out + k * slot_bytes;
         const CropBox crop{crops[4 * k], crops[4 * k + 1], crops[4 * k + 2], crops[4 * k + 3]};
         const std::ptrdiff_t stride = static_cast<std::ptrdiff_t>(width) * 3;
-        OutputSlot target{dst, height, width, stride, flips[k]};
+        const int orientation = orientations != nullptr ? orientations[k] : 1;
+        OutputSlot target{dst, height, width, stride, flips[k], orientation};
         if (place != nullptr && place->rows != nullptr) {  // letterbox: the crop in its rectangle
             const int32_t *row = place->rows + 4 * k;
             fill_outside(dst, height, width, row, place->fill);
             target = OutputSlot{dst + row[0] * stride + static_cast<std::ptrdiff_t>(row[1]) * 3, row[2], row[3],
-                                stride, flips[k]};
+                                stride, flips[k], orientation};
         }
         try {  // the whole body: nothing may escape a pool task (bad_alloc included)
             errors[k] = decode_one(records[k], crop, target, tiles ? &tiles[k] : nullptr, slot, options);
@@ -270,19 +273,28 @@ void BatchDecoder::normalize_planar(const uint8_t *src, size_t n, size_t pixels,
 
 // A tiled record with a real crop is decoded from a JPEG spliced from only the restart segments
 // the crop needs (crop translated to the splice's origin); everything else from the record.
-std::string BatchDecoder::decode_one(const Record &record, const CropBox &crop, const OutputSlot &target,
+// The crop is a box of the image as the target's orientation shows it: mapped to the stored
+// pixels for the splice, and back to the spliced image's turned view for its decode.
+std::string BatchDecoder::decode_one(const Record &record, const CropBox &asked, const OutputSlot &target,
                                      const TileRef *tile, int slot, const DecodeOptions &options) {
     DecodeScratch &scratch = *scratch_[slot];
-    if (coeffs::looks_like_record(record.data, record.size))
-        return coeffs::decode_into(record.data, record.size, crop, target, scratch.resizer);
-    const bool whole = crop.height == 0 && crop.width == 0;
+    if (coeffs::looks_like_record(record.data, record.size)) {
+        // The record decoder writes the stored orientation only; a turned view of a record is
+        // refused rather than given unturned.
+        if (target.orientation != 1) return "coeffs record: EXIF orientation is not supported for coeffs records";
+        return coeffs::decode_into(record.data, record.size, asked, target, scratch.resizer);
+    }
+    const bool whole = asked.height == 0 && asked.width == 0;
     if (whole || tile == nullptr || tile->header == nullptr || is_untiled(tile->header))
-        return decode_jpeg_into(record.data, record.size, crop, target, scratch, options);
+        return decode_jpeg_into(record.data, record.size, asked, target, scratch, options);
     tiles::Geometry geometry;
     if (!to_geometry(tile->header, geometry)) return "tile table: header values out of range (damaged index)";
+    const int orientation = target.orientation;
+    const CropBox crop = stored_crop(asked, static_cast<int>(geometry.height), static_cast<int>(geometry.width),
+                                     orientation);
     if (crop.top == 0 && crop.left == 0 && static_cast<uint32_t>(crop.height) == geometry.height &&
         static_cast<uint32_t>(crop.width) == geometry.width)
-        return decode_jpeg_into(record.data, record.size, crop, target, scratch, options);
+        return decode_jpeg_into(record.data, record.size, asked, target, scratch, options);
     std::vector<uint8_t> &buffer = splice_[slot];
     if (buffer.size() < tiles::splice_capacity(record.size)) buffer.resize(tiles::splice_capacity(record.size));
     const tiles::Crop box{crop.top, crop.left, crop.height, crop.width};
@@ -294,7 +306,9 @@ std::string BatchDecoder::decode_one(const Record &record, const CropBox &crop, 
     if (spliced.status != tiles::Status::kOk) return "tile table: " + spliced.message;
     const CropBox local{crop.top - static_cast<int>(spliced.y0), crop.left - static_cast<int>(spliced.x0),
                         crop.height, crop.width};
-    return decode_jpeg_into(buffer.data(), spliced.size, local, target, scratch, options);
+    const CropBox turned = oriented_crop(local, static_cast<int>(spliced.height), static_cast<int>(spliced.width),
+                                         orientation);
+    return decode_jpeg_into(buffer.data(), spliced.size, turned, target, scratch, options);
 }
 
 }  // namespace fl

@@ -105,11 +105,13 @@ public:
     // by the same thread right after its resize (skipped records are left to the caller).
     // place (nullptr or no rows: none) puts each resized crop in a sub-rectangle of its slot
     // and fills the rest (skipped records are left to the caller, fill included).
+    // orientations (nullptr: all 1) gives each record's EXIF orientation: its crop is a box of
+    // the image so turned, and the slot receives it turned (orientation.h).
     void decode(const std::vector<Record> &records, const int32_t *crops, const bool *flips,
                 uint8_t *out, int height, int width, const DecodeOptions &options,
                 std::vector<std::string> &errors, std::vector<size_t> &skipped,
                 const TileRef *tiles = nullptr, const PlanarOutput *planar = nullptr,
-                const Placement *place = nullptr);
+                const Placement *place = nullptr, const uint8_t *orientations = nullptr);
 
     // A planar uint8 batch (N x 3 x H x W at src; pixels = H * W) into out's float32 planar
     // data, x * scale[c] + shift[c], one sample per pool task (planar_u8_to_float).

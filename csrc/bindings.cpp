@@ -64,6 +64,7 @@ using Slot = nb::ndarray<uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 using Batch = nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
 using Crops = nb::ndarray<const int32_t, nb::shape<-1, 4>, nb::c_contig, nb::device::cpu>;
 using Flips = nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Orientations = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using TileHeaders =
     nb::ndarray<const int64_t, nb::shape<-1, fl::tiles::kGeometryFields>, nb::c_contig, nb::device::cpu>;
 using TileOffsets = nb::ndarray<const uint32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -83,13 +84,18 @@ fl::JpegHeader header(nb::handle data) {
     return h;
 }
 
+void check_orientation(int orientation) {
+    if (orientation < 1 || orientation > 8) throw nb::value_error("an EXIF orientation must be in 1..8");
+}
+
 std::optional<std::string> decode_into(nb::handle data, std::tuple<int, int, int, int> crop, bool flip,
-                                       Slot out, bool dct_scaling) {
+                                       Slot out, bool dct_scaling, int orientation) {
     if (out.shape(2) != 3) throw nb::value_error("out must have shape (H, W, 3)");
+    check_orientation(orientation);
     BufferView view = require_buffer(data, "data");
     const fl::CropBox box{std::get<0>(crop), std::get<1>(crop), std::get<2>(crop), std::get<3>(crop)};
     const fl::OutputSlot slot{out.data(), static_cast<int>(out.shape(0)), static_cast<int>(out.shape(1)),
-                              static_cast<std::ptrdiff_t>(out.shape(1)) * 3, flip};
+                              static_cast<std::ptrdiff_t>(out.shape(1)) * 3, flip, orientation};
     fl::DecodeOptions options;
     options.dct_scaling = dct_scaling;
     std::string error;
@@ -191,10 +197,15 @@ BatchResult batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crop
                             Batch out, bool dct_scaling, std::optional<TileHeaders> tile_headers,
                             std::optional<TileOffsets> tile_offsets, std::optional<TileSpans> tile_spans,
                             std::optional<Planar> planar, std::optional<Affine> scale,
-                            std::optional<Affine> shift, std::optional<Crops> places, int fill) {
+                            std::optional<Affine> shift, std::optional<Crops> places, int fill,
+                            std::optional<Orientations> orientations) {
     const size_t n = nb::len(records);
-    if (crops.shape(0) != n || flips.shape(0) != n || out.shape(0) != n || out.shape(3) != 3)
-        throw nb::value_error("records, crops (N, 4), flips (N,) and out (N, H, W, 3) disagree on N");
+    if (crops.shape(0) != n || flips.shape(0) != n || out.shape(0) != n || out.shape(3) != 3 ||
+        (orientations && orientations->shape(0) != n))
+        throw nb::value_error("records, crops (N, 4), flips (N,), orientations (N,) and out (N, H, W, 3) "
+                              "disagree on N");
+    if (orientations)
+        for (size_t k = 0; k < n; ++k) check_orientation((*orientations)(k));
     const std::vector<fl::TileRef> tiles = tile_refs(tile_headers, tile_offsets, tile_spans, n);
     const fl::PlanarOutput planar_out = planar_output(planar, out, scale, shift);
     const fl::Placement place = placement(places, fill, out);
@@ -213,7 +224,8 @@ BatchResult batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crop
         nb::gil_scoped_release release;
         self.decode(recs, crops.data(), flips.data(), out.data(), static_cast<int>(out.shape(1)),
                     static_cast<int>(out.shape(2)), options, errors, skipped,
-                    tiles.empty() ? nullptr : tiles.data(), &planar_out, &place);
+                    tiles.empty() ? nullptr : tiles.data(), &planar_out, &place,
+                    orientations ? orientations->data() : nullptr);
     }
     BatchResult result;
     auto &[error_list, skipped_list] = result;
@@ -280,13 +292,15 @@ void register_batch_decoder(nb::module_ &m) {
              nb::arg("tile_spans").none() = nb::none(), nb::arg("planar").none() = nb::none(),
              nb::arg("scale").none() = nb::none(), nb::arg("shift").none() = nb::none(),
              nb::arg("places").none() = nb::none(), nb::arg("fill") = 0,
+             nb::arg("orientations").none() = nb::none(),
              "Decode a batch with the GIL released; returns (errors, non_jpeg_indices). "
              "tile_headers (N, len(TileGeometry.fields)) int64, tile_offsets uint32 and tile_spans "
              "(N, 2) uint64 give restart-tile tables (all-zero header row: untiled). planar "
              "(N, 3, H, W) float32 also receives each decoded JPEG sample as x * scale[c] + shift[c] "
              "(uint8: as is); places (N, 4) int32 puts each resized crop at (top, left, height, width) "
-             "of its slot and sets the rest to fill (a letterbox); non-JPEG samples are left to the "
-             "caller.")
+             "of its slot and sets the rest to fill (a letterbox); orientations (N,) uint8 (EXIF, 1-8) "
+             "turns each sample as PIL.ImageOps.exif_transpose does, its crop a box of the turned image; "
+             "non-JPEG samples are left to the caller.")
         .def("normalize_planar", &batch_normalize_planar, nb::arg("src"), nb::arg("out"), nb::kw_only(),
              nb::arg("scale").none() = nb::none(), nb::arg("shift").none() = nb::none(),
              "out (N, 3, H, W) float32 = src (N, 3, H, W) uint8 * scale[c] + shift[c] on the pool's "
@@ -307,9 +321,11 @@ NB_MODULE(_core, m) {
     m.def("header", &header, nb::arg("data"),
           "The JpegHeader of JPEG bytes; ValueError with libjpeg's message on bad bytes.");
     m.def("decode_into", &decode_into, nb::arg("data"), nb::arg("crop"), nb::arg("flip"), nb::arg("out"),
-          nb::kw_only(), nb::arg("dct_scaling") = true,
+          nb::kw_only(), nb::arg("dct_scaling") = true, nb::arg("orientation") = 1,
           "Decode JPEG bytes cropped to (top, left, height, width) ((0,0,0,0): whole image), "
-          "resized to out's (H, W) and mirrored if flip; returns None or the error message.");
+          "resized to out's (H, W) and mirrored if flip; returns None or the error message. "
+          "orientation (EXIF, 1-8) turns the image as PIL.ImageOps.exif_transpose does, the crop "
+          "a box of the turned image.");
     register_batch_decoder(m);
     register_tiles(m);
     register_masks(m);

@@ -1,5 +1,6 @@
 // libjpeg-turbo decoding that never exits the process: header, and the fused crop/scale/resize/flip.
 #include "jpeg.h"
+#include "orientation.h"
 
 #include <algorithm>
 #include <cmath>
@@ -166,8 +167,11 @@ int choose_denominator(const CropBox &crop, const OutputSlot &out, const DecodeO
     return 1;
 }
 
-CropBox resolve_crop(j_decompress_ptr cinfo, const CropBox &crop) {
-    const long w = cinfo->image_width, h = cinfo->image_height;
+// The asked box (of the image as `orientation` shows it) checked, as a box of the stored pixels.
+CropBox resolve_crop(j_decompress_ptr cinfo, const CropBox &crop, int orientation) {
+    const long stored_w = cinfo->image_width, stored_h = cinfo->image_height;
+    const bool swap = transposes(orientation);
+    const long w = swap ? stored_h : stored_w, h = swap ? stored_w : stored_h;
     if (static_cast<double>(w) * h > kMaxPixels) {
         char message[JMSG_LENGTH_MAX];
         std::snprintf(message, sizeof(message),
@@ -175,17 +179,19 @@ CropBox resolve_crop(j_decompress_ptr cinfo, const CropBox &crop) {
                       kMaxPixels);
         fail(cinfo, message);
     }
-    if (crop.height == 0 && crop.width == 0) return CropBox{0, 0, static_cast<int>(h), static_cast<int>(w)};
+    if (crop.height == 0 && crop.width == 0)
+        return CropBox{0, 0, static_cast<int>(stored_h), static_cast<int>(stored_w)};
     if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 ||
         crop.top + static_cast<long>(crop.height) > h || crop.left + static_cast<long>(crop.width) > w) {
         char message[JMSG_LENGTH_MAX];
         std::snprintf(message, sizeof(message),
                       "crop (top=%d, left=%d, height=%d, width=%d) does not fit in the %ldx%ld "
-                      "(HxW) image",
-                      crop.top, crop.left, crop.height, crop.width, h, w);
+                      "(HxW) image%s",
+                      crop.top, crop.left, crop.height, crop.width, h, w,
+                      orientation >= 2 && orientation <= 8 ? " (turned by its EXIF orientation)" : "");
         fail(cinfo, message);
     }
-    return crop;
+    return stored_crop(crop, static_cast<int>(stored_h), static_cast<int>(stored_w), orientation);
 }
 
 void set_output_color_space(j_decompress_ptr cinfo) {
@@ -254,15 +260,17 @@ int column_pad(j_decompress_ptr cinfo, int denom) {
 }
 
 // Must not own C++ objects with destructors: libjpeg errors longjmp straight out of it.
+// out is the stored-orientation target (orientation.h's stored_target); asked is a box of the
+// image as `orientation` shows it.
 void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const CropBox &asked,
-                 const OutputSlot &out, DecodeScratch &s, const DecodeOptions &options) {
+                 int orientation, const OutputSlot &out, DecodeScratch &s, const DecodeOptions &options) {
     jpeg_progress_mgr progress{};
     progress.progress_monitor = limit_scans;
     cinfo->progress = &progress;
     if (const char *problem = pillow_marker_problem(data, size); *problem) fail(cinfo, problem);
     jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
     jpeg_read_header(cinfo, TRUE);
-    const CropBox crop = resolve_crop(cinfo, asked);
+    const CropBox crop = resolve_crop(cinfo, asked, orientation);
     const int denom = choose_denominator(crop, out, options);
     cinfo->scale_num = 1;
     cinfo->scale_denom = static_cast<unsigned int>(denom);
@@ -298,7 +306,11 @@ void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const
 }  // namespace
 
 int dct_denominator(const CropBox &crop, const OutputSlot &out, const DecodeOptions &options) {
-    return choose_denominator(crop, out, options);
+    if (!transposes(out.orientation)) return choose_denominator(crop, out, options);
+    OutputSlot stored = out;  // the decode scales to the transposed size
+    stored.height = out.width;
+    stored.width = out.height;
+    return choose_denominator(crop, stored, options);
 }
 
 bool looks_like_jpeg(const uint8_t *data, size_t size) {
@@ -331,6 +343,9 @@ std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &cr
                              const OutputSlot &out, DecodeScratch &scratch,
                              const DecodeOptions &options) {
     if (out.height < 1 || out.width < 1) return "output size must be at least 1x1";
+    const bool turned = transposes(out.orientation);
+    if (turned) scratch.turned.resize(static_cast<size_t>(out.height) * out.width * 3);  // may throw: no libjpeg state yet
+    const OutputSlot target = stored_target(out, scratch.turned.data());
     jpeg_decompress_struct cinfo;
     ErrorManager err;
     install_error_manager(cinfo, err);
@@ -340,12 +355,13 @@ std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &cr
     }
     jpeg_create_decompress(&cinfo);
     try {  // bad_alloc from the resizer's buffers: free libjpeg's pools, let the caller report
-        decode_body(&cinfo, data, size, crop, out, scratch, options);
+        decode_body(&cinfo, data, size, crop, out.orientation, target, scratch, options);
     } catch (...) {
         jpeg_destroy_decompress(&cinfo);
         throw;
     }
     jpeg_destroy_decompress(&cinfo);
+    if (turned) write_turned(scratch.turned.data(), out);
     return {};
 }
 

@@ -27,12 +27,16 @@ struct CropBox {
 };
 
 // Where the decoded pixels go: height x width RGB pixels, rows row_stride bytes apart.
+// orientation (EXIF, 1-8): the slot shows the image as PIL.ImageOps.exif_transpose turns it,
+// and the crop is a box of that turned image; flip then mirrors the turned result
+// (orientation.h maps the crop to the stored pixels and writes the turned pixels).
 struct OutputSlot {
     uint8_t *data = nullptr;
     int height = 0;
     int width = 0;
     std::ptrdiff_t row_stride = 0;
     bool flip = false;
+    int orientation = 1;
 };
 
 struct DecodeOptions {
@@ -43,6 +47,7 @@ struct DecodeOptions {
 struct DecodeScratch {
     std::vector<uint8_t> scanlines;   // CMYK rows from libjpeg (RGB rows go straight to resizer)
     RowResizer resizer;               // both resampling passes and the rows they still need
+    std::vector<uint8_t> turned;      // a transposing orientation's output before it is turned
 };
 
 // Reads the header; returns "" on success, else libjpeg's message.
@@ -52,11 +57,12 @@ std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &heade
 // Pillow, which reads or refuses them.
 bool looks_like_jpeg(const uint8_t *data, size_t size);
 
-// The DCT scale denominator (1, 2, 4 or 8) decode_jpeg_into uses for this non-empty crop and
-// output slot; the restart-tile splice widens its context by it.
+// The DCT scale denominator (1, 2, 4 or 8) decode_jpeg_into uses for this non-empty stored crop
+// and output slot (its orientation considered); the restart-tile splice widens its context by it.
 int dct_denominator(const CropBox &crop, const OutputSlot &out, const DecodeOptions &options);
 
-// Decodes crop of the JPEG, resized to the slot (Pillow BILINEAR) and mirrored if asked.
+// Decodes crop of the JPEG (a box of the image as out.orientation shows it), resized to the slot
+// (Pillow BILINEAR), turned by the orientation, then mirrored if asked.
 // Returns "" on success, else the reason: libjpeg's message for bad data, or what Pillow would
 // refuse; of libjpeg's warnings only "premature end of JPEG file" (truncation) counts.
 std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &crop,

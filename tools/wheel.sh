@@ -8,7 +8,9 @@
 #   3. The check: a fresh venv (torch==2.13.0 from local disk, the wheel, pytest), then, in a
 #      mount namespace where every system libjpeg is masked by /dev/null, tools/wheel_smoke.py
 #      (the mask holds, the module's libjpeg is the wheel's, a JPEG decodes like Pillow's) and
-#      the tests marked native, all against the installed wheel.
+#      the tests marked native, all against the installed wheel; then the tests marked
+#      installed (exits and Ctrl-C in subprocesses, their soaks too), as module teardown
+#      differs between an installed package and an editable one.
 # `tools/wheel.sh build` does 1-2, `tools/wheel.sh check` reruns 3 on the wheel in dist/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +69,8 @@ check_wheel() {
     # (FASTLOADER_EXPECT_DALI, for make test) does not apply here.
     run_masked env -u FASTLOADER_EXPECT_DALI "$CHECK/bin/python" -m pytest -q -p no:cacheprovider \
         -m "native and not slow and not gpu" tests
+    run_masked env -u FASTLOADER_EXPECT_DALI "$CHECK/bin/python" -m pytest -q -s -p no:cacheprovider \
+        -m "installed and not gpu" tests
     echo "make wheel: $wheel built and checked"
 }
 

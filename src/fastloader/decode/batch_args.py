@@ -1,12 +1,15 @@
-"""Argument checks of BatchDecoder.decode_into: records, boxes, flips, out, planar, tiles."""
+"""Argument checks of decode() (crop, size) and BatchDecoder.decode_into (records, boxes,
+flips, out, planar, tiles)."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from fastloader.decode.pillow import ImageHeader
 from fastloader.decode.tiles import HEADER_FIELDS
 from fastloader.errors import invalid_argument, invalid_type
 
@@ -171,3 +174,51 @@ def check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
             "Build it with PackedDataset.tile_batch(indices) or TileBatch.from_tables().",
         )
     return headers, offsets, spans
+
+
+def _int_tuple(name: str, value: Any, length: int, what: str) -> tuple[int, ...]:
+    try:
+        items = tuple(operator.index(v) for v in value)
+    except TypeError:
+        raise invalid_type(name, value, f"a sequence of {length} ints {what}") from None
+    if len(items) != length:
+        raise invalid_argument(
+            name,
+            value,
+            f"it must have {length} items {what}",
+            f"Pass e.g. {'(0, 0, 224, 224)' if length == 4 else '(224, 224)'}.",
+        )
+    return items
+
+
+def check_crop(crop: Any, hdr: ImageHeader) -> tuple[int, int, int, int]:
+    """decode()'s crop as (top, left, height, width) inside the image hdr describes."""
+    top, left, height, width = _int_tuple("crop", crop, 4, "(top, left, height, width)")
+    if top < 0 or left < 0 or height < 1 or width < 1:
+        raise invalid_argument(
+            "crop",
+            crop,
+            "top/left must be >= 0 and height/width >= 1",
+            "Give the box in source pixels.",
+        )
+    if top + height > hdr.height or left + width > hdr.width:
+        raise invalid_argument(
+            "crop",
+            crop,
+            f"the box must lie inside the {hdr.height}x{hdr.width} (HxW) image",
+            "Clamp the box to the image (see fastloader.decode.decode.header()).",
+        )
+    return top, left, height, width
+
+
+def check_out_size(size: Any) -> tuple[int, int]:
+    """decode()'s size as a positive (height, width)."""
+    height, width = _int_tuple("size", size, 2, "(height, width)")
+    if height < 1 or width < 1:
+        raise invalid_argument(
+            "size",
+            size,
+            "height and width must be >= 1",
+            "Pass the output size in pixels, e.g. (224, 224).",
+        )
+    return height, width

@@ -6,7 +6,8 @@ edges, so a source point (x, y) lands at ((x - left) * out_w / width, (y - top) 
 height), then x -> out_w - x when flipped. Boxes are clipped to the output; a box whose visible
 area is below `min_visibility` of its whole mapped area is dropped (with its per-box rows).
 With ResizeFit the output is the image's rectangle of the canvas, offset by its top-left
-corner; see decode/geometry.py.
+corner; see decode/geometry.py. With EXIF orientation applied each box is first turned with
+its image (decode/orientation.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastloader.decode.geometry import Geometry
+from fastloader.decode.orientation import turn_boxes
 from fastloader.errors import invalid_argument, invalid_type
 
 DEFAULT_MIN_BOX_VISIBILITY = 0.25  # a box less than a quarter visible is mostly cropped away
@@ -68,6 +70,8 @@ def map_batch_boxes(boxes: list[np.ndarray], geometry: Geometry, min_visibility:
                 [np.zeros(0, bool) for _ in boxes])
     src = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b in boxes])
     owner = np.repeat(np.arange(len(boxes)), counts)
+    if geometry.orientations is not None and geometry.stored is not None:
+        src = turn_boxes(src, geometry.stored[owner], geometry.orientations[owner])
     crops = geometry.crops[owner].astype(np.float64)
     place = geometry.placed()[owner].astype(np.float64)
     sx, sy = place[:, 3] / crops[:, 3], place[:, 2] / crops[:, 2]

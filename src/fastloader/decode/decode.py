@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 import logging
-import operator
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastloader.checks import int_at_least
+from fastloader.checks import flag, int_at_least
 from fastloader.decode import _native, coeffs
 from fastloader.decode.batch_args import (
     Conversion,
     check_batch,
+    check_crop,
     check_normalize,
+    check_out_size,
     check_places,
     check_planar,
     check_tiles,
     three,
 )
+from fastloader.decode.orientation import check_orientations
 from fastloader.decode.pillow import (
     ImageHeader,
     decode_pillow,
+    exif_orientation,
     header_pillow,
     is_jpeg,
     to_planar,
@@ -96,58 +100,13 @@ def header(data: Any) -> ImageHeader:
                        native.subsampling, native.progressive)
 
 
-def _int_tuple(name: str, value: Any, length: int, what: str) -> tuple[int, ...]:
-    try:
-        items = tuple(operator.index(v) for v in value)
-    except TypeError:
-        raise invalid_type(name, value, f"a sequence of {length} ints {what}") from None
-    if len(items) != length:
-        raise invalid_argument(
-            name,
-            value,
-            f"it must have {length} items {what}",
-            f"Pass e.g. {'(0, 0, 224, 224)' if length == 4 else '(224, 224)'}.",
-        )
-    return items
-
-
-def _check_crop(crop: Any, hdr: ImageHeader) -> tuple[int, int, int, int]:
-    top, left, height, width = _int_tuple("crop", crop, 4, "(top, left, height, width)")
-    if top < 0 or left < 0 or height < 1 or width < 1:
-        raise invalid_argument(
-            "crop",
-            crop,
-            "top/left must be >= 0 and height/width >= 1",
-            "Give the box in source pixels.",
-        )
-    if top + height > hdr.height or left + width > hdr.width:
-        raise invalid_argument(
-            "crop",
-            crop,
-            f"the box must lie inside the {hdr.height}x{hdr.width} (HxW) image",
-            "Clamp the box to the image (see fastloader.decode.decode.header()).",
-        )
-    return top, left, height, width
-
-
-def _check_size(size: Any) -> tuple[int, int]:
-    height, width = _int_tuple("size", size, 2, "(height, width)")
-    if height < 1 or width < 1:
-        raise invalid_argument(
-            "size",
-            size,
-            "height and width must be >= 1",
-            "Pass the output size in pixels, e.g. (224, 224).",
-        )
-    return height, width
-
-
 def decode(
     data: Any,
     *,
     crop: Sequence[int] | None = None,
     size: Sequence[int] | None = None,
     flip: bool = False,
+    apply_exif_orientation: bool = False,
 ) -> np.ndarray:
     """Decode image bytes to an RGB uint8 array, optionally cropped, resized and mirrored.
 
@@ -159,6 +118,9 @@ def decode(
         crop: (top, left, height, width) in source pixels; None for the whole image.
         size: (height, width) of the output; None keeps the crop's size.
         flip: mirror the result left-right.
+        apply_exif_orientation: turn the image as PIL.ImageOps.exif_transpose does (its EXIF
+            Orientation tag, read from these bytes) before the crop, which is then a box of
+            the turned image; False (the default) ignores the tag, as torchvision does.
 
     Returns:
         numpy.ndarray: a (height, width, 3) uint8 array.
@@ -170,12 +132,21 @@ def decode(
     """
     data = _as_bytes_like(data)
     hdr = header(data)
-    box = _check_crop(crop, hdr) if crop is not None else None
-    out_size = _check_size(size) if size is not None else None
+    turn = flag("apply_exif_orientation", apply_exif_orientation)
     if coeffs.is_coeffs(data):
+        if turn and coeffs.orientation(data) not in (0, 1):
+            raise DecodeError("apply_exif_orientation=True: a coeffs record is decoded as stored; "
+                              "decode its JPEG (packdata recode --codec jpeg) to turn it")
+        box = check_crop(crop, hdr) if crop is not None else None
+        out_size = check_out_size(size) if size is not None else None
         return coeffs.decode_record(data, box, out_size, bool(flip))
+    orientation = exif_orientation(data) if turn else 1
+    if orientation >= 5:  # a transposing orientation: crops are boxes of the turned image
+        hdr = replace(hdr, height=hdr.width, width=hdr.height)
+    box = check_crop(crop, hdr) if crop is not None else None
+    out_size = check_out_size(size) if size is not None else None
     if _native.native_module() is None or not is_jpeg(data):
-        return decode_pillow(data, box, out_size, bool(flip))
+        return decode_pillow(data, box, out_size, bool(flip), orientation)
     if hdr.width * hdr.height > _MAX_PIXELS:  # before allocating: a hostile header can say anything
         raise DecodeError(
             f"image of {hdr.height}x{hdr.width} (HxW) pixels exceeds the decompression-bomb limit "
@@ -185,7 +156,7 @@ def decode(
     out = np.empty((*(out_size or full[2:]), 3), np.uint8)
     from fastloader import _core  # loaded and checked by _native; typed by _core.pyi
 
-    error = _core.decode_into(data, full, bool(flip), out)
+    error = _core.decode_into(data, full, bool(flip), out, orientation=orientation)
     if error is not None:
         raise DecodeError(f"cannot decode JPEG ({len(data)} bytes): {error}")
     return out
@@ -205,18 +176,25 @@ def _crop_or_none(row: np.ndarray) -> tuple[int, int, int, int] | None:
 
 
 def _decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndarray,
-                        place: np.ndarray | None = None, fill: int = 0) -> str | None:
+                        place: np.ndarray | None = None, fill: int = 0,
+                        orientation: int = 1) -> str | None:
     """Decode one record into slot through Pillow; a failure zero-fills it and returns why.
 
-    place (top, left, height, width): the resized crop goes there, the rest of slot is fill."""
+    place (top, left, height, width): the resized crop goes there, the rest of slot is fill;
+    orientation: the EXIF orientation the crop is planned on."""
     try:
         target = slot
         if place is not None:
             top, left, height, width = (int(v) for v in place)
             target = slot[top:top + height, left:left + width]
         data = _as_bytes_like(record, "record")
-        decoder = coeffs.decode_record if coeffs.is_coeffs(data) else decode_pillow
-        target[...] = decoder(data, _crop_or_none(crop), target.shape[:2], bool(flip))
+        if coeffs.is_coeffs(data):
+            if orientation != 1:
+                return "coeffs record: EXIF orientation is not supported for coeffs records"
+            target[...] = coeffs.decode_record(data, _crop_or_none(crop), target.shape[:2], bool(flip))
+        else:
+            target[...] = decode_pillow(data, _crop_or_none(crop), target.shape[:2], bool(flip),
+                                        orientation)
         if place is not None:  # the padding around the image, as the native path writes it
             slot[:top], slot[top + height:] = fill, fill
             slot[top:top + height, :left], slot[top:top + height, left + width:] = fill, fill
@@ -318,6 +296,7 @@ class BatchDecoder:
         shift: Any = None,
         places: Any = None,
         fill: int = 0,
+        orientations: Any = None,
     ) -> list[str | None]:
         """Decode records[k] cropped to crops[k], resized to out's H x W, mirrored if flips[k].
 
@@ -339,6 +318,8 @@ class BatchDecoder:
                 into that rectangle of its slot (a letterbox, augment.plan_geometry's places)
                 and every other pixel of the slot is `fill`; None: crops fill their slots.
             fill: the padding value with places, an int in [0, 255].
+            orientations: N EXIF orientations (ints in 1..8; None: all 1): record k is turned as
+                PIL.ImageOps.exif_transpose turns it, crops[k] a box of the turned image.
 
         Returns:
             list: one entry per sample, None on success or the error message.
@@ -354,9 +335,10 @@ class BatchDecoder:
         tile_arrays = check_tiles(tiles, len(records))
         conversion = check_planar(planar, array, scale, shift)
         rows, fill = check_places(places, fill, array)
+        turns = None if orientations is None else check_orientations(orientations, len(records))
         if self._core is None:
             return self._decode_pillow(records, crops_arr, flips_arr, array, conversion, rows,
-                                       fill)
+                                       fill, turns)
         dst, scale_arr, shift_arr = conversion or (None, None, None)
         tile_headers, tile_offsets, tile_spans = tile_arrays
         errors, fallback = self._core.decode_into(
@@ -364,10 +346,12 @@ class BatchDecoder:
             tile_offsets=tile_offsets, tile_spans=tile_spans, planar=dst,
             scale=None if scale_arr is None else three(scale_arr),
             shift=None if shift_arr is None else three(shift_arr), places=rows, fill=fill,
+            orientations=turns,
         )
         for k in fallback:  # non-JPEG records: Pillow, with the GIL held
             errors[k] = _decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k],
-                                            None if rows is None else rows[k], fill)
+                                            None if rows is None else rows[k], fill,
+                                            1 if turns is None else int(turns[k]))
             if dst is not None:
                 to_planar(array[k], dst[k], scale_arr, shift_arr)
         return list(errors)
@@ -409,10 +393,12 @@ class BatchDecoder:
     def _decode_pillow(
         self, records: Sequence[Any], crops: np.ndarray, flips: np.ndarray, out: np.ndarray,
         conversion: Conversion | None, places: np.ndarray | None = None, fill: int = 0,
+        turns: np.ndarray | None = None,
     ) -> list[str | None]:
         def one(k: int) -> str | None:
             error = _decode_slot_pillow(records[k], crops[k], flips[k], out[k],
-                                        None if places is None else places[k], fill)
+                                        None if places is None else places[k], fill,
+                                        1 if turns is None else int(turns[k]))
             if conversion is not None:
                 to_planar(out[k], conversion[0][k], conversion[1], conversion[2])
             return error

@@ -7,7 +7,9 @@ a rectangle of it, the rest filled: a letterbox). The decoder writes the pixels 
 spatial field follows the same numbers: boxes (decode/boxes.py) and masks map a source point
 (x, y) to (place_left + (x - left) * place_w / width, place_top + (y - top) * place_h / height),
 mirrored as x -> place_left + place_w - (x - place_left) when flipped (inside the placed
-rectangle: the flip never moves the image on the canvas).
+rectangle: the flip never moves the image on the canvas). With EXIF orientation applied
+(decode/orientation.py) the crops are boxes of each turned image, and a stored point is turned
+with its image first.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class Geometry:
         places: int32 (N, 4) (top, left, height, width) of the resized crop inside the output,
             the rest set to `fill`; None when every crop fills the whole output.
         fill: the value of every channel of the letterbox's padding.
+        orientations: uint8 (N,) EXIF orientations the crops are planned on (None: as stored).
+        stored: int (N, 2) stored (height, width) of each image (with orientations).
     """
 
     crops: np.ndarray
@@ -35,6 +39,8 @@ class Geometry:
     size: tuple[int, int]
     places: np.ndarray | None = None
     fill: int = 0
+    orientations: np.ndarray | None = None
+    stored: np.ndarray | None = None
 
     def placed(self) -> np.ndarray:
         """int32 (N, 4) (top, left, height, width) of each resized crop in the output."""
@@ -70,7 +76,22 @@ class Geometry:
         if self.places is not None and other.places is not None:
             places = self.places.copy()
             places[k] = other.places[0]
-        return replace(self, crops=crops, flips=flips, places=places)
+        return replace(self, crops=crops, flips=flips, places=places,
+                       orientations=_with_row(self.orientations, k, other.orientations),
+                       stored=_with_row(self.stored, k, other.stored))
+
+    def orientation(self, k: int) -> int:
+        """Sample k's EXIF orientation (1: as stored)."""
+        return 1 if self.orientations is None else int(self.orientations[k])
+
+
+def _with_row(rows: np.ndarray | None, k: int, other: np.ndarray | None) -> np.ndarray | None:
+    """A copy of rows whose row k is other's only row (None when either is None)."""
+    if rows is None or other is None:
+        return None
+    rows = rows.copy()
+    rows[k] = other[0]
+    return rows
 
 
 class PlanState:

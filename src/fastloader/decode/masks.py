@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastloader.decode import _native
+from fastloader.decode.orientation import turn_array
 
 
 def index_map(start: int, length: int, out: int, limit: int) -> np.ndarray:
@@ -67,16 +68,18 @@ def expand_runs(values: np.ndarray, lengths: np.ndarray, height: int, width: int
 
 
 def map_runs(values: np.ndarray, lengths: np.ndarray, shape: tuple[int, int], crop: np.ndarray,
-             flip: bool, out: np.ndarray) -> np.ndarray:
-    """map_mask of a mask given as row-major runs (values uint8, lengths uint32) of shape.
+             flip: bool, out: np.ndarray, orientation: int = 1) -> np.ndarray:
+    """map_mask of a mask given as row-major runs (values uint8, lengths uint32) of shape
+    (stored pixels); with an EXIF orientation, crop is a box of the turned mask.
 
     Raises:
         ValueError: the runs do not cover shape's pixels exactly (the message says how).
     """
     height, width = shape
     core = _native.native_module()
-    if core is None:
-        return map_mask(expand_runs(values, lengths, height, width), crop, flip, out.shape, out)
+    if core is None or orientation != 1:  # the kernel walks stored rows: turn the mask first
+        mask = turn_array(expand_runs(values, lengths, height, width), orientation)
+        return map_mask(mask, crop, flip, out.shape, out)
     message = core.mask_from_runs(values, lengths, height, width,
                                   np.ascontiguousarray(crop, np.int64), flip, out)
     if message:

@@ -94,13 +94,45 @@ def header_pillow(data: Any) -> ImageHeader:
         return ImageHeader(width, height, components, space, "other", False)
 
 
+# PIL.ImageOps.exif_transpose's transpose of each EXIF orientation (others: none)
+TRANSPOSES = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+              4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+              6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+              8: Image.Transpose.ROTATE_90}
+
+
+def image_orientation(image: Image.Image) -> int:
+    """The EXIF orientation exif_transpose would apply to an open image (its EXIF tag, else
+    XMP's tiff:Orientation, as Image.getexif reads them): 1-8, 1 when none or unreadable (a
+    broken EXIF block turns nothing)."""
+    try:
+        value = image.getexif().get(0x0112, 1)
+    except Exception:  # Pillow raises many types for a damaged EXIF block
+        return 1
+    return value if isinstance(value, int) and value in TRANSPOSES else 1
+
+
+def exif_orientation(data: Any) -> int:
+    """image_orientation of image bytes (read from the header; every pixel of a non-JPEG is
+    loaded first, as exif_transpose does: a PNG may keep its EXIF after the pixels)."""
+    with _open(data) as im:
+        if im.format != "JPEG":
+            try:
+                im.load()
+            except Exception as exc:
+                raise DecodeError(f"cannot decode image ({len(data)} bytes): {exc}") from exc
+        return image_orientation(im)
+
+
 def decode_pillow(
     data: Any,
     crop: tuple[int, int, int, int] | None,
     size: tuple[int, int] | None,
     flip: bool,
+    orientation: int = 1,
 ) -> np.ndarray:
-    """Decode to RGB uint8 (H, W, 3): crop (top, left, h, w), resize BILINEAR to size, mirror.
+    """Decode to RGB uint8 (H, W, 3): turned by the EXIF orientation as exif_transpose turns
+    it, then crop (top, left, h, w), resize BILINEAR to size, mirror.
 
     A crop that does not fit inside the image raises DecodeError (the bytes disagree with
     what the caller believed about the image).
@@ -110,6 +142,8 @@ def decode_pillow(
             rgb = im.convert("RGB")
         except Exception as exc:
             raise DecodeError(f"cannot decode image ({len(data)} bytes): {exc}") from exc
+    if orientation in TRANSPOSES:
+        rgb = rgb.transpose(TRANSPOSES[orientation])
     if crop is not None:
         top, left, height, width = crop
         if top + height > rgb.height or left + width > rgb.width:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.decode.orientation import turned_shapes
 from fastloader.decode.tiles import HEADER_FIELDS, TileBatch, TileTable
 from fastloader.errors import CorruptRecordError, DatasetError
 from fastloader.format import index as index_mod
@@ -86,6 +87,7 @@ class PackedDataset:
             "label": self.labels, "shape": self.shapes, "codec": self.codecs,
             "path_offsets": self._path_offsets, "path_bytes": self._path_bytes,
         })
+        self._load_orientations(count)
         self._tiles: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if self.tiled:
             self._load_tiles(count)
@@ -109,6 +111,24 @@ class PackedDataset:
         self.columns = Columns(self.root, specs, count, lambda name: index_mod.load_field(
             self.root, self.manifest, name, mmap=True, check_sha256=self._check_sha256),
             self.image_field)
+
+    def _load_orientations(self, count: int) -> None:
+        # Packed with --apply-exif-orientation: each image's EXIF orientation (index field
+        # "orientation", uint8) and `shapes` are the turned sizes; otherwise (every older
+        # dataset too) orientations is None and the images are as stored.
+        self.orientations: np.ndarray | None = None
+        self.stored_shapes: np.ndarray = self.shapes
+        if index_mod.ORIENTATION not in self.manifest.fields:
+            return
+        values = index_mod.load_field(self.root, self.manifest, index_mod.ORIENTATION,
+                                      mmap=False, check_sha256=self._check_sha256)
+        if values.shape != (count,) or values.dtype != np.uint8 or (
+                count and (values.min() < 1 or values.max() > 8)):
+            raise DatasetError(
+                f"{self.root}: the index field {index_mod.ORIENTATION!r} does not hold {count} "
+                "EXIF orientations (uint8, 1..8); the dataset is damaged: pack it again.")
+        self.orientations = values
+        self.stored_shapes = turned_shapes(self.shapes, values)
 
     def _load_tiles(self, count: int) -> None:
         # Memory-mapped: tiles_offsets holds every segment offset of the dataset, and the page

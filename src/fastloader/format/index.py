@@ -30,6 +30,12 @@ CORE_FIELDS: dict[str, str] = {
 }
 
 
+# Optional, written only by a pack with --apply-exif-orientation: uint8 (N,) EXIF orientation
+# (1-8) of each image, whose "shape" is then the turned (height, width). Absent: every image as
+# stored (orientation 1), as in every dataset packed without it and before it existed.
+ORIENTATION = "orientation"
+
+
 def encode_paths(paths: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Pack relative paths into (offsets (N+1,) int64, bytes uint8) arrays."""
     encoded = [p.encode("utf-8", "surrogateescape") for p in paths]

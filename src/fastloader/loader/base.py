@@ -146,6 +146,11 @@ class FastLoader:
         verify_records: packed loader only: check each record's crc32 as it is read.
         roi_decode: DALI loader only: decode only the planned crop box (False: whole images,
             then slice; DALI's docs say ROI decode turns the A100/H100 hardware decoder off).
+        apply_exif_orientation: packed loader: show each image as PIL.ImageOps.exif_transpose
+            turns it, crops planned on the turned image, boxes and masks turned with it, from
+            the orientations `packdata --apply-exif-orientation` stored (never parsed per
+            sample). None (default): as the dataset was packed (as stored unless packed so);
+            False: as stored; True needs a dataset packed so. The DALI loader refuses True.
         **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
 
     Which path takes which argument is read from the options classes of
@@ -215,6 +220,7 @@ class FastLoader:
         storage_options: Mapping[str, Any] | None = None,
         shuffle_window: int | None = None,
         prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
+        apply_exif_orientation: bool | None = None,
     ) -> FastLoader: ...
 
     @overload
@@ -241,6 +247,7 @@ class FastLoader:
         max_skips: int | float | None = None,
         memory_budget: None = None,
         memory_format: torch.memory_format | None = None,
+        apply_exif_orientation: bool | None = None,
     ) -> FastLoader: ...
 
     @overload
@@ -294,6 +301,7 @@ class FastLoader:
         shuffle_window: int | None = None,
         prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
         roi_decode: bool = True,
+        apply_exif_orientation: bool | None = None,
         **dataloader_kwargs: Any,
     ) -> FastLoader:
         if cls is FastLoader:  # the factory: a subclass builds itself

@@ -39,6 +39,7 @@ from fastloader.loader.options import (
     GpuTransforms,
     Normalize,
     Transforms,
+    exif_turns,
     options_of,
     refuse_unknown,
     take_foreign,
@@ -131,6 +132,7 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         backend: Literal["dali"] = "dali",
         memory_budget: None = None,
         memory_format: torch.memory_format | None = None,
+        apply_exif_orientation: bool | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
         # Every argument first (nothing is opened until all are good), then the dataset.
@@ -155,7 +157,9 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         try:  # what needs the dataset; a failure closes a dataset this loader opened
             if (np.asarray(self._data.codecs) == Codec.COEFFS).any():
                 raise InvalidArgumentError(coeffs.refusal('backend="dali"'))
-            self.image_size = output_size(self.transforms, self._data.shapes)
+            # DALI decodes as stored: refused for a dataset packed to be turned, unless False
+            exif_turns(options.apply_exif_orientation, self._data, "DALI loader")
+            self.image_size = output_size(self.transforms, self._data.stored_shapes)
             self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                    options.world_size, options.shuffle,
                                                    self.drop_last)
@@ -219,7 +223,7 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
             samples = indices[b * self.batch_size : (b + 1) * self.batch_size]
             with Timer(self._counters, "plan"):
                 rng = batch_rng(self.sampler.seed, epoch, b, self.sampler.rank)
-                crops, flips, _ = plan(self.transforms, self._data.shapes[samples], rng)
+                crops, flips, _ = plan(self.transforms, self._data.stored_shapes[samples], rng)
             with Timer(self._counters, "read"):
                 try:
                     fed = self._records.batch(b, samples, crops, flips,

@@ -79,7 +79,7 @@ class DaliRecords:
                 record = self.framed(candidate)
             except (DecodeError, FastloaderError):
                 continue
-            crops, flips, _ = plan(self._transforms, self._data.shapes[[candidate]], rng)
+            crops, flips, _ = plan(self._transforms, self._data.stored_shapes[[candidate]], rng)
             fed.samples[k], fed.crops[k], fed.flips[k] = candidate, crops[0], flips[0]
             return record
         raise no_replacement(f"{self._data.describe(sample)} cannot be decoded "

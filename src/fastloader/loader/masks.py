@@ -65,18 +65,21 @@ class MaskBatches:
     def _placed(self, name: str, i: int, geometry: Geometry, k: int, out: np.ndarray) -> None:
         """Sample i's mask into out by geometry's row k: the whole row, or its rectangle."""
         crop, flip, (top, left, height, width) = geometry.sample(k)
+        turn = geometry.orientation(k)
         if (height, width) == out.shape:
-            self._one(name, i, crop, flip, out)
+            self._one(name, i, crop, flip, out, turn)
             return
         inner = np.empty((height, width), np.uint8)  # the kernel writes contiguous rows
-        self._one(name, i, crop, flip, inner)
+        self._one(name, i, crop, flip, inner, turn)
         out.fill(0)
         out[top:top + height, left:left + width] = inner
 
-    def _one(self, name: str, i: int, crop: np.ndarray, flip: bool, out: np.ndarray) -> None:
-        try:
+    def _one(self, name: str, i: int, crop: np.ndarray, flip: bool, out: np.ndarray,
+             orientation: int) -> None:
+        try:  # a mask is stored in its image's stored pixels, turned with it
             self.dataset.fields[name].kind.map_into(self.dataset.columns.blob(name, i),
-                                                    self.dataset.shapes[i], crop, flip, out)
+                                                    self.dataset.stored_shapes[i], crop, flip,
+                                                    out, orientation)
         except ValueError as exc:  # MaskError too: the stored blob is damaged
             where = self.dataset.describe(i)  # only on failure: it builds a string
             raise self.dataset.columns.mask_error(name, where, exc) from None

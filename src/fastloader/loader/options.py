@@ -22,6 +22,7 @@ import torch
 from fastloader.checks import flag, int_at_least, positive_int
 from fastloader.decode.augment import Transform, check_transforms, refuse_detection
 from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, check_min_visibility
+from fastloader.decode.orientation import Turns
 from fastloader.errors import invalid_argument
 from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
 from fastloader.gpu.device import (
@@ -97,9 +98,12 @@ class DecodeOptions(LoaderOptions):
     memory_budget: int | None = None
     gpu_transforms: GpuTransforms = None
     memory_format: torch.memory_format | None = None
+    apply_exif_orientation: bool | None = None
 
     def __post_init__(self) -> None:
         self.batch_size = positive_int("batch_size", self.batch_size)
+        if self.apply_exif_orientation is not None:
+            flag("apply_exif_orientation", self.apply_exif_orientation)
         self.shuffle = flag("shuffle", self.shuffle)
         self.drop_last = flag("drop_last", self.drop_last)
         self.max_threads = threads_per_rank(planned_world(self.rank, self.world_size))
@@ -190,6 +194,11 @@ class DaliOptions(DecodeOptions):
             if value != default:
                 raise invalid_argument(name, value, 'is not supported by backend="dali"',
                                        f"Drop it, or use the native backend for {name}.")
+        if self.apply_exif_orientation:  # DALI decodes as stored (adjust_orientation=False)
+            raise invalid_argument("apply_exif_orientation", True,
+                                   'is not supported by backend="dali"', "Use the native "
+                                   "backend (backend='auto'), which turns images as "
+                                   "PIL.ImageOps.exif_transpose does.")
         super().__post_init__()
         self.max_skips = check_max_skips(self.max_skips, self.on_error)
         check_order(self, None)
@@ -204,6 +213,27 @@ class DaliOptions(DecodeOptions):
         threads = self.max_threads if self.num_threads in (AUTO, None) else self.num_threads
         self.threads = positive_int("num_threads", threads)
         self.roi_decode = flag("roi_decode", self.roi_decode)
+
+
+def exif_turns(apply: bool | None, dataset: Any, path: str = "packed loader") -> Turns:
+    """How the loader shows the open dataset's images (decode/orientation.Turns): turned by the
+    EXIF orientations the index holds (pack --apply-exif-orientation) when apply is True, or
+    None and the dataset has them; as stored otherwise (the default of every other dataset)."""
+    orientations = dataset.orientations
+    if apply is None:
+        apply = orientations is not None
+    if apply and orientations is None:
+        raise invalid_argument(
+            "apply_exif_orientation", True, f"{dataset.root} was packed without its images' "
+            "EXIF orientations (the index holds none, and records are not parsed again)",
+            "Pack it again with `packdata --apply-exif-orientation` (pack(..., "
+            "apply_exif_orientation=True)), or drop the argument.")
+    if apply and path == "DALI loader":
+        raise invalid_argument(
+            "apply_exif_orientation", True, f'is not supported by backend="dali" ({dataset.root} '
+            "was packed with --apply-exif-orientation)", "Pass apply_exif_orientation=False "
+            "to load the images as stored, or use the native backend (backend='auto').")
+    return Turns(dataset.stored_shapes, orientations if apply else None)
 
 
 def check_order(options: DecodeOptions, source: Sampler) -> None:

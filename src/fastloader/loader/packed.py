@@ -31,6 +31,7 @@ from fastloader.loader.options import (
     PackedOptions,
     Sampler,
     Transforms,
+    exif_turns,
     options_of,
     refuse_unknown,
     take_foreign,
@@ -100,6 +101,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         storage_options: Mapping[str, Any] | None = None,
         shuffle_window: int | None = None,
         prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
+        apply_exif_orientation: bool | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
         # Every argument first (nothing is opened or started until all are good) ...
@@ -130,7 +132,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         # default: it costs ~3% of the loader's CPU on ImageNet-sized records (README).
         if options.verify_records or self._owns_dataset:  # a caller's keeps its own choice
             self._data.verify_records = options.verify_records
-        self.image_size = output_size(self.transforms, self._data.shapes)
+        self._turns = exif_turns(options.apply_exif_orientation, self._data)
+        self.image_size = output_size(self.transforms, self._turns.shapes)
         self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                options.world_size, options.shuffle,
                                                self.drop_last, options.sampler)
@@ -223,7 +226,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         producer = Producer(self._data, self.transforms, self._decoder, self._ring,
                             self._counters, self.on_error, epoch_plan, tuner,
                             self._step.planar, self.max_skips, self.batch_transform,
-                            self._box_field, self._masks).start()
+                            self._box_field, self._masks, self._turns).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)

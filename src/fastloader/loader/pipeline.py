@@ -29,6 +29,7 @@ import torch
 from fastloader.decode.augment import Transform, batch_rng, plan_geometry
 from fastloader.decode.decode import BatchDecoder
 from fastloader.decode.geometry import Geometry
+from fastloader.decode.orientation import Turns
 from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError, ProducerError
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.autotune import AutoTuner, Setting
@@ -173,8 +174,11 @@ class Producer:
         batch_transform: Any = None,
         box_field: str | None = None,
         masks: MaskBatches | None = None,
+        turns: Turns | None = None,
     ) -> None:
         self.dataset = dataset
+        # how the images are shown: crops planned on these shapes (EXIF orientation applied?)
+        self.turns = turns if turns is not None else Turns(dataset.stored_shapes, None)
         self.box_field = box_field  # the boxes column RandomIoUCrop plans from, if any
         self.masks = masks  # mask fields built on the helper thread with each batch's plan
         self.budget = SkipBudget(max_skips, len(epoch_plan.indices))
@@ -289,7 +293,9 @@ class Producer:
         """The samples' geometry; RandomIoUCrop reads their boxes from the dataset's column."""
         boxes = (None if self.box_field is None
                  else self.dataset.columns.gather(self.box_field, samples))
-        return plan_geometry(self.transforms, self.dataset.shapes[samples], rng, boxes)
+        geometry = plan_geometry(self.transforms, self.turns.shapes[samples], rng,
+                                 self.turns.boxes(samples, boxes))
+        return self.turns.attach(geometry, samples)
 
     def _fill(self, b: int, slot: int, prepared: _Prepared) -> ReadyBatch:
         """Decode prepared batch b into `slot`, repairing or reporting bad samples."""
@@ -305,6 +311,7 @@ class Producer:
             errors = self.decoder.decode_into(prepared.records, geometry.crops, geometry.flips,
                                               out, tiles=prepared.tiles, places=geometry.places,
                                               fill=geometry.fill,
+                                              orientations=geometry.orientations,
                                               **_planar_kwargs(spec, target, 0, len(samples)))
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:
@@ -362,7 +369,7 @@ class Producer:
             tiles = self.dataset.tile_batch([candidate])
             if self.decoder.decode_into([record], geometry.crops, geometry.flips,
                                         out[k : k + 1], tiles, places=geometry.places,
-                                        fill=geometry.fill,
+                                        fill=geometry.fill, orientations=geometry.orientations,
                                         **_planar_kwargs(spec, images, k, k + 1))[0] is None:
                 log.info("replacement for %s: record %d", description, candidate)
                 return candidate, geometry

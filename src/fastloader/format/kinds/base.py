@@ -200,8 +200,9 @@ class Kind(str):
         raise NotImplementedError(f"kind {self.name!r} sets holds_boxes but has no map_batch")
 
     def map_into(self, blob: Any, image_size: tuple[int, int], crop: np.ndarray, flip: bool,
-                 out: np.ndarray) -> None:
-        """A stored raster mapped through one sample's crop and flip into out."""
+                 out: np.ndarray, orientation: int = 1) -> None:
+        """A stored raster mapped through one sample's crop and flip into out (turned first by
+        its image's EXIF orientation)."""
         raise NotImplementedError(f"kind {self.name!r} sets raster but has no map_into")
 
 

@@ -77,13 +77,14 @@ class MaskKind(Kind):
         return batch.mask(spec.name, device)
 
     def map_into(self, blob: Any, image_size: tuple[int, int], crop: np.ndarray, flip: bool,
-                 out: np.ndarray) -> None:
-        """A stored mask mapped through one sample's crop and flip into out (its output size);
-        ValueError (MaskError too) if damaged or not its image's size."""
+                 out: np.ndarray, orientation: int = 1) -> None:
+        """A stored mask mapped through one sample's crop and flip into out (its output size),
+        turned first by its image's EXIF orientation (image_size: the stored size); ValueError
+        (MaskError too) if damaged or not its image's size."""
         values, lengths, height, width = mask_runs(blob)
         image_h, image_w = image_size
         if height != image_h or width != image_w:
             # verify finds these too; never map a mask onto an image of another size
             raise ValueError(f"it is {height} x {width} but its image is "
                              f"{int(image_h)} x {int(image_w)}")
-        map_runs(values, lengths, (height, width), crop, flip, out)
+        map_runs(values, lengths, (height, width), crop, flip, out, orientation)

@@ -116,6 +116,9 @@ def _pack_parser() -> argparse.ArgumentParser:
     add("--restart-mcus", type=int, default=DEFAULT_RESTART_MCUS, metavar="R",
         help="with --tiles: at most R MCUs per restart segment "
         f"(default {DEFAULT_RESTART_MCUS})")  # fmt: skip
+    add("--apply-exif-orientation", action="store_true",
+        help="store each image's EXIF orientation and its turned size, so FastLoader shows "
+        "images as PIL.ImageOps.exif_transpose turns them (default: ignored)")  # fmt: skip
     add_source_options(parser)
     add("--engine", choices=("local", "ray"), default="local",
         help="who runs the shard tasks: this machine's processes (default) or Ray (one task "
@@ -207,6 +210,7 @@ def _run_pack(argv: Sequence[str]) -> int:
         max_file_size=args.max_file_size,
         engine=args.engine,
         ray_address=args.ray_address,
+        apply_exif_orientation=args.apply_exif_orientation,
     )
     if not args.quiet:
         seconds = time.perf_counter() - began

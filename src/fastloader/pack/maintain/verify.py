@@ -145,7 +145,7 @@ def _check_record(
         return f"cannot be read ({type(exc).__name__})"
     if zlib.crc32(data) != int(ds.crc32s[i]):
         return "crc32 mismatch: the stored bytes changed"
-    problem = _decode_problem(data, tuple(int(v) for v in ds.shapes[i])) if decode else None
+    problem = _decode_problem(data, tuple(int(v) for v in ds.stored_shapes[i])) if decode else None
     if problem is None and ds.tiled and not report.tiles_unchecked:
         problem = _tile_problem(ds, i, data, decode, report, source)
     return problem

@@ -50,7 +50,7 @@ def _decodes(data: bytes) -> str | None:
 def _value_problem(ds: PackedDataset, name: str, i: int, decode: bool) -> str | None:
     try:
         value = ds.value(name, i)
-        height, width = (int(v) for v in ds.shapes[i])
+        height, width = (int(v) for v in ds.stored_shapes[i])  # the record's own pixels
         spec = ds.fields[name]
         return spec.kind.verify(spec, value, (height, width), _decodes if decode else None)
     except FastloaderError as exc:

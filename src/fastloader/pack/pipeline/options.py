@@ -62,6 +62,9 @@ class PackOptions:
             ones (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). They travel to the Ray tasks with
             a URL dst, and are never written to the staging.
         shard_samples: Python samples only: samples a shard (None: shard_size / 128 KiB).
+        apply_exif_orientation: store each image's EXIF orientation (as
+            PIL.ImageOps.exif_transpose reads it) in the index, and its size as the turned
+            image's; records keep their bytes. FastLoader then shows the turned images.
     """
 
     format: str | None = None
@@ -82,13 +85,15 @@ class PackOptions:
     ray_address: str | None = None
     storage_options: dict[str, Any] | None = None
     shard_samples: int | None = None
+    apply_exif_orientation: bool = False
 
     def checked(self) -> PackOptions:
         """These options with every value checked and workers resolved (None: every usable
         core); PackError or InvalidArgumentError naming the first bad one."""
         shard_size, workers, max_side, quality = check_sizes(
             self.shard_size, self.workers, self.max_side, self.quality)
-        for name in ("overwrite", "resume", "strict", "skip_bad", "quiet", "tiles"):
+        for name in ("overwrite", "resume", "strict", "skip_bad", "quiet", "tiles",
+                     "apply_exif_orientation"):
             if not isinstance(getattr(self, name), bool):
                 raise invalid_type(name, getattr(self, name), "a bool")
         if self.strict and self.skip_bad:
@@ -103,6 +108,11 @@ class PackOptions:
             raise invalid_type("storage_options", self.storage_options, "a dict or None")
         return replace(self, shard_size=shard_size, workers=workers, max_side=max_side,
                        quality=quality, max_file_size=max_file_size)
+
+    def exif_identity(self) -> dict[str, bool]:
+        """plan.json's (and the manifest options') entry of --apply-exif-orientation: only
+        when set, so every other plan and dataset stays as it was."""
+        return {"apply_exif_orientation": True} if self.apply_exif_orientation else {}
 
     @property
     def tile_option(self) -> dict[str, int] | None:

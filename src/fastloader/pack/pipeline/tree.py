@@ -63,6 +63,7 @@ def pack(
     engine: str = "local",
     ray_address: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    apply_exif_orientation: bool = False,
 ) -> Manifest:
     """Pack the ImageFolder tree at src into a sharded dataset folder dst; the Manifest
     written (also dst/manifest.json).
@@ -77,8 +78,8 @@ def pack(
             are ignored), or its URL (listed once here, each file read by the tasks).
         dst: the dataset folder to create, NAME.lmdb or NAME.h5, or its URL (each task uploads
             its shard; manifest.json last: see pack/staging/remote_stage.py).
-        format ... storage_options: how to pack, each described on PackOptions
-            (pack/pipeline/options.py), checked there in full before any file is read.
+        format ... storage_options, apply_exif_orientation: how to pack, each described on
+            PackOptions (pack/pipeline/options.py), checked there in full before any file is read.
 
     Raises:
         PackError: a bad source or destination, no decodable image, tiles without the
@@ -91,7 +92,7 @@ def pack(
         quality=quality, overwrite=overwrite, resume=resume, strict=strict, skip_bad=skip_bad,
         quiet=quiet, progress=progress, tiles=tiles, restart_mcus=restart_mcus,
         max_file_size=max_file_size, engine=engine, ray_address=ray_address,
-        storage_options=storage_options).checked()
+        storage_options=storage_options, apply_exif_orientation=apply_exif_orientation).checked()
     return drive(TreeSource(src), dst, options)
 
 
@@ -142,6 +143,7 @@ class TreeSource:
                                     "shard_files": MAX_SHARD_FILES}
         if options.tile_option is not None:
             identity["tiles"] = options.tile_option
+        identity |= options.exif_identity()
         run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
         return from_scan(result, options.shard_size), identity, run
 

@@ -47,11 +47,13 @@ def check_tiles_option(tiles_on: Any, restart_mcus: Any) -> dict[str, int] | Non
 def prepare_tiled(
     path: str, max_side: int | None = None, quality: int = 90,
     restart_mcus: int = tiles.DEFAULT_RESTART_MCUS, max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None, apply_exif_orientation: bool = False,
 ) -> Prepared:
-    """prepare(), then a lossless restart-tile repack of JPEG records (others stay as they are)."""
+    """prepare(), then a lossless restart-tile repack of JPEG records (others stay as they are;
+    the EXIF orientation is read from the source, as the repack keeps no EXIF)."""
     prepared = prepare(path, max_side=max_side, quality=quality, max_file_size=max_file_size,
-                       storage_options=storage_options)
+                       storage_options=storage_options,
+                       apply_exif_orientation=apply_exif_orientation)
     return tile_record(prepared, restart_mcus)
 
 

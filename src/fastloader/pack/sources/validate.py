@@ -12,6 +12,7 @@ from PIL import Image, UnidentifiedImageError
 
 from fastloader.decode import _native
 from fastloader.decode import decode as decoder
+from fastloader.decode.pillow import image_orientation
 from fastloader.errors import DecodeError
 from fastloader.format.manifest import Codec
 from fastloader.format.remote import is_url
@@ -35,6 +36,7 @@ class Prepared(NamedTuple):
     tile_header: Any = None  # int64[9] in tiles.HEADER_FIELDS order, None: not tiled
     tile_offsets: Any = None  # uint32 segment offsets
     source_crc32: int = 0  # crc32 of the bytes that were repacked
+    orientation: int = 1  # EXIF orientation (read with --apply-exif-orientation only)
 
 
 def reject(reason: str) -> Prepared:
@@ -42,8 +44,10 @@ def reject(reason: str) -> Prepared:
     return Prepared(None, 0, 0, int(Codec.UNKNOWN), 0, reason, False)
 
 
-def check_image(data: bytes) -> tuple[Codec, int, int]:
-    """Decode data as the loader will to prove it is whole; return (codec, height, width).
+def check_image(data: bytes, orientation: bool = False) -> tuple[Codec, int, int, int]:
+    """Decode data as the loader will to prove it is whole; return (codec, height, width,
+    EXIF orientation): the stored size, and the orientation exif_transpose would apply when
+    asked (else 1).
 
     JPEGs go through the loader's own decoder when the native core is built (a libjpeg warning
     that damages pixels, such as corrupt data, is an error there, while Pillow returns grey
@@ -57,13 +61,13 @@ def check_image(data: bytes) -> tuple[Codec, int, int]:
         if codec == Codec.JPEG and _native.native_module() is not None:
             # A 1/8-scale decode still entropy-decodes every scan: damage anywhere is found.
             decoder.decode(data, size=decoder.check_size(height, width))
-            return codec, height, width
+            return codec, height, width, image_orientation(image) if orientation else 1
         if image.format == "JPEG":
             # A 1/8-scale DCT decode still entropy-decodes every scan, so truncation and
             # corrupt Huffman data fail as they would at full size, for a fraction of the cost.
             image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
-        image.load()
-    return codec, height, width
+        image.load()  # (a PNG's EXIF may follow its pixels: read after them)
+        return codec, height, width, image_orientation(image) if orientation else 1
 
 
 def read_source(path: str, max_bytes: int) -> bytes:
@@ -135,6 +139,7 @@ def read_url(url: str, max_bytes: int, storage_options: dict[str, Any] | None) -
 def prepare(
     path: str, max_side: int | None = None, quality: int = 90,
     max_file_size: int = DEFAULT_MAX_FILE_SIZE, storage_options: dict[str, Any] | None = None,
+    apply_exif_orientation: bool = False,
 ) -> Prepared:
     """Read the file at path (or the object at a URL) and return its record; never raises for
     a bad file."""
@@ -147,15 +152,18 @@ def prepare(
         return reject(f"cannot read: {exc.strerror or exc}")
     except ValueError as exc:
         return reject(str(exc))
-    return prepare_data(data, max_side, quality)
+    return prepare_data(data, max_side, quality, apply_exif_orientation)
 
 
-def prepare_data(data: bytes, max_side: int | None = None, quality: int = 90) -> Prepared:
-    """The record of image bytes (checked, maybe re-encoded); never raises for bad bytes."""
+def prepare_data(data: bytes, max_side: int | None = None, quality: int = 90,
+                 apply_exif_orientation: bool = False) -> Prepared:
+    """The record of image bytes (checked, maybe re-encoded; with apply_exif_orientation its
+    EXIF orientation read, the record's pixels and size left as stored); never raises for bad
+    bytes."""
     if not data:
         return reject("empty file")
     try:
-        codec, height, width = check_image(data)
+        codec, height, width, orientation = check_image(data, apply_exif_orientation)
         reencoded = False
         if max_side is not None and max(height, width) > max_side:
             data, height, width = reencode(data, max_side, quality)
@@ -166,4 +174,5 @@ def prepare_data(data: bytes, max_side: int | None = None, quality: int = 90) ->
         return reject("not an image Pillow recognises (unknown or garbage header)")
     except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, bomb errors...
         return reject(f"not a decodable image: {type(exc).__name__}: {exc}")
-    return Prepared(data, height, width, int(codec), zlib.crc32(data), None, reencoded)
+    return Prepared(data, height, width, int(codec), zlib.crc32(data), None, reencoded,
+                    orientation=orientation)

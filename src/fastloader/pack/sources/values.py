@@ -269,6 +269,9 @@ class Limits(Protocol):
     @property
     def max_file_size(self) -> int: ...
 
+    @property
+    def apply_exif_orientation(self) -> bool: ...
+
 
 def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
                    settings: Limits) -> PreparedSample:
@@ -299,7 +302,8 @@ def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
         try:
             if record is None and spec.kind.is_image:
                 data = source = _image_bytes(sample[spec.name], settings.max_file_size)
-                record = prepare_data(data, settings.max_side, settings.quality)
+                record = prepare_data(data, settings.max_side, settings.quality,
+                                      settings.apply_exif_orientation)
                 if record.data is None:
                     raise BadValue(record.error or "not a decodable image")
                 continue

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.decode.orientation import turned_shapes
 from fastloader.errors import PackError
 from fastloader.format import index as index_mod
 from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
@@ -141,8 +142,10 @@ def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str
     assert plan.labels is not None  # a tree's plan: its listing
     path_offsets, path_bytes = plan.paths_of(kept)
     extra = tiling.index_fields(tiles) if tiled else {}
+    if index_mod.ORIENTATION in arrays[0]:  # --apply-exif-orientation
+        extra[index_mod.ORIENTATION] = column(index_mod.ORIENTATION)
     counts = np.asarray([s.count for s in shards], np.int64)
-    return extra | {
+    return _turned(extra | {
         "shard": np.repeat(np.arange(len(shards), dtype=np.int32), counts),
         "offset": column("offset").astype(np.int64),
         "length": column("length").astype(np.int64),
@@ -152,7 +155,22 @@ def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str
         "crc32": column("crc32").astype(np.uint32),
         "path_offsets": path_offsets,
         "path_bytes": path_bytes,
-    }, shards
+    }), shards
+
+
+def _turned(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """With the records' EXIF orientations (--apply-exif-orientation), each "shape" is the
+    turned image's (height, width) (format/index.py's ORIENTATION); else as it is."""
+    orientations = arrays.get(index_mod.ORIENTATION)
+    if orientations is not None:
+        arrays[index_mod.ORIENTATION] = orientations.astype(np.uint8)
+        arrays["shape"] = turned_shapes(arrays["shape"], orientations).astype(np.int32)
+    return arrays
+
+
+def _exif_option(settings: TaskSettings) -> dict[str, Any]:
+    """The manifest options' entry of --apply-exif-orientation (only when set)."""
+    return {"apply_exif_orientation": True} if settings.apply_exif_orientation else {}
 
 
 def write_staged(staging: AnyStaging, shards: list[ShardInfo], arrays: dict[str, np.ndarray],
@@ -193,13 +211,13 @@ def commit(staging: AnyStaging, plan: ShardPlan, settings: TaskSettings, overwri
 
 def _options(settings: TaskSettings, **more: Any) -> dict[str, Any]:
     """The manifest's options: the packing settings, then a format's own (more), then tiles
-    (untiled manifests stay exactly as before)."""
+    and --apply-exif-orientation (manifests without them stay exactly as before)."""
     options: dict[str, Any] = {"shard_size": settings.shard_size,
                                "max_side": settings.max_side, "quality": settings.quality,
                                **more}
     if settings.tiles is not None:
         options["tiles"] = settings.tiles
-    return options
+    return options | _exif_option(settings)
 
 
 def _commit_v1(staging: AnyStaging, plan: ShardPlan, parts: list[Part],
@@ -236,7 +254,8 @@ def _shifted(offsets: list[np.ndarray]) -> np.ndarray:
 def _join(specs: Sequence[FieldSpec], parts: list[dict[str, np.ndarray]]
           ) -> dict[str, np.ndarray]:
     """Every part's core arrays and columns as one dataset's (offsets shifted)."""
-    joined = {name: np.concatenate([p[name] for p in parts]) for name in CORE}
+    joined = {name: np.concatenate([p[name] for p in parts]) for name in CORE
+              + ((index_mod.ORIENTATION,) if index_mod.ORIENTATION in parts[0] else ())}
     joined["path_offsets"] = _shifted([p["path_offsets"] for p in parts])
     joined["path_bytes"] = np.concatenate([p["path_bytes"] for p in parts]).astype(np.uint8)
     records = primary_image(specs).name
@@ -260,7 +279,7 @@ def _sample_index(staging: AnyStaging, parts: list[Part], specs: Sequence[FieldS
     joined["shape"] = np.stack([joined.pop("height"), joined.pop("width")], 1).astype(np.int32)
     if tiled:  # untiled indexes stay exactly as before
         joined |= tiling.index_fields(_tile_columns(staging, parts))
-    return joined, shards
+    return _turned(joined), shards
 
 
 def _classes(specs: Sequence[FieldSpec], labels: np.ndarray) -> list[str]:

@@ -23,7 +23,7 @@ import numpy as np
 from fastloader.errors import PackError
 from fastloader.format.columns import encode_column
 from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
-from fastloader.format.index import encode_paths
+from fastloader.format.index import ORIENTATION, encode_paths
 from fastloader.pack.sources import tiling
 from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.sources.validate import Prepared, prepare
@@ -54,17 +54,20 @@ def prepare_job(settings: TaskSettings) -> Callable[[str], Prepared]:
         return functools.partial(
             tiling.prepare_tiled, max_side=settings.max_side, quality=settings.quality,
             restart_mcus=settings.tiles["restart_mcus"], max_file_size=settings.max_file_size,
-            storage_options=settings.storage_options)
+            storage_options=settings.storage_options,
+            apply_exif_orientation=settings.apply_exif_orientation)
     return functools.partial(prepare, max_side=settings.max_side, quality=settings.quality,
                              max_file_size=settings.max_file_size,
-                             storage_options=settings.storage_options)
+                             storage_options=settings.storage_options,
+                             apply_exif_orientation=settings.apply_exif_orientation)
 
 
 class _FileRows:
     """What a tree's part collects from its files' prepared records, in listing order."""
 
-    def __init__(self, plan: ShardPlan, tiled: bool) -> None:
+    def __init__(self, plan: ShardPlan, tiled: bool, exif: bool = False) -> None:
         self.plan = plan
+        self.orientations: list[int] | None = [] if exif else None  # --apply-exif-orientation
         self.data: list[bytes] = []
         self.kept: list[int] = []
         self.core: list[tuple[int, int, int, int, int]] = []
@@ -86,14 +89,17 @@ class _FileRows:
         self.core.append((len(record.data), record.height, record.width, record.codec,
                           record.crc32))
         self.reencoded += record.reencoded
+        if self.orientations is not None:
+            self.orientations.append(record.orientation)
         if self.tiles is not None:
             self.tiles.add(record)
 
     def arrays(self, offsets: list[int]) -> dict[str, Any]:
         columns: list[Any] = (list(zip(*self.core, strict=True)) if self.core
                               else [[] for _ in range(5)])
-        return {name: np.asarray(values, dtype) for name, values, dtype in
-                zip(_ARRAYS, [self.kept, offsets, *columns], _DTYPES, strict=True)}
+        arrays = {name: np.asarray(values, dtype) for name, values, dtype in
+                  zip(_ARRAYS, [self.kept, offsets, *columns], _DTYPES, strict=True)}
+        return with_orientations(arrays, self.orientations)
 
 
 class TreeItems:
@@ -142,13 +148,23 @@ class TreeItems:
         return contextlib.nullcontext(False)  # a path travels as it is
 
     def rows(self) -> _FileRows:
-        return _FileRows(self.plan, self.settings.tiles is not None)
+        return _FileRows(self.plan, self.settings.tiles is not None,
+                         self.settings.apply_exif_orientation)
 
     def describe(self) -> dict[str, Any] | None:
         return {"root": str(self.plan.root)}  # a task reads the listing from the plan
 
     def handed(self) -> Any:
         return None
+
+
+def with_orientations(arrays: dict[str, Any], orientations: list[int] | None
+                      ) -> dict[str, Any]:
+    """A part's arrays with its records' EXIF orientations (--apply-exif-orientation only:
+    other parts stay as they were)."""
+    if orientations is not None:
+        arrays[ORIENTATION] = np.asarray(orientations, np.uint8)
+    return arrays
 
 
 def specs_of(fields: list[dict[str, Any]]) -> list[FieldSpec]:
@@ -168,8 +184,10 @@ class _SampleRows:
     """What a part collects from its prepared samples, in order (and their keys, when their
     tasks key them)."""
 
-    def __init__(self, specs: Sequence[FieldSpec], tiled: bool, keyed: bool) -> None:
+    def __init__(self, specs: Sequence[FieldSpec], tiled: bool, keyed: bool,
+                 exif: bool = False) -> None:
         self.records = primary_image(specs).name
+        self.orientations: list[int] | None = [] if exif else None  # --apply-exif-orientation
         self.tiles = tiling.TileColumns() if tiled else None
         self.by_name = {s.name: s for s in specs}
         self.label = label_field(specs)
@@ -201,6 +219,8 @@ class _SampleRows:
                           record.crc32, int(label)))
         self.paths.append(sample.path)
         self.reencoded += record.reencoded
+        if self.orientations is not None:
+            self.orientations.append(record.orientation)
         if self.tiles is not None:
             self.tiles.add(record)
         for name, values in self.columns.items():
@@ -214,7 +234,7 @@ class _SampleRows:
         arrays["path_offsets"], arrays["path_bytes"] = encode_paths(self.paths)
         for name, values in self.columns.items():
             arrays |= encode_column(self.by_name[name], values)
-        return arrays
+        return with_orientations(arrays, self.orientations)
 
 
 def prepare_item(sample: Any, specs: Sequence[FieldSpec], where: str, settings: TaskSettings,
@@ -334,7 +354,8 @@ class SampleItems:
             _SOURCE = None
 
     def rows(self) -> _SampleRows:
-        return _SampleRows(self.specs, self.settings.tiles is not None, self.files is not None)
+        return _SampleRows(self.specs, self.settings.tiles is not None, self.files is not None,
+                           self.settings.apply_exif_orientation)
 
     def describe(self) -> dict[str, Any] | None:
         return self.reopen

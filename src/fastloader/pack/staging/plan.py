@@ -62,6 +62,7 @@ class TaskSettings:
     source: dict[str, Any] | None = None  # a field source's description (manifest options)
     fields: list[dict[str, Any]] | None = None  # a field source's specs' manifest entries
     shard_samples: int | None = None  # Python samples: cut by count
+    apply_exif_orientation: bool = False  # store each image's EXIF orientation, turned sizes
     overwrite: bool = False  # `packdata plan --overwrite`, for its commit
     token: str | None = None  # a URL DST's: this pack's plan, not another's
     storage_options: dict[str, Any] | None = None  # a URL's fsspec options (never saved)
