@@ -191,7 +191,8 @@ def _decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndar
         if coeffs.is_coeffs(data):
             if orientation != 1:
                 return "coeffs record: EXIF orientation is not supported for coeffs records"
-            target[...] = coeffs.decode_record(data, _crop_or_none(crop), target.shape[:2], bool(flip))
+            target[...] = coeffs.decode_record(data, _crop_or_none(crop), target.shape[:2],
+                                               bool(flip))
         else:
             target[...] = decode_pillow(data, _crop_or_none(crop), target.shape[:2], bool(flip),
                                         orientation)
