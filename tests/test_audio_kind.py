@@ -9,9 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-pytest.importorskip("soundfile")
-
 import soundfile as sf
 
 from audiogen import clip
