@@ -26,6 +26,7 @@ from fastloader.pack.sources import spatial
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY
 
 IMAGE_COLUMNS = ("path", "image", "file", "filename")
+AUDIO_COLUMNS = ("audio", "audio_filepath", "audio_path")  # NeMo manifests: audio_filepath
 _EMPTY = None  # an empty cell, before the column's kind says what it reads as
 
 
@@ -117,7 +118,7 @@ def _row_sample(line: int, row: Any, table: Path, specs: list[FieldSpec], column
             if spec.kind.cell_is_path:  # an image's or a mask PNG's, relative to base
                 if not isinstance(value, str) or not value:
                     raise ValueError(f"has no {spec.kind} path")
-                if spec.kind.is_image:
+                if spec.kind.records and PATH_KEY not in sample:  # the records' source
                     sample[PATH_KEY] = value
                 value = str(base / value)
             else:
@@ -135,13 +136,16 @@ def _specs(table: Path, header: list[str], rows: list[tuple[int, Any]], image: s
            ) -> tuple[list[FieldSpec], dict[str, str]]:
     lowered = {h.lower(): h for h in header}
     image_col = image or next((lowered[c] for c in IMAGE_COLUMNS if c in lowered), None)
-    if image_col is None or image_col not in header:
+    clips = None if image else _audio_column(header, lowered, overrides)
+    if clips is not None and (image_col is None or image_col == clips):
+        image_col, overrides = None, {**overrides, clips: "audio"}  # a clip dataset
+    elif image_col is None or image_col not in header:
         raise PackError(f"{table}: no image column (looked for {image or ', '.join(IMAGE_COLUMNS)}"
                         f" among {header}); name it with --image COL.")
     if label is not None and label not in header:
         raise PackError(f"{table}: no column {label!r} for --label among {header}.")
-    columns = {"image": image_col}
-    specs = [FieldSpec("image", "image")]
+    columns = {"image": image_col} if image_col is not None else {}
+    specs = [FieldSpec("image", "image")] if image_col is not None else []
     if label is not None:
         names = sorted({str(r[label]) for _, r in rows if isinstance(r, dict)
                         and r.get(label) is not None})
@@ -161,6 +165,18 @@ def _specs(table: Path, header: list[str], rows: list[tuple[int, Any]], image: s
     specs = spatial.with_per_box(specs)
     check_specs(specs, PackError, str(table))
     return specs, columns
+
+
+def _audio_column(header: list[str], lowered: dict[str, str], overrides: dict[str, Any]
+                  ) -> str | None:
+    """The column of clip paths: one declared of a records kind other than image (--field
+    COL:audio), else one named like AUDIO_COLUMNS; None: not a clip table."""
+    for column in header:
+        if column in overrides:
+            kind = make_spec(column, overrides[column], PackError, "--field").kind
+            if kind.records and not kind.is_image:
+                return column
+    return next((lowered[c] for c in AUDIO_COLUMNS if c in lowered), None)
 
 
 def open_table(path: str | os.PathLike[str], kind: str, fields: Any, image: str | None,
