@@ -141,8 +141,8 @@ def main() -> int:
                            tuple(args.rates))
         root = Path(tmp) / "clips.lmdb"
         pack([{"audio": str(p)} for p in paths], root, fields={"audio": "audio"})
-        loader = FastLoader(root, batch_size=args.batch, device="cpu", audio=audio, fields=["audio"],
-                            num_threads=args.workers, prefetch=4)
+        loader = FastLoader(root, batch_size=args.batch, device="cpu", audio=audio,
+                            fields=["audio"], num_threads=args.workers, prefetch=4)
         meta = loader.dataset.columns.meta("audio")
         dataset = ClipFiles(paths, meta, audio, seed=0)
         dl = torch.utils.data.DataLoader(dataset, batch_size=args.batch,
