@@ -5,6 +5,8 @@ crops drawn from (seed, epoch, sample), damaged clips named or skipped."""
 from __future__ import annotations
 
 import io
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +194,42 @@ def test_the_image_loader_points_an_audio_dataset_to_audio(clips_dataset: Any) -
 def test_bad_audio_settings_are_refused(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(fastloader.InvalidArgumentError, match=match):
         Audio(**kwargs)
+
+
+def test_a_forked_child_iterates_its_copy(clips_dataset: Any) -> None:
+    root, _ = clips_dataset
+    with FastLoader(root, batch_size=3, device="cpu", audio=Audio(), fields=["text"]) as loader:
+        want = [t for (texts,) in loader for t in texts]
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: the parent's decode threads are gone
+            code = 1
+            try:
+                got = [t for (texts,) in loader for t in texts]
+                os.write(write, json.dumps(got).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            got = json.loads(pipe.read())
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert got == want
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA device: the pinned ring and the side-stream copy")
+def test_cuda_batches_equal_the_cpu_ones(clips_dataset: Any) -> None:
+    root, _ = clips_dataset
+    audio = Audio(sample_rate=16000, crop_seconds=0.3, random_crop=True)
+    cpu = _batches(root, batch_size=3, audio=audio)
+    with FastLoader(root, batch_size=3, device="cuda", audio=audio, prefetch=2,
+                    fields=["audio", "text"]) as loader:
+        for _ in range(2):  # the second pass reuses the ring's slots
+            cuda = list(loader)
+            loader.set_epoch(0)
+        assert loader.stats().pinned
+    for ((w, n), t), ((wc, nc), tc) in zip(cpu, cuda, strict=True):
+        assert wc.is_cuda and t == tc
+        assert torch.equal(n, nc.cpu()) and torch.allclose(w, wc.cpu(), atol=TOLERANCE)

@@ -205,6 +205,10 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
             ring_bytes=ring.nbytes if ring is not None else 0,
             pinned=ring is not None, num_threads=self._decoder.threads, backend="soundfile")
 
+    def _after_fork_in_child(self) -> None:
+        self._active = None  # the parent's producer thread is not in the child
+        self._decoder.after_fork()
+
     def close(self) -> None:
         if self._closed:
             return
@@ -282,6 +286,11 @@ class _Pass:
             index, lengths[failure.row] = loader._decoder.replace(failure, seed, self.epoch, out)
             indices[failure.row] = index
             loader._counters.add_skip(where)
+        longest = int(lengths.max(initial=1))
+        if slot is None and loader.audio.crop_seconds is None and longest < shape[2]:
+            # the bound was a frame long: trimmed here, in numpy (torch's intra-op pool may
+            # be unusable in a forked child)
+            waves = torch.from_numpy(np.ascontiguousarray(out[:, :, :longest]))
         return waves, lengths, indices, slot
 
     def run(self) -> Iterator[Any]:
@@ -309,7 +318,6 @@ class _Pass:
                    slot: int | None) -> Any:
         loader = self.loader
         longest = int(lengths.max(initial=1))
-        crop = loader.audio.crop_seconds is not None
         with Timer(loader._counters, "copy"):
             if slot is not None and loader._stream is not None and loader._ring is not None:
                 current = torch.cuda.current_stream(loader.device)
@@ -322,10 +330,10 @@ class _Pass:
                 moved.record_stream(current)
                 loader._ring.release(slot, event)
                 waves = moved
+                if loader.audio.crop_seconds is None and longest < waves.shape[2]:
+                    waves = waves[:, :, :longest].contiguous()  # on the device
             else:
                 waves = waves.to(loader.device)
-            if not crop and longest < waves.shape[2]:  # the bound was a frame long
-                waves = waves[:, :, :longest].contiguous()
         lengths_t = torch.from_numpy(lengths).to(loader.device)
         labels = torch.from_numpy(np.asarray(loader._data.labels[indices], np.int64)).to(
             loader.device)

@@ -93,6 +93,10 @@ class BatchDecoder:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
+    def after_fork(self) -> None:
+        """In a forked child: the parent's pool threads are not there; start a new pool."""
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastloader-audio")
+
     def clip(self, index: int, seed: int, epoch: int, out: np.ndarray) -> int:
         """Sample index decoded into out [C, T] (the rest zeroed); its length."""
         crop = plan_crop(self.meta, index, self.audio, seed, epoch)
