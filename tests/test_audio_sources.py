@@ -126,3 +126,22 @@ def test_python_samples_of_paths(tmp_path: Path) -> None:
     pack([{"audio": str(p), "text": f"utt {i}"} for i, p in enumerate(paths)],
          tmp_path / "out.lmdb", fields={"audio": "audio", "text": "text"})
     _check(tmp_path / "out.lmdb", paths)
+
+
+@pytest.mark.parametrize("embed", [True, False])
+def test_hugging_face_audio_cells(tmp_path: Path, embed: bool) -> None:
+    import datasets
+
+    paths = _files(tmp_path / "clips")
+    cells = [{"bytes": p.read_bytes() if embed else None, "path": str(p)}
+             for p in paths]
+    table = datasets.Dataset.from_dict(  # Audio()'s own storage: a {bytes, path} struct
+        {"audio": cells, "text": [f"utt {i}" for i in range(len(paths))]}).cast_column(
+        "audio", datasets.Audio(decode=False))
+    assert isinstance(table.features["audio"], datasets.Audio)
+    table.to_parquet(str(tmp_path / "hf.parquet"))
+    if embed:  # the stored bytes are read, not the path
+        (tmp_path / "clips").rename(tmp_path / "moved")
+        paths = [tmp_path / "moved" / p.name for p in paths]
+    pack(tmp_path / "hf.parquet", tmp_path / "out.lmdb")
+    _check(tmp_path / "out.lmdb", paths)

@@ -51,6 +51,18 @@ class AudioKind(Kind):
                     deferred: bool) -> Any:
         return member if deferred else read(member)
 
+    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
+        """A clip path; a Hugging Face Audio() cell ({"bytes", "path"}, as `datasets` writes
+        Parquet) gives its stored bytes (never decoded), else its path."""
+        if isinstance(value, dict) and ("bytes" in value or "path" in value):
+            data, path = value.get("bytes"), value.get("path")
+            if data:
+                return bytes(data)
+            if isinstance(path, str) and path:
+                return path
+            raise ValueError("is an Audio() cell with neither bytes nor a path")
+        return super().from_cell(spec, value, from_csv)
+
     def check_column(self, spec: Spec, arrays: dict[str, np.ndarray]) -> str | None:
         meta = arrays.get("meta")
         if meta is not None and meta.size and int(meta.min()) < 1:

@@ -115,7 +115,11 @@ def _row_sample(line: int, row: Any, table: Path, specs: list[FieldSpec], column
                     "other records have (write null for an empty value)"}
         value = row.get(columns[spec.name])
         try:
-            if spec.kind.cell_is_path:  # an image's or a mask PNG's, relative to base
+            if spec.kind.cell_is_path and isinstance(value, dict):  # a {bytes, path} struct
+                value = spec.kind.from_cell(spec, value, from_csv)  # (Hugging Face Audio())
+            if spec.kind.cell_is_path and isinstance(value, bytes):
+                pass  # the file's bytes themselves
+            elif spec.kind.cell_is_path:  # an image's or a mask PNG's, relative to base
                 if not isinstance(value, str) or not value:
                     raise ValueError(f"has no {spec.kind} path")
                 if spec.kind.records and PATH_KEY not in sample:  # the records' source
