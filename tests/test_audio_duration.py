@@ -10,13 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fastloader.loader.duration_batches import BatchPlan, deal
-
-pytest.importorskip("soxr")
-
 from audiogen import clip
-from fastloader import Audio, FastLoader, pack
+from fastloader import Audio, FastLoader
 from fastloader.errors import InvalidArgumentError
+from fastloader.loader.duration_batches import BatchPlan, deal
+from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
 
 
 def _durations(n: int = 500, seed: int = 0) -> np.ndarray:

@@ -12,9 +12,10 @@ import pytest
 import soundfile as sf
 
 from audiogen import clip
-from fastloader import open_dataset, pack
+from fastloader import open_dataset
 from fastloader.errors import PackError
 from fastloader.format import kinds
+from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
 from fastloader.pack.maintain.verify import verify
 
 FIELDS = {"audio": "audio", "text": "text"}

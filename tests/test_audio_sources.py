@@ -14,8 +14,9 @@ import pytest
 import soundfile as sf
 
 from audiogen import clip
-from fastloader import Audio, FastLoader, open_dataset, pack
+from fastloader import Audio, FastLoader, open_dataset
 from fastloader.errors import PackError
+from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
 
 CLIPS = [("flac", 16000, 1, 0.5), ("wav", 8000, 2, 0.3), ("mp3", 22050, 1, 1.0),
          ("ogg", 32000, 1, 0.4), ("opus", 48000, 2, 0.6)]
@@ -145,3 +146,28 @@ def test_hugging_face_audio_cells(tmp_path: Path, embed: bool) -> None:
         paths = [tmp_path / "moved" / p.name for p in paths]
     pack(tmp_path / "hf.parquet", tmp_path / "out.lmdb")
     _check(tmp_path / "out.lmdb", paths)
+
+
+def test_a_folder_of_class_folders_of_clips(tmp_path: Path) -> None:
+    top = tmp_path / "commands"
+    want = {}
+    for k, name in enumerate(["yes", "no", "_background_noise_"]):
+        (top / name).mkdir(parents=True)
+        for i in range(2):
+            data = clip(16000, 0.2 + i / 10, 1, "wav", seed=10 * k + i)
+            (top / name / f"c{i}.wav").write_bytes(data)
+            want[f"{name}/c{i}.wav"] = data
+    (top / "README.md").write_text("not a clip")
+    pack(top, tmp_path / "out.lmdb")
+    with open_dataset(tmp_path / "out.lmdb") as ds:
+        assert ds.classes == ["_background_noise_", "no", "yes"]
+        got = {ds.path(i): (ds.sample(i)["audio"], ds.classes[int(ds.sample(i)["label"])])
+               for i in range(len(ds))}
+    assert {p: v[0] for p, v in got.items()} == want
+    assert all(p.startswith(label + "/") for p, (_, label) in got.items())
+    with FastLoader(tmp_path / "out.lmdb", batch_size=6, device="cpu", audio=Audio()) as loader:
+        (waves, _), labels = next(iter(loader))
+    assert waves.shape[0] == 6 and sorted(labels.tolist()) == [0, 0, 1, 1, 2, 2]
+    (top / "loose.wav").write_bytes(clip(16000, 0.1))
+    with pytest.raises(PackError, match="not in a class folder"):
+        pack(top, tmp_path / "again.lmdb")
