@@ -188,7 +188,7 @@ def test_the_image_loader_points_an_audio_dataset_to_audio(clips_dataset: Any) -
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"sample_rate": 0}, "sample_rate"), ({"crop_seconds": -1.0}, "crop_seconds"),
     ({"random_crop": True}, "needs crop_seconds"), ({"mono": True, "channels": 2}, "mono"),
-    ({"resample_quality": "best"}, "resample_quality")])
+    ({"resample_quality": "best"}, "resample_quality"), ({"dtype": "float16"}, "dtype")])
 def test_bad_audio_settings_are_refused(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(fastloader.InvalidArgumentError, match=match):
         Audio(**kwargs)
@@ -231,3 +231,13 @@ def test_cuda_batches_equal_the_cpu_ones(clips_dataset: Any) -> None:
     for ((w, n), t), ((wc, nc), tc) in zip(cpu, cuda, strict=True):
         assert wc.is_cuda and t == tc
         assert torch.equal(n, nc.cpu()) and torch.allclose(w, wc.cpu(), atol=TOLERANCE)
+
+
+def test_int16_output_is_the_float_output_rounded(clips_dataset: Any) -> None:
+    root, _ = clips_dataset
+    floats = _batches(root, batch_size=4, audio=Audio(sample_rate=16000))
+    ints = _batches(root, batch_size=4, audio=Audio(sample_rate=16000, dtype="int16"))
+    for ((w, n), _), ((wi, ni), _) in zip(floats, ints, strict=True):
+        assert wi.dtype == torch.int16 and torch.equal(n, ni)
+        want = np.clip(np.rint(w.numpy() * 32767.0), -32768, 32767)
+        assert np.array_equal(wi.numpy(), want)

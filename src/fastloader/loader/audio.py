@@ -3,11 +3,11 @@
 A producer thread runs `prefetch` batches ahead over the pass's batch plan
 (loader/duration_batches.py: fixed counts, or by duration with max_batch_seconds); per batch
 the decode threads (loader/audio_batch.py) read each clip's bytes zero-copy from the shard,
-decode only its crop, resample, mix, and write float32 into the batch buffer: a slot of the
-page-locked ring (loader/memory.BatchRing) on CUDA, copied non_blocking on a side stream (the
-slot is reused only after the copy's event), or a fresh tensor on the CPU. The other fields
-come from the collator the packed loader uses (loader/collate.py). Each batch's audio is the
-pair (waveforms float32 [B, C, T], lengths int64 [B]) where the records' image would be.
+decode only its crop, resample, mix, and write float32 (or int16) into the batch buffer: a
+slot of the page-locked ring (loader/memory.BatchRing) on CUDA, copied non_blocking on a side
+stream (the slot is reused only after the copy's event), or a fresh tensor on the CPU. The
+other fields come from the collator the packed loader uses (loader/collate.py). Each batch's
+audio is the pair (waveforms [B, C, T], lengths int64 [B]) where the records' image would be.
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         """A page-locked ring whose slots hold this pass's largest batch (CUDA only)."""
         if self._stream is None or not batches:
             return
-        need = max(math.prod(batch_shape(self._meta, b, self.audio)) * 4 for b in batches)
+        size = np.dtype(self.audio.dtype).itemsize
+        need = max(math.prod(batch_shape(self._meta, b, self.audio)) * size for b in batches)
         if self._ring is None or need > self._slot_bytes:
             self._ring = BatchRing(self._prefetch + 1, 1, 1, -(-need // 3), pin=True)
             self._slot_bytes = -(-need // 3) * 3
@@ -266,12 +267,13 @@ class _Pass:
             if slot is None:
                 raise _Halted
             count = math.prod(shape)
-            flat = loader._ring.arrays[slot].reshape(-1)[: count * 4]
-            out = flat.view(np.float32).reshape(shape)
+            dtype = np.dtype(loader.audio.dtype)
+            flat = loader._ring.arrays[slot].reshape(-1)[: count * dtype.itemsize]
+            out = flat.view(dtype).reshape(shape)
             waves = torch.from_numpy(out)
         else:
-            waves = torch.empty(shape, dtype=torch.float32)
-            out = waves.numpy()
+            out = np.empty(shape, loader.audio.dtype)
+            waves = torch.from_numpy(out)
         seed = loader._plan.seed
         with Timer(loader._counters, "decode"):
             lengths, failures = loader._decoder.decode_into(indices, seed, self.epoch, out)

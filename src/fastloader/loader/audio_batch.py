@@ -111,8 +111,11 @@ class BatchDecoder:
         if wave.shape[1] != out.shape[0]:
             raise DecodeError(f"has {wave.shape[1]} channels, its batch {out.shape[0]}")
         length = min(wave.shape[0], out.shape[1])
-        out[:, :length] = wave[:length].T
-        out[:, length:] = 0.0
+        if out.dtype == np.int16:  # round(x * 32767), clipped, as int16 PCM is read back
+            out[:, :length] = np.clip(np.rint(wave[:length].T * 32767.0), -32768, 32767)
+        else:
+            out[:, :length] = wave[:length].T
+        out[:, length:] = 0
         return length
 
     def decode_into(self, indices: np.ndarray, seed: int, epoch: int, out: np.ndarray

@@ -11,6 +11,7 @@ from fastloader.checks import flag, positive_int
 from fastloader.errors import invalid_argument, invalid_type
 
 QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")  # soxr's quality recipes
+DTYPES = ("float32", "int16")
 
 
 def _seconds(name: str, value: Any) -> float:
@@ -26,7 +27,7 @@ def _seconds(name: str, value: Any) -> float:
 class Audio:
     """How the audio loader decodes each clip of a packed audio dataset into its batch.
 
-    A batch's audio is float32 `[B, C, T]` (zero-padded after each clip's end) with its
+    A batch's audio is float32 (or int16) `[B, C, T]` (zero-padded after each clip's end) with its
     lengths, int64 `[B]`, the frames of each clip that are real. Each clip is decoded from
     its stored bytes seeking to its crop (only the frames needed), resampled with soxr and
     mixed down (or given its channels) on the loader's threads.
@@ -44,6 +45,8 @@ class Audio:
         random_crop: with crop_seconds, a crop start drawn uniformly from (seed, epoch,
             sample); False takes the clip's centre window.
         resample_quality: soxr's recipe: "QQ", "LQ", "MQ", "HQ" (default) or "VHQ".
+        dtype: "float32" (default; samples in [-1, 1]) or "int16" (round(x * 32767),
+            clipped; half the memory and copy).
 
     Raises:
         InvalidArgumentError: a value is out of range.
@@ -56,6 +59,7 @@ class Audio:
     crop_seconds: float | None = None
     random_crop: bool = False
     resample_quality: str = "HQ"
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.sample_rate is not None:
@@ -76,6 +80,10 @@ class Audio:
         if self.resample_quality not in QUALITIES:
             raise invalid_argument("Audio(resample_quality)", self.resample_quality,
                                    f"must be one of {QUALITIES}", "Pass 'HQ' (soxr's default).")
+
+        if self.dtype not in DTYPES:
+            raise invalid_argument("Audio(dtype)", self.dtype, f"must be one of {DTYPES}",
+                                   "Pass 'float32', or 'int16' for half the memory.")
 
     def out_channels(self, stored: int) -> int:
         """Channels a clip with `stored` channels comes out with."""
