@@ -95,3 +95,17 @@ def test_the_meta_column_is_range_checked_at_open(tmp_path: Path) -> None:
     np.save(tmp_path / "a.lmdb" / "index" / "field.audio.meta.npy", bad)
     with pytest.raises(DatasetError, match="meta"):
         PackedDataset(tmp_path / "a.lmdb", check_sha256=False)
+
+
+def test_an_audio_column_beside_images(tmp_path: Path) -> None:
+    from imagegen import encode, photo_like
+
+    datas = [clip(16000, 0.2 + i / 10, 1 + i % 2, "wav", seed=i) for i in range(3)]
+    images = [encode(photo_like(32, 48, i), "JPEG") for i in range(3)]
+    pack([{"image": im, "audio": d} for im, d in zip(images, datas, strict=True)],
+         tmp_path / "v.lmdb", fields={"image": "image", "audio": "audio"})
+    with open_dataset(tmp_path / "v.lmdb") as ds:
+        assert ds.image_field == "image"  # images stay the records
+        assert [ds.sample(i)["audio"] for i in range(3)] == datas
+        assert ds.columns.meta("audio")[:, 1].tolist() == [1, 2, 1]
+    assert verify(tmp_path / "v.lmdb", decode=True).problems == []
