@@ -10,11 +10,13 @@ import torch
 
 import fastloader
 from fastloader.loader import packed
+from fastloader.loader.audio import AudioLoader
 from fastloader.loader.dali import DaliLoader
 from fastloader.loader.dropin import DropInLoader
 from fastloader.loader.loader import FastLoader
 from fastloader.loader.options import (
     PATHS,
+    AudioOptions,
     DaliOptions,
     DropInOptions,
     PackedOptions,
@@ -92,7 +94,7 @@ def test_one_set_of_arguments_serves_every_loader(packed_path: Path) -> None:
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]
     loader.close()
     for name in PACKED_ONLY_DEFAULTS:
-        only = r"packed loader (and the DALI loader )?only"  # max_skips: DALI's too
+        only = r"packed loader (and the (DALI|audio) loader )?only"  # max_skips: DALI's too
         with pytest.raises(fastloader.InvalidArgumentError, match=rf"{name}.*{only}"):
             FastLoader(Numbers(), batch_size=2, num_workers=0, **{name: 7})
 
@@ -130,7 +132,7 @@ def test_the_signature_of_fastloader_lists_every_parameter() -> None:
     assert not any(p.kind is p.VAR_POSITIONAL for p in parameters.values())
     assert list(parameters)[:3] == ["data", "batch_size", "shuffle"]
     assert parameters["dataloader_kwargs"].kind is inspect.Parameter.VAR_KEYWORD
-    for loader in (PackedLoader, DaliLoader, DropInLoader):
+    for loader in (PackedLoader, DaliLoader, DropInLoader, AudioLoader):
         for name in own_parameters(loader):
             assert name in parameters, f"{loader.__name__}'s {name} is not in the signature"
             assert parameters[name].annotation is not inspect.Parameter.empty
@@ -138,7 +140,11 @@ def test_the_signature_of_fastloader_lists_every_parameter() -> None:
     for name, default in option_defaults(PackedOptions).items():
         assert parameters[name].default == default, name
     assert parameters["roi_decode"].default is True
-    assert len(parameters) == 1 + len(option_defaults(PackedOptions)) + 2  # data, roi, **
+    audio_only = [n for n in option_defaults(AudioOptions) if n not in
+                  option_defaults(PackedOptions)]
+    assert audio_only == ["audio", "max_batch_seconds", "duration_buckets"]
+    # data, roi, the audio loader's own, **
+    assert len(parameters) == 1 + len(option_defaults(PackedOptions)) + 2 + len(audio_only)
 
 
 def test_each_loader_shows_its_own_signature() -> None:

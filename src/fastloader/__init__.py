@@ -21,6 +21,7 @@ logging.getLogger("fastloader").addHandler(logging.NullHandler())
 
 # Public name -> module that defines it.
 _EXPORTS: dict[str, str] = {
+    "Audio": "fastloader.loader.audio_options",
     "BatchDecoder": "fastloader.decode.decode",
     "CenterCrop": "fastloader.decode.augment",
     "CorruptRecordError": "fastloader.errors",
@@ -101,6 +102,7 @@ if TYPE_CHECKING:  # let type checkers see the real objects
         GpuCutMix,
         GpuMixUp,
     )
+    from fastloader.loader.audio_options import Audio
     from fastloader.loader.dali import DaliLoader
     from fastloader.loader.loader import FastLoader
     from fastloader.loader.stats import LoaderStats

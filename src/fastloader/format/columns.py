@@ -16,6 +16,7 @@ import numpy as np
 
 from fastloader.errors import CorruptRecordError, DatasetError
 from fastloader.format.fields import FieldSpec
+from fastloader.format.kinds.base import WithMeta
 
 Loader = Callable[[str], np.ndarray]
 
@@ -33,17 +34,27 @@ def _flat(values: Sequence[bytes | np.ndarray], dtype: str) -> tuple[np.ndarray,
     return np.concatenate(flat).astype(dtype, copy=False), offsets
 
 
-def encode_column(spec: FieldSpec, values: Sequence[Any]) -> dict[str, np.ndarray]:
+def encode_column(spec: FieldSpec, values: Sequence[Any],
+                  records: bool = False) -> dict[str, np.ndarray]:
     """Index arrays of one field from its per-sample stored values (pack/values.py's forms:
-    int, float, ndarray of the field's dtype, or bytes)."""
-    names = spec.arrays()
+    int, float, ndarray of the field's dtype, or bytes; WithMeta of one for a kind with meta);
+    records: the field is the records (its values are in the shards: its meta only)."""
+    names = spec.arrays(records)
+    out: dict[str, np.ndarray] = {}
+    if spec.kind.meta:
+        meta = np.asarray([v.meta for v in values], np.int64).reshape(len(values),
+                                                                      len(spec.kind.meta))
+        out[names["meta"]] = meta
+        values = [v.value for v in values]
+    if records:
+        return out
     if not spec.variable:
         shape = (len(values), *(spec.shape or ()))
         data = np.asarray(values, spec.storage_dtype) if values else np.zeros(shape,
                                                                              spec.storage_dtype)
-        return {names["data"]: data.reshape(shape)}
+        return {names["data"]: data.reshape(shape), **out}
     flat, offsets = _flat(values, spec.storage_dtype)
-    out = {names["values"]: flat, names["offsets"]: offsets}
+    out |= {names["values"]: flat, names["offsets"]: offsets}
     if "shapes" in names:
         ndim = len(spec.shape or ())
         shapes = np.asarray([np.shape(v) for v in values], np.int64).reshape(len(values), ndim)
@@ -53,6 +64,14 @@ def encode_column(spec: FieldSpec, values: Sequence[Any]) -> dict[str, np.ndarra
 
 def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
     """encode_column's inverse: the per-sample stored values (a resumed pack's journal)."""
+    values = _decode_values(spec, arrays)
+    if not spec.kind.meta:
+        return values
+    meta = arrays[spec.arrays()["meta"]].tolist()
+    return [WithMeta(v, tuple(m)) for v, m in zip(values, meta, strict=True)]
+
+
+def _decode_values(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
     names = spec.arrays()
     if not spec.variable:
         data = arrays[names["data"]]
@@ -76,12 +95,14 @@ class Columns:
         self.records = records  # the image field stored as the shards' records
         self.count = count
         self.arrays: dict[str, dict[str, np.ndarray]] = {}
+        self.metas: dict[str, np.ndarray] = {}
         for spec in specs:
-            if spec.name == records:
-                continue
-            arrays = {role: load(name) for role, name in spec.arrays().items()}
-            self._check(spec, arrays)
-            self.arrays[spec.name] = arrays
+            arrays = {role: load(name) for role, name in spec.arrays(spec.name == records).items()}
+            if spec.kind.meta:
+                self._check_meta(spec, arrays.pop("meta"))
+            if spec.name != records:
+                self._check(spec, arrays)
+                self.arrays[spec.name] = arrays
 
     def _damaged(self, spec: FieldSpec, what: str) -> DatasetError:
         return DatasetError(f"{self.root}: field {spec.name!r} ({spec.describe()}): {what}; the "
@@ -108,6 +129,21 @@ class Columns:
         problem = spec.kind.check_column(spec, arrays)  # what only the kind knows (labels)
         if problem is not None:
             raise self._damaged(spec, problem)
+
+    def _check_meta(self, spec: FieldSpec, meta: np.ndarray) -> None:
+        want = (self.count, len(spec.kind.meta))
+        if meta.shape != want or meta.dtype != np.int64:
+            raise self._damaged(spec, f"its meta column is {meta.dtype} {meta.shape}, "
+                                f"expected int64 {want}")
+        problem = spec.kind.check_column(spec, {"meta": meta})  # the kind's own ranges
+        if problem is not None:
+            raise self._damaged(spec, problem)
+        self.metas[spec.name] = meta
+
+    def meta(self, name: str) -> np.ndarray:
+        """Field name's (N, len(kind.meta)) int64 facts (audio: sample_rate, channels,
+        frames per clip), checked at open; KeyError if its kind keeps none."""
+        return self.metas[name]
 
     def _check_shapes(self, spec: FieldSpec, shapes: np.ndarray, sizes: np.ndarray) -> None:
         want = np.asarray(spec.shape or (), np.int64)

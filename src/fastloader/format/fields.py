@@ -72,12 +72,16 @@ class FieldSpec:
             return self.kind.storage
         return self.dtype if self.is_array and self.dtype else "uint8"
 
-    def arrays(self) -> dict[str, str]:
-        """Role ("data", "values", "offsets", "shapes") -> index array name."""
+    def arrays(self, records: bool = False) -> dict[str, str]:
+        """Role ("data", "values", "offsets", "shapes", "meta") -> index array name; records:
+        this field is the dataset's records (its values are in the shards: its meta only)."""
         base = FIELD_PREFIX + self.name
+        names = {"meta": base + ".meta"} if self.kind.meta else {}
+        if records:
+            return names
         if not self.variable:
-            return {"data": base}
-        names = {"values": base + ".values", "offsets": base + ".offsets"}
+            return {"data": base, **names}
+        names |= {"values": base + ".values", "offsets": base + ".offsets"}
         if self.is_array:
             names["shapes"] = base + ".shapes"
         return names
@@ -175,9 +179,10 @@ def check_specs(specs: Sequence[FieldSpec], bad: type[Exception], where: str) ->
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise bad(f"{where}: a field name appears twice in {names}; names must be unique.")
-    if not any(s.kind.is_image for s in specs):
-        raise bad(f"{where}: no field of kind 'image' among {names}; a packed dataset stores "
-                  "one image per sample (its records): declare one.")
+    if not any(s.kind.records for s in specs):
+        kinds_named = " or ".join(repr(k) for k in kinds.names() if kinds.get(k).records)
+        raise bad(f"{where}: no field of kind {kinds_named} among {names}; a packed dataset "
+                  "stores one image (or clip) per sample (its records): declare one.")
     if sum(s.classes is not None for s in specs) > 1:
         raise bad(f"{where}: more than one int field has class names; only the label has.")
     _check_per_box(specs, bad, where)
@@ -199,8 +204,10 @@ def specs_from_manifest(raw: Any, where: str) -> list[FieldSpec]:
 
 
 def primary_image(specs: Sequence[FieldSpec]) -> FieldSpec:
-    """The image field stored as the records (the first one declared)."""
-    return next(s for s in specs if s.kind.is_image)
+    """The field stored as the records: the first image field declared, else the first of
+    another records kind (an audio clip in a dataset without images)."""
+    return next((s for s in specs if s.kind.is_image),
+                next(s for s in specs if s.kind.records))
 
 
 def label_field(specs: Sequence[FieldSpec]) -> FieldSpec | None:

@@ -19,6 +19,7 @@ from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
 from fastloader.errors import FastloaderError, invalid_argument
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
+from fastloader.loader.audio_options import Audio
 from fastloader.loader.lifetime import track
 from fastloader.loader.options import (
     BACKENDS,
@@ -151,6 +152,13 @@ class FastLoader:
             the orientations `packdata --apply-exif-orientation` stored (never parsed per
             sample). None (default): as the dataset was packed (as stored unless packed so);
             False: as stored; True needs a dataset packed so. The DALI loader refuses True.
+        audio: a fastloader.Audio: the audio loader (fastloader.loader.audio.AudioLoader) of
+            a packed dataset of clips; each batch's clips come as (float32 [B, C, T]
+            zero-padded, lengths int64 [B]) in the records' place (README "Audio datasets").
+        max_batch_seconds: audio loader only: batches by duration, each within this many
+            padded seconds (count x its longest clip), from duration_buckets buckets of clip
+            length (loader/duration_batches.py); None: batch_size clips a batch.
+        duration_buckets: audio loader only: the duration plan's bucket count (default 8).
         **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
 
     Which path takes which argument is read from the options classes of
@@ -253,6 +261,28 @@ class FastLoader:
     @overload
     def __new__(
         cls,
+        data: PackedData,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        *,
+        audio: Audio,
+        seed: int = 0,
+        device: str | torch.device | None = None,
+        num_threads: int | Literal["auto"] | None = "auto",
+        prefetch: int | Literal["auto"] = 2,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        on_error: Literal["raise", "skip"] = "raise",
+        verify_records: bool = False,
+        fields: Sequence[str] | None = None,
+        max_batch_seconds: float | None = None,
+        duration_buckets: int = 8,
+    ) -> FastLoader: ...
+
+    @overload
+    def __new__(
+        cls,
         data: torch.utils.data.Dataset[Any],
         batch_size: int | None = 1,
         shuffle: bool = False,
@@ -302,10 +332,13 @@ class FastLoader:
         prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
         roi_decode: bool = True,
         apply_exif_orientation: bool | None = None,
+        audio: Audio | None = None,
+        max_batch_seconds: float | None = None,
+        duration_buckets: int = 8,
         **dataloader_kwargs: Any,
     ) -> FastLoader:
         if cls is FastLoader:  # the factory: a subclass builds itself
-            cls = FastLoader._loader_of(_path_of(data, backend))
+            cls = FastLoader._loader_of(_path_of(data, backend, audio))
         return super().__new__(cls)
 
     # Each loader's class, by path ("packed loader", "DALI loader", "drop-in loader"): filled
@@ -458,13 +491,15 @@ def _is_dataset(data: Any) -> bool:
         hasattr(data, "__getitem__") and hasattr(data, "__len__"))
 
 
-def _path_of(data: Any, backend: Any) -> str:
+def _path_of(data: Any, backend: Any, audio: Any = None) -> str:
     """The path for these arguments: the drop-in loader for a dataset DataLoader takes, the
-    DALI loader for backend="dali", the packed loader otherwise (each checks the rest of its
-    arguments)."""
+    audio loader with audio=, the DALI loader for backend="dali", the packed loader otherwise
+    (each checks the rest of its arguments)."""
     data = unwrap_view(data)  # another packed loader's `dataset`: its packed dataset
     if _is_dataset(data):
         return "drop-in loader"
+    if audio is not None:
+        return "audio loader"
     if backend not in BACKENDS:
         raise invalid_argument("backend", backend, f"must be one of {BACKENDS}",
                                "Use 'auto' (native decode, Pillow without the extension) "

@@ -1,4 +1,4 @@
-"""FastLoader, the factory, with its three loaders: `fastloader.FastLoader` is read from here.
+"""FastLoader, the factory, with its four loaders: `fastloader.FastLoader` is read from here.
 
 FastLoader (loader/base.py) picks a loader by its path's name; each loader registers its name
 when its module is imported. This module imports all three, so a FastLoader taken from here
@@ -8,9 +8,10 @@ above themselves.
 
 from __future__ import annotations
 
+from fastloader.loader.audio import AudioLoader
 from fastloader.loader.base import FastLoader
 from fastloader.loader.dali import DaliLoader
 from fastloader.loader.dropin import DropInLoader
 from fastloader.loader.packed import PackedLoader
 
-__all__ = ["DaliLoader", "DropInLoader", "FastLoader", "PackedLoader"]
+__all__ = ["AudioLoader", "DaliLoader", "DropInLoader", "FastLoader", "PackedLoader"]

@@ -33,6 +33,7 @@ from fastloader.gpu.device import (
 )
 from fastloader.gpu.ops import GpuCompose, device_ops
 from fastloader.gpu.tensors import GpuTransform
+from fastloader.loader.audio_options import Audio, check_audio, check_duration_args
 from fastloader.loader.autotune import AUTO
 from fastloader.loader.batch_transform import check_batch_transform
 from fastloader.loader.sampler import (
@@ -236,6 +237,41 @@ def exif_turns(apply: bool | None, dataset: Any, path: str = "packed loader") ->
     return Turns(dataset.stored_shapes, orientations if apply else None)
 
 
+@dataclass
+class AudioOptions(LoaderOptions):
+    """The audio loader's options (FastLoader(..., audio=fastloader.Audio(...)), a packed
+    dataset of clips): loader/audio_options.py checks `audio` and the duration plan's."""
+
+    batch_size: int = 1
+    num_threads: int | Literal["auto"] | None = "auto"
+    prefetch: int | Literal["auto"] = 2
+    on_error: Literal["raise", "skip"] = "raise"
+    verify_records: bool = False
+    fields: Sequence[str] | None = None
+    audio: Audio | None = None
+    max_batch_seconds: float | None = None
+    duration_buckets: int = 8
+
+    def __post_init__(self) -> None:
+        self.batch_size = positive_int("batch_size", self.batch_size)
+        self.shuffle = flag("shuffle", self.shuffle)
+        self.drop_last = flag("drop_last", self.drop_last)
+        self.verify_records = flag("verify_records", self.verify_records)
+        if self.on_error not in ("raise", "skip"):
+            raise invalid_argument("on_error", self.on_error, "must be 'raise' or 'skip'",
+                                   "Pass on_error='skip' to replace undecodable clips.")
+        self.spec = check_audio(self.audio) or Audio()
+        check_duration_args(self.max_batch_seconds, self.duration_buckets, self.batch_size)
+        # no online tuner here: "auto" (and None) mean all the cores this rank may use
+        cores = threads_per_rank(planned_world(self.rank, self.world_size))
+        threads = cores if self.num_threads in (AUTO, None) else self.num_threads
+        self.threads = min(positive_int("num_threads", threads), MAX_THREADS)
+        self.depth = 2 if self.prefetch == AUTO else positive_int("prefetch", self.prefetch)
+        self.target = resolve_device(self.device, default_cuda=True)
+        EpochSampler.for_loader(0, self.seed, self.rank, self.world_size, self.shuffle,
+                                self.drop_last)
+
+
 def check_order(options: DecodeOptions, source: Sampler) -> None:
     """Check seed, rank, world_size, shuffle and sampler as the loader's sampler will (it needs
     the dataset's length, unknown until the dataset is open: 0 here, only the checks matter)."""
@@ -246,14 +282,17 @@ def check_order(options: DecodeOptions, source: Sampler) -> None:
 # -- which path takes which option ------------------------------------------------------------
 
 PATHS: dict[str, type[LoaderOptions]] = {
-    "packed loader": PackedOptions, "DALI loader": DaliOptions, "drop-in loader": DropInOptions}
+    "packed loader": PackedOptions, "DALI loader": DaliOptions, "drop-in loader": DropInOptions,
+    "audio loader": AudioOptions}
 FIXES = {
     "packed loader": "Drop it, or pass backend='dali' for the DALI loader.",
+    "audio loader": "Drop it: the audio loader (audio=) decodes clips, not images.",
     "DALI loader": "Drop it, or use the native backend (backend='auto').",
     "drop-in loader": "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
                       " or pack the images with `packdata` and pass the packed path.",
 }
 PATH_WORDS = {"packed loader": "packed path", "DALI loader": "DALI loader",
+              "audio loader": "audio loader of a packed audio dataset",
               "drop-in loader": "drop-in loader of a torch Dataset"}
 
 

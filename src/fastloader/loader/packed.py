@@ -128,6 +128,9 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             **remote.open_options)
         if self._owns_dataset:
             undo.callback(self._data.close)
+        if not self._data.fields[self._data.image_field].kind.is_image:
+            raise invalid_argument("data", str(self._data.root), "holds audio clips, not images",
+                                   "Pass audio=fastloader.Audio(...) for the audio loader.")
         # On the dataset, which reads the records (the producer's reads go through it). Off by
         # default: it costs ~3% of the loader's CPU on ImageNet-sized records (README).
         if options.verify_records or self._owns_dataset:  # a caller's keeps its own choice

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from fastloader.format.kinds.arrays import NdarrayKind
+from fastloader.format.kinds.audio import AudioKind
 from fastloader.format.kinds.base import (
     BadValue,
     Batch,
     Kind,
     RecordImage,
     StoreContext,
+    WithMeta,
     find,
     get,
     names,
@@ -31,7 +33,8 @@ MASK = register(MaskKind("mask"))
 TEXT = register(TextKind("text"))
 BYTES = register(BytesKind("bytes"))
 JSON = register(JsonKind("json"))
+AUDIO = register(AudioKind("audio"))
 
-__all__ = ["BOXES", "BYTES", "FLOAT", "IMAGE", "INT", "JSON", "MASK", "NDARRAY", "TEXT",
-           "BadValue", "Batch", "Kind", "RecordImage", "StoreContext", "find", "get", "names",
-           "register", "unregister"]
+__all__ = ["AUDIO", "BOXES", "BYTES", "FLOAT", "IMAGE", "INT", "JSON", "MASK", "NDARRAY",
+           "TEXT", "BadValue", "Batch", "Kind", "RecordImage", "StoreContext", "WithMeta",
+           "find", "get", "names", "register", "unregister"]

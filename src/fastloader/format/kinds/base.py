@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -30,6 +30,14 @@ Bad = Callable[[str], Exception]
 
 class BadValue(Exception):
     """A value that does not fit its field (pack time); the message says why."""
+
+
+class WithMeta(NamedTuple):
+    """A stored value and its per-sample facts, as store() returns them for a kind with
+    `meta` (the facts go to the field's (N, len(meta)) int64 meta column)."""
+
+    value: Any
+    meta: tuple[int, ...]
 
 
 class Spec(Protocol):
@@ -110,6 +118,12 @@ class Kind(str):
     raster: ClassVar[bool] = False  # a label image mapped by the producer's mask thread
     verified: ClassVar[bool] = False  # `packdata verify` reads every value back
     cell_is_path: ClassVar[bool] = False  # a table cell holds a file path (relative)
+    records: ClassVar[bool] = False  # may be the dataset's records (stored in the shards; the
+    # first such field declared is): the image kind, and kinds like audio that store their
+    # bytes as given, their record shape from record_shape()
+    meta: ClassVar[tuple[str, ...]] = ()  # names of int64 facts kept per sample beside the
+    # value in an (N, len(meta)) column, read without the value (store() returns WithMeta;
+    # audio: sample_rate, channels, frames); the records field keeps its meta column too
 
     @property
     def name(self) -> str:
@@ -141,6 +155,11 @@ class Kind(str):
         """value in its stored form (int, float, an ndarray of the field's dtype, or bytes);
         BadValue if it does not fit."""
         raise BadValue(f"kind {self.name} stores no values")  # pragma: no cover
+
+    def record_shape(self, spec: Spec, stored: Any) -> tuple[int, int]:
+        """A records kind other than image: the index's (N, 2) shape row of its stored value
+        (each >= 1; audio: channels, frames)."""
+        raise NotImplementedError(f"kind {self.name!r} sets records but has no record_shape")
 
     def check_rows(self, spec: Spec, values: dict[str, Any]) -> str | None:
         """Why the sample's stored values disagree with this field's (None: they agree)."""

@@ -20,6 +20,7 @@ class ImageKind(Kind):
     """Encoded image bytes, checked to decode when packed."""
 
     is_image = True
+    records = True
     verified = True  # read back, and decoded with `packdata verify --decode`
     cell_is_path = True
 

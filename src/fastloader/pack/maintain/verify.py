@@ -145,7 +145,8 @@ def _check_record(
         return f"cannot be read ({type(exc).__name__})"
     if zlib.crc32(data) != int(ds.crc32s[i]):
         return "crc32 mismatch: the stored bytes changed"
-    problem = _decode_problem(data, tuple(int(v) for v in ds.stored_shapes[i])) if decode else None
+    problem = (_decode_problem(ds, data, tuple(int(v) for v in ds.stored_shapes[i])) if decode
+               else None)
     if problem is None and ds.tiled and not report.tiles_unchecked:
         problem = _tile_problem(ds, i, data, decode, report, source)
     return problem
@@ -173,10 +174,14 @@ def _tile_problem(
     return problem
 
 
-def _decode_problem(data: memoryview, shape: tuple[int, ...]) -> str | None:
+def _decode_problem(ds: PackedDataset, data: memoryview, shape: tuple[int, ...]) -> str | None:
     """Decode as the loader does (its decoder, its rules: the native core when built, where a
     libjpeg warning that damages pixels is an error), at 1/8 scale: every scan is still
-    entropy-decoded, so damage anywhere in the data is found."""
+    entropy-decoded, so damage anywhere in the data is found. Records of another kind (audio)
+    are decoded by their kind."""
+    spec = ds.fields[ds.image_field]
+    if not spec.kind.is_image:
+        return spec.kind.verify(spec, bytes(data), (shape[0], shape[1]), lambda _: None)
     try:
         hdr = decoder.header(data)
         if (hdr.height, hdr.width) == shape:

@@ -24,16 +24,18 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.decode.audio import AUDIO_EXTENSIONS
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
-from fastloader.format.kinds import BYTES, IMAGE, INT, JSON, NDARRAY, TEXT, Kind
+from fastloader.format.kinds import AUDIO, BYTES, IMAGE, INT, JSON, NDARRAY, TEXT, Kind
 from fastloader.format.remote import is_url
 from fastloader.pack.sources import spatial
 from fastloader.pack.sources.tar_index import TarIndex
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
-_KINDS = {"cls": INT, "txt": TEXT, "json": JSON, "npy": NDARRAY}
+_KINDS = {"cls": INT, "txt": TEXT, "json": JSON, "npy": NDARRAY,
+          **dict.fromkeys((e.lstrip(".") for e in AUDIO_EXTENSIONS), AUDIO)}
 _PEEK = 64  # tar samples read ahead to find the fields
 
 

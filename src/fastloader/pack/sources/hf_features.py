@@ -7,8 +7,8 @@ Image -> image (the stored bytes, never decoded; the path only where there are n
 ClassLabel -> int with its class names, Value(string) -> text, Value(int*, uint*, bool) ->
 int, Value(float*) -> float (null: NaN), Value(binary) -> bytes, List / LargeList / Sequence
 of numbers and ArrayND -> ndarray (a fixed length, or -1), lists of anything else, dicts and
-Json -> json. Another feature type is refused naming the column and what to do. To map a new
-feature type (e.g. Audio), add an entry to FEATURES: its `_type` -> a function of the
+Json -> json, Audio -> audio (the stored bytes, never decoded). Another feature type is
+refused naming the column and what to do. To map a new feature type (e.g. Video), add an entry to FEATURES: its `_type` -> a function of the
 feature's JSON giving a Mapped (or None: not packable).
 """
 
@@ -62,6 +62,20 @@ def image_source(value: Any) -> Any:
     if value is None:
         raise ValueError("is empty (no image)")
     return value  # a PIL image, an ndarray...: store() says whether it is one
+
+
+def clip_source(value: Any) -> Any:
+    """An Audio value ({bytes, path} struct, bytes or a path) as the clip's stored bytes
+    (never decoded), or the path where the struct has no bytes."""
+    if isinstance(value, Mapping):
+        if value.get("bytes") is not None:
+            return bytes(value["bytes"])
+        if value.get("path"):
+            return str(value["path"])
+        raise ValueError("has neither bytes nor a path (an empty clip)")
+    if value is None:
+        raise ValueError("is empty (no clip)")
+    return value
 
 
 def image_path(value: Any) -> str | None:
@@ -168,9 +182,10 @@ def _has_no_media(feature: Any) -> bool:
         "binary", "large_binary")
 
 
-# feature `_type` -> its field; extend here (e.g. "Audio") to pack another feature type
+# feature `_type` -> its field; extend here to pack another feature type
 FEATURES: dict[str, Callable[[Mapping[str, Any]], Mapped | None]] = {
     "Image": lambda feature: Mapped("image", image_source),
+    "Audio": lambda feature: Mapped("audio", clip_source),
     "ClassLabel": lambda feature: Mapped(("int", list(feature.get("names") or [])), class_id),
     "Value": _value,
     "List": _list, "LargeList": _list, "Sequence": _list,

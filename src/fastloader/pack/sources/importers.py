@@ -9,7 +9,8 @@ from typing import Any
 from fastloader.errors import PackError
 from fastloader.format.remote import is_url
 
-SOURCE_FORMATS = ("imagefolder", "csv", "tsv", "jsonl", "parquet", "files", "tar", "coco")
+SOURCE_FORMATS = ("imagefolder", "csv", "tsv", "jsonl", "parquet", "files", "tar", "coco",
+                  "audiofolder")
 _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet",
              ".tar": "tar", ".json": "coco"}
 
@@ -28,11 +29,14 @@ def detect(src: str | os.PathLike[str], forced: str | None) -> str:
     if ("{" in text and text.rstrip("}").endswith(".tar")) or text.endswith(".tar"):
         return "tar"
     if path.is_dir():
+        from fastloader.pack.sources.audio_tree import is_clip_tree
         from fastloader.pack.sources.hf_parquet import is_parquet_folder
 
         if is_parquet_folder(path):  # one split's files, as the Hugging Face Hub keeps them
             return "parquet"
-        return "files" if _has_groups(path) else "imagefolder"
+        if _has_groups(path):
+            return "files"
+        return "audiofolder" if is_clip_tree(path) else "imagefolder"
     suffix = path.suffix.lower()
     if suffix in _SUFFIXES:
         return _SUFFIXES[suffix]
@@ -80,7 +84,7 @@ def fingerprint(kind: str, path: str, storage_options: dict[str, Any] | None = N
             from fastloader.pack.sources.groups import expand_braces
 
             files = [Path(p) for p in expand_braces(path)]
-        elif kind == "files":
+        elif kind in ("files", "audiofolder"):
             files = sorted(p for p in Path(path).rglob("*") if p.is_file())
         elif kind == "parquet":  # a file, a brace pattern or a folder of one split's files
             from fastloader.pack.sources.hf_parquet import parquet_files
@@ -160,6 +164,10 @@ def _open(src: str | os.PathLike[str], kind: str, *, fields: Any, image: str | N
         from fastloader.pack.sources.groups import open_groups
 
         return open_groups(src, kind, fields, storage_options)
+    if kind == "audiofolder":
+        from fastloader.pack.sources.audio_tree import open_audio_tree
+
+        return open_audio_tree(src, fields, image, label, root)
     from fastloader.pack.sources.tables import open_table
 
     return open_table(src, kind, fields, image, label, root)

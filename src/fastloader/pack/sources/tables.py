@@ -36,6 +36,7 @@ from fastloader.pack.sources.hf_features import Mapped, fields_of, is_image, kin
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, ParquetCell
 
 IMAGE_COLUMNS = ("path", "image", "file", "filename")
+AUDIO_COLUMNS = ("audio", "audio_filepath", "audio_path")  # NeMo manifests: audio_filepath
 _EMPTY = None  # an empty cell, before the column's kind says what it reads as
 
 
@@ -137,11 +138,11 @@ class _Reading:
             cell = value  # a struct's path: under base, as a path cell's
         elif not spec.kind.cell_is_path:
             return _convert(spec, cell, self.from_csv)
-        if isinstance(cell, (bytes, bytearray)) and spec.kind.is_image:
+        if isinstance(cell, (bytes, bytearray)) and spec.kind.records:  # the file's bytes
             return bytes(cell)
         if not isinstance(cell, str) or not cell:  # an image's or a mask PNG's path
             raise ValueError(f"has no {spec.kind} path")
-        if spec.kind.is_image:
+        if spec.kind.records:  # the records' source path
             sample.setdefault(PATH_KEY, cell)
         return str(self.base / cell)
 
@@ -168,17 +169,22 @@ def _row_sample(where: str, row: Any, specs: list[FieldSpec], reading: _Reading
 
 
 def _image_column(where: str, header: list[str], image: str | None,
-                  features: dict[str, Mapped], binary: frozenset[str]) -> str:
+                  features: dict[str, Mapped], binary: frozenset[str],
+                  overrides: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """The records' column: given, else by name, else the first Image feature or column of
-    image bytes ({bytes, path} structs)."""
+    image bytes ({bytes, path} structs); None (with the clip column declared audio in the
+    overrides returned) for a table of clips."""
     lowered = {h.lower(): h for h in header}
     found = image or next((lowered[c] for c in IMAGE_COLUMNS if c in lowered), None) or next(
         (c for c in header if c in features and features[c].image), None) or next(
         (c for c in header if c in binary), None)
+    clips = None if image else _audio_column(header, lowered, overrides, features)
+    if clips is not None and (found is None or found == clips or found not in header):
+        return None, {**overrides, clips: "audio"}  # a clip dataset: its clips are the records
     if found is None or found not in header:
         raise PackError(f"{where}: no image column (looked for {image or ', '.join(IMAGE_COLUMNS)}"
                         f" among {header}); name it with --image COL.")
-    return found
+    return found, overrides
 
 
 def _label_spec(where: str, label: str, rows: list[tuple[str, Any]],
@@ -194,7 +200,7 @@ def _label_spec(where: str, label: str, rows: list[tuple[str, Any]],
     return FieldSpec("label", "int", classes=tuple(names)), None
 
 
-def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col: str,
+def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col: str | None,
            label: str | None, overrides: dict[str, Any], from_csv: bool,
            features: dict[str, Mapped]
            ) -> tuple[list[FieldSpec], dict[str, str], dict[str, Callable[[Any], Any]]]:
@@ -203,8 +209,8 @@ def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col
     if label is not None and label not in header:
         raise PackError(f"{where}: no column {label!r} for --label among {header}.")
     _check_overrides(where, header, image_col, label, overrides)
-    columns = {"image": image_col}
-    specs = [FieldSpec("image", "image")]
+    columns = {"image": image_col} if image_col is not None else {}
+    specs = [FieldSpec("image", "image")] if image_col is not None else []
     converters = {"image": features[image_col].convert} if image_col in features else {}
     if label is not None:
         spec, convert = _label_spec(where, label, rows, features)
@@ -229,13 +235,13 @@ def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col
     return specs, columns, converters
 
 
-def _check_overrides(where: str, header: list[str], image_col: str, label: str | None,
+def _check_overrides(where: str, header: list[str], image_col: str | None, label: str | None,
                      overrides: dict[str, Any]) -> None:
     """--field names columns, and keeps the image column an image and the label a label."""
     unknown = set(overrides) - set(header)
     if unknown:
         raise PackError(f"{where}: --field names {sorted(unknown)}, not columns of {header}.")
-    if image_col in overrides and not is_image(overrides[image_col]):
+    if image_col is not None and image_col in overrides and not is_image(overrides[image_col]):
         raise PackError(f"{where}: --field {image_col}:... declares the image column "
                         f"{image_col!r} another kind; it holds the records, read as image "
                         "bytes ({bytes, path} structs or binary cells) or image paths, so its "
@@ -260,6 +266,20 @@ def _hint(value: Any) -> int:
     return value.size if isinstance(value, ParquetCell) else hints.size_hint(value)
 
 
+def _audio_column(header: list[str], lowered: dict[str, str], overrides: dict[str, Any],
+                  features: dict[str, Mapped]) -> str | None:
+    """The column of clips: one declared of a records kind other than image (--field
+    COL:audio), else a Hugging Face Audio() feature's, else one named like AUDIO_COLUMNS;
+    None: not a clip table."""
+    for column in header:
+        spec = overrides.get(column, features[column].spec if column in features else None)
+        if spec is not None:
+            kind = make_spec(column, spec, PackError, "--field").kind
+            if kind.records and not kind.is_image:
+                return column
+    return next((lowered[c] for c in AUDIO_COLUMNS if c in lowered), None)
+
+
 def open_table(path: str | os.PathLike[str], kind: str, fields: Any, image: str | None,
                label: str | None, root: str | os.PathLike[str] | None
                ) -> tuple[list[dict[str, Any]], list[FieldSpec], dict[str, Any]]:
@@ -274,9 +294,10 @@ def open_table(path: str | os.PathLike[str], kind: str, fields: Any, image: str 
               "jsonl": _jsonl_rows}[kind]
     header, lines = reader(table)
     rows = [(f"{table} line {line}", row) for line, row in lines]
-    image_col = _image_column(str(table), header, image, {}, frozenset())
-    specs, columns, _ = _specs(str(table), header, rows, image_col, label, dict(fields or {}),
-                               from_csv, {})
+    image_col, overrides = _image_column(str(table), header, image, {}, frozenset(),
+                                         dict(fields or {}))
+    specs, columns, _ = _specs(str(table), header, rows, image_col, label, overrides, from_csv,
+                               {})
     base = Path(root).expanduser().absolute() if root is not None else table.parent
     reading = _Reading(columns, base, from_csv, {})
     samples = TableSamples(_row_sample(where, row, specs, reading) for where, row in rows)
@@ -294,8 +315,9 @@ def _open_parquet(path: str | os.PathLike[str], fields: Any, image: str | None,
     overrides = dict(fields or {})
     known = {c: f for c, f in table.features.items() if c in table.header}
     features = fields_of(known, where, {c: k for c, k in overrides.items() if c in known})
-    image_col = _image_column(where, table.header, image, features, table.binary)
-    images = {image_col} | {c for c, m in features.items() if m.image} | {
+    image_col, overrides = _image_column(where, table.header, image, features, table.binary,
+                                         overrides)
+    images = ({image_col} if image_col is not None else set()) | {c for c, m in features.items() if m.image} | {
         c for c, k in overrides.items() if is_image(k)}
     base = Path(root).expanduser().absolute() if root is not None else (
         source if source.is_dir() else table.files[0].parent)

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import io
 import os
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from fastloader.errors import OptionalDependencyError
-from fastloader.format.fields import FieldSpec
+from fastloader.format.fields import FieldSpec, primary_image
 from fastloader.format.kinds import BadValue
+from fastloader.format.manifest import Codec
 from fastloader.pack.sources.hf_features import image_source
 from fastloader.pack.sources.validate import Prepared, prepare_data, read_source
 from fastloader.pack.sources.validate import reject as _reject
@@ -257,6 +259,14 @@ def _fit_record(specs: Sequence[FieldSpec], values: dict[str, Any], source: byte
     return None
 
 
+def _kind_record(spec: FieldSpec, stored: Any) -> Prepared:
+    """The record of a records kind other than image (audio): its stored bytes as given, its
+    kind's shape row; the stored value (its meta) stays among the values."""
+    data = stored.value if spec.kind.meta else stored
+    height, width = spec.kind.record_shape(spec, stored)
+    return Prepared(data, height, width, int(Codec.UNKNOWN), zlib.crc32(data), None, False)
+
+
 class Limits(Protocol):
     """What preparing a sample reads of the pack's settings (staging/plan.TaskSettings)."""
 
@@ -291,6 +301,7 @@ def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
                                       f"does not declare ({sorted(names)}); declare it or drop "
                                       "it"), {}, path)
     values: dict[str, Any] = {}
+    records = primary_image(specs).name
     store = _Store(settings.max_file_size)
     record: Prepared | None = None
     source = b""
@@ -308,6 +319,8 @@ def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
                     raise BadValue(record.error or "not a decodable image")
                 continue
             values[spec.name] = spec.kind.store(spec, sample[spec.name], store)
+            if record is None and spec.kind.records and spec.name == records:
+                record = _kind_record(spec, values[spec.name])
         except BadValue as exc:
             return PreparedSample(_reject(f"{where}: field {spec.name!r} ({spec.describe()}): "
                                           f"{exc}"), {}, path)

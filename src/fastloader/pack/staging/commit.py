@@ -259,8 +259,8 @@ def _join(specs: Sequence[FieldSpec], parts: list[dict[str, np.ndarray]]
     joined["path_offsets"] = _shifted([p["path_offsets"] for p in parts])
     joined["path_bytes"] = np.concatenate([p["path_bytes"] for p in parts]).astype(np.uint8)
     records = primary_image(specs).name
-    for spec in (s for s in specs if s.name != records):
-        for role, name in spec.arrays().items():
+    for spec in specs:
+        for role, name in spec.arrays(spec.name == records).items():
             pieces = [p[name] for p in parts]
             joined[name] = _shifted(pieces) if role == "offsets" else np.concatenate(pieces)
     return joined

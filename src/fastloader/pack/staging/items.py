@@ -194,8 +194,8 @@ class _SampleRows:
         self.data: list[bytes] = []
         self.core: list[tuple[int, ...]] = []
         self.paths: list[str] = []
-        self.columns: dict[str, list[Any]] = {s.name: [] for s in specs
-                                              if s.name != self.records}
+        self.columns: dict[str, list[Any]] = {s.name: [] for s in specs  # the records' meta
+                                              if s.name != self.records or s.kind.meta}
         self.skipped: list[list[str]] = []
         self.reencoded = 0
         self.keys = bytearray() if keyed else None
@@ -233,7 +233,7 @@ class _SampleRows:
                   zip(CORE, [offsets, *core], _CORE_DTYPES, strict=True)}
         arrays["path_offsets"], arrays["path_bytes"] = encode_paths(self.paths)
         for name, values in self.columns.items():
-            arrays |= encode_column(self.by_name[name], values)
+            arrays |= encode_column(self.by_name[name], values, name == self.records)
         return with_orientations(arrays, self.orientations)
 
 

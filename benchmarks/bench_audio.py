@@ -1,0 +1,174 @@
+"""Audio loading: FastLoader(audio=) vs the plain torch DataLoader written the usual way (workers
+that open each clip file with soundfile, seek to the crop, read it, mix to mono, resample with
+soxr, and a collate that zero-pads), same clips, same crops (the loader's own crop plan), same
+batch; interleaved rounds, medians and same-round ratios. `--gil` measures whether
+soundfile's decode and soxr's resample release the GIL (a Python thread spinning beside one
+long call keeps its rate only if they do)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+import soxr
+import torch
+
+from fastloader import Audio, FastLoader, pack
+from fastloader.loader.audio_batch import plan_crop
+
+RATES = (16000, 44100, 22050, 48000)  # three of four clips are resampled to 16 kHz
+
+
+def make_clips(folder: Path, count: int, seconds: tuple[float, float], fmt: str = "flac",
+               rates: tuple[int, ...] = RATES) -> list[Path]:
+    """Clips of speech-like length: noise shaped by a slow envelope, rates as given in turn."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(count):
+        rate = rates[i % len(rates)]
+        frames = int(rng.uniform(*seconds) * rate)
+        envelope = 0.5 + 0.5 * np.sin(np.arange(frames) / rate * 3.0)
+        wave = (0.2 * rng.standard_normal(frames) * envelope).astype(np.float32)
+        path = folder / f"{i:05d}.{fmt}"
+        sf.write(path, wave, rate)
+        paths.append(path)
+    return paths
+
+
+class ClipFiles(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """The usual Dataset: one clip file per item, decoded in the worker."""
+
+    def __init__(self, paths: list[Path], meta: np.ndarray, audio: Audio, seed: int) -> None:
+        self.paths, self.meta, self.audio, self.seed = paths, meta, audio, seed
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        crop = plan_crop(self.meta, i, self.audio, self.seed, 0)
+        with sf.SoundFile(self.paths[i]) as f:
+            f.seek(crop.start)
+            wave = f.read(crop.frames, dtype="float32", always_2d=True).mean(1)
+            rate = f.samplerate
+        if rate != self.audio.sample_rate:
+            wave = soxr.resample(wave, rate, self.audio.sample_rate)
+        return torch.from_numpy(np.ascontiguousarray(wave, np.float32))
+
+
+def pad_collate(waves: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(w) for w in waves], dtype=torch.int64)
+    out = torch.zeros(len(waves), 1, int(lengths.max()))
+    for row, wave in enumerate(waves):
+        out[row, 0, : len(wave)] = wave
+    return out, lengths
+
+
+def timed(batches: Any) -> tuple[int, float]:
+    start, clips = time.perf_counter(), 0
+    for batch in batches:
+        waves = batch[0][0] if isinstance(batch[0], tuple) else batch[0]
+        clips += waves.shape[0]
+    return clips, time.perf_counter() - start
+
+
+def _spin_rate(call: Any) -> float:
+    """Loops per second a spinning Python thread makes while call() runs (call None: alone)."""
+    stop, count = threading.Event(), [0]
+
+    def spin() -> None:
+        while not stop.is_set():
+            count[0] += 1
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    time.sleep(0.02)  # the spinner is running
+    before, start = count[0], time.perf_counter()
+    if call is None:
+        time.sleep(0.2)
+    else:
+        call()
+    after, seconds = count[0], time.perf_counter() - start
+    stop.set()
+    thread.join()
+    return (after - before) / seconds
+
+
+def gil_probe() -> None:
+    rate = 16000
+    wave = (0.3 * np.random.default_rng(0).standard_normal(rate * 600)).astype(np.float32)
+    buffer = io.BytesIO()
+    sf.write(buffer, wave, rate, format="FLAC")
+    data, blob = buffer.getvalue(), b"\x00" * (1 << 30)
+    calls = {"soundfile.read (10 min FLAC)": lambda: sf.read(io.BytesIO(data), dtype="float32"),
+             "soxr.resample (10 min, 16k->8k)": lambda: soxr.resample(wave, rate, 8000),
+             # the control: bytes.find is one C call that keeps the GIL
+             "control: bytes.find over 1 GiB": lambda: blob.find(b"\x01")}
+    for name, call in calls.items():
+        ratio = _spin_rate(call) / _spin_rate(None)
+        print(f"{name}: a Python thread beside it ran at {ratio:.2f}x its solo rate "
+              "(near 0 if the call holds the GIL)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clips", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--crop", type=float, default=2.0, help="seconds; 0: whole clips")
+    parser.add_argument("--seconds", type=float, nargs=2, default=(1.0, 12.0))
+    parser.add_argument("--format", default="flac", choices=("flac", "wav"))
+    parser.add_argument("--rates", type=int, nargs="+", default=list(RATES))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--gil", action="store_true", help="only the GIL probe")
+    args = parser.parse_args()
+    if args.gil:
+        gil_probe()
+        return 0
+    audio = (Audio(sample_rate=16000, crop_seconds=args.crop, random_crop=True) if args.crop
+             else Audio(sample_rate=16000))
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = make_clips(Path(tmp) / "clips", args.clips, tuple(args.seconds), args.format,
+                           tuple(args.rates))
+        root = Path(tmp) / "clips.lmdb"
+        pack([{"audio": str(p)} for p in paths], root, fields={"audio": "audio"})
+        loader = FastLoader(root, batch_size=args.batch, device="cpu", audio=audio,
+                            fields=["audio"], num_threads=args.workers, prefetch=4)
+        meta = loader.dataset.columns.meta("audio")
+        dataset = ClipFiles(paths, meta, audio, seed=0)
+        dl = torch.utils.data.DataLoader(dataset, batch_size=args.batch,
+                                         num_workers=args.workers, collate_fn=pad_collate,
+                                         persistent_workers=True, prefetch_factor=4)
+        timed(loader)  # warm-up passes: threads, workers and the page cache
+        timed((b,) for b in dl)
+        results: dict[str, list[float]] = {"fastloader": [], "DataLoader": []}
+        for round_index in range(args.rounds):
+            order = list(results) if round_index % 2 == 0 else list(results)[::-1]
+            for name in order:
+                if name == "fastloader":
+                    loader.set_epoch(0)
+                    clips, seconds = timed(loader)
+                else:
+                    clips, seconds = timed((b,) for b in dl)
+                results[name].append(clips / seconds)
+                print(f"round {round_index} {name}: {clips / seconds:.0f} clips/s", flush=True)
+        loader.close()
+    ratios = [a / b for a, b in zip(results["fastloader"], results["DataLoader"], strict=True)]
+    for name, values in results.items():
+        print(f"{name}: median {statistics.median(values):.0f} clips/s over {args.rounds} rounds")
+    print(f"same-round ratio fastloader/DataLoader: median {statistics.median(ratios):.2f}x "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

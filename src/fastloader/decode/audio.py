@@ -1,0 +1,116 @@
+"""Audio clips: their header facts, a decode that seeks to the crop, resampling and channel mix.
+
+libsndfile (through `soundfile`) reads WAV, FLAC, MP3 and Ogg Vorbis/Opus from the bytes as
+stored; `soxr` resamples. Both are the optional extra `audio`, imported on first use. Both
+release the GIL inside their C calls (soundfile is a cffi ABI binding, and cffi drops the GIL
+around every C call; soxr's extension releases it around the resampler):
+benchmarks/bench_audio.py --gil measures it, so the loader's decode threads run in parallel.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fastloader.errors import DecodeError, OptionalDependencyError
+
+AUDIO_EXTENSIONS = (".flac", ".wav", ".mp3", ".ogg", ".opus")
+EXTRA_FIX = "pip install 'fastloader[audio]'"
+
+
+def soundfile() -> Any:
+    """The soundfile module; OptionalDependencyError naming the extra if it is missing."""
+    try:
+        import soundfile as sf
+    except (ImportError, OSError) as exc:  # OSError: the module without its libsndfile
+        raise OptionalDependencyError(
+            f"audio fields need soundfile (libsndfile) ({exc}); {EXTRA_FIX}") from None
+    return sf
+
+
+def _soxr() -> Any:
+    try:
+        import soxr
+    except ImportError as exc:
+        raise OptionalDependencyError(
+            f"resampling audio needs soxr ({exc}); {EXTRA_FIX}") from None
+    return soxr
+
+
+def _why(exc: Exception) -> str:
+    """libsndfile's own words, without the file object's repr soundfile puts before them."""
+    return str(getattr(exc, "error_string", "") or exc).rpartition(">: ")[2]
+
+
+class ClipInfo(NamedTuple):
+    """What a clip's header says: its sample rate (Hz), channels and frames."""
+
+    sample_rate: int
+    channels: int
+    frames: int
+
+
+def probe(data: bytes) -> ClipInfo:
+    """The clip's header facts; DecodeError if libsndfile cannot open it or it is empty."""
+    sf = soundfile()
+    try:
+        info = sf.info(io.BytesIO(data))
+    except (RuntimeError, sf.LibsndfileError) as exc:
+        raise DecodeError(f"not an audio clip libsndfile reads ({_why(exc)})") from None
+    if info.frames < 1 or info.channels < 1 or info.samplerate < 1:
+        raise DecodeError(f"an empty clip ({info.frames} frames, {info.channels} channels at "
+                          f"{info.samplerate} Hz)")
+    return ClipInfo(int(info.samplerate), int(info.channels), int(info.frames))
+
+
+def check(data: bytes, info: ClipInfo) -> str | None:
+    """Why the whole clip does not decode to its header's frames, or None (pack, verify)."""
+    try:
+        clip = decode(data, 0, info.frames)
+    except DecodeError as exc:
+        return str(exc)
+    if clip.shape != (info.frames, info.channels):
+        return (f"decodes to {clip.shape[0]} frames of {clip.shape[1]} channels, its header "
+                f"says {info.frames} of {info.channels}")
+    return None
+
+
+def decode(data: Any, start: int, frames: int) -> np.ndarray:
+    """float32 [frames, channels] from frame `start`, seeking there (only the frames needed
+    are decoded); fewer rows when the clip ends first. DecodeError if the data is damaged."""
+    sf = soundfile()
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as clip:
+            if start:
+                clip.seek(start)
+            return clip.read(frames, dtype="float32", always_2d=True)
+    except (RuntimeError, sf.LibsndfileError, ValueError) as exc:
+        raise DecodeError(f"does not decode ({_why(exc)})") from None
+
+
+def resample(clip: np.ndarray, rate: int, target: int, quality: str) -> np.ndarray:
+    """clip [frames, channels] at `rate` Hz as float32 at `target` Hz (soxr, `quality`)."""
+    if rate == target:
+        return clip
+    out = _soxr().resample(clip, rate, target, quality=quality)
+    return np.asarray(out, np.float32).reshape(-1, clip.shape[1])
+
+
+def mix(clip: np.ndarray, mono: bool, channels: int | None) -> np.ndarray:
+    """clip [frames, C] as [frames, 1] (mono: the channels' mean) or `channels` channels (a
+    mono clip repeated; more channels than a clip has: DecodeError), or as it is."""
+    if mono:
+        return clip if clip.shape[1] == 1 else clip.mean(axis=1, keepdims=True, dtype=np.float32)
+    if channels is None or clip.shape[1] == channels:
+        return clip
+    if clip.shape[1] == 1:
+        return np.repeat(clip, channels, axis=1)
+    raise DecodeError(f"has {clip.shape[1]} channels, the loader wants {channels}")
+
+
+def output_frames(frames: int, rate: int, target: int) -> int:
+    """Frames a resample of `frames` at `rate` to `target` gives, to within one: soxr's
+    one-shot length is frames * target / rate rounded half up, computed in floating point."""
+    return frames if rate == target else (2 * frames * target + rate) // (2 * rate)

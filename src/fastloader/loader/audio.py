@@ -1,0 +1,347 @@
+"""AudioLoader: batches of a packed audio dataset (FastLoader(path, audio=fastloader.Audio())).
+
+A producer thread runs `prefetch` batches ahead over the pass's batch plan
+(loader/duration_batches.py: fixed counts, or by duration with max_batch_seconds); per batch
+the decode threads (loader/audio_batch.py) read each clip's bytes zero-copy from the shard,
+decode only its crop, resample, mix, and write float32 (or int16) into the batch buffer: a
+slot of the page-locked ring (loader/memory.BatchRing) on CUDA, copied non_blocking on a side
+stream (the slot is reused only after the copy's event), or a fresh tensor on the CPU. The
+other fields come from the collator the packed loader uses (loader/collate.py). Each batch's
+audio is the pair (waveforms [B, C, T], lengths int64 [B]) where the records' image would be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from fastloader.errors import DecodeError, FastloaderError, ProducerError, invalid_argument
+from fastloader.format.open import dataset_from
+from fastloader.loader.audio_batch import BatchDecoder, batch_shape
+from fastloader.loader.audio_options import Audio
+from fastloader.loader.base import FastLoader, PackedAttributes, PackedData
+from fastloader.loader.collate import FieldCollator
+from fastloader.loader.duration_batches import BatchPlan
+from fastloader.loader.memory import BatchRing
+from fastloader.loader.options import AudioOptions, options_of, refuse_unknown, take_foreign
+from fastloader.loader.sampler import EpochSampler
+from fastloader.loader.stats import Counters, LoaderStats, Timer
+
+_END = object()
+
+
+class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
+    """FastLoader's audio loader: see FastLoader and fastloader.Audio; README "Audio datasets".
+
+    Args:
+        data: a packed dataset of clips (its records an audio field), path or PackedDataset.
+        batch_size: clips per batch (without max_batch_seconds).
+        shuffle: a new order each epoch, drawn from (seed, epoch).
+        seed: the seed of the order, the duration plan's batch order and the random crops.
+        device: "cuda", "cuda:k" or "cpu"; default this process's CUDA device if any.
+        num_threads: decode threads ("auto"/None: the cores this rank may use).
+        prefetch: batches decoded ahead.
+        drop_last: drop the last short batch, and the batches that would make ranks uneven.
+        rank: this process's rank (default from torch.distributed).
+        world_size: the number of ranks (default likewise).
+        on_error: "raise" or "skip" (a clip that does not decode is replaced by the next).
+        verify_records: check each clip's crc32 as it is read.
+        fields: the field names each batch holds, as a tuple in that order (see FastLoader).
+        audio: the output settings, a fastloader.Audio.
+        max_batch_seconds: batch by duration: each batch's padded seconds (count x its
+            longest clip, after the crop) stay within this; None: batch_size clips a batch.
+        duration_buckets: the duration plan's buckets by clip length.
+
+    Raises:
+        InvalidArgumentError: an argument is out of range, or the dataset holds no clips.
+        DecodeError: while iterating, a clip does not decode (on_error="raise").
+    """
+
+    def __init__(self, data: PackedData, batch_size: int = 1, shuffle: bool = False, *,
+                 seed: int = 0, device: str | torch.device | None = None,
+                 num_threads: int | Literal["auto"] | None = "auto",
+                 prefetch: int | Literal["auto"] = 2, drop_last: bool = False,
+                 rank: int | None = None, world_size: int | None = None,
+                 on_error: Literal["raise", "skip"] = "raise", verify_records: bool = False,
+                 fields: Sequence[str] | None = None, audio: Audio | None = None,
+                 max_batch_seconds: float | None = None, duration_buckets: int = 8,
+                 **kwargs: Any) -> None:
+        take_foreign(kwargs, "audio loader")
+        refuse_unknown(kwargs, "audio loader")
+        options = AudioOptions(**options_of(AudioOptions, locals()))
+        self.batch_size, self.drop_last = options.batch_size, options.drop_last
+        self.device, self.audio, self.on_error = options.target, options.spec, options.on_error
+        self._prefetch, self._counters = options.depth, Counters()
+        self._data, self._owns_dataset = dataset_from(
+            data, "a packed audio dataset path or a PackedDataset")
+        with contextlib.ExitStack() as undo:
+            if self._owns_dataset:
+                undo.callback(self._data.close)
+            self._open(options, undo)
+            undo.pop_all()
+        self._built()
+
+    def _open(self, options: AudioOptions, undo: contextlib.ExitStack) -> None:
+        ds = self._data
+        spec = ds.fields[ds.image_field]
+        if not spec.kind.meta or spec.kind.is_image:
+            raise invalid_argument("data", str(ds.root), "holds images, not audio clips",
+                                   "Drop audio= to load its images with the packed loader.")
+        if options.verify_records or self._owns_dataset:
+            ds.verify_records = options.verify_records
+        assert ds.columns is not None  # a records kind with meta lives in a v2 dataset
+        self._meta: np.ndarray = ds.columns.meta(ds.image_field)
+        self.sampler = EpochSampler.for_loader(len(ds), options.seed, options.rank,
+                                               options.world_size, options.shuffle,
+                                               options.drop_last)
+        self._plan = BatchPlan(self._durations(), options.seed, options.shuffle,
+                               options.batch_size, options.max_batch_seconds,
+                               options.duration_buckets, options.drop_last)
+        self._collate = FieldCollator(ds, options.fields, None)
+        self._decoder = BatchDecoder(ds.record, self._meta, self.audio, options.threads)
+        undo.callback(self._decoder.close)
+        self._ring: BatchRing | None = None
+        self._slot_bytes = 0
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._active: _Pass | None = None
+        self._resume = 0  # global batches of the next pass taken before a load_state_dict
+        self._batches_done = 0
+        self.dataset = ds
+
+    def _durations(self) -> np.ndarray:
+        """Each clip's seconds as read (its crop's, with crop_seconds)."""
+        rate, frames = self._meta[:, 0].astype(np.float64), self._meta[:, 2].astype(np.float64)
+        seconds = frames / rate
+        if self.audio.crop_seconds is not None:
+            seconds = np.minimum(seconds, self.audio.crop_seconds)
+        return seconds
+
+    # -- the pass -------------------------------------------------------------------------
+
+    def _rank_batches(self, epoch: int) -> list[np.ndarray]:
+        return self._plan.rank_batches(epoch, self.sampler.rank, self.sampler.world_size,
+                                       self._resume)
+
+    def __len__(self) -> int:
+        self.sampler.refresh()
+        return len(self._rank_batches(self.sampler.next_epoch()))
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._closed:
+            raise FastloaderError("the loader is closed; build a new one")
+        self._stop_pass()
+        epoch = self.sampler.begin_pass()
+        batches = self._rank_batches(epoch)
+        self._global_start, self._resume = self._resume, 0
+        self._batches_done = 0
+        self._epoch = epoch
+        self._ensure_ring(batches)
+        self._active = _Pass(self, batches, epoch)
+        return self._active.run()
+
+    def _ensure_ring(self, batches: list[np.ndarray]) -> None:
+        """A page-locked ring whose slots hold this pass's largest batch (CUDA only)."""
+        if self._stream is None or not batches:
+            return
+        size = np.dtype(self.audio.dtype).itemsize
+        need = max(math.prod(batch_shape(self._meta, b, self.audio)) * size for b in batches)
+        if self._ring is None or need > self._slot_bytes:
+            self._ring = BatchRing(self._prefetch + 1, 1, 1, -(-need // 3), pin=True)
+            self._slot_bytes = -(-need // 3) * 3
+
+    def _stop_pass(self) -> None:
+        if self._active is not None:
+            self._active.stop()
+            self._active = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        # global positions taken: every rank takes one per step (duration_batches.deal)
+        self.sampler.refresh()
+        if self._active is not None:
+            epoch, done = self._epoch, self._batches_done
+            taken = self._global_start + done * self.sampler.world_size
+        else:
+            epoch, done, taken = self.sampler.next_epoch(), 0, self._resume
+        return {"version": 1, "kind": "audio", "epoch": epoch, "batches_done": done,
+                "global_batches_done": taken,
+                "seed": self._plan.seed, "num_samples": len(self._data),
+                "batch_size": self.batch_size, "max_batch_seconds": self._plan.max_seconds,
+                "buckets": len(self._plan.edges) + 1, "shuffle": self._plan.shuffle,
+                "drop_last": self.drop_last, "rank": self.sampler.rank,
+                "world_size": self.sampler.world_size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next pass yields the batches left. A checkpoint of another world size
+        resumes elastically: the new ranks share the global batches not yet taken."""
+        mine = self.state_dict()
+        if not isinstance(state, dict):
+            raise invalid_argument("state", type(state).__name__, "is not a dict",
+                                   "Pass a dict from the loader's state_dict().")
+        for key in ("version", "kind", "seed", "num_samples", "batch_size",
+                    "max_batch_seconds", "buckets", "shuffle", "drop_last"):
+            if state.get(key) != mine[key]:
+                raise invalid_argument(f"state[{key!r}]", state.get(key),
+                                       f"this loader has {key}={mine[key]!r}",
+                                       "Resume with a loader built with the same arguments.")
+        self._stop_pass()
+        self.sampler.set_epoch(int(state["epoch"]))
+        self._resume = int(state["global_batches_done"])
+
+    def stats(self) -> LoaderStats:
+        depth = self._active.queue.qsize() if self._active is not None else 0
+        ring = self._ring
+        return self._counters.snapshot(
+            queue_depth=depth, prefetch=self._prefetch,
+            ring_slots=ring.slots if ring is not None else 0,
+            ring_bytes=ring.nbytes if ring is not None else 0,
+            pinned=ring is not None, num_threads=self._decoder.threads, backend="soundfile")
+
+    def _after_fork_in_child(self) -> None:
+        self._active = None  # the parent's producer thread is not in the child
+        self._decoder.after_fork()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_pass()
+        self._decoder.close()
+        self._ring = None
+        if self._owns_dataset:
+            self._data.close()
+
+
+class _Pass:
+    """One pass: the producer thread and the consumer's generator."""
+
+    def __init__(self, loader: AudioLoader, batches: list[np.ndarray], epoch: int) -> None:
+        self.loader, self.batches, self.epoch = loader, batches, epoch
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=loader._prefetch)
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._produce, name="fastloader-audio-producer",
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.halt.set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.queue.get_nowait()
+        self.thread.join()
+
+    def _put(self, item: Any) -> None:
+        while not self.halt.is_set():
+            with contextlib.suppress(queue.Full):
+                self.queue.put(item, timeout=0.05)
+                return
+
+    def _produce(self) -> None:
+        counters = self.loader._counters
+        try:
+            with Timer(counters, "producer"):
+                for number, indices in enumerate(self.batches):
+                    if self.halt.is_set():
+                        return
+                    self._put(self._batch(number, indices))
+        except BaseException as exc:  # handed to the consumer, which raises it
+            self._put(exc)
+        self._put(_END)
+
+    def _batch(self, number: int, indices: np.ndarray) -> tuple[Any, ...]:
+        loader = self.loader
+        shape = batch_shape(loader._meta, indices, loader.audio)
+        slot = None
+        if loader._ring is not None:
+            with Timer(loader._counters, "slot_wait"):
+                slot = loader._ring.acquire(self.halt)
+            if slot is None:
+                raise _Halted
+            count = math.prod(shape)
+            dtype = np.dtype(loader.audio.dtype)
+            flat = loader._ring.arrays[slot].reshape(-1)[: count * dtype.itemsize]
+            out = flat.view(dtype).reshape(shape)
+            waves = torch.from_numpy(out)
+        else:
+            out = np.empty(shape, loader.audio.dtype)
+            waves = torch.from_numpy(out)
+        seed = loader._plan.seed
+        with Timer(loader._counters, "decode"):
+            lengths, failures = loader._decoder.decode_into(indices, seed, self.epoch, out)
+        indices = indices.copy()
+        for failure in failures:
+            where = f"sample {failure.sample} ({loader._data.describe(failure.sample)})"
+            if loader.on_error != "skip":
+                if slot is not None:
+                    loader._ring.release(slot)  # type: ignore[union-attr]
+                raise DecodeError(f"batch {number}: {where}: {failure.error}. Pass "
+                                  "on_error='skip' to replace clips that do not decode.")
+            index, lengths[failure.row] = loader._decoder.replace(failure, seed, self.epoch, out)
+            indices[failure.row] = index
+            loader._counters.add_skip(where)
+        longest = int(lengths.max(initial=1))
+        if slot is None and loader.audio.crop_seconds is None and longest < shape[2]:
+            # the bound was a frame long: trimmed here, in numpy (torch's intra-op pool may
+            # be unusable in a forked child)
+            waves = torch.from_numpy(np.ascontiguousarray(out[:, :, :longest]))
+        return waves, lengths, indices, slot
+
+    def run(self) -> Iterator[Any]:
+        loader = self.loader
+        while True:
+            with Timer(loader._counters, "wait"):
+                item = self.queue.get()
+            if item is _END or isinstance(item, _Halted):
+                if item is _END and loader._active is self:  # ended: state_dict says so
+                    self.thread.join()
+                    loader._active = None
+                return
+            if isinstance(item, BaseException):
+                if isinstance(item, FastloaderError):
+                    raise item
+                raise ProducerError(f"audio loader: producing batch {loader._batches_done} "
+                                    f"failed: {item!r}") from item
+            with Timer(loader._counters, "active"):
+                batch = self._hand_over(*item)
+            loader._batches_done += 1
+            loader._counters.add_batch(len(item[2]))
+            yield batch
+
+    def _hand_over(self, waves: torch.Tensor, lengths: np.ndarray, indices: np.ndarray,
+                   slot: int | None) -> Any:
+        loader = self.loader
+        longest = int(lengths.max(initial=1))
+        with Timer(loader._counters, "copy"):
+            if slot is not None and loader._stream is not None and loader._ring is not None:
+                current = torch.cuda.current_stream(loader.device)
+                loader._stream.wait_stream(current)
+                with torch.cuda.stream(loader._stream):
+                    moved = waves.to(loader.device, non_blocking=True)
+                    event = torch.cuda.Event()
+                    event.record(loader._stream)
+                current.wait_stream(loader._stream)
+                moved.record_stream(current)
+                loader._ring.release(slot, event)
+                waves = moved
+                if loader.audio.crop_seconds is None and longest < waves.shape[2]:
+                    waves = waves[:, :, :longest].contiguous()  # on the device
+            else:
+                waves = waves.to(loader.device)
+        lengths_t = torch.from_numpy(lengths).to(loader.device)
+        labels = torch.from_numpy(np.asarray(loader._data.labels[indices], np.int64)).to(
+            loader.device)
+        return loader._collate((waves, lengths_t), labels, indices)  # type: ignore[arg-type]
+
+
+class _Halted(Exception):
+    """The pass was stopped while the producer waited for a slot."""
+

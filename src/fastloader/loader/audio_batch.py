@@ -1,0 +1,148 @@
+"""One audio batch: each clip's crop planned from the index (no clip opened), then decoded with a
+seek to it, resampled and mixed on the loader's threads, straight into the batch buffer.
+
+The crop of sample i in epoch e is drawn from numpy's PCG64 seeded by (seed, e, i), so it does
+not depend on the batch, the rank or the thread count; a replacement under on_error="skip" is
+planned the same way, for its own index.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fastloader.decode import audio as clips
+from fastloader.errors import CorruptRecordError, DecodeError
+from fastloader.loader.audio_options import Audio
+
+log = logging.getLogger(__name__)
+MAX_REPLACEMENTS = 16  # on_error="skip": next samples tried before the batch fails
+
+
+class Crop(NamedTuple):
+    """Which source frames of a clip are read, and how many output frames they give."""
+
+    start: int
+    frames: int
+    out_frames: int  # an upper bound: soxr may give one frame fewer
+
+
+def plan_crop(meta: np.ndarray, index: int, audio: Audio, seed: int, epoch: int) -> Crop:
+    """Sample index's crop from its (sample_rate, channels, frames) meta row."""
+    rate, _, frames = (int(v) for v in meta[index])
+    target = audio.sample_rate or rate
+    take = frames
+    if audio.crop_seconds is not None:
+        take = min(frames, max(1, round(audio.crop_seconds * rate)))
+    start = (frames - take) // 2
+    if audio.random_crop and take < frames:
+        rng = np.random.Generator(np.random.PCG64([seed, epoch, index]))
+        start = int(rng.integers(0, frames - take + 1))
+    return Crop(start, take, clips.output_frames(take, rate, target) + (rate != target))
+
+
+def batch_shape(meta: np.ndarray, indices: np.ndarray, audio: Audio) -> tuple[int, int, int]:
+    """(B, C, T) of a batch: T the crop's fixed length, else the longest clip's output frames
+    (bound), C the output channels (the batch's clips must agree unless mono or channels=)."""
+    rows = meta[indices]
+    channels = {audio.out_channels(int(c)) for c in rows[:, 1]}
+    rates = {int(r) for r in rows[:, 0]}
+    if len(channels) > 1:
+        raise DecodeError(f"a batch mixes clips of {sorted(channels)} channels; pass "
+                          "fastloader.Audio(mono=True) or channels=N")
+    if audio.sample_rate is None and len(rates) > 1:
+        raise DecodeError(f"a batch mixes sample rates {sorted(rates)}; pass "
+                          "fastloader.Audio(sample_rate=HZ) to resample them to one")
+    if audio.crop_seconds is not None:
+        rate = audio.sample_rate or rates.pop()
+        return len(indices), channels.pop(), max(1, round(audio.crop_seconds * rate))
+    target = audio.sample_rate
+    longest = max((clips.output_frames(int(f), int(r), target or int(r)) + (target not in
+                   (None, int(r))) for r, _, f in rows.tolist()), default=1)
+    return len(indices), channels.pop(), longest
+
+
+class Failure(NamedTuple):
+    """A clip that failed: its batch row and sample, and why."""
+
+    row: int
+    sample: int
+    error: Exception
+
+
+class BatchDecoder:
+    """Decodes a batch's clips on `threads` threads (libsndfile and soxr release the GIL).
+
+    Args:
+        read: sample index -> its stored bytes (a zero-copy view of the shard).
+        meta: the clips' (N, 3) (sample_rate, channels, frames).
+        audio: the output settings.
+        threads: decode threads.
+    """
+
+    def __init__(self, read: Callable[[int], Any], meta: np.ndarray, audio: Audio,
+                 threads: int) -> None:
+        self.read, self.meta, self.audio = read, meta, audio
+        self.threads = threads
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="fastloader-audio")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent's pool threads are not there; start a new pool."""
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastloader-audio")
+
+    def clip(self, index: int, seed: int, epoch: int, out: np.ndarray) -> int:
+        """Sample index decoded into out [C, T] (the rest zeroed); its length."""
+        crop = plan_crop(self.meta, index, self.audio, seed, epoch)
+        rate = int(self.meta[index, 0])
+        wave = clips.decode(self.read(index), crop.start, crop.frames)
+        if wave.shape[0] != crop.frames:
+            raise DecodeError(f"decodes to {wave.shape[0]} frames from frame {crop.start}, its "
+                              f"index says {crop.frames}")
+        wave = clips.mix(wave, self.audio.mono, self.audio.channels)
+        wave = clips.resample(wave, rate, self.audio.sample_rate or rate,
+                              self.audio.resample_quality)
+        if wave.shape[1] != out.shape[0]:
+            raise DecodeError(f"has {wave.shape[1]} channels, its batch {out.shape[0]}")
+        length = min(wave.shape[0], out.shape[1])
+        if out.dtype == np.int16:  # round(x * 32767), clipped, as int16 PCM is read back
+            out[:, :length] = np.clip(np.rint(wave[:length].T * 32767.0), -32768, 32767)
+        else:
+            out[:, :length] = wave[:length].T
+        out[:, length:] = 0
+        return length
+
+    def decode_into(self, indices: np.ndarray, seed: int, epoch: int, out: np.ndarray
+                    ) -> tuple[np.ndarray, list[Failure]]:
+        """Every clip of the batch into out [B, C, T]: (lengths int64 [B], failures)."""
+        def one(row: int) -> int | Failure:
+            index = int(indices[row])
+            try:
+                return self.clip(index, seed, epoch, out[row])
+            except (DecodeError, CorruptRecordError) as exc:
+                return Failure(row, index, exc)
+
+        results = list(self._pool.map(one, range(len(indices))))
+        lengths = np.array([r if isinstance(r, int) else 0 for r in results], np.int64)
+        return lengths, [r for r in results if not isinstance(r, int)]
+
+    def replace(self, failure: Failure, seed: int, epoch: int, out: np.ndarray
+                ) -> tuple[int, int]:
+        """on_error="skip": the next samples after the failed one tried in turn, the first
+        that decodes written in its row; (its index, its length). DecodeError if none of
+        MAX_REPLACEMENTS does."""
+        n = len(self.meta)
+        for step in range(1, min(MAX_REPLACEMENTS, n - 1) + 1):
+            index = (failure.sample + step) % n
+            try:
+                return index, self.clip(index, seed, epoch, out[failure.row])
+            except (DecodeError, CorruptRecordError):
+                continue
+        raise DecodeError(f"sample {failure.sample} ({failure.error}) and the "
+                          f"{MAX_REPLACEMENTS} after it do not decode; nothing can replace it")

@@ -1,0 +1,106 @@
+"""Batch plans of the audio loader: one epoch's global batches, a pure function of (seed, epoch,
+the clips' durations), dealt to ranks in equal numbers and resumed by position.
+
+Two plans: fixed-count batches of the epoch's order, or duration-bucketed ones
+(max_batch_seconds): clips are put in `buckets` buckets by length (the dataset's duration
+quantiles), each bucket's clips are cut into batches in the epoch's order while the batch's
+padded seconds (count x its longest clip) stay within the limit, and the batches are shuffled
+together. Padded seconds bound the batch tensor itself: B x T <= max_batch_seconds x rate (plus
+one frame a clip for rounding). A clip longer than the limit is a batch of its own.
+
+The order is loader/sampler.epoch_indices' permutation for world size 1 (the same for every
+rank); the global batches are dealt round-robin, rank r taking batches r, r + W, ..., so every
+rank gets the same count (the tail wraps to the start, or is dropped with drop_last, as
+DistributedSampler does with samples). Because the global plan does not depend on the world
+size, a run resumed with another world size continues after the global batches already taken.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fastloader.loader.sampler import epoch_indices
+
+
+def bucket_edges(durations: np.ndarray, buckets: int) -> np.ndarray:
+    """The (buckets - 1,) inner edges: quantiles of the durations (seconds)."""
+    if buckets <= 1 or durations.size == 0:
+        return np.zeros(0, np.float64)
+    return np.quantile(durations, np.arange(1, buckets) / buckets)
+
+
+def count_batches(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:
+    """order cut into batches of batch_size (the last one short, or dropped)."""
+    stop = len(order) - len(order) % batch_size if drop_last else len(order)
+    return [order[i:i + batch_size] for i in range(0, stop, batch_size)]
+
+
+def duration_batches(order: np.ndarray, durations: np.ndarray, max_seconds: float,
+                     edges: np.ndarray) -> list[np.ndarray]:
+    """order's clips cut into batches within max_seconds padded seconds, bucket by bucket
+    (each bucket's clips in order's order), batches listed bucket after bucket."""
+    bucket = np.searchsorted(edges, durations[order], side="right")
+    batches: list[np.ndarray] = []
+    for b in range(len(edges) + 1):
+        members = order[bucket == b]
+        start, longest = 0, 0.0
+        for k, index in enumerate(members.tolist()):
+            longer = max(longest, float(durations[index]))
+            if k > start and (k - start + 1) * longer > max_seconds:
+                batches.append(members[start:k])
+                start, longer = k, float(durations[index])
+            longest = longer
+        if start < len(members):
+            batches.append(members[start:])
+    return batches
+
+
+class BatchPlan:
+    """An epoch's global batches for a loader's settings.
+
+    Args:
+        durations: each clip's seconds as the loader will read it (cropped), (N,) float64.
+        seed: the order's and the batches' shuffle seed.
+        shuffle: a new order (and batch order) each epoch.
+        batch_size: samples per batch when max_seconds is None.
+        max_seconds: the duration plan's padded-seconds limit, or None (fixed counts).
+        buckets: the duration plan's bucket count.
+        drop_last: drop the last short batch (fixed counts) and the uneven tail of batches.
+    """
+
+    def __init__(self, durations: np.ndarray, seed: int, shuffle: bool, batch_size: int,
+                 max_seconds: float | None, buckets: int, drop_last: bool) -> None:
+        self.durations = np.asarray(durations, np.float64)
+        self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
+        self.batch_size, self.max_seconds = batch_size, max_seconds
+        self.edges = bucket_edges(self.durations, buckets)
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """Every rank's batches of the epoch, in the order they are dealt."""
+        order = epoch_indices(len(self.durations), epoch, self.seed, 0, 1, self.shuffle)
+        if self.max_seconds is None:
+            return count_batches(order, self.batch_size, self.drop_last)
+        batches = duration_batches(order, self.durations, self.max_seconds, self.edges)
+        if self.shuffle:  # buckets mixed: a step's length does not follow the bucket order
+            rng = np.random.Generator(np.random.PCG64([self.seed, epoch, 1]))
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def rank_batches(self, epoch: int, rank: int, world: int, start: int = 0) -> list[np.ndarray]:
+        """Rank `rank` of `world`'s batches of the epoch after the first `start` global
+        positions (taken before a resume): an equal count on every rank."""
+        return deal(self.batches(epoch), rank, world, start, self.drop_last)
+
+
+def deal(batches: list[np.ndarray], rank: int, world: int, start: int,
+         drop_last: bool) -> list[np.ndarray]:
+    """Global positions start, start + 1, ... dealt round-robin, rank r taking positions
+    start + r, start + r + world, ...; position p is batch p mod len(batches) (the tail wraps
+    to the epoch's first batches, or is dropped with drop_last), so every rank gets
+    (len - start) / world of them, rounded up (down with drop_last). A resume at a multiple of
+    the same world size continues exactly where the ranks were."""
+    left = max(0, len(batches) - start)
+    if not batches or not left:
+        return []
+    per_rank = left // world if drop_last else -(-left // world)
+    return [batches[(start + j * world + rank) % len(batches)] for j in range(per_rank)]
