@@ -8,8 +8,9 @@ ClassLabel -> int with its class names, Value(string) -> text, Value(int*, uint*
 int, Value(float*) -> float (null: NaN), Value(binary) -> bytes, List / LargeList / Sequence
 of numbers and ArrayND -> ndarray (a fixed length, or -1), lists of anything else, dicts and
 Json -> json, Audio -> audio (the stored bytes, never decoded). Another feature type is
-refused naming the column and what to do. To map a new feature type (e.g. Video), add an entry to FEATURES: its `_type` -> a function of the
-feature's JSON giving a Mapped (or None: not packable).
+refused naming the column and what to do. To map a new feature type (e.g. Video), add an
+entry to FEATURES: its `_type` -> a function of the feature's JSON giving a Mapped (or None:
+not packable).
 """
 
 from __future__ import annotations

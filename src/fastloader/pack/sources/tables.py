@@ -317,8 +317,9 @@ def _open_parquet(path: str | os.PathLike[str], fields: Any, image: str | None,
     features = fields_of(known, where, {c: k for c, k in overrides.items() if c in known})
     image_col, overrides = _image_column(where, table.header, image, features, table.binary,
                                          overrides)
-    images = ({image_col} if image_col is not None else set()) | {c for c, m in features.items() if m.image} | {
-        c for c, k in overrides.items() if is_image(k)}
+    declared = {c for c, k in overrides.items() if is_image(k)}
+    images = ({image_col} if image_col is not None else set()) | {
+        c for c, m in features.items() if m.image} | declared
     base = Path(root).expanduser().absolute() if root is not None else (
         source if source.is_dir() else table.files[0].parent)
     rows = hf_parquet.read_rows(table, images & table.binary, base)
