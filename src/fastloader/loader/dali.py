@@ -43,6 +43,7 @@ from fastloader.loader.options import (
 )
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
+from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.skips import SkipBudget
 from fastloader.loader.stats import Counters, LoaderStats, Timer
@@ -155,6 +156,7 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
             self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                    options.world_size, options.shuffle,
                                                    self.drop_last)
+            self.sampler.dataset_id = dataset_identity(self._data)  # a checkpoint matches it
         except BaseException:
             if self._owns_dataset:
                 self._data.close()
@@ -211,8 +213,9 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
 
     def _planned_batches(self, indices: np.ndarray, epoch: int, start: int,
                          stop: int) -> Iterator[Any]:
+        first = self.sampler.pass_layout(epoch)[1]  # indices begin at that batch's samples
         for b in range(start, stop):
-            samples = indices[b * self.batch_size : (b + 1) * self.batch_size]
+            samples = indices[(b - first) * self.batch_size : (b - first + 1) * self.batch_size]
             with Timer(self._counters, "plan"):
                 rng = batch_rng(self.sampler.seed, epoch, b, self.sampler.rank)
                 crops, flips, _ = plan(self.transforms, self._data.shapes[samples], rng)

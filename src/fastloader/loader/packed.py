@@ -39,6 +39,7 @@ from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_vie
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.pipeline import EpochPlan, Producer
 from fastloader.loader.remote import DEFAULT_PREFETCH_SHARDS, plan_shards, remote_options
+from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.stats import Counters, LoaderStats
 
@@ -135,6 +136,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                                                options.world_size, options.shuffle,
                                                self.drop_last, options.sampler)
         self.sampler.shard_layout = remote.layout(self._data)
+        self.sampler.dataset_id = dataset_identity(self._data)  # a checkpoint must match it
         self._step = DeviceStep(self.device, *options.step_args)
         undo.callback(self._step.close)
         self._decoder = BatchDecoder(1, options.backend)  # the tuner sets its thread count
@@ -213,9 +215,11 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                                    pin=self.device.type == "cuda", capacity=capacity)
         start, self._resume_batch = self._resume_batch, 0
         epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
+        first = self.sampler.pass_layout()[1]  # the number of the pass's first batch
         epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
-                               epoch, self.sampler.seed, self.sampler.rank)
-        plan_shards(self._data, epoch_plan.indices, start, len(self), self.batch_size)
+                               epoch, self.sampler.seed, self.sampler.rank, first)
+        plan_shards(self._data, epoch_plan.indices, start - first, len(self) - first,
+                    self.batch_size)
         # The tuner may have settled on the last batch of a pass, after the producer's last
         # chance to apply it: take its setting here so a settled count is never left unapplied.
         self._decoder.num_threads = self._tuner.setting().threads

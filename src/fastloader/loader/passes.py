@@ -51,14 +51,14 @@ class EpochPasses:
                                   epoch=self.sampler.next_epoch())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next pass yields exactly the batches an uninterrupted run had left.
+        """Resume: the next pass yields the batches an uninterrupted run had left.
 
+        The state may come from any rank of a run of any world size, batch size or drop_last
+        (loader/resume.py): on the same shape the saved pass continues exactly; on another
+        the samples of the epoch no rank delivered yet are shared among this world's ranks.
         A checkpoint of a whole epoch (batches_done == len, as state_dict wrote at an epoch's
         end before it moved on) resumes at the next epoch's first batch, not an empty pass.
         """
-        epoch, done = self.sampler.check_state(state, self.batch_size, self.drop_last)
-        if done == len(self) > 0:
-            epoch, done = epoch + 1, 0
+        resume_batch = self.sampler.load(state, self.batch_size, self.drop_last)
         self._end_active_pass()
-        self.sampler.set_epoch(epoch)
-        self._resume_batch = done
+        self._resume_batch = resume_batch

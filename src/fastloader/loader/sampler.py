@@ -10,9 +10,8 @@ import numpy as np
 
 from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.loader.resume import STATE_VERSION, Resume, check_state, sampler_identity
 from fastloader.loader.shard_shuffle import per_rank_count, shard_epoch_indices
-
-STATE_VERSION = 1  # layout of EpochSampler.state(), the loaders' state_dict()
 
 
 def samples_per_rank(n: int, world_size: int, drop_last: bool) -> int:
@@ -47,11 +46,14 @@ def epoch_indices(
         raise invalid_argument(
             "rank", rank, f"must be < world_size={world_size}", "Pass 0 <= rank < world_size."
         )
+    return shard(epoch_order(n, epoch, seed, shuffle), rank, world_size, drop_last)
+
+
+def epoch_order(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
+    """The epoch's global order of n samples: PCG64 seeded by (seed, epoch), or 0..n-1."""
     if shuffle:
-        order = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n)
-    else:
-        order = np.arange(n, dtype=np.int64)
-    return shard(order, rank, world_size, drop_last)
+        return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n)
+    return np.arange(n, dtype=np.int64)
 
 
 def shard(order: np.ndarray, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
@@ -119,6 +121,12 @@ class EpochSampler:
         self.shard_layout: tuple[np.ndarray, np.ndarray, int] | None = None
         # rank/world read from torch.distributed at each pass, not fixed at construction.
         self.follow_distributed = False
+        # What a checkpoint must match besides the arguments: the dataset's fingerprint (set
+        # by the loader, loader/resume.py) and the sampler's (set with `source`).
+        self.dataset_id: str | None = None
+        self.sampler_id: str | None = None
+        # A loaded state's epoch and the pass it resumes (EpochSampler.load), or None.
+        self.resume: Resume | None = None
         # A pass began on self.epoch and no set_epoch() chose the next one since: the next pass
         # takes epoch + 1 (DataLoader reshuffles on every iter(), even after a break).
         self._used = False
@@ -143,6 +151,7 @@ class EpochSampler:
                 raise invalid_type("sampler", source, "a sized iterable of sample indices "
                                    "(a torch Sampler, a list, a range)")
             sampler.source = source
+            sampler.sampler_id = sampler_identity(source)
         return sampler
 
     def refresh(self) -> None:
@@ -167,81 +176,119 @@ class EpochSampler:
         """The epoch the next pass will read when no pass is running."""
         return self.epoch + 1 if self._used else self.epoch
 
+    def _order(self, epoch: int) -> np.ndarray:
+        """The epoch's global order: the user's sampler's, or the seeded permutation."""
+        if self.source is not None:
+            return sampler_order(self.source, self.n, self.seed, epoch)
+        return epoch_order(self.n, epoch, self.seed, self.shuffle)
+
+    def _count(self, world_size: int | None = None, drop_last: bool | None = None) -> int:
+        """Length of the order a pass starts into: the epoch's (global), or under the
+        shard-aware shuffle this rank's own (the same on every rank)."""
+        if self.shard_layout is not None:
+            return per_rank_count(self.shard_layout[1], world_size or self.world_size,
+                                  self.seed, self.drop_last if drop_last is None else drop_last)
+        return self.n if self.source is None else len(self.source)
+
+    def pass_layout(self, epoch: int | None = None) -> tuple[int, int]:
+        """(start, first) of `epoch`'s pass: where in the order it begins and the number of
+        its first batch; (0, 0) unless a loaded state resumes that epoch."""
+        epoch = self.epoch if epoch is None else epoch
+        if self.resume is None or self.resume.epoch != epoch:
+            return 0, 0
+        return self.resume.layout(self.world_size)
+
     def indices(self, epoch: int | None = None) -> np.ndarray:
-        """This rank's indices for `epoch` (default: the current one) as an int64 array.
+        """This rank's indices of `epoch`'s pass (default: the current one) as an int64 array:
+        its share of the order from where the pass begins (the epoch's start, or where a
+        loaded state left off).
 
         Rank and world are read from torch.distributed now (unless given), as a pass does:
         read before the first pass, after init_process_group, it shows this rank's share.
         """
         self.refresh()
-        if self.source is not None:
-            order = sampler_order(self.source, self.n, self.seed,
-                                  self.epoch if epoch is None else epoch)
-            return shard(order, self.rank, self.world_size, self.drop_last)
-        if self.shard_layout is not None:
+        epoch = self.epoch if epoch is None else epoch
+        start, _ = self.pass_layout(epoch)
+        if self.shard_layout is not None and self.source is None:
             starts, counts, window = self.shard_layout
-            return shard_epoch_indices(starts, counts, self.epoch if epoch is None else epoch,
-                                       self.seed, self.rank, self.world_size, window,
-                                       self.shuffle, self.drop_last)
-        return epoch_indices(
-            self.n,
-            self.epoch if epoch is None else epoch,
-            self.seed,
-            self.rank,
-            self.world_size,
-            self.shuffle,
-            self.drop_last,
-        )
+            mine = shard_epoch_indices(starts, counts, epoch, self.seed, self.rank,
+                                       self.world_size, window, self.shuffle, self.drop_last)
+            return mine[start:]
+        return shard(self._order(epoch)[start:], self.rank, self.world_size, self.drop_last)
 
     def num_batches(self, batch_size: int, drop_last: bool | None = None) -> int:
-        """How many batches of `batch_size` this rank's epoch makes."""
+        """The number after this rank's last batch of the current epoch's pass (the pass's
+        first batch number, 0 unless resumed, plus its batches of `batch_size`)."""
         drop = self.drop_last if drop_last is None else drop_last
         count = len(self)
-        return count // batch_size if drop else -(-count // batch_size)
+        return self.pass_layout()[1] + (count // batch_size if drop else -(-count // batch_size))
 
     def state(self, batches_done: int, batch_size: int, drop_last: bool,
               epoch: int | None = None) -> dict[str, Any]:
-        """A loader's checkpoint: where it stands in which epoch, plus what must match on load.
+        """A loader's checkpoint: where the whole run stands in which epoch (the same on every
+        rank), plus what must match on load (loader/resume.py).
 
         FastLoader and DaliLoader share this layout, so checkpoints move between backends.
         """
         self.refresh()
-        return {"version": STATE_VERSION, "epoch": self.epoch if epoch is None else epoch,
-                "batches_done": batches_done,
+        epoch = self.epoch if epoch is None else epoch
+        start, first = self.pass_layout(epoch)
+        per_step = batch_size * (1 if self.shard_layout is not None else self.world_size)
+        position = min(start + (batches_done - first) * per_step, self._count())
+        return {"version": STATE_VERSION, "epoch": epoch, "batches_done": batches_done,
+                "position": position, "pass_start": start, "pass_batch": first,
                 "seed": self.seed, "num_samples": self.n, "batch_size": batch_size,
                 "rank": self.rank, "world_size": self.world_size, "shuffle": self.shuffle,
-                "drop_last": drop_last,
+                "drop_last": drop_last, "dataset": self.dataset_id,
+                "sampler": self.sampler_id,
                 **({"shuffle_window": self.shard_layout[2]} if self.shard_layout else {})}
 
-    def check_state(self, state: object, batch_size: int, drop_last: bool) -> tuple[int, int]:
-        """(epoch, batches_done) of a checkpoint made by an identically built loader, or raise."""
-        if not isinstance(state, dict):
-            raise invalid_type("state", state, "a dict from the loader's state_dict()")
-        mine = self.state(0, batch_size, drop_last)
-        for key in ("version", "num_samples", "batch_size", "world_size", "shuffle",
-                    "drop_last", "seed", "shuffle_window"):
-            if state.get(key) != mine.get(key):
-                raise invalid_argument(
-                    f"state[{key!r}]", state.get(key), f"this loader has {key}={mine.get(key)!r}",
-                    "Resume with a loader built with the same dataset and arguments.")
-        done = state.get("batches_done")
-        total = self.num_batches(batch_size, drop_last)
-        if not isinstance(done, int) or not 0 <= done <= total:
-            raise invalid_argument("state['batches_done']", done, f"must be in 0..{total}",
-                                   "Pass a dict saved by the loader's state_dict().")
-        return int_at_least("state['epoch']", state.get("epoch"), 0), done
+    def load(self, state: object, batch_size: int, drop_last: bool) -> int:
+        """Take a checkpoint of this run, saved on any rank of any world size, batch size or
+        drop_last (or refuse it naming the field): set the epoch and the pass it resumes, and
+        return the number of the pass's next batch."""
+        saved = check_state(state, self.state(0, batch_size, drop_last))
+        same = (saved.batch_size, saved.drop_last) == (batch_size, drop_last)
+        per_step = saved.batch_size * (1 if self.shard_layout is not None
+                                       else saved.world_size)
+        position = min(saved.pass_start + (saved.done - saved.pass_batch) * per_step,
+                       self._count(saved.world_size, saved.drop_last))
+        resume = Resume(saved.epoch, saved.world_size if same else None,
+                        (saved.pass_start, saved.pass_batch), (position, saved.done),
+                        saved.world_size, self.shard_layout is not None)
+        before = (self.epoch, self._used, self.resume)
+        self.set_epoch(saved.epoch)
+        self.resume = resume
+        if self.shard_layout is not None and self.follow_distributed and \
+                not distributed_ready():
+            return saved.done  # a world size to refuse is known when a pass begins
+        try:
+            total = self.num_batches(batch_size, drop_last)  # may refuse the world size
+            first = self.pass_layout()[1]
+            if not first <= saved.done <= total:
+                raise invalid_argument("state['batches_done']", saved.done,
+                                       f"must be in {first}..{total}",
+                                       "Pass a dict saved by the loader's state_dict().")
+        except BaseException:  # a refused state leaves the loader as it was
+            self.epoch, self._used, self.resume = before
+            raise
+        if saved.done == total > 0:  # nothing left of that epoch: the next one, fresh
+            self.set_epoch(saved.epoch + 1)
+            return 0
+        return saved.done
 
     def __iter__(self) -> Iterator[int]:
         self.refresh()
         return iter(self.indices().tolist())
 
     def __len__(self) -> int:
+        """This rank's samples in the current epoch's pass (all of its share, unless a loaded
+        state resumes the epoch: then what is left)."""
         self.refresh()
+        start = self.pass_layout()[0]
         if self.shard_layout is not None and self.source is None:
-            return per_rank_count(self.shard_layout[1], self.world_size, self.seed,
-                                  self.drop_last)
-        count = self.n if self.source is None else len(self.source)
-        return samples_per_rank(count, self.world_size, self.drop_last)
+            return max(self._count() - start, 0)
+        return samples_per_rank(self._count() - start, self.world_size, self.drop_last)
 
     def __repr__(self) -> str:
         return (
@@ -268,6 +315,13 @@ def resolve_rank_world(rank: int | None, world_size: int | None) -> tuple[int, i
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def distributed_ready() -> bool:
+    """Whether torch.distributed has a process group now (rank and world are known)."""
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
 
 
 def planned_world(rank: int | None, world_size: int | None) -> int:
