@@ -40,7 +40,8 @@ def loaders(path: Path, world: int, batch_size: int, **options: Any) -> list[Any
 
 def stopped(path: Path, world: int, batch_size: int, steps: int,
             **options: Any) -> tuple[list[int], dict[str, Any]]:
-    """Every rank takes `steps` batches of epoch 1: the labels delivered, and rank 1's state."""
+    """Every rank takes `steps` batches of epoch 1: the labels delivered, and rank 1's state
+    (rank 0's on one rank)."""
     delivered: list[int] = []
     states = []
     for loader in loaders(path, world, batch_size, **options):
@@ -52,7 +53,7 @@ def stopped(path: Path, world: int, batch_size: int, steps: int,
             states.append(loader.state_dict())
             del iterator
     assert all(s["position"] == states[0]["position"] for s in states)  # global, not per rank
-    return delivered, states[1]
+    return delivered, states[1 % world]
 
 
 def resumed(path: Path, state: dict[str, Any], world: int, batch_size: int,
@@ -63,7 +64,8 @@ def resumed(path: Path, state: dict[str, Any], world: int, batch_size: int,
         with loader:
             loader.load_state_dict(state)
             batches.append([(images.clone(), labels) for images, labels in loader])
-            assert len(batches[-1]) == len(loader) - state["batches_done"]
+            assert len(batches[-1]) == loader.sampler.num_batches(batch_size) - \
+                state["batches_done"]
     assert len({len(b) for b in batches}) == 1  # DDP: every rank the same number of batches
     return batches
 
@@ -126,7 +128,8 @@ def test_a_moved_pass_numbers_its_batches_on_from_the_saved_ones(named: Path) ->
     with FastLoader(named, batch_size=3, rank=0, world_size=3, **OPTIONS) as loader:
         loader.load_state_dict(state)
         assert loader.sampler.pass_layout() == (24, 2)
-        assert len(loader) == 4  # 14 left: 5 a rank, 2 batches after the 2 done
+        assert loader.sampler.num_batches(3) == 4  # 14 left: 5 a rank, 2 after the 2 done
+        assert len(loader) == 5  # never less than a fresh epoch's (ceil(13 / 3)): Lightning
         assert loader.state_dict()["batches_done"] == 2
 
 
@@ -161,3 +164,16 @@ def test_the_dali_loader_resumes_a_packed_checkpoint_on_another_shape(named: Pat
                 assert [lab for _, labels in loader for lab in labels.tolist()] == packed[rank]
     finally:
         dataset.close()
+
+
+def test_an_iter_that_yields_nothing_keeps_the_epoch_and_a_loaded_resume(named: Path) -> None:
+    """Lightning calls iter() once to probe a loader before its fit starts the pass."""
+    with FastLoader(named, batch_size=3, **OPTIONS) as reference:
+        epoch0 = [(i.clone(), lab) for i, lab in reference]
+    _, state = stopped(named, 1, 3, steps=2)
+    with FastLoader(named, batch_size=3, **OPTIONS) as loader:
+        iter(loader)  # the probe: no batch taken
+        assert same_batches([(i.clone(), lab) for i, lab in loader], epoch0)
+        loader.load_state_dict({**state, "epoch": 0})
+        iter(loader)
+        assert same_batches([(i.clone(), lab) for i, lab in loader], epoch0[2:])

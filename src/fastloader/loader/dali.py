@@ -236,9 +236,9 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         if self._closed:
             raise FastloaderError("this DaliLoader was closed; create a new one to iterate")
         self._end_pass()  # one pass at a time: a new iter() ends the previous one
-        start, self._resume_batch = self._resume_batch, 0
+        start = self._resume_batch  # spent by the pass's first batch (_first_batch_out)
         epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
-        stop = len(self)
+        stop = self._pass_end()
         indices = self.sampler.indices()
         self._pass = (indices, epoch, stop)
         self._budget = SkipBudget(self.max_skips, len(indices))
@@ -269,6 +269,8 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
                                           "the same DaliLoader started (or it was closed)")
                 images, labels = self._next_batch(epoch, b)
                 self._batches_done = b + 1
+                if b == start:  # until now an iter() restarts this pass
+                    self._first_batch_out()
                 yield images, labels
             finished = True
         finally:

@@ -213,12 +213,13 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             capacity = self._tuner.max_prefetch + 1 if self._tuner.tunes_prefetch else None
             self._ring = BatchRing(self.prefetch + 1, self.batch_size, height, width,
                                    pin=self.device.type == "cuda", capacity=capacity)
-        start, self._resume_batch = self._resume_batch, 0
+        start = self._resume_batch  # spent by the pass's first batch (_first_batch_out)
         epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
         first = self.sampler.pass_layout()[1]  # the number of the pass's first batch
-        epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
+        end = self._pass_end()
+        epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, end, start,
                                epoch, self.sampler.seed, self.sampler.rank, first)
-        plan_shards(self._data, epoch_plan.indices, start - first, len(self) - first,
+        plan_shards(self._data, epoch_plan.indices, start - first, end - first,
                     self.batch_size)
         # The tuner may have settled on the last batch of a pass, after the producer's last
         # chance to apply it: take its setting here so a settled count is never left unapplied.
@@ -268,6 +269,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                     time.perf_counter() - start_copy))
                 self._counters.add_batch(item.count)
                 self._batches_done = item.index + 1
+                if item.index == epoch_plan.start:  # until now an iter() restarts this pass
+                    self._first_batch_out()
                 yield self._collate(images, labels, item.samples, (
                     epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank),
                     item.geometry, item.masks)

@@ -127,8 +127,9 @@ class EpochSampler:
         self.sampler_id: str | None = None
         # A loaded state's epoch and the pass it resumes (EpochSampler.load), or None.
         self.resume: Resume | None = None
-        # A pass began on self.epoch and no set_epoch() chose the next one since: the next pass
-        # takes epoch + 1 (DataLoader reshuffles on every iter(), even after a break).
+        # A pass of self.epoch handed out a batch and no set_epoch() chose the next one since:
+        # the next pass takes epoch + 1 (DataLoader reshuffles on every iter(), even after a
+        # break).
         self._used = False
 
     @classmethod
@@ -165,12 +166,20 @@ class EpochSampler:
         self._used = False
 
     def begin_pass(self) -> int:
-        """The epoch of a pass that starts now (see set_epoch and next_epoch)."""
+        """The epoch of a pass that starts now (see set_epoch and next_epoch): the next one
+        once a pass of this epoch handed out a batch (mark_used), else this one."""
         self.refresh()
         if self._used:
             self.epoch += 1
-        self._used = True
+        self._used = False
         return self.epoch
+
+    def mark_used(self) -> None:
+        """A pass of the current epoch handed out its first batch: the next pass reads the
+        next epoch. An iter() that yields nothing (Lightning probes a loader's iterability
+        so) leaves the epoch, and a loaded resume, to the pass after it, as torch's
+        RandomSampler draws its order only at the first batch."""
+        self._used = True
 
     def next_epoch(self) -> int:
         """The epoch the next pass will read when no pass is running."""
@@ -222,6 +231,18 @@ class EpochSampler:
         drop = self.drop_last if drop_last is None else drop_last
         count = len(self)
         return self.pass_layout()[1] + (count // batch_size if drop else -(-count // batch_size))
+
+    def reported_batches(self, batch_size: int, drop_last: bool | None = None) -> int:
+        """A loader's len(): the batches of a fresh epoch of this shape, or num_batches where
+        a pass resumed from another shape ends later. Never less than a fresh epoch's: Lightning
+        reads len() once, after loading a checkpoint, as every later epoch's length."""
+        drop = self.drop_last if drop_last is None else drop_last
+        end = self.num_batches(batch_size, drop)
+        if self.pass_layout()[1] == 0:
+            return end
+        count = samples_per_rank(self._count(), self.world_size, drop) \
+            if self.shard_layout is None else self._count()
+        return max(end, count // batch_size if drop else -(-count // batch_size))
 
     def state(self, batches_done: int, batch_size: int, drop_last: bool,
               epoch: int | None = None) -> dict[str, Any]:
