@@ -24,6 +24,7 @@ import numpy as np
 
 from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.loader.epoch_order import BIJECTION, PERMUTATION
 
 STATE_VERSION = 2  # 1: epoch and batches_done of one shape only (still loaded)
 # What a state and a loader must agree on: the order of the epoch depends on each.
@@ -118,6 +119,7 @@ class SavedState:
     world_size: int
     batch_size: int
     drop_last: bool
+    order: str  # the shuffled order's kind its run used (loader/epoch_order.py)
 
 
 def check_state(state: object, mine: dict[str, Any]) -> SavedState:
@@ -139,8 +141,14 @@ def check_state(state: object, mine: dict[str, Any]) -> SavedState:
                 "shuffle_window and sampler= (world size, batch size, drop_last and threads "
                 "may change).")
     done = int_at_least("state['batches_done']", state.get("batches_done"), 0)
-    start, first = 0, 0
+    start, first, order = 0, 0, PERMUTATION  # version 1: always the permutation
     if version == STATE_VERSION:
+        kind = state.get("order")
+        if kind not in (PERMUTATION, BIJECTION):
+            raise invalid_argument("state['order']", kind,
+                                   f"must be {PERMUTATION!r} or {BIJECTION!r}",
+                                   "Pass a dict saved by the loader's state_dict().")
+        order = str(kind)
         start = int_at_least("state['pass_start']", state.get("pass_start"), 0)
         first = int_at_least("state['pass_batch']", state.get("pass_batch"), 0)
         if first > done:
@@ -152,4 +160,5 @@ def check_state(state: object, mine: dict[str, Any]) -> SavedState:
         raise invalid_type("state['drop_last']", drop, "a bool")
     return SavedState(int_at_least("state['epoch']", state.get("epoch"), 0), done, start,
                       first, int_at_least("state['world_size']", state.get("world_size"), 1),
-                      int_at_least("state['batch_size']", state.get("batch_size"), 1), drop)
+                      int_at_least("state['batch_size']", state.get("batch_size"), 1), drop,
+                      order)

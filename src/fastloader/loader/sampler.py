@@ -10,6 +10,7 @@ import numpy as np
 
 from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.loader.epoch_order import default_kind, rank_share, shard
 from fastloader.loader.resume import STATE_VERSION, Resume, check_state, sampler_identity
 from fastloader.loader.shard_shuffle import per_rank_count, shard_epoch_indices
 
@@ -32,8 +33,9 @@ def epoch_indices(
 ) -> np.ndarray:
     """Return this rank's sample indices (int64) for one epoch.
 
-    The order is a permutation drawn from numpy's PCG64 seeded by (seed, epoch), identical on
-    every rank; rank r takes positions r, r + world_size, ... of it. Without drop_last the
+    The order is a permutation drawn from numpy's PCG64 seeded by (seed, epoch) (from
+    ORDER_LIMIT samples on, a seeded bijection: loader/epoch_order.py), identical on every
+    rank; rank r takes positions r, r + world_size, ... of it. Without drop_last the
     order is padded by wrapping around to the start so every rank gets the same count
     (DistributedSampler's rule); with drop_last the tail that would be uneven is dropped.
     """
@@ -46,27 +48,9 @@ def epoch_indices(
         raise invalid_argument(
             "rank", rank, f"must be < world_size={world_size}", "Pass 0 <= rank < world_size."
         )
-    return shard(epoch_order(n, epoch, seed, shuffle), rank, world_size, drop_last)
-
-
-def epoch_order(n: int, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
-    """The epoch's global order of n samples: PCG64 seeded by (seed, epoch), or 0..n-1."""
     if shuffle:
-        return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n)
-    return np.arange(n, dtype=np.int64)
-
-
-def shard(order: np.ndarray, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
-    """Rank `rank`'s share of an epoch order: positions rank, rank + world_size, ...
-
-    Without drop_last the order is padded by wrapping to the start so every rank gets the
-    same count (DistributedSampler's rule); with drop_last the uneven tail is dropped.
-    """
-    per_rank = samples_per_rank(len(order), world_size, drop_last)
-    total = per_rank * world_size
-    if total > len(order):  # pad by wrapping (may wrap several times when n < world_size)
-        order = np.resize(order, total)
-    return np.ascontiguousarray(order[rank:total:world_size], dtype=np.int64)
+        return rank_share(n, epoch, seed, 0, rank, world_size, drop_last, default_kind(n))
+    return shard(np.arange(n, dtype=np.int64), rank, world_size, drop_last)
 
 
 def sampler_order(source: Any, n: int, seed: int, epoch: int) -> np.ndarray:
@@ -127,6 +111,8 @@ class EpochSampler:
         self.sampler_id: str | None = None
         # A loaded state's epoch and the pass it resumes (EpochSampler.load), or None.
         self.resume: Resume | None = None
+        # The shuffled order's kind (loader/epoch_order.py): a checkpoint's run keeps its own.
+        self.order_kind = default_kind(self.n)
         # A pass of self.epoch handed out a batch and no set_epoch() chose the next one since:
         # the next pass takes epoch + 1 (DataLoader reshuffles on every iter(), even after a
         # break).
@@ -185,11 +171,18 @@ class EpochSampler:
         """The epoch the next pass will read when no pass is running."""
         return self.epoch + 1 if self._used else self.epoch
 
-    def _order(self, epoch: int) -> np.ndarray:
-        """The epoch's global order: the user's sampler's, or the seeded permutation."""
+    def _share(self, epoch: int, start: int) -> np.ndarray:
+        """This rank's share of the epoch's global order from `start`: of the user's
+        sampler's order, of 0..n-1, or of the seeded shuffle (evaluated at this rank's
+        positions only where it is a bijection)."""
         if self.source is not None:
-            return sampler_order(self.source, self.n, self.seed, epoch)
-        return epoch_order(self.n, epoch, self.seed, self.shuffle)
+            order = sampler_order(self.source, self.n, self.seed, epoch)[start:]
+        elif not self.shuffle:
+            order = np.arange(start, self.n, dtype=np.int64)
+        else:
+            return rank_share(self.n, epoch, self.seed, start, self.rank, self.world_size,
+                              self.drop_last, self.order_kind)
+        return shard(order, self.rank, self.world_size, self.drop_last)
 
     def _count(self, world_size: int | None = None, drop_last: bool | None = None) -> int:
         """Length of the order a pass starts into: the epoch's (global), or under the
@@ -223,7 +216,7 @@ class EpochSampler:
             mine = shard_epoch_indices(starts, counts, epoch, self.seed, self.rank,
                                        self.world_size, window, self.shuffle, self.drop_last)
             return mine[start:]
-        return shard(self._order(epoch)[start:], self.rank, self.world_size, self.drop_last)
+        return self._share(epoch, start)
 
     def num_batches(self, batch_size: int, drop_last: bool | None = None) -> int:
         """The number after this rank's last batch of the current epoch's pass (the pass's
@@ -260,7 +253,7 @@ class EpochSampler:
                 "position": position, "pass_start": start, "pass_batch": first,
                 "seed": self.seed, "num_samples": self.n, "batch_size": batch_size,
                 "rank": self.rank, "world_size": self.world_size, "shuffle": self.shuffle,
-                "drop_last": drop_last, "dataset": self.dataset_id,
+                "drop_last": drop_last, "order": self.order_kind, "dataset": self.dataset_id,
                 "sampler": self.sampler_id,
                 **({"shuffle_window": self.shard_layout[2]} if self.shard_layout else {})}
 
@@ -277,9 +270,10 @@ class EpochSampler:
         resume = Resume(saved.epoch, saved.world_size if same else None,
                         (saved.pass_start, saved.pass_batch), (position, saved.done),
                         saved.world_size, self.shard_layout is not None)
-        before = (self.epoch, self._used, self.resume)
+        before = (self.epoch, self._used, self.resume, self.order_kind)
         self.set_epoch(saved.epoch)
         self.resume = resume
+        self.order_kind = saved.order  # the run's own, this epoch and the next
         if self.shard_layout is not None and self.follow_distributed and \
                 not distributed_ready():
             return saved.done  # a world size to refuse is known when a pass begins
@@ -291,7 +285,7 @@ class EpochSampler:
                                        f"must be in {first}..{total}",
                                        "Pass a dict saved by the loader's state_dict().")
         except BaseException:  # a refused state leaves the loader as it was
-            self.epoch, self._used, self.resume = before
+            self.epoch, self._used, self.resume, self.order_kind = before
             raise
         if saved.done == total > 0:  # nothing left of that epoch: the next one, fresh
             self.set_epoch(saved.epoch + 1)
