@@ -84,3 +84,16 @@ def test_the_shard_aware_shuffle_keeps_its_world_size_mid_epoch(tmp_path: Path) 
     with FastLoader(path, **OPTIONS, rank=2, world_size=3, **window) as bigger:
         bigger.load_state_dict(end)
         assert bigger.state_dict()["epoch"] == 1
+
+
+def test_before_the_process_group_the_world_size_is_checked_when_the_pass_begins(
+        tmp_path: Path) -> None:
+    """A loader built and loaded before init_process_group (rank and world not given) learns
+    its world size at the pass: a shard-aware state of another world size is refused there."""
+    path = packed_tree(tmp_path, classes=3, per_class=8, shard_size=3000)
+    window: dict[str, Any] = {"shuffle": True, "shuffle_window": 2}
+    state = mid_epoch_state(path, rank=1, world_size=2, **window)
+    with FastLoader(path, **OPTIONS, **window) as loader:
+        loader.load_state_dict(state)  # the world it will have is not known yet
+        with pytest.raises(InvalidArgumentError, match=r"state\['world_size'\]"):
+            iter(loader)
