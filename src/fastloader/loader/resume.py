@@ -4,9 +4,12 @@ A state describes the whole run's place in the epoch, not one rank's: the epoch'
 function of (seed, epoch, the dataset or sampler) alone, a pass hands rank r the positions
 r, r + W, r + 2W, ... of it (from where the pass began), and every rank takes the same number
 of batches, so after any step the samples delivered anywhere are a prefix of that order.
-`position` is that prefix's length. A loader of another world size, batch size or drop_last
-shares the rest of the order among its ranks the same way (a "moved" pass, numbered on from
-the batches already done); the same shape continues the saved pass exactly.
+`position` is that prefix's length (a load computes it again from the pass fields, so a
+hand-edited batches_done moves it too). A loader of another world size, batch size or
+drop_last shares the rest of the order among its ranks the same way (a "moved" pass, numbered
+on from the batches already done); the same shape continues the saved pass exactly. Nothing
+here depends on how the order was drawn, only that it is a function of shape-independent
+inputs: an order over several sources (a weighted mix) resumes by the same rule.
 
 Under the shard-aware shuffle (shuffle_window) each rank's order is its own shards', chosen
 for its world size, so there `position` counts this rank's order (the same on every rank):
