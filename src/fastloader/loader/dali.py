@@ -278,8 +278,7 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
             if self._active is token:
                 self._end_pass()
             if finished:
-                self._batches_done = 0
-                self.sampler.set_epoch(epoch + 1)
+                self._pass_finished(epoch)
 
     def _run(self, b: int) -> Any:
         """Batch b's DALI outputs. When DALI fails, the records it failed on are found and

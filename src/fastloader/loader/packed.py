@@ -279,8 +279,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             if self._active is producer:
                 self._stop_active()
             if finished:
-                self._batches_done = 0
-                self.sampler.set_epoch(epoch_plan.epoch + 1)
+                self._pass_finished(epoch_plan.epoch)
 
     def _stop_active(self) -> None:
         producer, self._active = self._active, None

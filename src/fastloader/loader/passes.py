@@ -37,6 +37,12 @@ class EpochPasses:
         """The number after the last batch of the current epoch's pass."""
         return self.sampler.num_batches(self.batch_size, self.drop_last)
 
+    def _pass_finished(self, epoch: int) -> None:
+        """A pass of `epoch` ran to its end (even one left with no batch to hand out)."""
+        self._batches_done = 0
+        self._resume_batch = 0
+        self.sampler.set_epoch(epoch + 1)
+
     def __len__(self) -> int:
         """Batches of an epoch; in an epoch resumed from another shape's checkpoint, the
         number after its last batch where that is larger (EpochSampler.reported_batches)."""
