@@ -1,6 +1,5 @@
 """What a checkpoint must match to resume (dataset, seed, shuffle, sampler weights, the shuffle
-window) is checked and named; under the shard-aware shuffle a mid-epoch state keeps its world
-size (loader/resume.py)."""
+window) is checked and named (loader/resume.py)."""
 
 from __future__ import annotations
 
@@ -50,6 +49,13 @@ def test_another_dataset_seed_or_shuffle_is_refused_by_name(dataset_path: Path,
         same.load_state_dict(state)  # the same dataset and arguments load
 
 
+def test_a_state_of_another_shuffle_window_is_refused(tmp_path: Path) -> None:
+    path = packed_tree(tmp_path, classes=3, per_class=8, shard_size=3000)
+    state = mid_epoch_state(path, shuffle=True, shuffle_window=2)
+    refuses(path, state, "shuffle_window", shuffle=True)
+    refuses(path, state, "shuffle_window", shuffle=True, shuffle_window=3)
+
+
 def test_a_state_of_other_sampler_weights_is_refused(dataset_path: Path) -> None:
     def weighted(weights: list[float]) -> torch.utils.data.WeightedRandomSampler:
         return torch.utils.data.WeightedRandomSampler(weights, num_samples=12)
@@ -60,40 +66,3 @@ def test_a_state_of_other_sampler_weights_is_refused(dataset_path: Path) -> None
     refuses(dataset_path, state, "sampler")  # no sampler at all
     with FastLoader(dataset_path, **OPTIONS, sampler=weighted(ones)) as same:
         same.load_state_dict(state)
-
-
-def test_the_shard_aware_shuffle_keeps_its_world_size_mid_epoch(tmp_path: Path) -> None:
-    path = packed_tree(tmp_path, classes=3, per_class=8, shard_size=3000)
-    window: dict[str, Any] = {"shuffle": True, "shuffle_window": 2}
-    state = mid_epoch_state(path, rank=1, world_size=2, **window)
-    with FastLoader(path, **OPTIONS, rank=0, world_size=3, **window) as loader:
-        with pytest.raises(InvalidArgumentError, match=r"state\['world_size'\].*shard-aware"):
-            loader.load_state_dict(state)
-        assert loader.state_dict()["epoch"] == 0  # the refused state changed nothing
-    refuses(path, state, "shuffle_window", rank=0, world_size=2, shuffle=True)
-    # Another batch size on the same world: each rank continues its own order.
-    with FastLoader(path, **OPTIONS, rank=0, world_size=2, **window) as whole:
-        order = whole.sampler.indices().tolist()
-    with FastLoader(path, **{**OPTIONS, "batch_size": 3}, rank=0, world_size=2,
-                    **window) as moved:
-        moved.load_state_dict(state)
-        labels = [lab for _, batch in moved for lab in batch.tolist()]
-        assert labels == moved._data.labels[order[2:]].tolist()
-        # At an epoch's end a state loads on any world size: the next epoch starts fresh.
-        end = moved.state_dict()
-    with FastLoader(path, **OPTIONS, rank=2, world_size=3, **window) as bigger:
-        bigger.load_state_dict(end)
-        assert bigger.state_dict()["epoch"] == 1
-
-
-def test_before_the_process_group_the_world_size_is_checked_when_the_pass_begins(
-        tmp_path: Path) -> None:
-    """A loader built and loaded before init_process_group (rank and world not given) learns
-    its world size at the pass: a shard-aware state of another world size is refused there."""
-    path = packed_tree(tmp_path, classes=3, per_class=8, shard_size=3000)
-    window: dict[str, Any] = {"shuffle": True, "shuffle_window": 2}
-    state = mid_epoch_state(path, rank=1, world_size=2, **window)
-    with FastLoader(path, **OPTIONS, **window) as loader:
-        loader.load_state_dict(state)  # the world it will have is not known yet
-        with pytest.raises(InvalidArgumentError, match=r"state\['world_size'\]"):
-            iter(loader)

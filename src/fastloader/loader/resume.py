@@ -13,7 +13,10 @@ inputs: an order over several sources (a weighted mix) resumes by the same rule.
 
 Under the shard-aware shuffle (shuffle_window) each rank's order is its own shards', chosen
 for its world size, so there `position` counts this rank's order (the same on every rank):
-batch size and drop_last may change mid-epoch, the world size only at an epoch's end.
+another batch size or drop_last continues each rank's order from it. Another world size
+mid-epoch reads the sequence of what every old rank had left, rank after rank (each stretch
+keeps its windows of shards), strided among the new ranks like the global order; `position`
+then counts that sequence, and `moved_shards` names it, so it moves again the same way.
 """
 
 from __future__ import annotations
@@ -76,6 +79,12 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+# Under the shard-aware shuffle a pass that moved to another world size mid-epoch reads what
+# the ranks of the run it left had left, rank after rank: that run's (world_size, drop_last,
+# position in each rank's order) names the sequence (EpochSampler.moved_sequence).
+Moved = tuple[int, bool, int]
+
+
 @dataclass(frozen=True)
 class Resume:
     """Where a loaded state's epoch resumes: the saved pass itself on the saved world size
@@ -83,8 +92,9 @@ class Resume:
     (start, first): the order's position the pass begins at and the number of its first batch.
 
     `same_world` is the saved world size when batch size and drop_last match (else None: every
-    world size takes the moved pass). `per_rank` (the shard-aware shuffle) refuses a moved
-    pass mid-epoch on another world size.
+    world size takes the moved pass). `per_rank`: the shard-aware shuffle, where positions
+    count each rank's own order; moved to another world size mid-epoch, its pass reads the
+    sequence of what the old ranks had left (`over`: the saved pass's, or a new one).
     """
 
     epoch: int
@@ -93,22 +103,18 @@ class Resume:
     moved: tuple[int, int]
     saved_world: int
     per_rank: bool
+    saved_drop: bool = False
+    over: Moved | None = None  # the sequence the saved pass itself read, if it had moved
 
-    def layout(self, world_size: int) -> tuple[int, int]:
-        """(start, first) of this epoch's pass on `world_size` ranks."""
+    def layout(self, world_size: int) -> tuple[int, int, Moved | None]:
+        """(start, first, over) of this epoch's pass on `world_size` ranks: `over` names the
+        sequence a moved shard-aware pass reads (None: the epoch's order, or each rank's)."""
         if world_size == self.same_world:
-            return self.exact
-        if self.per_rank and world_size != self.saved_world and self.moved[0] > 0:
-            raise invalid_argument(
-                "state['world_size']", self.saved_world,
-                f"this loader has world_size={world_size}, and a checkpoint taken mid-epoch "
-                "under the shard-aware shuffle (shuffle_window) cannot move: each rank's order "
-                "is its own shards, chosen for the saved world size",
-                f"Resume it on world_size={self.saved_world} (batch size, drop_last and threads "
-                "may change), or from a checkpoint at an epoch's end (any world size). Runs "
-                "that change world size mid-epoch use the global order: shuffle_window=None "
-                "on a local dataset.")
-        return self.moved
+            return (*self.exact, self.over)
+        if self.over is None and self.per_rank and world_size != self.saved_world and \
+                self.moved[0] > 0:  # each old rank's rest, read as one sequence from its start
+            return 0, self.moved[1], (self.saved_world, self.saved_drop, self.moved[0])
+        return (*self.moved, self.over)
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,7 @@ class SavedState:
     batch_size: int
     drop_last: bool
     order: str  # the shuffled order's kind its run used (loader/epoch_order.py)
+    moved_shards: Moved | None = None  # the sequence its pass read, if it had moved (Moved)
 
 
 def check_state(state: object, mine: dict[str, Any]) -> SavedState:
@@ -144,7 +151,7 @@ def check_state(state: object, mine: dict[str, Any]) -> SavedState:
                 "shuffle_window and sampler= (world size, batch size, drop_last and threads "
                 "may change).")
     done = int_at_least("state['batches_done']", state.get("batches_done"), 0)
-    start, first, order = 0, 0, PERMUTATION  # version 1: always the permutation
+    start, first, order, moved = 0, 0, PERMUTATION, None  # version 1: the permutation
     if version == STATE_VERSION:
         kind = state.get("order")
         if kind not in (PERMUTATION, BIJECTION):
@@ -152,6 +159,7 @@ def check_state(state: object, mine: dict[str, Any]) -> SavedState:
                                    f"must be {PERMUTATION!r} or {BIJECTION!r}",
                                    "Pass a dict saved by the loader's state_dict().")
         order = str(kind)
+        moved = _moved_shards(state.get("moved_shards"))
         start = int_at_least("state['pass_start']", state.get("pass_start"), 0)
         first = int_at_least("state['pass_batch']", state.get("pass_batch"), 0)
         if first > done:
@@ -164,4 +172,16 @@ def check_state(state: object, mine: dict[str, Any]) -> SavedState:
     return SavedState(int_at_least("state['epoch']", state.get("epoch"), 0), done, start,
                       first, int_at_least("state['world_size']", state.get("world_size"), 1),
                       int_at_least("state['batch_size']", state.get("batch_size"), 1), drop,
-                      order)
+                      order, moved)
+
+
+def _moved_shards(value: object) -> Moved | None:
+    """A state's `moved_shards`: None, or [world_size >= 1, drop_last, position >= 0]."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or len(value) != 3 or \
+            not isinstance(value[1], bool):
+        raise invalid_type("state['moved_shards']", value,
+                           "None or [world_size, drop_last, position]")
+    return (int_at_least("state['moved_shards'][0]", value[0], 1), value[1],
+            int_at_least("state['moved_shards'][2]", value[2], 0))

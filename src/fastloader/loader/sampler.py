@@ -9,9 +9,15 @@ from typing import Any
 import numpy as np
 
 from fastloader.checks import int_at_least
-from fastloader.errors import invalid_argument, invalid_type
+from fastloader.errors import FastloaderError, invalid_argument, invalid_type
 from fastloader.loader.epoch_order import default_kind, rank_share, shard
-from fastloader.loader.resume import STATE_VERSION, Resume, check_state, sampler_identity
+from fastloader.loader.resume import (
+    STATE_VERSION,
+    Moved,
+    Resume,
+    check_state,
+    sampler_identity,
+)
 from fastloader.loader.shard_shuffle import per_rank_count, shard_epoch_indices
 
 
@@ -184,21 +190,48 @@ class EpochSampler:
                               self.drop_last, self.order_kind)
         return shard(order, self.rank, self.world_size, self.drop_last)
 
-    def _count(self, world_size: int | None = None, drop_last: bool | None = None) -> int:
-        """Length of the order a pass starts into: the epoch's (global), or under the
-        shard-aware shuffle this rank's own (the same on every rank)."""
-        if self.shard_layout is not None:
-            return per_rank_count(self.shard_layout[1], world_size or self.world_size,
-                                  self.seed, self.drop_last if drop_last is None else drop_last)
-        return self.n if self.source is None else len(self.source)
+    def _count(self, world_size: int | None = None, drop_last: bool | None = None,
+               over: Moved | None = None) -> int:
+        """Length of the order a pass starts into: the epoch's (global); under the
+        shard-aware shuffle this rank's own (the same on every rank), or the sequence `over`
+        names (a pass moved to another world size: what each old rank had left)."""
+        if self.shard_layout is None:
+            return self.n if self.source is None else len(self.source)
+        if over is not None:
+            world, drop, position = over
+            return world * (per_rank_count(self.shard_layout[1], world, self.seed, drop)
+                            - position)
+        return per_rank_count(self.shard_layout[1], world_size or self.world_size,
+                              self.seed, self.drop_last if drop_last is None else drop_last)
+
+    def _pass(self, epoch: int | None = None) -> tuple[int, int, Moved | None]:
+        """(start, first, over) of `epoch`'s pass (Resume.layout); (0, 0, None) unless a
+        loaded state resumes that epoch."""
+        epoch = self.epoch if epoch is None else epoch
+        if self.resume is None or self.resume.epoch != epoch:
+            return 0, 0, None
+        return self.resume.layout(self.world_size)
 
     def pass_layout(self, epoch: int | None = None) -> tuple[int, int]:
         """(start, first) of `epoch`'s pass: where in the order it begins and the number of
         its first batch; (0, 0) unless a loaded state resumes that epoch."""
-        epoch = self.epoch if epoch is None else epoch
-        if self.resume is None or self.resume.epoch != epoch:
-            return 0, 0
-        return self.resume.layout(self.world_size)
+        return self._pass(epoch)[:2]
+
+    def _strided(self, over: Moved | None) -> bool:
+        """Whether a pass shares its order strided among the ranks (positions count the whole
+        run's samples), not read per rank (the shard-aware shuffle's own pass)."""
+        return self.shard_layout is None or over is not None
+
+    def moved_sequence(self, epoch: int, over: Moved) -> np.ndarray:
+        """What each rank of the run `over` names had left of its shard-aware order of
+        `epoch`, rank after rank (each rank's stretch keeps its window of shards)."""
+        if self.shard_layout is None:  # pragma: no cover - Resume sets over only with shards
+            raise FastloaderError("internal: a moved shard sequence without shards")
+        starts, counts, window = self.shard_layout
+        world, drop, position = over
+        return np.concatenate([shard_epoch_indices(starts, counts, epoch, self.seed, r, world,
+                                                   window, self.shuffle, drop)[position:]
+                               for r in range(world)])
 
     def indices(self, epoch: int | None = None) -> np.ndarray:
         """This rank's indices of `epoch`'s pass (default: the current one) as an int64 array:
@@ -210,7 +243,10 @@ class EpochSampler:
         """
         self.refresh()
         epoch = self.epoch if epoch is None else epoch
-        start, _ = self.pass_layout(epoch)
+        start, _, over = self._pass(epoch)
+        if over is not None:
+            return shard(self.moved_sequence(epoch, over)[start:], self.rank, self.world_size,
+                         self.drop_last)
         if self.shard_layout is not None and self.source is None:
             starts, counts, window = self.shard_layout
             mine = shard_epoch_indices(starts, counts, epoch, self.seed, self.rank,
@@ -234,7 +270,7 @@ class EpochSampler:
         if self.pass_layout()[1] == 0:
             return end
         count = samples_per_rank(self._count(), self.world_size, drop) \
-            if self.shard_layout is None else self._count()
+            if self.shard_layout is None else self._count()  # a fresh epoch's
         return max(end, count // batch_size if drop else -(-count // batch_size))
 
     def state(self, batches_done: int, batch_size: int, drop_last: bool,
@@ -246,15 +282,16 @@ class EpochSampler:
         """
         self.refresh()
         epoch = self.epoch if epoch is None else epoch
-        start, first = self.pass_layout(epoch)
-        per_step = batch_size * (1 if self.shard_layout is not None else self.world_size)
-        position = min(start + (batches_done - first) * per_step, self._count())
+        start, first, over = self._pass(epoch)
+        per_step = batch_size * (self.world_size if self._strided(over) else 1)
+        position = min(start + (batches_done - first) * per_step, self._count(over=over))
         return {"version": STATE_VERSION, "epoch": epoch, "batches_done": batches_done,
                 "position": position, "pass_start": start, "pass_batch": first,
                 "seed": self.seed, "num_samples": self.n, "batch_size": batch_size,
                 "rank": self.rank, "world_size": self.world_size, "shuffle": self.shuffle,
                 "drop_last": drop_last, "order": self.order_kind, "dataset": self.dataset_id,
                 "sampler": self.sampler_id,
+                "moved_shards": None if over is None else list(over),
                 **({"shuffle_window": self.shard_layout[2]} if self.shard_layout else {})}
 
     def load(self, state: object, batch_size: int, drop_last: bool) -> int:
@@ -263,20 +300,17 @@ class EpochSampler:
         return the number of the pass's next batch."""
         saved = check_state(state, self.state(0, batch_size, drop_last))
         same = (saved.batch_size, saved.drop_last) == (batch_size, drop_last)
-        per_step = saved.batch_size * (1 if self.shard_layout is not None
-                                       else saved.world_size)
+        over = saved.moved_shards if self.shard_layout is not None else None
+        per_step = saved.batch_size * (saved.world_size if self._strided(over) else 1)
         position = min(saved.pass_start + (saved.done - saved.pass_batch) * per_step,
-                       self._count(saved.world_size, saved.drop_last))
+                       self._count(saved.world_size, saved.drop_last, over))
         resume = Resume(saved.epoch, saved.world_size if same else None,
                         (saved.pass_start, saved.pass_batch), (position, saved.done),
-                        saved.world_size, self.shard_layout is not None)
+                        saved.world_size, self.shard_layout is not None, saved.drop_last, over)
         before = (self.epoch, self._used, self.resume, self.order_kind)
         self.set_epoch(saved.epoch)
         self.resume = resume
         self.order_kind = saved.order  # the run's own, this epoch and the next
-        if self.shard_layout is not None and self.follow_distributed and \
-                not distributed_ready():
-            return saved.done  # a world size to refuse is known when a pass begins
         try:
             total = self.num_batches(batch_size, drop_last)  # may refuse the world size
             first = self.pass_layout()[1]
@@ -300,10 +334,11 @@ class EpochSampler:
         """This rank's samples in the current epoch's pass (all of its share, unless a loaded
         state resumes the epoch: then what is left)."""
         self.refresh()
-        start = self.pass_layout()[0]
-        if self.shard_layout is not None and self.source is None:
+        start, _, over = self._pass()
+        if not self._strided(over):
             return max(self._count() - start, 0)
-        return samples_per_rank(self._count() - start, self.world_size, self.drop_last)
+        return samples_per_rank(self._count(over=over) - start, self.world_size,
+                                self.drop_last)
 
     def __repr__(self) -> str:
         return (
@@ -330,13 +365,6 @@ def resolve_rank_world(rank: int | None, world_size: int | None) -> tuple[int, i
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def distributed_ready() -> bool:
-    """Whether torch.distributed has a process group now (rank and world are known)."""
-    import torch.distributed as dist
-
-    return bool(dist.is_available() and dist.is_initialized())
 
 
 def planned_world(rank: int | None, world_size: int | None) -> int:
