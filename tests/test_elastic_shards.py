@@ -13,6 +13,7 @@ import pytest
 from fastloader import FastLoader
 from fastloader.decode.augment import CenterCrop
 from fastloader.pack.pipeline.tree import pack
+from helpers import upload_tree
 from imagegen import make_tree
 
 SAMPLES = 38  # one image per class: a label names its sample
@@ -28,14 +29,15 @@ def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "data.lmdb"
 
 
-def run(path: Path, world: int, batch_size: int, state: dict[str, Any] | None,
-        steps: int | None = None) -> tuple[list[int], dict[str, Any], list[list[int]]]:
+def run(path: Path | str, world: int, batch_size: int, state: dict[str, Any] | None,
+        steps: int | None = None,
+        **options: Any) -> tuple[list[int], dict[str, Any], list[list[int]]]:
     """Every rank loads `state` (or starts epoch 0) and takes `steps` batches (None: the rest
     of the epoch): the labels delivered, rank 0's state after, and each rank's labels."""
     ranks, states = [], []
     for rank in range(world):
         with FastLoader(path, batch_size=batch_size, rank=rank, world_size=world,
-                        **OPTIONS) as loader:
+                        **OPTIONS, **options) as loader:
             if state is not None:
                 loader.load_state_dict(state)
             iterator = iter(loader)
@@ -91,3 +93,16 @@ def test_another_batch_size_on_the_same_world_keeps_each_rank_s_order(sharded: P
     _, after, ranks = run(sharded, 2, 3, state)
     assert ranks == [w[4:] for w in whole]
     assert after["epoch"] == 1
+
+
+def test_a_url_dataset_resumes_on_another_world_size(sharded: Path, s3: Any,
+                                                     tmp_path: Path) -> None:
+    pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
+    url = "s3://bucket/named.lmdb"
+    upload_tree(sharded, url)
+    local_head, local_state, _ = run(sharded, 2, 2, None, steps=2)
+    head, state, _ = run(url, 2, 2, None, steps=2, cache_dir=tmp_path / "cache")
+    assert head == local_head  # the same order as the local copy's
+    assert state == local_state  # the dataset's fingerprint too: a copy is the same dataset
+    rest, _, _ = run(url, 3, 3, state, cache_dir=tmp_path / "cache")
+    assert set(head + rest) == set(range(SAMPLES))
