@@ -177,3 +177,18 @@ def test_an_iter_that_yields_nothing_keeps_the_epoch_and_a_loaded_resume(named: 
         loader.load_state_dict({**state, "epoch": 0})
         iter(loader)
         assert same_batches([(i.clone(), lab) for i, lab in loader], epoch0[2:])
+
+
+def test_a_sampler_s_order_resumes_on_another_shape(named: Path) -> None:
+    """sampler= sets the global order; a move shares its rest by the same rule."""
+    order = [(7 * i) % SAMPLES for i in range(SAMPLES)]  # 7 is prime to 38: a permutation
+    options = {"shuffle": False, "sampler": order}
+    head, state = stopped(named, 4, 3, steps=2, **options)
+    assert state["sampler"] is not None
+    tail = resumed(named, state, 3, 5, **options)
+    labels = open_dataset(named).labels
+    rest = [[lab for _, batch in rank for lab in batch.tolist()] for rank in tail]
+    for rank, got in enumerate(rest):  # positions 24 + rank, 24 + rank + 3, ... of the order
+        expected = [order[24 + (rank + 3 * j) % 14] for j in range(len(got))]
+        assert got == labels[expected].tolist()
+    assert set(head) | {lab for r in rest for lab in r} == set(range(SAMPLES))
