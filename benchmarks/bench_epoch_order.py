@@ -56,7 +56,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).parent / "results" / "epoch_order.jsonl")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke check: 100,000 samples, 1 and 8 ranks, one round")
     args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.world, args.repeat = "100000", "1,8", 1
     rows = [(int(n), int(w), k) for n in args.sizes.split(",")
             for w in args.world.split(",") for k in args.kinds.split(",")]
     env = environment()

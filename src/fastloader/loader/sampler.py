@@ -312,7 +312,7 @@ class EpochSampler:
         self.resume = resume
         self.order_kind = saved.order  # the run's own, this epoch and the next
         try:
-            total = self.num_batches(batch_size, drop_last)  # may refuse the world size
+            total = self.num_batches(batch_size, drop_last)
             first = self.pass_layout()[1]
             if not first <= saved.done <= total:
                 raise invalid_argument("state['batches_done']", saved.done,
