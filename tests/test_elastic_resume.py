@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from fastloader import FastLoader
 from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop
@@ -192,3 +193,25 @@ def test_a_sampler_s_order_resumes_on_another_shape(named: Path) -> None:
         expected = [order[24 + (rank + 3 * j) % 14] for j in range(len(got))]
         assert got == labels[expected].tolist()
     assert set(head) | {lab for r in rest for lab in r} == set(range(SAMPLES))
+
+
+def test_a_moved_batch_is_drawn_from_its_own_number(named: Path) -> None:
+    """Crops come from (seed, epoch, batch number, rank): batch 2 of a moved pass draws what
+    batch 2 of a fresh run over the same samples draws."""
+    order = list(range(SAMPLES))
+    with FastLoader(named, batch_size=3, sampler=order, **{**OPTIONS, "shuffle": False}) as a:
+        iterator = iter(a)
+        next(iterator), next(iterator)  # 6 samples done
+        state = a.state_dict()
+        del iterator
+    with FastLoader(named, batch_size=4, sampler=order, **{**OPTIONS, "shuffle": False}) as b:
+        b.load_state_dict(state)
+        moved = next(iter(b))  # batch number 2: samples 6..9
+    fresh_order = [*range(10, 18), *range(6, 10), *range(18, SAMPLES), *range(6)]
+    with FastLoader(named, batch_size=4, sampler=fresh_order,
+                    **{**OPTIONS, "shuffle": False}) as c:
+        batches = iter(c)
+        next(batches), next(batches)
+        fresh = next(batches)  # batch 2: samples 6..9 too
+    assert moved[1].tolist() == fresh[1].tolist()
+    assert torch.equal(moved[0], fresh[0])
