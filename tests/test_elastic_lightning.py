@@ -68,10 +68,11 @@ FIT = textwrap.dedent("""
 """)
 
 SCRIPT = FIT + textwrap.dedent("""
+    from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
+
     path, folder, out = sys.argv[1:4]
-    options = json.loads(sys.argv[4])
-    options["transforms"] = eval(options["transforms"], vars(__import__(
-        "fastloader.decode.augment", fromlist=["x"])))
+    options = json.loads(sys.argv[4])  # OPTIONS, less its transforms: the same ones here
+    options["transforms"] = [RandomResizedCrop(8), RandomHorizontalFlip()]
     seen, rank = fit(path, options, 2, folder, max_steps=4)
     with open(f"{out}.{rank}.json", "w") as f:
         json.dump(seen, f)
@@ -119,7 +120,7 @@ def test_a_two_rank_ddp_checkpoint_resumes_on_one_rank(named: Path, tmp_path: Pa
     script = tmp_path / "fit_ddp.py"
     script.write_text(SCRIPT)
     out = tmp_path / "seen"
-    options = {**OPTIONS, "transforms": "[RandomResizedCrop(8), RandomHorizontalFlip()]"}
+    options = {k: v for k, v in OPTIONS.items() if k != "transforms"}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PL_DISABLE_FORK": "1"}
     done = subprocess.run([sys.executable, str(script), str(named), str(tmp_path / "ddp"),
                            str(out), json.dumps(options)], env=env, cwd=tmp_path,
