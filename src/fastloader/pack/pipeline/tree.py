@@ -81,6 +81,9 @@ def pack(
         format ... storage_options, apply_exif_orientation: how to pack, each described on
             PackOptions (pack/pipeline/options.py), checked there in full before any file is read.
 
+    Returns:
+        Manifest: what was written (also in dst/manifest.json).
+
     Raises:
         PackError: a bad source or destination, no decodable image, tiles without the
             extension, engine="ray" without Ray, strict with skip_bad, or (without skip_bad)
