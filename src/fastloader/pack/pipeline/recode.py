@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import zlib
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -195,22 +194,6 @@ def recode(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, codec: s
         staging.release()
         ds.close()
     return manifest
-
-
-def pack_as(codec: str, pack_jpeg: Callable[[Path], Any], dst: str | os.PathLike[str], *,
-            overwrite: bool = False, workers: int | None = None) -> Manifest:
-    """pack(..., codec=codec): pack_jpeg(folder) packs into a hidden sibling of dst (JPEG
-    records), which is then recoded into dst and removed."""
-    target = Path(dst).expanduser().absolute()
-    if (target.exists() or target.is_symlink()) and not (overwrite and is_dataset(target)):
-        raise PackError(f"{target} already exists; pass --overwrite to replace a packed "
-                        "dataset, or choose another DST.")
-    temp = target.parent / f".{target.stem}.jpeg-records{target.suffix}"  # keeps the backend
-    try:
-        pack_jpeg(temp)
-        return recode(temp, target, codec=codec, workers=workers, overwrite=overwrite)
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def kept_summary(manifest: Manifest) -> str:
