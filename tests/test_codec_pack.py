@@ -21,6 +21,8 @@ import torch
 import fastloader
 from fastloader import decode, open_dataset
 from fastloader.decode import coeffs
+from fastloader.decode.augment import RandomHorizontalFlip
+from fastloader.decode.detect import ResizeFit
 from fastloader.errors import PackError
 from fastloader.format.manifest import Codec
 from fastloader.pack.cli.main import main
@@ -80,12 +82,12 @@ def _python(root: Path) -> tuple[Any, dict[str, Any]]:
 SOURCES = {"table": _table, "tar": _tar, "coco": _coco, "python": _python}
 
 
-def _batches(dst: Any) -> list[list[Any]]:
-    """One pass (fixed seed, random crops and flips, sizes the JPEG path takes no DCT-scaled
-    decode at), each batch's values cloned."""
+def _batches(dst: Any, transforms: Any = None) -> list[list[Any]]:
+    """One pass (fixed seed; random crops and flips unless transforms; sizes the JPEG path
+    takes no DCT-scaled decode at), each batch's values cloned."""
     out = []
     with fastloader.FastLoader(dst, batch_size=4, shuffle=True, seed=7, device="cpu",
-                               transforms=train_transforms(24)) as loader:
+                               transforms=transforms or train_transforms(24)) as loader:
         for batch in loader:
             values = batch.values() if isinstance(batch, dict) else batch
             out.append([v.clone() if isinstance(v, torch.Tensor) else v for v in values])
@@ -270,3 +272,47 @@ def test_ray_tasks_encode_as_the_local_engine_does(tmp_path: Path) -> None:
             else:
                 os.environ[k] = v
     assert dataset_bytes(tmp_path / "ray.lmdb") == dataset_bytes(tmp_path / "local.lmdb")
+
+
+def _coco_with_boxes_and_masks(root: Path) -> tuple[Any, dict[str, Any]]:
+    """COCO (boxes, masks) over JPEG frames large enough for letterbox crops."""
+    path = coco_file(root, N)
+    for k in range(N):
+        (root / "images" / f"{k:03d}.png").write_bytes(encode(photo_like(30, 40, k)))
+    return path, {"masks": True}
+
+
+@pytest.mark.parametrize("tiled", [False, True], ids=["untiled", "tiled"])
+def test_recode_of_a_v2_dataset_keeps_boxes_masks_and_columns(tmp_path: Path,
+                                                               tiled: bool) -> None:
+    from fastloader.pack.pipeline.recode import recode
+
+    src, options = _coco_with_boxes_and_masks(tmp_path / "in")
+    plain, tiles, coded = (tmp_path / f"{n}.lmdb" for n in ("plain", "tiles", "coded"))
+    fastloader.pack(src, plain, workers=2, shard_size=4000, **options)
+    source = plain
+    if tiled:
+        fastloader.pack(src, tiles, workers=2, shard_size=4000, tiles=True, **options)
+        source = tiles
+    manifest = recode(source, coded)
+    assert manifest.version == 2 and manifest.options["codec"] == "coeffs"
+    assert "tiles" not in manifest.options and manifest.stats["recoded"] == N
+    with open_dataset(coded) as ds, open_dataset(plain) as base:
+        assert not ds.tiled and "tiles_header" not in ds.manifest.fields
+        assert ds.manifest.sample_fields == base.manifest.sample_fields
+        for i in range(N):
+            new, old = ds.sample(i), base.sample(i)
+            assert coeffs.is_coeffs(new["image"])
+            assert np.array_equal(decode(new["image"]), decode(old["image"]))
+            for name in old:
+                if name != "image":
+                    assert np.array_equal(new[name], old[name]) if isinstance(
+                        old[name], np.ndarray) else new[name] == old[name], (i, name)
+            assert "mask" in old and "boxes" in old
+    assert _same(_batches(coded), _batches(plain))
+    letterbox = [ResizeFit(48, fill=114), RandomHorizontalFlip()]
+    assert _same(_batches(coded, letterbox), _batches(plain, letterbox))
+    assert main(["verify", str(coded), "--decode", "--quiet"]) == 0
+    back = recode(coded, tmp_path / "back.lmdb", codec="jpeg")
+    assert back.version == 2 and back.stats["recoded"] == N
+    assert _same(_batches(tmp_path / "back.lmdb"), _batches(plain))
