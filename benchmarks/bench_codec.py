@@ -118,14 +118,24 @@ def encode_cost(jpegs: list[bytes]) -> dict[str, float]:
     return {"encode ms": _cpu_ms(coeffs.encode, jpegs), "check decode ms": _cpu_ms(check, jpegs)}
 
 
-def loader_rows(tree: Path, folder: Path, rounds: int, threads: int) -> dict[str, Any]:
-    jpeg, coeff = folder / "jpeg.lmdb", folder / "coeffs.lmdb"
-    seconds: dict[str, list[float]] = {"pack jpeg s": [], "pack coeffs s": [], "recode s": []}
-    for r in range(2):  # packing, interleaved: files/s of --codec jpeg against --codec coeffs
+def pack_rows(tree: Path, folder: Path, rounds: int) -> dict[str, list[float]]:
+    """Seconds of `pack(tree, codec=...)` for jpeg and coeffs (one pass each: coeffs records
+    are encoded in the pack's workers), interleaved, the order alternating each round."""
+    seconds: dict[str, list[float]] = {"pack jpeg s": [], "pack coeffs s": []}
+    for r in range(rounds):
         for name in (("jpeg", "coeffs") if r % 2 == 0 else ("coeffs", "jpeg")):
             began = time.perf_counter()
             pack(tree, folder / f"{name}-pack.lmdb", quiet=True, overwrite=True, codec=name)
             seconds[f"pack {name} s"].append(time.perf_counter() - began)
+    ratios = [j / c for j, c in zip(seconds["pack jpeg s"], seconds["pack coeffs s"],
+                                    strict=True)]
+    seconds["coeffs/jpeg files/s, same round"] = ratios
+    return seconds
+
+
+def loader_rows(tree: Path, folder: Path, rounds: int, threads: int) -> dict[str, Any]:
+    jpeg, coeff = folder / "jpeg.lmdb", folder / "coeffs.lmdb"
+    seconds: dict[str, list[float]] = {**pack_rows(tree, folder, 2), "recode s": []}
     pack(tree, jpeg, quiet=True)
     began = time.perf_counter()
     recode(jpeg, coeff)
@@ -206,9 +216,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2, help="loader decode threads")
     parser.add_argument("--no-loader", dest="loader", action="store_false")
+    parser.add_argument("--pack-only", type=int, default=0, metavar="ROUNDS",
+                        help="only the packing rows, over ROUNDS interleaved rounds")
     parser.add_argument("--kinds", action="store_true", help="also time other sizes and "
                         "subsamplings, made from the first image")
     args = parser.parse_args()
+    if args.pack_only:
+        with tempfile.TemporaryDirectory(prefix="bench-codec-") as tmp:
+            rows = pack_rows(args.data, Path(tmp), args.pack_only)
+        print(json.dumps({"environment": environment(), "packing": rows}, indent=1))
+        return 0
     files = sorted(p for p in args.data.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
     jpegs = [p.read_bytes() for p in files[: args.images]]
     records = [coeffs.encode(j) for j in jpegs]

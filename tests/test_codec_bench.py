@@ -28,3 +28,13 @@ def test_per_core_rows_and_encode_cost_are_measured() -> None:
     assert rows["speedup full"] > 0 and rows["speedup crop"] > 0
     cost = bench_codec.encode_cost(jpegs)
     assert cost["encode ms"] > 0 and cost["check decode ms"] > 0
+
+
+def test_pack_rows_time_both_codecs_in_the_same_rounds(tmp_path: Path) -> None:
+    tree = tmp_path / "tree" / "a"
+    tree.mkdir(parents=True)
+    for k in range(3):
+        (tree / f"{k}.jpg").write_bytes(encode(photo_like(40, 48, seed=k), "JPEG", "RGB"))
+    rows = bench_codec.pack_rows(tree.parent, tmp_path, rounds=2)
+    assert len(rows["pack jpeg s"]) == len(rows["pack coeffs s"]) == 2
+    assert all(r > 0 for r in rows["coeffs/jpeg files/s, same round"])

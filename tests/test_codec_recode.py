@@ -206,13 +206,9 @@ def test_pack_codec_tiles_is_tiles_and_others_are_refused(mixed_tree, tmp_path) 
 
     manifest = fastloader.pack(mixed_tree[0], tmp_path / "t.lmdb", codec="tiles", quiet=True,
                                workers=1)
-    assert "tiles" in manifest.options
+    assert "tiles" in manifest.options and "codec" not in manifest.options
     with pytest.raises(PackError, match="not one of"):
         fastloader.pack(mixed_tree[0], tmp_path / "x.lmdb", codec="webp")
-    samples = [{"image": bytes(1), "label": 0}]
-    with pytest.raises(PackError, match="ImageFolder trees"):
-        fastloader.pack(samples, tmp_path / "y.lmdb", codec="coeffs",
-                        fields={"image": "image", "label": "int"})
 
 
 def test_recode_an_hdf5_dataset(mixed_tree, tmp_path) -> None:
@@ -247,3 +243,36 @@ def test_recode_back_to_jpeg_keeps_the_pixels(mixed, tmp_path) -> None:
     if dali_available():  # DALI takes the converted dataset
         FastLoader(back, batch_size=2, backend="dali", device="cpu",
                    transforms=TRANSFORMS["train"]).close()
+
+
+def _mark(copy: Path, i: int, codec: int) -> None:
+    """Rewrite record i's codec mark in copy's index, its manifest hash updated with it (as a
+    pack that marked it wrongly would have written it)."""
+    import hashlib
+    import json
+
+    column = np.load(copy / "index" / "codec.npy")
+    column[i] = codec
+    np.save(copy / "index" / "codec.npy", column)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    data = (copy / "index" / "codec.npy").read_bytes()
+    manifest["fields"]["codec"]["sha256"] = hashlib.sha256(data).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_verify_reports_a_record_whose_codec_mark_is_wrong(mixed, tmp_path, capsys) -> None:
+    from fastloader.pack.maintain.verify import verify
+
+    src, dst = mixed
+    for name, path, want, wrong in (("coeffs", dst, Codec.COEFFS, Codec.JPEG),
+                                    ("jpeg", src, Codec.JPEG, Codec.COEFFS),
+                                    ("png", src, Codec.PNG, Codec.JPEG)):
+        copy = tmp_path / f"{name}.lmdb"
+        shutil.copytree(path, copy)
+        with PackedDataset(copy) as ds:
+            i = int(np.flatnonzero(ds.codecs == want)[0])
+        assert verify(copy).ok
+        _mark(copy, i, int(wrong))
+        report = verify(copy)
+        assert not report.ok and report.bad_records == [i], name
+        assert f"marks it {wrong.name}" in report.problems[0], report.problems

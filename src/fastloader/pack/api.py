@@ -85,8 +85,8 @@ def pack(
             shard task uploads its part there), strict, tiles and restart_mcus (the records'
             image field repacked as restart tiles; see fastloader.pack.pipeline.tree.pack),
             codec: "jpeg" (default: the bytes as they are), "tiles" (= tiles=True) or
-            "coeffs" (ImageFolder trees: JPEG records as coeffs records, packed then recoded;
-            see fastloader.pack.pipeline.recode).
+            "coeffs" (every source: each JPEG record encoded as a coeffs record in the
+            pack's workers; see fastloader.pack.pipeline.options.PackOptions).
             Shards of an importer's
             samples are cut by their image sizes (shard_size bytes); Python samples by count:
             shard_samples samples a shard (default shard_size / 128 KiB, i.e. 2048 for
@@ -102,13 +102,6 @@ def pack(
     """
     kind = None if not isinstance(src, (str, os.PathLike)) else importers.detect(
         src, source_format)
-    codec = options.pop("codec", "jpeg")
-    if codec == "coeffs":
-        return _pack_coeffs(src, dst, kind, skip_bad, options)
-    if codec == "tiles":
-        options["tiles"] = True
-    elif codec != "jpeg":
-        raise PackError(f"codec={codec!r} is not one of 'jpeg' (the default), 'coeffs', 'tiles'.")
     if skip_empty and kind != "coco":
         raise PackError("skip_empty (--skip-empty) applies to COCO files only.")
     if masks and kind != "coco":
@@ -135,20 +128,6 @@ def pack(
     samples, specs, source, reopen = _importer(src, kind, opener,
                                                options.get("storage_options"))
     return pack_samples(samples, dst, specs, checked, source=source, reopen=reopen)
-
-
-def _pack_coeffs(src: Any, dst: str | os.PathLike[str], kind: str | None, skip_bad: bool,
-                 options: dict[str, Any]) -> Manifest:
-    """codec="coeffs": the tree packed as JPEG records, then recoded (pack.maintain.recode)."""
-    from fastloader.pack.pipeline import recode
-
-    if kind != "imagefolder" or options.get("tiles") or options.get("engine", "local") != "local":
-        raise PackError("codec='coeffs' packs ImageFolder trees with the local engine, untiled, "
-                        "for now; pack as JPEG and run `packdata recode SRC DST --codec coeffs`.")
-    inner = {**options, "overwrite": True}
-    return recode.pack_as("coeffs", lambda folder: pack(src, folder, skip_bad=skip_bad, **inner),
-                          dst, overwrite=bool(options.get("overwrite")),
-                          workers=options.get("workers"))
 
 
 def _importer(src: str | os.PathLike[str], kind: str, opener: dict[str, Any],

@@ -112,7 +112,7 @@ def _pack_parser() -> argparse.ArgumentParser:
     add("--codec", choices=("jpeg", "coeffs", "tiles"), default="jpeg",
         help="how JPEG records are stored: jpeg (as they are, default), tiles (= --tiles), or "
         "coeffs (their coefficients: lossless, faster decodes and crops, ~1.5x the bytes; "
-        "ImageFolder trees; needs the native extension)")  # fmt: skip
+        "every source, encoded as it is packed; needs the native extension)")  # fmt: skip
     add("--restart-mcus", type=int, default=DEFAULT_RESTART_MCUS, metavar="R",
         help="with --tiles: at most R MCUs per restart segment "
         f"(default {DEFAULT_RESTART_MCUS})")  # fmt: skip

@@ -20,7 +20,8 @@ def run(argv: Sequence[str]) -> int:
         "same pixels, faster to decode and crop), --codec jpeg turns coeffs records back into "
         "JPEGs of the same pixels (for DALI); other images keep their bytes. No source tree "
         "needed.")
-    parser.add_argument("src", metavar="SRC", help="a packed dataset folder (untiled, format v1)")
+    parser.add_argument("src", metavar="SRC",
+                        help="a packed dataset folder (v1 or v2, tiled or not)")
     parser.add_argument("dst", metavar="DST", help="the dataset folder to create")
     parser.add_argument("--codec", choices=CODECS, required=True, help="the records' new codec")
     parser.add_argument("--workers", type=int, metavar="N", help="encoding threads "

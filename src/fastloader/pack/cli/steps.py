@@ -74,7 +74,7 @@ def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
         format=args.format, shard_size=args.shard_size, max_side=args.max_side,
         quality=args.quality, overwrite=args.overwrite, resume=args.resume, strict=args.strict,
         skip_bad=args.skip_bad,
-        tiles=args.tiles, restart_mcus=args.restart_mcus,
+        tiles=args.tiles, restart_mcus=args.restart_mcus, codec=args.codec,
         max_file_size=args.max_file_size,
         apply_exif_orientation=args.apply_exif_orientation).checked())
     staging.release()
@@ -110,8 +110,8 @@ def _plan_samples(args: argparse.Namespace) -> int:
         format=args.format, shard_size=args.shard_size, max_side=args.max_side,
         quality=args.quality, overwrite=args.overwrite, strict=args.strict, skip_bad=skip_bad,
         tiles=args.tiles, restart_mcus=args.restart_mcus, max_file_size=args.max_file_size,
-        resume=args.resume, apply_exif_orientation=args.apply_exif_orientation).checked(),
-        source)
+        resume=args.resume, codec=args.codec,
+        apply_exif_orientation=args.apply_exif_orientation).checked(), source)
     dst = Path(args.dst).expanduser().absolute()
     staging, plan, _ = plan_source(SampleSource(samples, specs, source, reopen), dst, checked)
     try:

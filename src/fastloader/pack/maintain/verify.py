@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fastloader.decode import coeffs
 from fastloader.decode import decode as decoder
 from fastloader.errors import DatasetError, FastloaderError
 from fastloader.format import index as index_mod
@@ -145,11 +146,29 @@ def _check_record(
         return f"cannot be read ({type(exc).__name__})"
     if zlib.crc32(data) != int(ds.crc32s[i]):
         return "crc32 mismatch: the stored bytes changed"
+    problem = _codec_problem(data, int(ds.codecs[i]))
+    if problem is not None:
+        return problem
     problem = (_decode_problem(ds, data, tuple(int(v) for v in ds.stored_shapes[i])) if decode
                else None)
     if problem is None and ds.tiled and not report.tiles_unchecked:
         problem = _tile_problem(ds, i, data, decode, report, source)
     return problem
+
+
+def _codec_problem(data: memoryview, codec: int) -> str | None:
+    """The codec column against the record's first bytes: a coeffs record (its magic) must be
+    marked COEFFS and a COEFFS mark must hold one; a JPEG mark, a JPEG's SOI marker."""
+    is_record = coeffs.is_coeffs(data)
+    if is_record == (codec == Codec.COEFFS) and (
+            codec != Codec.JPEG or bytes(data[:2]) == b"\xff\xd8"):
+        return None
+    jpeg = bytes(data[:2]) == b"\xff\xd8"
+    held = ("a coeffs record" if is_record else "JPEG bytes" if jpeg
+            else "neither a JPEG nor a coeffs record")
+    name = Codec(codec).name if codec <= max(Codec) else str(codec)  # _check_index: the rest
+    return (f"the index marks it {name} but it holds {held}; repack the dataset (or `packdata "
+            "recode` it from a good copy)")
 
 
 def _tile_problem(

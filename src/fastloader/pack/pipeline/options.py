@@ -25,6 +25,7 @@ from fastloader.pack.staging.journal import is_dataset
 
 DEFAULT_SHARD_SIZE = 256 << 20
 ENGINES = ("local", "ray")
+CODECS = ("jpeg", "coeffs", "tiles")
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ class PackOptions:
         apply_exif_orientation: store each image's EXIF orientation (as
             PIL.ImageOps.exif_transpose reads it) in the index, and its size as the turned
             image's; records keep their bytes. FastLoader then shows the turned images.
+        codec: how JPEG records are stored: "jpeg" (as they are), "coeffs" (each JPEG's
+            coefficients as a coeffs record, encoded where the item is prepared; needs the
+            native extension; other images, and JPEGs records do not hold, keep their bytes)
+            or "tiles" (= tiles=True; `checked()` turns it into that).
     """
 
     format: str | None = None
@@ -86,6 +91,7 @@ class PackOptions:
     storage_options: dict[str, Any] | None = None
     shard_samples: int | None = None
     apply_exif_orientation: bool = False
+    codec: str = "jpeg"
 
     def checked(self) -> PackOptions:
         """These options with every value checked and workers resolved (None: every usable
@@ -101,13 +107,20 @@ class PackOptions:
                             "the first stops at the first bad item (the default), the second "
                             "packs the rest and lists them in skipped.json; pass one.")
         check_engine(self.engine, self.ray_address)
-        tiling.check_tiles_option(self.tiles, self.restart_mcus)
+        tiles = check_codec(self.codec, self.tiles)
+        if self.codec == "coeffs" and self.apply_exif_orientation:
+            raise PackError("codec='coeffs' (--codec coeffs) with apply_exif_orientation=True "
+                            "(--apply-exif-orientation): coeffs records are decoded as stored, "
+                            "not turned; pack with codec='jpeg' to turn the images, or drop "
+                            "apply_exif_orientation to store them as they are.")
+        tiling.check_tiles_option(tiles, self.restart_mcus)
         max_file_size = int_at_least("max_file_size", self.max_file_size, 1,
                                      "Pass a size in bytes.")
         if self.storage_options is not None and not isinstance(self.storage_options, dict):
             raise invalid_type("storage_options", self.storage_options, "a dict or None")
         return replace(self, shard_size=shard_size, workers=workers, max_side=max_side,
-                       quality=quality, max_file_size=max_file_size)
+                       quality=quality, max_file_size=max_file_size, tiles=tiles,
+                       codec="jpeg" if self.codec == "tiles" else self.codec)
 
     def exif_identity(self) -> dict[str, bool]:
         """plan.json's (and the manifest options') entry of --apply-exif-orientation: only
@@ -118,6 +131,30 @@ class PackOptions:
     def tile_option(self) -> dict[str, int] | None:
         """The manifest's tiles entry ({version, restart_mcus}), or None untiled."""
         return tiling.check_tiles_option(self.tiles, self.restart_mcus)
+
+    @property
+    def codec_entries(self) -> dict[str, str]:
+        """What plan.json (and so the tasks' settings) says of the records' codec: nothing
+        for "jpeg", so a JPEG pack's plan and manifest stay exactly as before."""
+        return {} if self.codec == "jpeg" else {"codec": self.codec}
+
+
+def check_codec(codec: Any, tiles: bool) -> bool:
+    """codec is one of CODECS, coeffs only without tiles and with the encoder built; whether
+    the pack is tiled (codec "tiles" is tiles=True)."""
+    if codec not in CODECS:
+        raise PackError(f"codec={codec!r} is not one of {CODECS} ('jpeg', the default, keeps "
+                        "the bytes as they are).")
+    if codec == "coeffs" and tiles:
+        raise PackError("codec='coeffs' (--codec coeffs) and tiles=True (--tiles) contradict "
+                        "each other: coeffs records already crop without decoding the rows "
+                        "above; pass one.")
+    if codec == "coeffs":
+        from fastloader.decode import coeffs
+
+        if coeffs.native_reason():
+            raise PackError(f"codec='coeffs' cannot pack: {coeffs.native_reason()}")
+    return tiles or codec == "tiles"
 
 
 def check_sizes(

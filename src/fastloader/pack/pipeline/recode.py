@@ -7,6 +7,9 @@ files whose scans stop early) keeps its bytes; codec "jpeg" turns
 coeffs records back into JPEGs of the same pixels. Records are checked against their crc32
 before they are read; the output is built in a hidden staging folder and renamed into place,
 as pack and merge do. The manifest's options say the dataset's codec ("codec": "coeffs").
+Any dataset: v1 or v2 (every other index field and column, boxes, masks, labels, paths and
+further image fields, copied as it is: only the records change), tiled or not (a tiled
+dataset's records become coeffs records and its tile tables and `tiles` option go).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import json
 import os
 import shutil
 import zlib
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +32,7 @@ from fastloader.format import index as index_mod
 from fastloader.format.backends import backend_module
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import MANIFEST_NAME, Codec, Manifest, ShardInfo
+from fastloader.pack.sources.tiling import INDEX_FIELDS
 from fastloader.pack.staging.commit import SKIPPED_NAME
 from fastloader.pack.staging.journal import Staging, file_digest, is_dataset, write_atomic
 
@@ -54,17 +57,14 @@ def _open_source(path: Path) -> PackedDataset:
     if not is_dataset(path):
         raise PackError(f"{path} is not a packed dataset (no {MANIFEST_NAME}); recode converts "
                         "a folder made by packdata.")
-    ds = PackedDataset(path)
-    manifest = ds.manifest
-    extra = sorted(set(manifest.fields) - set(index_mod.CORE_FIELDS))
-    if manifest.version != 1 or "tiles" in manifest.options or extra:
-        ds.close()
-        kind = (f"format v{manifest.version} (declared fields)" if manifest.version != 1
-                else "tiled (--tiles)" if "tiles" in manifest.options
-                else f"one with extra index fields {extra}")
-        raise PackError(f"{path} is {kind}; recode supports untiled ImageFolder (format v1) "
-                        "datasets for now: pack the source tree with --codec coeffs instead.")
-    return ds
+    return PackedDataset(path)
+
+
+def _dropped(ds: PackedDataset, codec: str) -> frozenset[str]:
+    """Index fields the output leaves out: a tiled dataset's tile tables when its records
+    become coeffs records (they crop by their own segments; the tables describe JPEG bytes
+    that are no longer stored)."""
+    return frozenset(INDEX_FIELDS) if ds.tiled and codec == "coeffs" else frozenset()
 
 
 def _recode_one(ds: PackedDataset, i: int, codec: str) -> tuple[bytes, int, str | None]:
@@ -105,8 +105,6 @@ def _recode_shard(ds: PackedDataset, k: int, target: Path, start: int, codec: st
     out.add("shard", np.full(info.count, len(out.shards), np.int32))
     out.add("offset", np.asarray(layout.offsets, np.int64))
     out.add("length", np.asarray([len(r) for r in records], np.int64))
-    out.add("label", np.asarray(ds.labels[sl]))
-    out.add("shape", np.asarray(ds.shapes[sl]))
     out.add("codec", np.asarray([r[1] for r in results], np.uint8))
     out.add("crc32", np.asarray([zlib.crc32(r) for r in records], np.uint32))
     for (_, new, why), old in zip(results, ds.codecs[sl], strict=True):
@@ -120,15 +118,19 @@ def _manifest(ds: PackedDataset, out: _Output, codec: str) -> Manifest:
     from fastloader import __version__
 
     first = ds.manifest
-    stats = dict(first.stats)
+    untiled = bool(_dropped(ds, codec))
+    stats = {k: v for k, v in first.stats.items()
+             if not (untiled and k in ("tiled", "untiled"))}
     stats["record_bytes"] = int(sum(int(c.sum()) for c in out.columns["length"]))
     stats["recoded"] = out.recoded
     stats["kept_jpeg"] = sum(out.kept.values())
+    options = {k: v for k, v in first.options.items() if not (untiled and k == "tiles")}
     return Manifest(
         backend=first.backend, num_samples=len(ds), classes=list(ds.classes),
-        shards=out.shards, fields={}, options={**first.options, "codec": codec}, stats=stats,
+        shards=out.shards, fields={}, options={**options, "codec": codec}, stats=stats,
         created_by=f"fastloader {__version__}",
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        version=first.version, sample_fields=list(first.sample_fields),
     )
 
 
@@ -137,7 +139,7 @@ def recode(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, codec: s
     """Write src's samples to a new dataset dst with its JPEG records in another codec.
 
     Args:
-        src: an untiled format v1 (ImageFolder) dataset folder.
+        src: a packed dataset folder (v1 or v2, tiled or not).
         dst: the dataset folder to create (same backend as src).
         codec: "coeffs" (JPEG records become coeffs records) or "jpeg" (coeffs records
             become JPEGs of the same pixels, e.g. for DALI).
@@ -149,8 +151,8 @@ def recode(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, codec: s
         stats["kept_jpeg"] JPEGs stayed JPEG (a kind coeffs records do not hold).
 
     Raises:
-        PackError: codec is unknown, src is not a dataset or is v2/tiled, a record fails its
-            crc32, dst exists (without overwrite) or is src.
+        PackError: codec is unknown, src is not a dataset, a record fails its crc32, dst
+            exists (without overwrite) or is src.
         NativeUnavailableError: the native extension (the encoder) is not in use.
     """
     if codec not in CODECS:
@@ -178,8 +180,9 @@ def recode(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, codec: s
             for k, info in enumerate(ds.manifest.shards):
                 _recode_shard(ds, k, staging.dir / f"shard-{k:05d}{suffix}", info.start, codec,
                               pool, out)
-        arrays = {name: np.concatenate(parts) for name, parts in out.columns.items()}
-        arrays["path_offsets"], arrays["path_bytes"] = index_mod.encode_paths(list(ds.paths))
+        kept = {name: ds.field(name) for name in ds.manifest.fields
+                if name not in _dropped(ds, codec)}  # labels, shapes, paths, v2 columns
+        arrays = kept | {name: np.concatenate(parts) for name, parts in out.columns.items()}
         fields = index_mod.write_index(staging.dir, arrays)
         skipped = root / SKIPPED_NAME
         write_atomic(staging.dir / SKIPPED_NAME,
@@ -195,22 +198,6 @@ def recode(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, codec: s
         staging.release()
         ds.close()
     return manifest
-
-
-def pack_as(codec: str, pack_jpeg: Callable[[Path], Any], dst: str | os.PathLike[str], *,
-            overwrite: bool = False, workers: int | None = None) -> Manifest:
-    """pack(..., codec=codec): pack_jpeg(folder) packs into a hidden sibling of dst (JPEG
-    records), which is then recoded into dst and removed."""
-    target = Path(dst).expanduser().absolute()
-    if (target.exists() or target.is_symlink()) and not (overwrite and is_dataset(target)):
-        raise PackError(f"{target} already exists; pass --overwrite to replace a packed "
-                        "dataset, or choose another DST.")
-    temp = target.parent / f".{target.stem}.jpeg-records{target.suffix}"  # keeps the backend
-    try:
-        pack_jpeg(temp)
-        return recode(temp, target, codec=codec, workers=workers, overwrite=overwrite)
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def kept_summary(manifest: Manifest) -> str:

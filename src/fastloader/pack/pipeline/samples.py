@@ -55,7 +55,7 @@ def _identity(specs: list[FieldSpec], backend: str, source: dict[str, Any] | Non
         identity["shard_samples"] = options.shard_samples
     if options.tile_option is not None:  # untiled plans stay as before
         identity["tiles"] = options.tile_option
-    return identity | options.exif_identity()
+    return identity | options.exif_identity() | options.codec_entries
 
 
 def _open_staging(dst: str | Path, source: dict[str, Any] | None, options: PackOptions

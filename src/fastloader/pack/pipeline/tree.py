@@ -146,7 +146,7 @@ class TreeSource:
                                     "shard_files": MAX_SHARD_FILES}
         if options.tile_option is not None:
             identity["tiles"] = options.tile_option
-        identity |= options.exif_identity()
+        identity |= options.exif_identity() | options.codec_entries
         run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
         return from_scan(result, options.shard_size), identity, run
 

@@ -25,7 +25,7 @@ from fastloader.decode.orientation import turned_shapes
 from fastloader.errors import PackError
 from fastloader.format import index as index_mod
 from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
-from fastloader.format.manifest import Manifest, ShardInfo
+from fastloader.format.manifest import Codec, Manifest, ShardInfo
 from fastloader.pack.sources import tiling
 from fastloader.pack.staging.items import items_of
 from fastloader.pack.staging.journal import JOURNAL_DIR, Staging
@@ -217,7 +217,18 @@ def _options(settings: TaskSettings, **more: Any) -> dict[str, Any]:
                                **more}
     if settings.tiles is not None:
         options["tiles"] = settings.tiles
+    if settings.codec != "jpeg":  # a JPEG pack's manifest stays exactly as before
+        options["codec"] = settings.codec
     return options | _exif_option(settings)
+
+
+def _codec_stats(settings: TaskSettings, codecs: np.ndarray) -> dict[str, int]:
+    """A coeffs pack's counts, as recode's: records encoded, JPEGs kept (kinds coeffs records
+    do not hold); none for a JPEG pack."""
+    if settings.codec == "jpeg":
+        return {}
+    return {"recoded": int(np.count_nonzero(codecs == Codec.COEFFS)),
+            "kept_jpeg": int(np.count_nonzero(codecs == Codec.JPEG))}
 
 
 def _commit_v1(staging: AnyStaging, plan: ShardPlan, parts: list[Part],
@@ -239,7 +250,8 @@ def _commit_v1(staging: AnyStaging, plan: ShardPlan, parts: list[Part],
     }
     return publish(staging, overwrite, backend=settings.backend, num_samples=packed,
                    classes=plan.scan["classes"], shards=shards, fields=fields,
-                   options=options, stats=stats | (tiling.tile_stats(arrays) if tiled else {}))
+                   options=options, stats=stats | (tiling.tile_stats(arrays) if tiled else {})
+                   | _codec_stats(settings, arrays["codec"]))
 
 
 def _shifted(offsets: list[np.ndarray]) -> np.ndarray:
@@ -311,6 +323,7 @@ def _commit_v2(staging: AnyStaging, parts: list[Part], specs: Sequence[FieldSpec
              "record_bytes": int(arrays["length"].sum())}
     if tiled:
         stats |= tiling.tile_stats(arrays)
+    stats |= _codec_stats(settings, arrays["codec"])
     return publish(
         staging, overwrite, backend=settings.backend, num_samples=packed, classes=classes,
         shards=shards, fields=index_fields, options=options, stats=stats,

@@ -28,6 +28,7 @@ from fastloader.pack.sources import tiling
 from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.sources.validate import Prepared, prepare
 from fastloader.pack.sources.values import PreparedSample, prepare_sample
+from fastloader.pack.staging.codec import encode_record, prepare_coded
 from fastloader.pack.staging.keys import known, sample_key
 from fastloader.pack.staging.part import CORE
 from fastloader.pack.staging.plan import ShardPlan, TaskSettings
@@ -49,17 +50,21 @@ def is_sequence(samples: Any) -> bool:
 
 
 def prepare_job(settings: TaskSettings) -> Callable[[str], Prepared]:
-    """The per-file work of this pack (read, check, maybe re-encode or tile), picklable."""
+    """The per-file work of this pack (read, check, maybe re-encode, tile or encode as coeffs),
+    picklable."""
     if settings.tiles is not None:
         return functools.partial(
             tiling.prepare_tiled, max_side=settings.max_side, quality=settings.quality,
             restart_mcus=settings.tiles["restart_mcus"], max_file_size=settings.max_file_size,
             storage_options=settings.storage_options,
             apply_exif_orientation=settings.apply_exif_orientation)
-    return functools.partial(prepare, max_side=settings.max_side, quality=settings.quality,
-                             max_file_size=settings.max_file_size,
-                             storage_options=settings.storage_options,
-                             apply_exif_orientation=settings.apply_exif_orientation)
+    limits: dict[str, Any] = {"max_side": settings.max_side, "quality": settings.quality,
+                              "max_file_size": settings.max_file_size,
+                              "storage_options": settings.storage_options,
+                              "apply_exif_orientation": settings.apply_exif_orientation}
+    if settings.codec != "jpeg":  # the JPEG pack's job stays prepare() itself
+        return functools.partial(prepare_coded, codec=settings.codec, **limits)
+    return functools.partial(prepare, **limits)
 
 
 class _FileRows:
@@ -244,6 +249,8 @@ def prepare_item(sample: Any, specs: Sequence[FieldSpec], where: str, settings: 
     its key (sample_key) when files is given (the sample is keyed by its task)."""
     prepared = prepare_sample(sample, specs, where, settings)
     key = None if files is None else sample_key(sample, files, known(sample, specs, prepared))
+    if settings.codec != "jpeg":  # the records only; keys were taken from the sample's bytes
+        return prepared._replace(record=encode_record(prepared.record, settings.codec)), key
     if settings.tiles is None or prepared.record.data is None:
         return prepared, key
     record = tiling.tile_record(prepared.record, settings.tiles["restart_mcus"])

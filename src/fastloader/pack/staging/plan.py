@@ -59,6 +59,7 @@ class TaskSettings:
     max_file_size: int
     skip_bad: bool = False
     tiles: dict[str, int] | None = None  # {version, restart_mcus}, or None untiled
+    codec: str = "jpeg"  # "coeffs": JPEG records encoded as coeffs records in the tasks
     source: dict[str, Any] | None = None  # a field source's description (manifest options)
     fields: list[dict[str, Any]] | None = None  # a field source's specs' manifest entries
     shard_samples: int | None = None  # Python samples: cut by count
