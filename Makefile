@@ -43,8 +43,9 @@ test-fallback: install
 
 # The `slow`-marked tests (soak and speed runs that print their figures), excluded from
 # `make test`; .ci/run runs them too. -s shows what they print.
+# The installed-package soaks (exit noise, lost Ctrl-C) run once, against the wheel (make wheel).
 test-slow: install
-	$(PY) -m pytest -q -s -rs -p no:cacheprovider -m "slow and not gpu" tests
+	$(PY) -m pytest -q -s -rs -p no:cacheprovider -m "slow and not gpu and not installed" tests
 
 lint: install
 	$(PY) -m ruff check src tests benchmarks tools
