@@ -63,12 +63,13 @@ def test_checkpoint_state_round_trips_and_refuses_other_loaders() -> None:
     sampler = EpochSampler(20, seed=3, rank=0, world_size=2)
     sampler.set_epoch(5)
     state = sampler.state(batches_done=2, batch_size=4, drop_last=False)
-    assert sampler.check_state(state, batch_size=4, drop_last=False) == (5, 2)
-    with pytest.raises(InvalidArgumentError, match="batch_size"):
-        sampler.check_state(state, batch_size=5, drop_last=False)
+    assert state["position"] == 16  # 2 batches of 4 on each of 2 ranks
+    again = EpochSampler(20, seed=3, rank=1, world_size=2)
+    assert again.load(state, batch_size=4, drop_last=False) == 2 and again.epoch == 5
     with pytest.raises(InvalidArgumentError, match="seed"):
-        EpochSampler(20, seed=4, world_size=2).check_state(state, 4, False)
+        EpochSampler(20, seed=4, world_size=2).load(state, 4, False)
     with pytest.raises(InvalidArgumentError, match="batches_done"):
-        sampler.check_state({**state, "batches_done": 4}, batch_size=4, drop_last=False)
+        again.load({**state, "batches_done": 4}, batch_size=4, drop_last=False)
+    assert again.epoch == 5 and again.resume is not None  # a refused state changes nothing
     with pytest.raises(InvalidTypeError, match="state"):
-        sampler.check_state([5, 2], batch_size=4, drop_last=False)
+        sampler.load([5, 2], batch_size=4, drop_last=False)

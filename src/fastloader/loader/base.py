@@ -363,18 +363,21 @@ class FastLoader:
         """Where the loader stands, for load_state_dict to resume exactly.
 
         Returns:
-            dict: epoch, batches done in it, and what a loader must match to load it.
+            dict: epoch, batches done in it, the whole run's position in the epoch's order,
+            and what a loader must match to load it.
         """
         raise NotImplementedError
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from a state_dict: the next pass yields exactly the batches left.
 
-        Loading during a pass ends that pass. A checkpoint of another rank of the same run
-        loads too: each rank resumes its own shard of the order.
+        Loading during a pass ends that pass. A checkpoint is global: any rank's, of a run of
+        any world size, batch size or drop_last, resumes every rank (README "Resuming on
+        another number of GPUs").
 
         Args:
-            state: a dict from state_dict() of a loader built with the same arguments.
+            state: a dict from state_dict() of a loader over the same dataset, with the same
+                seed, shuffle, shuffle_window and sampler.
 
         Raises:
             InvalidArgumentError: the state does not match this loader (it names the field).

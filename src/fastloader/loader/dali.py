@@ -46,6 +46,7 @@ from fastloader.loader.options import (
 )
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
+from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.skips import SkipBudget
 from fastloader.loader.stats import Counters, LoaderStats, Timer
@@ -163,6 +164,7 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
             self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                    options.world_size, options.shuffle,
                                                    self.drop_last)
+            self.sampler.dataset_id = dataset_identity(self._data)  # a checkpoint matches it
         except BaseException:
             if self._owns_dataset:
                 self._data.close()
@@ -219,8 +221,9 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
 
     def _planned_batches(self, indices: np.ndarray, epoch: int, start: int,
                          stop: int) -> Iterator[Any]:
+        first = self.sampler.pass_layout(epoch)[1]  # indices begin at that batch's samples
         for b in range(start, stop):
-            samples = indices[b * self.batch_size : (b + 1) * self.batch_size]
+            samples = indices[(b - first) * self.batch_size : (b - first + 1) * self.batch_size]
             with Timer(self._counters, "plan"):
                 rng = batch_rng(self.sampler.seed, epoch, b, self.sampler.rank)
                 crops, flips, _ = plan(self.transforms, self._data.stored_shapes[samples], rng)
@@ -241,9 +244,9 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         if self._closed:
             raise FastloaderError("this DaliLoader was closed; create a new one to iterate")
         self._end_pass()  # one pass at a time: a new iter() ends the previous one
-        start, self._resume_batch = self._resume_batch, 0
+        start = self._resume_batch  # spent by the pass's first batch (_first_batch_out)
         epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
-        stop = len(self)
+        stop = self._pass_end()
         indices = self.sampler.indices()
         self._pass = (indices, epoch, stop)
         self._budget = SkipBudget(self.max_skips, len(indices))
@@ -274,6 +277,8 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
                                           "the same DaliLoader started (or it was closed)")
                 images, labels = self._next_batch(epoch, b)
                 self._batches_done = b + 1
+                if b == start:  # until now an iter() restarts this pass
+                    self._first_batch_out()
                 yield images, labels
             finished = True
         finally:
@@ -281,8 +286,7 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
             if self._active is token:
                 self._end_pass()
             if finished:
-                self._batches_done = 0
-                self.sampler.set_epoch(epoch + 1)
+                self._pass_finished(epoch)
 
     def _run(self, b: int) -> Any:
         """Batch b's DALI outputs. When DALI fails, the records it failed on are found and

@@ -40,6 +40,7 @@ from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_vie
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.pipeline import EpochPlan, Producer
 from fastloader.loader.remote import DEFAULT_PREFETCH_SHARDS, plan_shards, remote_options
+from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.stats import Counters, LoaderStats
 
@@ -138,6 +139,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                                                options.world_size, options.shuffle,
                                                self.drop_last, options.sampler)
         self.sampler.shard_layout = remote.layout(self._data)
+        self.sampler.dataset_id = dataset_identity(self._data)  # a checkpoint must match it
         self._step = DeviceStep(self.device, *options.step_args)
         undo.callback(self._step.close)
         self._decoder = BatchDecoder(1, options.backend)  # the tuner sets its thread count
@@ -214,11 +216,14 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             capacity = self._tuner.max_prefetch + 1 if self._tuner.tunes_prefetch else None
             self._ring = BatchRing(self.prefetch + 1, self.batch_size, height, width,
                                    pin=self.device.type == "cuda", capacity=capacity)
-        start, self._resume_batch = self._resume_batch, 0
+        start = self._resume_batch  # spent by the pass's first batch (_first_batch_out)
         epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
-        epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, len(self), start,
-                               epoch, self.sampler.seed, self.sampler.rank)
-        plan_shards(self._data, epoch_plan.indices, start, len(self), self.batch_size)
+        first = self.sampler.pass_layout()[1]  # the number of the pass's first batch
+        end = self._pass_end()
+        epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, end, start,
+                               epoch, self.sampler.seed, self.sampler.rank, first)
+        plan_shards(self._data, epoch_plan.indices, start - first, end - first,
+                    self.batch_size)
         # The tuner may have settled on the last batch of a pass, after the producer's last
         # chance to apply it: take its setting here so a settled count is never left unapplied.
         self._decoder.num_threads = self._tuner.setting().threads
@@ -267,6 +272,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                     time.perf_counter() - start_copy))
                 self._counters.add_batch(item.count)
                 self._batches_done = item.index + 1
+                if item.index == epoch_plan.start:  # until now an iter() restarts this pass
+                    self._first_batch_out()
                 yield self._collate(images, labels, item.samples, (
                     epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank),
                     item.geometry, item.masks)
@@ -275,8 +282,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             if self._active is producer:
                 self._stop_active()
             if finished:
-                self._batches_done = 0
-                self.sampler.set_epoch(epoch_plan.epoch + 1)
+                self._pass_finished(epoch_plan.epoch)
 
     def _stop_active(self) -> None:
         producer, self._active = self._active, None

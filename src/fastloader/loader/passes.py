@@ -12,7 +12,8 @@ class EpochPasses:
 
     A loader using it sets `sampler`, `batch_size`, `drop_last`, `_active` (the pass now
     iterating, or None), `_batches_done` (batches that pass handed out) and `_resume_batch`
-    (where the next pass starts), and implements `_end_active_pass()`.
+    (where the next pass starts), calls `_first_batch_out()` as a pass yields its first
+    batch, and implements `_end_active_pass()`.
     """
 
     sampler: EpochSampler
@@ -26,8 +27,26 @@ class EpochPasses:
         """Stop the pass now iterating, if any (a new pass or a load_state_dict ends it)."""
         raise NotImplementedError
 
-    def __len__(self) -> int:
+    def _first_batch_out(self) -> None:
+        """A pass handed out its first batch: a pending resume is spent, and the next pass
+        reads the next epoch (until then a new iter() starts this pass again)."""
+        self._resume_batch = 0
+        self.sampler.mark_used()
+
+    def _pass_end(self) -> int:
+        """The number after the last batch of the current epoch's pass."""
         return self.sampler.num_batches(self.batch_size, self.drop_last)
+
+    def _pass_finished(self, epoch: int) -> None:
+        """A pass of `epoch` ran to its end (even one left with no batch to hand out)."""
+        self._batches_done = 0
+        self._resume_batch = 0
+        self.sampler.set_epoch(epoch + 1)
+
+    def __len__(self) -> int:
+        """Batches of an epoch; in an epoch resumed from another shape's checkpoint, the
+        number after its last batch where that is larger (EpochSampler.reported_batches)."""
+        return self.sampler.reported_batches(self.batch_size, self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
@@ -43,7 +62,7 @@ class EpochPasses:
         passes: the pass the next iter() starts.
         """
         if self._active is not None:
-            if self._batches_done == len(self) > 0:  # nothing left: resume at the next epoch
+            if self._batches_done == self._pass_end() > 0:  # nothing left: the next epoch
                 return self.sampler.state(0, self.batch_size, self.drop_last,
                                           epoch=self.sampler.epoch + 1)
             return self.sampler.state(self._batches_done, self.batch_size, self.drop_last)
@@ -51,14 +70,14 @@ class EpochPasses:
                                   epoch=self.sampler.next_epoch())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next pass yields exactly the batches an uninterrupted run had left.
+        """Resume: the next pass yields the batches an uninterrupted run had left.
 
+        The state may come from any rank of a run of any world size, batch size or drop_last
+        (loader/resume.py): on the same shape the saved pass continues exactly; on another
+        the samples of the epoch no rank delivered yet are shared among this world's ranks.
         A checkpoint of a whole epoch (batches_done == len, as state_dict wrote at an epoch's
         end before it moved on) resumes at the next epoch's first batch, not an empty pass.
         """
-        epoch, done = self.sampler.check_state(state, self.batch_size, self.drop_last)
-        if done == len(self) > 0:
-            epoch, done = epoch + 1, 0
+        resume_batch = self.sampler.load(state, self.batch_size, self.drop_last)
         self._end_active_pass()
-        self.sampler.set_epoch(epoch)
-        self._resume_batch = done
+        self._resume_batch = resume_batch

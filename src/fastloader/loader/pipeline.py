@@ -65,7 +65,10 @@ def no_replacement(error: str) -> DecodeError:
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """What one pass produces: this rank's index order, cut into batches from `start`."""
+    """What one pass produces: this rank's index order, cut into batches from `start`.
+
+    Batches are numbered in the epoch: `indices` begins with batch `first` (0, unless the
+    pass resumes a checkpoint of another shape: loader/resume.py)."""
 
     indices: np.ndarray
     batch_size: int
@@ -74,9 +77,11 @@ class EpochPlan:
     epoch: int
     seed: int
     rank: int
+    first: int = 0
 
     def batch(self, b: int) -> np.ndarray:
-        return self.indices[b * self.batch_size : (b + 1) * self.batch_size]
+        k = b - self.first
+        return self.indices[k * self.batch_size : (k + 1) * self.batch_size]
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,16 @@ from typing import Any
 import numpy as np
 
 from fastloader.checks import int_at_least
-from fastloader.errors import invalid_argument, invalid_type
+from fastloader.errors import FastloaderError, invalid_argument, invalid_type
+from fastloader.loader.epoch_order import default_kind, rank_share, shard
+from fastloader.loader.resume import (
+    STATE_VERSION,
+    Moved,
+    Resume,
+    check_state,
+    sampler_identity,
+)
 from fastloader.loader.shard_shuffle import per_rank_count, shard_epoch_indices
-
-STATE_VERSION = 1  # layout of EpochSampler.state(), the loaders' state_dict()
 
 
 def samples_per_rank(n: int, world_size: int, drop_last: bool) -> int:
@@ -33,8 +39,9 @@ def epoch_indices(
 ) -> np.ndarray:
     """Return this rank's sample indices (int64) for one epoch.
 
-    The order is a permutation drawn from numpy's PCG64 seeded by (seed, epoch), identical on
-    every rank; rank r takes positions r, r + world_size, ... of it. Without drop_last the
+    The order is a permutation drawn from numpy's PCG64 seeded by (seed, epoch) (from
+    ORDER_LIMIT samples on, a seeded bijection: loader/epoch_order.py), identical on every
+    rank; rank r takes positions r, r + world_size, ... of it. Without drop_last the
     order is padded by wrapping around to the start so every rank gets the same count
     (DistributedSampler's rule); with drop_last the tail that would be uneven is dropped.
     """
@@ -48,23 +55,8 @@ def epoch_indices(
             "rank", rank, f"must be < world_size={world_size}", "Pass 0 <= rank < world_size."
         )
     if shuffle:
-        order = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n)
-    else:
-        order = np.arange(n, dtype=np.int64)
-    return shard(order, rank, world_size, drop_last)
-
-
-def shard(order: np.ndarray, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
-    """Rank `rank`'s share of an epoch order: positions rank, rank + world_size, ...
-
-    Without drop_last the order is padded by wrapping to the start so every rank gets the
-    same count (DistributedSampler's rule); with drop_last the uneven tail is dropped.
-    """
-    per_rank = samples_per_rank(len(order), world_size, drop_last)
-    total = per_rank * world_size
-    if total > len(order):  # pad by wrapping (may wrap several times when n < world_size)
-        order = np.resize(order, total)
-    return np.ascontiguousarray(order[rank:total:world_size], dtype=np.int64)
+        return rank_share(n, epoch, seed, 0, rank, world_size, drop_last, default_kind(n))
+    return shard(np.arange(n, dtype=np.int64), rank, world_size, drop_last)
 
 
 def sampler_order(source: Any, n: int, seed: int, epoch: int) -> np.ndarray:
@@ -119,8 +111,17 @@ class EpochSampler:
         self.shard_layout: tuple[np.ndarray, np.ndarray, int] | None = None
         # rank/world read from torch.distributed at each pass, not fixed at construction.
         self.follow_distributed = False
-        # A pass began on self.epoch and no set_epoch() chose the next one since: the next pass
-        # takes epoch + 1 (DataLoader reshuffles on every iter(), even after a break).
+        # What a checkpoint must match besides the arguments: the dataset's fingerprint (set
+        # by the loader, loader/resume.py) and the sampler's (set with `source`).
+        self.dataset_id: str | None = None
+        self.sampler_id: str | None = None
+        # A loaded state's epoch and the pass it resumes (EpochSampler.load), or None.
+        self.resume: Resume | None = None
+        # The shuffled order's kind (loader/epoch_order.py): a checkpoint's run keeps its own.
+        self.order_kind = default_kind(self.n)
+        # A pass of self.epoch handed out a batch and no set_epoch() chose the next one since:
+        # the next pass takes epoch + 1 (DataLoader reshuffles on every iter(), even after a
+        # break).
         self._used = False
 
     @classmethod
@@ -143,6 +144,7 @@ class EpochSampler:
                 raise invalid_type("sampler", source, "a sized iterable of sample indices "
                                    "(a torch Sampler, a list, a range)")
             sampler.source = source
+            sampler.sampler_id = sampler_identity(source)
         return sampler
 
     def refresh(self) -> None:
@@ -156,92 +158,187 @@ class EpochSampler:
         self._used = False
 
     def begin_pass(self) -> int:
-        """The epoch of a pass that starts now (see set_epoch and next_epoch)."""
+        """The epoch of a pass that starts now (see set_epoch and next_epoch): the next one
+        once a pass of this epoch handed out a batch (mark_used), else this one."""
         self.refresh()
         if self._used:
             self.epoch += 1
-        self._used = True
+        self._used = False
         return self.epoch
+
+    def mark_used(self) -> None:
+        """A pass of the current epoch handed out its first batch: the next pass reads the
+        next epoch. An iter() that yields nothing (Lightning probes a loader's iterability
+        so) leaves the epoch, and a loaded resume, to the pass after it, as torch's
+        RandomSampler draws its order only at the first batch."""
+        self._used = True
 
     def next_epoch(self) -> int:
         """The epoch the next pass will read when no pass is running."""
         return self.epoch + 1 if self._used else self.epoch
 
+    def _share(self, epoch: int, start: int) -> np.ndarray:
+        """This rank's share of the epoch's global order from `start`: of the user's
+        sampler's order, of 0..n-1, or of the seeded shuffle (evaluated at this rank's
+        positions only where it is a bijection)."""
+        if self.source is not None:
+            order = sampler_order(self.source, self.n, self.seed, epoch)[start:]
+        elif not self.shuffle:
+            order = np.arange(start, self.n, dtype=np.int64)
+        else:
+            return rank_share(self.n, epoch, self.seed, start, self.rank, self.world_size,
+                              self.drop_last, self.order_kind)
+        return shard(order, self.rank, self.world_size, self.drop_last)
+
+    def _count(self, world_size: int | None = None, drop_last: bool | None = None,
+               over: Moved | None = None) -> int:
+        """Length of the order a pass starts into: the epoch's (global); under the
+        shard-aware shuffle this rank's own (the same on every rank), or the sequence `over`
+        names (a pass moved to another world size: what each old rank had left)."""
+        if self.shard_layout is None:
+            return self.n if self.source is None else len(self.source)
+        if over is not None:
+            world, drop, position = over
+            return world * (per_rank_count(self.shard_layout[1], world, self.seed, drop)
+                            - position)
+        return per_rank_count(self.shard_layout[1], world_size or self.world_size,
+                              self.seed, self.drop_last if drop_last is None else drop_last)
+
+    def _pass(self, epoch: int | None = None) -> tuple[int, int, Moved | None]:
+        """(start, first, over) of `epoch`'s pass (Resume.layout); (0, 0, None) unless a
+        loaded state resumes that epoch."""
+        epoch = self.epoch if epoch is None else epoch
+        if self.resume is None or self.resume.epoch != epoch:
+            return 0, 0, None
+        return self.resume.layout(self.world_size)
+
+    def pass_layout(self, epoch: int | None = None) -> tuple[int, int]:
+        """(start, first) of `epoch`'s pass: where in the order it begins and the number of
+        its first batch; (0, 0) unless a loaded state resumes that epoch."""
+        return self._pass(epoch)[:2]
+
+    def _strided(self, over: Moved | None) -> bool:
+        """Whether a pass shares its order strided among the ranks (positions count the whole
+        run's samples), not read per rank (the shard-aware shuffle's own pass)."""
+        return self.shard_layout is None or over is not None
+
+    def moved_sequence(self, epoch: int, over: Moved) -> np.ndarray:
+        """What each rank of the run `over` names had left of its shard-aware order of
+        `epoch`, rank after rank (each rank's stretch keeps its window of shards)."""
+        if self.shard_layout is None:  # pragma: no cover - Resume sets over only with shards
+            raise FastloaderError("internal: a moved shard sequence without shards")
+        starts, counts, window = self.shard_layout
+        world, drop, position = over
+        return np.concatenate([shard_epoch_indices(starts, counts, epoch, self.seed, r, world,
+                                                   window, self.shuffle, drop)[position:]
+                               for r in range(world)])
+
     def indices(self, epoch: int | None = None) -> np.ndarray:
-        """This rank's indices for `epoch` (default: the current one) as an int64 array.
+        """This rank's indices of `epoch`'s pass (default: the current one) as an int64 array:
+        its share of the order from where the pass begins (the epoch's start, or where a
+        loaded state left off).
 
         Rank and world are read from torch.distributed now (unless given), as a pass does:
         read before the first pass, after init_process_group, it shows this rank's share.
         """
         self.refresh()
-        if self.source is not None:
-            order = sampler_order(self.source, self.n, self.seed,
-                                  self.epoch if epoch is None else epoch)
-            return shard(order, self.rank, self.world_size, self.drop_last)
-        if self.shard_layout is not None:
+        epoch = self.epoch if epoch is None else epoch
+        start, _, over = self._pass(epoch)
+        if over is not None:
+            return shard(self.moved_sequence(epoch, over)[start:], self.rank, self.world_size,
+                         self.drop_last)
+        if self.shard_layout is not None and self.source is None:
             starts, counts, window = self.shard_layout
-            return shard_epoch_indices(starts, counts, self.epoch if epoch is None else epoch,
-                                       self.seed, self.rank, self.world_size, window,
-                                       self.shuffle, self.drop_last)
-        return epoch_indices(
-            self.n,
-            self.epoch if epoch is None else epoch,
-            self.seed,
-            self.rank,
-            self.world_size,
-            self.shuffle,
-            self.drop_last,
-        )
+            mine = shard_epoch_indices(starts, counts, epoch, self.seed, self.rank,
+                                       self.world_size, window, self.shuffle, self.drop_last)
+            return mine[start:]
+        return self._share(epoch, start)
 
     def num_batches(self, batch_size: int, drop_last: bool | None = None) -> int:
-        """How many batches of `batch_size` this rank's epoch makes."""
+        """The number after this rank's last batch of the current epoch's pass (the pass's
+        first batch number, 0 unless resumed, plus its batches of `batch_size`)."""
         drop = self.drop_last if drop_last is None else drop_last
         count = len(self)
-        return count // batch_size if drop else -(-count // batch_size)
+        return self.pass_layout()[1] + (count // batch_size if drop else -(-count // batch_size))
+
+    def reported_batches(self, batch_size: int, drop_last: bool | None = None) -> int:
+        """A loader's len(): the batches of a fresh epoch of this shape, or num_batches where
+        a pass resumed from another shape ends later. Never less than a fresh epoch's: Lightning
+        reads len() once, after loading a checkpoint, as every later epoch's length."""
+        drop = self.drop_last if drop_last is None else drop_last
+        end = self.num_batches(batch_size, drop)
+        if self.pass_layout()[1] == 0:
+            return end
+        count = samples_per_rank(self._count(), self.world_size, drop) \
+            if self.shard_layout is None else self._count()  # a fresh epoch's
+        return max(end, count // batch_size if drop else -(-count // batch_size))
 
     def state(self, batches_done: int, batch_size: int, drop_last: bool,
               epoch: int | None = None) -> dict[str, Any]:
-        """A loader's checkpoint: where it stands in which epoch, plus what must match on load.
+        """A loader's checkpoint: where the whole run stands in which epoch (the same on every
+        rank), plus what must match on load (loader/resume.py).
 
         FastLoader and DaliLoader share this layout, so checkpoints move between backends.
         """
         self.refresh()
-        return {"version": STATE_VERSION, "epoch": self.epoch if epoch is None else epoch,
-                "batches_done": batches_done,
+        epoch = self.epoch if epoch is None else epoch
+        start, first, over = self._pass(epoch)
+        per_step = batch_size * (self.world_size if self._strided(over) else 1)
+        position = min(start + (batches_done - first) * per_step, self._count(over=over))
+        return {"version": STATE_VERSION, "epoch": epoch, "batches_done": batches_done,
+                "position": position, "pass_start": start, "pass_batch": first,
                 "seed": self.seed, "num_samples": self.n, "batch_size": batch_size,
                 "rank": self.rank, "world_size": self.world_size, "shuffle": self.shuffle,
-                "drop_last": drop_last,
+                "drop_last": drop_last, "order": self.order_kind, "dataset": self.dataset_id,
+                "sampler": self.sampler_id,
+                "moved_shards": None if over is None else list(over),
                 **({"shuffle_window": self.shard_layout[2]} if self.shard_layout else {})}
 
-    def check_state(self, state: object, batch_size: int, drop_last: bool) -> tuple[int, int]:
-        """(epoch, batches_done) of a checkpoint made by an identically built loader, or raise."""
-        if not isinstance(state, dict):
-            raise invalid_type("state", state, "a dict from the loader's state_dict()")
-        mine = self.state(0, batch_size, drop_last)
-        for key in ("version", "num_samples", "batch_size", "world_size", "shuffle",
-                    "drop_last", "seed", "shuffle_window"):
-            if state.get(key) != mine.get(key):
-                raise invalid_argument(
-                    f"state[{key!r}]", state.get(key), f"this loader has {key}={mine.get(key)!r}",
-                    "Resume with a loader built with the same dataset and arguments.")
-        done = state.get("batches_done")
-        total = self.num_batches(batch_size, drop_last)
-        if not isinstance(done, int) or not 0 <= done <= total:
-            raise invalid_argument("state['batches_done']", done, f"must be in 0..{total}",
-                                   "Pass a dict saved by the loader's state_dict().")
-        return int_at_least("state['epoch']", state.get("epoch"), 0), done
+    def load(self, state: object, batch_size: int, drop_last: bool) -> int:
+        """Take a checkpoint of this run, saved on any rank of any world size, batch size or
+        drop_last (or refuse it naming the field): set the epoch and the pass it resumes, and
+        return the number of the pass's next batch."""
+        saved = check_state(state, self.state(0, batch_size, drop_last))
+        same = (saved.batch_size, saved.drop_last) == (batch_size, drop_last)
+        over = saved.moved_shards if self.shard_layout is not None else None
+        per_step = saved.batch_size * (saved.world_size if self._strided(over) else 1)
+        position = min(saved.pass_start + (saved.done - saved.pass_batch) * per_step,
+                       self._count(saved.world_size, saved.drop_last, over))
+        resume = Resume(saved.epoch, saved.world_size if same else None,
+                        (saved.pass_start, saved.pass_batch), (position, saved.done),
+                        saved.world_size, self.shard_layout is not None, saved.drop_last, over)
+        before = (self.epoch, self._used, self.resume, self.order_kind)
+        self.set_epoch(saved.epoch)
+        self.resume = resume
+        self.order_kind = saved.order  # the run's own, this epoch and the next
+        try:
+            total = self.num_batches(batch_size, drop_last)
+            first = self.pass_layout()[1]
+            if not first <= saved.done <= total:
+                raise invalid_argument("state['batches_done']", saved.done,
+                                       f"must be in {first}..{total}",
+                                       "Pass a dict saved by the loader's state_dict().")
+        except BaseException:  # a refused state leaves the loader as it was
+            self.epoch, self._used, self.resume, self.order_kind = before
+            raise
+        if saved.done == total > 0:  # nothing left of that epoch: the next one, fresh
+            self.set_epoch(saved.epoch + 1)
+            return 0
+        return saved.done
 
     def __iter__(self) -> Iterator[int]:
         self.refresh()
         return iter(self.indices().tolist())
 
     def __len__(self) -> int:
+        """This rank's samples in the current epoch's pass (all of its share, unless a loaded
+        state resumes the epoch: then what is left)."""
         self.refresh()
-        if self.shard_layout is not None and self.source is None:
-            return per_rank_count(self.shard_layout[1], self.world_size, self.seed,
-                                  self.drop_last)
-        count = self.n if self.source is None else len(self.source)
-        return samples_per_rank(count, self.world_size, self.drop_last)
+        start, _, over = self._pass()
+        if not self._strided(over):
+            return max(self._count() - start, 0)
+        return samples_per_rank(self._count(over=over) - start, self.world_size,
+                                self.drop_last)
 
     def __repr__(self) -> str:
         return (

@@ -5,8 +5,9 @@ download each shard many times. Here each rank owns a fixed set of shards (balan
 count, from the seed alone, so a node's cache keeps serving the same shards); each epoch
 permutes them, cuts them into windows of W shards, and shuffles the records within each
 window. Only W shards (plus the prefetch) are needed at once. The order is a pure function of
-(seed, epoch, rank, world_size), so state_dict resumes it exactly, and every rank gets the same
-count (padded by wrapping its own order, or cut to the smallest with drop_last).
+(seed, epoch, rank, world_size), so state_dict resumes it exactly (and on another world size:
+loader/resume.py), and every rank gets the same count (padded by wrapping its own order, or
+cut to the smallest with drop_last).
 """
 
 from __future__ import annotations
