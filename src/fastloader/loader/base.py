@@ -461,10 +461,22 @@ def _is_dataset(data: Any) -> bool:
         hasattr(data, "__getitem__") and hasattr(data, "__len__"))
 
 
+def is_mix(data: Any) -> bool:
+    """Whether `data` names a weighted mix: a non-empty list or tuple of packed sources
+    (paths, URLs, PackedDatasets, packed loaders' `dataset`), or a dict name -> such a source."""
+    values = list(data.values()) if isinstance(data, Mapping) else \
+        list(data) if isinstance(data, (list, tuple)) else []
+    return bool(values) and all(
+        isinstance(unwrap_view(v), (str, os.PathLike, PackedDataset)) for v in values)
+
+
 def _path_of(data: Any, backend: Any) -> str:
-    """The path for these arguments: the drop-in loader for a dataset DataLoader takes, the
-    DALI loader for backend="dali", the packed loader otherwise (each checks the rest of its
+    """The path for these arguments: the mixed loader for a list or dict of packed datasets,
+    the drop-in loader for a dataset DataLoader takes, the DALI loader for backend="dali", the
+    packed loader otherwise (each checks the rest of its
     arguments)."""
+    if is_mix(data):  # several packed datasets: a weighted mix (loader/mix.py)
+        return "mixed loader"
     data = unwrap_view(data)  # another packed loader's `dataset`: its packed dataset
     if _is_dataset(data):
         return "drop-in loader"
