@@ -21,7 +21,7 @@ from fastloader.format.open import open_dataset
 from fastloader.loader.mix import MixLoader
 from fastloader.loader.mix_order import MixOrder, epoch_length, shares
 from fastloader.pack.pipeline.tree import pack
-from helpers import same_batches
+from helpers import same_batches, upload_tree
 from imagegen import encode, make_tree, photo_like
 
 OPTIONS: dict[str, Any] = {"device": "cpu", "num_threads": 1,
@@ -232,3 +232,17 @@ def test_bad_mix_arguments_are_refused(two: tuple[Path, Path]) -> None:
     # a list that is not of packed datasets is still a dataset for the drop-in loader
     with FastLoader([torch.zeros(3), torch.ones(3)], batch_size=2) as dropin:
         assert not isinstance(dropin, MixLoader)
+
+
+def test_a_url_source_mixes_with_a_local_one(two: tuple[Path, Path], s3: Any,
+                                             tmp_path: Path) -> None:
+    a, b = two
+    upload_tree(b, "s3://bucket/b.lmdb")
+    args: dict[str, Any] = {"weights": [1, 3], "batch_size": 8, "shuffle": True, **OPTIONS}
+    with FastLoader([a, b], **args) as local:
+        want = _batches(local)
+    with FastLoader([a, "s3://bucket/b.lmdb"], cache_dir=tmp_path / "c", **args) as remote:
+        assert remote.classes == ["class_0", "class_1", "class_2", "class_3", "zebra"]
+        assert same_batches(_batches(remote), want)  # the same content: the same batches
+    with pytest.raises(InvalidArgumentError, match="cache_dir"):
+        FastLoader([a, b], cache_dir=tmp_path / "c", **args)

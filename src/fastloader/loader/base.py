@@ -178,10 +178,11 @@ class FastLoader:
             (chained as its __cause__).
     """
 
-    # The factory: FastLoader(...) builds the loader of its path (see `_path_of`). Its three
-    # faces are the overloads below, the packed loader's first; the implementation's signature
-    # is all of them together (inspect.signature and help() show it; `data` defaults to None
-    # only so that copy and pickle may call __new__ bare). Every loader's own __init__ takes
+    # The factory: FastLoader(...) builds the loader of its path (see `_path_of`). Its four
+    # faces (packed, DALI, a weighted mix: loader/mix.py, drop-in) are the overloads below,
+    # the packed loader's first; the implementation's signature is all of them together
+    # (inspect.signature and help() show it; `data` defaults to None only so that copy and
+    # pickle may call __new__ bare). Every loader's own __init__ takes
     # the same arguments again (type.__call__ passes them on).
 
     @overload
@@ -253,6 +254,20 @@ class FastLoader:
     @overload
     def __new__(
         cls,
+        data: Sequence[PackedData] | Mapping[str, PackedData],
+        batch_size: int = 1,
+        shuffle: bool = False,
+        *,
+        weights: Sequence[float] | Mapping[str, float] | None = None,
+        epoch_size: int | str | None = None,
+        replacement: bool = False,
+        source_index: bool = False,
+        **options: Any,
+    ) -> FastLoader: ...
+
+    @overload
+    def __new__(
+        cls,
         data: torch.utils.data.Dataset[Any],
         batch_size: int | None = 1,
         shuffle: bool = False,
@@ -267,7 +282,8 @@ class FastLoader:
 
     def __new__(
         cls,
-        data: PackedData | torch.utils.data.Dataset[Any] | None = None,
+        data: PackedData | Sequence[PackedData] | Mapping[str, PackedData]
+        | torch.utils.data.Dataset[Any] | None = None,
         batch_size: int | None = 1,
         shuffle: bool = False,
         *,
