@@ -69,6 +69,7 @@ def test_v2_datasets_merge_and_append_with_every_field(tmp_path: Path,
         merge([b, other], tmp_path / "n.lmdb")
 
 
+@pytest.mark.native  # packing tiles needs the extension
 @pytest.mark.parametrize("suffix", [".lmdb", ".h5"])
 def test_tiled_datasets_merge_with_their_tiles(tmp_path: Path, suffix: str) -> None:
     make_tree(tmp_path / "ta", classes=2, per_class=3, size=(40, 56))

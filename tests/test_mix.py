@@ -219,6 +219,27 @@ def test_sources_with_other_fields_are_refused_naming_them(tmp_path: Path,
                                   [(f"d{k}", 1) for k in range(6)])
 
 
+def test_shared_fields_mix_sources_whose_fields_differ(tmp_path: Path,
+                                                       two: tuple[Path, Path]) -> None:
+    samples = [{"image": encode(photo_like(12, 16, k)), "label": k % 2, "caption": f"c{k}"}
+               for k in range(6)]
+    fastloader.pack(samples, tmp_path / "v2.lmdb", workers=1,
+                    fields={"image": "image", "label": ("int", ["class_1", "yak"]),
+                            "caption": "text"})
+    with FastLoader([two[0], tmp_path / "v2.lmdb"], shared_fields=True, batch_size=36,
+                    source_index=True, **OPTIONS) as loader:
+        assert loader.classes == ["class_0", "class_1", "class_2", "yak"]
+        assert list(loader.dataset.fields) == ["image", "label"]
+        _, labels, sources = next(iter(loader))
+    got = sorted(zip(sources.tolist(), [loader.classes[y] for y in labels.tolist()],
+                     strict=True))
+    assert got == sorted([(0, f"class_{k // 10}") for k in range(30)] +
+                         [(1, ["class_1", "yak"][k % 2]) for k in range(6)])
+    with pytest.raises(InvalidArgumentError, match="has no field 'caption'"):
+        FastLoader([two[0], tmp_path / "v2.lmdb"], shared_fields=True, fields=("caption",),
+                   **OPTIONS)
+
+
 def test_bad_mix_arguments_are_refused(two: tuple[Path, Path]) -> None:
     a, b = two
     bad: list[tuple[dict[str, Any], str]] = [

@@ -55,6 +55,21 @@ def check_fields(names: Sequence[str], sources: Sequence[PackedDataset]) -> None
                     f"{_shape_of(spec)}: sources mix only with the same fields.")
 
 
+def shared_fields(names: Sequence[str], sources: Sequence[PackedDataset]) -> list[str]:
+    """The fields every source has alike (the first source's order), or an error when the
+    records' image field is not among them."""
+    first = sources[0]
+    common = [f for f, spec in first.fields.items() if all(
+        f in s.fields and _shape_of(s.fields[f]) == _shape_of(spec) for s in sources[1:])]
+    for name, source in zip(names, sources, strict=True):
+        if source.image_field != first.image_field or first.image_field not in common:
+            raise InvalidArgumentError(
+                f"mix source {name!r} stores {source.image_field!r} as its images, source "
+                f"{names[0]!r} stores {first.image_field!r}: even on their shared fields, "
+                "sources mix only with the same image field.")
+    return common
+
+
 class MixedColumns:
     """The field columns of a mix: each sample's value read from its source's columns."""
 
@@ -73,10 +88,16 @@ class MixedColumns:
     def _columns(self, s: int) -> Any:
         return self.mix.sources[s].columns
 
+    def _gather(self, s: int, name: str, local: np.ndarray) -> Any:
+        columns = self._columns(s)
+        if columns is None:  # a v1 source mixed on shared fields: its one field, the label
+            return np.asarray(self.mix.sources[s].labels[local])
+        return columns.gather(name, local)
+
     def gather(self, name: str, indices: Any) -> Any:
         """The batch's values of field name: an array for fixed fields, else a list; labels
         of a field with classes remapped into the joined classes."""
-        parts = [(pos, self._columns(s).gather(name, local), s)
+        parts = [(pos, self._gather(s, name, local), s)
                  for s, pos, local in self._split(indices)]
         remap = self.mix.class_fields.get(name)
         if parts and isinstance(parts[0][1], np.ndarray):
@@ -113,10 +134,14 @@ class MixedDataset(PackedDataset):
     """
 
     def __init__(self, sources: Sequence[PackedDataset], names: Sequence[str],
-                 owned: Sequence[bool] | None = None) -> None:
+                 owned: Sequence[bool] | None = None, shared: bool = False) -> None:
         if not sources:
             raise InvalidArgumentError("a mix needs at least one source")
-        check_fields(names, sources)
+        if shared:  # mixed on the fields they share
+            common = shared_fields(names, sources)
+        else:
+            check_fields(names, sources)
+            common = list(sources[0].fields)
         self.sources = list(sources)
         self.owned = [True] * len(sources) if owned is None else list(owned)
         self.source_names = [str(n) for n in names]
@@ -134,16 +159,18 @@ class MixedDataset(PackedDataset):
         self.orientations = None if all(s.orientations is None for s in sources) else \
             np.concatenate([np.ones(len(s), np.uint8) if s.orientations is None
                             else s.orientations for s in sources])
-        self._init_fields(tables)
+        self._init_fields(common)
         self.verify_records = False
 
-    def _init_fields(self, tables: list[np.ndarray]) -> None:
-        """The first source's fields, every field with classes holding the joined ones."""
+    def _init_fields(self, common: list[str]) -> None:
+        """The first source's fields (of `common`), those with classes holding the joined
+        ones."""
         first = self.sources[0]
         self.image_field = first.image_field
         self.class_fields: dict[str, list[np.ndarray]] = {}
         self.fields = {}
-        for name, spec in first.fields.items():
+        for name in common:
+            spec = first.fields[name]
             if spec.classes is not None:
                 joined, remaps = join_classes([s.fields[name].classes or ()
                                                for s in self.sources])
@@ -152,7 +179,8 @@ class MixedDataset(PackedDataset):
                 if any(not np.array_equal(r, np.arange(len(r))) for r in remaps):
                     self.class_fields[name] = remaps
             self.fields[name] = spec
-        self.columns = None if first.columns is None else MixedColumns(self)  # type: ignore[assignment]
+        self.columns = None if all(s.columns is None for s in self.sources) else \
+            MixedColumns(self)  # type: ignore[assignment]
         self.manifest = None  # type: ignore[assignment]  # no one manifest: see identity()
 
     # -- where a sample lives -----------------------------------------------------------------
@@ -250,10 +278,12 @@ class MixedDataset(PackedDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         return {"sources": self.sources, "names": self.source_names,
+                "shared": list(self.fields) != list(self.sources[0].fields),
                 "verify_records": self.verify_records}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["sources"], state["names"])  # type: ignore[misc]
+        self.__init__(state["sources"], state["names"],  # type: ignore[misc]
+                      shared=bool(state.get("shared")))
         self.verify_records = bool(state.get("verify_records", False))
 
     def __repr__(self) -> str:

@@ -262,6 +262,7 @@ class FastLoader:
         epoch_size: int | str | None = None,
         replacement: bool = False,
         source_index: bool = False,
+        shared_fields: bool = False,
         **options: Any,
     ) -> FastLoader: ...
 

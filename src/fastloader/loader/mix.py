@@ -86,6 +86,8 @@ class MixLoader(PackedLoader, path="mixed loader"):
             the source's own reshuffled passes, so no sample repeats before its source ran out).
         source_index: add each sample's source number (int64 [B], into `source_names`) to
             every batch: last in a tuple, under "source" in a dict.
+        shared_fields: mix sources whose fields differ on the fields they all share alike
+            (default False: such sources are refused, naming the difference).
         **options: every packed loader option (FastLoader); not sampler= or shuffle_window=.
     """
 
@@ -93,7 +95,8 @@ class MixLoader(PackedLoader, path="mixed loader"):
                  batch_size: int = 1, shuffle: bool = False, *,
                  weights: Sequence[float] | Mapping[str, float] | None = None,
                  epoch_size: EpochSize = None, replacement: bool = False,
-                 source_index: bool = False, **options: Any) -> None:
+                 source_index: bool = False, shared_fields: bool = False,
+                 **options: Any) -> None:
         if not is_mix(data):
             raise invalid_type("data", data, "a list or dict of packed dataset paths, URLs "
                                "or PackedDatasets")
@@ -111,6 +114,7 @@ class MixLoader(PackedLoader, path="mixed loader"):
         self._epoch_size_arg = epoch_size
         self._replacement = bool(replacement)
         self._source_index = bool(source_index)
+        self._shared_fields = bool(shared_fields)
         self._remote_args = {k: options.pop(k) for k in _REMOTE if k in options}
         super().__init__(data, batch_size, shuffle, **options)  # type: ignore[arg-type]
 
@@ -137,7 +141,7 @@ class MixLoader(PackedLoader, path="mixed loader"):
                 undo.callback(dataset.close)
             opened.append(dataset)
             owned.append(own)
-        return MixedDataset(opened, self._names, owned)
+        return MixedDataset(opened, self._names, owned, self._shared_fields)
 
     def _open(self, data: Any, options: PackedOptions, remote: Any,
               undo: contextlib.ExitStack) -> None:
