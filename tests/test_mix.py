@@ -18,6 +18,7 @@ from fastloader import FastLoader
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop, Resize
 from fastloader.errors import InvalidArgumentError
 from fastloader.format.open import open_dataset
+from fastloader.loader.epoch_order import BIJECTION, PERMUTATION
 from fastloader.loader.mix import MixLoader
 from fastloader.loader.mix_order import MixOrder, epoch_length, shares
 from fastloader.pack.pipeline.tree import pack
@@ -105,6 +106,24 @@ def test_epoch_sizes_and_draws_follow_their_rule() -> None:
     assert (plain < 30).tolist() == [True, False, False, False] * 2
 
 
+@pytest.mark.parametrize("replacement", [False, True])
+def test_the_bijection_kind_draws_by_the_same_rule_at_this_ranks_positions(
+        replacement: bool) -> None:
+    """Past ORDER_LIMIT a rank evaluates its own positions only: the shares of 3 ranks are
+    the whole epoch's order, each source gives its count, passes do not repeat a sample."""
+    order = MixOrder([300, 500], (0.25, 0.75), 1000, replacement, True, 7)
+    whole = order.at(7, 2, np.arange(1000))
+    shares_ = [order.rank_share(7, 2, 0, r, 3, False, BIJECTION) for r in range(3)]
+    assert sorted(np.concatenate(shares_).tolist()) == sorted(
+        whole.tolist() + whole[:2].tolist())  # 1000 on 3 ranks: 2 padding repeats
+    assert int(np.sum(whole < 300)) == 250
+    counts = np.bincount(whole[whole >= 300] - 300, minlength=500)
+    assert (counts.max() - counts.min() > 1) == replacement  # passes: 1 or 2 times each
+    moved = order.rank_share(7, 2, 400, 1, 2, True, BIJECTION)
+    assert moved.tolist() == whole[401:1000:2].tolist()  # a resumed pass: the rest, strided
+    assert not np.array_equal(whole, order.at(7, 3, np.arange(1000)))  # epochs differ
+
+
 def test_the_same_batches_for_a_seed_on_any_thread_count(two: tuple[Path, Path]) -> None:
     a, b = two
     runs = []
@@ -133,23 +152,26 @@ def test_resumes_exactly_mid_epoch(two: tuple[Path, Path]) -> None:
         assert same_batches(_batches(resumed), whole[4:])
 
 
-def test_resumes_on_another_world_and_batch_size(two: tuple[Path, Path]) -> None:
+@pytest.mark.parametrize("kind", [PERMUTATION, BIJECTION])
+def test_resumes_on_another_world_and_batch_size(two: tuple[Path, Path], kind: str) -> None:
     a, b = two
     delivered: list[int] = []
     states = []
     for rank in range(2):  # 2 ranks, 3 batches of 4 each: 24 samples of 78 delivered
         with FastLoader([a, b], weights=[1, 3], batch_size=4, shuffle=True, rank=rank,
                         world_size=2, **OPTIONS) as loader:
+            loader.sampler.order_kind = kind  # the bijection: past ORDER_LIMIT samples
             delivered += _ids(loader, 0)[:12].tolist()
             states.append(_stopped(loader, 3)[1])
     rest: list[int] = []
     for rank in range(3):  # resumed on 3 ranks, batches of 5, from another rank's state
         with FastLoader([a, b], weights=[1, 3], batch_size=5, shuffle=True, rank=rank,
                         world_size=3, **OPTIONS) as loader:
-            loader.load_state_dict(states[(rank + 1) % 2])
+            loader.load_state_dict(states[(rank + 1) % 2])  # its run's kind comes with it
             rest += loader.sampler.indices().tolist()
             assert sum(len(batch[0]) for batch in _batches(loader)) == 18
-    order = MixOrder([30, 48], (0.25, 0.75), 78, False, True, 0).epoch_order(0, 0)
+    mix = MixOrder([30, 48], (0.25, 0.75), 78, False, True, 0)
+    order = mix.epoch_order(0, 0) if kind == PERMUTATION else mix.at(0, 0, np.arange(78))
     assert sorted(delivered) == sorted(order[:24].tolist())
     assert sorted(rest) == sorted(order[24:].tolist())  # 54 left: 18 a rank, no padding
 

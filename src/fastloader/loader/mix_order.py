@@ -10,6 +10,12 @@ uniformly at random; the epoch's picks are then shuffled together (shuffle=False
 evenly, in each source's order). The loader's EpochSampler takes this order as a user's
 sampler= (loader/sampler.py), so DDP sharding (disjoint and covering), thread-count
 independence and exact, elastic resume are the packed loader's own.
+
+Where the sampler's order is the bijection (loader/epoch_order.py: from ORDER_LIMIT samples on,
+and a checkpoint keeps its run's kind) the same rule is evaluated at this rank's positions
+only, nothing epoch-long is built: position p of the epoch is pick Bijection(epoch)(p), the
+k-th pick of source s is place epoch * count_s + k of its passes, and a pass is a Bijection of
+the source keyed by (seed, source, pass); with replacement, a keyed hash of (epoch, s, k).
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ import numpy as np
 
 from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.loader.epoch_order import BIJECTION, Bijection, shard
 
 EpochSize = int | Literal["sum", "shortest", "longest"] | None
 EPOCH_SIZES = ("sum", "shortest", "longest")
+_CHUNK = 1 << 16  # positions evaluated at once under the bijection
 
 
 def check_weights(weights: Sequence[float] | None, sizes: Sequence[int],
@@ -135,6 +143,51 @@ class MixOrder:
         keys = np.concatenate([np.arange(c) / c for c in self.counts if c])
         return ids[np.argsort(keys, kind="stable")]
 
+    # -- the bijection kind: evaluated at positions ----------------------------------------
+
+    def _source_key(self, seed: int, s: int) -> int:
+        return int(np.random.SeedSequence([seed, s, 0x313]).generate_state(1, np.uint64)[0]
+                   >> np.uint64(1))
+
+    def at(self, seed: int, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """The sample ids at `positions` of the epoch's shuffled order (bijection kind)."""
+        picks = Bijection(self.num_samples, seed, epoch)(np.asarray(positions, np.int64))
+        starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        source = np.searchsorted(starts, picks, side="right") - 1
+        out = np.empty(len(picks), dtype=np.int64)
+        for s in np.unique(source).tolist():
+            mine = np.flatnonzero(source == s)
+            n, k = int(self.sizes[s]), picks[mine] - starts[s]
+            if self.replacement:
+                key = np.uint64(self._source_key(seed, s) ^ (epoch * 0x9E3779B97F4A7C15 % 2**64))
+                local = (_hash(k.astype(np.uint64) ^ key) % np.uint64(n)).astype(np.int64)
+            else:
+                place = epoch * int(self.counts[s]) + k
+                local = np.empty(len(mine), dtype=np.int64)
+                passes = place // n
+                for one in np.unique(passes).tolist():
+                    sel = np.flatnonzero(passes == one)
+                    local[sel] = Bijection(n, self._source_key(seed, s), one)(place[sel] % n)
+            out[mine] = local + self.offsets[s]
+        return out
+
+    def rank_share(self, seed: int, epoch: int, start: int, rank: int, world_size: int,
+                   drop_last: bool, kind: str) -> np.ndarray:
+        """Rank `rank`'s share of the epoch's order from `start` (loader/sampler.py's rule:
+        positions start + rank, start + rank + W, ..., padded by wrapping or cut)."""
+        if kind != BIJECTION or not self.shuffle:
+            return shard(self.epoch_order(seed, epoch)[start:], rank, world_size, drop_last)
+        rest = self.num_samples - start
+        if rest <= 0:
+            return np.zeros(0, dtype=np.int64)
+        per_rank = rest // world_size if drop_last else -(-rest // world_size)
+        share = np.empty(per_rank, dtype=np.int64)
+        for begin in range(0, per_rank, _CHUNK):  # in chunks: the temporaries stay small
+            j = np.arange(begin, min(begin + _CHUNK, per_rank), dtype=np.int64)
+            share[begin:begin + len(j)] = self.at(seed, epoch,
+                                                  start + (rank + world_size * j) % rest)
+        return share
+
     # the sampler protocol (loader/sampler.sampler_order)
 
     def set_epoch(self, epoch: int) -> None:
@@ -145,3 +198,10 @@ class MixOrder:
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+def _hash(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer (a bijective 64-bit hash; uint64 wraps, as intended)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
