@@ -92,7 +92,8 @@ def shares(total: int, weights: Sequence[float]) -> np.ndarray:
 
 
 class MixOrder:
-    """The order of a mix's epochs, as the loader's sampler= takes one.
+    """The order of a mix's epochs, as the loader's sampler= takes one; EpochSampler asks it
+    for a rank's share (rank_share) rather than iterating it.
 
     `weights` (fractions), `num_samples` (the epoch size) and `replacement` are the attributes
     a checkpoint's sampler fingerprint reads (loader/resume.sampler_identity).
@@ -188,7 +189,7 @@ class MixOrder:
                                                   start + (rank + world_size * j) % rest)
         return share
 
-    # the sampler protocol (loader/sampler.sampler_order)
+    # a sized iterable of indices, as sampler= takes (loader/sampler.EpochSampler.for_loader)
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch = epoch

@@ -69,9 +69,6 @@ def sampler_order(source: Any, n: int, seed: int, epoch: int) -> np.ndarray:
     """
     import torch  # only with a sampler: torch's samplers hold torch Generators
 
-    order_of = getattr(source, "epoch_order", None)
-    if callable(order_of):  # an order drawn as an array (a weighted mix: loader/mix_order.py)
-        return np.asarray(order_of(seed, epoch), dtype=np.int64)
     if callable(getattr(source, "set_epoch", None)):
         source.set_epoch(epoch)
     if hasattr(source, "generator"):
