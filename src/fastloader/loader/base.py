@@ -49,6 +49,10 @@ class FastLoader:
       Images come out NCHW on `device` (default: this process's CUDA device when there is
       one): uint8 without `normalize`, else `dtype` (float32) computed as (x/255 - mean) / std;
       mean/std in 0-1 scale, or 0-255 scale when a mean exceeds 1. Labels int64.
+    - `data` a list `[a, b]` or a dict `{name: a}` of packed datasets (paths, URLs,
+      PackedDatasets): the mixed loader (fastloader.loader.mix.MixLoader), the packed loader
+      over a weighted mix: `weights`, `epoch_size`, `replacement`, `source_index`,
+      `shared_fields` (README "Mixing datasets").
     - the same with `backend="dali"`: the DALI loader (fastloader.loader.dali.DaliLoader):
       DALI decodes, with nvJPEG on a GPU; needs `pip install "fastloader[dali]"`.
     - `data` any dataset torch's DataLoader takes (anything with __getitem__ and __len__, such
@@ -254,7 +258,7 @@ class FastLoader:
     @overload
     def __new__(
         cls,
-        data: Sequence[PackedData] | Mapping[str, PackedData],
+        data: list[PackedData] | tuple[PackedData, ...] | Mapping[str, PackedData],
         batch_size: int = 1,
         shuffle: bool = False,
         *,
@@ -283,8 +287,8 @@ class FastLoader:
 
     def __new__(
         cls,
-        data: PackedData | Sequence[PackedData] | Mapping[str, PackedData]
-        | torch.utils.data.Dataset[Any] | None = None,
+        data: PackedData | list[PackedData] | tuple[PackedData, ...]
+        | Mapping[str, PackedData] | torch.utils.data.Dataset[Any] | None = None,
         batch_size: int | None = 1,
         shuffle: bool = False,
         *,
