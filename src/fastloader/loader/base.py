@@ -50,6 +50,10 @@ class FastLoader:
       Images come out NCHW on `device` (default: this process's CUDA device when there is
       one): uint8 without `normalize`, else `dtype` (float32) computed as (x/255 - mean) / std;
       mean/std in 0-1 scale, or 0-255 scale when a mean exceeds 1. Labels int64.
+    - `data` a list `[a, b]` or a dict `{name: a}` of packed datasets (paths, URLs,
+      PackedDatasets): the mixed loader (fastloader.loader.mix.MixLoader), the packed loader
+      over a weighted mix: `weights`, `epoch_size`, `replacement`, `source_index`,
+      `shared_fields` (README "Mixing datasets").
     - the same with `backend="dali"`: the DALI loader (fastloader.loader.dali.DaliLoader):
       DALI decodes, with nvJPEG on a GPU; needs `pip install "fastloader[dali]"`.
     - `data` any dataset torch's DataLoader takes (anything with __getitem__ and __len__, such
@@ -186,10 +190,11 @@ class FastLoader:
             (chained as its __cause__).
     """
 
-    # The factory: FastLoader(...) builds the loader of its path (see `_path_of`). Its three
-    # faces are the overloads below, the packed loader's first; the implementation's signature
-    # is all of them together (inspect.signature and help() show it; `data` defaults to None
-    # only so that copy and pickle may call __new__ bare). Every loader's own __init__ takes
+    # The factory: FastLoader(...) builds the loader of its path (see `_path_of`). Its four
+    # faces (packed, DALI, a weighted mix: loader/mix.py, drop-in) are the overloads below,
+    # the packed loader's first; the implementation's signature is all of them together
+    # (inspect.signature and help() show it; `data` defaults to None only so that copy and
+    # pickle may call __new__ bare). Every loader's own __init__ takes
     # the same arguments again (type.__call__ passes them on).
 
     @overload
@@ -283,6 +288,21 @@ class FastLoader:
     @overload
     def __new__(
         cls,
+        data: list[PackedData] | tuple[PackedData, ...] | Mapping[str, PackedData],
+        batch_size: int = 1,
+        shuffle: bool = False,
+        *,
+        weights: Sequence[float] | Mapping[str, float] | None = None,
+        epoch_size: int | str | None = None,
+        replacement: bool = False,
+        source_index: bool = False,
+        shared_fields: bool = False,
+        **options: Any,
+    ) -> FastLoader: ...
+
+    @overload
+    def __new__(
+        cls,
         data: torch.utils.data.Dataset[Any],
         batch_size: int | None = 1,
         shuffle: bool = False,
@@ -297,7 +317,8 @@ class FastLoader:
 
     def __new__(
         cls,
-        data: PackedData | torch.utils.data.Dataset[Any] | None = None,
+        data: PackedData | list[PackedData] | tuple[PackedData, ...]
+        | Mapping[str, PackedData] | torch.utils.data.Dataset[Any] | None = None,
         batch_size: int | None = 1,
         shuffle: bool = False,
         *,
@@ -494,10 +515,22 @@ def _is_dataset(data: Any) -> bool:
         hasattr(data, "__getitem__") and hasattr(data, "__len__"))
 
 
+def is_mix(data: Any) -> bool:
+    """Whether `data` names a weighted mix: a non-empty list or tuple of packed sources
+    (paths, URLs, PackedDatasets, packed loaders' `dataset`), or a dict name -> such a source."""
+    values = list(data.values()) if isinstance(data, Mapping) else \
+        list(data) if isinstance(data, (list, tuple)) else []
+    return bool(values) and all(
+        isinstance(unwrap_view(v), (str, os.PathLike, PackedDataset)) for v in values)
+
+
 def _path_of(data: Any, backend: Any, audio: Any = None) -> str:
-    """The path for these arguments: the drop-in loader for a dataset DataLoader takes, the
-    audio loader with audio=, the DALI loader for backend="dali", the packed loader otherwise
-    (each checks the rest of its arguments)."""
+    """The path for these arguments: the mixed loader for a list or dict of packed datasets,
+    the drop-in loader for a dataset DataLoader takes, the audio loader with audio=, the DALI
+    loader for backend="dali", the packed loader otherwise (each checks the rest of its
+    arguments)."""
+    if is_mix(data):  # several packed datasets: a weighted mix (loader/mix.py)
+        return "mixed loader"
     data = unwrap_view(data)  # another packed loader's `dataset`: its packed dataset
     if _is_dataset(data):
         return "drop-in loader"

@@ -181,6 +181,10 @@ class EpochSampler:
         """This rank's share of the epoch's global order from `start`: of the user's
         sampler's order, of 0..n-1, or of the seeded shuffle (evaluated at this rank's
         positions only where it is a bijection)."""
+        share_of = getattr(self.source, "rank_share", None)
+        if callable(share_of):  # its own share rule (a weighted mix: loader/mix_order.py)
+            return np.asarray(share_of(self.seed, epoch, start, self.rank, self.world_size,
+                                       self.drop_last, self.order_kind), dtype=np.int64)
         if self.source is not None:
             order = sampler_order(self.source, self.n, self.seed, epoch)[start:]
         elif not self.shuffle:

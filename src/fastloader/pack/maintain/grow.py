@@ -12,7 +12,9 @@ old version keeps working (it opened every shard and loaded the index at open; n
 uses is changed or removed: the index folder before the old one is removed, never the one in
 use). merge() builds OUT in a hidden staging folder renamed into place at the end, like pack.
 
-Only untiled format v1 (ImageFolder) datasets are appended or merged: v2 and tiled refused.
+Tiled (--tiles) and format v2 (declared fields) datasets too, with the same fields and tiling:
+their further index columns are carried by grow_fields.ExtraColumns. Inputs sharing class names
+get a one-line warning that those classes are joined.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from fastloader.format import index as index_mod
 from fastloader.format.backends import backend_module
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from fastloader.pack.maintain.grow_fields import ExtraColumns, check_extra, warn_joined
 from fastloader.pack.staging.commit import SKIPPED_NAME
 from fastloader.pack.staging.journal import (
     Staging,
@@ -55,17 +58,7 @@ def _open_input(path: Path, what: str) -> PackedDataset:
     if not is_dataset(path):
         raise PackError(f"{what} {path} is not a packed dataset (no {MANIFEST_NAME}); pass a "
                         "folder made by packdata.")
-    ds = PackedDataset(path)
-    manifest = ds.manifest
-    extra = sorted(set(manifest.fields) - set(index_mod.CORE_FIELDS))
-    if manifest.version != 1 or "tiles" in manifest.options or extra:
-        ds.close()
-        kind = (f"format v{manifest.version} (declared fields)" if manifest.version != 1
-                else "tiled (--tiles)" if "tiles" in manifest.options
-                else f"one with extra index fields {extra}")
-        raise PackError(f"{what} {path} is {kind}; append and merge support untiled ImageFolder "
-                        "(format v1) datasets only for now: pack the sources together instead.")
-    return ds
+    return PackedDataset(path)
 
 
 def _check_same(datasets: Sequence[PackedDataset]) -> None:
@@ -77,6 +70,7 @@ def _check_same(datasets: Sequence[PackedDataset]) -> None:
         if set(ds.manifest.fields) != set(first.manifest.fields):
             raise PackError(f"{ds.root} has the fields {sorted(ds.manifest.fields)} but "
                             f"{first.root} has {sorted(first.manifest.fields)}; they must match.")
+    check_extra(datasets)
 
 
 def merged_classes(class_lists: Sequence[Sequence[str]]) -> tuple[list[str], list[np.ndarray]]:
@@ -130,8 +124,11 @@ def _rekey_lmdb(ds: PackedDataset, k: int, dst: Path, start: int) -> list[int]:
 class _Combined:
     """The output's shards and index columns, built one input shard at a time."""
 
-    def __init__(self, folder: Path, suffix: str, taken: set[str]) -> None:
+    def __init__(self, folder: Path, suffix: str, taken: set[str],
+                 datasets: Sequence[PackedDataset]) -> None:
         self.folder, self.suffix, self.taken = folder, suffix, set(taken)
+        self.extra = ExtraColumns(datasets, merged_classes)
+        self.inputs = 0  # inputs taken so far (the next one's number)
         self.shards: list[ShardInfo] = []
         self.columns: dict[str, list[np.ndarray]] = {}
         self.paths: list[str] = []
@@ -157,6 +154,7 @@ class _Combined:
         self._add("offset", np.array(ds.offsets))
         self._add("label", np.array(ds.labels))
         self._rest(ds, slice(0, len(ds)))
+        self.inputs += 1
 
     def copy(self, ds: PackedDataset, label_map: np.ndarray) -> None:
         """Copy every shard of ds in as new shards, remapping its labels."""
@@ -174,15 +172,18 @@ class _Combined:
             self._add("label", label_map[np.asarray(ds.labels[span])])
             self._rest(ds, span)
             self.shards.append(ShardInfo(name, start, info.count, size, sha, info.data_offset))
+        self.inputs += 1
 
     def _rest(self, ds: PackedDataset, span: slice) -> None:
         for name, values in (("length", ds.lengths), ("shape", ds.shapes),
                              ("codec", ds.codecs), ("crc32", ds.crc32s)):
             self._add(name, np.asarray(values[span]))
         self.paths.extend(ds.paths[span])
+        self.extra.add(ds, span, self.inputs)
 
     def arrays(self) -> dict[str, np.ndarray]:
         out = {name: np.concatenate(parts) for name, parts in self.columns.items()}
+        out.update(self.extra.arrays())
         out["path_offsets"], out["path_bytes"] = index_mod.encode_paths(self.paths)
         return out
 
@@ -213,7 +214,7 @@ def _manifest(datasets: Sequence[PackedDataset], combined: _Combined, classes: l
     from fastloader import __version__
 
     first = datasets[0].manifest
-    return Manifest(
+    return Manifest(version=first.version, sample_fields=combined.extra.sample_fields,
         backend=first.backend, num_samples=combined.num_samples, classes=classes,
         shards=combined.shards, fields=fields, options=dict(first.options),
         stats=_stats(datasets), created_by=f"fastloader {__version__}",
@@ -236,7 +237,7 @@ def merge(
     the end, their labels remapped). OUT appears only when complete.
 
     Args:
-        inputs: two or more untiled format v1 (ImageFolder) dataset folders, one backend.
+        inputs: two or more dataset folders of one backend, fields and tiling.
         out: the dataset folder to create.
         overwrite: replace out if it is a packed dataset.
 
@@ -244,9 +245,9 @@ def merge(
         Manifest: what was written (also in out/manifest.json).
 
     Raises:
-        PackError: fewer than two inputs, an input that is not a dataset, is format v2 or
-            tiled, has another backend or fields, or fails its checksums; out exists (without
-            overwrite) or is one of the inputs.
+        PackError: fewer than two inputs, an input that is not a dataset, has another
+            backend, fields or tiling, or fails its checksums; out exists (without overwrite)
+            or is one of the inputs.
         DatasetError: an input is damaged.
     """
     roots = [_resolve(p) for p in inputs]
@@ -266,11 +267,12 @@ def merge(
         for k, root in enumerate(roots):
             datasets.append(_open_input(root, f"input {k + 1}"))
         _check_same(datasets)
+        warn_joined(datasets)
         staging.open({"merge": [str(r) for r in roots]}, resume=False)
         opened = True
         classes, maps = merged_classes([ds.classes for ds in datasets])
         suffix = backend_module(datasets[0].backend).SHARD_SUFFIX
-        combined = _Combined(staging.dir, suffix, set())
+        combined = _Combined(staging.dir, suffix, set(), datasets)
         for ds, label_map in zip(datasets, maps, strict=True):
             combined.copy(ds, label_map)
         fields = index_mod.write_index(staging.dir, combined.arrays())
@@ -318,10 +320,11 @@ def _append_into(root: Path, new_roots: Sequence[Path]) -> Manifest:
         for k, path in enumerate(new_roots):
             datasets.append(_open_input(path, f"source {k + 1}"))
         _check_same(datasets)
+        warn_joined(datasets)
         base = datasets[0]
         classes, maps = merged_classes([ds.classes for ds in datasets])
         suffix = backend_module(base.backend).SHARD_SUFFIX
-        combined = _Combined(root, suffix, {s.file for s in base.manifest.shards})
+        combined = _Combined(root, suffix, {s.file for s in base.manifest.shards}, datasets)
         combined.keep(base)
         for ds, label_map in zip(datasets[1:], maps[1:], strict=True):
             combined.copy(ds, label_map)
@@ -358,7 +361,7 @@ def append(
     before keep reading the version they opened.
 
     Args:
-        dst: an untiled format v1 (ImageFolder) dataset folder.
+        dst: a dataset folder (tiled or with declared fields too).
         new: a packed dataset folder or an ImageFolder tree.
         **pack_options: for an image tree: options of fastloader.pack.pipeline.tree.pack
             (workers, quiet, skip_bad, max_file_size, ...).
@@ -367,8 +370,8 @@ def append(
         Manifest: the new manifest of dst.
 
     Raises:
-        PackError: dst is not a dataset, or is format v2 or tiled; new has another backend or
-            fields, fails its checksums, or is an image tree with no decodable image; another
+        PackError: dst is not a dataset; new has another backend, fields or tiling, fails
+            its checksums, or is an image tree with no decodable image; another
             append is writing dst.
         DatasetError: dst or new is damaged.
     """
