@@ -289,3 +289,13 @@ def test_a_url_source_mixes_with_a_local_one(two: tuple[Path, Path], s3: Any,
         assert same_batches(_batches(remote), want)  # the same content: the same batches
     with pytest.raises(InvalidArgumentError, match="cache_dir"):
         FastLoader([a, b], cache_dir=tmp_path / "c", **args)
+
+
+def test_a_list_of_strings_that_are_not_datasets_names_both_readings(tmp_path: Path) -> None:
+    """A list of paths is a mix; one that holds no dataset is refused saying how to load the
+    list as a plain dataset instead (torch's DataLoader reads a list as one)."""
+    from fastloader.errors import DatasetNotFoundError
+
+    with pytest.raises(DatasetNotFoundError, match=r"a\.jpg.*mix of packed datasets.*"
+                       r"torch\.utils\.data\.Dataset"):
+        FastLoader([str(tmp_path / "a.jpg"), str(tmp_path / "b.jpg")], batch_size=2)

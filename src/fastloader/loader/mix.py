@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastloader.errors import invalid_argument, invalid_type
+from fastloader.errors import DatasetNotFoundError, invalid_argument, invalid_type
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.mixed import MixedDataset
 from fastloader.format.open import dataset_from
@@ -135,8 +135,15 @@ class MixLoader(PackedLoader, path="mixed loader"):
             if not isinstance(source, (str, PackedDataset)) and not hasattr(source, "__fspath__"):
                 raise invalid_type(f"data[{name!r}]", source, "a packed dataset path or URL, "
                                    "or a PackedDataset")
-            dataset, own = dataset_from(source, "a packed dataset path or URL",
-                                        **(remote if is_url(source) else {}))
+            try:
+                dataset, own = dataset_from(source, "a packed dataset path or URL",
+                                            **(remote if is_url(source) else {}))
+            except DatasetNotFoundError as exc:  # a list of strings has two readings
+                raise DatasetNotFoundError(
+                    f"data[{name!r}]: {exc} A list (or dict) of paths is read as a mix of "
+                    "packed datasets (FastLoader([a, b], weights=...)); to load a list of "
+                    "strings as a map-style dataset instead, wrap it in a "
+                    "torch.utils.data.Dataset.") from exc
             if own:
                 undo.callback(dataset.close)
             opened.append(dataset)
