@@ -1,4 +1,5 @@
-"""Checks a dataset passes at open: shard files whole and in place, index values in range.
+"""Checks a dataset passes at open: shard files whole and in place (every open), index values
+in range (the first open of an index version: format/stamps.py).
 
 Everything here is vectorised or per shard (never per record in Python), so opening stays
 cheap; what it proves lets record reads trust the index: every shard id names a shard, every

@@ -151,7 +151,7 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
         self._data, self._owns_dataset = dataset_from(
             unwrap_view(data), "a packed dataset path or a PackedDataset")
         try:  # what needs the dataset; a failure closes a dataset this loader opened
-            self.image_size = output_size(self.transforms, self._data.shapes)
+            self.image_size = output_size(self.transforms, self._data.distinct_shapes)
             self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                    options.world_size, options.shuffle,
                                                    self.drop_last)

@@ -130,7 +130,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         # default: it costs ~3% of the loader's CPU on ImageNet-sized records (README).
         if options.verify_records or self._owns_dataset:  # a caller's keeps its own choice
             self._data.verify_records = options.verify_records
-        self.image_size = output_size(self.transforms, self._data.shapes)
+        self.image_size = output_size(self.transforms, self._data.distinct_shapes)
         self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                options.world_size, options.shuffle,
                                                self.drop_last, options.sampler)
