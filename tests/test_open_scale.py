@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import shutil
 from pathlib import Path
@@ -87,12 +86,16 @@ class Counts:
         self.hashed = self.checked = self.read = 0
 
 
-def _owner(array: np.ndarray) -> object:
-    """What finally holds an array's memory (the end of its chain of bases)."""
-    base: Any = array
-    while isinstance(base, np.ndarray):
-        base = base.base
-    return base.obj if isinstance(base, memoryview) else base
+def _mapped_from(array: np.ndarray) -> str | None:
+    """The file whose shared mapping holds the array's first byte (/proc/self/maps), if any."""
+    address = array.__array_interface__["data"][0]
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split(maxsplit=5)
+            start, stop = (int(v, 16) for v in parts[0].split("-"))
+            if start <= address < stop and len(parts) == 6:
+                return parts[5].strip()
+    return None
 
 
 def _index_bytes(root: Path) -> int:
@@ -114,10 +117,12 @@ def test_first_open_checks_and_stamps_later_opens_read_only_headers(
         assert counts.hashed == 0 and counts.checked == 0
         # Only the .npy headers were read (each one < 256 bytes): the rows stay on disk ...
         assert counts.read <= 256 * fields < _index_bytes(copy)
-        # ... mapped: plain read-only ndarrays over the file's pages, the same values.
-        for array in (ds.labels, ds.lengths, ds.offsets, ds.shard_ids, ds.shapes):
-            assert type(array) is np.ndarray and isinstance(_owner(array), mmap.mmap)
-            assert not array.flags.writeable
+        # ... mapped: plain read-only ndarrays over the files' pages, the same values.
+        for name, array in [("label", ds.labels), ("length", ds.lengths),
+                            ("offset", ds.offsets), ("shard", ds.shard_ids),
+                            ("shape", ds.shapes)]:
+            assert type(array) is np.ndarray and not array.flags.writeable
+            assert _mapped_from(array) == os.path.realpath(copy / "index" / f"{name}.npy")
         assert [int(v) for v in ds.labels] == first
         assert bytes(ds.record(3)) == bytes(ds.record(3, verify=True))
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import io
 import mmap
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -111,7 +113,7 @@ class Mapped:
     """One index field mapped read-only: the array (a plain ndarray over the map, no copy),
     and the fstat of the file descriptor it was mapped from (what a stamp records)."""
 
-    def __init__(self, path: Path, name: str, array: np.ndarray, buffer: mmap.mmap,
+    def __init__(self, path: Path, name: str, array: np.ndarray, buffer: memoryview,
                  stat: os.stat_result) -> None:
         self.path, self.name, self.array, self.stat = path, name, array, stat
         self._buffer = buffer
@@ -123,6 +125,28 @@ class Mapped:
                 f"{self.path}: index field {self.name!r} fails its sha256 check (the file was "
                 f"changed after packing); run `packdata verify {root}` and pack the dataset "
                 "again.")
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def map_readonly(fd: int, size: int) -> memoryview:
+    """The first size bytes of file fd, mapped shared and read-only, as a read-only buffer that
+    unmaps itself when the last array over it is gone. Unlike mmap.mmap it keeps no file
+    descriptor: a closed dataset holds no open file even while its arrays live on."""
+    address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address is None or address == _MAP_FAILED:
+        code = ctypes.get_errno()
+        raise OSError(code, f"mmap failed: {os.strerror(code)}")
+    pages = (ctypes.c_char * size).from_address(address)
+    unmap = weakref.finalize(pages, _libc.munmap, address, size)
+    unmap.atexit = False  # at exit a daemon thread may still read it: the OS unmaps then
+    return memoryview(pages).cast("B").toreadonly()  # no array over it can be made writable
 
 
 def map_field(root: Path, manifest: Manifest, name: str) -> Mapped:
@@ -148,7 +172,7 @@ def map_field(root: Path, manifest: Manifest, name: str) -> Mapped:
                 )
             shape, fortran, dtype = _parse_header(handle)
             start = handle.tell()
-            buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            buffer = map_readonly(handle.fileno(), size)
         count = int(np.prod(shape, dtype=np.int64))
         if start + count * dtype.itemsize > size:
             raise ValueError(f"the file ends before its {count} values")
