@@ -247,3 +247,49 @@ def test_a_url_dataset_is_stamped_like_a_local_one(served: Any) -> None:
     _flip_in_place(label, keep_mtime=True)
     with pytest.raises(DatasetError, match="sha256"):
         open_dataset(url, cache_dir=tmp / "cache")
+
+
+@pytest.mark.parametrize(("bad", "first"), [((17,), 17), ((2, 17, 23), 2)])
+def test_the_range_check_in_chunks_names_the_first_bad_record_and_counts_all(
+    copy: Path, monkeypatch: pytest.MonkeyPatch, bad: tuple[int, ...], first: int
+) -> None:
+    monkeypatch.setattr(integrity, "CHUNK", 5)  # 24 records: five chunks
+    path = copy / "index" / "label.npy"
+    array = np.load(path)
+    array[list(bad)] = 9
+    np.save(path, array)
+    raw = json.loads((copy / "manifest.json").read_text())
+    raw["fields"]["label"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(DatasetError, match=rf"label.*at {len(bad)} records, the first being "
+                                           rf"record {first};"):
+        open_dataset(copy)
+
+
+def test_distinct_shapes_in_chunks(copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(integrity, "CHUNK", 7)
+    with open_dataset(copy) as ds:
+        want = np.unique(np.asarray(ds.shapes, np.int64), axis=0)
+        assert np.array_equal(ds.distinct_shapes, want)
+
+
+def _mapped_kib(path: Path) -> int:
+    """This process's resident KiB of the mappings of path (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if "-" in head[0] and len(head[0]) > 8 and ":" not in head[0]:
+                inside = len(head) == 6 and head[5] == os.path.realpath(path)
+            elif inside and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+def test_a_full_check_leaves_no_index_page_mapped(copy: Path) -> None:
+    label = copy / "index" / "label.npy"
+    with open_dataset(copy) as ds:
+        assert not ds.index_trusted
+        assert _mapped_kib(label) == 0  # hashed and checked, then forgotten
+        assert int(ds.labels[0]) == 0
+        assert _mapped_kib(label) > 0  # a read maps its page again

@@ -81,6 +81,9 @@ class PackedDataset:
             self._distinct: np.ndarray | None = stamp.shapes() if trusted and stamp else None
             if stamp is not None and not trusted:
                 stamp.write(files, self.distinct_shapes)
+        if not trusted:  # the check read every page: let this process's mapping forget them
+            for m in mapped.values():
+                m.forget_pages()
         self.index_trusted = trusted  # whether a stamp spared this open its checks
 
     def _index_names(self) -> list[str]:
@@ -122,8 +125,10 @@ class PackedDataset:
         """The distinct (height, width) of the records, (K, 2) int64 sorted: what a loader's
         output size depends on (recorded with the stamp, so a trusted open scans no row)."""
         if self._distinct is None:
-            shapes = np.asarray(self.shapes, np.int64).reshape(-1, 2)
-            keys = np.unique((shapes[:, 0] << 32) | (shapes[:, 1] & 0xFFFFFFFF))
+            keys = np.zeros(0, np.int64)
+            for start in range(0, len(self), integrity.CHUNK):  # memory bounded at any n
+                rows = np.asarray(self.shapes[start:start + integrity.CHUNK], np.int64)
+                keys = np.union1d(keys, (rows[:, 0] << 32) | (rows[:, 1] & 0xFFFFFFFF))
             self._distinct = np.stack([keys >> 32, keys & 0xFFFFFFFF], axis=1)
         return self._distinct
 

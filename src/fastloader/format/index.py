@@ -118,6 +118,12 @@ class Mapped:
         self.path, self.name, self.array, self.stat = path, name, array, stat
         self._buffer = buffer
 
+    def forget_pages(self) -> None:
+        """Drop the pages this process mapped (they stay in the page cache; a later read maps
+        them again): after a full check, RSS holds only what reads touch next."""
+        address = np.frombuffer(self._buffer, np.uint8).__array_interface__["data"][0]
+        _libc.madvise(address, len(self._buffer), mmap.MADV_DONTNEED)  # a map starts on a page
+
     def check_sha256(self, root: Path, expected: str) -> None:
         """Hash the whole mapped file; DatasetError if it is not the packed one."""
         if hashlib.sha256(self._buffer).hexdigest() != expected:
@@ -132,6 +138,7 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
