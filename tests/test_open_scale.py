@@ -293,3 +293,26 @@ def test_a_full_check_leaves_no_index_page_mapped(copy: Path) -> None:
         assert _mapped_kib(label) == 0  # hashed and checked, then forgotten
         assert int(ds.labels[0]) == 0
         assert _mapped_kib(label) > 0  # a read maps its page again
+
+
+def _vm_flags(path: Path) -> set[str]:
+    """The VmFlags of this process's mappings of path (/proc/self/smaps)."""
+    flags: set[str] = set()
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if "-" in head[0] and ":" not in head[0]:
+                inside = len(head) == 6 and head[5] == os.path.realpath(path)
+            elif inside and head[0] == "VmFlags:":
+                flags |= set(head[1:])
+    return flags
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_index_maps_are_read_at_random_without_read_ahead(copy: Path, trusted: bool) -> None:
+    if trusted:
+        open_dataset(copy).close()
+    with open_dataset(copy) as ds:
+        assert ds.index_trusted is trusted
+        assert "rr" in _vm_flags(copy / "index" / "offset.npy")  # MADV_RANDOM

@@ -118,11 +118,15 @@ class Mapped:
         self.path, self.name, self.array, self.stat = path, name, array, stat
         self._buffer = buffer
 
+    def advise(self, advice: int) -> None:
+        """madvise the whole mapping (a map starts on a page boundary)."""
+        address = np.frombuffer(self._buffer, np.uint8).__array_interface__["data"][0]
+        _libc.madvise(address, len(self._buffer), advice)
+
     def forget_pages(self) -> None:
         """Drop the pages this process mapped (they stay in the page cache; a later read maps
         them again): after a full check, RSS holds only what reads touch next."""
-        address = np.frombuffer(self._buffer, np.uint8).__array_interface__["data"][0]
-        _libc.madvise(address, len(self._buffer), mmap.MADV_DONTNEED)  # a map starts on a page
+        self.advise(mmap.MADV_DONTNEED)
 
     def check_sha256(self, root: Path, expected: str) -> None:
         """Hash the whole mapped file; DatasetError if it is not the packed one."""
