@@ -316,3 +316,29 @@ def test_index_maps_are_read_at_random_without_read_ahead(copy: Path, trusted: b
     with open_dataset(copy) as ds:
         assert ds.index_trusted is trusted
         assert "rr" in _vm_flags(copy / "index" / "offset.npy")  # MADV_RANDOM
+
+
+def test_a_v2_dataset_stamps_its_columns_too(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import fastloader
+    from imagegen import encode, photo_like
+
+    samples = [{"jpg": encode(photo_like(12, 10 + k, k)), "cls": k % 2,
+                "emb": np.full(4, k, np.float32)} for k in range(6)]
+    dst = tmp_path / "v2.lmdb"
+    fastloader.pack(samples, dst, fields={"jpg": "image", "cls": "int",
+                                          "emb": ("ndarray", "float32", (4,))}, workers=1)
+    counts = Counts(monkeypatch)
+    with open_dataset(dst) as ds:
+        assert ds.manifest.version == 2 and not ds.index_trusted
+        columns = counts.hashed
+        assert columns > len(index_mod.CORE_FIELDS)  # the columns' files are hashed too
+    counts.reset()
+    with open_dataset(dst) as ds:
+        assert ds.index_trusted and counts.hashed == 0
+        assert ds.sample(3)["emb"].tolist() == [3.0] * 4
+        assert np.array_equal(ds.distinct_shapes, [[12, 10 + k] for k in range(6)])
+    emb = next((dst / "index").glob("field.emb*.npy"))
+    _flip_in_place(emb, keep_mtime=True)
+    with pytest.raises(DatasetError, match=rf"{emb.name}.*fails its sha256 check"):
+        open_dataset(dst)
