@@ -17,8 +17,9 @@ the same extension); `after-first` is this checkout's first open of a version (n
 hashes and checks the index and writes the stamp), `after` the opens that follow (the stamp
 matches); each --side LABEL=SRC another checkout's, after the stamp is written. Rounds
 interleave the sides; the table gives medians (min-max).
-The index files are in the page cache (just written): a cold start adds their read from disk to
-every open before, and only the pages a batch touches after.
+The index files are in the page cache (just written), or, with --cold, evicted from it
+(posix_fadvise DONTNEED) before each run: the before side then reads the whole index from disk,
+the after side the pages its batches touch.
 
     python benchmarks/bench_open_scale.py --sizes 1000000,10000000 --before-src /tmp/before/src
 """
@@ -132,6 +133,17 @@ def synthetic(real: Path, n: int, shards: int, dst: Path) -> Path:
     return dst
 
 
+def evict(path: Path) -> None:
+    """Drop the dataset's files from the page cache (clean pages: no privilege needed)."""
+    for member in path.rglob("*"):
+        if member.is_file():
+            fd = os.open(member, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
 def measure(path: Path, src: Path | None, stamps: Path, world: int) -> dict[str, Any]:
     env = dict(os.environ, FASTLOADER_CACHE_DIR=str(stamps), FASTLOADER_DISABLE_NATIVE="")
     if src is not None:  # the other checkout's modules, the installed extension beside them
@@ -170,6 +182,8 @@ def main() -> None:
     parser.add_argument("--side", action="append", default=[], metavar="LABEL=SRC",
                         help="another checkout's src/ run after the stamp is written, e.g. "
                              "this change merged with another branch")
+    parser.add_argument("--cold", action="store_true",
+                        help="evict the dataset's files from the page cache before each run")
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).parent / "results" / "open_scale.jsonl")
@@ -194,6 +208,8 @@ def main() -> None:
         for round_index in range(args.repeat):
             stamps = work / f"stamps-{n}-{round_index}"  # after-first: no stamp yet
             for side in sides:
+                if args.cold:
+                    evict(path)
                 result = measure(path, sources[side], stamps, args.world)
                 runs[side].append(result)
                 records.append({"type": "run", "samples": n, "side": side,
