@@ -36,6 +36,9 @@ from typing import BinaryIO, cast
 from fastloader.errors import DatasetError, invalid_argument
 
 _PART = re.compile(r"\.part-(\d+)-(\d+)$")
+# The stamps of verified index versions (format/stamps.py) live in this subfolder of the default
+# cache base; they are not cached files: never counted or evicted here (a few hundred bytes each).
+STAMPS_FOLDER = "verified"
 STAMP_BYTES = 64  # room a download reserves for its NAME.ok ("size mtime_ns inode" is shorter)
 
 
@@ -185,7 +188,9 @@ class ShardCache:
     def _files(self, stamps: bool = False) -> Iterator[Path]:
         """Every data file and download in progress (with stamps: their NAME.ok too)."""
         skip = (".lock", ".dl") if stamps else (".lock", ".dl", ".ok")
-        for folder, _, names in os.walk(self.root):
+        for folder, subfolders, names in os.walk(self.root):
+            if folder == str(self.root) and STAMPS_FOLDER in subfolders:
+                subfolders.remove(STAMPS_FOLDER)
             for name in names:
                 if not name.endswith(skip):
                     yield Path(folder) / name

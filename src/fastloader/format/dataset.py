@@ -3,6 +3,8 @@ opens one from a path or URL)."""
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import operator
 import os
 import zlib
@@ -15,11 +17,11 @@ from fastloader.decode.orientation import turned_shapes
 from fastloader.decode.tiles import HEADER_FIELDS, TileBatch, TileTable
 from fastloader.errors import CorruptRecordError, DatasetError
 from fastloader.format import index as index_mod
-from fastloader.format import integrity
+from fastloader.format import integrity, stamps
 from fastloader.format.backends import ShardReader, open_reader
 from fastloader.format.columns import Columns
 from fastloader.format.fields import FieldSpec, primary_image, specs_from_manifest
-from fastloader.format.manifest import Manifest, read_manifest
+from fastloader.format.manifest import Manifest, read_manifest_bytes
 
 
 class PackedDataset:
@@ -41,11 +43,12 @@ class PackedDataset:
         # range checks that keep reads inside the shards run either way.
         self._check_sha256 = check_sha256
         self.root = Path(path).expanduser().absolute()
-        self.manifest: Manifest = read_manifest(self.root)
+        self.manifest: Manifest
+        self.manifest, manifest_bytes = read_manifest_bytes(self.root)
         self.backend: str = self.manifest.backend
         self.classes: list[str] = list(self.manifest.classes)
         integrity.shard_paths(self.root, self.manifest)  # whole, regular, inside: before mmap
-        self._load_index()
+        self._load_index(manifest_bytes)
         # Every shard is opened now, not on first use: a missing or damaged one fails here with
         # its name, and a reader keeps the version it opened to the end even if `packdata
         # --overwrite` replaces the folder meanwhile (open files outlive their unlinking).
@@ -58,23 +61,56 @@ class PackedDataset:
         # on_error="skip" skips, instead of reaching the decoder.
         self.verify_records = False
 
-    def _load_index(self) -> None:
-        def load(name: str) -> np.ndarray:
-            # Loaded into memory (not mmap): plain ndarray indexing is several times faster.
-            return index_mod.load_field(self.root, self.manifest, name, mmap=False,
-                                        check_sha256=self._check_sha256)
-
+    def _load_index(self, manifest_bytes: bytes | None) -> None:
+        """Map the index (only .npy headers are read); hash it and check every value's range
+        only when no stamp vouches for exactly these files (format/stamps.py), so an open
+        after the first of a version reads no row. A stamp is written once all checks pass."""
         count = self.manifest.num_samples
         integrity.check_dtypes(self.root, self.manifest)
-        self._shard = load("shard")
-        self._offset = load("offset")
-        self._length = load("length")
-        self.labels: np.ndarray = load("label")
-        self.shapes: np.ndarray = load("shape")
-        self.codecs: np.ndarray = load("codec")
-        self.crc32s: np.ndarray = load("crc32")
-        self._path_offsets = load("path_offsets")
-        self._path_bytes = load("path_bytes")
+        mapped = {name: index_mod.map_field(self.root, self.manifest, name)
+                  for name in self._index_names()}
+        files = {name: m.stat for name, m in mapped.items()}
+        stamp = None
+        if self._check_sha256 and manifest_bytes is not None:
+            stamp = stamps.Stamp(self.root, manifest_bytes)
+        trusted = stamp is not None and stamp.matches(files)
+        with contextlib.nullcontext() if trusted or stamp is None else stamp.exclusive():
+            trusted = trusted or (stamp is not None and stamp.matches(files))  # waited on one
+            if not trusted and self._check_sha256:
+                for name, m in mapped.items():
+                    m.check_sha256(self.root, self.manifest.fields[name].sha256)
+            self._assign_index({name: m.array for name, m in mapped.items()}, count, trusted)
+            self._distinct: np.ndarray | None = stamp.shapes() if trusted and stamp else None
+            if stamp is not None and not trusted:
+                stamp.write(files, self.distinct_shapes)
+        for m in mapped.values():
+            if not trusted:  # the check read every page: let this mapping forget them
+                m.forget_pages()
+            # Reads from now on are a batch's scattered rows: no read-ahead around each (on
+            # a cold page cache that would read ~128 KB of disk for each 8-byte value).
+            m.advise(mmap.MADV_RANDOM)
+        self.index_trusted = trusted  # whether a stamp spared this open its checks
+
+    def _index_names(self) -> list[str]:
+        """The index arrays this reader maps: the core, the tiles', the v2 columns'."""
+        names = list(index_mod.CORE_FIELDS)
+        if self.tiled:
+            names += ["tiles_header", "tiles_offsets", "tiles_start"]
+        if self.manifest.version >= 2:
+            specs = specs_from_manifest(self.manifest.sample_fields, str(self.root))
+            image = primary_image(specs).name
+            names += [n for s in specs if s.name != image for n in s.arrays().values()]
+        return names
+
+    def _assign_index(self, arrays: dict[str, np.ndarray], count: int, trusted: bool) -> None:
+        self._arrays = arrays
+        self._shard, self._offset = arrays["shard"], arrays["offset"]
+        self._length = arrays["length"]
+        self.labels: np.ndarray = arrays["label"]
+        self.shapes: np.ndarray = arrays["shape"]
+        self.codecs: np.ndarray = arrays["codec"]
+        self.crc32s: np.ndarray = arrays["crc32"]
+        self._path_offsets, self._path_bytes = arrays["path_offsets"], arrays["path_bytes"]
         per_sample = [self._shard, self._offset, self._length, self.labels, self.shapes]
         per_sample += [self.codecs, self.crc32s]
         if any(len(a) != count for a in per_sample) or len(self._path_offsets) != count + 1:
@@ -82,16 +118,26 @@ class PackedDataset:
                 f"{self.root}: index arrays do not all have {count} entries as manifest.json "
                 "says; the dataset is damaged: pack it again."
             )
-        integrity.check_index(self.root, self.manifest, {
-            "shard": self._shard, "offset": self._offset, "length": self._length,
-            "label": self.labels, "shape": self.shapes, "codec": self.codecs,
-            "path_offsets": self._path_offsets, "path_bytes": self._path_bytes,
-        })
+        if not trusted:  # every row read: once per version of the index
+            integrity.check_index(self.root, self.manifest, arrays)
+        # (an oriented pack's orientations: read and checked at every open, a byte a sample)
         self._load_orientations(count)
         self._tiles: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if self.tiled:
             self._load_tiles(count)
         self._load_fields(count)
+
+    @property
+    def distinct_shapes(self) -> np.ndarray:
+        """The distinct (height, width) of the records, (K, 2) int64 sorted: what a loader's
+        output size depends on (recorded with the stamp, so a trusted open scans no row)."""
+        if self._distinct is None:
+            keys = np.zeros(0, np.int64)
+            for start in range(0, len(self), integrity.CHUNK):  # memory bounded at any n
+                rows = np.asarray(self.shapes[start:start + integrity.CHUNK], np.int64)
+                keys = np.union1d(keys, (rows[:, 0] << 32) | (rows[:, 1] & 0xFFFFFFFF))
+            self._distinct = np.stack([keys >> 32, keys & 0xFFFFFFFF], axis=1)
+        return self._distinct
 
     def _load_fields(self, count: int) -> None:
         # v1: the fields image + label. v2: the declared ones; every column but the records'
@@ -108,9 +154,8 @@ class PackedDataset:
         specs = specs_from_manifest(self.manifest.sample_fields, str(self.root))
         self.fields = {s.name: s for s in specs}
         self.image_field = primary_image(specs).name
-        self.columns = Columns(self.root, specs, count, lambda name: index_mod.load_field(
-            self.root, self.manifest, name, mmap=True, check_sha256=self._check_sha256),
-            self.image_field)
+        self.columns = Columns(self.root, specs, count, self._arrays.__getitem__,
+                               self.image_field)
 
     def _load_orientations(self, count: int) -> None:
         # Packed with --apply-exif-orientation: each image's EXIF orientation (index field
@@ -134,10 +179,7 @@ class PackedDataset:
         # Memory-mapped: tiles_offsets holds every segment offset of the dataset, and the page
         # cache shares all three between loader processes.
         headers, offsets, starts = (
-            index_mod.load_field(self.root, self.manifest, name, mmap=True,
-                                 check_sha256=self._check_sha256)
-            for name in ("tiles_header", "tiles_offsets", "tiles_start")
-        )
+            self._arrays[name] for name in ("tiles_header", "tiles_offsets", "tiles_start"))
         if (
             headers.shape != (count, len(HEADER_FIELDS))
             or headers.dtype != np.int64

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import io
+import mmap
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -111,12 +115,61 @@ def _expected_bytes(path: Path, name: str, info: FieldInfo) -> int:
     return int(np.prod(info.shape, dtype=np.int64)) * dtype.itemsize
 
 
-def load_field(
-    root: Path, manifest: Manifest, name: str, mmap: bool = True, check_sha256: bool = True
-) -> np.ndarray:
-    """Load one index field (memory-mapped by default) after checking its sha256 against
-    manifest.json; DatasetError if it is missing, outside the dataset, edited or malformed.
-    check_sha256=False is for verify, which reports a mismatch itself and reads on."""
+class Mapped:
+    """One index field mapped read-only: the array (a plain ndarray over the map, no copy),
+    and the fstat of the file descriptor it was mapped from (what a stamp records)."""
+
+    def __init__(self, path: Path, name: str, array: np.ndarray, buffer: memoryview,
+                 stat: os.stat_result) -> None:
+        self.path, self.name, self.array, self.stat = path, name, array, stat
+        self._buffer = buffer
+
+    def advise(self, advice: int) -> None:
+        """madvise the whole mapping (a map starts on a page boundary)."""
+        address = np.frombuffer(self._buffer, np.uint8).__array_interface__["data"][0]
+        _libc.madvise(address, len(self._buffer), advice)
+
+    def forget_pages(self) -> None:
+        """Drop the pages this process mapped (they stay in the page cache; a later read maps
+        them again): after a full check, RSS holds only what reads touch next."""
+        self.advise(mmap.MADV_DONTNEED)
+
+    def check_sha256(self, root: Path, expected: str) -> None:
+        """Hash the whole mapped file; DatasetError if it is not the packed one."""
+        if hashlib.sha256(self._buffer).hexdigest() != expected:
+            raise DatasetError(
+                f"{self.path}: index field {self.name!r} fails its sha256 check (the file was "
+                f"changed after packing); run `packdata verify {root}` and pack the dataset "
+                "again.")
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def map_readonly(fd: int, size: int) -> memoryview:
+    """The first size bytes of file fd, mapped shared and read-only, as a read-only buffer that
+    unmaps itself when the last array over it is gone. Unlike mmap.mmap it keeps no file
+    descriptor: a closed dataset holds no open file even while its arrays live on."""
+    address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address is None or address == _MAP_FAILED:
+        code = ctypes.get_errno()
+        raise OSError(code, f"mmap failed: {os.strerror(code)}")
+    pages = (ctypes.c_char * size).from_address(address)
+    unmap = weakref.finalize(pages, _libc.munmap, address, size)
+    unmap.atexit = False  # at exit a daemon thread may still read it: the OS unmaps then
+    return memoryview(pages).cast("B").toreadonly()  # no array over it can be made writable
+
+
+def map_field(root: Path, manifest: Manifest, name: str) -> Mapped:
+    """Map one index field without reading it: only its .npy header is read here. Its size,
+    header, shape and dtype are checked against manifest.json; the sha256 is the caller's
+    (Mapped.check_sha256), or a stamp's (format/stamps.py). DatasetError naming the file."""
     info = manifest.fields.get(name)
     if info is None:
         raise DatasetError(
@@ -126,26 +179,22 @@ def load_field(
     path = member_path(root, info.file)
     expected = _expected_bytes(path, name, info)
     try:
-        size = path.stat().st_size
-        if not expected <= size <= expected + _NPY_HEADER_MAX:
-            raise DatasetError(
-                f"{path}: index field {name!r} is {size} bytes, manifest.json promises "
-                f"{expected} bytes of data; the dataset is damaged: pack it again."
-            )
-        payload = None if mmap else path.read_bytes()
-        if not check_sha256:
-            digest = ""
-        elif payload is not None:
-            digest = hashlib.sha256(payload).hexdigest()
-        else:
-            digest = _sha256(path)
-        if check_sha256 and digest != info.sha256:
-            raise DatasetError(
-                f"{path}: index field {name!r} fails its sha256 check (the file was changed "
-                f"after packing); run `packdata verify {root}` and pack the dataset again."
-            )
-        source = path if payload is None else io.BytesIO(payload)
-        array = _parse_npy(source, mmap)
+        with open(path, "rb") as handle:
+            stat = os.fstat(handle.fileno())  # the file mapped is the file stamped
+            size = stat.st_size
+            if not expected <= size <= expected + _NPY_HEADER_MAX:
+                raise DatasetError(
+                    f"{path}: index field {name!r} is {size} bytes, manifest.json promises "
+                    f"{expected} bytes of data; the dataset is damaged: pack it again."
+                )
+            shape, fortran, dtype = _parse_header(handle)
+            start = handle.tell()
+            buffer = map_readonly(handle.fileno(), size)
+        count = int(np.prod(shape, dtype=np.int64))
+        if start + count * dtype.itemsize > size:
+            raise ValueError(f"the file ends before its {count} values")
+        flat = np.frombuffer(buffer, dtype, count=count, offset=start)
+        array = flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
     except (OSError, ValueError) as exc:
         raise DatasetError(
             f"{path}: cannot load index field {name!r} ({exc}); run `packdata verify {root}` "
@@ -156,24 +205,37 @@ def load_field(
             f"{path}: index field {name!r} has shape {list(array.shape)} dtype {array.dtype}, "
             f"manifest says {info.shape} {info.dtype}; the dataset is damaged: pack it again."
         )
-    return array
+    return Mapped(path, name, array, buffer, stat)
 
 
-def _parse_npy(source: Path | io.BytesIO, mmap: bool) -> np.ndarray:
-    """np.load, with every way its header parser fails as ValueError: a damaged header
-    raises SyntaxError, tokenize.TokenError, MemoryError (a huge shape)... from numpy."""
+def load_field(
+    root: Path, manifest: Manifest, name: str, mmap: bool = True, check_sha256: bool = True
+) -> np.ndarray:
+    """One index field (memory-mapped by default, else a copy in memory) after checking its
+    sha256 against manifest.json; DatasetError if it is missing, outside the dataset, edited
+    or malformed. check_sha256=False is for verify, which reports a mismatch itself."""
+    mapped = map_field(root, manifest, name)
+    if check_sha256:
+        mapped.check_sha256(root, manifest.fields[name].sha256)
+    return mapped.array if mmap else np.array(mapped.array)
+
+
+def _parse_header(handle: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """An .npy header's (shape, fortran_order, dtype), with every way numpy's parser fails
+    as ValueError: a damaged header raises SyntaxError, tokenize.TokenError... from numpy."""
     try:
-        array: np.ndarray = np.load(source, mmap_mode="r" if mmap else None, allow_pickle=False)
+        version = np.lib.format.read_magic(handle)
+        if version == (1, 0):
+            header = np.lib.format.read_array_header_1_0(handle, max_header_size=_NPY_HEADER_MAX)
+        elif version in ((2, 0), (3, 0)):
+            header = np.lib.format.read_array_header_2_0(handle, max_header_size=_NPY_HEADER_MAX)
+        else:
+            raise ValueError(f"npy version {version}")
     except OSError:
         raise
     except Exception as exc:
         raise ValueError(f"not a valid .npy file: {type(exc).__name__}: {exc}") from None
-    return array
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    shape, fortran, dtype = header
+    if dtype.hasobject:
+        raise ValueError("not a valid .npy file: it holds Python objects")
+    return tuple(int(n) for n in shape), bool(fortran), dtype

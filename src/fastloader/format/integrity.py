@@ -1,4 +1,5 @@
-"""Checks a dataset passes at open: shard files whole and in place, index values in range.
+"""Checks a dataset passes at open: shard files whole and in place (every open), index values
+in range (the first open of an index version: format/stamps.py).
 
 Everything here is vectorised or per shard (never per record in Python), so opening stays
 cheap; what it proves lets record reads trust the index: every shard id names a shard, every
@@ -8,6 +9,7 @@ offset and length lies inside its shard file, every label names a class.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +52,22 @@ def shard_paths(root: Path, manifest: Manifest) -> list[Path]:
     return paths
 
 
-def _first_bad(root: Path, name: str, bad: np.ndarray, rule: str) -> None:
-    where = np.flatnonzero(bad)
-    if where.size:
-        raise _damaged(root, f"index field {name!r} breaks its rule ({rule}) at {where.size} "
-                       f"records, the first being record {int(where[0])}")
+CHUNK = 1 << 20  # rows a rule checks at once: its temporaries stay ~10 MB at any dataset size
+
+Rule = Callable[[slice], np.ndarray]  # rows -> a bool per row: True where the rule breaks
+
+
+def _first_bad(root: Path, name: str, rows: int, bad: Rule, rule: str) -> None:
+    """Check `bad` over rows 0..rows chunk by chunk; DatasetError naming the first bad row."""
+    total, first = 0, -1
+    for start in range(0, rows, CHUNK):
+        where = np.flatnonzero(bad(slice(start, min(rows, start + CHUNK))))
+        if where.size and first < 0:
+            first = start + int(where[0])
+        total += where.size
+    if total:
+        raise _damaged(root, f"index field {name!r} breaks its rule ({rule}) at {total} "
+                       f"records, the first being record {first}")
 
 
 def check_dtypes(root: Path, manifest: Manifest) -> None:
@@ -67,36 +80,51 @@ def check_dtypes(root: Path, manifest: Manifest) -> None:
 
 
 def check_index(root: Path, manifest: Manifest, arrays: dict[str, np.ndarray]) -> None:
-    """Every per-record value lies in its range (arrays: the core fields, by name)."""
-    shards = manifest.shards
+    """Every per-record value lies in its range (arrays: the core fields, by name). Each rule
+    runs over the whole index before the next (the first broken rule is reported, as one pass
+    over each array would), in chunks of CHUNK rows, so its memory does not grow with n."""
+    shards, n = manifest.shards, manifest.num_samples
     counts = np.array([s.count for s in shards], np.int64)
     sizes = np.array([s.bytes for s in shards], np.int64)
+    stops = np.cumsum(counts)
     shard, offset, length = arrays["shard"], arrays["offset"], arrays["length"]
-    expected_ids = np.repeat(np.arange(len(shards), dtype=np.int32), counts)
-    _first_bad(root, "shard", shard != expected_ids, "records lie in the shard whose range "
-               "manifest.json gives them")
+    _first_bad(root, "shard", n, lambda r: shard[r] != np.searchsorted(
+        stops, np.arange(r.start, r.stop), side="right"),
+        "records lie in the shard whose range manifest.json gives them")
     # A v2 dataset without a label field stores label 0 for every sample (and no classes).
     classes = max(len(manifest.classes), 1 if manifest.version >= 2 else 0)
-    _first_bad(root, "label", (arrays["label"] < 0) | (arrays["label"] >= classes),
+    label = arrays["label"]
+    _first_bad(root, "label", n, lambda r: (label[r] < 0) | (label[r] >= classes),
                f"0 <= label < {classes} classes")
-    _first_bad(root, "length", (length <= 0) | (length > sizes[shard]),
+    _first_bad(root, "length", n, lambda r: (length[r] <= 0) | (length[r] > sizes[shard[r]]),
                "0 < length <= its shard's size")
     if manifest.backend == "lmdb":  # offset is the record's key: key_start + its place
         keys = np.array([s.key_start for s in shards], np.int64)
-        ok = (offset >= keys[shard]) & (offset < keys[shard] + counts[shard])
-        _first_bad(root, "offset", ~ok, "an LMDB key inside its shard's range")
+
+        def bad_key(r: slice) -> np.ndarray:
+            key, first = offset[r], keys[shard[r]]
+            return ~((key >= first) & (key < first + counts[shard[r]]))
+        _first_bad(root, "offset", n, bad_key, "an LMDB key inside its shard's range")
     else:
         data = np.array([s.data_offset or 0 for s in shards], np.int64)
-        room = sizes[shard] - data[shard]
-        ok = (offset >= 0) & (offset <= room) & (length <= room - np.minimum(offset, room))
-        _first_bad(root, "offset", ~ok, "offset + length inside its HDF5 shard")
-    _first_bad(root, "codec", arrays["codec"] > max(Codec), f"a codec 0..{int(max(Codec))}")
+
+        def bad_place(r: slice) -> np.ndarray:
+            at, room = offset[r], sizes[shard[r]] - data[shard[r]]
+            return ~((at >= 0) & (at <= room) & (length[r] <= room - np.minimum(at, room)))
+        _first_bad(root, "offset", n, bad_place, "offset + length inside its HDF5 shard")
+    codec = arrays["codec"]
+    _first_bad(root, "codec", n, lambda r: codec[r] > max(Codec),
+               f"a codec 0..{int(max(Codec))}")
     shape = arrays["shape"]
     if shape.ndim != 2 or shape.shape[1] != 2:
         raise _damaged(root, f"index field 'shape' has shape {list(shape.shape)}, not (N, 2)")
-    _first_bad(root, "shape", np.asarray((shape < 1).any(axis=1)), "height and width >= 1")
-    bounds, blob = arrays["path_offsets"], arrays["path_bytes"]
-    if bounds.size and (
-        bounds[0] != 0 or bounds[-1] != blob.size or np.any(np.diff(bounds) < 0)
-    ):
+    _first_bad(root, "shape", n, lambda r: np.asarray((shape[r] < 1).any(axis=1)),
+               "height and width >= 1")
+    _check_paths(root, arrays["path_offsets"], arrays["path_bytes"])
+
+
+def _check_paths(root: Path, bounds: np.ndarray, blob: np.ndarray) -> None:
+    in_order = all(not np.any(np.diff(bounds[start:start + CHUNK + 1]) < 0)
+                   for start in range(0, max(bounds.size - 1, 0), CHUNK))
+    if bounds.size and (bounds[0] != 0 or bounds[-1] != blob.size or not in_order):
         raise _damaged(root, "index field 'path_offsets' does not slice 'path_bytes' in order")

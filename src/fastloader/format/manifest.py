@@ -289,6 +289,11 @@ def member_path(root: Path, name: str) -> Path:
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     """Read DATASET/manifest.json; DatasetNotFoundError naming the path and the fix if absent."""
+    return read_manifest_bytes(path)[0]
+
+
+def read_manifest_bytes(path: str | os.PathLike[str]) -> tuple[Manifest, bytes]:
+    """read_manifest, with the bytes it parsed (what names a stamp, format/stamps.py)."""
     root = Path(path)
     manifest_path = root / MANIFEST_NAME
     if not root.exists():
@@ -307,10 +312,11 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
             f"{root} --overwrite` to pack it again."
         )
     try:
-        text = manifest_path.read_text(encoding="utf-8")
+        raw = manifest_path.read_bytes()
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(
             f"{manifest_path} cannot be read as UTF-8 text ({exc}); the dataset is damaged: "
             "pack it again."
         ) from None
-    return Manifest.from_json(text, str(manifest_path))
+    return Manifest.from_json(text, str(manifest_path)), raw

@@ -81,7 +81,7 @@ class RemoteDataset(PackedDataset):
         self.manifest = manifest
         self.backend = manifest.backend
         self.classes = list(manifest.classes)
-        self._load_index()
+        self._load_index(raw)
         self._init_reader(window)
 
     def _init_reader(self, window: int) -> None:

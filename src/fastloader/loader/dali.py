@@ -160,7 +160,11 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
                 raise InvalidArgumentError(coeffs.refusal('backend="dali"'))
             # DALI decodes as stored: refused for a dataset packed to be turned, unless False
             exif_turns(options.apply_exif_orientation, self._data, "DALI loader")
-            self.image_size = output_size(self.transforms, self._data.stored_shapes)
+            # the distinct shapes come with the index's stamp (no scan of every row); an
+            # oriented pack's stored sizes are computed at open
+            self.image_size = output_size(self.transforms, self._data.distinct_shapes
+                                          if self._data.orientations is None
+                                          else self._data.stored_shapes)
             self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                    options.world_size, options.shuffle,
                                                    self.drop_last)

@@ -137,7 +137,11 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         if options.verify_records or self._owns_dataset:  # a caller's keeps its own choice
             self._data.verify_records = options.verify_records
         self._turns = exif_turns(options.apply_exif_orientation, self._data)
-        self.image_size = output_size(self.transforms, self._turns.shapes)
+        # the index's own shapes (turned, or no orientations): their distinct values come
+        # with its stamp, no scan of every row; an oriented pack shown as stored scans
+        as_indexed = self._turns.orientations is not None or self._data.orientations is None
+        self.image_size = output_size(self.transforms, self._data.distinct_shapes
+                                      if as_indexed else self._turns.shapes)
         self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                options.world_size, options.shuffle,
                                                self.drop_last, options.sampler)
