@@ -14,6 +14,20 @@ import pytest
 from helpers import packed_tree
 from treegen import make_mixed_tree
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_cache_folder(tmp_path_factory: pytest.TempPathFactory):
+    """The library's cache folder (shard cache, the index's verified stamps) under the session's
+    temporary folder, never the user's ~/.cache: a test run leaves nothing behind, and a stamp
+    another run wrote cannot spare a test its checks. Tests that need their own set it again."""
+    old = os.environ.get("FASTLOADER_CACHE_DIR")
+    os.environ["FASTLOADER_CACHE_DIR"] = str(tmp_path_factory.mktemp("fastloader-cache"))
+    yield
+    if old is None:
+        os.environ.pop("FASTLOADER_CACHE_DIR", None)
+    else:
+        os.environ["FASTLOADER_CACHE_DIR"] = old
+
 NATIVE_DISABLED = os.environ.get("FASTLOADER_DISABLE_NATIVE", "") not in ("", "0")
 # Set by .ci/run where DALI must be installed: its tests then may not quietly become skips.
 DALI_EXPECTED = os.environ.get("FASTLOADER_EXPECT_DALI", "") not in ("", "0")
