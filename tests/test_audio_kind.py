@@ -109,3 +109,19 @@ def test_an_audio_column_beside_images(tmp_path: Path) -> None:
         assert [ds.sample(i)["audio"] for i in range(3)] == datas
         assert ds.columns.meta("audio")[:, 1].tolist() == [1, 2, 1]
     assert verify(tmp_path / "v.lmdb", decode=True).problems == []
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "wav", "ogg"])
+def test_a_thread_decodes_a_cut_clip_after_a_long_one_as_it_is(fmt: str) -> None:
+    """decode() copies each clip into its thread's memory file: a damaged (cut) clip after a
+    longer one in the same thread decodes as libsndfile reads its bytes alone, never reading
+    on into what the longer one left there."""
+    from fastloader.decode import audio as clips
+
+    long, short = clip(16000, 3.0, 1, fmt, seed=1), clip(16000, 0.4, 1, fmt, seed=2)
+    cut = short[: len(short) * 2 // 3]
+    alone = sf.read(io.BytesIO(cut), dtype="float32", always_2d=True)[0]
+    clips.decode(long, 0, 48000)
+    after = clips.decode(cut, 0, 48000)
+    assert after.shape == alone.shape
+    np.testing.assert_allclose(after, alone, rtol=0, atol=1e-6)  # mpg123: 1 ulp apart
