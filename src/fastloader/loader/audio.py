@@ -337,6 +337,8 @@ class _Pass:
             else:
                 waves = waves.to(loader.device)
         lengths_t = torch.from_numpy(lengths).to(loader.device)
+        if loader.audio.log_mel is not None:  # on the device, after the copy
+            waves, lengths_t = loader.audio.log_mel(waves, lengths_t)
         labels = torch.from_numpy(np.asarray(loader._data.labels[indices], np.int64)).to(
             loader.device)
         return loader._collate((waves, lengths_t), labels, indices)  # type: ignore[arg-type]
