@@ -125,3 +125,27 @@ def test_a_thread_decodes_a_cut_clip_after_a_long_one_as_it_is(fmt: str) -> None
     after = clips.decode(cut, 0, 48000)
     assert after.shape == alone.shape
     np.testing.assert_allclose(after, alone, rtol=0, atol=1e-6)  # mpg123: 1 ulp apart
+
+
+def test_packdata_info_describes_clips_not_image_sizes(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    from fastloader.pack.cli.main import main
+
+    samples = _samples()
+    pack(samples, tmp_path / "a.lmdb", fields=FIELDS)
+    infos = [sf.info(io.BytesIO(s["audio"])) for s in samples]  # type: ignore[arg-type]
+    assert main(["info", str(tmp_path / "a.lmdb"), "--json"]) == 0
+    clips = json.loads(capsys.readouterr().out)["audio"]
+    seconds = [i.frames / i.samplerate for i in infos]
+    assert clips["clips"] == len(samples)
+    assert clips["hours"] == pytest.approx(sum(seconds) / 3600, abs=1e-4)
+    assert clips["seconds"]["max"] == pytest.approx(max(seconds), abs=1e-3)
+    assert clips["seconds"]["min"] == pytest.approx(min(seconds), abs=1e-3)
+    assert clips["sample_rates"] == {str(r): sum(i.samplerate == r for i in infos)
+                                     for r in sorted({i.samplerate for i in infos})}
+    assert clips["channels"] == {"1": 3, "2": 3}
+    assert main(["info", str(tmp_path / "a.lmdb")]) == 0
+    text = capsys.readouterr().out
+    assert f"audio     6 clips, {sum(seconds) / 3600:.2f} hours" in text
+    assert "rates     8000 Hz 1, 16000 Hz 1, 22050 Hz 1" in text and "height" not in text
