@@ -101,9 +101,10 @@ class BatchDecoder:
         """Sample index decoded into out [C, T] (the rest zeroed); its length."""
         crop = plan_crop(self.meta, index, self.audio, seed, epoch)
         rate, channels = int(self.meta[index, 0]), int(self.meta[index, 1])
+        copy = 2 * crop.frames >= int(self.meta[index, 2])  # most of it: a memfd (decode)
         if self._direct(rate, channels, out, crop.frames):
-            return self._read_into(index, crop, out)
-        wave = clips.decode(self.read(index), crop.start, crop.frames)
+            return self._read_into(index, crop, out, copy)
+        wave = clips.decode(self.read(index), crop.start, crop.frames, copy=copy)
         if wave.shape[0] != crop.frames:
             raise DecodeError(f"decodes to {wave.shape[0]} frames from frame {crop.start}, its "
                               f"index says {crop.frames}")
@@ -128,10 +129,10 @@ class BatchDecoder:
                 and out.flags.c_contiguous
                 and rate == (self.audio.sample_rate or rate) and frames <= out.shape[1])
 
-    def _read_into(self, index: int, crop: Crop, out: np.ndarray) -> int:
+    def _read_into(self, index: int, crop: Crop, out: np.ndarray, copy: bool) -> int:
         row = out.reshape(-1)  # [1, T] -> [T]: a view, the row is C-contiguous
         got = clips.decode(self.read(index), crop.start, crop.frames,
-                           row[:crop.frames].reshape(crop.frames, 1)).shape[0]
+                           row[:crop.frames].reshape(crop.frames, 1), copy).shape[0]
         if got != crop.frames:
             raise DecodeError(f"decodes to {got} frames from frame {crop.start}, its index "
                               f"says {crop.frames}")
