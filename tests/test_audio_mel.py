@@ -100,3 +100,19 @@ def test_the_loader_hands_over_log_mels(tmp_path: Path) -> None:
     assert frames.tolist() == [1 + int(n) // mel.hop_length for n in lengths]
     with pytest.raises(FastloaderError, match="8000 Hz"):
         Audio(sample_rate=16000, log_mel=LogMel(8000))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA device: LogMel on the loader's device")
+def test_log_mels_on_cuda_equal_the_cpu_ones(tmp_path: Path) -> None:
+    datas = [clip(16000, s, 1, "flac", seed=i) for i, s in enumerate([0.3, 1.1, 0.7])]
+    root = tmp_path / "clips.lmdb"
+    pack([{"audio": d} for d in datas], root, fields={"audio": "audio"})
+    audio = Audio(log_mel=LogMel(16000, n_mels=64))
+    batches = {}
+    for device in ("cpu", "cuda"):
+        with FastLoader(root, batch_size=3, device=device, audio=audio) as loader:
+            batches[device] = next(iter(loader))["audio"]
+    (cpu, frames), (cuda, frames_cuda) = batches["cpu"], batches["cuda"]
+    assert cuda.is_cuda and torch.equal(frames, frames_cuda.cpu())
+    torch.testing.assert_close(cuda.cpu(), cpu, rtol=0, atol=1e-3)
