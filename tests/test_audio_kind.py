@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +150,26 @@ def test_packdata_info_describes_clips_not_image_sizes(tmp_path: Path,
     text = capsys.readouterr().out
     assert f"audio     6 clips, {sum(seconds) / 3600:.2f} hours" in text
     assert "rates     8000 Hz 1, 16000 Hz 1, 22050 Hz 1" in text and "height" not in text
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "memfd_create"),
+                    reason="memory files and fork are Linux's")
+def test_a_forked_child_decodes_through_its_own_memory_file() -> None:
+    """The memfd a thread decodes through is shared with a forked child (and its offset): the
+    child makes its own, so a parent and a child decoding at once never share one."""
+    from fastloader.decode import audio as clips
+
+    data = clip(16000, 0.5, 1, "flac", seed=4)
+    want = clips.decode(data, 0, 8000)
+    parent = os.fstat(clips._threads.memory.fd).st_ino
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if it decoded through a new file
+        ok = False
+        try:
+            ok = np.array_equal(clips.decode(data, 0, 8000), want) and \
+                os.fstat(clips._threads.memory.fd).st_ino != parent
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.fstat(clips._threads.memory.fd).st_ino == parent
