@@ -73,6 +73,37 @@ def pad_collate(waves: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return out, lengths
 
 
+def lhotse_loader(paths: list[Path], meta: np.ndarray, audio: Audio, batch: int, workers: int
+                  ) -> Any:
+    """Lhotse's usual pipeline over the same clips, crops (the loader's crop plan, as seconds)
+    and batches: UnsupervisedWaveformDataset in a DataLoader driven by a SimpleCutSampler."""
+    from lhotse import CutSet, Recording
+    from lhotse.dataset import SimpleCutSampler, UnsupervisedWaveformDataset
+
+    cuts = []
+    for i, path in enumerate(paths):
+        crop, rate = plan_crop(meta, i, audio, 0, 0), int(meta[i, 0])
+        cut = Recording.from_file(path).to_cut().truncate(
+            offset=crop.start / rate, duration=crop.frames / rate, preserve_id=True)
+        cuts.append(cut.resample(audio.sample_rate) if rate != audio.sample_rate else cut)
+    sampler = SimpleCutSampler(CutSet.from_cuts(cuts), max_cuts=batch, shuffle=False)
+    return torch.utils.data.DataLoader(UnsupervisedWaveformDataset(), sampler=sampler,
+                                       batch_size=None, num_workers=workers,
+                                       persistent_workers=True, prefetch_factor=4)
+
+
+def lhotse_missing(rates: tuple[int, ...], target: int | None) -> str | None:
+    """Why Lhotse's leg cannot run here, or None: lhotse itself, or (clips to resample) the
+    scipy its resampler needs without torchaudio."""
+    try:
+        import lhotse  # noqa: F401
+        if any(rate != target for rate in rates):
+            import scipy  # noqa: F401
+    except ImportError as exc:
+        return f"{exc}"
+    return None
+
+
 def timed(batches: Any) -> tuple[int, float]:
     start, clips = time.perf_counter(), 0
     for batch in batches:
@@ -130,6 +161,7 @@ def main() -> int:
     parser.add_argument("--rates", type=int, nargs="+", default=list(RATES))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--gil", action="store_true", help="only the GIL probe")
+    parser.add_argument("--no-lhotse", action="store_true", help="leave Lhotse's loader out")
     args = parser.parse_args()
     if args.gil:
         gil_probe()
@@ -148,26 +180,37 @@ def main() -> int:
         dl = torch.utils.data.DataLoader(dataset, batch_size=args.batch,
                                          num_workers=args.workers, collate_fn=pad_collate,
                                          persistent_workers=True, prefetch_factor=4)
-        timed(loader)  # warm-up passes: threads, workers and the page cache
-        timed((b,) for b in dl)
-        results: dict[str, list[float]] = {"fastloader": [], "DataLoader": []}
+        legs: dict[str, Any] = {"fastloader": loader, "DataLoader": dl}
+        missing = lhotse_missing(tuple(args.rates), audio.sample_rate)
+        if missing is not None and not args.no_lhotse:
+            print(f"Lhotse's loader left out: {missing}")
+        if not args.no_lhotse and missing is None:
+            legs["Lhotse"] = lhotse_loader(paths, meta, audio, args.batch, args.workers)
+        results: dict[str, list[float]] = {name: [] for name in legs}
+        for name in legs:  # warm-up passes: threads, workers and the page cache
+            timed(_batches(name, legs[name]))
         for round_index in range(args.rounds):
             order = list(results) if round_index % 2 == 0 else list(results)[::-1]
             for name in order:
                 if name == "fastloader":
                     loader.set_epoch(0)
-                    clips, seconds = timed(loader)
-                else:
-                    clips, seconds = timed((b,) for b in dl)
+                clips, seconds = timed(_batches(name, legs[name]))
                 results[name].append(clips / seconds)
                 print(f"round {round_index} {name}: {clips / seconds:.0f} clips/s", flush=True)
         loader.close()
-    ratios = [a / b for a, b in zip(results["fastloader"], results["DataLoader"], strict=True)]
     for name, values in results.items():
         print(f"{name}: median {statistics.median(values):.0f} clips/s over {args.rounds} rounds")
-    print(f"same-round ratio fastloader/DataLoader: median {statistics.median(ratios):.2f}x "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    for other in list(results)[1:]:
+        ratios = [a / b for a, b in zip(results["fastloader"], results[other], strict=True)]
+        print(f"same-round ratio fastloader/{other}: median {statistics.median(ratios):.2f}x "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     return 0
+
+
+def _batches(name: str, leg: Any) -> Any:
+    if name == "Lhotse":
+        return ((batch["audio"],) for batch in leg)
+    return leg if name == "fastloader" else ((batch,) for batch in leg)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ from gpu_check_model import training_step  # noqa: E402
 from make_images import ensure_tree  # noqa: E402
 
 GPU_TESTS = ["tests/test_gpu_race.py", "tests/test_gpu_cuda.py", "tests/test_gpu.py",
-             "tests/test_masks_geometry.py", "tests/test_boxes_geometry.py"]
+             "tests/test_masks_geometry.py", "tests/test_boxes_geometry.py",
+             "tests/test_audio_loader.py", "tests/test_audio_mel.py"]
 
 
 @dataclass(frozen=True)

@@ -166,3 +166,78 @@ def test_a_state_of_other_settings_is_refused(speech: Path) -> None:
 def test_batch_size_with_max_batch_seconds_is_refused(speech: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="batch_size"):
         _loader(speech, batch_size=4)
+
+
+def test_a_duration_plan_resumes_on_more_ranks_sharing_the_batches_left(speech: Path) -> None:
+    with _loader(speech) as loader:
+        loader.set_epoch(1)
+        whole = _texts(list(loader))
+    states = []
+    for rank in range(2):  # two ranks take 3 steps each: 6 global batches
+        with _loader(speech, rank=rank, world_size=2) as loader:
+            loader.set_epoch(1)
+            it = iter(loader)
+            for _ in range(3):
+                next(it)
+            states.append(loader.state_dict())
+    assert states[0]["pass_start"] == states[1]["pass_start"] == 6
+    assert states[0]["position"] == sum(len(b) for b in whole[:6])
+    taken = []
+    for rank in range(3):
+        with _loader(speech, rank=rank, world_size=3) as loader:
+            loader.load_state_dict(states[rank % 2])
+            taken.append(_texts(list(loader)))
+    assert len({len(t) for t in taken}) == 1  # DDP-equal steps
+    rest = whole[6:]
+    dealt = [rest[(j * 3 + r) % len(rest)] for j in range(len(taken[0])) for r in range(3)]
+    assert [b for j in range(len(taken[0])) for t in taken for b in [t[j]]] == dealt
+
+
+def test_fixed_counts_resume_on_another_batch_size_and_world(speech: Path) -> None:
+    def fixed(**kwargs: Any) -> FastLoader:
+        return _loader(speech, max_batch_seconds=None, **kwargs)
+
+    with fixed(batch_size=5) as loader:
+        order = [t for batch in _texts(list(loader)) for t in batch]
+    with fixed(batch_size=5, rank=1, world_size=2) as loader:
+        it = iter(loader)
+        next(it), next(it)  # 2 steps x 2 ranks x 5 clips
+        state = loader.state_dict()
+    assert state["position"] == state["pass_start"] == 20
+    parts = []
+    for rank in range(3):
+        with fixed(batch_size=3, rank=rank, world_size=3, drop_last=True) as loader:
+            loader.load_state_dict(state)
+            parts.append(_texts(list(loader)))
+    steps = len(parts[0])
+    assert all(len(p) == steps for p in parts) and steps == (40 - 20) // 3 // 3
+    got = [t for j in range(steps) for p in parts for t in p[j]]
+    assert got == order[20:20 + 9 * steps]  # the order's rest, strided over the new ranks
+
+
+def test_a_state_of_another_dataset_or_an_old_version(speech: Path, tmp_path: Path) -> None:
+    with _loader(speech) as loader:
+        loader.set_epoch(1)
+        whole = _texts(list(loader))
+        it = iter(loader)
+        next(it), next(it)
+        state = loader.state_dict()
+    other = tmp_path / "other.lmdb"
+    pack([{"audio": clip(8000, 0.5, 1, "wav", seed=i), "text": str(i)} for i in range(40)],
+         other, fields={"audio": "audio", "text": "text"})
+    with _loader(other) as loader, pytest.raises(InvalidArgumentError, match="dataset"):
+        loader.load_state_dict(state)
+    old = {k: state[k] for k in ("kind", "epoch", "batches_done", "seed", "num_samples",
+                                 "batch_size", "max_batch_seconds", "buckets", "shuffle",
+                                 "drop_last", "rank", "world_size")}
+    with _loader(speech) as loader:  # version 1: the global batches taken
+        loader.load_state_dict({**old, "version": 1, "global_batches_done": 2})
+        assert _texts(list(loader)) == whole[2:]
+    with _loader(speech, max_batch_seconds=None, batch_size=5) as loader:
+        loader.set_epoch(1)
+        fixed = _texts(list(loader))
+    v1 = {**old, "version": 1, "global_batches_done": 2, "batch_size": 5,
+          "max_batch_seconds": None, "epoch": 1}
+    with _loader(speech, max_batch_seconds=None, batch_size=5) as loader:
+        loader.load_state_dict(v1)  # 2 batches of 5 of the fixed-count plan
+        assert _texts(list(loader)) == fixed[2:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +110,66 @@ def test_an_audio_column_beside_images(tmp_path: Path) -> None:
         assert [ds.sample(i)["audio"] for i in range(3)] == datas
         assert ds.columns.meta("audio")[:, 1].tolist() == [1, 2, 1]
     assert verify(tmp_path / "v.lmdb", decode=True).problems == []
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "wav", "ogg"])
+def test_a_thread_decodes_a_cut_clip_after_a_long_one_as_it_is(fmt: str) -> None:
+    """decode() copies each clip into its thread's memory file: a damaged (cut) clip after a
+    longer one in the same thread decodes as libsndfile reads its bytes alone, never reading
+    on into what the longer one left there."""
+    from fastloader.decode import audio as clips
+
+    long, short = clip(16000, 3.0, 1, fmt, seed=1), clip(16000, 0.4, 1, fmt, seed=2)
+    cut = short[: len(short) * 2 // 3]
+    alone = sf.read(io.BytesIO(cut), dtype="float32", always_2d=True)[0]
+    clips.decode(long, 0, 48000)
+    after = clips.decode(cut, 0, 48000)
+    assert after.shape == alone.shape
+    np.testing.assert_allclose(after, alone, rtol=0, atol=1e-6)  # mpg123: 1 ulp apart
+
+
+def test_packdata_info_describes_clips_not_image_sizes(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    from fastloader.pack.cli.main import main
+
+    samples = _samples()
+    pack(samples, tmp_path / "a.lmdb", fields=FIELDS)
+    infos = [sf.info(io.BytesIO(s["audio"])) for s in samples]  # type: ignore[arg-type]
+    assert main(["info", str(tmp_path / "a.lmdb"), "--json"]) == 0
+    clips = json.loads(capsys.readouterr().out)["audio"]
+    seconds = [i.frames / i.samplerate for i in infos]
+    assert clips["clips"] == len(samples)
+    assert clips["hours"] == pytest.approx(sum(seconds) / 3600, abs=1e-4)
+    assert clips["seconds"]["max"] == pytest.approx(max(seconds), abs=1e-3)
+    assert clips["seconds"]["min"] == pytest.approx(min(seconds), abs=1e-3)
+    assert clips["sample_rates"] == {str(r): sum(i.samplerate == r for i in infos)
+                                     for r in sorted({i.samplerate for i in infos})}
+    assert clips["channels"] == {"1": 3, "2": 3}
+    assert main(["info", str(tmp_path / "a.lmdb")]) == 0
+    text = capsys.readouterr().out
+    assert f"audio     6 clips, {sum(seconds) / 3600:.2f} hours" in text
+    assert "rates     8000 Hz 1, 16000 Hz 1, 22050 Hz 1" in text and "height" not in text
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "memfd_create"),
+                    reason="memory files and fork are Linux's")
+def test_a_forked_child_decodes_through_its_own_memory_file() -> None:
+    """The memfd a thread decodes through is shared with a forked child (and its offset): the
+    child makes its own, so a parent and a child decoding at once never share one."""
+    from fastloader.decode import audio as clips
+
+    data = clip(16000, 0.5, 1, "flac", seed=4)
+    want = clips.decode(data, 0, 8000)
+    parent = os.fstat(clips._threads.memory.fd).st_ino
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if it decoded through a new file
+        ok = False
+        try:
+            ok = np.array_equal(clips.decode(data, 0, 8000), want) and \
+                os.fstat(clips._threads.memory.fd).st_ino != parent
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.fstat(clips._threads.memory.fd).st_ino == parent

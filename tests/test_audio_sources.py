@@ -148,6 +148,22 @@ def test_hugging_face_audio_cells(tmp_path: Path, embed: bool) -> None:
     _check(tmp_path / "out.lmdb", paths)
 
 
+@pytest.mark.parametrize("embed", [True, False])
+def test_a_hugging_face_dataset_with_an_audio_column(tmp_path: Path, embed: bool) -> None:
+    """pack(datasets.Dataset, dst): its Audio() column (decoding on, as load_dataset gives
+    it) is cast to decode=False and its stored bytes packed as the records, no Image needed."""
+    import datasets
+
+    paths = _files(tmp_path / "clips")
+    cells = [{"bytes": p.read_bytes() if embed else None, "path": str(p)} for p in paths]
+    table = datasets.Dataset.from_dict(
+        {"audio": cells, "text": [f"utt {i}" for i in range(len(paths))]}).cast_column(
+        "audio", datasets.Audio())
+    assert table.features["audio"].decode
+    pack(table, tmp_path / "out.lmdb")
+    _check(tmp_path / "out.lmdb", paths)
+
+
 def test_a_folder_of_class_folders_of_clips(tmp_path: Path) -> None:
     top = tmp_path / "commands"
     want = {}

@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidArgumentError": "fastloader.errors",
     "InvalidTypeError": "fastloader.errors",
     "LoaderStats": "fastloader.loader.stats",
+    "LogMel": "fastloader.gpu.mel",
     "Manifest": "fastloader.format.manifest",
     "NativeUnavailableError": "fastloader.errors",
     "OptionalDependencyError": "fastloader.errors",
@@ -91,6 +92,7 @@ if TYPE_CHECKING:  # let type checkers see the real objects
     from fastloader.format.dataset import PackedDataset
     from fastloader.format.manifest import Manifest
     from fastloader.format.open import open_dataset
+    from fastloader.gpu.mel import LogMel
     from fastloader.gpu.ops import (
         GpuCompose,
         GpuNormalize,

@@ -31,6 +31,7 @@ from fastloader.loader.collate import FieldCollator
 from fastloader.loader.duration_batches import BatchPlan
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.options import AudioOptions, options_of, refuse_unknown, take_foreign
+from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.stats import Counters, LoaderStats, Timer
 
@@ -111,7 +112,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         self._slot_bytes = 0
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._active: _Pass | None = None
-        self._resume = 0  # global batches of the next pass taken before a load_state_dict
+        self._resume = 0  # where the next pass starts (BatchPlan.rank_batches' start)
         self._batches_done = 0
         self.dataset = ds
 
@@ -165,15 +166,20 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         self.sampler.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        # global positions taken: every rank takes one per step (duration_batches.deal)
+        """A global checkpoint (loader/resume.py's rule): `position` the samples of the epoch's
+        order delivered on all ranks; `pass_start` where the next pass resumes (that sample
+        position with fixed counts, `global_batches_done` by duration)."""
+        # every rank takes one global batch per step (duration_batches.deal)
         self.sampler.refresh()
         if self._active is not None:
-            epoch, done = self._epoch, self._batches_done
-            taken = self._global_start + done * self.sampler.world_size
+            epoch, done, start = self._epoch, self._batches_done, self._global_start
         else:
-            epoch, done, taken = self.sampler.next_epoch(), 0, self._resume
-        return {"version": 1, "kind": "audio", "epoch": epoch, "batches_done": done,
-                "global_batches_done": taken,
+            epoch, done, start = self.sampler.next_epoch(), 0, self._resume
+        resume, position = self._plan.after(epoch, start, done * self.sampler.world_size)
+        return {"version": 2, "kind": "audio", "epoch": epoch, "batches_done": done,
+                "pass_start": resume, "position": position,
+                "global_batches_done": None if self._plan.by_samples else resume,
+                "dataset": dataset_identity(self._data),
                 "seed": self._plan.seed, "num_samples": len(self._data),
                 "batch_size": self.batch_size, "max_batch_seconds": self._plan.max_seconds,
                 "buckets": len(self._plan.edges) + 1, "shuffle": self._plan.shuffle,
@@ -181,21 +187,33 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
                 "world_size": self.sampler.world_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next pass yields the batches left. A checkpoint of another world size
-        resumes elastically: the new ranks share the global batches not yet taken."""
-        mine = self.state_dict()
+        """Resume: the next pass yields what is left of the saved epoch, on any world size
+        (the new ranks share it, strided); with fixed counts on any batch size or drop_last
+        too (the rest of the order cut anew). A version-1 state resumes on its batch size."""
         if not isinstance(state, dict):
             raise invalid_argument("state", type(state).__name__, "is not a dict",
                                    "Pass a dict from the loader's state_dict().")
-        for key in ("version", "kind", "seed", "num_samples", "batch_size",
-                    "max_batch_seconds", "buckets", "shuffle", "drop_last"):
+        mine = self.state_dict()
+        version = state.get("version")
+        same = ["kind", "seed", "num_samples", "max_batch_seconds", "buckets", "shuffle"]
+        same += ["batch_size", "drop_last"] if version == 1 else ["dataset"]
+        if version not in (1, 2):
+            raise invalid_argument("state['version']", version, "this loader reads 1 and 2",
+                                   "Pass a dict from the loader's state_dict().")
+        for key in same:
             if state.get(key) != mine[key]:
                 raise invalid_argument(f"state[{key!r}]", state.get(key),
-                                       f"this loader has {key}={mine[key]!r}",
-                                       "Resume with a loader built with the same arguments.")
+                                       f"this loader has {key}={mine[key]!r}, and the epoch's "
+                                       "batches depend on it", "Resume with a loader over the "
+                                       "same dataset with the same seed, shuffle and duration "
+                                       "settings (world size may change).")
         self._stop_pass()
         self.sampler.set_epoch(int(state["epoch"]))
-        self._resume = int(state["global_batches_done"])
+        if version == 1:  # global batches taken, of this batch size
+            taken = int(state["global_batches_done"])
+            self._resume = self._plan.after(int(state["epoch"]), 0, taken)[0]
+        else:
+            self._resume = int(state["pass_start"])
 
     def stats(self) -> LoaderStats:
         depth = self._active.queue.qsize() if self._active is not None else 0
@@ -337,6 +355,8 @@ class _Pass:
             else:
                 waves = waves.to(loader.device)
         lengths_t = torch.from_numpy(lengths).to(loader.device)
+        if loader.audio.log_mel is not None:  # on the device, after the copy
+            waves, lengths_t = loader.audio.log_mel(waves, lengths_t)
         labels = torch.from_numpy(np.asarray(loader._data.labels[indices], np.int64)).to(
             loader.device)
         return loader._collate((waves, lengths_t), labels, indices)  # type: ignore[arg-type]

@@ -100,8 +100,11 @@ class BatchDecoder:
     def clip(self, index: int, seed: int, epoch: int, out: np.ndarray) -> int:
         """Sample index decoded into out [C, T] (the rest zeroed); its length."""
         crop = plan_crop(self.meta, index, self.audio, seed, epoch)
-        rate = int(self.meta[index, 0])
-        wave = clips.decode(self.read(index), crop.start, crop.frames)
+        rate, channels = int(self.meta[index, 0]), int(self.meta[index, 1])
+        copy = 2 * crop.frames >= int(self.meta[index, 2])  # most of it: a memfd (decode)
+        if self._direct(rate, channels, out, crop.frames):
+            return self._read_into(index, crop, out, copy)
+        wave = clips.decode(self.read(index), crop.start, crop.frames, copy=copy)
         if wave.shape[0] != crop.frames:
             raise DecodeError(f"decodes to {wave.shape[0]} frames from frame {crop.start}, its "
                               f"index says {crop.frames}")
@@ -118,17 +121,45 @@ class BatchDecoder:
         out[:, length:] = 0
         return length
 
+    def _direct(self, rate: int, channels: int, out: np.ndarray, frames: int) -> bool:
+        """Whether libsndfile can write the clip straight into its batch row: a mono clip
+        kept at its rate into a float32 row long enough (out [1, T] is then [T, 1] in
+        memory, libsndfile's layout)."""
+        return (channels == 1 and out.shape[0] == 1 and out.dtype == np.float32
+                and out.flags.c_contiguous
+                and rate == (self.audio.sample_rate or rate) and frames <= out.shape[1])
+
+    def _read_into(self, index: int, crop: Crop, out: np.ndarray, copy: bool) -> int:
+        row = out.reshape(-1)  # [1, T] -> [T]: a view, the row is C-contiguous
+        got = clips.decode(self.read(index), crop.start, crop.frames,
+                           row[:crop.frames].reshape(crop.frames, 1), copy).shape[0]
+        if got != crop.frames:
+            raise DecodeError(f"decodes to {got} frames from frame {crop.start}, its index "
+                              f"says {crop.frames}")
+        row[got:] = 0
+        return got
+
     def decode_into(self, indices: np.ndarray, seed: int, epoch: int, out: np.ndarray
                     ) -> tuple[np.ndarray, list[Failure]]:
-        """Every clip of the batch into out [B, C, T]: (lengths int64 [B], failures)."""
-        def one(row: int) -> int | Failure:
-            index = int(indices[row])
-            try:
-                return self.clip(index, seed, epoch, out[row])
-            except (DecodeError, CorruptRecordError) as exc:
-                return Failure(row, index, exc)
+        """Every clip of the batch into out [B, C, T]: (lengths int64 [B], failures).
 
-        results = list(self._pool.map(one, range(len(indices))))
+        One task per thread, not per clip: each takes the batch's next row until none is
+        left (next() on a shared iterator is atomic under the GIL), so a batch costs
+        `threads` hand-offs to the pool, and long clips still spread over the threads."""
+        rows = iter(range(len(indices)))
+        results: list[int | Failure] = [0] * len(indices)
+
+        def work() -> None:
+            for row in rows:
+                index = int(indices[row])
+                try:
+                    results[row] = self.clip(index, seed, epoch, out[row])
+                except (DecodeError, CorruptRecordError) as exc:
+                    results[row] = Failure(row, index, exc)
+
+        tasks = [self._pool.submit(work) for _ in range(min(self.threads, len(indices)))]
+        for task in tasks:
+            task.result()
         lengths = np.array([r if isinstance(r, int) else 0 for r in results], np.int64)
         return lengths, [r for r in results if not isinstance(r, int)]
 

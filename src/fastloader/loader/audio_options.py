@@ -9,6 +9,7 @@ from typing import Any
 
 from fastloader.checks import flag, positive_int
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.gpu.mel import LogMel
 
 QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")  # soxr's quality recipes
 DTYPES = ("float32", "int16")
@@ -47,6 +48,9 @@ class Audio:
         resample_quality: soxr's recipe: "QQ", "LQ", "MQ", "HQ" (default) or "VHQ".
         dtype: "float32" (default; samples in [-1, 1]) or "int16" (round(x * 32767),
             clipped; half the memory and copy).
+        log_mel: a fastloader.LogMel: each batch's audio is then (log-mel features
+            [B, C, n_mels, frames], frame lengths int64 [B]), computed on the loader's device
+            after the copy; None: the waveforms and their lengths.
 
     Raises:
         InvalidArgumentError: a value is out of range.
@@ -60,6 +64,7 @@ class Audio:
     random_crop: bool = False
     resample_quality: str = "HQ"
     dtype: str = "float32"
+    log_mel: LogMel | None = None
 
     def __post_init__(self) -> None:
         if self.sample_rate is not None:
@@ -84,6 +89,18 @@ class Audio:
         if self.dtype not in DTYPES:
             raise invalid_argument("Audio(dtype)", self.dtype, f"must be one of {DTYPES}",
                                    "Pass 'float32', or 'int16' for half the memory.")
+        self._check_log_mel()
+
+    def _check_log_mel(self) -> None:
+        if self.log_mel is None:
+            return
+        if not isinstance(self.log_mel, LogMel):
+            raise invalid_type("Audio(log_mel)", self.log_mel, "a fastloader.LogMel(...)")
+        if self.log_mel.sample_rate != self.sample_rate:
+            raise invalid_argument("Audio(log_mel)", self.log_mel,
+                                   f"is for {self.log_mel.sample_rate} Hz, the loader gives "
+                                   f"{self.sample_rate or 'each clip its own rate'}",
+                                   "Pass the same sample_rate to Audio and LogMel.")
 
     def out_channels(self, stored: int) -> int:
         """Channels a clip with `stored` channels comes out with."""

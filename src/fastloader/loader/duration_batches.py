@@ -12,7 +12,11 @@ The order is loader/sampler.epoch_indices' permutation for world size 1 (the sam
 rank); the global batches are dealt round-robin, rank r taking batches r, r + W, ..., so every
 rank gets the same count (the tail wraps to the start, or is dropped with drop_last, as
 DistributedSampler does with samples). Because the global plan does not depend on the world
-size, a run resumed with another world size continues after the global batches already taken.
+size, a run resumed with another world size continues after what was already taken, by the
+rule of loader/resume.py: fixed-count plans from the order's sample `position` (so another
+batch size or drop_last resumes too: the rest of the order is cut anew), duration plans from
+the global batches taken (their batches are the plan's, which max_batch_seconds and the
+buckets fix, so those must match; world size and drop_last may change).
 """
 
 from __future__ import annotations
@@ -86,10 +90,30 @@ class BatchPlan:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
 
+    @property
+    def by_samples(self) -> bool:
+        """Whether a pass resumes from a sample position (fixed counts), not a batch one."""
+        return self.max_seconds is None
+
     def rank_batches(self, epoch: int, rank: int, world: int, start: int = 0) -> list[np.ndarray]:
-        """Rank `rank` of `world`'s batches of the epoch after the first `start` global
-        positions (taken before a resume): an equal count on every rank."""
+        """Rank `rank` of `world`'s batches of the epoch after `start` (taken before a
+        resume): the first `start` samples of the order with fixed counts (the rest cut
+        anew), the first `start` global batches by duration; an equal count on every rank."""
+        if self.by_samples and start:
+            order = epoch_indices(len(self.durations), epoch, self.seed, 0, 1, self.shuffle)
+            rest = count_batches(order[start:], self.batch_size, self.drop_last)
+            return deal(rest, rank, world, 0, self.drop_last)
         return deal(self.batches(epoch), rank, world, start, self.drop_last)
+
+    def after(self, epoch: int, start: int, taken: int) -> tuple[int, int]:
+        """(where the next pass starts, samples of the order delivered) after `taken` global
+        batches of a pass that began at `start`."""
+        if self.by_samples:
+            position = min(len(self.durations), start + taken * self.batch_size)
+            return position, position
+        batches = self.batches(epoch)
+        count = sum(len(batches[p % len(batches)]) for p in range(start + taken))
+        return start + taken, min(len(self.durations), count)
 
 
 def deal(batches: list[np.ndarray], rank: int, world: int, start: int,

@@ -82,3 +82,25 @@ class AudioKind(Kind):
             return audio.check(value, audio.probe(value))
         except DecodeError as exc:
             return str(exc)
+
+
+def summary(meta: np.ndarray) -> dict[str, Any]:
+    """`packdata info`'s account of a clip field from its (N, 3) meta: clips, total hours,
+    seconds per clip (min, median, mean, max), and histograms of rates and channels."""
+    rates, channels = meta[:, 0].astype(np.int64), meta[:, 1].astype(np.int64)
+    seconds = meta[:, 2].astype(np.float64) / np.maximum(rates, 1)
+    empty = seconds.size == 0
+
+    def histogram(values: np.ndarray) -> dict[str, int]:
+        keys, counts = np.unique(values, return_counts=True)
+        return {str(k): int(n) for k, n in zip(keys.tolist(), counts.tolist(), strict=True)}
+
+    return {
+        "clips": int(seconds.size),
+        "hours": round(float(seconds.sum()) / 3600, 4),
+        "seconds": {"min": 0.0, "median": 0.0, "mean": 0.0, "max": 0.0} if empty else {
+            "min": round(float(seconds.min()), 3), "median": round(float(np.median(seconds)), 3),
+            "mean": round(float(seconds.mean()), 3), "max": round(float(seconds.max()), 3)},
+        "sample_rates": histogram(rates),
+        "channels": histogram(channels),
+    }

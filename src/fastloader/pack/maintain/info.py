@@ -1,4 +1,5 @@
-"""dataset_info(): counts, class histogram, shards, bytes, image sizes and options of a dataset."""
+"""dataset_info(): counts, class histogram, shards, bytes, image sizes (a clip dataset's hours,
+lengths, rates and channels instead) and options of a dataset."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.format.kinds import audio
 from fastloader.format.manifest import Codec
 from fastloader.format.open import open_dataset
 
@@ -42,7 +44,7 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
         skipped_file = Path(ds.root) / "skipped.json"  # not fetched for a URL: stats count
         skipped_count = (len(json.loads(skipped_file.read_text())) if skipped_file.is_file()
                          else int(manifest.stats.get("skipped", 0)))
-        return {
+        info = {
             "path": str(getattr(ds, "url", ds.root)),  # a remote dataset: its URL
             "backend": ds.backend,
             "format_version": manifest.version,
@@ -66,6 +68,12 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
             "stats": manifest.stats,
             "skipped": skipped_count,
         }
+        records = ds.fields[ds.image_field]
+        if isinstance(records.kind, audio.AudioKind) and ds.columns is not None:
+            # clips, not images: their hours, lengths, rates and channels, not sizes
+            del info["height"], info["width"]
+            info["audio"] = audio.summary(ds.columns.meta(ds.image_field))
+        return info
 
 
 def _class_lines(counts: dict[str, int]) -> list[str]:
@@ -83,11 +91,29 @@ def _class_lines(counts: dict[str, int]) -> list[str]:
     return lines
 
 
+def _size_lines(info: dict[str, Any]) -> list[str]:
+    height, width = info["height"], info["width"]
+    return [f"height    {height['min']} min, {height['median']:g} median, {height['max']} max",
+            f"width     {width['min']} min, {width['median']:g} median, {width['max']} max"]
+
+
+def _audio_lines(clips: dict[str, Any]) -> list[str]:
+    seconds = clips["seconds"]
+
+    def counts(histogram: dict[str, int], unit: str) -> str:
+        return ", ".join(f"{k}{unit} {n}" for k, n in histogram.items())
+
+    return [f"audio     {clips['clips']} clips, {clips['hours']:.2f} hours",
+            f"seconds   {seconds['min']:g} min, {seconds['median']:g} median, "
+            f"{seconds['max']:g} max",
+            f"rates     {counts(clips['sample_rates'], ' Hz')}",
+            f"channels  {counts(clips['channels'], 'ch')}"]
+
+
 def format_info(info: dict[str, Any]) -> str:
     """Human-readable text for dataset_info()'s result."""
     shards = info["shards"]
     size = info["record_bytes"]
-    height, width = info["height"], info["width"]
     lines = [
         f"dataset   {info['path']}",
         f"backend   {info['backend']} (format v{info['format_version']}, "
@@ -96,8 +122,7 @@ def format_info(info: dict[str, Any]) -> str:
         f"{human_bytes(info['total_bytes'])} on disk",
         f"record    {human_bytes(size['min'])} min, {human_bytes(size['median'])} median, "
         f"{human_bytes(size['max'])} max",
-        f"height    {height['min']} min, {height['median']:g} median, {height['max']} max",
-        f"width     {width['min']} min, {width['median']:g} median, {width['max']} max",
+        *(_audio_lines(info["audio"]) if "audio" in info else _size_lines(info)),
         "codecs    " + ", ".join(f"{k} {v} ({human_bytes(info['codec_bytes'][k])})"
                                 for k, v in info["codecs"].items()),
         "options   " + ", ".join(f"{k}={v}" for k, v in sorted(info["options"].items())),

@@ -109,12 +109,13 @@ def dataset_samples(dataset: Any, fields: Any, image: str | None, label: Any, ro
     if image is not None and image not in images:
         raise PackError(f"{where}: image={image!r} is not one of its Image columns "
                         f"({images or 'none'}).")
-    first = image or (images[0] if images else None)
+    clips = [c for c, m in mapped.items() if m.spec == "audio"]
+    first = image or (images[0] if images else None) or (clips[0] if clips else None)
     if first is None:
-        raise PackError(f"{where} has no Image column among {list(mapped)}; a packed dataset "
-                        "stores one image per sample: cast the column that holds them "
-                        "(dataset.cast_column(COLUMN, datasets.Image())).")
-    dataset = _undecoded(dataset, images)
+        raise PackError(f"{where} has no Image or Audio column among {list(mapped)}; a packed "
+                        "dataset stores one image (or clip) per sample: cast the column that "
+                        "holds them (dataset.cast_column(COLUMN, datasets.Image())).")
+    dataset = _undecoded(dataset, images + clips)
     ordered = {first: mapped[first]} | mapped  # the records' field first
     specs = [make_spec(c, m.spec, PackError, f"{where} column {c!r}") for c, m in ordered.items()]
     one_label(where, [s.name for s in specs if s.classes is not None])
@@ -125,7 +126,8 @@ def dataset_samples(dataset: Any, fields: Any, image: str | None, label: Any, ro
 
 
 def _undecoded(dataset: Any, columns: list[str]) -> Any:
-    """dataset with its Image columns read as their stored {bytes, path} (no decode)."""
+    """dataset with its Image (and Audio) columns read as their stored {bytes, path} (no
+    decode)."""
     for column in columns:
         feature = dataset.features[column]
         if getattr(feature, "decode", False):
