@@ -92,14 +92,15 @@ class PackedDataset:
         self.index_trusted = trusted  # whether a stamp spared this open its checks
 
     def _index_names(self) -> list[str]:
-        """The index arrays this reader maps: the core, the tiles', the v2 columns'."""
+        """The index arrays this reader maps: the core, the tiles', the v2 columns' (the
+        records field's meta column too: an audio dataset's rates, channels and frames)."""
         names = list(index_mod.CORE_FIELDS)
         if self.tiled:
             names += ["tiles_header", "tiles_offsets", "tiles_start"]
         if self.manifest.version >= 2:
             specs = specs_from_manifest(self.manifest.sample_fields, str(self.root))
-            image = primary_image(specs).name
-            names += [n for s in specs if s.name != image for n in s.arrays().values()]
+            records = primary_image(specs).name  # its values are the shards' (a meta column)
+            names += [n for s in specs for n in s.arrays(s.name == records).values()]
         return names
 
     def _assign_index(self, arrays: dict[str, np.ndarray], count: int, trusted: bool) -> None:
