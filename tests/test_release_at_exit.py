@@ -69,12 +69,12 @@ def test_a_pass_finalized_after_its_modules_is_quiet(
 
 def test_a_loader_dropped_after_its_modules_is_quiet(
         dataset_path: Path, monkeypatch: pytest.MonkeyPatch, unraisable: list[Any]) -> None:
-    from fastloader.loader import base
+    from fastloader.loader import interface
 
     loader = FastLoader(dataset_path, batch_size=4, transforms=TRAIN, device="cpu")
-    for name, value in list(vars(base).items()):  # what interpreter exit does to a module
+    for name, value in list(vars(interface).items()):  # what interpreter exit does to a module
         if isinstance(value, types.ModuleType):
-            monkeypatch.setattr(base, name, None)
+            monkeypatch.setattr(interface, name, None)
     del loader  # the last reference: __del__ runs, and closes it
     monkeypatch.undo()
     assert unraisable == []

@@ -1,4 +1,4 @@
-"""Argument checks of decode() (crop, size) and BatchDecoder.decode_into (records, boxes,
+"""Argument checks of decode() (data, crop, size) and BatchDecoder.decode_into (records, boxes,
 flips, out, planar, tiles)."""
 
 from __future__ import annotations
@@ -12,6 +12,15 @@ import numpy as np
 from fastloader.decode.pillow import ImageHeader
 from fastloader.decode.tiles import HEADER_FIELDS
 from fastloader.errors import invalid_argument, invalid_type
+
+
+def as_bytes_like(data: Any, name: str = "data") -> Any:
+    """`data` as a buffer the decoders read: bytes-like as it is, a uint8 array as its bytes."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return data
+    if isinstance(data, np.ndarray) and data.dtype == np.uint8:
+        return np.ascontiguousarray(data).data.cast("B")
+    raise invalid_type(name, data, "bytes, bytearray, memoryview or a uint8 numpy array")
 
 
 def check_batch(records: Any, crops: Any, flips: Any, out: Any) -> tuple[Any, Any, np.ndarray]:

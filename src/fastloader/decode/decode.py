@@ -15,6 +15,7 @@ from fastloader.checks import flag, int_at_least
 from fastloader.decode import _native, coeffs
 from fastloader.decode.batch_args import (
     Conversion,
+    as_bytes_like,
     check_batch,
     check_crop,
     check_normalize,
@@ -33,11 +34,11 @@ from fastloader.decode.pillow import (
     is_jpeg,
     to_planar,
 )
+from fastloader.decode.pillow_batch import decode_slot_pillow
 from fastloader.errors import (
     DecodeError,
     FastloaderError,
     invalid_argument,
-    invalid_type,
 )
 
 __all__ = ["BatchDecoder", "ImageHeader", "decode", "header"]
@@ -50,14 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 _BACKENDS = ("auto", "native", "pillow")
 _MAX_PIXELS = 2 * 89478485  # Pillow's decompression-bomb error threshold; the C++ core uses it too
-
-
-def _as_bytes_like(data: Any, name: str = "data") -> Any:
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return data
-    if isinstance(data, np.ndarray) and data.dtype == np.uint8:
-        return np.ascontiguousarray(data).data.cast("B")
-    raise invalid_type(name, data, "bytes, bytearray, memoryview or a uint8 numpy array")
 
 
 # The native decoder takes libjpeg's 1/8 DCT scale only while the scaled image stays at least
@@ -85,7 +78,7 @@ def header(data: Any) -> ImageHeader:
         InvalidTypeError: data is not bytes-like.
         DecodeError: the bytes are not a readable image.
     """
-    data = _as_bytes_like(data)
+    data = as_bytes_like(data)
     if coeffs.is_coeffs(data):
         return coeffs.header(data)
     if _native.native_module() is None or not is_jpeg(data):
@@ -130,7 +123,7 @@ def decode(
         InvalidTypeError: data is not bytes-like, or crop/size are not int sequences.
         DecodeError: the bytes cannot be decoded (or exceed the decompression-bomb limit).
     """
-    data = _as_bytes_like(data)
+    data = as_bytes_like(data)
     hdr = header(data)
     turn = flag("apply_exif_orientation", apply_exif_orientation)
     if coeffs.is_coeffs(data):
@@ -160,49 +153,6 @@ def decode(
     if error is not None:
         raise DecodeError(f"cannot decode JPEG ({len(data)} bytes): {error}")
     return out
-
-
-def _crop_or_none(row: np.ndarray) -> tuple[int, int, int, int] | None:
-    """A batch crop row as a box; [.., .., 0, 0] means the whole image."""
-    top, left, height, width = (int(v) for v in row)
-    if height == 0 and width == 0:
-        return None
-    if top < 0 or left < 0 or height < 1 or width < 1:
-        raise DecodeError(
-            f"invalid crop box (top={top}, left={left}, height={height}, "
-            f"width={width}): top/left must be >= 0 and height/width >= 1"
-        )
-    return top, left, height, width
-
-
-def _decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndarray,
-                        place: np.ndarray | None = None, fill: int = 0,
-                        orientation: int = 1) -> str | None:
-    """Decode one record into slot through Pillow; a failure zero-fills it and returns why.
-
-    place (top, left, height, width): the resized crop goes there, the rest of slot is fill;
-    orientation: the EXIF orientation the crop is planned on."""
-    try:
-        target = slot
-        if place is not None:
-            top, left, height, width = (int(v) for v in place)
-            target = slot[top:top + height, left:left + width]
-        data = _as_bytes_like(record, "record")
-        if coeffs.is_coeffs(data):
-            if orientation != 1:
-                return "coeffs record: EXIF orientation is not supported for coeffs records"
-            target[...] = coeffs.decode_record(data, _crop_or_none(crop), target.shape[:2],
-                                               bool(flip))
-        else:
-            target[...] = decode_pillow(data, _crop_or_none(crop), target.shape[:2], bool(flip),
-                                        orientation)
-        if place is not None:  # the padding around the image, as the native path writes it
-            slot[:top], slot[top + height:] = fill, fill
-            slot[top:top + height, :left], slot[top:top + height, left + width:] = fill, fill
-        return None
-    except (DecodeError, FastloaderError, TypeError) as exc:
-        slot.fill(0)
-        return str(exc)
 
 
 class BatchDecoder:
@@ -350,9 +300,9 @@ class BatchDecoder:
             orientations=turns,
         )
         for k in fallback:  # non-JPEG records: Pillow, with the GIL held
-            errors[k] = _decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k],
-                                            None if rows is None else rows[k], fill,
-                                            1 if turns is None else int(turns[k]))
+            errors[k] = decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k],
+                                           None if rows is None else rows[k], fill,
+                                           1 if turns is None else int(turns[k]))
             if dst is not None:
                 to_planar(array[k], dst[k], scale_arr, shift_arr)
         return list(errors)
@@ -397,9 +347,9 @@ class BatchDecoder:
         turns: np.ndarray | None = None,
     ) -> list[str | None]:
         def one(k: int) -> str | None:
-            error = _decode_slot_pillow(records[k], crops[k], flips[k], out[k],
-                                        None if places is None else places[k], fill,
-                                        1 if turns is None else int(turns[k]))
+            error = decode_slot_pillow(records[k], crops[k], flips[k], out[k],
+                                       None if places is None else places[k], fill,
+                                       1 if turns is None else int(turns[k]))
             if conversion is not None:
                 to_planar(out[k], conversion[0][k], conversion[1], conversion[2])
             return error

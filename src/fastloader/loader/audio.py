@@ -24,13 +24,15 @@ import torch
 
 from fastloader.errors import DecodeError, FastloaderError, ProducerError, invalid_argument
 from fastloader.format.open import dataset_from
+from fastloader.loader.attributes import PackedAttributes
 from fastloader.loader.audio_batch import BatchDecoder, batch_shape
 from fastloader.loader.audio_options import Audio
-from fastloader.loader.base import FastLoader, PackedAttributes, PackedData
+from fastloader.loader.base import FastLoader
 from fastloader.loader.collate import FieldCollator
 from fastloader.loader.duration_batches import BatchPlan
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.options import AudioOptions, options_of, refuse_unknown, take_foreign
+from fastloader.loader.path_choice import PackedData
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.stats import Counters, LoaderStats, Timer

@@ -1,41 +1,36 @@
-"""FastLoader: the interface of the three loaders (packed, DALI, drop-in), its signature, and
-the factory rule that picks one from the arguments.
+"""FastLoader: the loaders' public class, its signature (one typing.overload per path), and
+the factory that builds the loader of the path its arguments choose (loader/path_choice.py).
 
-The loaders (loader/packed.py, loader/dali.py, loader/dropin.py) subclass FastLoader here and
-register under their path's name; loader/loader.py, the module `fastloader.FastLoader` is
-read from, imports all three, so this module never imports them.
+The loaders (loader/packed.py, mix.py, dali.py, audio.py, dropin.py) subclass FastLoader here
+and register under their path's name; what they implement is loader/interface.py's
+LoaderInterface. loader/loader.py, the module `fastloader.FastLoader` is read from, imports
+them all, so this module never imports them.
 """
-
 from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal, overload
 
 import torch
 
 from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
-from fastloader.errors import FastloaderError, invalid_argument
-from fastloader.format.dataset import PackedDataset
+from fastloader.errors import FastloaderError
 from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
 from fastloader.loader.audio_options import Audio
-from fastloader.loader.lifetime import track
+from fastloader.loader.interface import LoaderInterface
 from fastloader.loader.options import (
-    BACKENDS,
     BatchTransform,
     GpuTransforms,
     Normalize,
     Sampler,
     Transforms,
 )
-from fastloader.loader.pass_dataset import PassDataset, unwrap_view
-
-# What the packed paths take as `data`.
-PackedData = str | os.PathLike[str] | PackedDataset | PassDataset
+from fastloader.loader.path_choice import PackedData, path_of
 
 
-class FastLoader:
+class FastLoader(LoaderInterface):
     """Iterate (images, labels) batches, like torch.utils.data.DataLoader but faster.
 
     `FastLoader(...)` returns one of three loaders, each a FastLoader with the same interface
@@ -190,12 +185,12 @@ class FastLoader:
             (chained as its __cause__).
     """
 
-    # The factory: FastLoader(...) builds the loader of its path (see `_path_of`). Its four
-    # faces (packed, DALI, a weighted mix: loader/mix.py, drop-in) are the overloads below,
-    # the packed loader's first; the implementation's signature is all of them together
-    # (inspect.signature and help() show it; `data` defaults to None only so that copy and
-    # pickle may call __new__ bare). Every loader's own __init__ takes
-    # the same arguments again (type.__call__ passes them on).
+    # The factory: FastLoader(...) builds the loader of its path (loader/path_choice.py). Its
+    # five faces (packed, DALI, audio, a weighted mix: loader/mix.py, drop-in) are the
+    # overloads below, the packed loader's first; the implementation's signature is all of
+    # them together (inspect.signature and help() show it; `data` defaults to None only so
+    # that copy and pickle may call __new__ bare). Every loader's own __init__ takes the same
+    # arguments again (type.__call__ passes them on).
 
     @overload
     def __new__(
@@ -359,7 +354,7 @@ class FastLoader:
         **dataloader_kwargs: Any,
     ) -> FastLoader:
         if cls is FastLoader:  # the factory: a subclass builds itself
-            cls = FastLoader._loader_of(_path_of(data, backend, audio))
+            cls = FastLoader._loader_of(path_of(data, backend, audio))
         return super().__new__(cls)
 
     # Each loader's class, by path ("packed loader", "DALI loader", "drop-in loader"): filled
@@ -383,161 +378,3 @@ class FastLoader:
             raise FastloaderError(f"the {path} was not imported: build loaders through "
                                   "fastloader.FastLoader (fastloader.loader.loader)")
         return loader
-
-    # A loader is closed until its __init__ finished: close() and __del__ on one whose
-    # arguments were refused have nothing to free.
-    _closed = True
-
-    # The DataLoader attributes every loader has (each sets or forwards them).
-    batch_size: Any
-    drop_last: Any
-    dataset: Any
-    sampler: Any
-
-    # -- the interface every loader implements ----------------------------------------------
-
-    def __iter__(self) -> Iterator[Any]:
-        raise NotImplementedError
-
-    def __len__(self) -> int:
-        raise NotImplementedError
-
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch of the next pass (its order, crops and flips).
-
-        Args:
-            epoch: the epoch, >= 0.
-
-        Raises:
-            InvalidArgumentError: epoch < 0.
-        """
-        raise NotImplementedError
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the loader stands, for load_state_dict to resume exactly.
-
-        Returns:
-            dict: epoch, batches done in it, the whole run's position in the epoch's order,
-            and what a loader must match to load it.
-        """
-        raise NotImplementedError
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from a state_dict: the next pass yields exactly the batches left.
-
-        Loading during a pass ends that pass. A checkpoint is global: any rank's, of a run of
-        any world size, batch size or drop_last, resumes every rank (README "Resuming on
-        another number of GPUs").
-
-        Args:
-            state: a dict from state_dict() of a loader over the same dataset, with the same
-                seed, shuffle, shuffle_window and sampler.
-
-        Raises:
-            InvalidArgumentError: the state does not match this loader (it names the field).
-            InvalidTypeError: state is not a dict.
-        """
-        raise NotImplementedError
-
-    def stats(self) -> Any:
-        """Live counters.
-
-        Returns:
-            LoaderStats: a snapshot; .as_dict() gives a plain dict.
-        """
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Free threads, buffers and an owned dataset; safe to call twice."""
-        raise NotImplementedError
-
-    def _after_fork_in_child(self) -> None:
-        """Called in a forked child: forget threads and locks that only the parent has."""
-
-    def _built(self) -> None:
-        """The end of a loader's __init__: it is open, closed at exit and told after fork()."""
-        self._closed = False
-        track(self)
-
-    # -- lifetime, shared ---------------------------------------------------------------------
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        # try/except, not contextlib.suppress: at interpreter shutdown this module's globals
-        # may already be None, and the lookup itself would print "Exception ignored in".
-        try:  # noqa: SIM105 (see above)
-            self.close()
-        except Exception:
-            pass
-
-
-class PackedAttributes:
-    """The DataLoader attributes training frameworks read, with what is true of a packed loader.
-
-    Lightning reads `batch_sampler` (then `.sampler`) to decide whether a loader shuffles and to
-    call set_epoch; Accelerate and others read the DataLoader keyword attributes. A packed
-    loader batches itself (no batch sampler: None, as DataLoader(batch_size=None) has) and
-    decodes on threads rather than worker processes (num_workers=0). Its `dataset` and
-    `collate_fn` (set by each loader: fastloader.loader.pass_dataset) are its passes as samples
-    and the function that turns a batch's samples back into that batch, so a DataLoader built
-    from these attributes yields the loader's batches.
-    """
-
-    batch_sampler: Any = None
-    num_workers = 0
-    prefetch_factor: Any = None  # DataLoader's value without worker processes
-    persistent_workers = False
-    generator: Any = None  # order and crops come from `seed`, not from a torch Generator
-    timeout = 0
-    worker_init_fn: Any = None
-    multiprocessing_context: Any = None
-    # DataLoader's pin_memory says its batches come out in pinned host memory. A packed loader's
-    # never do: on CUDA they come out on the device (the ring it copies from is pinned), on the
-    # CPU in pageable tensors. True would also make a DataLoader rebuilt from these attributes
-    # (Accelerate's skip_first_batches) try to pin CUDA tensors, which torch refuses.
-    pin_memory = False
-    pin_memory_device = ""
-    in_order = True
-
-
-def _is_dataset(data: Any) -> bool:
-    """A dataset as torch's DataLoader takes one (not a packed one, nor a path): a torch
-    Dataset (an IterableDataset too), or anything with __getitem__ and __len__ (map-style: a
-    datasets.Dataset, a list)."""
-    if isinstance(data, (str, bytes, os.PathLike, PackedDataset)):
-        return False
-    return isinstance(data, torch.utils.data.Dataset) or (
-        hasattr(data, "__getitem__") and hasattr(data, "__len__"))
-
-
-def is_mix(data: Any) -> bool:
-    """Whether `data` names a weighted mix: a non-empty list or tuple of packed sources
-    (paths, URLs, PackedDatasets, packed loaders' `dataset`), or a dict name -> such a source."""
-    values = list(data.values()) if isinstance(data, Mapping) else \
-        list(data) if isinstance(data, (list, tuple)) else []
-    return bool(values) and all(
-        isinstance(unwrap_view(v), (str, os.PathLike, PackedDataset)) for v in values)
-
-
-def _path_of(data: Any, backend: Any, audio: Any = None) -> str:
-    """The path for these arguments: the mixed loader for a list or dict of packed datasets,
-    the drop-in loader for a dataset DataLoader takes, the audio loader with audio=, the DALI
-    loader for backend="dali", the packed loader otherwise (each checks the rest of its
-    arguments)."""
-    if is_mix(data):  # several packed datasets: a weighted mix (loader/mix.py)
-        return "mixed loader"
-    data = unwrap_view(data)  # another packed loader's `dataset`: its packed dataset
-    if _is_dataset(data):
-        return "drop-in loader"
-    if audio is not None:
-        return "audio loader"
-    if backend not in BACKENDS:
-        raise invalid_argument("backend", backend, f"must be one of {BACKENDS}",
-                               "Use 'auto' (native decode, Pillow without the extension) "
-                               "or 'dali' for the NVIDIA DALI pipeline.")
-    return "DALI loader" if backend == "dali" else "packed loader"

@@ -23,7 +23,8 @@ from fastloader.errors import DecodeError, FastloaderError, InvalidArgumentError
 from fastloader.format.manifest import Codec
 from fastloader.format.open import dataset_from
 from fastloader.gpu.ops import gpu_rng
-from fastloader.loader.base import FastLoader, PackedAttributes, PackedData
+from fastloader.loader.attributes import PackedAttributes
+from fastloader.loader.base import FastLoader
 from fastloader.loader.dali_pipeline import (
     GraphSpec,
     build_pipeline,
@@ -46,6 +47,7 @@ from fastloader.loader.options import (
 )
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
+from fastloader.loader.path_choice import PackedData
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.skips import SkipBudget

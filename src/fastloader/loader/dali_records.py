@@ -22,7 +22,7 @@ from fastloader.decode.augment import plan
 from fastloader.decode.jpeg_headers import pillow_framed
 from fastloader.errors import DecodeError, FastloaderError
 from fastloader.loader.dali_pipeline import dali_refuses
-from fastloader.loader.pipeline import RAISE_FIX, no_replacement, replacements
+from fastloader.loader.skips import RAISE_FIX, no_replacement, replacements
 
 
 @dataclass

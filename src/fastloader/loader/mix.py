@@ -26,11 +26,11 @@ from fastloader.format.dataset import PackedDataset
 from fastloader.format.mixed import MixedDataset
 from fastloader.format.open import dataset_from
 from fastloader.format.remote import is_url
-from fastloader.loader.base import PackedData, is_mix
 from fastloader.loader.mix_order import EpochSize, MixOrder, check_weights, epoch_length
 from fastloader.loader.options import PackedOptions
 from fastloader.loader.packed import PackedLoader
 from fastloader.loader.pass_dataset import unwrap_view
+from fastloader.loader.path_choice import PackedData, is_mix
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 

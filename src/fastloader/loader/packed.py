@@ -17,8 +17,9 @@ from fastloader.errors import FastloaderError, InvalidArgumentError, invalid_arg
 from fastloader.format.open import dataset_from
 from fastloader.gpu.device import DeviceStep
 from fastloader.gpu.ops import gpu_rng
+from fastloader.loader.attributes import PackedAttributes
 from fastloader.loader.autotune import make_tuner
-from fastloader.loader.base import FastLoader, PackedAttributes, PackedData
+from fastloader.loader.base import FastLoader
 from fastloader.loader.collate import FieldCollator
 from fastloader.loader.detection import letterboxed, plan_boxes_field
 from fastloader.loader.extra_images import ExtraImages
@@ -38,6 +39,7 @@ from fastloader.loader.options import (
 )
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
+from fastloader.loader.path_choice import PackedData
 from fastloader.loader.pipeline import EpochPlan, Producer
 from fastloader.loader.remote import DEFAULT_PREFETCH_SHARDS, plan_shards, remote_options
 from fastloader.loader.resume import dataset_identity

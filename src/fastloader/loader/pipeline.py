@@ -18,7 +18,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -36,31 +36,11 @@ from fastloader.loader.autotune import AutoTuner, Setting
 from fastloader.loader.batch_transform import transform_planar, transform_slot
 from fastloader.loader.masks import MaskBatches
 from fastloader.loader.memory import BatchRing
-from fastloader.loader.skips import SkipBudget
+from fastloader.loader.skips import RAISE_FIX, SkipBudget, no_replacement, replacements
 from fastloader.loader.stats import Counters, Timer
 
-SKIP_ATTEMPTS = 16  # replacement candidates tried for one bad sample under on_error="skip"
 _thread_ids = itertools.count()
 log = logging.getLogger(__name__)  # a child of the "fastloader" logger
-
-# How a bad record under on_error="raise" says what to do (the packed and DALI loaders).
-RAISE_FIX = ("Repack or remove that source file, or pass on_error='skip' to replace bad samples "
-             "and count them in stats().")
-
-
-def replacements(sample: int, n: int, key: Sequence[int]) -> Iterator[tuple[int, Any]]:
-    """on_error="skip"'s candidates for bad record `sample` of n: the next records after it
-    (sample+1, sample+2, ...), each with the generator its plan is drawn from, keyed by
-    key = (seed, epoch, batch, rank, position) and the attempt: deterministic."""
-    for attempt in range(1, SKIP_ATTEMPTS + 1):
-        yield (sample + attempt) % n, np.random.default_rng([*key, attempt])
-
-
-def no_replacement(error: str) -> DecodeError:
-    """The error when every candidate of replacements() failed too."""
-    return DecodeError(
-        f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
-        "was found. The dataset looks badly damaged: run `packdata verify` and repack it.")
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,36 @@
-"""on_error="skip"'s error budget: how many bad records one pass may replace (max_skips)."""
+"""on_error for the packed and DALI loaders: "skip"'s error budget (max_skips: how many bad
+records one pass may replace), its replacement candidates, and "raise"'s advice."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from fastloader.errors import DecodeError, invalid_argument, invalid_type
+
+SKIP_ATTEMPTS = 16  # replacement candidates tried for one bad sample under on_error="skip"
+
+# How a bad record under on_error="raise" says what to do (the packed and DALI loaders).
+RAISE_FIX = ("Repack or remove that source file, or pass on_error='skip' to replace bad samples "
+             "and count them in stats().")
+
+
+def replacements(sample: int, n: int, key: Sequence[int]) -> Iterator[tuple[int, Any]]:
+    """on_error="skip"'s candidates for bad record `sample` of n: the next records after it
+    (sample+1, sample+2, ...), each with the generator its plan is drawn from, keyed by
+    key = (seed, epoch, batch, rank, position) and the attempt: deterministic."""
+    for attempt in range(1, SKIP_ATTEMPTS + 1):
+        yield (sample + attempt) % n, np.random.default_rng([*key, attempt])
+
+
+def no_replacement(error: str) -> DecodeError:
+    """The error when every candidate of replacements() failed too."""
+    return DecodeError(
+        f"{error}; and the {SKIP_ATTEMPTS} records after it failed too, so no replacement "
+        "was found. The dataset looks badly damaged: run `packdata verify` and repack it.")
 
 
 class SkipBudget:

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import re
 import shutil
-import zlib
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,6 +38,7 @@ from fastloader.format.backends import backend_module
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from fastloader.pack.maintain.grow_fields import ExtraColumns, check_extra, warn_joined
+from fastloader.pack.maintain.shard_copy import copy_checked, rekey_lmdb
 from fastloader.pack.staging.commit import SKIPPED_NAME
 from fastloader.pack.staging.journal import (
     Staging,
@@ -87,40 +86,6 @@ def merged_classes(class_lists: Sequence[Sequence[str]]) -> tuple[list[str], lis
     return classes, maps
 
 
-def _copy_checked(src: Path, dst: Path, info: ShardInfo) -> None:
-    """Copy a shard file, checking its sha256 on the way (a damaged input is not spread)."""
-    digest = hashlib.sha256()
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    with open(src, "rb") as reader, open(tmp, "wb") as writer:
-        for block in iter(lambda: reader.read(1 << 22), b""):
-            digest.update(block)
-            writer.write(block)
-        writer.flush()
-        os.fsync(writer.fileno())
-    if digest.hexdigest() != info.sha256:
-        tmp.unlink()
-        raise PackError(f"{src} fails its sha256 check; run `packdata verify {src.parent}` and "
-                        "repack that dataset before merging it.")
-    os.replace(tmp, dst)
-
-
-def _rekey_lmdb(ds: PackedDataset, k: int, dst: Path, start: int) -> list[int]:
-    """Write shard k's records as a new LMDB shard keyed from start; their new offsets."""
-    info = ds.manifest.shards[k]
-    records = []
-    for i in range(info.start, info.stop):
-        data = bytes(ds.record(i))
-        if zlib.crc32(data) != int(ds.crc32s[i]):
-            raise PackError(f"{ds.describe(i)} fails its crc32 check; run `packdata verify "
-                            f"{ds.root}` and repack that dataset before merging it.")
-        records.append(data)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    layout = backend_module("lmdb").write_shard(tmp, start, records)
-    os.replace(tmp, dst)
-    return list(layout.offsets)
-
-
 class _Combined:
     """The output's shards and index columns, built one input shard at a time."""
 
@@ -162,9 +127,9 @@ class _Combined:
             name, start, span = self._name(), self.num_samples, slice(info.start, info.stop)
             target = self.folder / name
             if ds.backend == "lmdb":
-                offsets = np.asarray(_rekey_lmdb(ds, k, target, start), np.int64)
+                offsets = np.asarray(rekey_lmdb(ds, k, target, start), np.int64)
             else:
-                _copy_checked(ds.root / info.file, target, info)
+                copy_checked(ds.root / info.file, target, info)
                 offsets = np.asarray(ds.offsets[span], np.int64)
             size, sha = file_digest(target)
             self._add("shard", np.full(info.count, len(self.shards), np.int32))

@@ -26,9 +26,10 @@ from fastloader.format.fields import FieldSpec, label_field, primary_image, spec
 from fastloader.format.index import ORIENTATION, encode_paths
 from fastloader.pack.sources import tiling
 from fastloader.pack.sources.base import ItemSource
-from fastloader.pack.sources.validate import Prepared, prepare
+from fastloader.pack.sources.validate import Prepared
 from fastloader.pack.sources.values import PreparedSample, prepare_sample
-from fastloader.pack.staging.codec import encode_record, prepare_coded
+from fastloader.pack.staging.codec import encode_record
+from fastloader.pack.staging.file_job import prepare_job
 from fastloader.pack.staging.keys import known, sample_key
 from fastloader.pack.staging.part import CORE
 from fastloader.pack.staging.plan import ShardPlan, TaskSettings
@@ -47,24 +48,6 @@ def is_sequence(samples: Any) -> bool:
     """Whether samples can be read by index (len + getitem), not a plain iterable."""
     return hasattr(samples, "__len__") and hasattr(samples, "__getitem__") and not isinstance(
         samples, (dict, str, bytes))
-
-
-def prepare_job(settings: TaskSettings) -> Callable[[str], Prepared]:
-    """The per-file work of this pack (read, check, maybe re-encode, tile or encode as coeffs),
-    picklable."""
-    if settings.tiles is not None:
-        return functools.partial(
-            tiling.prepare_tiled, max_side=settings.max_side, quality=settings.quality,
-            restart_mcus=settings.tiles["restart_mcus"], max_file_size=settings.max_file_size,
-            storage_options=settings.storage_options,
-            apply_exif_orientation=settings.apply_exif_orientation)
-    limits: dict[str, Any] = {"max_side": settings.max_side, "quality": settings.quality,
-                              "max_file_size": settings.max_file_size,
-                              "storage_options": settings.storage_options,
-                              "apply_exif_orientation": settings.apply_exif_orientation}
-    if settings.codec != "jpeg":  # the JPEG pack's job stays prepare() itself
-        return functools.partial(prepare_coded, codec=settings.codec, **limits)
-    return functools.partial(prepare, **limits)
 
 
 class _FileRows:

@@ -1,0 +1,56 @@
+"""Which loader path FastLoader's arguments choose (packed, DALI, audio, mixed, drop-in), and
+what `data` the packed paths take."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from fastloader.errors import invalid_argument
+from fastloader.format.dataset import PackedDataset
+from fastloader.loader.options import BACKENDS
+from fastloader.loader.pass_dataset import PassDataset, unwrap_view
+
+# What the packed paths take as `data`.
+PackedData = str | os.PathLike[str] | PackedDataset | PassDataset
+
+
+def is_dataset(data: Any) -> bool:
+    """A dataset as torch's DataLoader takes one (not a packed one, nor a path): a torch
+    Dataset (an IterableDataset too), or anything with __getitem__ and __len__ (map-style: a
+    datasets.Dataset, a list)."""
+    if isinstance(data, (str, bytes, os.PathLike, PackedDataset)):
+        return False
+    return isinstance(data, torch.utils.data.Dataset) or (
+        hasattr(data, "__getitem__") and hasattr(data, "__len__"))
+
+
+def is_mix(data: Any) -> bool:
+    """Whether `data` names a weighted mix: a non-empty list or tuple of packed sources
+    (paths, URLs, PackedDatasets, packed loaders' `dataset`), or a dict name -> such a source."""
+    values = list(data.values()) if isinstance(data, Mapping) else \
+        list(data) if isinstance(data, (list, tuple)) else []
+    return bool(values) and all(
+        isinstance(unwrap_view(v), (str, os.PathLike, PackedDataset)) for v in values)
+
+
+def path_of(data: Any, backend: Any, audio: Any = None) -> str:
+    """The path for these arguments: the mixed loader for a list or dict of packed datasets,
+    the drop-in loader for a dataset DataLoader takes, the audio loader with audio=, the DALI
+    loader for backend="dali", the packed loader otherwise (each checks the rest of its
+    arguments)."""
+    if is_mix(data):  # several packed datasets: a weighted mix (loader/mix.py)
+        return "mixed loader"
+    data = unwrap_view(data)  # another packed loader's `dataset`: its packed dataset
+    if is_dataset(data):
+        return "drop-in loader"
+    if audio is not None:
+        return "audio loader"
+    if backend not in BACKENDS:
+        raise invalid_argument("backend", backend, f"must be one of {BACKENDS}",
+                               "Use 'auto' (native decode, Pillow without the extension) "
+                               "or 'dali' for the NVIDIA DALI pipeline.")
+    return "DALI loader" if backend == "dali" else "packed loader"
