@@ -23,6 +23,7 @@ import numpy as np
 
 from fastloader.pack.engines.progress import Meter
 from fastloader.pack.sources.base import ItemSource
+from fastloader.pack.sources.validate import WARNED_LOG
 from fastloader.pack.staging.build import build_part
 from fastloader.pack.staging.part import Stage
 from fastloader.pack.staging.plan import Spans, TaskSettings, count_bounds
@@ -30,11 +31,15 @@ from fastloader.pack.staging.plan import Spans, TaskSettings, count_bounds
 _WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memory
 
 
-def default_sigterm() -> None:
-    """A pool worker's initializer: SIGTERM kills it again. A forked worker inherits its
-    parent's Python handler (ray.init installs one and leaves it after shutdown), and Pool's
-    terminate() would then run that handler, not end the worker, and wait on it forever."""
+def worker_signals() -> None:
+    """A pool worker's initializer: SIGTERM kills it again and SIGINT is left to the parent.
+    A forked worker inherits its parent's Python handlers (packdata's SIGTERM handler; ray.init
+    installs one and leaves it after shutdown): Pool's terminate() would then run that handler,
+    not end the worker, and wait on it forever. Ctrl-C reaches the whole process group: the
+    parent stops the pool and keeps the finished shards, so a worker has nothing to say (its
+    KeyboardInterrupt traceback, or a BrokenPipeError writing to a parent gone, is noise)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _windows(works: Iterable[tuple[Any, int]], limit: int) -> Iterator[list[Any]]:
@@ -55,7 +60,7 @@ def _pooled(job: Callable[[Any], Any], works: Iterable[tuple[Any, int]], workers
             fork: bool, limit: int) -> Iterator[Any]:
     """job over the works in order, by a pool holding at most two windows."""
     with multiprocessing.get_context("fork" if fork else None).Pool(
-            workers, initializer=default_sigterm) as pool:
+            workers, initializer=worker_signals) as pool:
         pending: deque[Iterable[Any]] = deque()
         for window in _windows(works, limit):
             chunk = max(1, min(32, len(window) // (4 * workers)))
@@ -86,7 +91,9 @@ def _write_parts(plan: Spans, todo: Sequence[int], stream: Iterator[Any],
     item prepared in plan order) and counted as they go; the shards written."""
     def counted(lo: int, hi: int) -> Iterator[Any]:
         for i in range(lo, hi):
-            yield next(stream)
+            item = next(stream)
+            note_warnings(item, i, plan.relpath)
+            yield item
             meter.add(1, int(plan.sizes[i]))
 
     written: set[int] = set()
@@ -99,6 +106,16 @@ def _write_parts(plan: Spans, todo: Sequence[int], stream: Iterator[Any],
         if close is not None:
             close()
     return written
+
+
+def note_warnings(item: Any, i: int, name: Callable[[int], str]) -> None:
+    """Log what the decoders warned about a packed item (validate.Prepared.warnings: Pillow's,
+    libtiff's ...), one message per item on validate's WARNED_LOG, named by its path or
+    name(i); a refused item carries them in its reason (skipped.json) instead."""
+    record = getattr(item, "record", item)  # an importer's or Python sample's, or a file's
+    said = getattr(record, "warnings", ())
+    if said and record.data is not None:
+        WARNED_LOG.warning("%s: %s", getattr(item, "path", None) or name(i), "; ".join(said))
 
 
 def run_local(staging: Stage, plan: Spans, todo: Sequence[int], items: ItemSource,
@@ -124,6 +141,8 @@ def run_stream(staging: Stage, plan: Spans, items: ItemSource, samples: Iterable
     n = 0
     try:
         while chunk := list(itertools.islice(stream, shard_samples)):
+            for k, item in enumerate(chunk):
+                note_warnings(item, n + k, "sample {}".format)
             plan.bounds = count_bounds(n + len(chunk), shard_samples)
             plan.sizes = np.zeros(n + len(chunk), np.int64)
             build_part(staging, plan, n // shard_samples, settings, items, chunk)

@@ -12,7 +12,7 @@ from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import MANIFEST_NAME
-from fastloader.pack.staging.plan import PLAN_DIR, PLAN_NAME, same_identity
+from fastloader.pack.staging.plan import PLAN_DIR, PLAN_NAME, note_resume, same_identity
 
 JOURNAL_DIR = "journal"
 LOCK_NAME = ".lock"
@@ -88,6 +88,7 @@ class Staging:
                             "run one packdata per DST at a time.")
         plan_path = self.dir / PLAN_NAME
         old_plan = json.loads(plan_path.read_text()) if plan_path.is_file() else None
+        note_resume(self.dst, old_plan, plan, resume)
         if not resume or not same_identity(old_plan, plan):
             self._clear()
         self.journal.mkdir(exist_ok=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -260,6 +261,25 @@ def same_identity(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
 
         return bare(old) == bare(new)
     return old == new
+
+
+RESUME_LOG = logging.getLogger("fastloader.pack.resume")  # resume's decisions (packdata shows them)
+
+
+def note_resume(dst: Any, old: dict[str, Any] | None, new: dict[str, Any], resume: bool
+                ) -> None:
+    """Say on RESUME_LOG why a resume starts from nothing: no staged pack, or one planned
+    from another source or with other options (naming what differs), which is cleared."""
+    if not resume:
+        return
+    if old is None:
+        RESUME_LOG.warning("resume: no interrupted pack of %s to resume; packing from the "
+                           "start", dst)
+    elif not same_identity(old, new):
+        keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        RESUME_LOG.warning("resume: the interrupted pack of %s had another source or other "
+                           "options (%s differ); starting over, its shards are cleared",
+                           dst, ", ".join(keys))
 
 
 def default_shard_samples(shard_size: int) -> int:

@@ -45,6 +45,7 @@ from fastloader.pack.staging.plan import (
     Spans,
     TaskSettings,
     is_sample_plan,
+    note_resume,
     read_settings,
     same_identity,
 )
@@ -174,6 +175,7 @@ class RemoteStaging:
             old = json.loads(self.staging.read_bytes(PLAN_NAME))
         except (DatasetNotFoundError, ValueError):  # none yet, or unreadable
             old = None
+        note_resume(self.dst, old, identity, resume)
         if not resume or not same_identity(old, identity):
             self._remove(self.staging, "")
         if overwrite:
