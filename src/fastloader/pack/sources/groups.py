@@ -8,8 +8,9 @@ Kinds by extension: jpg/jpeg/png/webp/bmp image, cls int, txt text, json json, n
 (any shape: declare it with fields= / --field EXT:ndarray:DTYPE:SHAPE), anything else bytes.
 A folder's fields are every extension found; a tar's those of its first samples. Tars are
 indexed by one walk of their headers (pack/sources/tar_index.py) and read by sample, in any order.
-A member (or file) named KEY.EXT.gz is un-gzipped when read, as WebDataset does, and is the
-field EXT, stored decompressed. Shards may be gzipped (.tgz, .tar.gz: see tar_index.py).
+A member (or file) named KEY.EXT.gz is un-gzipped when read, as WebDataset does: the field
+keeps WebDataset's name (EXT.gz) and is of EXT's kind, stored decompressed. Shards may be
+gzipped (.tgz, .tar.gz: see tar_index.py).
 Boxes and masks: a `.mask.png` member is the field `mask`, a `.boxes.json` member becomes the
 fields `boxes` (+ `box_labels`, `iscrowd`), as pack/sources/spatial.py says.
 """
@@ -64,7 +65,8 @@ def split_key(name: str) -> tuple[str, str]:
 
 
 def _plain_ext(ext: str) -> str:
-    """A gzipped member's field: 'txt.gz' -> 'txt' (WebDataset un-gzips them as it reads)."""
+    """What a gzipped member holds: 'txt.gz' -> 'txt' (its field keeps WebDataset's name,
+    txt.gz, with the kind and the decompressed bytes of a txt)."""
     return ext[:-3] if ext.endswith(".gz") else ext
 
 
@@ -78,7 +80,8 @@ def _is_image(ext: str) -> bool:
 
 
 def _kind(ext: str) -> Kind:
-    return IMAGE if _is_image(ext) else _KINDS.get(ext.rpartition(".")[2], BYTES)
+    inner = _plain_ext(ext)
+    return IMAGE if _is_image(inner) else _KINDS.get(inner.rpartition(".")[2], BYTES)
 
 
 def _specs(exts: list[str], overrides: dict[str, Any], where: str) -> list[FieldSpec]:
@@ -145,11 +148,11 @@ def open_folder(path: Path, fields: Any) -> tuple[list[dict[str, Any]], list[Fie
     for name in files:
         key, ext = split_key(name)
         group = groups.setdefault(key, {})
-        if _plain_ext(ext) == ext:
+        if not ext.endswith(".gz"):
             group[ext] = path / name
             continue
         try:  # read now: its stored value is the decompressed bytes
-            group[_plain_ext(ext)] = gzip.decompress((path / name).read_bytes())
+            group[ext] = gzip.decompress((path / name).read_bytes())
         except (OSError, EOFError) as exc:
             group[ERROR_KEY] = f"{name} is not readable gzip ({exc})"
 
@@ -232,7 +235,7 @@ class TarSamples(Sequence[dict[str, Any]]):
                 return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"member {key + suffix} "
                         f"is truncated ({len(data)} of {size} bytes)"}
             try:
-                group[_plain_ext(ext)] = _gunzipped(ext, data)
+                group[ext] = _gunzipped(ext, data)
             except (OSError, EOFError) as exc:
                 return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"member {key + suffix} "
                         f"is not readable gzip ({exc})"}
@@ -291,6 +294,10 @@ def open_tars(pattern: str, fields: Any, storage_options: dict[str, Any] | None 
     samples = TarSamples(TarIndex(paths, split_key, storage_options), [])
     peeked = [samples.group(k) for k in range(min(_PEEK, len(samples)))]
     exts = sorted({e for g in peeked if isinstance(g, tuple) for e in g[2] if e != ERROR_KEY})
+    damaged = next((g for g in peeked if isinstance(g, dict)), None)
+    if not exts and damaged is not None:  # no good group to take the fields from
+        raise PackError(f"{damaged[WHERE_KEY]}: {damaged[ERROR_KEY]}; no whole sample comes "
+                        "before it, so there is nothing to pack: fix or replace the shard.")
     samples.specs = _specs(exts, dict(fields or {}), pattern)
     first = [samples.sample_of(found) for found in peeked]  # not read a second time
     samples.specs = _fit_ndarrays(samples.specs, first)

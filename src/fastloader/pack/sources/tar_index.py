@@ -20,13 +20,13 @@ from __future__ import annotations
 import array
 import bz2
 import collections
-import gzip
 import lzma
 import os
 import shutil
 import tarfile
 import tempfile
 import weakref
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,19 +42,17 @@ _OPEN_MAX = 16  # tar file descriptors kept open per process (least recently use
 # shard task reads consecutive groups, so they share requests instead of one each.
 _READ_BLOCK = 4 << 20
 _BLOCK = 512  # a tar header; an archive ends with zero blocks
-# first bytes of a compressed stream -> (its name, an opener of the decompressed stream)
-_COMPRESSED: dict[bytes, tuple[str, Callable[[str], Any]]] = {
-    b"\x1f\x8b": ("gzip", gzip.open), b"BZh": ("bzip2", bz2.open),
-    b"\xfd7zXZ\x00": ("xz", lzma.open)}
-_ZSTD = b"\x28\xb5\x2f\xfd"
+# a compressed stream's first bytes -> its name; a name -> a new incremental decompressor
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
+          b"\x28\xb5\x2f\xfd": "zstd"}
+_DECOMPRESSORS: dict[str, Callable[[], Any]] = {
+    "gzip": lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), "bzip2": bz2.BZ2Decompressor,
+    "xz": lzma.LZMADecompressor}
 
 
 def compression(head: bytes) -> str | None:
     """The compression a file's first bytes announce (gzip, bzip2, xz, zstd), or None."""
-    if head.startswith(_ZSTD):
-        return "zstd"
-    return next((name for magic, (name, _) in _COMPRESSED.items() if head.startswith(magic)),
-                None)
+    return next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
 
 
 class _Walk:
@@ -152,19 +150,28 @@ def _end_problem(block: bytes, end: int, size: int, key: str | None) -> str | No
 
 
 def _decompressed(tar: str, kind: str, folder: str, k: int) -> tuple[str, str]:
-    """(path of tar's decompressed copy in folder, why it ended early or "")."""
+    """(path of tar's decompressed copy in folder, why it ended early or ""). Decompressed a
+    block at a time, so a stream cut short keeps every byte before the cut (the walk then
+    names where the tar inside stops); concatenated streams are read on."""
     copy = os.path.join(folder, f"{k:06d}.tar")
-    opener = next(o for name, o in _COMPRESSED.values() if name == kind)
-    cut = ""
-    with opener(tar) as stream, open(copy, "wb") as out:
-        try:
-            shutil.copyfileobj(stream, out, 4 << 20)
-        except EOFError:
-            cut = (f" (the {kind} stream is cut short: {tar} ends at byte "
-                   f"{os.path.getsize(tar)} before the stream's end)")
-        except (OSError, lzma.LZMAError) as exc:
-            cut = f" (the {kind} stream is damaged: {exc})"
-    return copy, cut
+    make = _DECOMPRESSORS[kind]
+    engine = make()
+    with open(tar, "rb") as source, open(copy, "wb") as out:
+        while block := source.read(1 << 20):
+            while block:
+                try:
+                    out.write(engine.decompress(block))
+                except (zlib.error, OSError, EOFError, lzma.LZMAError) as exc:
+                    return copy, f" (the {kind} stream is damaged: {exc})"
+                block = engine.unused_data if engine.eof else b""
+                if block.strip(b"\0"):  # a next stream (a trailing zero padding is none)
+                    engine = make()
+                else:
+                    block = b""
+    if not engine.eof:
+        return copy, (f" (the {kind} stream is cut short: {tar} ends at byte "
+                      f"{os.path.getsize(tar)} before the stream's end)")
+    return copy, ""
 
 
 def _remove_folder(folder: str, pid: int) -> None:
