@@ -62,7 +62,7 @@ def check(dst: Path, expected: list[dict[str, bytes]]) -> None:
 
 def test_a_tgz_shard_packs_every_group_webdataset_reads(tmp_path: Path) -> None:
     written = write_shard(tmp_path / "a.tgz", 0)
-    assert gzip.open(tmp_path / "a.tgz").read(1)  # TarWriter gzipped it
+    assert (tmp_path / "a.tgz").read_bytes()[:2] == b"\x1f\x8b"  # TarWriter gzipped it
     assert len(webdataset_reads(str(tmp_path / "a.tgz"))) == GROUPS
     assert detect(tmp_path / "a.tgz", None) == "tar"
     assert main([str(tmp_path / "a.tgz"), str(tmp_path / "o.lmdb"), "--quiet",
