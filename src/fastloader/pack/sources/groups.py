@@ -253,11 +253,17 @@ class TarSamples(Sequence[dict[str, Any]]):
         return lambda offset, size: span[offset - start: offset - start + size]
 
 
+TAR_SUFFIXES = (".tar", ".tgz", ".tar.gz")  # WebDataset's shards, gzipped ones included
+
+
+def is_tar_name(text: str) -> bool:
+    """Whether a path or brace pattern names tar shards (.tar, .tgz, .tar.gz)."""
+    return text.rstrip("}").lower().endswith(TAR_SUFFIXES)
+
+
 def tar_files(pattern: str) -> list[str]:
     """The tars a pattern names: a brace pattern expanded, or a local folder's tar files
     (.tar, .tgz, .tar.gz at its top, sorted by name)."""
-    from fastloader.pack.sources.importers import is_tar_name
-
     folder = Path(pattern).expanduser()
     if not is_url(pattern) and folder.is_dir():
         return sorted(str(p) for p in folder.iterdir() if p.is_file()

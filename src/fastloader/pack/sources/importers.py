@@ -9,16 +9,11 @@ from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.remote import is_url
+from fastloader.pack.sources.groups import is_tar_name
 
 SOURCE_FORMATS = ("imagefolder", "csv", "tsv", "jsonl", "parquet", "files", "tar", "coco")
 _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet",
              ".json": "coco"}
-TAR_SUFFIXES = (".tar", ".tgz", ".tar.gz")  # WebDataset's shards, gzipped ones included
-
-
-def is_tar_name(text: str) -> bool:
-    """Whether a path or brace pattern names tar shards (.tar, .tgz, .tar.gz)."""
-    return text.rstrip("}").lower().endswith(TAR_SUFFIXES)
 
 
 def detect(src: str | os.PathLike[str], forced: str | None) -> str:
