@@ -46,31 +46,37 @@ def packdata(*args: str) -> subprocess.Popen[str]:
                             start_new_session=True)
 
 
-def signal_mid_pack(proc: subprocess.Popen[str], dst: Path, group: bool) -> str:
-    """Send SIGTERM once two shards are written; packdata's stderr."""
+def signal_mid_pack(proc: subprocess.Popen[str], dst: Path, group: bool,
+                    signum: int = signal.SIGTERM) -> str:
+    """Send signum (SIGTERM) once two shards are written; packdata's stderr."""
     journal = dst.parent / f".{dst.name}.partial" / "journal"
     deadline = time.monotonic() + 120
     while len(list(journal.glob("*.json"))) < 2:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the pack wrote no shard"
         time.sleep(0.01)
-    if group:  # SLURM's scancel: every process of the step
-        os.killpg(proc.pid, signal.SIGTERM)
+    if group:  # SLURM's scancel, a terminal's Ctrl-C: every process of the group
+        os.killpg(proc.pid, signum)
     else:  # Kubernetes: the container's main process
-        proc.send_signal(signal.SIGTERM)
-    return proc.communicate(timeout=120)[1]
+        proc.send_signal(signum)
+    return proc.communicate(timeout=60)[1]
 
 
-@pytest.mark.parametrize("group", [False, True], ids=["process", "process-group"])
+@pytest.mark.parametrize(("signum", "group"), [(signal.SIGTERM, False), (signal.SIGTERM, True),
+                                              (signal.SIGINT, True)],
+                         ids=["sigterm-process", "sigterm-group", "sigint-group"])
 def test_sigterm_stops_like_sigint_and_resume_reuses_the_shards(src: Path, tmp_path: Path,
-                                                                 group: bool) -> None:
+                                                                 signum: int, group: bool
+                                                                 ) -> None:
     dst = tmp_path / "o.lmdb"
     args = [str(src), str(dst), "--workers", "2", "--shard-size", "16K"]
     proc = packdata(*args)
-    err = signal_mid_pack(proc, dst, group)
-    assert proc.returncode == 143, err  # 128 + SIGTERM: "killed by SIGTERM" to a scheduler
-    assert err.splitlines() == ["packdata: terminated (SIGTERM); the finished shards are "
-                                "kept: rerun the same command with --resume"], err
+    err = signal_mid_pack(proc, dst, group, signum)
+    # 128 + the signal: what a shell reports for a process that signal killed
+    assert proc.returncode == 128 + signum, err
+    what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+    assert err.splitlines() == [f"packdata: {what}; the finished shards are kept: rerun the "
+                                "same command with --resume"], err
     assert not dst.exists()
     resumed = subprocess.run([sys.executable, "-m", "fastloader.pack.cli", *args, "--resume"],
                              capture_output=True, text=True, timeout=300, check=False)
@@ -104,3 +110,19 @@ def test_resume_with_other_options_says_it_starts_over(src: Path, tmp_path: Path
     assert fresh.stderr.splitlines()[0] == (f"packdata: resume: no interrupted pack of "
                                             f"{tmp_path / 'new.lmdb'} to resume; packing from "
                                             "the start")
+
+
+def test_sigterm_in_a_shard_run_says_to_rerun_it(src: Path, tmp_path: Path) -> None:
+    from fastloader.pack.cli.main import main
+
+    dst = tmp_path / "o.lmdb"
+    assert main(["plan", str(src), str(dst), "--shard-size", "16K", "--quiet"]) == 0
+    proc = packdata("shard", str(dst), "--range", "0:1000", "--workers", "2")
+    err = signal_mid_pack(proc, dst, True)
+    assert proc.returncode == 143, err
+    assert err.splitlines() == ["packdata: terminated (SIGTERM); the parts written are kept: "
+                                "rerun the same command to write the rest"]
+    assert main(["shard", str(dst), "--range", "0:1000", "--quiet"]) == 0
+    assert main(["commit", str(dst), "--quiet"]) == 0
+    with open_dataset(dst) as ds:
+        assert len(ds) == FILES

@@ -364,9 +364,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt as exc:
         what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"packdata: {what}; the finished shards are kept: rerun the same command with "
-              "--resume", file=sys.stderr)
+        print(f"packdata: {what}{_going_on(args)}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+
+
+def _going_on(args: list[str]) -> str:
+    """How to go on after an interrupted command: a pack resumes, a shard run is rerun."""
+    command = args[0] if args else ""
+    if command == "shard":
+        return "; the parts written are kept: rerun the same command to write the rest"
+    if command in SUBCOMMANDS and command != "plan":  # info, verify, append, merge, commit
+        return ""
+    return "; the finished shards are kept: rerun the same command with --resume"
 
 
 @contextlib.contextmanager
