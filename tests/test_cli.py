@@ -102,7 +102,7 @@ def test_pack_summary_lists_skipped_files(tmp_path: Path, capsys) -> None:
         _one_line_error(capsys, "--skip-bad")
     assert main([str(tmp_path / "src"), str(tmp_path / "both.h5"), "--strict",
                  "--skip-bad"]) == 2
-    _one_line_error(capsys, "strict (--strict) and skip_bad (--skip-bad)")
+    _one_line_error(capsys, "--strict and --skip-bad contradict each other")
 
 
 def test_info_shows_counts_classes_shards_sizes_and_options(dataset: Path, capsys) -> None:

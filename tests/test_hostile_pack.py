@@ -147,7 +147,7 @@ def test_a_refused_file_stops_the_pack_by_default(tmp_path: Path, strict: bool) 
     src = tmp_path / "src"
     _images(src / "a", 2, 0)
     os.mkfifo(src / "a" / "x.jpg")
-    with pytest.raises(PackError, match=r"x\.jpg: not a regular file.*--skip-bad"):
+    with pytest.raises(PackError, match=r"x\.jpg: not a regular file.*skip_bad=True"):
         pack(src, tmp_path / "out.h5", workers=1, strict=strict)
 
 
@@ -162,7 +162,7 @@ def test_each_refused_data_file_stops_the_pack_unless_skip_bad(tmp_path: Path,
         word = "dangling"
     else:
         word = _trap(src, kind)
-    with pytest.raises(PackError, match=f"{word}.*--skip-bad"):
+    with pytest.raises(PackError, match=f"{word}.*skip_bad=True"):
         pack(src, tmp_path / "out.h5", workers=1)
     assert main([str(src), str(tmp_path / "out.h5"), "--workers", "1", "--quiet",
                  "--skip-bad"]) == 0

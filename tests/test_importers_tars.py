@@ -122,8 +122,7 @@ def test_damaged_tar_and_split_groups(tmp_path: Path) -> None:
     got = list(samples)
     assert got[:2] == before[:2]  # the group in progress at the damage is dropped
     assert got[2] == {WHERE_KEY: str(cut), ERROR_KEY: (
-        "truncated or damaged tar after member 'd/s00002' (member 'd/s00002.cls' needs 2 bytes "
-        "past the end of the file)")}
+        f"truncated at byte {at + 1}: member 'd/s00002.cls' needs bytes {at}..{at + 2}")}
     assert [(s[PATH_KEY], s.get("cls"), s.get("txt")) for s in got[3:]] == [
         ("d/k", 0, None), ("d/m", 1, None), ("d/k", None, "later")]  # consecutive runs
     assert samples.size_hints().tolist()[:4] == [14, 14, 0, 2]

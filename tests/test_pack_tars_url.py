@@ -98,9 +98,8 @@ def test_a_truncated_object_gives_the_local_error_sample(s3: Any, tmp_path: Path
         assert manifest.num_samples == 2
         reasons.append([(s["sample"].replace(src, "SRC"), s["reason"].replace(src, "SRC"))
                         for s in manifest.stats["skipped_samples"]])
-    assert reasons[0] == reasons[1] == [("SRC", "SRC: truncated or damaged tar after member "
-                                         "'shard/s00002' (member 'shard/s00002.cls' needs 2 "
-                                         "bytes past the end of the file)")]
+    assert reasons[0] == reasons[1] == [("SRC", f"SRC: truncated at byte {at + 1}: member "
+                                         f"'shard/s00002.cls' needs bytes {at}..{at + 2}")]
 
 
 def test_url_samples_survive_pickle_and_fork(s3: Any, tars: Path) -> None:
@@ -202,3 +201,15 @@ def test_pack_takes_storage_options_for_url_tars(
     fastloader.pack(f"s3://bucket/{PATTERN}", tmp_path / "remote.lmdb", workers=2,
                     storage_options=options)
     assert same_dataset(tmp_path / "remote.lmdb") == same_dataset(tmp_path / "local.lmdb")
+
+
+def test_a_gzipped_tar_at_a_url_is_refused_saying_why(s3: Any, tmp_path: Path) -> None:
+    import gzip
+
+    plain = write_tar(tmp_path / "a.tar", 0, 2)
+    (tmp_path / "a.tgz").write_bytes(gzip.compress(plain.read_bytes()))
+    s3.put_file(str(tmp_path / "a.tgz"), "bucket/a.tgz")
+    with pytest.raises(PackError, match=r"s3://bucket/a.tgz is a gzip-compressed tar: its "
+                       "members have no byte offsets a ranged request can read"):
+        fastloader.pack("s3://bucket/a.tgz", tmp_path / "o.lmdb", workers=1)
+    assert fastloader.pack(tmp_path / "a.tgz", tmp_path / "o.lmdb", workers=1).num_samples == 2

@@ -183,7 +183,7 @@ class Kind(str):
         """A table cell (None: empty; a CSV cell is text) as a value; ValueError if not."""
         if value is None:
             raise ValueError(f"is empty; an {self.name} needs a value (declare the column float "
-                             "to read empty cells as NaN, or pass --skip-bad)")
+                             "to read empty cells as NaN, or pass skip_bad=True)")
         return value
 
     # open time

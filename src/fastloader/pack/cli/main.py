@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,9 +21,11 @@ from fastloader.format.remote import is_url
 from fastloader.pack.api import pack
 from fastloader.pack.cli import steps as cli_plan
 from fastloader.pack.cli.sources import add_source_options, samples_summary, source_options
+from fastloader.pack.cli.words import cli_words, flags
 from fastloader.pack.maintain.info import dataset_info, format_info, human_bytes
 from fastloader.pack.pipeline.tree import DEFAULT_SHARD_SIZE, SKIPPED_NAME
-from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
+from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE, WARNED_LOG
+from fastloader.pack.staging.journal import RESUME_LOG
 from fastloader.pack.staging.upload import download
 
 SUBCOMMANDS = ("info", "verify", "append", "merge", "plan", "shard", "commit", "recode")
@@ -60,7 +66,35 @@ straight there (each shard task uploads its shard; the staging is the hidden .NA
 beside it; manifest.json last); info and verify take URLs too.
 A source folder literally named like a command ("info", "verify", "append", "merge",
 "plan", "shard", "commit") must be written as ./info.
-exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input."""
+exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input, 130 interrupted
+(Ctrl-C), 143 terminated (SIGTERM: what SLURM and Kubernetes send on preemption); after 130 or
+143 the finished shards are kept and the same command with --resume goes on from them."""
+
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a process killed by SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM  # ... and by SIGTERM: a requeueing scheduler sees it
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C's KeyboardInterrupt is: the same unwinding
+    (the pool stopped, the staging released and kept for --resume), its own exit code."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Any:
+    """While packdata runs, SIGTERM stops it as SIGINT does (signal handlers belong to the main
+    thread: elsewhere, e.g. main() called from a thread, nothing is installed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def parse_size(text: str) -> int:
@@ -191,7 +225,42 @@ def _run_pack(argv: Sequence[str]) -> int:
     began = time.perf_counter()
     # Every source packs straight to a URL DST: its staging is remote (remote_stage.py).
     dst = args.dst
-    manifest = pack(
+    warned = _Collected()
+    WARNED_LOG.addHandler(warned)
+    try:
+        manifest = _pack(args, dst)
+    finally:
+        WARNED_LOG.removeHandler(warned)
+    if not args.quiet:
+        seconds = time.perf_counter() - began
+        where = dst if is_url(dst) else Path(dst).expanduser().absolute()
+        text = (_summary(manifest.stats, seconds, where) if manifest.version == 1
+                else samples_summary(manifest, seconds, where))
+        print("\n".join([text, *warned.lines()]), file=sys.stderr)
+    return 0
+
+
+class _Collected(logging.Handler):
+    """The decoders' warnings about packed files (validate.WARNED_LOG), for the summary."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def lines(self) -> list[str]:
+        if not self.messages:
+            return []
+        noun = "file" if len(self.messages) == 1 else "files"
+        return [f"{len(self.messages)} packed {noun} made a decoder warn (Pillow, libtiff ...; "
+                "they decode and are kept):",
+                *(f"  {m}" for m in self.messages[:_SHOWN_SKIPPED])]
+
+
+def _pack(args: argparse.Namespace, dst: str) -> Any:
+    return pack(
         args.src,
         dst,
         **source_options(args),
@@ -212,13 +281,6 @@ def _run_pack(argv: Sequence[str]) -> int:
         ray_address=args.ray_address,
         apply_exif_orientation=args.apply_exif_orientation,
     )
-    if not args.quiet:
-        seconds = time.perf_counter() - began
-        where = dst if is_url(dst) else Path(dst).expanduser().absolute()
-        text = (_summary(manifest.stats, seconds, where) if manifest.version == 1
-                else samples_summary(manifest, seconds, where))
-        print(text, file=sys.stderr)
-    return 0
 
 
 def _run_grow(command: str, argv: Sequence[str]) -> int:
@@ -303,28 +365,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run packdata with argv (default sys.argv[1:]); return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args and args[0] == "recode":
-            from fastloader.pack.cli import recode as cli_recode
-
-            return cli_recode.run(args[1:])
-        if args and args[0] in ("append", "merge"):
-            return _run_grow(args[0], args[1:])
-        if args and args[0] in cli_plan.COMMANDS:
-            return cli_plan.run(args[0], args[1:], _pack_parser())
-        if args and args[0] in SUBCOMMANDS:
-            return _run_info(args[1:]) if args[0] == "info" else _run_verify(args[1:])
-        return _run_pack(args)
+        with _sigterm_as_interrupt(), _shown(RESUME_LOG, "--quiet" in args):
+            return _dispatch(args)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
     except FastloaderError as exc:
-        print(f"packdata: error: {exc}", file=sys.stderr)
+        print(f"packdata: error: {_words(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:  # disk full, permission lost mid-way...: no traceback, one line
-        print(f"packdata: error: {exc}; fix it and rerun with --resume", file=sys.stderr)
+        print(f"packdata: error: {_words(exc)}; fix it and rerun with --resume", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("packdata: interrupted; rerun the same command with --resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"packdata: {what}{_going_on(args)}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+
+
+def _going_on(args: list[str]) -> str:
+    """How to go on after an interrupted command: a pack resumes, a shard run is rerun."""
+    command = args[0] if args else ""
+    if command == "shard":
+        return "; the parts written are kept: rerun the same command to write the rest"
+    if command in SUBCOMMANDS and command != "plan":  # info, verify, append, merge, commit
+        return ""
+    return "; the finished shards are kept: rerun the same command with --resume"
+
+
+@contextlib.contextmanager
+def _shown(log: logging.Logger, quiet: bool) -> Any:
+    """The log's messages on stderr as packdata's lines while a command runs (not --quiet)."""
+    if quiet:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("packdata: %(message)s"))
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+
+
+def _dispatch(args: list[str]) -> int:
+    if args and args[0] == "recode":
+        from fastloader.pack.cli import recode as cli_recode
+
+        return cli_recode.run(args[1:])
+    if args and args[0] in ("append", "merge"):
+        return _run_grow(args[0], args[1:])
+    if args and args[0] in cli_plan.COMMANDS:
+        return cli_plan.run(args[0], args[1:], _pack_parser())
+    if args and args[0] in SUBCOMMANDS:
+        return _run_info(args[1:]) if args[0] == "info" else _run_verify(args[1:])
+    return _run_pack(args)
+
+
+def _words(exc: BaseException) -> str:
+    """The error's text in packdata's words (its flags, not pack()'s arguments)."""
+    return cli_words(str(exc), flags(_pack_parser()))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fastloader.pack.staging.journal import RESUME_LOG
 from fastloader.pack.staging.plan import Spans
 
 Progress = Callable[[int, int, int], None]  # (items done, items total, source bytes done)
@@ -48,3 +49,10 @@ class Meter:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def note_reused(plan: Spans, todo: Sequence[int]) -> None:
+    """Say on the resume log how many finished shards a resume keeps and how many it packs."""
+    kept = plan.num_shards - len(todo)
+    RESUME_LOG.warning("resume: reusing %d of %d shards already packed; packing the other %d",
+                       kept, plan.num_shards, len(todo))

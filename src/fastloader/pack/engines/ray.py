@@ -38,9 +38,9 @@ def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
     if isinstance(cause, FastloaderError):  # a bad item (no --skip-bad): the task's own error
         return cause
     if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, OSError):
-        return PackError(f"shard {k}'s task failed: {cause}; fix it and rerun with --resume.")
+        return PackError(f"shard {k}'s task failed: {cause}; fix it and rerun with resume=True.")
     return PackError(f"shard {k}'s Ray task failed ({type(exc).__name__}: {exc}); the finished "
-                     "parts are kept: rerun with --resume.")
+                     "parts are kept: rerun with resume=True.")
 
 
 def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | None,

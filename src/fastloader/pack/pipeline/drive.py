@@ -83,8 +83,8 @@ def plan_source(source: PackSource, dst: str | os.PathLike[str], options: PackOp
     return staging, plan, TaskSettings.of(identity | (run or {}))
 
 
-RESUME_HINT = "the finished shards are kept in the staging folder: rerun with --resume " \
-              "(resume=True) to reuse them"
+RESUME_HINT = "the finished shards are kept in the staging folder: rerun with resume=True " \
+              "to reuse them"
 
 
 def drive(source: PackSource, dst: str | os.PathLike[str], options: PackOptions) -> Manifest:
@@ -96,7 +96,7 @@ def drive(source: PackSource, dst: str | os.PathLike[str], options: PackOptions)
         manifest = commit(staging, done, settings, options.overwrite, trusted=trusted)
     except PackError as exc:
         _fail(staging, source.resumable)
-        if not source.resumable or "--resume" in str(exc) or type(exc) is not PackError:
+        if not source.resumable or "resume=True" in str(exc) or type(exc) is not PackError:
             raise
         raise PackError(f"{exc} ({RESUME_HINT})") from exc
     except BaseException:

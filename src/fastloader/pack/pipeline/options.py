@@ -103,7 +103,7 @@ class PackOptions:
             if not isinstance(getattr(self, name), bool):
                 raise invalid_type(name, getattr(self, name), "a bool")
         if self.strict and self.skip_bad:
-            raise PackError("strict (--strict) and skip_bad (--skip-bad) contradict each other: "
+            raise PackError("strict=True and skip_bad=True contradict each other: "
                             "the first stops at the first bad item (the default), the second "
                             "packs the rest and lists them in skipped.json; pass one.")
         check_engine(self.engine, self.ray_address)

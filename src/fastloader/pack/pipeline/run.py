@@ -4,7 +4,7 @@ its items, with the progress counted: the same for every source."""
 from __future__ import annotations
 
 from fastloader.pack.engines.local import pending_shards, read_keys, run_local
-from fastloader.pack.engines.progress import Meter
+from fastloader.pack.engines.progress import Meter, note_reused
 from fastloader.pack.engines.ray import run_on_ray
 from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.sources.base import ItemSource
@@ -26,6 +26,8 @@ def run_pending(staging: Staging | RemoteStaging, plan: Spans, items: ItemSource
     todo = (staging.pending(plan, options.resume, made_of)
             if isinstance(staging, RemoteStaging)
             else pending_shards(staging.dir, plan, options.resume, made_of))
+    if options.resume:
+        note_reused(plan, todo)
     stage: Stage = staging.stage if isinstance(staging, RemoteStaging) else staging.dir
     meter = Meter(plan, todo, options.progress, options.quiet)
     try:

@@ -66,7 +66,7 @@ def _box(path: Path, ann: dict[str, Any]) -> list[float] | str:
     x, y, w, h = (float(v) for v in bbox)
     if w <= 0 or h <= 0:
         return (f"{path}: annotation {ann.get('id')!r} has bbox {bbox} with no area (width and "
-                "height must be > 0); fix or remove it, or pass --skip-bad")
+                "height must be > 0); fix or remove it, or pass skip_bad=True")
     return [x, y, x + w, y + h]
 
 

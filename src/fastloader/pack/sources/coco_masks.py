@@ -33,7 +33,7 @@ def instance(path: Path, ann: dict[str, Any], label: int) -> Instance | str:
     if not isinstance(segmentation, (list, dict)):
         return (f"{path}: annotation {ann.get('id')!r} has no segmentation (got "
                 f"{type(segmentation).__name__}); --masks needs polygons or an RLE on every "
-                "annotation: fix or remove it, or pass --skip-bad")
+                "annotation: fix or remove it, or pass skip_bad=True")
     return Instance(label, bool(ann.get("iscrowd")), segmentation, ann.get("id"))
 
 
@@ -62,7 +62,7 @@ def _frame(sample: dict[str, Any], entry: dict[str, Any]) -> tuple[int, int] | s
     if real is not None and real != (height, width):
         return (f"the COCO entry says height {height}, width {width} but the image is "
                 f"{real[0]} x {real[1]}; its polygons and RLEs would not line up with its "
-                "pixels: fix the entry (or the image), or pass --skip-bad")
+                "pixels: fix the entry (or the image), or pass skip_bad=True")
     return height, width
 
 

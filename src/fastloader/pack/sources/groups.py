@@ -8,6 +8,9 @@ Kinds by extension: jpg/jpeg/png/webp/bmp image, cls int, txt text, json json, n
 (any shape: declare it with fields= / --field EXT:ndarray:DTYPE:SHAPE), anything else bytes.
 A folder's fields are every extension found; a tar's those of its first samples. Tars are
 indexed by one walk of their headers (pack/sources/tar_index.py) and read by sample, in any order.
+A member (or file) named KEY.EXT.gz is un-gzipped when read, as WebDataset does: the field
+keeps WebDataset's name (EXT.gz) and is of EXT's kind, stored decompressed. Shards may be
+gzipped (.tgz, .tar.gz: see tar_index.py).
 Boxes and masks: a `.mask.png` member is the field `mask`, a `.boxes.json` member becomes the
 fields `boxes` (+ `box_labels`, `iscrowd`), as pack/sources/spatial.py says.
 """
@@ -15,6 +18,7 @@ fields `boxes` (+ `box_labels`, `iscrowd`), as pack/sources/spatial.py says.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import operator
 import os
 import re
@@ -62,18 +66,30 @@ def split_key(name: str) -> tuple[str, str]:
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
 
 
+def _plain_ext(ext: str) -> str:
+    """What a gzipped member holds: 'txt.gz' -> 'txt' (its field keeps WebDataset's name,
+    txt.gz, with the kind and the decompressed bytes of a txt)."""
+    return ext[:-3] if ext.endswith(".gz") else ext
+
+
+def _gunzipped(ext: str, data: bytes) -> bytes:
+    """A member's bytes, un-gzipped when its name ends in .gz (stored decompressed)."""
+    return gzip.decompress(data) if ext.endswith(".gz") else data
+
+
 def _is_image(ext: str) -> bool:
     return ext.rpartition(".")[2] in IMAGE_EXTENSIONS
 
 
 def _kind(ext: str) -> Kind:
-    return IMAGE if _is_image(ext) else _KINDS.get(ext.rpartition(".")[2], BYTES)
+    inner = _plain_ext(ext)
+    return IMAGE if _is_image(inner) else _KINDS.get(inner.rpartition(".")[2], BYTES)
 
 
 def _specs(exts: list[str], overrides: dict[str, Any], where: str) -> list[FieldSpec]:
     unknown = set(overrides) - set(exts)
     if unknown:
-        raise PackError(f"{where}: --field names {sorted(unknown)}, extensions no sample has "
+        raise PackError(f"{where}: fields= names {sorted(unknown)}, extensions no sample has "
                         f"(found {exts}).")
     specs = []
     for ext in exts:
@@ -98,7 +114,7 @@ def _sample(key: str, members: dict[str, Any], specs: list[FieldSpec], where: st
         spec = next((s for s in specs if s.name == ext), None)
         if spec is None:
             return {WHERE_KEY: where, ERROR_KEY: f"has field {ext!r} ({key}.{ext}), which the "
-                    "first samples do not have; declare it with --field or remove it"}
+                    "first samples do not have; declare it with fields= or remove it"}
         try:
             if isinstance(member, spatial.Parsed):
                 sample[ext] = spatial.typed(member.value, spec)
@@ -133,12 +149,22 @@ def open_folder(path: Path, fields: Any) -> tuple[list[dict[str, Any]], list[Fie
     groups: dict[str, dict[str, Any]] = {}
     for name in files:
         key, ext = split_key(name)
-        groups.setdefault(key, {})[ext] = path / name
-    groups = {key: spatial.expand_group(group, lambda p: p.read_bytes())
-              for key, group in groups.items()}
+        group = groups.setdefault(key, {})
+        if not ext.endswith(".gz"):
+            group[ext] = path / name
+            continue
+        try:  # read now: its stored value is the decompressed bytes
+            group[ext] = gzip.decompress((path / name).read_bytes())
+        except (OSError, EOFError) as exc:
+            group[ERROR_KEY] = f"{name} is not readable gzip ({exc})"
+
+    def read(value: Any) -> bytes:
+        return value if isinstance(value, bytes) else Path(value).read_bytes()
+
+    groups = {key: spatial.expand_group(group, read) for key, group in groups.items()}
     exts = sorted({ext for group in groups.values() for ext in group if ext != ERROR_KEY})
     specs = _specs(exts, dict(fields or {}), str(path))
-    samples = [_sample(key, members, specs, f"{path}/{key}", lambda p: p.read_bytes())
+    samples = [_sample(key, members, specs, f"{path}/{key}", read)
                for key, members in groups.items()]
     specs = _fit_ndarrays(specs, samples[:_PEEK])
     return samples, specs, {"kind": "files", "path": str(path)}
@@ -196,19 +222,25 @@ class TarSamples(Sequence[dict[str, Any]]):
         except OSError as exc:
             return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"cannot read member "
                     f"{key + members[0][0]}: {exc.strerror or exc}"}
+        readable = self.tar_index.readable[tar_number]  # a compressed tar's plain copy
         for suffix, offset, size in members:
             ext = suffix[1:].lower()
             if _is_image(ext) and not self.tar_index.remote:
-                group[ext] = TarMember(tar, offset, size, key + suffix)
+                group[ext] = TarMember(readable, offset, size, key + suffix)
                 continue
             try:
-                group[ext] = read(offset, size)
+                data = read(offset, size)
             except OSError as exc:
                 return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"cannot read member "
                         f"{key + suffix}: {exc.strerror or exc}"}
-            if len(group[ext]) != size:
+            if len(data) != size:
                 return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"member {key + suffix} "
-                        f"is truncated ({len(group[ext])} of {size} bytes)"}
+                        f"is truncated ({len(data)} of {size} bytes)"}
+            try:
+                group[ext] = _gunzipped(ext, data)
+            except (OSError, EOFError) as exc:
+                return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"member {key + suffix} "
+                        f"is not readable gzip ({exc})"}
         return f"{tar} member {key}", key, spatial.expand_group(group, lambda data: data)
 
     def _reader(self, tar: int, members: list[tuple[str, int, int]]
@@ -223,6 +255,24 @@ class TarSamples(Sequence[dict[str, Any]]):
         return lambda offset, size: span[offset - start: offset - start + size]
 
 
+TAR_SUFFIXES = (".tar", ".tgz", ".tar.gz")  # WebDataset's shards, gzipped ones included
+
+
+def is_tar_name(text: str) -> bool:
+    """Whether a path or brace pattern names tar shards (.tar, .tgz, .tar.gz)."""
+    return text.rstrip("}").lower().endswith(TAR_SUFFIXES)
+
+
+def tar_files(pattern: str) -> list[str]:
+    """The tars a pattern names: a brace pattern expanded, or a local folder's tar files
+    (.tar, .tgz, .tar.gz at its top, sorted by name)."""
+    folder = Path(pattern).expanduser()
+    if not is_url(pattern) and folder.is_dir():
+        return sorted(str(p) for p in folder.iterdir() if p.is_file()
+                      and is_tar_name(p.name) and not p.name.startswith("."))
+    return expand_braces(pattern)
+
+
 def _tar_paths(pattern: str, storage_options: dict[str, Any] | None) -> list[str]:
     """The tars a pattern names (local paths made absolute, URLs as given); PackError naming
     the missing ones."""
@@ -233,7 +283,9 @@ def _tar_paths(pattern: str, storage_options: dict[str, Any] | None) -> list[str
         missing = [url for url, info in zip(paths, stat_tars(paths, storage_options),
                                             strict=True) if info is None]
     else:
-        paths = [str(Path(p).expanduser().absolute()) for p in expand_braces(pattern)]
+        paths = [str(Path(p).expanduser().absolute()) for p in tar_files(pattern)]
+        if not paths:
+            raise PackError(f"{pattern} holds no tar shards (.tar, .tgz, .tar.gz).")
         missing = [p for p in paths if not Path(p).is_file()]
     if missing:
         raise PackError(f"{missing[0]}: no such tar shard ({len(missing)} of {len(paths)} "
@@ -250,6 +302,10 @@ def open_tars(pattern: str, fields: Any, storage_options: dict[str, Any] | None 
     samples = TarSamples(TarIndex(paths, split_key, storage_options), [])
     peeked = [samples.group(k) for k in range(min(_PEEK, len(samples)))]
     exts = sorted({e for g in peeked if isinstance(g, tuple) for e in g[2] if e != ERROR_KEY})
+    damaged = next((g for g in peeked if isinstance(g, dict)), None)
+    if not exts and damaged is not None:  # no good group to take the fields from
+        raise PackError(f"{damaged[WHERE_KEY]}: {damaged[ERROR_KEY]}; no whole sample comes "
+                        "before it, so there is nothing to pack: fix or replace the shard.")
     samples.specs = _specs(exts, dict(fields or {}), pattern)
     first = [samples.sample_of(found) for found in peeked]  # not read a second time
     samples.specs = _fit_ndarrays(samples.specs, first)

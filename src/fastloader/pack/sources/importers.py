@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.remote import is_url
+from fastloader.pack.sources.groups import is_tar_name
 
 SOURCE_FORMATS = ("imagefolder", "csv", "tsv", "jsonl", "parquet", "files", "tar", "coco",
                   "audiofolder")
 _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet",
-             ".tar": "tar", ".json": "coco"}
+             ".json": "coco"}
 
 
 def detect(src: str | os.PathLike[str], forced: str | None) -> str:
-    """The source kind of src: `forced` if given, else by suffix (a table, a .tar or a brace
-    pattern of them); a folder is a folder of file groups when files share a basename with a
-    sidecar (x.jpg beside x.cls, x.txt, ...), else an ImageFolder tree."""
+    """The source kind of src: `forced` if given, else by suffix (a table, tar shards or a
+    brace pattern of them); a folder by what it holds (folder_kind's rule: class folders
+    of images, or file groups with sidecars; PackError when both readings fit)."""
     if forced is not None:
         if forced not in SOURCE_FORMATS:
             raise PackError(f"unknown source format {forced!r}; choose one of "
@@ -26,7 +28,7 @@ def detect(src: str | os.PathLike[str], forced: str | None) -> str:
         return forced
     text = os.fspath(src)
     path = Path(text).expanduser()
-    if ("{" in text and text.rstrip("}").endswith(".tar")) or text.endswith(".tar"):
+    if is_tar_name(text):
         return "tar"
     if path.is_dir():
         from fastloader.pack.sources.audio_tree import is_clip_tree
@@ -34,39 +36,78 @@ def detect(src: str | os.PathLike[str], forced: str | None) -> str:
 
         if is_parquet_folder(path):  # one split's files, as the Hugging Face Hub keeps them
             return "parquet"
-        if _has_groups(path):
-            return "files"
-        return "audiofolder" if is_clip_tree(path) else "imagefolder"
+        kind = folder_kind(path)
+        # class folders holding clips and no image: a Speech Commands style tree
+        return "audiofolder" if kind == "imagefolder" and is_clip_tree(path) else kind
     suffix = path.suffix.lower()
     if suffix in _SUFFIXES:
         return _SUFFIXES[suffix]
     return "imagefolder"  # its scan says what is wrong (missing, a file...), as it always did
 
 
-def _has_groups(folder: Path, limit: int = 2000) -> bool:
-    """Whether files share a basename with a sidecar (x.jpg + x.cls/.txt/.json/.npy...): a
-    WebDataset-style folder. Looks at the first `limit` files only (an ImageFolder tree can be
-    huge, and a group folder shows its groups at once)."""
-    from fastloader.pack.sources.groups import IMAGE_EXTENSIONS, split_key
+def _files(folder: Path) -> Iterator[PurePosixPath]:
+    """Paths (relative to folder) of the non-hidden files under it, as the scan sees them."""
+    for top, dirs, names in os.walk(folder, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        base = PurePosixPath(Path(top).relative_to(folder).as_posix())
+        for name in sorted(names):
+            if not name.startswith("."):
+                yield base / name
 
-    exts: dict[str, set[str]] = {}
-    for count, file in enumerate(p for p in folder.rglob("*") if p.is_file()):
+
+def folder_kind(folder: Path, limit: int = 2000) -> str:
+    """What a folder holds, from its first `limit` files: "tar" for tar shards alone, "files"
+    for file groups (a name up to its first dot shared by an image and a sidecar: x.jpg
+    beside x.cls, x.txt, x.json, x.npy ... or several images with no class folders), else
+    "imagefolder" (class folders of images, whatever their names: frame.000.jpg, x.gif
+    beside x.tif). Refuses, naming both readings, when class folders of images also carry
+    sidecars: either reading is honest, and picking one silently packs the wrong one."""
+    from fastloader.pack.sources.groups import split_key
+    from fastloader.pack.sources.scan import IMAGE_EXTENSIONS
+
+    keys: dict[str, list[str]] = {}
+    tars = others = 0
+    classes: dict[str, int] = {}
+    for count, rel in enumerate(_files(folder)):
         if count >= limit:
             break
-        key, ext = split_key(file.relative_to(folder).as_posix())
-        exts.setdefault(key, set()).add(ext)
-        if len(exts[key]) > 1 and not exts[key] <= set(IMAGE_EXTENSIONS):
-            return True
-    return False
+        if len(rel.parts) == 1 and is_tar_name(rel.name):
+            tars += 1
+            continue
+        others += 1
+        key, ext = split_key(rel.as_posix())
+        keys.setdefault(key, []).append(ext)
+        if len(rel.parts) > 1 and rel.suffix.lower() in IMAGE_EXTENSIONS:
+            classes[rel.parts[0]] = classes.get(rel.parts[0], 0) + 1
+    if tars and not others:
+        return "tar"
+
+    def is_image(ext: str) -> bool:
+        return "." + ext.rpartition(".")[2] in IMAGE_EXTENSIONS
+
+    paired = next((key for key, exts in keys.items() if any(map(is_image, exts))
+                   and not all(map(is_image, exts))), None)
+    if paired is not None and classes:
+        first = sorted(classes)[0]
+        raise PackError(
+            f"{folder} can be read two ways: as an ImageFolder tree ({len(classes)} class "
+            f"folders such as {first!r}; the folder is each image's label and the other "
+            f"files are ignored) or as file groups (the files sharing a name up to its "
+            f"first dot are one sample, e.g. {paired} with fields "
+            f"{', '.join(sorted(keys[paired]))}); say which with "
+            f'source_format="imagefolder" or source_format="files".')
+    if paired is not None or (not classes and any(len(e) > 1 for e in keys.values())):
+        return "files"
+    return "imagefolder"
 
 
 def refuse_table_options(kind: str, fields: Any, image: Any, label: Any, root: Any) -> None:
     """An ImageFolder tree takes none of the table and field options."""
-    given = [name for name, value in (("fields", fields), ("image", image), ("label", label),
-                                      ("root", root)) if value]
+    given = [f"{name}=" for name, value in (("fields", fields), ("image", image),
+                                            ("label", label), ("root", root)) if value]
     if given:
         raise PackError(f"{', '.join(given)} do not apply to an ImageFolder tree (its classes "
-                        "are its folders, its images the files); pass --source-format files "
+                        'are its folders, its images the files); pass source_format="files" '
                         "if it is a folder of file groups.")
 
 
@@ -81,9 +122,9 @@ def fingerprint(kind: str, path: str, storage_options: dict[str, Any] | None = N
         entries = _url_entries(path, storage_options)
     else:
         if kind == "tar":
-            from fastloader.pack.sources.groups import expand_braces
+            from fastloader.pack.sources.groups import tar_files
 
-            files = [Path(p) for p in expand_braces(path)]
+            files = [Path(p) for p in tar_files(path)]
         elif kind in ("files", "audiofolder"):
             files = sorted(p for p in Path(path).rglob("*") if p.is_file())
         elif kind == "parquet":  # a file, a brace pattern or a folder of one split's files
@@ -120,7 +161,7 @@ def open_source(src: str | os.PathLike[str], kind: str, *, fields: Any, image: s
     groups or of a COCO file; storage_options: fsspec's, for .tar shards at URLs."""
     if kind == "coco":
         if fields or image or label:
-            raise PackError("--field, --image and --label do not apply to a COCO file: its "
+            raise PackError("fields=, image= and label= do not apply to a COCO file: its "
                             "fields are image, boxes, box_labels, iscrowd and image_id.")
         from fastloader.pack.sources.coco import open_coco
 
@@ -159,7 +200,7 @@ def _open(src: str | os.PathLike[str], kind: str, *, fields: Any, image: str | N
           ) -> tuple[Any, Any, dict[str, Any]]:
     if kind in ("files", "tar"):
         if image or label or root:
-            raise PackError("--image, --label and --root are table options; file groups name "
+            raise PackError("image=, label= and root= are table options; file groups name "
                             "their fields by extension.")
         from fastloader.pack.sources.groups import open_groups
 

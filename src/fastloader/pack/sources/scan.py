@@ -179,8 +179,8 @@ def _check_source(src: Path) -> None:
     if not src.is_dir():
         raise PackError(
             f"source {src} is a file, not a folder; pass a folder laid out as "
-            "SRC/<class>/<image files>, or a table (.csv .tsv .jsonl .parquet) or .tar shards "
-            "(or force the kind with --source-format)."
+            "SRC/<class>/<image files>, or a table (.csv .tsv .jsonl .parquet) or tar shards "
+            "(.tar .tgz .tar.gz), or force the kind with source_format=."
         )
 
 

@@ -2,6 +2,11 @@
 
 Tars are local paths (read by os.pread on descriptors cached per process) or fsspec URLs (the
 walk reads ahead in large blocks, reads are ranged requests: pack/sources/tar_url.py).
+A compressed local tar (.tgz / .tar.gz as WebDataset writes them, bzip2 or xz; known by its
+first bytes, whatever its name) has no random access: a member's offset is one in the
+decompressed stream. It is decompressed once, when indexed, into a temporary .tar (in TMPDIR,
+removed with the index), which the walk and every read then use; the packed dataset stores
+the members' bytes, so nothing is decompressed at load time. At a URL one is refused.
 
 A group is a run of consecutive members sharing a key (WebDataset's convention: a key seen
 again later starts a new group). Per group: its tar, its key (UTF-8 bytes + offsets) and its
@@ -13,15 +18,22 @@ millions of samples in a few tens of bytes each, and forks or pickles the index 
 from __future__ import annotations
 
 import array
+import bz2
 import collections
+import lzma
 import os
+import shutil
 import tarfile
+import tempfile
+import weakref
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fastloader.errors import PackError
 from fastloader.format.remote import is_url
 from fastloader.pack.sources import tar_url
 
@@ -29,6 +41,18 @@ _OPEN_MAX = 16  # tar file descriptors kept open per process (least recently use
 # A URL tar is read ahead this much per request, and the block kept (one per process): a
 # shard task reads consecutive groups, so they share requests instead of one each.
 _READ_BLOCK = 4 << 20
+_BLOCK = 512  # a tar header; an archive ends with zero blocks
+# a compressed stream's first bytes -> its name; a name -> a new incremental decompressor
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
+          b"\x28\xb5\x2f\xfd": "zstd"}
+_DECOMPRESSORS: dict[str, Callable[[], Any]] = {
+    "gzip": lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), "bzip2": bz2.BZ2Decompressor,
+    "xz": lzma.LZMADecompressor}
+
+
+def compression(head: bytes) -> str | None:
+    """The compression a file's first bytes announce (gzip, bzip2, xz, zstd), or None."""
+    return next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
 
 
 class _Walk:
@@ -67,33 +91,105 @@ class _Walk:
 
 
 def _walk_tar(walk: _Walk, tar_index: int, source: Path | Any, size: int,
-              split_key: Callable[[str], tuple[str, str]]) -> None:
-    """Index one tar: a local path, or a URL's open file (the same checks, the same errors)."""
+              split_key: Callable[[str], tuple[str, str]], cut: str = "") -> None:
+    """Index one tar: a local path, or a URL's open file (the same checks, the same errors).
+    A tar that ends before its end-of-archive block is truncated, and its last group is
+    dropped (it may have lost members); cut: why a decompressed copy ended early."""
     key = None
     try:
         with (tarfile.open(source, "r:") if isinstance(source, Path)
               else tarfile.open(fileobj=source, mode="r:")) as tar:
             while (member := tar.next()) is not None:
                 tar.members.clear()  # type: ignore[attr-defined]  # tarfile keeps each TarInfo
+                if member.offset_data + member.size > size:
+                    raise _Cut(f"truncated at byte {size}: member {member.name!r} needs bytes "
+                               f"{member.offset_data}..{member.offset_data + member.size}")
                 if not member.isfile() or member.name.split("/")[-1].startswith("."):
                     continue
-                if member.offset_data + member.size > size:
-                    raise tarfile.ReadError(f"member {member.name!r} needs "
-                                            f"{member.size} bytes past the end of the file")
                 name_key = split_key(member.name)[0]
                 if key is not None and name_key != key:
                     walk.end_group(tar_index, key)
                 key = name_key
                 walk.add_member(member.name[len(key):], member.offset_data, member.size)
+            end = tar.offset  # tarfile ends quietly at a short or garbled header
+        problem = _end_problem(_block_at(source, end), end, size, key)
+    except _Cut as exc:
+        problem = str(exc)
     except (tarfile.TarError, EOFError, OSError) as exc:
-        walk.fail(tar_index, f"truncated or damaged tar after member {key!r} ({exc})")
-        return
-    if key is not None:
+        after = f" after member group {key!r}" if key is not None else ""
+        problem = (f"truncated at byte {size}: the tar stops{after} before the next "
+                   "member's header"
+                   if str(exc) == "unexpected end of data" else f"damaged tar{after} ({exc})")
+    if problem is not None:
+        walk.fail(tar_index, f"{problem}{cut}")
+    elif key is not None:
         walk.end_group(tar_index, key)
 
 
+class _Cut(Exception):
+    """The walk found a member past the end of the file."""
+
+
+def _block_at(source: Path | Any, offset: int) -> bytes:
+    if isinstance(source, Path):
+        with open(source, "rb") as handle:
+            return os.pread(handle.fileno(), _BLOCK, offset)
+    source.seek(offset)
+    return bytes(source.read(_BLOCK))
+
+
+def _end_problem(block: bytes, end: int, size: int, key: str | None) -> str | None:
+    """Why the tar does not end where its last member does (None: an end-of-archive block)."""
+    after = f" (after member group {key!r})" if key is not None else ""
+    if len(block) < _BLOCK:
+        return (f"truncated at byte {size}: the tar stops{after} before its end-of-archive "
+                "block" + (", inside a member header" if block else ""))
+    if block.count(0) != _BLOCK:
+        return f"damaged tar: no member header at byte {end}{after}"
+    return None
+
+
+def _decompressed(tar: str, kind: str, folder: str, k: int) -> tuple[str, str]:
+    """(path of tar's decompressed copy in folder, why it ended early or ""). Decompressed a
+    block at a time, so a stream cut short keeps every byte before the cut (the walk then
+    names where the tar inside stops); concatenated streams are read on."""
+    copy = os.path.join(folder, f"{k:06d}.tar")
+    make = _DECOMPRESSORS[kind]
+    engine = make()
+    with open(tar, "rb") as source, open(copy, "wb") as out:
+        while block := source.read(1 << 20):
+            while block:
+                try:
+                    out.write(engine.decompress(block))
+                except (zlib.error, OSError, EOFError, lzma.LZMAError) as exc:
+                    return copy, f" (the {kind} stream is damaged: {exc})"
+                block = engine.unused_data if engine.eof else b""
+                if block.strip(b"\0"):  # a next stream (a trailing zero padding is none)
+                    engine = make()
+                else:
+                    block = b""
+    if not engine.eof:
+        return copy, (f" (the {kind} stream is cut short: {tar} ends at byte "
+                      f"{os.path.getsize(tar)} before the stream's end)")
+    return copy, ""
+
+
+def _remove_folder(folder: str, pid: int) -> None:
+    if os.getpid() == pid:  # a forked child's copy of the index leaves its parent's alone
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _refuse_compressed(url: str, head: bytes) -> None:
+    kind = compression(head)
+    if kind is not None:
+        raise PackError(f"{url} is a {kind}-compressed tar: its members have no byte offsets "
+                        "a ranged request can read; decompress the shards (gunzip) or copy "
+                        "them to a local folder and pack them from there.")
+
+
 class TarIndex:
-    """Groups of members of a list of uncompressed tars, and their reads by offset."""
+    """Groups of members of a list of tars (compressed local ones through a decompressed
+    copy), and their reads by offset."""
 
     def __init__(self, paths: list[Path] | list[str], split_key: Callable[[str], tuple[str, str]],
                  storage_options: dict[str, Any] | None = None) -> None:
@@ -104,14 +200,20 @@ class TarIndex:
         self.storage_options = storage_options  # a URL's fsspec options (travel when pickled)
         walk = _Walk()
         self.tar_sizes: list[int] = []
+        self.readable = list(self.tars)  # what is read: the tar, or its decompressed copy
+        self._copies: str | None = None  # the folder of decompressed copies, when any
         for tar_index, tar in enumerate(self.tars):
             if self.remote:
                 with tar_url.open_for_walk(tar, storage_options) as handle:
+                    _refuse_compressed(tar, handle.read(8))
+                    handle.seek(0)
                     self.tar_sizes.append(int(handle.size))
                     _walk_tar(walk, tar_index, handle, handle.size, split_key)
             else:
-                self.tar_sizes.append(Path(tar).stat().st_size)
-                _walk_tar(walk, tar_index, Path(tar), self.tar_sizes[-1], split_key)
+                cut = self._plain(tar_index)
+                self.tar_sizes.append(Path(self.readable[tar_index]).stat().st_size)
+                _walk_tar(walk, tar_index, Path(self.readable[tar_index]),
+                          self.tar_sizes[-1], split_key, cut)
         self.group_tar = np.frombuffer(walk.group_tar, np.int32).copy()
         self.key_bytes = np.frombuffer(bytes(walk.key_bytes), np.uint8)
         self.key_offsets = np.concatenate([[0], np.frombuffer(walk.key_ends, np.int64)])
@@ -124,6 +226,22 @@ class TarIndex:
         self._fds: collections.OrderedDict[int, int] = collections.OrderedDict()
         self._block: tuple[int, int, bytes] | None = None  # a URL's: (tar, offset, data)
         self._pid = os.getpid()
+
+    def _plain(self, k: int) -> str:
+        """Point readable[k] at tar k decompressed, if it is compressed; why its copy ended
+        early ("" if it did not, or it is not compressed)."""
+        with open(self.tars[k], "rb") as handle:
+            kind = compression(handle.read(8))
+        if kind is None:
+            return ""
+        if kind == "zstd":
+            raise PackError(f"{self.tars[k]} is a zstd-compressed tar, which is not read here; "
+                            "decompress it first (zstd -d), or write gzip (.tgz) shards.")
+        if self._copies is None:
+            self._copies = tempfile.mkdtemp(prefix="fastloader-tars-")
+            weakref.finalize(self, _remove_folder, self._copies, os.getpid())
+        self.readable[k], cut = _decompressed(self.tars[k], kind, self._copies, k)
+        return cut
 
     def __len__(self) -> int:
         return len(self.group_tar)
@@ -178,7 +296,7 @@ class TarIndex:
             return self._read_url(tar, offset, size)
         fd = self._fds.get(tar)
         if fd is None:
-            fd = self._fds[tar] = os.open(self.tars[tar], os.O_RDONLY | os.O_CLOEXEC)
+            fd = self._fds[tar] = os.open(self.readable[tar], os.O_RDONLY | os.O_CLOEXEC)
             if len(self._fds) > _OPEN_MAX:
                 os.close(self._fds.popitem(last=False)[1])
         else:

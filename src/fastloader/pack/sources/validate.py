@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import os
 import stat
+import sys
+import tempfile
+import warnings
 import zlib
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from PIL import Image, UnidentifiedImageError
@@ -20,6 +26,11 @@ from fastloader.format.remote import is_url
 # Largest source file read (packdata --max-file-size): bounds each pool worker's memory, and a
 # huge file (a 6 GB sparse "image") is listed in skipped.json instead of exhausting it.
 DEFAULT_MAX_FILE_SIZE = 256 << 20
+# Third-party warnings about a file that packs all the same (Pillow's, libtiff's ...): one
+# message per file here (packdata counts them in its summary), never loose on stderr.
+WARNED_LOG = logging.getLogger("fastloader.pack.warnings")
+_MAX_WARNINGS = 8  # distinct messages kept per file (a broken TIFF repeats one per tag)
+_MAX_WARNING_CHARS = 300
 
 
 class Prepared(NamedTuple):
@@ -37,6 +48,7 @@ class Prepared(NamedTuple):
     tile_offsets: Any = None  # uint32 segment offsets
     source_crc32: int = 0  # crc32 of the bytes that were repacked
     orientation: int = 1  # EXIF orientation (read with --apply-exif-orientation only)
+    warnings: tuple[str, ...] = ()  # what the decoders warned about while checking it
 
 
 def reject(reason: str) -> Prepared:
@@ -155,13 +167,79 @@ def prepare(
     return prepare_data(data, max_side, quality, apply_exif_orientation)
 
 
+class _Sink:
+    """This process's temporary file that fd 2 points at while a file is checked (made again
+    in a forked child: a file shared with the parent would mix their texts)."""
+
+    pid = -1
+    handle = -1
+
+    @classmethod
+    def fd(cls) -> int:
+        if cls.pid != os.getpid():
+            if cls.handle >= 0:  # the parent's (a fork's copy): closing it here leaves theirs
+                os.close(cls.handle)
+            cls.handle, path = tempfile.mkstemp(prefix="fastloader-warnings-")
+            os.unlink(path)  # gone with the last descriptor
+            cls.pid = os.getpid()
+        return cls.handle
+
+
+def _messages(caught: list[warnings.WarningMessage], text: bytes) -> tuple[str, ...]:
+    """Distinct warnings, in order, the repeats counted: Python's, then fd 2's lines."""
+    found = [f"{w.category.__name__}: {w.message}" for w in caught]
+    found += [line.strip() for line in text.decode("utf-8", "replace").splitlines()
+              if line.strip()]
+    counts: dict[str, int] = {}
+    for message in found:
+        counts[message[:_MAX_WARNING_CHARS]] = counts.get(message[:_MAX_WARNING_CHARS], 0) + 1
+    return tuple(m if n == 1 else f"{m} ({n} times)" for m, n in counts.items())[:_MAX_WARNINGS]
+
+
+@contextlib.contextmanager
+def third_party_warnings() -> Iterator[list[str]]:
+    """Catch what the decoders say about one file: Python warnings (Pillow's) and what a C
+    library writes on fd 2 (libtiff, libjpeg); the list is filled on exit. fd 2 is pointed at
+    a temporary file meanwhile, so another thread's stderr output in that moment lands there
+    too (a pack's workers are processes of one thread)."""
+    found: list[str] = []
+    sink = _Sink.fd()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(sink, 2)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield found
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        size = os.lseek(sink, 0, os.SEEK_CUR)
+        text = os.pread(sink, size, 0) if size else b""
+        if size:
+            os.ftruncate(sink, 0)
+            os.lseek(sink, 0, os.SEEK_SET)
+        found.extend(_messages(caught, text))
+
+
 def prepare_data(data: bytes, max_side: int | None = None, quality: int = 90,
                  apply_exif_orientation: bool = False) -> Prepared:
     """The record of image bytes (checked, maybe re-encoded; with apply_exif_orientation its
-    EXIF orientation read, the record's pixels and size left as stored); never raises for bad
-    bytes."""
+    EXIF orientation read, the record's pixels and size left as stored), with what the
+    decoders warned about (a refusal's reason ends with them); never raises for bad bytes."""
     if not data:
         return reject("empty file")
+    with third_party_warnings() as said:
+        prepared = _checked(data, max_side, quality, apply_exif_orientation)
+    if not said:
+        return prepared
+    if prepared.data is None:
+        return reject(f"{prepared.error} (the decoder also warned: {'; '.join(said)})")
+    return prepared._replace(warnings=tuple(said))
+
+
+def _checked(data: bytes, max_side: int | None, quality: int,
+             apply_exif_orientation: bool) -> Prepared:
     try:
         codec, height, width, orientation = check_image(data, apply_exif_orientation)
         reencoded = False

@@ -76,8 +76,8 @@ def check_parts(staging: AnyStaging, plan: Spans, made_of: Identity,
         more = f"; and {len(bad) - _NAMED} more" if len(bad) > _NAMED else ""
         fixes = " ".join(f"--range {r}" for r in _ranges([k for k, _ in bad])[:_NAMED])
         how = (f"Rebuild them with `packdata shard {staging.dst} {fixes}` (one run per range) "
-               "and commit again, or rerun the pack with --resume."
-               if isinstance(staging, Staging) else "Rerun the pack with --resume: it redoes "
+               "and commit again, or rerun the pack with resume=True."
+               if isinstance(staging, Staging) else "Rerun the pack with resume=True: it redoes "
                "only these.")
         raise PackError(
             f"cannot commit {staging.dst}: {len(bad)} of {plan.num_shards} shard parts are "
@@ -132,7 +132,7 @@ def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str
     tiles = _tile_columns(staging, parts) if tiled else []
     if not shards:
         raise PackError(f"no file under {plan.root} could be decoded ({len(plan)} tried); see "
-                        "why by packing without --skip-bad (it stops at the first), or check "
+                        "why by packing with skip_bad=False (it stops at the first), or check "
                         "the files are images.")
 
     def column(name: str) -> np.ndarray:

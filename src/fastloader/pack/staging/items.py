@@ -39,8 +39,7 @@ _ARRAYS = ("kept", "offset", "length", "height", "width", "codec", "crc32")
 _DTYPES = ("int64", "int64", "int64", "int32", "int32", "uint8", "uint32")
 _CORE_DTYPES = ("int64", "int64", "int32", "int32", "uint8", "uint32", "int64")
 # every source's bad item stops the pack unless skip_bad: the message says how to go on
-BAD_ITEM_FIX = ("fix it, or pass --skip-bad (skip_bad=True) to pack the rest and list what "
-                "was skipped.")
+BAD_ITEM_FIX = "fix it, or pass skip_bad=True to pack the rest and list what was skipped."
 _SOURCE: Any = None  # the sequence being packed, inherited by forked workers
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -48,6 +49,25 @@ def same_identity(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
 
         return bare(old) == bare(new)
     return old == new
+
+
+RESUME_LOG = logging.getLogger("fastloader.pack.resume")  # resume's decisions (packdata shows them)
+
+
+def note_resume(dst: Any, old: dict[str, Any] | None, new: dict[str, Any], resume: bool
+                ) -> None:
+    """Say on RESUME_LOG why a resume starts from nothing: no staged pack, or one planned
+    from another source or with other options (naming what differs), which is cleared."""
+    if not resume:
+        return
+    if old is None:
+        RESUME_LOG.warning("resume: no interrupted pack of %s to resume; packing from the "
+                           "start", dst)
+    elif not same_identity(old, new):
+        keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        RESUME_LOG.warning("resume: the interrupted pack of %s had another source or other "
+                           "options (%s differ); starting over, its shards are cleared",
+                           dst, ", ".join(keys))
 
 
 def staging_path(dst: Path) -> Path:
@@ -104,6 +124,7 @@ class Staging:
                             "run one packdata per DST at a time.")
         plan_path = self.dir / PLAN_NAME
         old_plan = json.loads(plan_path.read_text()) if plan_path.is_file() else None
+        note_resume(self.dst, old_plan, plan, resume)
         if not resume or not same_identity(old_plan, plan):
             self._clear()
         self.journal.mkdir(exist_ok=True)

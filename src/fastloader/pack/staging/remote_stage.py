@@ -39,6 +39,7 @@ from fastloader.pack.staging.journal import (
     JOURNAL_DIR,
     PLAN_DIR,
     PLAN_NAME,
+    note_resume,
     same_identity,
     write_atomic,
 )
@@ -163,6 +164,7 @@ class RemoteStaging:
             old = json.loads(self.staging.read_bytes(PLAN_NAME))
         except (DatasetNotFoundError, ValueError):  # none yet, or unreadable
             old = None
+        note_resume(self.dst, old, identity, resume)
         if not resume or not same_identity(old, identity):
             self._remove(self.staging, "")
         if overwrite:
