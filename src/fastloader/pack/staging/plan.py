@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
