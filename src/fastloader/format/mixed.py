@@ -152,6 +152,10 @@ class MixedDataset(PackedDataset):
         self.labels = np.concatenate([t[s.labels] if len(t) else s.labels
                                       for s, t in zip(sources, tables, strict=True)])
         self.shapes = np.concatenate([s.shapes for s in sources])
+        # the sources' distinct shapes (each from its stamp), united: no scan of every row
+        self._distinct: np.ndarray | None = np.unique(
+            np.concatenate([s.distinct_shapes for s in sources]), axis=0)
+        self.index_trusted = all(s.index_trusted for s in sources)
         self.stored_shapes = np.concatenate([s.stored_shapes for s in sources])
         self.codecs = np.concatenate([s.codecs for s in sources])
         self.crc32s = np.concatenate([s.crc32s for s in sources])
