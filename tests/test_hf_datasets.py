@@ -136,7 +136,8 @@ def test_bad_image_cells_are_named_by_file_row_and_column(tmp_path: Path) -> Non
         fastloader.pack(tmp_path / "t.parquet", tmp_path / "o.lmdb", workers=1)
     message = str(caught.value)
     assert f"{tmp_path / 't.parquet'} line 3: field 'image'" in message
-    assert "column 'image' has neither bytes nor a path" in message and "--skip-bad" in message
+    # pack() speaks its arguments' words (packdata its flags: pack/cli/words)
+    assert "column 'image' has neither bytes nor a path" in message and "skip_bad=True" in message
     assert "\\x" not in message and "b'" not in message  # no bytes dumped
     manifest = fastloader.pack(tmp_path / "t.parquet", tmp_path / "s.lmdb", workers=2,
                                skip_bad=True)

@@ -87,10 +87,10 @@ def test_what_a_c_library_writes_on_fd_2_is_caught(capfd: pytest.CaptureFixture[
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     real = validate.check_image
 
-    def loud(data: bytes) -> object:  # as libtiff's default handler does: fprintf(stderr)
+    def loud(data: bytes, *args: object) -> object:  # as libtiff's handler does: fprintf(stderr)
         os.write(2, b"TIFFReadDirectory: Warning, Unknown field with tag 50000\n")
         warnings.warn("a Pillow warning", UserWarning, stacklevel=1)
-        return real(data)
+        return real(data, *args)
 
     monkeypatch.setattr(validate, "check_image", loud)
     buffer = io.BytesIO()
