@@ -49,15 +49,21 @@ class Mapped(NamedTuple):
         return is_image(self.spec)
 
 
+def _stored(value: Any, what: str) -> Any:
+    """A media struct ({bytes, path}) as its stored bytes, else its path; ValueError naming
+    what it lacks."""
+    if value.get("bytes") is not None:
+        return bytes(value["bytes"])
+    if value.get("path"):
+        return str(value["path"])
+    raise ValueError(f"has neither bytes nor a path (an empty {what})")
+
+
 def image_source(value: Any) -> Any:
     """An Image value ({bytes, path} struct, bytes or a path) as image bytes, or the path
     where the struct has no bytes."""
     if isinstance(value, Mapping):
-        if value.get("bytes") is not None:
-            return bytes(value["bytes"])
-        if value.get("path"):
-            return str(value["path"])
-        raise ValueError("has neither bytes nor a path (an empty image)")
+        return _stored(value, "image")
     if isinstance(value, (bytes, bytearray, memoryview, str)):
         return value
     if value is None:
@@ -69,11 +75,7 @@ def clip_source(value: Any) -> Any:
     """An Audio value ({bytes, path} struct, bytes or a path) as the clip's stored bytes
     (never decoded), or the path where the struct has no bytes."""
     if isinstance(value, Mapping):
-        if value.get("bytes") is not None:
-            return bytes(value["bytes"])
-        if value.get("path"):
-            return str(value["path"])
-        raise ValueError("has neither bytes nor a path (an empty clip)")
+        return _stored(value, "clip")
     if value is None:
         raise ValueError("is empty (no clip)")
     return value
