@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 from audiogen import clip
 from fastloader import open_dataset
@@ -18,6 +17,8 @@ from fastloader.errors import PackError
 from fastloader.format import kinds
 from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
 from fastloader.pack.maintain.verify import verify
+
+sf = pytest.importorskip("soundfile", reason="soundfile (the audio extra) is a test dependency")
 
 FIELDS = {"audio": "audio", "text": "text"}
 CASES = [("wav", 8000, 1, 0.1), ("flac", 16000, 2, 1.3), ("mp3", 22050, 1, 2.0),

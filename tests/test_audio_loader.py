@@ -12,8 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import soundfile as sf
-import soxr
 import torch
 
 import fastloader
@@ -22,6 +20,9 @@ from fastloader import Audio, FastLoader
 from fastloader.errors import DecodeError, InvalidArgumentError
 from fastloader.loader.audio_batch import plan_crop
 from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
+
+sf = pytest.importorskip("soundfile", reason="soundfile (the audio extra) is a test dependency")
+soxr = pytest.importorskip("soxr", reason="soxr (the audio extra) is a test dependency")
 
 TOLERANCE = 1e-5  # float32 rounding of the same decode and resample
 CASES = [("wav", 8000, 1, 0.1), ("flac", 16000, 2, 1.3), ("mp3", 22050, 1, 2.0),

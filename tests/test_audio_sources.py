@@ -11,12 +11,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
-import soundfile as sf
 
 from audiogen import clip
 from fastloader import Audio, FastLoader, open_dataset
 from fastloader.errors import PackError
 from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
+
+sf = pytest.importorskip("soundfile", reason="soundfile (the audio extra) is a test dependency")
 
 CLIPS = [("flac", 16000, 1, 0.5), ("wav", 8000, 2, 0.3), ("mp3", 22050, 1, 1.0),
          ("ogg", 32000, 1, 0.4), ("opus", 48000, 2, 0.6)]

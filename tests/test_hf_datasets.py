@@ -8,10 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-import datasets
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
@@ -19,6 +16,10 @@ import fastloader
 from fastloader.errors import PackError
 from fastloader.format.open import open_dataset
 from fastloader.pack.cli.main import main
+
+datasets = pytest.importorskip("datasets", reason="datasets is a test dependency")
+pa = pytest.importorskip("pyarrow", reason="pyarrow is a test dependency")
+pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is a test dependency")
 
 N = 12
 NAMES = ["cat", "dog", "owl"]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import webdataset
 from PIL import Image
 
 import fastloader
@@ -20,6 +19,8 @@ from fastloader import open_dataset
 from fastloader.errors import PackError
 from fastloader.pack.cli.main import main
 from fastloader.pack.sources.importers import detect
+
+webdataset = pytest.importorskip("webdataset", reason="webdataset is a test dependency")
 
 GROUPS = 5  # per shard
 
