@@ -126,3 +126,23 @@ def test_sigterm_in_a_shard_run_says_to_rerun_it(src: Path, tmp_path: Path) -> N
     assert main(["commit", str(dst), "--quiet"]) == 0
     with open_dataset(dst) as ds:
         assert len(ds) == FILES
+
+
+def test_packdata_signal_handlers_act_in_its_own_process_only() -> None:
+    """A pool worker forked from packdata holds packdata's handlers until its initializer
+    installs its own: a SIGTERM or SIGINT landing in that moment must not unwind the worker
+    (a traceback on stderr, the task queue's lock perhaps held); the pool stops it."""
+    from fastloader.pack.cli.main import Terminated, _main_process_only
+
+    handler = _main_process_only(Terminated)
+    with pytest.raises(Terminated):
+        handler(signal.SIGTERM, None)
+    child = os.fork()
+    if child == 0:  # a forked worker before its initializer
+        try:
+            handler(signal.SIGTERM, None)
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -6,12 +6,13 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,18 @@ class Terminated(KeyboardInterrupt):
     (the pool stopped, the staging released and kept for --resume), its own exit code."""
 
 
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated()
+def _main_process_only(error: type[BaseException]) -> Callable[[int, Any], None]:
+    """A handler raising error in this process only: a pool worker forked from it inherits
+    the handler until its initializer (engines/local.worker_signals) installs its own, and a
+    signal landing in that moment must not unwind the worker (a traceback, and a queue lock
+    it may hold); the pool stops it (and its watchdog signals it again)."""
+    owner = os.getpid()
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() == owner:
+            raise error()
+
+    return handler
 
 
 @contextlib.contextmanager
@@ -90,11 +101,16 @@ def _sigterm_as_interrupt() -> Any:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = signal.signal(signal.SIGTERM, _main_process_only(Terminated))
+    ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if ours:  # an ignored SIGINT (nohup, &) stays ignored
+        signal.signal(signal.SIGINT, _main_process_only(KeyboardInterrupt))
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def parse_size(text: str) -> int:
