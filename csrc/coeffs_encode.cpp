@@ -8,6 +8,7 @@
 #include <jerror.h>
 
 #include "coeffs_internal.h"
+#include "jpeg_errors.h"
 
 namespace fl::coeffs {
 
@@ -15,27 +16,10 @@ namespace {
 
 constexpr int kMaxScans = 500;  // as the JPEG decode path: thousands of tiny scans are a DoS
 
-struct ErrorManager {
-    jpeg_error_mgr pub;
-    std::jmp_buf jump;
-    char message[JMSG_LENGTH_MAX];
-};
-
-[[noreturn]] void on_error_exit(j_common_ptr cinfo) {
-    auto *err = reinterpret_cast<ErrorManager *>(cinfo->err);
-    (*cinfo->err->format_message)(cinfo, err->message);
-    std::longjmp(err->jump, 1);
-}
-
-// The warnings the JPEG decode path treats as errors (they damage pixels) are errors here too:
-// a record must hold what the JPEG path would decode, or not be made.
-void on_emit_message(j_common_ptr cinfo, int level) {
-    const int code = cinfo->err->msg_code;
-    if (level < 0 && (code == JWRN_JPEG_EOF || code == JWRN_HIT_MARKER || code == JWRN_HUFF_BAD_CODE ||
-                      code == JWRN_MUST_RESYNC))
-        on_error_exit(cinfo);
-}
-void on_output_message(j_common_ptr) {}
+using jpeg_errors::ErrorManager;
+using jpeg_errors::on_emit_message;
+using jpeg_errors::on_error_exit;
+using jpeg_errors::on_output_message;
 
 [[noreturn]] void fail(j_decompress_ptr cinfo, const char *message) {
     auto *err = reinterpret_cast<ErrorManager *>(cinfo->err);

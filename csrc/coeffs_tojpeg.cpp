@@ -9,23 +9,15 @@
 #include <jpeglib.h>
 
 #include "coeffs_internal.h"
+#include "jpeg_errors.h"
 
 namespace fl::coeffs {
 
 namespace {
 
-struct ErrorManager {
-    jpeg_error_mgr pub;
-    std::jmp_buf jump;
-    char message[JMSG_LENGTH_MAX];
-};
-
-[[noreturn]] void on_error_exit(j_common_ptr cinfo) {
-    auto *err = reinterpret_cast<ErrorManager *>(cinfo->err);
-    (*cinfo->err->format_message)(cinfo, err->message);
-    std::longjmp(err->jump, 1);
-}
-void on_output_message(j_common_ptr) {}
+using jpeg_errors::ErrorManager;
+using jpeg_errors::on_error_exit;
+using jpeg_errors::on_output_message;
 
 // Every segment decoded into whole-grid block arrays; false when one is damaged.
 bool decode_all(const View &view, Coefficients &c) {

@@ -1,5 +1,6 @@
 // libjpeg-turbo decoding that never exits the process: header, and the fused crop/scale/resize/flip.
 #include "jpeg.h"
+#include "jpeg_errors.h"
 #include "orientation.h"
 
 #include <algorithm>
@@ -15,38 +16,10 @@
 namespace fl {
 namespace {
 
-// libjpeg reports through these callbacks; we jump back to the decode call instead of exit().
-struct ErrorManager {
-    jpeg_error_mgr pub;
-    std::jmp_buf jump;
-    char message[JMSG_LENGTH_MAX];
-};
-
-[[noreturn]] void on_error_exit(j_common_ptr cinfo) {
-    auto *err = reinterpret_cast<ErrorManager *>(cinfo->err);
-    (*cinfo->err->format_message)(cinfo, err->message);
-    std::longjmp(err->jump, 1);
-}
-
-// Level -1 is a warning. Pillow (the reference backend) ignores every libjpeg warning and
-// refuses a file whose data runs out ("image file is truncated"); jpeg_mem_src says that as
-// JWRN_JPEG_EOF at the very read where Pillow's suspending source would wait for more bytes.
-// Warnings about the header's framing (extraneous bytes before a marker, an unknown JFIF
-// revision, an odd Adobe transform) leave every pixel as Pillow decodes it: they decode. A
-// warning that damages pixels stays an error, as issue 28 rules: the file ran out, or its
-// entropy data did (a marker where data should be: "premature end of data segment"), or is
-// corrupt (a bad Huffman code, a lost restart marker). Pillow shows those as grey blocks and
-// cannot say so; the native check is what finds them (pack, verify --decode, the loader).
-bool damages_pixels(int code) {
-    return code == JWRN_JPEG_EOF || code == JWRN_HIT_MARKER || code == JWRN_HUFF_BAD_CODE ||
-           code == JWRN_MUST_RESYNC;
-}
-
-void on_emit_message(j_common_ptr cinfo, int level) {
-    if (level < 0 && damages_pixels(cinfo->err->msg_code)) on_error_exit(cinfo);
-}
-
-void on_output_message(j_common_ptr) {}
+using jpeg_errors::ErrorManager;
+using jpeg_errors::on_emit_message;
+using jpeg_errors::on_error_exit;
+using jpeg_errors::on_output_message;
 
 // Limits against hostile headers: Pillow's decompression-bomb threshold (2 * MAX_IMAGE_PIXELS)
 // and TurboJPEG's default progressive scan limit (thousands of tiny scans are a known DoS).
