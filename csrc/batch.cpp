@@ -278,12 +278,8 @@ void BatchDecoder::normalize_planar(const uint8_t *src, size_t n, size_t pixels,
 std::string BatchDecoder::decode_one(const Record &record, const CropBox &asked, const OutputSlot &target,
                                      const TileRef *tile, int slot, const DecodeOptions &options) {
     DecodeScratch &scratch = *scratch_[slot];
-    if (coeffs::looks_like_record(record.data, record.size)) {
-        // The record decoder writes the stored orientation only; a turned view of a record is
-        // refused rather than given unturned.
-        if (target.orientation != 1) return "coeffs record: EXIF orientation is not supported for coeffs records";
+    if (coeffs::looks_like_record(record.data, record.size))
         return coeffs::decode_into(record.data, record.size, asked, target, scratch.resizer);
-    }
     const bool whole = asked.height == 0 && asked.width == 0;
     if (whole || tile == nullptr || tile->header == nullptr || is_untiled(tile->header))
         return decode_jpeg_into(record.data, record.size, asked, target, scratch, options);

@@ -220,6 +220,8 @@ std::string check_crop(const Geometry &g, const CropBox &asked, CropBox &crop) {
 std::string decode_into(const uint8_t *data, size_t size, const CropBox &asked, const OutputSlot &out,
                         RowResizer &resizer) {
     if (out.height < 1 || out.width < 1) return "output size must be at least 1x1";
+    // Records are decoded as stored; a turned view of one is refused rather than given unturned.
+    if (out.orientation != 1) return "coeffs record: EXIF orientation is not supported for coeffs records";
     View view;
     if (std::string why = open_record(data, size, view); !why.empty()) return why;
     const Geometry &g = view.geo;

@@ -41,8 +41,9 @@ def decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndarr
             target = slot[top:top + height, left:left + width]
         data = as_bytes_like(record, "record")
         if coeffs.is_coeffs(data):
-            if orientation != 1:
-                return "coeffs record: EXIF orientation is not supported for coeffs records"
+            if orientation != 1:  # as the native path: refused, and the slot zeroed below
+                raise DecodeError("coeffs record: EXIF orientation is not supported for coeffs "
+                                  "records")
             target[...] = coeffs.decode_record(data, crop_or_none(crop), target.shape[:2],
                                                bool(flip))
         else:
