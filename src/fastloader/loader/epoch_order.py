@@ -12,6 +12,8 @@ permutation on any size).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 ORDER_LIMIT = 1 << 22  # samples from which a shuffled order is the bijection (32 MB as int64)
@@ -26,7 +28,7 @@ def default_kind(n: int) -> str:
     return BIJECTION if n >= ORDER_LIMIT else PERMUTATION
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def splitmix(x: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer: a fast bijective 64-bit hash (uint64 wraps, as intended)."""
     x = (x ^ (x >> np.uint64(30))) * _M1
     x = (x ^ (x >> np.uint64(27))) * _M2
@@ -47,7 +49,7 @@ class Bijection:
         shift = np.uint64(self.half)
         left, right = x >> shift, x & self.mask
         for key in self.keys:
-            left, right = right, left ^ (_mix(right ^ key) & self.mask)
+            left, right = right, left ^ (splitmix(right ^ key) & self.mask)
         return (left << shift) | right
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:
@@ -76,12 +78,22 @@ def rank_share(n: int, epoch: int, seed: int, start: int, rank: int, world_size:
     if kind == PERMUTATION:
         order = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n)[start:]
         return shard(order, rank, world_size, drop_last)
+    return strided_share(Bijection(n, seed, epoch), n, start, rank, world_size, drop_last)
+
+
+def strided_share(order_at: Callable[[np.ndarray], np.ndarray], n: int, start: int, rank: int,
+                  world_size: int, drop_last: bool) -> np.ndarray:
+    """Rank `rank`'s share of an order of n evaluated at positions (order_at): positions
+    start + rank, start + rank + W, ... of what is left from start, wrapping over it to pad (or
+    cut to an even count with drop_last); the positions too a chunk at a time."""
+    rest = n - start
+    if rest <= 0:
+        return np.zeros(0, dtype=np.int64)
     per_rank = rest // world_size if drop_last else -(-rest // world_size)
-    bijection = Bijection(n, seed, epoch)
     share = np.empty(per_rank, dtype=np.int64)
-    for begin in range(0, per_rank, _CHUNK):  # the positions too, a chunk at a time
+    for begin in range(0, per_rank, _CHUNK):
         j = np.arange(begin, min(begin + _CHUNK, per_rank), dtype=np.int64)
-        share[begin:begin + len(j)] = bijection(start + (rank + world_size * j) % rest)
+        share[begin:begin + len(j)] = order_at(start + (rank + world_size * j) % rest)
     return share
 
 

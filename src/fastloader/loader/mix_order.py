@@ -28,11 +28,10 @@ import numpy as np
 
 from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument, invalid_type
-from fastloader.loader.epoch_order import BIJECTION, Bijection, shard
+from fastloader.loader.epoch_order import BIJECTION, Bijection, shard, splitmix, strided_share
 
 EpochSize = int | Literal["sum", "shortest", "longest"] | None
 EPOCH_SIZES = ("sum", "shortest", "longest")
-_CHUNK = 1 << 16  # positions evaluated at once under the bijection
 
 
 def check_weights(weights: Sequence[float] | None, sizes: Sequence[int],
@@ -109,6 +108,7 @@ class MixOrder:
         self.shuffle = bool(shuffle)
         self.seed = seed
         self.counts = shares(self.num_samples, self.weights)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)  # picks'
         self._epoch = 0
 
     def _passes(self, s: int, begin: int, end: int) -> np.ndarray:
@@ -153,7 +153,7 @@ class MixOrder:
     def at(self, seed: int, epoch: int, positions: np.ndarray) -> np.ndarray:
         """The sample ids at `positions` of the epoch's shuffled order (bijection kind)."""
         picks = Bijection(self.num_samples, seed, epoch)(np.asarray(positions, np.int64))
-        starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        starts = self.starts
         source = np.searchsorted(starts, picks, side="right") - 1
         out = np.empty(len(picks), dtype=np.int64)
         for s in np.unique(source).tolist():
@@ -161,7 +161,7 @@ class MixOrder:
             n, k = int(self.sizes[s]), picks[mine] - starts[s]
             if self.replacement:
                 key = np.uint64(self._source_key(seed, s) ^ (epoch * 0x9E3779B97F4A7C15 % 2**64))
-                local = (_hash(k.astype(np.uint64) ^ key) % np.uint64(n)).astype(np.int64)
+                local = (splitmix(k.astype(np.uint64) ^ key) % np.uint64(n)).astype(np.int64)
             else:
                 place = epoch * int(self.counts[s]) + k
                 local = np.empty(len(mine), dtype=np.int64)
@@ -178,16 +178,8 @@ class MixOrder:
         positions start + rank, start + rank + W, ..., padded by wrapping or cut)."""
         if kind != BIJECTION or not self.shuffle:
             return shard(self.epoch_order(seed, epoch)[start:], rank, world_size, drop_last)
-        rest = self.num_samples - start
-        if rest <= 0:
-            return np.zeros(0, dtype=np.int64)
-        per_rank = rest // world_size if drop_last else -(-rest // world_size)
-        share = np.empty(per_rank, dtype=np.int64)
-        for begin in range(0, per_rank, _CHUNK):  # in chunks: the temporaries stay small
-            j = np.arange(begin, min(begin + _CHUNK, per_rank), dtype=np.int64)
-            share[begin:begin + len(j)] = self.at(seed, epoch,
-                                                  start + (rank + world_size * j) % rest)
-        return share
+        return strided_share(lambda positions: self.at(seed, epoch, positions),
+                             self.num_samples, start, rank, world_size, drop_last)
 
     # a sized iterable of indices, as sampler= takes (loader/sampler.EpochSampler.for_loader)
 
@@ -200,9 +192,3 @@ class MixOrder:
     def __len__(self) -> int:
         return self.num_samples
 
-
-def _hash(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer (a bijective 64-bit hash; uint64 wraps, as intended)."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
