@@ -12,8 +12,6 @@ field by field on load.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,8 +29,6 @@ from fastloader.loader.options import PackedOptions
 from fastloader.loader.packed import PackedLoader
 from fastloader.loader.pass_dataset import unwrap_view
 from fastloader.loader.path_choice import PackedData, is_mix
-from fastloader.loader.resume import dataset_identity
-from fastloader.loader.sampler import EpochSampler
 
 _REMOTE = ("cache_dir", "cache_limit", "storage_options", "prefetch_shards")
 _MIX_FIELDS = ("sources", "weights", "epoch_size", "replacement")
@@ -150,11 +146,12 @@ class MixLoader(PackedLoader, path="mixed loader"):
             owned.append(own)
         return MixedDataset(opened, self._names, owned, self._shared_fields)
 
+    def _order_source(self, options: PackedOptions) -> Any:
+        return self._order
+
     def _open(self, data: Any, options: PackedOptions, remote: Any,
               undo: contextlib.ExitStack) -> None:
         mixed = self._open_sources(undo)
-        super()._open(mixed, options, remote, undo)  # the caller's dataset: not closed there
-        self._owns_dataset = True  # closes only the sources it opened (MixedDataset.owned)
         sizes = [len(s) for s in mixed.sources]
         weights = self._weights_arg
         if isinstance(weights, Mapping):
@@ -168,14 +165,10 @@ class MixLoader(PackedLoader, path="mixed loader"):
         total = epoch_length(self._epoch_size_arg, sizes, self.weights)
         self._order = MixOrder(sizes, self.weights, total, self._replacement, options.shuffle,
                                options.seed)
-        sampler = EpochSampler.for_loader(len(mixed), options.seed, options.rank,
-                                          options.world_size, False, self.drop_last,
-                                          self._order)
-        sampler.shuffle = options.shuffle  # the mix shuffles; a checkpoint must match it
-        content = json.dumps([[n, dataset_identity(s)] for n, s in
-                              zip(self._names, mixed.sources, strict=True)]).encode()
-        sampler.dataset_id = hashlib.sha256(content).hexdigest()[:16]
-        self.sampler = sampler
+        # the packed loader's sampler over this order (_order_source), its checkpoint's
+        # dataset the sources' fingerprints by name (resume.dataset_identity)
+        super()._open(mixed, options, remote, undo)  # the caller's dataset: not closed there
+        self._owns_dataset = True  # closes only the sources it opened (MixedDataset.owned)
         if self._source_index:
             self._collate = _WithSource(self._collate, mixed)  # type: ignore[assignment]
 

@@ -121,6 +121,11 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             undo.pop_all()
         self._built()
 
+    def _order_source(self, options: PackedOptions) -> Any:
+        """What sets each epoch's order before sharding: the user's sampler= (None: the
+        seeded permutation); a mix gives its own (loader/mix.py)."""
+        return options.sampler
+
     def _open(self, data: Any, options: PackedOptions, remote: Any,
               undo: contextlib.ExitStack) -> None:
         """Take the dataset, decoder and ring plan, each released by `undo` on a failure."""
@@ -146,7 +151,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                                       if as_indexed else self._turns.shapes)
         self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                options.world_size, options.shuffle,
-                                               self.drop_last, options.sampler)
+                                               self.drop_last, self._order_source(options))
         self.sampler.shard_layout = remote.layout(self._data)
         self.sampler.dataset_id = dataset_identity(self._data)  # a checkpoint must match it
         self._step = DeviceStep(self.device, *options.step_args)

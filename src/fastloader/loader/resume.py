@@ -41,7 +41,12 @@ _SAMPLER_FIELDS = ("weights", "indices", "num_samples", "replacement")
 
 def dataset_identity(dataset: Any) -> str | None:
     """A short fingerprint of a packed dataset's content: its classes, shards' and index
-    files' sha256 (from the manifest: nothing is read). None for a dataset without one."""
+    files' sha256 (from the manifest: nothing is read); a mix's, its sources' by name. None
+    for a dataset without one."""
+    sources = getattr(dataset, "sources", None)
+    if sources is not None:  # a mix (format/mixed.MixedDataset): its named sources' own
+        return _digest(json.dumps([[name, dataset_identity(s)] for name, s in
+                                   zip(dataset.source_names, sources, strict=True)]).encode())
     manifest = getattr(dataset, "manifest", None)
     if manifest is None:
         return None

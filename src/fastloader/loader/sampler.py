@@ -136,7 +136,9 @@ class EpochSampler:
         sampler = cls(n, seed, resolved_rank, world, shuffle, drop_last)
         sampler.follow_distributed = rank is None
         if source is not None:
-            if shuffle:
+            # an order that shuffles and shares itself (a mix's MixOrder) takes shuffle; a
+            # user's sampler sets the order itself, as DataLoader's does
+            if shuffle and not hasattr(source, "rank_share"):
                 raise invalid_argument("shuffle", shuffle, "sampler= sets the order itself",
                                        "Pass shuffle=False with a sampler, as DataLoader "
                                        "requires (a random sampler shuffles).")
