@@ -14,23 +14,14 @@ namespace fl::coeffs {
 
 namespace {
 
-constexpr int kMaxScans = 500;  // as the JPEG decode path: thousands of tiny scans are a DoS
 
 using jpeg_errors::ErrorManager;
 using jpeg_errors::on_emit_message;
 using jpeg_errors::on_error_exit;
 using jpeg_errors::on_output_message;
 
-[[noreturn]] void fail(j_decompress_ptr cinfo, const char *message) {
-    auto *err = reinterpret_cast<ErrorManager *>(cinfo->err);
-    std::snprintf(err->message, sizeof(err->message), "%s", message);
-    std::longjmp(err->jump, 1);
-}
-
-void limit_scans(j_common_ptr cinfo) {
-    auto *d = reinterpret_cast<j_decompress_ptr>(cinfo);
-    if (d->is_decompressor && d->input_scan_number > kMaxScans) fail(d, "progressive JPEG has more than 500 scans");
-}
+using jpeg_errors::fail;
+using jpeg_errors::limit_scans;
 
 // The kinds reconstructed exactly: grey, 3-component YCbCr or RGB and 4-component CMYK or
 // YCCK, any integer sampling ratios libjpeg decodes.

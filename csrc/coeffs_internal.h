@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "coeffs.h"
+#include "jpeg_errors.h"
 
 namespace fl::coeffs {
 
@@ -14,8 +15,9 @@ extern const uint8_t kMagic[6];
 extern const int kZigzag[64];  // zigzag index -> natural index
 constexpr size_t kFixedHeader = 24;
 constexpr size_t kComponentHeader = 2 + 128;
-// The largest image a record may describe: JPEG's 65535 per side, Pillow's bomb limit in all.
-constexpr double kMaxPixels = 2.0 * 89478485;
+// The largest image a record may describe: JPEG's 65535 per side, and the JPEG path's
+// decompression-bomb limit in all.
+using jpeg_errors::kMaxPixels;
 
 inline uint32_t rd32(const uint8_t *p) {
     uint32_t v;

@@ -21,26 +21,13 @@ using jpeg_errors::on_emit_message;
 using jpeg_errors::on_error_exit;
 using jpeg_errors::on_output_message;
 
-// Limits against hostile headers: Pillow's decompression-bomb threshold (2 * MAX_IMAGE_PIXELS)
-// and TurboJPEG's default progressive scan limit (thousands of tiny scans are a known DoS).
-constexpr double kMaxPixels = 2.0 * 89478485;
-constexpr int kMaxScans = 500;
 constexpr int kColumnPad = 2;
 
-[[noreturn]] void fail(j_decompress_ptr cinfo, const char *message) {
-    auto *err = reinterpret_cast<ErrorManager *>(cinfo->err);
-    std::snprintf(err->message, sizeof(err->message), "%s", message);
-    std::longjmp(err->jump, 1);
-}
-
-void limit_scans(j_common_ptr cinfo) {
-    auto *d = reinterpret_cast<j_decompress_ptr>(cinfo);
-    if (d->is_decompressor && d->input_scan_number > kMaxScans) {
-        char message[JMSG_LENGTH_MAX];
-        std::snprintf(message, sizeof(message), "progressive JPEG has more than %d scans", kMaxScans);
-        fail(d, message);
-    }
-}
+// Limits against hostile headers (jpeg_errors.h): Pillow's decompression-bomb threshold and a
+// progressive scan limit.
+using jpeg_errors::fail;
+using jpeg_errors::kMaxPixels;
+using jpeg_errors::limit_scans;
 
 // Pillow's JpegImageFile._open walks the markers before libjpeg sees the file and refuses some
 // that libjpeg reads: a marker byte it does not know (0x01..0xBF: TEM included), and a JFIF

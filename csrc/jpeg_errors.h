@@ -1,6 +1,6 @@
-// libjpeg's error callbacks, shared by every libjpeg call of the extension (the decode path,
-// the coeffs encoder and its JPEG writer): errors jump back to the call instead of exit(), and
-// the one rule of which warnings damage pixels (issue 28).
+// libjpeg's error callbacks and limits, shared by every libjpeg call of the extension (the
+// decode path, the coeffs encoder and its JPEG writer): errors jump back to the call instead of
+// exit(), the one rule of which warnings damage pixels (issue 28), the bomb and scan limits.
 #pragma once
 
 #include <csetjmp>
@@ -44,5 +44,26 @@ inline void on_emit_message(j_common_ptr cinfo, int level) {
 }
 
 inline void on_output_message(j_common_ptr) {}
+
+// The decompression-bomb limit (Pillow's: twice its MAX_IMAGE_PIXELS warning) and the scan
+// limit (thousands of tiny progressive scans are a DoS), the same for every libjpeg read.
+constexpr double kMaxPixels = 2.0 * 89478485;
+constexpr int kMaxScans = 500;
+
+[[noreturn]] inline void fail(j_decompress_ptr cinfo, const char *message) {
+    auto *err = reinterpret_cast<ErrorManager *>(cinfo->err);
+    std::snprintf(err->message, sizeof(err->message), "%s", message);
+    std::longjmp(err->jump, 1);
+}
+
+// A progress monitor refusing a progressive file past kMaxScans scans.
+inline void limit_scans(j_common_ptr cinfo) {
+    auto *d = reinterpret_cast<j_decompress_ptr>(cinfo);
+    if (d->is_decompressor && d->input_scan_number > kMaxScans) {
+        char message[JMSG_LENGTH_MAX];
+        std::snprintf(message, sizeof(message), "progressive JPEG has more than %d scans", kMaxScans);
+        fail(d, message);
+    }
+}
 
 }  // namespace fl::jpeg_errors
