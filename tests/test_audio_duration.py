@@ -4,6 +4,7 @@ the global batches already taken)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from audiogen import clip
 from fastloader import Audio, FastLoader
 from fastloader.errors import InvalidArgumentError
 from fastloader.loader.duration_batches import BatchPlan, deal
+from fastloader.loader.memory import BatchRing
 from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
 
 
@@ -241,3 +243,16 @@ def test_a_state_of_another_dataset_or_an_old_version(speech: Path, tmp_path: Pa
     with _loader(speech, max_batch_seconds=None, batch_size=5) as loader:
         loader.load_state_dict(v1)  # 2 batches of 5 of the fixed-count plan
         assert _texts(list(loader)) == fixed[2:]
+
+
+def test_a_stopped_pass_frees_the_slots_its_queued_batches_held(speech: Path) -> None:
+    # the ring is CUDA's (page-locked); here one unpinned in its place, on the CPU path
+    with _loader(speech, prefetch=2) as loader:
+        ring = loader._ring = BatchRing(3, 1, 1, 200_000, pin=False)
+        iter(loader)
+        deadline = time.monotonic() + 30
+        while ring._free.qsize() and time.monotonic() < deadline:  # queued ones hold slots
+            time.sleep(0.01)
+        assert ring._free.qsize() == 0
+        loader._stop_pass()  # what a break and the next iter() do
+        assert ring._free.qsize() == ring.slots

@@ -163,6 +163,8 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         if self._active is not None:
             self._active.stop()
             self._active = None
+            if self._ring is not None:  # the queued batches' and a cut-short put's slots
+                self._ring.reset()
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
