@@ -134,6 +134,9 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
 
     def __len__(self) -> int:
         self.sampler.refresh()
+        if self._active is not None:  # the running pass's epoch, whole
+            return len(self._plan.rank_batches(self._epoch, self.sampler.rank,
+                                               self.sampler.world_size))
         return len(self._rank_batches(self.sampler.next_epoch()))
 
     def __iter__(self) -> Iterator[Any]:
@@ -142,7 +145,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         self._stop_pass()
         epoch = self.sampler.begin_pass()
         batches = self._rank_batches(epoch)
-        self._global_start, self._resume = self._resume, 0
+        self._global_start = self._resume  # spent at the first batch (_first_batch_out)
         self._batches_done = 0
         self._epoch = epoch
         self._ensure_ring(batches)
@@ -166,7 +169,22 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
             if self._ring is not None:  # the queued batches' and a cut-short put's slots
                 self._ring.reset()
 
+    def _first_batch_out(self) -> None:
+        """As EpochPasses': a pending resume is spent, and the next pass reads the next
+        epoch (an iter() that yields nothing, as Lightning's probe, leaves both)."""
+        self._resume = 0
+        self.sampler.mark_used()
+
+    def _pass_finished(self, epoch: int) -> None:
+        """As EpochPasses': a pass of `epoch` ran to its end; the next reads epoch + 1."""
+        self._batches_done = 0
+        self._resume = 0
+        self.sampler.set_epoch(epoch + 1)
+
     def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
+        if epoch != self.sampler.epoch:
+            self._resume = 0
         self.sampler.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
@@ -326,6 +344,7 @@ class _Pass:
                 if item is _END and loader._active is self:  # ended: state_dict says so
                     self.thread.join()
                     loader._active = None
+                    loader._pass_finished(self.epoch)
                 return
             if isinstance(item, BaseException):
                 if isinstance(item, FastloaderError):
@@ -334,6 +353,8 @@ class _Pass:
                                     f"failed: {item!r}") from item
             with Timer(loader._counters, "active"):
                 batch = self._hand_over(*item)
+            if loader._batches_done == 0:
+                loader._first_batch_out()
             loader._batches_done += 1
             loader._counters.add_batch(len(item[2]))
             yield batch
