@@ -35,6 +35,7 @@ from fastloader.loader.options import AudioOptions, options_of, refuse_unknown, 
 from fastloader.loader.path_choice import PackedData
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
+from fastloader.loader.skips import RAISE_FIX
 from fastloader.loader.stats import Counters, LoaderStats, Timer
 
 _END = object()
@@ -323,8 +324,7 @@ class _Pass:
             if loader.on_error != "skip":
                 if slot is not None:
                     loader._ring.release(slot)  # type: ignore[union-attr]
-                raise DecodeError(f"batch {number}: {where}: {failure.error}. Pass "
-                                  "on_error='skip' to replace clips that do not decode.")
+                raise DecodeError(f"batch {number}: {where}: {failure.error}. {RAISE_FIX}")
             index, lengths[failure.row] = loader._decoder.replace(failure, seed, self.epoch, out)
             indices[failure.row] = index
             loader._counters.add_skip(where)

@@ -8,6 +8,7 @@ planned the same way, for its own index.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +19,9 @@ import numpy as np
 from fastloader.decode import audio as clips
 from fastloader.errors import CorruptRecordError, DecodeError
 from fastloader.loader.audio_options import Audio
+from fastloader.loader.skips import no_replacement, replacements
 
 log = logging.getLogger(__name__)
-MAX_REPLACEMENTS = 16  # on_error="skip": next samples tried before the batch fails
 
 
 class Crop(NamedTuple):
@@ -165,15 +166,14 @@ class BatchDecoder:
 
     def replace(self, failure: Failure, seed: int, epoch: int, out: np.ndarray
                 ) -> tuple[int, int]:
-        """on_error="skip": the next samples after the failed one tried in turn, the first
-        that decodes written in its row; (its index, its length). DecodeError if none of
-        MAX_REPLACEMENTS does."""
+        """on_error="skip": the next samples after the failed one tried in turn (skips.py's
+        candidates; the crop is drawn from the clip's own key, so their generators go
+        unused), the first that decodes written in its row; (its index, its length).
+        DecodeError (skips.no_replacement) if none of them does."""
         n = len(self.meta)
-        for step in range(1, min(MAX_REPLACEMENTS, n - 1) + 1):
-            index = (failure.sample + step) % n
+        for index, _ in itertools.islice(replacements(failure.sample, n, ()), max(0, n - 1)):
             try:
                 return index, self.clip(index, seed, epoch, out[failure.row])
             except (DecodeError, CorruptRecordError):
                 continue
-        raise DecodeError(f"sample {failure.sample} ({failure.error}) and the "
-                          f"{MAX_REPLACEMENTS} after it do not decode; nothing can replace it")
+        raise no_replacement(f"sample {failure.sample} cannot be decoded ({failure.error})")
