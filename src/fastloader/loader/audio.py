@@ -118,6 +118,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         self._resume = 0  # where the next pass starts (BatchPlan.rank_batches' start)
         self._batches_done = 0
         self.dataset = ds
+        self._identity = dataset_identity(ds)  # the manifest's hash: fixed while open
 
     def _durations(self) -> np.ndarray:
         """Each clip's seconds as read (its crop's, with crop_seconds)."""
@@ -199,15 +200,19 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         else:
             epoch, done, start = self.sampler.next_epoch(), 0, self._resume
         resume, position = self._plan.after(epoch, start, done * self.sampler.world_size)
-        return {"version": 2, "kind": "audio", "epoch": epoch, "batches_done": done,
+        return {"version": 2, "epoch": epoch, "batches_done": done,
                 "pass_start": resume, "position": position,
                 "global_batches_done": None if self._plan.by_samples else resume,
-                "dataset": dataset_identity(self._data),
-                "seed": self._plan.seed, "num_samples": len(self._data),
-                "batch_size": self.batch_size, "max_batch_seconds": self._plan.max_seconds,
-                "buckets": len(self._plan.edges) + 1, "shuffle": self._plan.shuffle,
-                "drop_last": self.drop_last, "rank": self.sampler.rank,
+                **self._settings(), "rank": self.sampler.rank,
                 "world_size": self.sampler.world_size}
+
+    def _settings(self) -> dict[str, Any]:
+        """The state's fields that fix the epoch's batches (load_state_dict compares them)."""
+        return {"kind": "audio", "dataset": self._identity, "seed": self._plan.seed,
+                "num_samples": len(self._data), "batch_size": self.batch_size,
+                "max_batch_seconds": self._plan.max_seconds,
+                "buckets": len(self._plan.edges) + 1, "shuffle": self._plan.shuffle,
+                "drop_last": self.drop_last}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next pass yields what is left of the saved epoch, on any world size
@@ -216,7 +221,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         if not isinstance(state, dict):
             raise invalid_argument("state", type(state).__name__, "is not a dict",
                                    "Pass a dict from the loader's state_dict().")
-        mine = self.state_dict()
+        mine = self._settings()
         version = state.get("version")
         same = ["kind", "seed", "num_samples", "max_batch_seconds", "buckets", "shuffle"]
         same += ["batch_size", "drop_last"] if version == 1 else ["dataset"]
