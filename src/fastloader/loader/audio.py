@@ -25,7 +25,7 @@ import torch
 from fastloader.errors import DecodeError, FastloaderError, ProducerError, invalid_argument
 from fastloader.format.open import dataset_from
 from fastloader.loader.attributes import PackedAttributes
-from fastloader.loader.audio_batch import BatchDecoder, batch_shape
+from fastloader.loader.audio_batch import BatchDecoder, ClipShapes, batch_shape
 from fastloader.loader.audio_options import Audio
 from fastloader.loader.base import FastLoader
 from fastloader.loader.collate import FieldCollator
@@ -102,6 +102,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
             ds.verify_records = options.verify_records
         assert ds.columns is not None  # a records kind with meta lives in a v2 dataset
         self._meta: np.ndarray = ds.columns.meta(ds.image_field)
+        self._shapes = ClipShapes(self._meta, self.audio)
         self.sampler = EpochSampler.for_loader(len(ds), options.seed, options.rank,
                                                options.world_size, options.shuffle,
                                                options.drop_last)
@@ -159,7 +160,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         if self._stream is None or not batches:
             return
         size = np.dtype(self.audio.dtype).itemsize
-        need = max(math.prod(batch_shape(self._meta, b, self.audio)) * size for b in batches)
+        need = max(math.prod(batch_shape(self._shapes, b, self.audio)) * size for b in batches)
         if self._ring is None or need > self._slot_bytes:
             self._ring = BatchRing(self._prefetch + 1, 1, 1, -(-need // 3), pin=True)
             self._slot_bytes = -(-need // 3) * 3
@@ -305,7 +306,7 @@ class _Pass:
 
     def _batch(self, number: int, indices: np.ndarray) -> tuple[Any, ...]:
         loader = self.loader
-        shape = batch_shape(loader._meta, indices, loader.audio)
+        shape = batch_shape(loader._shapes, indices, loader.audio)
         slot = None
         if loader._ring is not None:
             with Timer(loader._counters, "slot_wait"):
