@@ -4,6 +4,7 @@ the global batches already taken)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from audiogen import clip
 from fastloader import Audio, FastLoader
 from fastloader.errors import InvalidArgumentError
 from fastloader.loader.duration_batches import BatchPlan, deal
+from fastloader.loader.memory import BatchRing
 from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
 
 
@@ -219,6 +221,7 @@ def test_a_state_of_another_dataset_or_an_old_version(speech: Path, tmp_path: Pa
     with _loader(speech) as loader:
         loader.set_epoch(1)
         whole = _texts(list(loader))
+        loader.set_epoch(1)  # the full pass moved the loader on to epoch 2
         it = iter(loader)
         next(it), next(it)
         state = loader.state_dict()
@@ -241,3 +244,31 @@ def test_a_state_of_another_dataset_or_an_old_version(speech: Path, tmp_path: Pa
     with _loader(speech, max_batch_seconds=None, batch_size=5) as loader:
         loader.load_state_dict(v1)  # 2 batches of 5 of the fixed-count plan
         assert _texts(list(loader)) == fixed[2:]
+
+
+def test_a_stopped_pass_frees_the_slots_its_queued_batches_held(speech: Path) -> None:
+    # the ring is CUDA's (page-locked); here one unpinned in its place, on the CPU path
+    with _loader(speech, prefetch=2) as loader:
+        ring = loader._ring = BatchRing(3, 1, 1, 200_000, pin=False)
+        iter(loader)
+        deadline = time.monotonic() + 30
+        while ring._free.qsize() and time.monotonic() < deadline:  # queued ones hold slots
+            time.sleep(0.01)
+        assert ring._free.qsize() == 0
+        loader._stop_pass()  # what a break and the next iter() do
+        assert ring._free.qsize() == ring.slots
+
+
+def test_each_pass_reads_the_next_epoch_and_a_probe_keeps_the_resume(speech: Path) -> None:
+    with _loader(speech, max_batch_seconds=None, batch_size=5) as loader:
+        first = _texts(list(loader))
+        assert loader.state_dict()["epoch"] == 1  # the full pass points at the next epoch
+        second = _texts(list(loader))
+        assert sorted(t for b in first for t in b) == sorted(t for b in second for t in b)
+        assert first != second
+        it = iter(loader)
+        next(it)
+        loader.load_state_dict({**loader.state_dict(), "epoch": 0, "pass_start": 10,
+                                "position": 10})
+        iter(loader)  # a probe (Lightning's): no batch out, the resume is not spent
+        assert _texts(list(loader)) == first[2:]

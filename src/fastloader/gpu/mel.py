@@ -80,6 +80,19 @@ class LogMel:
         self.log_offset, self.pad_value = float(log_offset), float(pad_value)
         self._filters = mel_filters(self.sample_rate, self.n_fft, self.n_mels, self.f_min, top)
         self._window = torch.hann_window(self.win_length, dtype=torch.float64)
+        # (device, dtype) -> (window, filters) there: copied once, not on every batch
+        self._moved: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_moved": {}}  # device copies stay in their process
+
+    def _on(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The window and the filterbank on `device` as `dtype`."""
+        moved = self._moved.get((device, dtype))
+        if moved is None:
+            moved = self._window.to(device, dtype), self._filters.to(device, dtype).T
+            self._moved[(device, dtype)] = moved
+        return moved
 
     def frames(self, lengths: torch.Tensor) -> torch.Tensor:
         """Each clip's real frames: 1 + length // hop_length (int64)."""
@@ -93,11 +106,12 @@ class LogMel:
         batch, channels, length = work.shape
         dtype = torch.float64 if work.dtype == torch.float64 else torch.float32
         work = work.to(dtype)
+        window, filters = self._on(work.device, dtype)
         spec = torch.stft(work.reshape(batch * channels, length), self.n_fft, self.hop_length,
-                          self.win_length, self._window.to(work.device, dtype), center=True,
+                          self.win_length, window, center=True,
                           pad_mode="constant", return_complex=True)
         power = spec.real.square() + spec.imag.square()  # [B*C, bins, frames]
-        mel = torch.matmul(self._filters.to(work.device, dtype).T, power)
+        mel = torch.matmul(filters, power)
         logs = torch.log(mel + self.log_offset).reshape(batch, channels, self.n_mels, -1)
         frames = self.frames(lengths.to(work.device))
         keep = torch.arange(logs.shape[-1], device=work.device)[None, :] < frames[:, None]

@@ -25,7 +25,7 @@ import torch
 from fastloader.errors import DecodeError, FastloaderError, ProducerError, invalid_argument
 from fastloader.format.open import dataset_from
 from fastloader.loader.attributes import PackedAttributes
-from fastloader.loader.audio_batch import BatchDecoder, batch_shape
+from fastloader.loader.audio_batch import BatchDecoder, ClipShapes, batch_shape
 from fastloader.loader.audio_options import Audio
 from fastloader.loader.base import FastLoader
 from fastloader.loader.collate import FieldCollator
@@ -35,6 +35,7 @@ from fastloader.loader.options import AudioOptions, options_of, refuse_unknown, 
 from fastloader.loader.path_choice import PackedData
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
+from fastloader.loader.skips import RAISE_FIX
 from fastloader.loader.stats import Counters, LoaderStats, Timer
 
 _END = object()
@@ -101,6 +102,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
             ds.verify_records = options.verify_records
         assert ds.columns is not None  # a records kind with meta lives in a v2 dataset
         self._meta: np.ndarray = ds.columns.meta(ds.image_field)
+        self._shapes = ClipShapes(self._meta, self.audio)
         self.sampler = EpochSampler.for_loader(len(ds), options.seed, options.rank,
                                                options.world_size, options.shuffle,
                                                options.drop_last)
@@ -117,6 +119,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         self._resume = 0  # where the next pass starts (BatchPlan.rank_batches' start)
         self._batches_done = 0
         self.dataset = ds
+        self._identity = dataset_identity(ds)  # the manifest's hash: fixed while open
 
     def _durations(self) -> np.ndarray:
         """Each clip's seconds as read (its crop's, with crop_seconds)."""
@@ -134,6 +137,9 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
 
     def __len__(self) -> int:
         self.sampler.refresh()
+        if self._active is not None:  # the running pass's epoch, whole
+            return len(self._plan.rank_batches(self._epoch, self.sampler.rank,
+                                               self.sampler.world_size))
         return len(self._rank_batches(self.sampler.next_epoch()))
 
     def __iter__(self) -> Iterator[Any]:
@@ -142,7 +148,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         self._stop_pass()
         epoch = self.sampler.begin_pass()
         batches = self._rank_batches(epoch)
-        self._global_start, self._resume = self._resume, 0
+        self._global_start = self._resume  # spent at the first batch (_first_batch_out)
         self._batches_done = 0
         self._epoch = epoch
         self._ensure_ring(batches)
@@ -154,7 +160,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         if self._stream is None or not batches:
             return
         size = np.dtype(self.audio.dtype).itemsize
-        need = max(math.prod(batch_shape(self._meta, b, self.audio)) * size for b in batches)
+        need = max(math.prod(batch_shape(self._shapes, b, self.audio)) * size for b in batches)
         if self._ring is None or need > self._slot_bytes:
             self._ring = BatchRing(self._prefetch + 1, 1, 1, -(-need // 3), pin=True)
             self._slot_bytes = -(-need // 3) * 3
@@ -163,8 +169,25 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         if self._active is not None:
             self._active.stop()
             self._active = None
+            if self._ring is not None:  # the queued batches' and a cut-short put's slots
+                self._ring.reset()
+
+    def _first_batch_out(self) -> None:
+        """As EpochPasses': a pending resume is spent, and the next pass reads the next
+        epoch (an iter() that yields nothing, as Lightning's probe, leaves both)."""
+        self._resume = 0
+        self.sampler.mark_used()
+
+    def _pass_finished(self, epoch: int) -> None:
+        """As EpochPasses': a pass of `epoch` ran to its end; the next reads epoch + 1."""
+        self._batches_done = 0
+        self._resume = 0
+        self.sampler.set_epoch(epoch + 1)
 
     def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
+        if epoch != self.sampler.epoch:
+            self._resume = 0
         self.sampler.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
@@ -178,15 +201,19 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         else:
             epoch, done, start = self.sampler.next_epoch(), 0, self._resume
         resume, position = self._plan.after(epoch, start, done * self.sampler.world_size)
-        return {"version": 2, "kind": "audio", "epoch": epoch, "batches_done": done,
+        return {"version": 2, "epoch": epoch, "batches_done": done,
                 "pass_start": resume, "position": position,
                 "global_batches_done": None if self._plan.by_samples else resume,
-                "dataset": dataset_identity(self._data),
-                "seed": self._plan.seed, "num_samples": len(self._data),
-                "batch_size": self.batch_size, "max_batch_seconds": self._plan.max_seconds,
-                "buckets": len(self._plan.edges) + 1, "shuffle": self._plan.shuffle,
-                "drop_last": self.drop_last, "rank": self.sampler.rank,
+                **self._settings(), "rank": self.sampler.rank,
                 "world_size": self.sampler.world_size}
+
+    def _settings(self) -> dict[str, Any]:
+        """The state's fields that fix the epoch's batches (load_state_dict compares them)."""
+        return {"kind": "audio", "dataset": self._identity, "seed": self._plan.seed,
+                "num_samples": len(self._data), "batch_size": self.batch_size,
+                "max_batch_seconds": self._plan.max_seconds,
+                "buckets": len(self._plan.edges) + 1, "shuffle": self._plan.shuffle,
+                "drop_last": self.drop_last}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next pass yields what is left of the saved epoch, on any world size
@@ -195,7 +222,7 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         if not isinstance(state, dict):
             raise invalid_argument("state", type(state).__name__, "is not a dict",
                                    "Pass a dict from the loader's state_dict().")
-        mine = self.state_dict()
+        mine = self._settings()
         version = state.get("version")
         same = ["kind", "seed", "num_samples", "max_batch_seconds", "buckets", "shuffle"]
         same += ["batch_size", "drop_last"] if version == 1 else ["dataset"]
@@ -279,7 +306,7 @@ class _Pass:
 
     def _batch(self, number: int, indices: np.ndarray) -> tuple[Any, ...]:
         loader = self.loader
-        shape = batch_shape(loader._meta, indices, loader.audio)
+        shape = batch_shape(loader._shapes, indices, loader.audio)
         slot = None
         if loader._ring is not None:
             with Timer(loader._counters, "slot_wait"):
@@ -303,8 +330,7 @@ class _Pass:
             if loader.on_error != "skip":
                 if slot is not None:
                     loader._ring.release(slot)  # type: ignore[union-attr]
-                raise DecodeError(f"batch {number}: {where}: {failure.error}. Pass "
-                                  "on_error='skip' to replace clips that do not decode.")
+                raise DecodeError(f"batch {number}: {where}: {failure.error}. {RAISE_FIX}")
             index, lengths[failure.row] = loader._decoder.replace(failure, seed, self.epoch, out)
             indices[failure.row] = index
             loader._counters.add_skip(where)
@@ -324,6 +350,7 @@ class _Pass:
                 if item is _END and loader._active is self:  # ended: state_dict says so
                     self.thread.join()
                     loader._active = None
+                    loader._pass_finished(self.epoch)
                 return
             if isinstance(item, BaseException):
                 if isinstance(item, FastloaderError):
@@ -332,6 +359,8 @@ class _Pass:
                                     f"failed: {item!r}") from item
             with Timer(loader._counters, "active"):
                 batch = self._hand_over(*item)
+            if loader._batches_done == 0:
+                loader._first_batch_out()
             loader._batches_done += 1
             loader._counters.add_batch(len(item[2]))
             yield batch

@@ -8,6 +8,7 @@ planned the same way, for its own index.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +19,9 @@ import numpy as np
 from fastloader.decode import audio as clips
 from fastloader.errors import CorruptRecordError, DecodeError
 from fastloader.loader.audio_options import Audio
+from fastloader.loader.skips import no_replacement, replacements
 
 log = logging.getLogger(__name__)
-MAX_REPLACEMENTS = 16  # on_error="skip": next samples tried before the batch fails
 
 
 class Crop(NamedTuple):
@@ -45,25 +46,38 @@ def plan_crop(meta: np.ndarray, index: int, audio: Audio, seed: int, epoch: int)
     return Crop(start, take, clips.output_frames(take, rate, target) + (rate != target))
 
 
-def batch_shape(meta: np.ndarray, indices: np.ndarray, audio: Audio) -> tuple[int, int, int]:
+class ClipShapes:
+    """Each clip's output channels and output-frames bound, computed once with numpy from
+    the (N, 3) meta (decode/audio.output_frames' rounding, one frame more when resampled)."""
+
+    def __init__(self, meta: np.ndarray, audio: Audio) -> None:
+        rate, stored, frames = (meta[:, k].astype(np.int64) for k in range(3))
+        target = rate if audio.sample_rate is None else np.full_like(rate, audio.sample_rate)
+        self.rates = rate
+        if audio.mono or audio.channels:
+            self.channels = np.full_like(stored, 1 if audio.mono else audio.channels)
+        else:
+            self.channels = stored
+        resampled = (2 * frames * target + rate) // (2 * np.maximum(rate, 1)) + 1
+        self.frames = np.where(rate == target, frames, resampled)
+
+
+def batch_shape(shapes: ClipShapes, indices: np.ndarray, audio: Audio) -> tuple[int, int, int]:
     """(B, C, T) of a batch: T the crop's fixed length, else the longest clip's output frames
     (bound), C the output channels (the batch's clips must agree unless mono or channels=)."""
-    rows = meta[indices]
-    channels = {audio.out_channels(int(c)) for c in rows[:, 1]}
-    rates = {int(r) for r in rows[:, 0]}
+    channels = np.unique(shapes.channels[indices]).tolist()
+    rates = np.unique(shapes.rates[indices]).tolist()
     if len(channels) > 1:
-        raise DecodeError(f"a batch mixes clips of {sorted(channels)} channels; pass "
+        raise DecodeError(f"a batch mixes clips of {channels} channels; pass "
                           "fastloader.Audio(mono=True) or channels=N")
     if audio.sample_rate is None and len(rates) > 1:
-        raise DecodeError(f"a batch mixes sample rates {sorted(rates)}; pass "
+        raise DecodeError(f"a batch mixes sample rates {rates}; pass "
                           "fastloader.Audio(sample_rate=HZ) to resample them to one")
     if audio.crop_seconds is not None:
-        rate = audio.sample_rate or rates.pop()
-        return len(indices), channels.pop(), max(1, round(audio.crop_seconds * rate))
-    target = audio.sample_rate
-    longest = max((clips.output_frames(int(f), int(r), target or int(r)) + (target not in
-                   (None, int(r))) for r, _, f in rows.tolist()), default=1)
-    return len(indices), channels.pop(), longest
+        rate = audio.sample_rate or rates[0]
+        return len(indices), channels[0], max(1, round(audio.crop_seconds * rate))
+    longest = int(shapes.frames[indices].max()) if len(indices) else 1
+    return len(indices), channels[0], longest
 
 
 class Failure(NamedTuple):
@@ -165,15 +179,14 @@ class BatchDecoder:
 
     def replace(self, failure: Failure, seed: int, epoch: int, out: np.ndarray
                 ) -> tuple[int, int]:
-        """on_error="skip": the next samples after the failed one tried in turn, the first
-        that decodes written in its row; (its index, its length). DecodeError if none of
-        MAX_REPLACEMENTS does."""
+        """on_error="skip": the next samples after the failed one tried in turn (skips.py's
+        candidates; the crop is drawn from the clip's own key, so their generators go
+        unused), the first that decodes written in its row; (its index, its length).
+        DecodeError (skips.no_replacement) if none of them does."""
         n = len(self.meta)
-        for step in range(1, min(MAX_REPLACEMENTS, n - 1) + 1):
-            index = (failure.sample + step) % n
+        for index, _ in itertools.islice(replacements(failure.sample, n, ()), max(0, n - 1)):
             try:
                 return index, self.clip(index, seed, epoch, out[failure.row])
             except (DecodeError, CorruptRecordError):
                 continue
-        raise DecodeError(f"sample {failure.sample} ({failure.error}) and the "
-                          f"{MAX_REPLACEMENTS} after it do not decode; nothing can replace it")
+        raise no_replacement(f"sample {failure.sample} cannot be decoded ({failure.error})")

@@ -78,10 +78,23 @@ class BatchPlan:
         self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
         self.batch_size, self.max_seconds = batch_size, max_seconds
         self.edges = bucket_edges(self.durations, buckets)
+        # the last epoch's (order, batches): len(), iter() and state_dict() ask for one epoch
+        self._last: tuple[int, np.ndarray, list[np.ndarray]] | None = None
+
+    def _order(self, epoch: int) -> np.ndarray:
+        return self._cached(epoch)[0]
+
+    def _cached(self, epoch: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        if self._last is None or self._last[0] != epoch:
+            order = epoch_indices(len(self.durations), epoch, self.seed, 0, 1, self.shuffle)
+            self._last = epoch, order, self._cut(order, epoch)
+        return self._last[1], self._last[2]
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         """Every rank's batches of the epoch, in the order they are dealt."""
-        order = epoch_indices(len(self.durations), epoch, self.seed, 0, 1, self.shuffle)
+        return list(self._cached(epoch)[1])  # a new list: the cached one stays as built
+
+    def _cut(self, order: np.ndarray, epoch: int) -> list[np.ndarray]:
         if self.max_seconds is None:
             return count_batches(order, self.batch_size, self.drop_last)
         batches = duration_batches(order, self.durations, self.max_seconds, self.edges)
@@ -100,8 +113,7 @@ class BatchPlan:
         resume): the first `start` samples of the order with fixed counts (the rest cut
         anew), the first `start` global batches by duration; an equal count on every rank."""
         if self.by_samples and start:
-            order = epoch_indices(len(self.durations), epoch, self.seed, 0, 1, self.shuffle)
-            rest = count_batches(order[start:], self.batch_size, self.drop_last)
+            rest = count_batches(self._order(epoch)[start:], self.batch_size, self.drop_last)
             return deal(rest, rank, world, 0, self.drop_last)
         return deal(self.batches(epoch), rank, world, start, self.drop_last)
 
@@ -111,8 +123,9 @@ class BatchPlan:
         if self.by_samples:
             position = min(len(self.durations), start + taken * self.batch_size)
             return position, position
-        batches = self.batches(epoch)
-        count = sum(len(batches[p % len(batches)]) for p in range(start + taken))
+        sizes = np.array([len(b) for b in self._cached(epoch)[1]], np.int64)
+        laps, rest = divmod(start + taken, len(sizes)) if len(sizes) else (0, 0)
+        count = laps * int(sizes.sum()) + int(sizes[:rest].sum())
         return start + taken, min(len(self.durations), count)
 
 

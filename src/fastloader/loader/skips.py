@@ -1,4 +1,4 @@
-"""on_error for the packed and DALI loaders: "skip"'s error budget (max_skips: how many bad
+"""on_error for the packed, DALI and audio loaders: "skip"'s error budget (max_skips: how many bad
 records one pass may replace), its replacement candidates, and "raise"'s advice."""
 
 from __future__ import annotations
