@@ -4,6 +4,7 @@ opens one from a path or URL)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import operator
 import os
@@ -166,7 +167,6 @@ class PackedDataset:
         # integrity.check_index's) and `shapes` are the turned sizes; otherwise (every older
         # dataset too) orientations is None and the images are as stored.
         self.orientations: np.ndarray | None = None
-        self.stored_shapes: np.ndarray = self.shapes
         values = self._arrays.get(index_mod.ORIENTATION)
         if values is None:
             return
@@ -175,7 +175,15 @@ class PackedDataset:
                 f"{self.root}: the index field {index_mod.ORIENTATION!r} does not hold {count} "
                 "EXIF orientations (uint8, 1..8); the dataset is damaged: pack it again.")
         self.orientations = values
-        self.stored_shapes = turned_shapes(self.shapes, values)
+
+    @functools.cached_property
+    def stored_shapes(self) -> np.ndarray:
+        """(N, 2) (height, width) of each record as stored: `shapes` turned back by the EXIF
+        orientations (an oriented pack's), or `shapes` itself; worked out on first use, as
+        only a loader that does not apply the orientations and verify need it."""
+        if self.orientations is None:
+            return self.shapes
+        return turned_shapes(self.shapes, self.orientations)
 
     def _load_tiles(self, count: int) -> None:
         # Memory-mapped: tiles_offsets holds every segment offset of the dataset, and the page

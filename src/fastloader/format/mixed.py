@@ -156,13 +156,14 @@ class MixedDataset(PackedDataset):
         self._distinct: np.ndarray | None = np.unique(
             np.concatenate([s.distinct_shapes for s in sources]), axis=0)
         self.index_trusted = all(s.index_trusted for s in sources)
-        self.stored_shapes = np.concatenate([s.stored_shapes for s in sources])
         self.codecs = np.concatenate([s.codecs for s in sources])
         self.crc32s = np.concatenate([s.crc32s for s in sources])
         self._length = np.concatenate([s.lengths for s in sources])
         self.orientations = None if all(s.orientations is None for s in sources) else \
             np.concatenate([np.ones(len(s), np.uint8) if s.orientations is None
                             else s.orientations for s in sources])
+        # stored_shapes: PackedDataset's, on first use (shapes turned back by these, which
+        # leave an unoriented source's rows as they are): no copy when none is oriented
         self._init_fields(common)
         self.verify_records = False
 
