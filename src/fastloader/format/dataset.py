@@ -129,7 +129,7 @@ class PackedDataset:
         self._tiles: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if self.tiled:
             self._load_tiles(count)
-        self._load_fields(count)
+        self._load_fields(count, trusted)
 
     @property
     def distinct_shapes(self) -> np.ndarray:
@@ -143,9 +143,10 @@ class PackedDataset:
             self._distinct = np.stack([keys >> 32, keys & 0xFFFFFFFF], axis=1)
         return self._distinct
 
-    def _load_fields(self, count: int) -> None:
+    def _load_fields(self, count: int, trusted: bool) -> None:
         # v1: the fields image + label. v2: the declared ones; every column but the records'
-        # image is index arrays, memory-mapped (an embedding column can be large), checked now.
+        # image is index arrays, memory-mapped (an embedding column can be large), checked now
+        # (its values only when no stamp vouches for them: they are in _index_names).
         if self.manifest.version == 1:
             classes = tuple(self.classes)
             self.fields: dict[str, FieldSpec] = {
@@ -159,7 +160,7 @@ class PackedDataset:
         self.fields = {s.name: s for s in specs}
         self.image_field = primary_image(specs).name
         self.columns = Columns(self.root, specs, count, self._arrays.__getitem__,
-                               self.image_field)
+                               self.image_field, trusted)
 
     def _load_orientations(self, count: int) -> None:
         # Packed with --apply-exif-orientation: each image's EXIF orientation (index field
