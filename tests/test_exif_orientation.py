@@ -364,6 +364,30 @@ def test_a_damaged_orientation_column_is_refused(packed: dict[str, Path],
         open_dataset(copy)
 
 
+def test_orientations_are_stamped_with_the_index(packed: dict[str, Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The orientation field is mapped, hashed and range-checked with the index, once per
+    version: an open the stamp vouches for reads none of its rows."""
+    import shutil
+
+    from fastloader.format import index as index_mod
+    from fastloader.format import integrity
+
+    copy = tmp_path / "copy.lmdb"
+    shutil.copytree(packed["turned"], copy)
+    with open_dataset(copy) as ds:
+        first = ds.orientations.tolist()
+    hashed: list[str] = []
+    check_sha256 = index_mod.Mapped.check_sha256
+    monkeypatch.setattr(index_mod.Mapped, "check_sha256", lambda self, *args: (
+        hashed.append(self.name), check_sha256(self, *args)))
+    monkeypatch.setattr(index_mod, "load_field", None)  # no open loads a field whole
+    monkeypatch.setattr(integrity, "check_index", None)
+    with open_dataset(copy) as ds:
+        assert ds.index_trusted and not hashed
+        assert not ds.orientations.flags.writeable and ds.orientations.tolist() == first
+
+
 def test_native_extension_is_what_runs_here() -> None:
     """The same file runs with and without the extension: say which one this was."""
     assert (_native.native_module() is None) == NATIVE_DISABLED

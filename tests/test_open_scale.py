@@ -342,3 +342,35 @@ def test_a_v2_dataset_stamps_its_columns_too(tmp_path: Path,
     _flip_in_place(emb, keep_mtime=True)
     with pytest.raises(DatasetError, match=rf"{emb.name}.*fails its sha256 check"):
         open_dataset(dst)
+
+
+def test_a_stamped_v2_open_scans_no_column_row(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Columns checks only shapes and dtypes when the stamp vouches for its files; a label
+    column edited after the stamp is hashed and range-checked again."""
+    import fastloader
+    from fastloader.format.kinds.scalars import IntKind
+    from imagegen import encode, photo_like
+
+    samples = [{"jpg": encode(photo_like(12, 10 + k, k)), "cls": k % 2} for k in range(6)]
+    dst = tmp_path / "v2.lmdb"
+    fastloader.pack(samples, dst, fields={"jpg": "image", "cls": ("int", ["a", "b"])},
+                    workers=1)
+    scans = []
+    check_column = IntKind.check_column
+    monkeypatch.setattr(IntKind, "check_column",
+                        lambda self, *args: scans.append(1) or check_column(self, *args))
+    with open_dataset(dst) as ds:
+        assert not ds.index_trusted and len(scans) == 1
+    with open_dataset(dst) as ds:
+        assert ds.index_trusted and len(scans) == 1  # no new scan
+        assert [int(ds.value("cls", k)) for k in range(6)] == [0, 1] * 3
+    path = next((dst / "index").glob("field.cls*.npy"))
+    array = np.load(path)
+    array[4] = 2  # one past its classes; the manifest re-signed: another version
+    np.save(path, array)
+    raw = json.loads((dst / "manifest.json").read_text())
+    raw["fields"][path.stem]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (dst / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(DatasetError, match=r"a label outside 0\.\.1"):
+        open_dataset(dst)

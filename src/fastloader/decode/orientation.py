@@ -81,11 +81,17 @@ class Turns:
     `shapes` is what crops are planned on (the turned sizes when applied).
     """
 
-    def __init__(self, stored: np.ndarray, orientations: np.ndarray | None) -> None:
+    def __init__(self, stored: np.ndarray, orientations: np.ndarray | None,
+                 shapes: np.ndarray | None = None) -> None:
+        # shapes: the turned sizes where the caller holds them already (an oriented pack's
+        # index stores them), so they are not worked out again from the stored ones
         self.stored = np.asarray(stored)
         self.orientations = orientations
-        self.shapes = (self.stored if orientations is None
-                       else turned_shapes(self.stored, orientations))
+        if orientations is None:
+            self.shapes = self.stored
+        else:
+            self.shapes = (turned_shapes(self.stored, orientations) if shapes is None
+                           else np.asarray(shapes))
 
     def of(self, samples: Sequence[int] | np.ndarray) -> np.ndarray | None:
         """The samples' orientations (uint8), or None when not applied."""

@@ -4,6 +4,7 @@ opens one from a path or URL)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import operator
 import os
@@ -92,11 +93,14 @@ class PackedDataset:
         self.index_trusted = trusted  # whether a stamp spared this open its checks
 
     def _index_names(self) -> list[str]:
-        """The index arrays this reader maps: the core, the tiles', the v2 columns' (the
-        records field's meta column too: an audio dataset's rates, channels and frames)."""
+        """The index arrays this reader maps: the core, the tiles', the EXIF orientations',
+        the v2 columns' (the records field's meta column too: an audio dataset's rates,
+        channels and frames)."""
         names = list(index_mod.CORE_FIELDS)
         if self.tiled:
             names += ["tiles_header", "tiles_offsets", "tiles_start"]
+        if index_mod.ORIENTATION in self.manifest.fields:  # pack --apply-exif-orientation
+            names.append(index_mod.ORIENTATION)
         if self.manifest.version >= 2:
             specs = specs_from_manifest(self.manifest.sample_fields, str(self.root))
             records = primary_image(specs).name  # its values are the shards' (a meta column)
@@ -121,12 +125,11 @@ class PackedDataset:
             )
         if not trusted:  # every row read: once per version of the index
             integrity.check_index(self.root, self.manifest, arrays)
-        # (an oriented pack's orientations: read and checked at every open, a byte a sample)
         self._load_orientations(count)
         self._tiles: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if self.tiled:
             self._load_tiles(count)
-        self._load_fields(count)
+        self._load_fields(count, trusted)
 
     @property
     def distinct_shapes(self) -> np.ndarray:
@@ -140,9 +143,10 @@ class PackedDataset:
             self._distinct = np.stack([keys >> 32, keys & 0xFFFFFFFF], axis=1)
         return self._distinct
 
-    def _load_fields(self, count: int) -> None:
+    def _load_fields(self, count: int, trusted: bool) -> None:
         # v1: the fields image + label. v2: the declared ones; every column but the records'
-        # image is index arrays, memory-mapped (an embedding column can be large), checked now.
+        # image is index arrays, memory-mapped (an embedding column can be large), checked now
+        # (its values only when no stamp vouches for them: they are in _index_names).
         if self.manifest.version == 1:
             classes = tuple(self.classes)
             self.fields: dict[str, FieldSpec] = {
@@ -156,25 +160,31 @@ class PackedDataset:
         self.fields = {s.name: s for s in specs}
         self.image_field = primary_image(specs).name
         self.columns = Columns(self.root, specs, count, self._arrays.__getitem__,
-                               self.image_field)
+                               self.image_field, trusted)
 
     def _load_orientations(self, count: int) -> None:
         # Packed with --apply-exif-orientation: each image's EXIF orientation (index field
-        # "orientation", uint8) and `shapes` are the turned sizes; otherwise (every older
+        # "orientation", uint8, mapped and stamped like the core; its 1..8 range is
+        # integrity.check_index's) and `shapes` are the turned sizes; otherwise (every older
         # dataset too) orientations is None and the images are as stored.
         self.orientations: np.ndarray | None = None
-        self.stored_shapes: np.ndarray = self.shapes
-        if index_mod.ORIENTATION not in self.manifest.fields:
+        values = self._arrays.get(index_mod.ORIENTATION)
+        if values is None:
             return
-        values = index_mod.load_field(self.root, self.manifest, index_mod.ORIENTATION,
-                                      mmap=False, check_sha256=self._check_sha256)
-        if values.shape != (count,) or values.dtype != np.uint8 or (
-                count and (values.min() < 1 or values.max() > 8)):
+        if values.shape != (count,) or values.dtype != np.uint8:
             raise DatasetError(
                 f"{self.root}: the index field {index_mod.ORIENTATION!r} does not hold {count} "
                 "EXIF orientations (uint8, 1..8); the dataset is damaged: pack it again.")
         self.orientations = values
-        self.stored_shapes = turned_shapes(self.shapes, values)
+
+    @functools.cached_property
+    def stored_shapes(self) -> np.ndarray:
+        """(N, 2) (height, width) of each record as stored: `shapes` turned back by the EXIF
+        orientations (an oriented pack's), or `shapes` itself; worked out on first use, as
+        only a loader that does not apply the orientations and verify need it."""
+        if self.orientations is None:
+            return self.shapes
+        return turned_shapes(self.shapes, self.orientations)
 
     def _load_tiles(self, count: int) -> None:
         # Memory-mapped: tiles_offsets holds every segment offset of the dataset, and the page

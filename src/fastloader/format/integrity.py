@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from fastloader.errors import DatasetError
-from fastloader.format.index import CORE_FIELDS
+from fastloader.format.index import CORE_FIELDS, ORIENTATION
 from fastloader.format.manifest import Codec, Manifest, member_path
 
 
@@ -80,7 +80,8 @@ def check_dtypes(root: Path, manifest: Manifest) -> None:
 
 
 def check_index(root: Path, manifest: Manifest, arrays: dict[str, np.ndarray]) -> None:
-    """Every per-record value lies in its range (arrays: the core fields, by name). Each rule
+    """Every per-record value lies in its range (arrays: the core fields by name, and the EXIF
+    orientations where the dataset has them; their shape is the caller's). Each rule
     runs over the whole index before the next (the first broken rule is reported, as one pass
     over each array would), in chunks of CHUNK rows, so its memory does not grow with n."""
     shards, n = manifest.shards, manifest.num_samples
@@ -121,6 +122,10 @@ def check_index(root: Path, manifest: Manifest, arrays: dict[str, np.ndarray]) -
     _first_bad(root, "shape", n, lambda r: np.asarray((shape[r] < 1).any(axis=1)),
                "height and width >= 1")
     _check_paths(root, arrays["path_offsets"], arrays["path_bytes"])
+    orientation = arrays.get(ORIENTATION)  # pack --apply-exif-orientation: (N,) uint8
+    if orientation is not None:
+        _first_bad(root, ORIENTATION, n, lambda r: (orientation[r] < 1) | (orientation[r] > 8),
+                   "EXIF orientations 1..8")
 
 
 def _check_paths(root: Path, bounds: np.ndarray, blob: np.ndarray) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fastloader.decode.tiles import TileBatch
+from fastloader.decode.tiles import HEADER_FIELDS, TileBatch
 from fastloader.errors import InvalidArgumentError
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.fields import FieldSpec
@@ -156,13 +156,14 @@ class MixedDataset(PackedDataset):
         self._distinct: np.ndarray | None = np.unique(
             np.concatenate([s.distinct_shapes for s in sources]), axis=0)
         self.index_trusted = all(s.index_trusted for s in sources)
-        self.stored_shapes = np.concatenate([s.stored_shapes for s in sources])
         self.codecs = np.concatenate([s.codecs for s in sources])
         self.crc32s = np.concatenate([s.crc32s for s in sources])
         self._length = np.concatenate([s.lengths for s in sources])
         self.orientations = None if all(s.orientations is None for s in sources) else \
             np.concatenate([np.ones(len(s), np.uint8) if s.orientations is None
                             else s.orientations for s in sources])
+        # stored_shapes: PackedDataset's, on first use (shapes turned back by these, which
+        # leave an unoriented source's rows as they are): no copy when none is oriented
         self._init_fields(common)
         self.verify_records = False
 
@@ -231,15 +232,40 @@ class MixedDataset(PackedDataset):
         return value if remap is None else remap[s][value]
 
     def tile_batch(self, indices: Any) -> TileBatch | None:
-        """The batch's tile tables, each from its source (None when no source is tiled)."""
+        """The batch's tile tables, each source's rows gathered at once (its tile_batch), as
+        TileBatch.from_tables builds them: offsets of the tiled records copied into one array
+        in batch order (an untiled record: zeros, span (0, 0)). None when no source is tiled."""
         if not any(s.tiled for s in self.sources):
             return None
-        ids = np.asarray(indices, dtype=np.int64)
-        tables = []
-        for i in ids.tolist():
-            s, local = self.locate(i)
-            tables.append(self.sources[s].tile_table(local))
-        return TileBatch.from_tables(tables)
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        outside = (ids < 0) | (ids >= len(self))
+        if outside.any():
+            self._check_index(int(ids[np.argmax(outside)]))  # the IndexError naming it
+        which = self.source_of(ids)
+        headers = np.zeros((ids.size, len(HEADER_FIELDS)), np.int64)
+        begins, sizes = np.zeros(ids.size, np.int64), np.zeros(ids.size, np.int64)
+        parts: list[tuple[np.ndarray, np.ndarray]] = []  # (batch positions, source offsets)
+        for s in np.unique(which).tolist():
+            pos = np.flatnonzero(which == s)
+            tiles = self.sources[s].tile_batch(ids[pos] - self.starts[s])
+            if tiles is None:
+                continue
+            headers[pos] = tiles.headers
+            spans = tiles.spans.astype(np.int64)
+            begins[pos] = spans[:, 0]
+            sizes[pos] = np.where(tiles.headers.any(axis=1), spans[:, 1] - spans[:, 0], 0)
+            parts.append((pos, tiles.offsets))
+        ends = np.cumsum(sizes)
+        at = ends - sizes
+        offsets = np.empty(int(ends[-1]) if ids.size else 0, np.uint32)
+        for pos, source_offsets in parts:
+            counts = sizes[pos]
+            within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            offsets[np.repeat(at[pos], counts) + within] = \
+                source_offsets[np.repeat(begins[pos], counts) + within]
+        spans = np.stack([at, ends], axis=1).astype(np.uint64)
+        spans[sizes == 0] = 0
+        return TileBatch(headers, offsets, spans)
 
     def tile_table(self, i: int) -> Any:
         s, local = self.locate(i)

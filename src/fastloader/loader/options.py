@@ -234,7 +234,9 @@ def exif_turns(apply: bool | None, dataset: Any, path: str = "packed loader") ->
             "apply_exif_orientation", True, f'is not supported by backend="dali" ({dataset.root} '
             "was packed with --apply-exif-orientation)", "Pass apply_exif_orientation=False "
             "to load the images as stored, or use the native backend (backend='auto').")
-    return Turns(dataset.stored_shapes, orientations if apply else None)
+    if not apply:
+        return Turns(dataset.stored_shapes, None)
+    return Turns(dataset.stored_shapes, orientations, shapes=dataset.shapes)  # the index's
 
 
 @dataclass
