@@ -70,6 +70,24 @@ def test_a_table_with_an_audio_column(tmp_path: Path, kind: str) -> None:
     _check(tmp_path / "out.lmdb", paths)
 
 
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_table_of_clips_is_cut_by_the_clips_bytes(tmp_path: Path, kind: str) -> None:
+    paths = _files(tmp_path / "clips")
+    rows = [{"audio": f"clips/{p.name}", "text": f"utt {i}"} for i, p in enumerate(paths)]
+    table = tmp_path / f"t.{kind}"
+    if kind == "csv":
+        table.write_text("audio,text\n" + "".join(f"{r['audio']},{r['text']}\n" for r in rows))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), table)
+    smallest = min(p.stat().st_size for p in paths)
+    made = pack(table, tmp_path / "out.lmdb", shard_size=smallest)  # one clip fills a shard
+    assert [s.count for s in made.shards] == [1] * len(paths)
+    _check(tmp_path / "out.lmdb", paths)
+
+
 def test_a_nemo_manifest(tmp_path: Path) -> None:
     paths = _files(tmp_path / "clips")
     table = tmp_path / "manifest.jsonl"

@@ -155,6 +155,26 @@ def test_planning_stats_each_image_once_for_its_size_and_key(tmp_path: Path,
     assert sorted(stats) == sorted([samples[0]["image"], samples[2]["image"]])  # once each
 
 
+def test_a_pil_image_is_keyed_by_its_pixels() -> None:
+    from PIL import Image
+
+    from fastloader.pack.sources.values import EncodeAs
+    from fastloader.pack.staging.keys import sample_key
+
+    def image(pixel: int) -> Image.Image:
+        made = Image.new("RGB", (8, 6), (10, 20, 30))
+        made.putpixel((3, 2), (pixel, 0, 0))
+        return made
+
+    def key(value: object) -> bytes:
+        return sample_key({"image": value, "y": 1}, frozenset({"image"}))
+
+    assert key(image(5)) == key(image(5))  # two objects, the same pixels: the same key
+    assert key(image(5)) != key(image(6))  # one pixel changed
+    assert key(EncodeAs(image(5), "jpeg", 90)) == key(EncodeAs(image(5), "jpeg", 90))
+    assert key(EncodeAs(image(5), "jpeg", 90)) != key(EncodeAs(image(6), "jpeg", 90))
+
+
 def test_plan_shard_commit_as_processes_match_a_one_shot_pack(tmp_path: Path) -> None:
     coco = coco_file(tmp_path / "coco")
     dst = tmp_path / "steps.lmdb"

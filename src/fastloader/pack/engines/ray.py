@@ -99,9 +99,9 @@ def run_on_ray(staging: Stage, todo: Sequence[int], items: ItemSource, workers: 
                address: str | None, meter: Meter) -> set[int]:
     """One Ray task per pending shard of any source: the task opens the source from the plan
     (a tree's listing, an importer's description), or is handed the samples by ray.put."""
-    if items.describe() is not None:
-        return run_ray(staging, todo, workers, address, meter)
     samples = items.handed()
+    if samples is None:
+        return run_ray(staging, todo, workers, address, meter)
     with joined_ray(workers, address) as ray:  # ray.put needs the instance now
         try:
             shared = ray.put(samples)

@@ -126,12 +126,13 @@ class _Combined:
         for k, info in enumerate(ds.manifest.shards):
             name, start, span = self._name(), self.num_samples, slice(info.start, info.stop)
             target = self.folder / name
-            if ds.backend == "lmdb":
+            if ds.backend == "lmdb":  # re-keyed: new bytes, hashed afresh
                 offsets = np.asarray(rekey_lmdb(ds, k, target, start), np.int64)
-            else:
+                size, sha = file_digest(target)
+            else:  # the same bytes, their sha256 checked against info on the way
                 copy_checked(ds.root / info.file, target, info)
                 offsets = np.asarray(ds.offsets[span], np.int64)
-            size, sha = file_digest(target)
+                size, sha = info.bytes, info.sha256
             self._add("shard", np.full(info.count, len(self.shards), np.int32))
             self._add("offset", offsets)
             self._add("label", label_map[np.asarray(ds.labels[span])])

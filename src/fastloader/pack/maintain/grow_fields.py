@@ -82,6 +82,17 @@ class ExtraColumns:
                             entry["classes"] = joined
         self.parts: dict[str, list[np.ndarray]] = {n: [] for n in self.names}
         self.ends = dict.fromkeys(self.pairs, 0)  # values already taken, per offsets column
+        # The current input's columns, loaded once: ds.field maps and sha256-checks a whole
+        # column, and add() is called once per input shard.
+        self._loaded: tuple[int, dict[str, np.ndarray]] = (-1, {})
+
+    def _column(self, ds: PackedDataset, name: str, which: int) -> np.ndarray:
+        if self._loaded[0] != which:
+            self._loaded = (which, {})
+        cache = self._loaded[1]
+        if name not in cache:
+            cache[name] = np.asarray(ds.field(name))
+        return cache[name]
 
     def add(self, ds: PackedDataset, span: slice, which: int) -> None:
         """Input `which`'s rows span.start..span.stop-1."""
@@ -89,9 +100,9 @@ class ExtraColumns:
         for name in self.names:
             if name in flat:
                 continue
-            column = np.asarray(ds.field(name))
+            column = self._column(ds, name, which)
             if name in self.pairs:
-                values = np.asarray(ds.field(self.pairs[name]))
+                values = self._column(ds, self.pairs[name], which)
                 lo, hi = int(column[span.start]), int(column[span.stop])
                 shifted = column[span.start:span.stop].astype(np.int64) - lo + self.ends[name]
                 self.parts[name].append(shifted.astype(column.dtype))

@@ -122,21 +122,23 @@ class PackOptions:
                        quality=quality, max_file_size=max_file_size, tiles=tiles,
                        codec="jpeg" if self.codec == "tiles" else self.codec)
 
-    def exif_identity(self) -> dict[str, bool]:
-        """plan.json's (and the manifest options') entry of --apply-exif-orientation: only
-        when set, so every other plan and dataset stays as it was."""
-        return {"apply_exif_orientation": True} if self.apply_exif_orientation else {}
+    def optional_entries(self) -> dict[str, Any]:
+        """plan.json's entries of the options a plain pack leaves out, each only when set, so
+        every other plan stays exactly as before: tiles, --apply-exif-orientation, a codec
+        other than "jpeg" (the tasks' settings read them from the plan)."""
+        entries: dict[str, Any] = {}
+        if self.tile_option is not None:
+            entries["tiles"] = self.tile_option
+        if self.apply_exif_orientation:
+            entries["apply_exif_orientation"] = True
+        if self.codec != "jpeg":
+            entries["codec"] = self.codec
+        return entries
 
     @property
     def tile_option(self) -> dict[str, int] | None:
         """The manifest's tiles entry ({version, restart_mcus}), or None untiled."""
         return tiling.check_tiles_option(self.tiles, self.restart_mcus)
-
-    @property
-    def codec_entries(self) -> dict[str, str]:
-        """What plan.json (and so the tasks' settings) says of the records' codec: nothing
-        for "jpeg", so a JPEG pack's plan and manifest stay exactly as before."""
-        return {} if self.codec == "jpeg" else {"codec": self.codec}
 
 
 def check_codec(codec: Any, tiles: bool) -> bool:

@@ -53,9 +53,7 @@ def _identity(specs: list[FieldSpec], backend: str, source: dict[str, Any] | Non
                     "shard_size", "max_side", "quality", "max_file_size", "skip_bad")}}
     if source is None:  # Python samples are cut by count
         identity["shard_samples"] = options.shard_samples
-    if options.tile_option is not None:  # untiled plans stay as before
-        identity["tiles"] = options.tile_option
-    return identity | options.exif_identity() | options.codec_entries
+    return identity | options.optional_entries()
 
 
 def _open_staging(dst: str | Path, source: dict[str, Any] | None, options: PackOptions

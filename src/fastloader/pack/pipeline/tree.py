@@ -144,9 +144,7 @@ class TreeSource:
                                     "max_side": options.max_side, "quality": options.quality,
                                     "max_file_size": options.max_file_size,
                                     "shard_files": MAX_SHARD_FILES}
-        if options.tile_option is not None:
-            identity["tiles"] = options.tile_option
-        identity |= options.exif_identity() | options.codec_entries
+        identity |= options.optional_entries()
         run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
         return from_scan(result, options.shard_size), identity, run
 

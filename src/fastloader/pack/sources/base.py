@@ -5,12 +5,13 @@ A source's items are positions 0..len-1 of its plan. Each one has a size hint (w
 and the progress weigh), a piece of `work` that travels to a worker (a path, an index into a
 sequence the forked workers inherit, or the sample itself) and a picklable `job` that turns
 that work into a prepared record. The source says how its part's rows are kept (`rows`: a
-tree's v1 index columns, or the v2 columns of its declared `fields`), how a task on another
-machine opens it again (`describe`, None when it cannot be: Python samples travel to the
-tasks), and each item's identity for resume (`keys`: what the item is made of, told without
-preparing it; a part records its items' keys, and --resume reuses it only while they are the
-same). A source whose keys can only be told by reading its items (Python samples) has its
-tasks compute them as they prepare each item (`PartRows.keys`), so a pack reads it once.
+tree's v1 index columns, or the v2 columns of its declared `fields`), what a task on another
+machine is handed (`handed`: Python samples travel to the tasks; None when the task opens the
+source again itself, from the plan), and each item's identity for resume (`keys`: what the
+item is made of, told without preparing it; a part records its items' keys, and --resume
+reuses it only while they are the same). A source whose keys can only be told by reading its
+items (Python samples) has its tasks compute them as they prepare each item (`PartRows.keys`),
+so a pack reads it once.
 """
 
 from __future__ import annotations
@@ -86,12 +87,8 @@ class ItemSource(Protocol):
         """A new collector of one part's rows."""
         ...
 
-    def describe(self) -> dict[str, Any] | None:
-        """How a task on another machine opens this source again (JSON); None when it cannot
-        (then the items travel to the tasks)."""
-        ...
-
     def handed(self) -> Any:
-        """What a task on another machine is handed when describe() is None (the samples,
-        pickled); None when the task opens the source itself."""
+        """What a task on another machine is handed (the samples, pickled); None when the
+        task opens the source itself (a tree's listing, an importer's description, from the
+        plan)."""
         ...

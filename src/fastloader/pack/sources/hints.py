@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from fastloader.pack.sources.values import TarMember
+from fastloader.pack.sources.values import ParquetCell, TarMember
 
 
 def size_hint(value: Any) -> int:
-    """A sample's image size known without reading it: 0 when unknown (a missing file)."""
-    if isinstance(value, TarMember):
+    """A sample's records value's size (an image's, a clip's) known without reading it: 0
+    when unknown (a missing file)."""
+    if isinstance(value, (TarMember, ParquetCell)):  # a Parquet cell: its row group's per row
         return int(value.size)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return len(value)

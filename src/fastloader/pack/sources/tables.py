@@ -26,12 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
 from fastloader.format.kinds.infer import infer_kind
-from fastloader.pack.sources import hf_parquet, hints, spatial
+from fastloader.pack.sources import hf_parquet, spatial
 from fastloader.pack.sources.hf_features import Mapped, fields_of, is_image, kind_of, one_label
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, ParquetCell
 
@@ -253,19 +251,6 @@ def _check_overrides(where: str, header: list[str], image_col: str | None, label
                         "names: pass one of them.")
 
 
-class TableSamples(list[Any]):
-    """A table's samples, with their size hints (image cells of a Parquet file: their row
-    group's bytes per row; paths: the file's size), known without reading an image."""
-
-    def size_hints(self) -> np.ndarray:
-        return np.asarray([_hint(s.get("image")) if isinstance(s, dict) else 0
-                           for s in self], np.int64)
-
-
-def _hint(value: Any) -> int:
-    return value.size if isinstance(value, ParquetCell) else hints.size_hint(value)
-
-
 def _audio_column(header: list[str], lowered: dict[str, str], overrides: dict[str, Any],
                   features: dict[str, Mapped]) -> str | None:
     """The column of clips: one declared of a records kind other than image (--field
@@ -300,7 +285,7 @@ def open_table(path: str | os.PathLike[str], kind: str, fields: Any, image: str 
                                {})
     base = Path(root).expanduser().absolute() if root is not None else table.parent
     reading = _Reading(columns, base, from_csv, {})
-    samples = TableSamples(_row_sample(where, row, specs, reading) for where, row in rows)
+    samples = [_row_sample(where, row, specs, reading) for where, row in rows]
     return samples, specs, {"kind": kind, "path": str(table), "root": str(base)}
 
 
@@ -326,5 +311,5 @@ def _open_parquet(path: str | os.PathLike[str], fields: Any, image: str | None,
     specs, columns, converters = _specs(where, table.header, rows, image_col, label,
                                         overrides, False, features)
     reading = _Reading(columns, base, False, converters)
-    samples = TableSamples(_row_sample(w, row, specs, reading) for w, row in rows)
+    samples = [_row_sample(w, row, specs, reading) for w, row in rows]
     return samples, specs, {"kind": "parquet", "path": where, "root": str(base)}

@@ -168,11 +168,6 @@ def _turned(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _exif_option(settings: TaskSettings) -> dict[str, Any]:
-    """The manifest options' entry of --apply-exif-orientation (only when set)."""
-    return {"apply_exif_orientation": True} if settings.apply_exif_orientation else {}
-
-
 def write_staged(staging: AnyStaging, shards: list[ShardInfo], arrays: dict[str, np.ndarray],
                  skipped: list[dict[str, str]]) -> dict[str, Any]:
     """Into the staging: stray shard files removed, the index written (its manifest entries
@@ -219,7 +214,9 @@ def _options(settings: TaskSettings, **more: Any) -> dict[str, Any]:
         options["tiles"] = settings.tiles
     if settings.codec != "jpeg":  # a JPEG pack's manifest stays exactly as before
         options["codec"] = settings.codec
-    return options | _exif_option(settings)
+    if settings.apply_exif_orientation:
+        options["apply_exif_orientation"] = True
+    return options
 
 
 def _codec_stats(settings: TaskSettings, codecs: np.ndarray) -> dict[str, int]:

@@ -138,11 +138,8 @@ class TreeItems:
         return _FileRows(self.plan, self.settings.tiles is not None,
                          self.settings.apply_exif_orientation)
 
-    def describe(self) -> dict[str, Any] | None:
-        return {"root": str(self.plan.root)}  # a task reads the listing from the plan
-
     def handed(self) -> Any:
-        return None
+        return None  # a task reads the listing from the plan
 
 
 def with_orientations(arrays: dict[str, Any], orientations: list[int] | None
@@ -345,9 +342,6 @@ class SampleItems:
     def rows(self) -> _SampleRows:
         return _SampleRows(self.specs, self.settings.tiles is not None, self.files is not None,
                            self.settings.apply_exif_orientation)
-
-    def describe(self) -> dict[str, Any] | None:
-        return self.reopen
 
     def handed(self) -> Any:
         return self.samples if self.reopen is None else None

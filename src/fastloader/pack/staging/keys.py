@@ -17,7 +17,7 @@ import numpy as np
 
 from fastloader.format.fields import FieldSpec, primary_image
 from fastloader.pack.sources.hints import file_stamp, key_of
-from fastloader.pack.sources.values import PreparedSample
+from fastloader.pack.sources.values import PreparedSample, is_pil
 
 
 def sample_key(sample: Any, files: frozenset[str], known: dict[str, int] | None = None
@@ -61,4 +61,14 @@ def _plain(value: Any, is_file: bool, crc32: int | None = None) -> Any:
         return [type(value).__name__, [_plain(v, False) for v in value]]
     if isinstance(value, Mapping):
         return {str(k): _plain(v, False) for k, v in value.items()}
+    if is_pil(value):  # its repr holds a memory address: keyed by its pixels instead
+        return _pil(value)
     return value
+
+
+def _pil(image: Any) -> list[Any]:
+    """A PIL image by content: mode, size, its pixels' crc32 (and its palette's, which
+    the pixels of a "P" image index)."""
+    palette = image.getpalette() if image.mode in ("P", "PA") else None
+    return ["PIL", image.mode, list(image.size), zlib.crc32(image.tobytes()),
+            None if palette is None else zlib.crc32(bytes(palette))]
