@@ -16,11 +16,9 @@ namespace {
 
 
 using jpeg_errors::ErrorManager;
-using jpeg_errors::on_emit_message;
-using jpeg_errors::on_error_exit;
-using jpeg_errors::on_output_message;
 
 using jpeg_errors::fail;
+using jpeg_errors::install_error_manager;
 using jpeg_errors::limit_scans;
 
 // The kinds reconstructed exactly: grey, 3-component YCbCr or RGB and 4-component CMYK or
@@ -141,12 +139,7 @@ std::string encode_jpeg(const uint8_t *data, size_t size, std::vector<uint8_t> &
     c.geo.nibble_from = nibble_from;
     jpeg_decompress_struct cinfo;
     ErrorManager err;
-    std::memset(&cinfo, 0, sizeof(cinfo));
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error_exit;
-    err.pub.emit_message = on_emit_message;
-    err.pub.output_message = on_output_message;
-    err.message[0] = '\0';
+    install_error_manager(cinfo, err);
     // The block buffers are sized (and zeroed) between header and coefficients by a hook:
     // simpler to size them after reading the header in a first, header-only pass.
     if (setjmp(err.jump)) {

@@ -17,15 +17,13 @@ namespace fl {
 namespace {
 
 using jpeg_errors::ErrorManager;
-using jpeg_errors::on_emit_message;
-using jpeg_errors::on_error_exit;
-using jpeg_errors::on_output_message;
 
 constexpr int kColumnPad = 2;
 
 // Limits against hostile headers (jpeg_errors.h): Pillow's decompression-bomb threshold and a
 // progressive scan limit.
 using jpeg_errors::fail;
+using jpeg_errors::install_error_manager;
 using jpeg_errors::kMaxPixels;
 using jpeg_errors::limit_scans;
 
@@ -58,15 +56,6 @@ const char *pillow_marker_problem(const uint8_t *d, size_t n) {
         at += 2 + length;
     }
     return "";
-}
-
-void install_error_manager(jpeg_decompress_struct &cinfo, ErrorManager &err) {
-    std::memset(&cinfo, 0, sizeof(cinfo));
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error_exit;
-    err.pub.emit_message = on_emit_message;
-    err.pub.output_message = on_output_message;
-    err.message[0] = '\0';
 }
 
 const char *color_space_name(J_COLOR_SPACE space) {

@@ -5,6 +5,7 @@
 
 #include <csetjmp>
 #include <cstdio>
+#include <cstring>
 // jpeglib.h needs size_t and FILE declared first.
 #include <jpeglib.h>
 #include <jerror.h>
@@ -44,6 +45,16 @@ inline void on_emit_message(j_common_ptr cinfo, int level) {
 }
 
 inline void on_output_message(j_common_ptr) {}
+
+// A decompressor's error manager set up with these callbacks (cinfo zeroed first).
+inline void install_error_manager(jpeg_decompress_struct &cinfo, ErrorManager &err) {
+    std::memset(&cinfo, 0, sizeof(cinfo));
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error_exit;
+    err.pub.emit_message = on_emit_message;
+    err.pub.output_message = on_output_message;
+    err.message[0] = '\0';
+}
 
 // The decompression-bomb limit (Pillow's: twice its MAX_IMAGE_PIXELS warning) and the scan
 // limit (thousands of tiny progressive scans are a DoS), the same for every libjpeg read.
