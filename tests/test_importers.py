@@ -338,3 +338,13 @@ def test_option_refusals_speak_each_interfaces_words(tmp_path: Path,
         assert main([src, str(tmp_path / "o.lmdb"), "--quiet", *flags]) == 2
         err = capsys.readouterr().err
         assert cli_words in err and "=" not in err, err
+    (tmp_path / "taken.lmdb").mkdir()
+    (tmp_path / "taken.lmdb" / "mine.txt").write_text("")
+    for overwrite, python_words, cli_words in (
+            (False, "pass overwrite=True to replace it", "pass --overwrite to replace it"),
+            (True, "so overwrite=True will not delete it", "so --overwrite will not delete it")):
+        with pytest.raises(PackError, match=python_words):
+            fastloader.pack(table, tmp_path / "taken.lmdb", overwrite=overwrite)
+        flags = ["--overwrite"] if overwrite else []
+        assert main([table, str(tmp_path / "taken.lmdb"), "--quiet", *flags]) == 2
+        assert cli_words in capsys.readouterr().err
