@@ -140,13 +140,22 @@ def test_jsonl_bad_records_and_kinds_are_named(tmp_path: Path) -> None:
     assert "line 5: has no field 'n', which other records have" in reasons[3]
 
 
-def test_table_errors_before_any_row(tmp_path: Path) -> None:
+def test_table_errors_before_any_row(tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "t.csv").write_text("photo,n\na.jpg,1\n")
-    with pytest.raises(PackError, match=r"no image column \(looked for path, image"):
+    with pytest.raises(PackError, match=r"no image column \(looked for path, image.*"
+                       r"name it with image='COL'"):
         fastloader.pack(tmp_path / "t.csv", tmp_path / "o.lmdb")
-    with pytest.raises(PackError, match="no column 'kind' for --label"):
+    cli = [str(tmp_path / "t.csv"), str(tmp_path / "o.lmdb"), "--quiet"]
+    for flags, said in ([[], "name it with --image COL."],
+                        [["--image", "photo", "--label", "kind"], "no column 'kind' for --label "],
+                        [["--image", "photo", "--field", "x:int"], "--field names ['x']"]):
+        assert main([*cli, *flags]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "=" not in err, err
+    with pytest.raises(PackError, match="no column 'kind' for label= among"):
         fastloader.pack(tmp_path / "t.csv", tmp_path / "o.lmdb", image="photo", label="kind")
-    with pytest.raises(PackError, match=r"--field names \['x'\], not columns"):
+    with pytest.raises(PackError, match=r"fields= names \['x'\], not columns"):
         fastloader.pack(tmp_path / "t.csv", tmp_path / "o.lmdb", image="photo",
                         fields={"x": "int"})
 
@@ -305,3 +314,37 @@ def test_named_classes_from_python_and_bad_field_options(
     (tmp_path / "t.csv").write_text("path,n\nimg/0.jpg,1\n")
     assert main([str(tmp_path / "t.csv"), str(tmp_path / "q.lmdb"), "--field", "n:vector"]) == 2
     assert "is not NAME:KIND" in capsys.readouterr().err
+
+
+def test_option_refusals_speak_each_interfaces_words(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """pack() names its arguments, packdata its flags, never the other's spelling."""
+    (tmp_path / "t.csv").write_text("path,n\na.jpg,1\n")
+    (tmp_path / "clips" / "yes").mkdir(parents=True)
+    (tmp_path / "clips" / "yes" / "a.wav").write_bytes(b"RIFF")
+    table, clips = str(tmp_path / "t.csv"), str(tmp_path / "clips")
+    cases = [(table, {"skip_empty": True}, ["--skip-empty"],
+              "skip_empty=True applies to COCO files only.",
+              "--skip-empty applies to COCO files only."),
+             (table, {"masks": True}, ["--masks"], "masks=True applies to COCO files only;",
+              "--masks applies to COCO files only;"),
+             (clips, {"label": "n"}, ["--label", "n"],
+              "fields=, image=, label= and root= are table options;",
+              "--field, --image, --label and --root are table options;")]
+    for src, options, flags, python_words, cli_words in cases:
+        with pytest.raises(PackError) as caught:
+            fastloader.pack(src, tmp_path / "o.lmdb", **options)
+        assert python_words in str(caught.value) and "--" not in str(caught.value)
+        assert main([src, str(tmp_path / "o.lmdb"), "--quiet", *flags]) == 2
+        err = capsys.readouterr().err
+        assert cli_words in err and "=" not in err, err
+    (tmp_path / "taken.lmdb").mkdir()
+    (tmp_path / "taken.lmdb" / "mine.txt").write_text("")
+    for overwrite, python_words, cli_words in (
+            (False, "pass overwrite=True to replace it", "pass --overwrite to replace it"),
+            (True, "so overwrite=True will not delete it", "so --overwrite will not delete it")):
+        with pytest.raises(PackError, match=python_words):
+            fastloader.pack(table, tmp_path / "taken.lmdb", overwrite=overwrite)
+        flags = ["--overwrite"] if overwrite else []
+        assert main([table, str(tmp_path / "taken.lmdb"), "--quiet", *flags]) == 2
+        assert cli_words in capsys.readouterr().err

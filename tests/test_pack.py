@@ -113,7 +113,7 @@ def test_max_side_reencodes_only_larger_images(tmp_path: Path) -> None:
 def test_overwrite_replaces_a_dataset_but_never_other_folders(tmp_path: Path) -> None:
     make_flat_tree(tmp_path / "src", classes=2, per_class=3)
     pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1)
-    with pytest.raises(PackError, match="already exists; pass --overwrite"):
+    with pytest.raises(PackError, match="already exists; pass overwrite=True to replace it"):
         pack(tmp_path / "src", tmp_path / "out.lmdb", workers=1)
     (tmp_path / "src" / "c00" / "extra.jpg").write_bytes(encode(photo_like(8, 8, 1)))
     assert pack(tmp_path / "src", tmp_path / "out.lmdb", overwrite=True).num_samples == 7
@@ -121,7 +121,7 @@ def test_overwrite_replaces_a_dataset_but_never_other_folders(tmp_path: Path) ->
     assert not list(tmp_path.glob(".out.lmdb*"))  # no staging or trash left behind
     (tmp_path / "mine.lmdb").mkdir()
     (tmp_path / "mine.lmdb" / "precious.txt").write_text("keep me")
-    with pytest.raises(PackError, match="is not a packed dataset"):
+    with pytest.raises(PackError, match="is not a packed dataset, so overwrite=True will not"):
         pack(tmp_path / "src", tmp_path / "mine.lmdb", overwrite=True)
     assert (tmp_path / "mine.lmdb" / "precious.txt").exists()
 

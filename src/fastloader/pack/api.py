@@ -103,9 +103,9 @@ def pack(
     kind = None if not isinstance(src, (str, os.PathLike)) else importers.detect(
         src, source_format)
     if skip_empty and kind != "coco":
-        raise PackError("skip_empty (--skip-empty) applies to COCO files only.")
+        raise PackError("skip_empty=True applies to COCO files only.")
     if masks and kind != "coco":
-        raise PackError("masks (--masks) applies to COCO files only; a table or file groups "
+        raise PackError("masks=True applies to COCO files only; a table or file groups "
                         "take a mask column or a .mask.png member instead.")
     if pil_format != "png" and (kind is not None or hf_dataset.is_hf_dataset(src)):
         raise PackError(f"pil_format={pil_format!r} applies to PIL images in Python samples; "

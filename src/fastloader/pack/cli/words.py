@@ -29,7 +29,10 @@ def cli_words(text: str, table: dict[str, str]) -> str:
     """text with every argument spelling of table's names turned into its flag:
     `--skip-bad (skip_bad=True)` and `skip_empty (--skip-empty)` -> the flag alone,
     `skip_bad=True` -> `--skip-bad`, `with skip_bad=False` -> `without --skip-bad`,
-    `source_format="files"` -> `--source-format files`, `fields=` -> `--field`."""
+    `source_format="files"` -> `--source-format files`, `fields=` -> `--field`,
+    `fields={'COL': KIND}` -> `--field COL:KIND`."""
+    if "fields" in table:  # fields={'COL': KIND} -> --field COL:KIND
+        text = re.sub(r"\bfields=\{'([^']*)': '?([^'}]*)'?\}", rf"{table['fields']} \1:\2", text)
     names = "|".join(sorted(map(re.escape, table), key=len, reverse=True))
     arg = rf"(?<![\w-])(?:{names})(?:={_VALUE}?)?"
     flag = r"--[a-z][\w-]*(?: [\w.-]+)?"

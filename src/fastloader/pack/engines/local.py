@@ -6,7 +6,8 @@ part a Ray task writes, pack/staging/build.py). What travels to a worker is the 
 work for an item (pack/sources/base.ItemSource: a tree's file path, an index into a sequence
 the forked workers inherit, or a sample); windows of items bound what is in flight. A plain
 iterable of samples is read in order here and cut every shard_samples samples, each chunk a
-part.
+part. Items the source groups by locality (a Parquet row group's cells) travel as runs, each
+prepared by one worker, so no group is decoded by two.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from fastloader.pack.staging.part import Identity, Stage
 from fastloader.pack.staging.plan import Spans, TaskSettings, count_bounds
 
 _WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memory
+_RUN_ITEMS = 256  # at most this many items of one locality travel as one run
+_RUN_BYTES = 16 << 20  # and about this many of their bytes (a run's results come back whole)
 
 
 _STOPPING: Any = None  # a worker's view of its pool's "stopping" flag (shared memory)
@@ -75,6 +78,11 @@ def worker_signals(stopping: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _run_each(job: Callable[[Any], Any], works: list[Any]) -> list[Any]:
+    """job over a run of works in one worker, in order."""
+    return [job(work) for work in works]
+
+
 def _run_job(job: Callable[[Any], Any], work: Any) -> Any:
     """job(work) in a pool worker, marked as inside a job for _on_sigterm."""
     global _IN_JOB
@@ -100,8 +108,9 @@ def _windows(works: Iterable[tuple[Any, int]], limit: int) -> Iterator[list[Any]
 
 
 def _pooled(job: Callable[[Any], Any], works: Iterable[tuple[Any, int]], workers: int,
-            fork: bool, limit: int) -> Iterator[Any]:
-    """job over the works in order, by a pool holding at most two windows."""
+            fork: bool, limit: int, chunk: int | None = None) -> Iterator[Any]:
+    """job over the works in order, by a pool holding at most two windows; each worker
+    takes `chunk` works at a time (default: a share of the window)."""
     context = multiprocessing.get_context("fork" if fork else None)
     stopping = context.RawValue("b", 0)
     watch: threading.Event | None = None
@@ -110,8 +119,8 @@ def _pooled(job: Callable[[Any], Any], works: Iterable[tuple[Any, int]], workers
             try:
                 pending: deque[Iterable[Any]] = deque()
                 for window in _windows(works, limit):
-                    chunk = max(1, min(32, len(window) // (4 * workers)))
-                    pending.append(pool.imap(functools.partial(_run_job, job), window, chunk))
+                    share = chunk or max(1, min(32, len(window) // (4 * workers)))
+                    pending.append(pool.imap(functools.partial(_run_job, job), window, share))
                     if len(pending) > 1:  # keep the next window working while it drains
                         yield from pending.popleft()
                 while pending:
@@ -159,9 +168,34 @@ def _prepared(items: ItemSource, plan: Spans, todo: Sequence[int], workers: int
     if workers == 1 or count < 4 * workers:
         yield from (items.prepare(i) for i in positions)
         return
+    locality = items.locality()
     with items.inherited() as fork:
-        works = ((items.work(i), items.size(i)) for i in positions)
-        yield from _pooled(items.job(), works, workers, fork, items.window)
+        if locality is None:
+            works = ((items.work(i), items.size(i)) for i in positions)
+            yield from _pooled(items.job(), works, workers, fork, items.window)
+            return
+        runs = _runs(items, positions, locality)
+        job = functools.partial(_run_each, items.job())
+        for prepared in _pooled(job, runs, workers, fork, max(1, items.window // _RUN_ITEMS), 1):
+            yield from prepared
+
+
+def _runs(items: ItemSource, positions: Iterable[int], locality: Callable[[int], Any]
+          ) -> Iterator[tuple[list[Any], int]]:
+    """Consecutive positions of one locality as runs of works (at most _RUN_ITEMS items and
+    about _RUN_BYTES), each with its size hint."""
+    run: list[Any] = []
+    size, key = 0, None
+    for i in positions:
+        here = locality(i)
+        if run and (here != key or len(run) >= _RUN_ITEMS or size >= _RUN_BYTES):
+            yield run, size
+            run, size = [], 0
+        run.append(items.work(i))
+        size += items.size(i)
+        key = here
+    if run:
+        yield run, size
 
 
 def _write_parts(plan: Spans, todo: Sequence[int], stream: Iterator[Any],

@@ -20,8 +20,8 @@ from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.staging.build import run_shard
 from fastloader.pack.staging.part import Stage
 
-RAY_HINT = ('--engine ray needs Ray: pip install "fastloader[ray]" (or "ray>=2.9"); or pack '
-            "with --engine local.")
+RAY_HINT = ('engine=\'ray\' needs Ray: pip install "fastloader[ray]" (or "ray>=2.9"); or pack '
+            "with engine='local'.")
 
 
 def import_ray() -> Any:

@@ -109,10 +109,10 @@ class PackOptions:
         check_engine(self.engine, self.ray_address)
         tiles = check_codec(self.codec, self.tiles)
         if self.codec == "coeffs" and self.apply_exif_orientation:
-            raise PackError("codec='coeffs' (--codec coeffs) with apply_exif_orientation=True "
-                            "(--apply-exif-orientation): coeffs records are decoded as stored, "
+            raise PackError("codec='coeffs' with apply_exif_orientation=True: coeffs records "
+                            "are decoded as stored, "
                             "not turned; pack with codec='jpeg' to turn the images, or drop "
-                            "apply_exif_orientation to store them as they are.")
+                            "apply_exif_orientation=True to store them as they are.")
         tiling.check_tiles_option(tiles, self.restart_mcus)
         max_file_size = int_at_least("max_file_size", self.max_file_size, 1,
                                      "Pass a size in bytes.")
@@ -148,7 +148,7 @@ def check_codec(codec: Any, tiles: bool) -> bool:
         raise PackError(f"codec={codec!r} is not one of {CODECS} ('jpeg', the default, keeps "
                         "the bytes as they are).")
     if codec == "coeffs" and tiles:
-        raise PackError("codec='coeffs' (--codec coeffs) and tiles=True (--tiles) contradict "
+        raise PackError("codec='coeffs' and tiles=True contradict "
                         "each other: coeffs records already crop without decoding the rows "
                         "above; pass one.")
     if codec == "coeffs":
@@ -183,7 +183,7 @@ def resolve_backend(dst: Path | str, format: str | None) -> str:
         if from_suffix is None:
             raise PackError(
                 f"cannot tell the format of {dst} from its suffix {Path(dst).suffix!r}; name it "
-                "NAME.lmdb or NAME.h5, or pass --format lmdb|hdf5."
+                "NAME.lmdb or NAME.h5, or pass format='lmdb' or format='hdf5'."
             )
         return from_suffix
     chosen = {"h5": "hdf5"}.get(format.lower(), format.lower())
@@ -193,7 +193,7 @@ def resolve_backend(dst: Path | str, format: str | None) -> str:
         raise PackError(
             f"{dst} has the {from_suffix} suffix {Path(dst).suffix!r} but format {format!r} was "
             "asked; "
-            "make the suffix and --format agree."
+            "make the suffix and format= agree."
         )
     return chosen
 
@@ -211,12 +211,12 @@ def check_destination(dst: Path, src: Path | str, overwrite: bool) -> None:
         return
     if not overwrite:
         raise PackError(
-            f"{dst} already exists; pass --overwrite to replace it or choose another DST."
+            f"{dst} already exists; pass overwrite=True to replace it or choose another DST."
         )
     empty_dir = dst.is_dir() and not any(dst.iterdir())
     if not (is_dataset(dst) or empty_dir):
         raise PackError(
-            f"{dst} exists and is not a packed dataset, so --overwrite will not delete it; "
+            f"{dst} exists and is not a packed dataset, so overwrite=True will not delete it; "
             "remove it yourself or choose another DST."
         )
 
@@ -227,4 +227,4 @@ def check_engine(engine: Any, ray_address: Any) -> None:
         raise invalid_argument("engine", engine, f"must be one of {ENGINES}",
                                "Pass 'local' (this machine's processes) or 'ray'.")
     if ray_address is not None and engine != "ray":
-        raise PackError("ray_address (--ray-address) needs engine='ray' (--engine ray).")
+        raise PackError("ray_address= needs engine='ray'.")

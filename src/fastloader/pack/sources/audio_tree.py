@@ -34,7 +34,7 @@ def open_audio_tree(src: str | os.PathLike[str], fields: Any, image: Any, label:
                     root: Any) -> tuple[list[dict[str, Any]], list[FieldSpec], dict[str, Any]]:
     """(samples, fields, source description) of a folder of class sub-folders of clips."""
     if fields or image or label or root:
-        raise PackError("--field, --image, --label and --root are table options; a folder of "
+        raise PackError("fields=, image=, label= and root= are table options; a folder of "
                         "class folders of clips has the fields audio and label.")
     top = Path(src).expanduser().absolute()
     loose = sorted(p.name for p in top.iterdir()

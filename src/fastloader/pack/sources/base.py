@@ -11,12 +11,14 @@ source again itself, from the plan), and each item's identity for resume (`keys`
 item is made of, told without preparing it; a part records its items' keys, and --resume
 reuses it only while they are the same). A source whose keys can only be told by reading its
 items (Python samples) has its tasks compute them as they prepare each item (`PartRows.keys`),
-so a pack reads it once.
+so a pack reads it once. Items that are cheapest read together by one worker (the cells of
+one Parquet row group, which a worker decodes whole) say so through `locality`, and the local
+engine hands each such run to one worker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -68,6 +70,12 @@ class ItemSource(Protocol):
 
     def work(self, i: int) -> Any:
         """What a worker needs to prepare item i (picklable)."""
+        ...
+
+    def locality(self) -> Callable[[int], Hashable] | None:
+        """Item i -> a key shared by the neighbouring items one worker reads cheapest
+        together (the row group of a Parquet cell: a worker decodes a group's column whole);
+        None where items are read one by one (files, tar members, Python samples)."""
         ...
 
     def job(self) -> Callable[[Any], Any]:

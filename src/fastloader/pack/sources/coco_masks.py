@@ -24,7 +24,7 @@ def check_classes(path: Path, count: int) -> None:
     if count > MAX_CLASSES:
         raise PackError(f"{path}: {count} categories do not fit a uint8 mask (at most "
                         f"{MAX_CLASSES}: 0 is background, 255 marks crowd regions); pack "
-                        "without --masks.")
+                        "with masks=False.")
 
 
 def instance(path: Path, ann: dict[str, Any], label: int) -> Instance | str:
@@ -32,7 +32,7 @@ def instance(path: Path, ann: dict[str, Any], label: int) -> Instance | str:
     segmentation = ann.get("segmentation")
     if not isinstance(segmentation, (list, dict)):
         return (f"{path}: annotation {ann.get('id')!r} has no segmentation (got "
-                f"{type(segmentation).__name__}); --masks needs polygons or an RLE on every "
+                f"{type(segmentation).__name__}); masks=True needs polygons or an RLE on every "
                 "annotation: fix or remove it, or pass skip_bad=True")
     return Instance(label, bool(ann.get("iscrowd")), segmentation, ann.get("id"))
 
@@ -56,7 +56,7 @@ def _frame(sample: dict[str, Any], entry: dict[str, Any]) -> tuple[int, int] | s
     if given == (None, None):
         return real if real is not None else "cannot read the image's size for its mask"
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in given):
-        return (f"has height/width {list(given)!r:.40}, not two positive ints; --masks draws "
+        return (f"has height/width {list(given)!r:.40}, not two positive ints; masks=True draws "
                 "in that frame")
     height, width = int(given[0] or 0), int(given[1] or 0)
     if real is not None and real != (height, width):

@@ -94,7 +94,7 @@ def class_id(value: Any) -> Any:
         raise ValueError("is empty (no label)")
     if value == -1:
         raise ValueError("is -1, the datasets library's 'no label'; drop those rows "
-                         "(dataset.filter) or pass --skip-bad")
+                         "(dataset.filter) or pass skip_bad=True")
     return value
 
 
@@ -221,7 +221,7 @@ def mapped(column: str, feature: Any, where: str) -> Mapped:
             f"{where}: column {column!r} is a {describe(feature)} feature, which no fastloader "
             f"field kind holds; drop it (dataset.remove_columns({column!r})), cast it "
             f"(dataset.cast_column({column!r}, Value('string'))), or declare its kind "
-            f"(fields={{{column!r}: KIND}}, --field {column}:KIND).")
+            f"(fields={{{column!r}: KIND}}).")
     return found
 
 
@@ -250,5 +250,5 @@ def one_label(where: str, named: list[str]) -> None:
     if len(named) > 1:
         raise PackError(f"{where}: columns {', '.join(map(repr, named))} all have class names "
                         "(ClassLabel features); a packed dataset names the classes of one "
-                        f"label: store the others as plain ids, e.g. --field {named[1]}:int "
-                        f"(fields={{{named[1]!r}: 'int'}}).")
+                        "label: store the others as plain ids, e.g. "
+                        f"fields={{{named[1]!r}: 'int'}}.")

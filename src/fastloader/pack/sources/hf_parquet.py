@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fastloader.errors import PackError
+from fastloader.pack.sources.parquet_pages import value_ranges
 from fastloader.pack.sources.values import ParquetCell, pyarrow_parquet
 
 _SHARD = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet$")
@@ -142,17 +143,29 @@ def read_rows(table: ParquetTable, lazy: set[str], base: Path) -> list[tuple[str
         info, name = file.stat(), str(file)
         stamp = (info.st_size, info.st_mtime_ns)
         k = 0
+        leaves = {c: _bytes_leaf(handle.schema, c) for c in lazy}
         for group in range(handle.metadata.num_row_groups):
             meta = handle.metadata.row_group(group)
             sizes = {c: _column_bytes(meta, c) // max(1, meta.num_rows) for c in lazy}
+            ranges = {c: value_ranges(name, handle.metadata, handle.schema, group, leaf)
+                      for c, leaf in leaves.items()}
             for r in range(meta.num_rows):
                 row = values[k]
                 for column in lazy:
+                    located = ranges[column]
+                    at = located[r] if located is not None else None
                     row[column] = ParquetCell(name, group, r, column, folder, sizes[column],
-                                              stamp)
+                                              stamp, *(at or (-1, -1)))
                 k += 1
                 rows.append((f"{name} line {k}", row))
     return rows
+
+
+def _bytes_leaf(schema: Any, column: str) -> int:
+    """The leaf column holding an image column's bytes (a struct's `bytes` field, or the
+    binary column itself)."""
+    paths = [schema.column(j).path for j in range(len(schema))]
+    return paths.index(f"{column}.bytes") if f"{column}.bytes" in paths else paths.index(column)
 
 
 def _column_bytes(meta: Any, column: str) -> int:

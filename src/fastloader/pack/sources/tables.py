@@ -181,7 +181,7 @@ def _image_column(where: str, header: list[str], image: str | None,
         return None, {**overrides, clips: "audio"}  # a clip dataset: its clips are the records
     if found is None or found not in header:
         raise PackError(f"{where}: no image column (looked for {image or ', '.join(IMAGE_COLUMNS)}"
-                        f" among {header}); name it with --image COL.")
+                        f" among {header}); name it with image='COL'.")
     return found, overrides
 
 
@@ -205,7 +205,7 @@ def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col
     """(fields, field -> column, field -> converter): a column's kind is its --field, else
     its Hugging Face feature's, else a boxes/mask column's by name, else inferred."""
     if label is not None and label not in header:
-        raise PackError(f"{where}: no column {label!r} for --label among {header}.")
+        raise PackError(f"{where}: no column {label!r} for label= among {header}.")
     _check_overrides(where, header, image_col, label, overrides)
     columns = {"image": image_col} if image_col is not None else {}
     specs = [FieldSpec("image", "image")] if image_col is not None else []
@@ -238,16 +238,16 @@ def _check_overrides(where: str, header: list[str], image_col: str | None, label
     """--field names columns, and keeps the image column an image and the label a label."""
     unknown = set(overrides) - set(header)
     if unknown:
-        raise PackError(f"{where}: --field names {sorted(unknown)}, not columns of {header}.")
+        raise PackError(f"{where}: fields= names {sorted(unknown)}, not columns of {header}.")
     if image_col is not None and image_col in overrides and not is_image(overrides[image_col]):
-        raise PackError(f"{where}: --field {image_col}:... declares the image column "
+        raise PackError(f"{where}: fields={{{image_col!r}: ...}} declares the image column "
                         f"{image_col!r} another kind; it holds the records, read as image "
                         "bytes ({bytes, path} structs or binary cells) or image paths, so its "
-                        "kind is image: drop that --field, or pick another image column with "
-                        "--image COL.")
+                        "kind is image: drop it from fields=, or pick another image column "
+                        "with image='COL'.")
     if label is not None and label in overrides:
-        raise PackError(f"{where}: --field {label}:... and --label {label} both declare "
-                        f"column {label!r}; --label makes it the int label of its class "
+        raise PackError(f"{where}: fields={{{label!r}: ...}} and label={label!r} both "
+                        f"declare column {label!r}; label= makes it the int label of its class "
                         "names: pass one of them.")
 
 
@@ -259,7 +259,7 @@ def _audio_column(header: list[str], lowered: dict[str, str], overrides: dict[st
     for column in header:
         spec = overrides.get(column, features[column].spec if column in features else None)
         if spec is not None:
-            kind = make_spec(column, spec, PackError, "--field").kind
+            kind = make_spec(column, spec, PackError, "fields=").kind
             if kind.records and not kind.is_image:
                 return column
     return next((lowered[c] for c in AUDIO_COLUMNS if c in lowered), None)

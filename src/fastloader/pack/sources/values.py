@@ -98,6 +98,10 @@ class ParquetCell(NamedTuple):
     base: str  # the folder a struct's relative path is under
     size: int  # the column's bytes in this row group, per row: the shard plan's size hint
     stamp: tuple[int, int]  # the file's (size, mtime_ns)
+    # where the cell's bytes lie in the file (parquet_pages: a plain, uncompressed column),
+    # read with one pread; -1: read through pyarrow, by row group
+    offset: int = -1
+    length: int = -1
 
 
 def pyarrow_parquet(where: Any) -> Any:
@@ -124,10 +128,7 @@ def _row_group(cell: ParquetCell) -> dict[str, Any]:
     key = (*opened, cell.row_group, cell.column)
     if _LAST.get("key") != key:
         try:
-            info = os.stat(cell.file)
-            if (info.st_size, info.st_mtime_ns) != tuple(cell.stamp):
-                raise OSError("the file changed since the pack read its rows (its size or "
-                              "mtime differ); pack it again")
+            _checked_stamp(cell, os.stat(cell.file))
             if opened not in _FILES:
                 if len(_FILES) >= 8:
                     _FILES.clear()
@@ -148,9 +149,37 @@ def _row_group(cell: ParquetCell) -> dict[str, Any]:
     return _LAST
 
 
+def read_locality(sample: Any) -> tuple[str, int] | None:
+    """The (file, row group) of a sample's first Parquet cell read through pyarrow
+    (_row_group decodes a group's column whole, so its cells are read cheapest by one
+    worker), or None without one (a located cell is one pread, like any file)."""
+    values = sample.values() if isinstance(sample, dict) else ()
+    cell = next((v for v in values if isinstance(v, ParquetCell)), None)
+    return None if cell is None or cell.offset >= 0 else (cell.file, cell.row_group)
+
+
+def _checked_stamp(cell: ParquetCell, info: os.stat_result) -> None:
+    if (info.st_size, info.st_mtime_ns) != tuple(cell.stamp):
+        raise OSError("the file changed since the pack read its rows (its size or mtime "
+                      "differ); pack it again")
+
+
+def _located(cell: ParquetCell) -> bytes:
+    """A located cell's bytes, read where the parent found them (the file's stamp checked
+    first, as a row group's read checks it)."""
+    with open(cell.file, "rb") as handle:
+        _checked_stamp(cell, os.fstat(handle.fileno()))
+        data = os.pread(handle.fileno(), cell.length, cell.offset)
+    if len(data) != cell.length:
+        raise OSError(f"the file ends inside row {cell.row}'s value")
+    return data
+
+
 def read_cell(cell: ParquetCell) -> bytes | str:
     """A cell's image bytes, or the path (under its base) of a struct without bytes; OSError
     if the file cannot be read, ValueError if the cell holds no image."""
+    if cell.offset >= 0:
+        return _located(cell)
     group = _row_group(cell)
     if group["bytes"] is None or not group["cells"][cell.row].is_valid:  # binary, or null
         value = image_source(group["cells"][cell.row].as_py())

@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import multiprocessing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from fastloader.format.index import ORIENTATION, encode_paths
 from fastloader.pack.sources import tiling
 from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.sources.validate import Prepared
-from fastloader.pack.sources.values import PreparedSample, prepare_sample
+from fastloader.pack.sources.values import PreparedSample, prepare_sample, read_locality
 from fastloader.pack.staging.codec import encode_record
 from fastloader.pack.staging.file_job import prepare_job
 from fastloader.pack.staging.keys import known, sample_key
@@ -120,6 +120,9 @@ class TreeItems:
 
     def key_job(self) -> None:
         return None  # the listing tells the keys
+
+    def locality(self) -> None:
+        return None  # each file is read on its own
 
     def job(self) -> Callable[[str], Prepared]:
         return self._job
@@ -321,6 +324,14 @@ class SampleItems:
 
     def work(self, i: int) -> Any:
         return i if self.forked else (f"sample {i}", self.samples[i])
+
+    def locality(self) -> Callable[[int], Hashable] | None:
+        """An importer's Parquet samples by row group (read_locality); None for others and
+        for Python samples (reading one here would run the user's __getitem__ twice)."""
+        if self.reopen is None or not len(self) or read_locality(self.samples[0]) is None:
+            return None
+        samples = self.samples
+        return lambda i: read_locality(samples[i])
 
     def job(self) -> Callable[[Any], Keyed]:
         return functools.partial(sample_job, specs=self.specs, settings=self.settings,
