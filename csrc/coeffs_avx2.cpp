@@ -256,7 +256,7 @@ AVX2 void h1v2_avx2(const uint8_t* a, const uint8_t* b, int n, int bias, uint8_t
   for (; x < n; ++x) out[x] = uint8_t((3 * a[x] + b[x] + bias) >> 2);
 }
 
-const Kernels kAvx2{idct_avx2, ycc_rgb_avx2, h2v2_avx2, h2v1_avx2, h1v2_avx2};
+const Kernels kAvx2{idct_avx2, ycc_rgb_avx2, h2v2_avx2, h2v1_avx2, h1v2_avx2, idct4x4_avx2, idct2x2_avx2};
 
 }  // namespace
 

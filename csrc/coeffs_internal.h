@@ -73,6 +73,11 @@ using Idct = void (*)(const int16_t *coef, const uint16_t *quant, uint8_t *out, 
 void idct4x4(const int16_t *coef, const uint16_t *quant, uint8_t *out, ptrdiff_t stride);
 void idct2x2(const int16_t *coef, const uint16_t *quant, uint8_t *out, ptrdiff_t stride);
 void idct1x1(const int16_t *coef, const uint16_t *quant, uint8_t *out, ptrdiff_t stride);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// The AVX2 set's reduced IDCTs (coeffs_avx2_scaled.cpp): idct4x4's and idct2x2's bits.
+void idct4x4_avx2(const int16_t *coef, const uint16_t *quant, uint8_t *out, ptrdiff_t stride);
+void idct2x2_avx2(const int16_t *coef, const uint16_t *quant, uint8_t *out, ptrdiff_t stride);
+#endif
 
 // Reconstruction kernels, AVX2 or scalar (coeffs_recon.cpp, coeffs_avx2.cpp); the AVX2 ones
 // give the same bits.
@@ -91,6 +96,8 @@ struct Kernels {
     void (*h2v1)(const uint8_t *a, int col0, int dw, int x0, int x1, uint8_t *out, uint8_t *pad);
     // libjpeg's h1v2 fancy upsampling: out[x] = (3 a[x] + b[x] + bias) >> 2 for x in [0, n).
     void (*h1v2)(const uint8_t *a, const uint8_t *b, int n, int bias, uint8_t *out);
+    // The reduced IDCTs to 4x4 and 2x2 samples (libjpeg-turbo's SSE2 bits).
+    Idct idct4, idct2;
 };
 const Kernels &scalar_kernels();
 const Kernels *avx2_kernels();  // nullptr when not built with AVX2 support

@@ -93,7 +93,7 @@ void h1v2_scalar(const uint8_t *a, const uint8_t *b, int n, int bias, uint8_t *o
     for (int x = 0; x < n; ++x) out[x] = uint8_t((3 * a[x] + b[x] + bias) >> 2);
 }
 
-const Kernels kScalar{idct_scalar, ycc_rgb_scalar, h2v2_scalar, h2v1_scalar, h1v2_scalar};
+const Kernels kScalar{idct_scalar, ycc_rgb_scalar, h2v2_scalar, h2v1_scalar, h1v2_scalar, idct4x4, idct2x2};
 
 std::atomic<int> g_simd{-1};  // -1: not chosen yet
 

@@ -131,8 +131,8 @@ void idct1x1(const int16_t *coef, const uint16_t *quant, uint8_t *out, ptrdiff_t
 
 Idct idct_for(const Kernels &k, int bs) {
     switch (bs) {
-        case 4: return idct4x4;
-        case 2: return idct2x2;
+        case 4: return k.idct4;
+        case 2: return k.idct2;
         case 1: return idct1x1;
         default: return k.idct;
     }
