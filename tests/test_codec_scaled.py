@@ -160,3 +160,26 @@ def test_dct_scaling_off_decodes_a_record_at_full_size() -> None:
     assert _core.coeffs_decode_into(record, crop, False, got, dct_scaling=False) is None
     assert np.array_equal(got, _unscaled(data, crop, size, False))
     assert not np.array_equal(got, fastloader.decode(record, size=size))
+
+
+def test_both_kernel_sets_agree_on_extreme_dequantised_values() -> None:
+    """Quant tables rewritten to values up to 65535 (the record's u16 fields; any record may hold
+    them) push the IDCTs into 16-bit wrap-around and saturation: the AVX2 set keeps the scalar
+    set's bits there too, at every scale."""
+    from fastloader import _core
+
+    rng = np.random.default_rng(3)
+    for name in ("420-121x161", "422-64x48", "440-37x53", "410-121x161", "grey-64x48"):
+        record = bytearray(coeffs.encode(dict(CASES)[name]))
+        hdr = fastloader.header(record)
+        for comp in range(hdr.components):
+            table = 24 + comp * 130 + 2  # after the fixed header and this component's h, v bytes
+            record[table:table + 128] = rng.integers(0, 65536, 64, dtype=np.uint16).tobytes()
+        for d in (1, *DENOMINATORS):
+            outs = []
+            for avx2 in (True, False):
+                with kernel_set(avx2):
+                    out = np.empty((-(-hdr.height // d), -(-hdr.width // d), 3), np.uint8)
+                    assert _core.coeffs_decode_scaled(bytes(record), d, out) is None
+                    outs.append(out)
+            assert np.array_equal(outs[0], outs[1]), (name, d)
