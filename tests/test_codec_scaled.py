@@ -183,3 +183,32 @@ def test_both_kernel_sets_agree_on_extreme_dequantised_values() -> None:
                     assert _core.coeffs_decode_scaled(bytes(record), d, out) is None
                     outs.append(out)
             assert np.array_equal(outs[0], outs[1]), (name, d)
+
+
+@pytest.mark.parametrize("name", ["420-121x161", "422-64x48", "440-121x161", "grey-64x48",
+                                  "444-121x161", "411-121x161"])
+def test_extreme_quant_tables_decode_as_the_jpeg_path(name: str, kernels: bool) -> None:
+    """Quant tables up to 65535 (a JPEG may carry 16-bit ones) overflow the IDCTs' 16-bit sums
+    and saturate: records still give the JPEG path's bits, at full size and at every scale,
+    because every kernel wraps and saturates where libjpeg-turbo's SIMD does (the JPEG here is
+    the record's own coefficients and tables, written by coeffs.to_jpeg)."""
+    from fastloader import _core
+
+    rng = np.random.default_rng(len(name))
+    for top in (255, 4095, 65535):
+        record = bytearray(coeffs.encode(dict(CASES)[name]))
+        hdr = fastloader.header(record)
+        for comp in range(hdr.components):
+            table = 24 + comp * 130 + 2
+            record[table:table + 128] = rng.integers(1, top + 1, 64, dtype=np.uint16).tobytes()
+        jpeg = coeffs.to_jpeg(bytes(record))
+        checked = set()
+        for d in (1, *DENOMINATORS):
+            size = (max(1, hdr.height // (3 * d)), max(1, hdr.width // (3 * d)))
+            if _core.dct_denominator((0, 0, hdr.height, hdr.width), size) != d:
+                continue
+            checked.add(d)
+            want = fastloader.decode(jpeg, size=size)
+            assert np.array_equal(fastloader.decode(bytes(record), size=size), want), (top, d)
+        assert np.array_equal(fastloader.decode(bytes(record)), fastloader.decode(jpeg)), top
+        assert len(checked) >= 2
