@@ -212,3 +212,47 @@ def test_extreme_quant_tables_decode_as_the_jpeg_path(name: str, kernels: bool) 
             assert np.array_equal(fastloader.decode(bytes(record), size=size), want), (top, d)
         assert np.array_equal(fastloader.decode(bytes(record)), fastloader.decode(jpeg)), top
         assert len(checked) >= 2
+
+
+@pytest.fixture(scope="module")
+def large_datasets(tmp_path_factory: pytest.TempPathFactory):
+    """(JPEG dataset, its coeffs recode) of 120-134 x 160-164 pixel images: large enough for the
+    loader's small outputs to take 1/2, 1/4 and 1/8."""
+    from fastloader.pack.pipeline.recode import recode
+    from fastloader.pack.pipeline.tree import pack
+    from imagegen import make_tree
+
+    folder = tmp_path_factory.mktemp("scaled-loader")
+    tree = make_tree(folder / "tree", classes=2, per_class=4, size=(120, 160), seed=4)
+    pack(tree, folder / "jpeg.lmdb", workers=1, quiet=True)
+    recode(folder / "jpeg.lmdb", folder / "coeffs.lmdb")
+    return folder / "jpeg.lmdb", folder / "coeffs.lmdb"
+
+
+@pytest.mark.parametrize("size", [12, 8, 5], ids=["half", "quarter", "eighth"])
+def test_the_loader_over_records_scales_as_over_jpegs(large_datasets, size: int) -> None:
+    """FastLoader over a coeffs dataset, outputs small enough for DCT scaling (Resize(size) +
+    CenterCrop, RandomResizedCrop(size) + flip, float output): the JPEG dataset's batches."""
+    import torch
+
+    from fastloader import FastLoader, _core
+    from fastloader.decode.augment import (
+        CenterCrop,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        Resize,
+    )
+    from helpers import MEAN, STD, collect
+
+    want = {12: 2, 8: 4, 5: 8}[size]  # Resize(size) of the 120x160 ones
+    assert _core.dct_denominator((0, 0, 120, 160), (size, size * 4 // 3)) == want
+    src, dst = large_datasets
+    for transforms in ([Resize(size), CenterCrop(size)],
+                       [RandomResizedCrop(size, scale=(0.5, 1.0)), RandomHorizontalFlip()]):
+        options = {"batch_size": 3, "shuffle": True, "seed": 2, "transforms": transforms,
+                   "normalize": (MEAN, STD), "num_threads": 2}
+        with FastLoader(src, **options) as a, FastLoader(dst, **options) as b:
+            first, second = collect(a), collect(b)
+        assert len(first) == len(second) == 3
+        for (x, y), (u, v) in zip(first, second, strict=True):
+            assert torch.equal(y, v) and torch.equal(x, u)
