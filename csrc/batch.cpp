@@ -279,7 +279,7 @@ std::string BatchDecoder::decode_one(const Record &record, const CropBox &asked,
                                      const TileRef *tile, int slot, const DecodeOptions &options) {
     DecodeScratch &scratch = *scratch_[slot];
     if (coeffs::looks_like_record(record.data, record.size))
-        return coeffs::decode_into(record.data, record.size, asked, target, scratch.resizer);
+        return coeffs::decode_into(record.data, record.size, asked, target, scratch.resizer, options);
     const bool whole = asked.height == 0 && asked.width == 0;
     if (whole || tile == nullptr || tile->header == nullptr || is_untiled(tile->header))
         return decode_jpeg_into(record.data, record.size, asked, target, scratch, options);

@@ -81,9 +81,15 @@ struct View {
 std::string open_record(const uint8_t *data, size_t size, View &view);
 
 // Decodes crop of the record (height == width == 0: whole image), resized to the slot (Pillow
-// BILINEAR) and mirrored if asked, as decode_jpeg_into does a JPEG. Returns "" or the reason.
+// BILINEAR) and mirrored if asked, as decode_jpeg_into does a JPEG: at the DCT scale it takes
+// (options.dct_scaling, dct_denominator), with libjpeg-turbo's reduced IDCTs and upsampling, so
+// both give the same pixels. Returns "" or the reason.
 std::string decode_into(const uint8_t *data, size_t size, const CropBox &crop, const OutputSlot &out,
-                        RowResizer &resizer);
+                        RowResizer &resizer, const DecodeOptions &options);
+
+// Test seam: the whole record at 1/denom (1, 2, 4, 8) as libjpeg-turbo's scaled decode outputs
+// it (out: exactly its ceil(H / denom) x ceil(W / denom) pixels), not resampled.
+std::string decode_scaled(const uint8_t *data, size_t size, int denom, const OutputSlot &out, RowResizer &resizer);
 
 // Reconstruction kernels in use: true = AVX2 (chosen at first use when the CPU has it).
 bool simd_enabled();

@@ -43,23 +43,24 @@ AVX2 inline __m256i madd(__m256i p, int ca, int cb) {
   return _mm256_madd_epi16(p, _mm256_set1_epi32(int((uint32_t(uint16_t(cb)) << 16) | uint16_t(ca))));
 }
 
-// jidctint.c's 1-D ISLOW on 16-bit inputs (8 lanes), regrouped into pairwise products (the
-// integer sums are the same, so results equal the C code while nothing overflows 16/32 bits,
-// the same assumption libjpeg-turbo's SIMD makes). Outputs 8 int32 lanes before the descale.
+// jidctint.c's 1-D ISLOW on 16-bit inputs (8 lanes) as libjpeg-turbo's AVX2 kernel computes it:
+// in0 +- in4, z3 = in7 + in3 and z4 = in5 + in1 summed in 16 bits, every product a madd pair.
+// Outputs 8 int32 lanes before the descale.
 AVX2 inline void idct_1d16(const __m128i* v, __m256i* o, int fudge) {
-  __m256i p04 = pairs(v[0], v[4]), p26 = pairs(v[2], v[6]);
-  __m256i p71 = pairs(v[7], v[1]), p35 = pairs(v[3], v[5]);
+  __m256i p26 = pairs(v[2], v[6]), p71 = pairs(v[7], v[1]), p53 = pairs(v[5], v[3]);
+  __m256i pz = pairs(_mm_add_epi16(v[7], v[3]), _mm_add_epi16(v[5], v[1]));  // (z3, z4)
   __m256i f = _mm256_set1_epi32(fudge << 13);
-  __m256i tmp0 = _mm256_add_epi32(madd(p04, 8192, 8192), f);
-  __m256i tmp1 = _mm256_add_epi32(madd(p04, 8192, -8192), f);
+  __m256i tmp0 = _mm256_add_epi32(_mm256_slli_epi32(_mm256_cvtepi16_epi32(_mm_add_epi16(v[0], v[4])), 13), f);
+  __m256i tmp1 = _mm256_add_epi32(_mm256_slli_epi32(_mm256_cvtepi16_epi32(_mm_sub_epi16(v[0], v[4])), 13), f);
   __m256i tmp2 = madd(p26, 4433, -10704);
   __m256i tmp3 = madd(p26, 10703, 4433);
   __m256i tmp10 = _mm256_add_epi32(tmp0, tmp3), tmp13 = _mm256_sub_epi32(tmp0, tmp3);
   __m256i tmp11 = _mm256_add_epi32(tmp1, tmp2), tmp12 = _mm256_sub_epi32(tmp1, tmp2);
-  __m256i t0 = _mm256_add_epi32(madd(p71, -11363, 2260), madd(p35, -6436, 9633));
-  __m256i t1 = _mm256_add_epi32(madd(p71, 9633, 6437), madd(p35, -11362, 2261));
-  __m256i t2 = _mm256_add_epi32(madd(p71, -6436, 9633), madd(p35, -2259, -11362));
-  __m256i t3 = _mm256_add_epi32(madd(p71, 2260, 11363), madd(p35, 9633, 6437));
+  __m256i z3 = madd(pz, -6436, 9633), z4 = madd(pz, 9633, 6437);
+  __m256i t0 = _mm256_add_epi32(madd(p71, -4927, -7373), z3);
+  __m256i t1 = _mm256_add_epi32(madd(p53, -4176, -20995), z4);
+  __m256i t2 = _mm256_add_epi32(madd(p53, -20995, 4177), z3);
+  __m256i t3 = _mm256_add_epi32(madd(p71, -7373, 4926), z4);
   o[0] = _mm256_add_epi32(tmp10, t3);
   o[7] = _mm256_sub_epi32(tmp10, t3);
   o[1] = _mm256_add_epi32(tmp11, t2);
@@ -82,10 +83,17 @@ AVX2 void idct_avx2(const int16_t* coef, const uint16_t* quant, uint8_t* out, pt
   for (int i = 0; i < 8; i++)
     v[i] = _mm_mullo_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(coef + 8 * i)),
                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant + 8 * i)));
-  idct_1d16(v, o, 0);  // columns: lanes are columns, vectors are rows
-  const __m256i r1 = _mm256_set1_epi32(1 << 10);
-  #pragma GCC unroll 8
-  for (int i = 0; i < 8; i++) v[i] = to16(_mm256_srai_epi32(_mm256_add_epi32(o[i], r1), 11));
+  __m128i ac = _mm_loadu_si128(reinterpret_cast<const __m128i*>(coef + 8));
+  for (int i = 2; i < 8; i++) ac = _mm_or_si128(ac, _mm_loadu_si128(reinterpret_cast<const __m128i*>(coef + 8 * i)));
+  if (_mm_testz_si128(ac, ac)) {  // libjpeg-turbo's shortcut for DCs alone: DC << PASS1_BITS, 16 bits
+    const __m128i d = _mm_slli_epi16(v[0], 2);
+    for (int i = 0; i < 8; i++) v[i] = d;
+  } else {
+    idct_1d16(v, o, 0);  // columns: lanes are columns, vectors are rows
+    const __m256i r1 = _mm256_set1_epi32(1 << 10);
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) v[i] = to16(_mm256_srai_epi32(_mm256_add_epi32(o[i], r1), 11));
+  }
   transpose16(v);
   idct_1d16(v, o, 1 << 4);  // rows; DC fudge (1 << (PASS1_BITS + 2)) rounds the final shift
   #pragma GCC unroll 8
@@ -256,7 +264,7 @@ AVX2 void h1v2_avx2(const uint8_t* a, const uint8_t* b, int n, int bias, uint8_t
   for (; x < n; ++x) out[x] = uint8_t((3 * a[x] + b[x] + bias) >> 2);
 }
 
-const Kernels kAvx2{idct_avx2, ycc_rgb_avx2, h2v2_avx2, h2v1_avx2, h1v2_avx2};
+const Kernels kAvx2{idct_avx2, ycc_rgb_avx2, h2v2_avx2, h2v1_avx2, h1v2_avx2, idct4x4_avx2, idct2x2_avx2};
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // Coeffs record -> pixels: entropy-decodes only the segments a crop touches, reconstructs only
-// its blocks (plus the chroma context fancy upsampling reads), and streams its RGB rows into the
-// resizer, as decode_jpeg_into does for a JPEG.
+// its blocks (plus the chroma context fancy upsampling reads), at the DCT scale the JPEG path
+// takes for the crop and output, and streams its RGB rows into the resizer, as decode_jpeg_into
+// does for a JPEG.
 #include <algorithm>
 #include <memory>
 #include <new>
@@ -12,13 +13,13 @@ namespace fl::coeffs {
 namespace {
 
 // The part of one component a rectangle needs: samples [sx0, sx1] x [sy0, sy1] (inclusive),
-// reconstructed into a plane holding its blocks [bx0, bx1] x [by0, by1].
+// reconstructed into a plane holding its blocks [bx0, bx1] x [by0, by1] of bs x bs samples.
 struct Region {
-    int sx0, sx1, sy0, sy1, bx0, bx1, by0, by1;
+    int sx0, sx1, sy0, sy1, bx0, bx1, by0, by1, bs;
     ptrdiff_t stride;
     uint8_t *plane;
-    const uint8_t *row(int sy) const { return plane + (sy - by0 * 8) * stride; }
-    int col0() const { return bx0 * 8; }
+    const uint8_t *row(int sy) const { return plane + (sy - by0 * bs) * stride; }
+    int col0() const { return bx0 * bs; }
 };
 
 // Planes up to this size stay allocated between decodes (a 4k x 4k luma plane is 16 MiB).
@@ -39,30 +40,31 @@ Scratch &scratch() {
 }
 
 // Samples [lo, hi] of an axis a component at ratio r needs for output pixels [a, b): fancy
-// upsampling (r = 2) reads one sample beyond each side, replication (r > 2) none.
-void axis_need(int a, int b, int r, int real, int &lo, int &hi) {
+// upsampling (r = 2) reads one sample beyond each side, replication (r > 2, or unfancy) none.
+void axis_need(int a, int b, int r, bool fancy, int real, int &lo, int &hi) {
     if (r == 1) {
         lo = a;
         hi = std::min(b - 1, real - 1);
         return;
     }
-    const int pad = r == 2 ? 1 : 0;
+    const int pad = r == 2 && fancy ? 1 : 0;
     lo = std::max(0, a / r - pad);
     hi = std::min(real - 1, (b - 1) / r + pad);
 }
 
-void plan_regions(const Geometry &g, int xa, int xb, int ya, int yb, Region *regions, Scratch &s) {
-    for (int i = 0; i < g.ncomp; ++i) {
-        const Component &k = g.comps[i];
+void plan_regions(const Scaled &sc, int ncomp, int xa, int xb, int ya, int yb, Region *regions, Scratch &s) {
+    for (int i = 0; i < ncomp; ++i) {
+        const Sampling &k = sc.comps[i];
         Region &r = regions[i];
-        axis_need(xa, xb, k.rh, k.dw, r.sx0, r.sx1);
-        axis_need(ya, yb, k.rv, k.dh, r.sy0, r.sy1);
-        r.bx0 = r.sx0 >> 3;
-        r.bx1 = r.sx1 >> 3;
-        r.by0 = r.sy0 >> 3;
-        r.by1 = r.sy1 >> 3;
-        r.stride = ptrdiff_t(r.bx1 - r.bx0 + 1) * 8;
-        const size_t bytes = size_t(r.stride) * size_t(r.by1 - r.by0 + 1) * 8 + 64;  // SIMD slack
+        axis_need(xa, xb, k.rh, k.fancy, k.dw, r.sx0, r.sx1);
+        axis_need(ya, yb, k.rv, k.fancy, k.dh, r.sy0, r.sy1);
+        r.bs = k.bs;
+        r.bx0 = r.sx0 / k.bs;
+        r.bx1 = r.sx1 / k.bs;
+        r.by0 = r.sy0 / k.bs;
+        r.by1 = r.sy1 / k.bs;
+        r.stride = ptrdiff_t(r.bx1 - r.bx0 + 1) * k.bs;
+        const size_t bytes = size_t(r.stride) * size_t(r.by1 - r.by0 + 1) * k.bs + 64;  // SIMD slack
         if (s.capacity[i] < bytes) {
             s.planes[i].reset();
             s.capacity[i] = 0;
@@ -94,6 +96,8 @@ Span span_of(const Geometry &g, const Region *regions) {
 std::string reconstruct_row(const View &view, const Span &sp, int row, Region *regions, Scratch &s) {
     const Geometry &g = view.geo;
     const Kernels &kern = kernels();
+    Idct idct[kMaxComponents];
+    for (int ci = 0; ci < g.ncomp; ++ci) idct[ci] = idct_for(kern, regions[ci].bs);
     for (int seg = sp.mc0 / g.seg_mcus; seg <= sp.mc1 / g.seg_mcus; ++seg) {
         if (!decode_segment(view, row, seg, s.blocks.data()))
             return "coeffs record is damaged: segment " + std::to_string(seg) + " of MCU row " +
@@ -108,8 +112,8 @@ std::string reconstruct_row(const View &view, const Span &sp, int row, Region *r
                     for (int xx = 0; xx < k.h; ++xx, blk += 64) {
                         const int by = row * k.v + yy, bx = m * k.h + xx;
                         if (by < r.by0 || by > r.by1 || bx < r.bx0 || bx > r.bx1) continue;
-                        kern.idct(blk, k.quant, r.plane + (by - r.by0) * 8 * r.stride + (bx - r.bx0) * 8,
-                                  r.stride);
+                        idct[ci](blk, k.quant, r.plane + (by - r.by0) * r.bs * r.stride + (bx - r.bx0) * r.bs,
+                                 r.stride);
                     }
             }
     }
@@ -118,13 +122,13 @@ std::string reconstruct_row(const View &view, const Span &sp, int row, Region *r
 
 // The last output row every component has its samples for once MCU rows up to `row` are
 // reconstructed (fancy upsampling halved vertically reads one chroma row further down).
-int ready_until(const Geometry &g, const Region *regions, int row) {
+int ready_until(const Geometry &g, const Scaled &sc, const Region *regions, int row) {
     int ready = 1 << 30;
     for (int i = 0; i < g.ncomp; ++i) {
-        const Component &k = g.comps[i];
-        const int last = (row + 1) * k.v * 8 - 1;
+        const int rv = sc.comps[i].rv;
+        const int last = (row + 1) * g.comps[i].v * regions[i].bs - 1;
         if (last >= regions[i].sy1) continue;  // all the rows this component needs are in
-        ready = std::min(ready, k.rv == 1 ? last : k.rv == 2 ? 2 * last - 1 : (last + 1) * k.rv - 1);
+        ready = std::min(ready, rv == 1 ? last : rv == 2 ? 2 * last - 1 : (last + 1) * rv - 1);
     }
     return ready;
 }
@@ -132,19 +136,20 @@ int ready_until(const Geometry &g, const Region *regions, int row) {
 // Component i's samples at full resolution for output row y, columns [xa, xb): a pointer into
 // its plane, or its upsampled row in s.rows[i]. libjpeg's choices: fancy (triangle) filters for
 // h2v1, h1v2 and h2v2; plain replication for those 2 samples wide or less when halved
-// horizontally, and for every other integer ratio (int_upsample: 4:1:1 and the like).
-const uint8_t *full_row(const Component &k, const Region &r, int y, int xa, int xb, Scratch &s, int i) {
+// horizontally, for every other integer ratio (int_upsample: 4:1:1 and the like), and for all
+// of them at 1/8 scale (no fancy upsampling of 1x1 blocks).
+const uint8_t *full_row(const Sampling &k, const Region &r, int y, int xa, int xb, Scratch &s, int i) {
     const int n = xb - xa, col0 = r.col0();
     if (k.rh == 1 && k.rv == 1) return r.row(y) + (xa - col0);
     uint8_t *out = s.rows[i].data();
     const int c = y / k.rv;
     const uint8_t *a = r.row(c);
-    if (k.rv == 2 && k.rh == 1) {  // h1v2: 3:1 with the nearer neighbour row, +1 / +2 rounding
+    if (k.rv == 2 && k.rh == 1 && k.fancy) {  // h1v2: 3:1 with the nearer neighbour row, +1 / +2 rounding
         const int other = (y & 1) ? std::min(c + 1, k.dh - 1) : std::max(c - 1, 0);
         kernels().h1v2(a + (xa - col0), r.row(other) + (xa - col0), n, (y & 1) ? 2 : 1, out);
         return out;
     }
-    if (k.rh != 2 || k.rv > 2 || k.dw <= 2) {  // replication
+    if (k.rh != 2 || k.rv > 2 || k.dw <= 2 || !k.fancy) {  // replication
         for (int x = 0; x < n; ++x) out[x] = a[(xa + x) / k.rh - col0];
         return out;
     }
@@ -215,10 +220,37 @@ std::string check_crop(const Geometry &g, const CropBox &asked, CropBox &crop) {
     return {};
 }
 
+// Reconstructs the scaled pixels [xa, xb) x [ya, yb) MCU row by MCU row, each output row
+// coloured and pushed to the resizer as soon as its samples are in: the planes' rows are still
+// in cache when read again.
+std::string stream_rows(const View &view, const Scaled &sc, int xa, int xb, int ya, int yb,
+                        RowResizer &resizer, Scratch &s) {
+    const Geometry &g = view.geo;
+    Region regions[kMaxComponents];
+    plan_regions(sc, g.ncomp, xa, xb, ya, yb, regions, s);
+    for (int i = 0; i < g.ncomp; ++i) s.rows[i].resize(size_t(xb - xa) + 64);
+    s.cs.resize(size_t(g.width) + 64);  // at least every component's dw at any scale
+    s.blocks.resize(size_t(g.seg_mcus) * g.blocks_per_mcu * 64);
+    resizer.start(size_t(xb - xa) * 3, 0);
+    const Span sp = span_of(g, regions);
+    int y = ya;
+    for (int row = sp.mr0; row <= sp.mr1; ++row) {
+        if (std::string why = reconstruct_row(view, sp, row, regions, s); !why.empty()) return why;
+        const int until = row == sp.mr1 ? yb - 1 : std::min(yb - 1, ready_until(g, sc, regions, row));
+        for (; y <= until; ++y) {
+            const uint8_t *c[kMaxComponents] = {};
+            for (int i = 0; i < g.ncomp; ++i) c[i] = full_row(sc.comps[i], regions[i], y, xa, xb, s, i);
+            color_row(g, c, resizer.row_buffer(), xb - xa);
+            resizer.push_row();
+        }
+    }
+    return {};
+}
+
 }  // namespace
 
 std::string decode_into(const uint8_t *data, size_t size, const CropBox &asked, const OutputSlot &out,
-                        RowResizer &resizer) {
+                        RowResizer &resizer, const DecodeOptions &options) {
     if (out.height < 1 || out.width < 1) return "output size must be at least 1x1";
     // Records are decoded as stored; a turned view of one is refused rather than given unturned.
     if (out.orientation != 1) return "coeffs record: EXIF orientation is not supported for coeffs records";
@@ -227,37 +259,35 @@ std::string decode_into(const uint8_t *data, size_t size, const CropBox &asked, 
     const Geometry &g = view.geo;
     CropBox crop;
     if (std::string why = check_crop(g, asked, crop); !why.empty()) return why;
-    resizer.plan(crop.width, 0.0f, float(crop.width), crop.height, 0.0f, float(crop.height),
-                 ResizeTarget{out.data, out.height, out.width, out.row_stride, out.flip});
-    const int xa = crop.left, xb = crop.left + crop.width;
-    const int ya = crop.top + resizer.first_row(), yb = crop.top + resizer.end_row();
+    // The JPEG path's scale, window and resample (jpeg.cpp's decode_body), so both give one image.
+    const int denom = dct_denominator(crop, out, options);
+    const Scaled sc = scale_geometry(g, denom);
+    const AxisWindow xs = scaled_window(crop.left, crop.width, denom, sc.width);
+    const AxisWindow ys = scaled_window(crop.top, crop.height, denom, sc.height);
+    resizer.plan(xs.end - xs.first, xs.lo - xs.first, xs.hi - xs.first, ys.end - ys.first, ys.lo - ys.first,
+                 ys.hi - ys.first, ResizeTarget{out.data, out.height, out.width, out.row_stride, out.flip});
     Scratch &s = scratch();
-    Region regions[kMaxComponents];
-    plan_regions(g, xa, xb, ya, yb, regions, s);
-    for (int i = 0; i < g.ncomp; ++i) s.rows[i].resize(size_t(crop.width) + 64);
-    s.cs.resize(size_t(g.width) + 64);  // at least every component's dw
-    s.blocks.resize(size_t(g.seg_mcus) * g.blocks_per_mcu * 64);
-    resizer.start(size_t(crop.width) * 3, 0);
-    // MCU row by MCU row, each output row coloured as soon as its samples are in: the planes'
-    // rows are still in cache when read again.
-    const Span sp = span_of(g, regions);
-    int y = ya;
-    for (int row = sp.mr0; row <= sp.mr1; ++row) {
-        if (std::string why = reconstruct_row(view, sp, row, regions, s); !why.empty()) return why;
-        const int until = row == sp.mr1 ? yb - 1 : std::min(yb - 1, ready_until(g, regions, row));
-        for (; y <= until; ++y) {
-            const uint8_t *c[kMaxComponents] = {};
-            for (int i = 0; i < g.ncomp; ++i) c[i] = full_row(g.comps[i], regions[i], y, xa, xb, s, i);
-            color_row(g, c, resizer.row_buffer(), crop.width);
-            resizer.push_row();
-        }
-    }
+    std::string why = stream_rows(view, sc, xs.first, xs.end, ys.first + resizer.first_row(),
+                                  ys.first + resizer.end_row(), resizer, s);
     for (int i = 0; i < g.ncomp; ++i)  // a rare huge image's planes are not kept per thread
         if (s.capacity[i] > kKeptPlaneBytes) {
             s.planes[i].reset();
             s.capacity[i] = 0;
         }
-    return {};
+    return why;
+}
+
+std::string decode_scaled(const uint8_t *data, size_t size, int denom, const OutputSlot &out, RowResizer &resizer) {
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8) return "denom must be 1, 2, 4 or 8";
+    View view;
+    if (std::string why = open_record(data, size, view); !why.empty()) return why;
+    const Scaled sc = scale_geometry(view.geo, denom);
+    if (out.height != sc.height || out.width != sc.width)
+        return "out must be " + std::to_string(sc.height) + "x" + std::to_string(sc.width) + " (HxW) at 1/" +
+               std::to_string(denom);
+    resizer.plan(sc.width, 0.0f, float(sc.width), sc.height, 0.0f, float(sc.height),
+                 ResizeTarget{out.data, out.height, out.width, out.row_stride, out.flip});  // identity
+    return stream_rows(view, sc, 0, sc.width, resizer.first_row(), resizer.end_row(), resizer, scratch());
 }
 
 }  // namespace fl::coeffs

@@ -15,21 +15,26 @@ inline int32_t sub(int32_t a, int32_t b) { return int32_t(uint32_t(a) - uint32_t
 inline int32_t madd(int a, int b, int ca, int cb) { return add(a * ca, b * cb); }
 inline int sat16(int32_t v) { return std::clamp(v, -32768, 32767); }
 
-// jidctint.c's 1-D ISLOW regrouped into pairwise products, as the AVX2 kernel computes it, on
-// 8 lanes at once (v[k][lane] -> o[k][lane]): loops the compiler vectorises (SSE2, NEON).
+inline int32_t wrap16(int32_t v) { return int16_t(uint16_t(v)); }  // a 16-bit lane's add (paddw)
+
+// jidctint.c's 1-D ISLOW as libjpeg-turbo's AVX2 kernel computes it, on 8 lanes at once
+// (v[k][lane] -> o[k][lane]): in0 +- in4, z3 = in7 + in3 and z4 = in5 + in1 summed in 16 bits,
+// every product a pmaddwd pair of its constants (FIX(), 13 bits). Loops the compiler vectorises.
 void idct_lanes(const int32_t (*v)[8], int32_t (*o)[8], int fudge) {
     const int32_t f = fudge << 13;
     for (int l = 0; l < 8; ++l) {
-        const int32_t tmp0 = add(madd(v[0][l], v[4][l], 8192, 8192), f);
-        const int32_t tmp1 = add(madd(v[0][l], v[4][l], 8192, -8192), f);
+        const int32_t tmp0 = add(wrap16(v[0][l] + v[4][l]) * 8192, f);
+        const int32_t tmp1 = add(wrap16(v[0][l] - v[4][l]) * 8192, f);
         const int32_t tmp2 = madd(v[2][l], v[6][l], 4433, -10704);
         const int32_t tmp3 = madd(v[2][l], v[6][l], 10703, 4433);
         const int32_t tmp10 = add(tmp0, tmp3), tmp13 = sub(tmp0, tmp3);
         const int32_t tmp11 = add(tmp1, tmp2), tmp12 = sub(tmp1, tmp2);
-        const int32_t t0 = add(madd(v[7][l], v[1][l], -11363, 2260), madd(v[3][l], v[5][l], -6436, 9633));
-        const int32_t t1 = add(madd(v[7][l], v[1][l], 9633, 6437), madd(v[3][l], v[5][l], -11362, 2261));
-        const int32_t t2 = add(madd(v[7][l], v[1][l], -6436, 9633), madd(v[3][l], v[5][l], -2259, -11362));
-        const int32_t t3 = add(madd(v[7][l], v[1][l], 2260, 11363), madd(v[3][l], v[5][l], 9633, 6437));
+        const int z3 = wrap16(v[7][l] + v[3][l]), z4 = wrap16(v[5][l] + v[1][l]);
+        const int32_t z3p = madd(z3, z4, -6436, 9633), z4p = madd(z3, z4, 9633, 6437);
+        const int32_t t0 = add(madd(v[7][l], v[1][l], -4927, -7373), z3p);
+        const int32_t t1 = add(madd(v[5][l], v[3][l], -4176, -20995), z4p);
+        const int32_t t2 = add(madd(v[5][l], v[3][l], -20995, 4177), z3p);
+        const int32_t t3 = add(madd(v[7][l], v[1][l], -7373, 4926), z4p);
         o[0][l] = add(tmp10, t3);
         o[7][l] = sub(tmp10, t3);
         o[1][l] = add(tmp11, t2);
@@ -45,9 +50,16 @@ void idct_scalar(const int16_t *coef, const uint16_t *quant, uint8_t *out, ptrdi
     int32_t v[8][8], o[8][8], w[8][8];
     for (int r = 0; r < 8; ++r)  // v[row][column]: the column pass's lanes are columns
         for (int c = 0; c < 8; ++c) v[r][c] = int16_t(uint16_t(coef[8 * r + c] * quant[8 * r + c]));  // pmullw
-    idct_lanes(v, o, 0);
-    for (int r = 0; r < 8; ++r)  // w[column][row]: transposed, the row pass's lanes are rows
-        for (int c = 0; c < 8; ++c) w[c][r] = sat16(add(o[r][c], 1 << 10) >> 11);
+    int ac = 0;
+    for (int i = 8; i < 64; ++i) ac |= coef[i];
+    if (ac == 0) {  // the AVX2 kernel's shortcut for a block of DCs alone: DC << PASS1_BITS in 16 bits
+        for (int r = 0; r < 8; ++r)
+            for (int c = 0; c < 8; ++c) w[c][r] = int16_t(uint16_t(v[0][c]) << 2);
+    } else {
+        idct_lanes(v, o, 0);
+        for (int r = 0; r < 8; ++r)  // w[column][row]: transposed, the row pass's lanes are rows
+            for (int c = 0; c < 8; ++c) w[c][r] = sat16(add(o[r][c], 1 << 10) >> 11);
+    }
     idct_lanes(w, o, 1 << 4);  // the DC fudge rounds the final shift; o[x][row]
     for (int r = 0; r < 8; ++r)
         for (int x = 0; x < 8; ++x) out[r * stride + x] = uint8_t(std::clamp(o[x][r] >> 18, -128, 127) + 128);
@@ -93,7 +105,7 @@ void h1v2_scalar(const uint8_t *a, const uint8_t *b, int n, int bias, uint8_t *o
     for (int x = 0; x < n; ++x) out[x] = uint8_t((3 * a[x] + b[x] + bias) >> 2);
 }
 
-const Kernels kScalar{idct_scalar, ycc_rgb_scalar, h2v2_scalar, h2v1_scalar, h1v2_scalar};
+const Kernels kScalar{idct_scalar, ycc_rgb_scalar, h2v2_scalar, h2v1_scalar, h1v2_scalar, idct4x4, idct2x2};
 
 std::atomic<int> g_simd{-1};  // -1: not chosen yet
 

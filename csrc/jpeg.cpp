@@ -154,22 +154,6 @@ void set_output_color_space(j_decompress_ptr cinfo) {
     }
 }
 
-// Source interval [lo, hi) of one axis in scaled pixels, widened to whole pixels [first, end).
-struct AxisWindow {
-    float lo, hi;
-    int first, end;
-};
-
-AxisWindow scaled_window(int start, int length, int denom, JDIMENSION scaled_size) {
-    AxisWindow w;
-    w.lo = static_cast<float>(static_cast<double>(start) / denom);
-    w.hi = static_cast<float>(static_cast<double>(start + length) / denom);
-    w.first = static_cast<int>(std::floor(w.lo));
-    w.end = std::min(static_cast<int>(std::ceil(w.hi)), static_cast<int>(scaled_size));
-    if (w.end <= w.first) w.end = w.first + 1;
-    return w;
-}
-
 // Reads rows [row_begin, row_end) of the started decompressor into the resizer, which writes
 // out; RGB rows land in the resizer's own buffer, so nothing is copied before the first pass.
 void read_and_resample(j_decompress_ptr cinfo, int col0, int row_begin, int row_end, DecodeScratch &s) {
@@ -226,8 +210,8 @@ void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const
     set_output_color_space(cinfo);
     jpeg_start_decompress(cinfo);
 
-    const AxisWindow xs = scaled_window(crop.left, crop.width, denom, cinfo->output_width);
-    const AxisWindow ys = scaled_window(crop.top, crop.height, denom, cinfo->output_height);
+    const AxisWindow xs = scaled_window(crop.left, crop.width, denom, static_cast<int>(cinfo->output_width));
+    const AxisWindow ys = scaled_window(crop.top, crop.height, denom, static_cast<int>(cinfo->output_height));
     s.resizer.plan(xs.end - xs.first, xs.lo - xs.first, xs.hi - xs.first, ys.end - ys.first,
                    ys.lo - ys.first, ys.hi - ys.first,
                    ResizeTarget{out.data, out.height, out.width, out.row_stride, out.flip});
@@ -253,6 +237,16 @@ void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const
 }
 
 }  // namespace
+
+AxisWindow scaled_window(int start, int length, int denom, int scaled_size) {
+    AxisWindow w;
+    w.lo = static_cast<float>(static_cast<double>(start) / denom);
+    w.hi = static_cast<float>(static_cast<double>(start + length) / denom);
+    w.first = static_cast<int>(std::floor(w.lo));
+    w.end = std::min(static_cast<int>(std::ceil(w.hi)), scaled_size);
+    if (w.end <= w.first) w.end = w.first + 1;
+    return w;
+}
 
 int dct_denominator(const CropBox &crop, const OutputSlot &out, const DecodeOptions &options) {
     if (!transposes(out.orientation)) return choose_denominator(crop, out, options);

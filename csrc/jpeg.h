@@ -58,8 +58,18 @@ std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &heade
 bool looks_like_jpeg(const uint8_t *data, size_t size);
 
 // The DCT scale denominator (1, 2, 4 or 8) decode_jpeg_into uses for this non-empty stored crop
-// and output slot (its orientation considered); the restart-tile splice widens its context by it.
+// and output slot (its orientation considered); the restart-tile splice widens its context by it,
+// and coeffs records (coeffs.h) scale their reconstruction by it, so both paths give one image.
 int dct_denominator(const CropBox &crop, const OutputSlot &out, const DecodeOptions &options);
+
+// One axis of a stored crop in DCT-scaled pixels (libjpeg's output at 1/denom, scaled_size of
+// them): the source interval [lo, hi) the resizer maps onto the output, widened to the whole
+// pixels [first, end) that are decoded. denom 1 gives the crop itself.
+struct AxisWindow {
+    float lo, hi;
+    int first, end;
+};
+AxisWindow scaled_window(int start, int length, int denom, int scaled_size);
 
 // Decodes crop of the JPEG (a box of the image as out.orientation shows it), resized to the slot
 // (Pillow BILINEAR), turned by the orientation, then mirrored if asked.

@@ -38,3 +38,21 @@ def test_pack_rows_time_both_codecs_in_the_same_rounds(tmp_path: Path) -> None:
     rows = bench_codec.pack_rows(tree.parent, tmp_path, rounds=2)
     assert len(rows["pack jpeg s"]) == len(rows["pack coeffs s"]) == 2
     assert all(r > 0 for r in rows["coeffs/jpeg files/s, same round"])
+
+
+def test_scaled_rows_measure_agreement_and_speed() -> None:
+    """benchmarks/bench_codec_scaled.py: every denominator's agreement row, and speed rows whose
+    decodes the JPEG path scales (records now equal to it: MAE 0 after)."""
+    bench_scaled = pytest.importorskip("bench_codec_scaled")
+    from fastloader.decode import coeffs
+
+    jpegs = [encode(photo_like(340 + 9 * k, 460 + 5 * k, seed=k), "JPEG", "RGB", quality=90)
+             for k in range(3)]
+    rows = bench_scaled.agreement(jpegs, [coeffs.encode(j) for j in jpegs])
+    for d in (2, 4, 8):
+        assert rows[f"1/{d} after"]["crops"] == 3
+        assert rows[f"1/{d} after"]["max |diff|"] == 0
+    speed = bench_scaled.speed(bench_scaled.workloads(jpegs, {"big": jpegs[:1]}), rounds=2)
+    for size, d in ((56, 2), (28, 4), (14, 8)):  # 340-358 pixels high: 3d x size <= 336
+        assert speed[f"tree whole -> {size}x{size}"]["denominators"] == {d: 3}
+    assert all(row["jpeg ms"] > 0 and row["coeffs ms"] > 0 for row in speed.values())

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import fastloader
+from codec_corpus import corpus, kernel_set
 from fastloader.decode import coeffs
 from fastloader.errors import DecodeError
 from imagegen import encode, photo_like
@@ -13,69 +14,14 @@ from jpeg_writer import first_scans, write_jpeg
 
 pytestmark = pytest.mark.native
 
-SIZES = ((1, 1), (2, 2), (5, 3), (7, 13), (17, 33), (37, 53), (64, 48), (3, 300), (121, 161))
-# Pillow's encoder: (name, mode, save options).
-PILLOW_KINDS = (
-    ("444", "RGB", {"subsampling": 0}),
-    ("422", "RGB", {"subsampling": 1}),
-    ("420", "RGB", {"subsampling": 2}),
-    ("grey", "L", {}),
-    ("rgb", "RGB", {"subsampling": 0, "keep_rgb": True}),
-    ("prog420", "RGB", {"progressive": True}),
-    ("prog444", "RGB", {"progressive": True, "subsampling": 0}),
-    ("proggrey", "L", {"progressive": True}),
-    ("rst420", "RGB", {"restart_marker_blocks": 2}),
-    ("rstrows422", "RGB", {"restart_marker_rows": 1, "subsampling": 1}),
-    ("cmyk444", "CMYK", {"subsampling": 0}),
-    ("cmyk420", "CMYK", {"subsampling": 2}),
-    ("progcmyk", "CMYK", {"progressive": True, "subsampling": 1}),
-)
-# jpeg_writer's factor sets: what Pillow cannot write.
-WRITER_KINDS = (
-    ("440", ((1, 2), (1, 1), (1, 1))),
-    ("411", ((4, 1), (1, 1), (1, 1))),
-    ("410", ((4, 2), (1, 1), (1, 1))),
-    ("h3", ((3, 1), (1, 1), (1, 1))),
-    ("v4", ((1, 4), (1, 2), (1, 1))),
-    ("mixed", ((2, 2), (1, 2), (2, 1))),
-    ("422v2", ((2, 2), (2, 1), (2, 1))),
-    ("chroma-full", ((1, 1), (1, 1), (1, 1))),
-)
-
-
-def _corpus() -> list[tuple[str, bytes]]:
-    items = []
-    for height, width in SIZES:
-        pixels = photo_like(height, width, seed=height * 7 + width)
-        for name, mode, options in PILLOW_KINDS:
-            items.append((f"{name}-{height}x{width}",
-                          encode(pixels, "JPEG", mode, quality=90, **options)))
-        for name, factors in WRITER_KINDS:
-            items.append((f"{name}-{height}x{width}", write_jpeg(pixels, factors)))
-            items.append((f"rst1-{name}-{height}x{width}", write_jpeg(pixels, factors, restart=1)))
-        items.append((f"wgrey-rst3-{height}x{width}", write_jpeg(pixels[..., 1], restart=3)))
-        cmyk = np.concatenate([pixels, pixels[..., 1:2]], axis=2)
-        for ycck in (False, True):
-            items.append((f"w{'ycck' if ycck else 'cmyk'}-{height}x{width}",
-                          write_jpeg(cmyk, ((2, 2), (1, 1), (1, 2), (2, 1)), ycck=ycck,
-                                     restart=2)))
-    return items
-
-
-CORPUS = _corpus()
+CORPUS = corpus()
 
 
 @pytest.fixture(params=[True, False], ids=["avx2", "scalar"])
 def kernels(request: pytest.FixtureRequest):
     """Runs a test with the AVX2 kernels (where the CPU has them) and with the scalar ones."""
-    from fastloader import _core
-
-    old = _core.coeffs_set_simd(request.param)
-    if request.param and not _core.coeffs_simd():
-        _core.coeffs_set_simd(old)
-        pytest.skip("this CPU has no AVX2: only the scalar kernels run")
-    yield request.param
-    _core.coeffs_set_simd(old)
+    with kernel_set(request.param) as avx2:
+        yield avx2
 
 
 @pytest.mark.parametrize("name,data", CORPUS, ids=[n for n, _ in CORPUS])
@@ -123,21 +69,22 @@ def test_crops_at_every_edge_equal_the_jpeg_path(name: str, data: bytes, kernels
             assert np.array_equal(got, fastloader.decode(data, crop=crop, flip=flip)), (name, crop)
 
 
-def _jpeg_unscaled(data: bytes, crop, size, flip: bool) -> np.ndarray:
+def _unscaled(data: bytes, crop, size, flip: bool) -> np.ndarray:
+    """A decode at full DCT size then resampled, whichever path the bytes take."""
     from fastloader import _core
 
     out = np.empty((*size, 3), np.uint8)
-    assert _core.decode_into(data, crop, flip, out, dct_scaling=False) is None
+    if coeffs.is_coeffs(data):
+        assert _core.coeffs_decode_into(data, crop, flip, out, dct_scaling=False) is None
+    else:
+        assert _core.decode_into(data, crop, flip, out, dct_scaling=False) is None
     return out
 
 
 @pytest.mark.parametrize("name,data", CROP_CASES[::2], ids=[n for n, _ in CROP_CASES[::2]])
 def test_resized_crops_follow_the_jpeg_path(name: str, data: bytes) -> None:
-    """Bit-exact with the JPEG path at full DCT size; within MAE 1 of its DCT-scaled decodes
-    only where those stay close to Pillow (a record always decodes at full size, then resamples,
-    so it is nearer Pillow than a scaled IDCT: asserted against Pillow itself)."""
-    from helpers import pillow_reference
-
+    """Resized crops, DCT-scaled where the JPEG path scales (test_codec_scaled.py covers every
+    denominator) or not, and with DCT scaling off: bit-exact with the JPEG path either way."""
     record = coeffs.encode(data)
     hdr = fastloader.header(data)
     rng = np.random.default_rng(7)
@@ -145,11 +92,10 @@ def test_resized_crops_follow_the_jpeg_path(name: str, data: bytes) -> None:
         size = (int(rng.integers(1, 70)), int(rng.integers(1, 70)))
         flip = bool(rng.integers(0, 2))
         got = fastloader.decode(record, crop=crop, size=size, flip=flip)
-        assert np.array_equal(got, _jpeg_unscaled(data, crop, size, flip)), (name, crop, size)
-        jpeg = fastloader.decode(data, crop=crop, size=size, flip=flip).astype(np.int32)
-        pillow = pillow_reference(data, crop=crop, size=size, flip=flip).astype(np.int32)
-        ours = np.abs(got.astype(np.int32) - pillow).mean()
-        assert ours <= max(1.0, np.abs(jpeg - pillow).mean()), (name, crop, size)
+        want = fastloader.decode(data, crop=crop, size=size, flip=flip)
+        assert np.array_equal(got, want), (name, crop, size)
+        unscaled = _unscaled(record, crop, size, flip)
+        assert np.array_equal(unscaled, _unscaled(data, crop, size, flip)), (name, crop, size)
 
 
 def test_what_records_do_not_hold_is_refused_with_the_fix() -> None:

@@ -23,7 +23,7 @@ CHILD = textwrap.dedent(
     from jpeg_writer import write_jpeg
     from fastloader.decode import coeffs
     from fastloader.decode.decode import BatchDecoder, decode
-    from fastloader.errors import DecodeError
+    from fastloader.errors import DecodeError, InvalidArgumentError
 
     rng = np.random.default_rng(int(sys.argv[2]))
     count = int(sys.argv[3])
@@ -65,22 +65,36 @@ CHILD = textwrap.dedent(
 
     records = [mutate(bases[i % len(bases)]) for i in range(count)]
     decoded = failed = 0
+    calls = (  # each tried on its own, so a damaged record reaches every path
+        lambda d: decode(d),
+        lambda d: decode(d, crop=(1, 2, 9, 11), size=(5, 7), flip=True),
+        lambda d: decode(d, size=(1, 1)),  # DCT-scaled: 1/8, 1/4, 1/2 as the sizes allow
+        lambda d: decode(d, size=(2, 3), flip=True),
+        lambda d: decode(d, size=(5, 6)),
+        lambda d: decode(d, crop=(3, 2, 18, 19), size=(3, 3)),
+    )
     for data in records[: count // 4]:
-        try:
-            decode(data)
-            decode(data, crop=(1, 2, 9, 11), size=(5, 7), flip=True)
-            decoded += 1
-        except DecodeError:
-            failed += 1
+        ok = True
+        for call in calls:
+            try:
+                call(data)
+            except (DecodeError, InvalidArgumentError):  # the latter: a crop outside a damaged size
+                ok = False
+        decoded += ok
+        failed += not ok
     batch = records[count // 4 :]
     out = np.empty((len(batch), 16, 16, 3), np.uint8)
     crops = np.tile(np.array([[2, 3, 20, 30]], np.int32), (len(batch), 1))
     crops[::3] = 0  # whole image for every third record
     flips = np.arange(len(batch)) % 2 == 0
+    small = np.empty((len(batch), 2, 3, 3), np.uint8)  # whole images scaled 1/2 to 1/8
     with BatchDecoder(num_threads=2) as decoder:
         for start in range(0, len(batch), 64):
             sl = slice(start, start + 64)
+            scaled = decoder.decode_into(batch[sl], crops[sl] * 0, flips[sl], small[sl])
             errors = decoder.decode_into(batch[sl], crops[sl], flips[sl], out[sl])
+            for k, error in enumerate(scaled):
+                assert error is None or (isinstance(error, str) and not small[start + k].any())
             for k, error in enumerate(errors):
                 if error is None:
                     decoded += 1

@@ -1,7 +1,9 @@
 // ASan + UBSan run of the coeffs codec (issue 30): encodes each JPEG given, checks a full decode
-// with the AVX2 and the scalar kernels agree, encodes mutated JPEGs (header and EXIF damage
+// and whole decodes at 1/2, 1/4, 1/8 with the AVX2 and the scalar kernels agree, encodes mutated JPEGs (header and EXIF damage
 // included), then decodes thousands of mutated and truncated records (full, cropped, resized,
-// flipped). Any memory or UB error aborts the run.
+// flipped, DCT-scaled where the JPEG path would scale), and whole records at 1/2, 1/4, 1/8. Any
+// memory or UB error aborts the run.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -19,7 +21,16 @@ static std::string decode(const std::vector<uint8_t> &rec, fl::CropBox crop, int
     out.assign(size_t(h) * w * 3, 0);
     fl::RowResizer resizer;
     fl::OutputSlot slot{out.data(), h, w, std::ptrdiff_t(w) * 3, flip};
-    return decode_into(rec.data(), rec.size(), crop, slot, resizer);
+    return decode_into(rec.data(), rec.size(), crop, slot, resizer, fl::DecodeOptions{});
+}
+
+// The whole record at 1/denom, not resampled (the size a damaged header says, bounded).
+static std::string decode_scaled(const std::vector<uint8_t> &rec, int denom, int h, int w, std::vector<uint8_t> &out) {
+    const int sh = std::min((h + denom - 1) / denom, 2048), sw = std::min((w + denom - 1) / denom, 2048);
+    out.assign(size_t(sh) * sw * 3, 0);
+    fl::RowResizer resizer;
+    fl::OutputSlot slot{out.data(), sh, sw, std::ptrdiff_t(sw) * 3, false};
+    return fl::coeffs::decode_scaled(rec.data(), rec.size(), denom, slot, resizer);
 }
 
 int main(int argc, char **argv) {
@@ -42,6 +53,14 @@ int main(int argc, char **argv) {
         decode(rec, {}, H, W, false, x);
         fl::coeffs::set_simd(false);
         decode(rec, {}, H, W, false, y);
+        fl::coeffs::set_simd(true);
+        for (int denom : {2, 4, 8}) {  // and at each DCT scale (the reduced IDCTs)
+            if (x != y) break;
+            fl::coeffs::set_simd(true);
+            decode_scaled(rec, denom, H, W, x);
+            fl::coeffs::set_simd(false);
+            decode_scaled(rec, denom, H, W, y);
+        }
         fl::coeffs::set_simd(true);
         if (x != y) {
             std::printf("%s: AVX2 and scalar differ\n", argv[a]);
@@ -70,9 +89,11 @@ int main(int argc, char **argv) {
                 crop.height = 1 + int(rng() % (H - crop.top));
                 crop.width = 1 + int(rng() % (W - crop.left));
             }
-            const int oh = whole ? H : 1 + int(rng() % 40), ow = whole ? W : 1 + int(rng() % 40);
+            const bool full = whole && r % 2 == 0;  // else a small output: DCT-scaled where large enough
+            const int oh = full ? H : 1 + int(rng() % 40), ow = full ? W : 1 + int(rng() % 40);
             std::string e = decode(m, crop, std::min(oh, 2048), std::min(ow, 2048), r % 2, x);
             (e.empty() ? decoded : failed)++;
+            if (r % 4 == 1) (decode_scaled(m, 2 << (r % 3), H, W, x).empty() ? decoded : failed)++;
             if (r % 8 == 0) {  // and back to JPEG (record_to_jpeg decodes every segment)
                 std::vector<uint8_t> j;
                 fl::coeffs::record_to_jpeg(m.data(), m.size(), j);

@@ -1,7 +1,8 @@
 """Coeffs records (issue 30): a JPEG's quantized coefficients, stored for fast, crop-aware decoding.
 
 A record starts with the magic b"FLCOEF" and a version byte (the layout is csrc/coeffs.h's).
-Decoding one gives the bits `decode()` gives the JPEG it came from; it needs the native
+Decoding one gives the bits `decode()` gives the JPEG it came from (at the DCT scale the JPEG
+path takes for a large crop and small output, too); it needs the native
 extension (there is no Pillow path for these records: repack with `--codec jpeg` to use one).
 """
 
@@ -115,7 +116,8 @@ def orientation(data: Any) -> int:
 
 def decode_record(data: Any, box: tuple[int, int, int, int] | None,
                   size: tuple[int, int] | None, flip: bool) -> np.ndarray:
-    """Decode a coeffs record, cropped to box, resized to size and mirrored (decode()'s rules)."""
+    """Decode a coeffs record, cropped to box, resized to size and mirrored (decode()'s rules,
+    DCT scaling included)."""
     core = _core()
     hdr = header(data)
     full = box or (0, 0, hdr.height, hdr.width)
