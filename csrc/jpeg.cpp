@@ -187,6 +187,36 @@ bool block_smoothing(j_decompress_ptr cinfo) {
 
 // Spare columns each side of the crop, in scaled pixels: two for fancy upsampling, and with
 // block smoothing two more iMCUs (the widest component's neighbour blocks) as well.
+// libjpeg-turbo before 3.0.0 sets a component's width after jpeg_crop_scanline as if its IDCT
+// had the luma's scaled size (fixed upstream in 3.0.0, "Fix calc w/sclg + 2x4,4x2 samp"). A
+// scaled decode can give chroma a larger IDCT than luma to save upsampling (4:1:0 at 1/2 or
+// 1/4); where such a component is still upsampled, its cropped columns come out wrong (MAE
+// 1.8 on 4:1:0, measured on 2.1.5). Those decodes keep the whole width; others crop.
+bool crops_columns_right(j_decompress_ptr cinfo) {
+#if LIBJPEG_TURBO_VERSION_NUMBER >= 3000000
+    (void)cinfo;
+    return true;
+#else
+#if JPEG_LIB_VERSION >= 70
+    const int min_size = cinfo->min_DCT_h_scaled_size;
+#else
+    const int min_size = cinfo->min_DCT_scaled_size;
+#endif
+    for (int ci = 0; ci < cinfo->num_components; ++ci) {
+        const jpeg_component_info &c = cinfo->comp_info[ci];
+#if JPEG_LIB_VERSION >= 70
+        const int size = c.DCT_h_scaled_size;
+#else
+        const int size = c.DCT_scaled_size;
+#endif
+        const bool upsampled = c.h_samp_factor * size != cinfo->max_h_samp_factor * min_size ||
+                               c.v_samp_factor * size != cinfo->max_v_samp_factor * min_size;
+        if (size != min_size && upsampled) return false;
+    }
+    return true;
+#endif
+}
+
 int column_pad(j_decompress_ptr cinfo, int denom) {
     if (!block_smoothing(cinfo)) return kColumnPad;
     return kColumnPad + 2 * cinfo->max_h_samp_factor * (DCTSIZE / denom);
@@ -224,7 +254,10 @@ void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const
     const int pad_end = std::min(static_cast<int>(cinfo->output_width), xs.end + pad);
     JDIMENSION xoffset = static_cast<JDIMENSION>(pad_first);
     JDIMENSION width = static_cast<JDIMENSION>(pad_end - pad_first);
-    if (width < cinfo->output_width) jpeg_crop_scanline(cinfo, &xoffset, &width);
+    if (width < cinfo->output_width && crops_columns_right(cinfo))
+        jpeg_crop_scanline(cinfo, &xoffset, &width);
+    else
+        xoffset = 0;
     const int col0 = xs.first - static_cast<int>(xoffset);
 
     // Rows above the crop are entropy-decoded but not IDCT'd, colour-converted or upsampled.

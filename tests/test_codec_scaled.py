@@ -15,14 +15,6 @@ from fastloader.decode import coeffs
 pytestmark = pytest.mark.native
 
 DENOMINATORS = (2, 4, 8)
-# Sampling where libjpeg scales a chroma component's IDCT up yet still upsamples it 2:1 (4x2
-# luma: chroma at twice the luma block size, h2v1). libjpeg-turbo before 3.0.0 gives such a
-# component the wrong width in jpeg_crop_scanline (its commit 3a536273, "Fix calc w/sclg + 2x4,4x2
-# samp"), so the JPEG path's column-cropped scaled decodes of these files are off there (by up to
-# 53 levels, MAE 1.8, measured on 2.1.5); records give the whole-width pixels, which equal
-# libjpeg-turbo 3.x's (test_scaled_reconstruction_is_libjpeg_turbos). Compared with the JPEG
-# path at whole width only on such a libjpeg.
-CROP_SCANLINE_BUG = {"410"}
 # Odd and MCU-aligned sizes big enough for 1/8 (24 pixels a side at least); 1-pixel and
 # other tiny images never scale (test_codec_exact.py has them).
 SIZES = ((37, 53), (64, 48), (121, 161), (30, 250))
@@ -70,13 +62,6 @@ def _unscaled(data: bytes, crop, size, flip: bool) -> np.ndarray:
     return out
 
 
-def _old_crop_scanline(name: str, d: int) -> bool:
-    from fastloader import _core
-
-    kind = name.removeprefix("rst1-").split("-")[0]
-    return kind in CROP_SCANLINE_BUG and d < 8 and _core.libjpeg_turbo_version < 3000000
-
-
 @pytest.mark.parametrize("name,data", CASES, ids=[n for n, _ in CASES])
 def test_scaled_decodes_equal_the_jpeg_path(name: str, data: bytes, kernels: bool) -> None:
     from fastloader import _core
@@ -89,8 +74,6 @@ def test_scaled_decodes_equal_the_jpeg_path(name: str, data: bytes, kernels: boo
         for crop in _crops(hdr.height, hdr.width, d, rng):
             size = _size_for(crop, d, rng)
             assert _core.dct_denominator(crop, size) == d  # the seam decode_into takes it from
-            if crop[3] < hdr.width and _old_crop_scanline(name, d):
-                continue
             for flip in (False, True):
                 want = fastloader.decode(data, crop=crop, size=size, flip=flip)
                 got = fastloader.decode(record, crop=crop, size=size, flip=flip)
@@ -134,8 +117,7 @@ def test_scaled_reconstruction_is_libjpeg_turbos(name: str, data: bytes) -> None
 
 def test_the_batch_decoder_scales_records_as_jpegs() -> None:
     """The loader's path (BatchDecoder, threads, mixed crops) takes the same scale for both."""
-    jpegs = [data for name, data in CASES if name.endswith("121x161")
-             and not _old_crop_scanline(name, 2)][::3]
+    jpegs = [data for name, data in CASES if name.endswith("121x161")][::3]
     records = [coeffs.encode(j) for j in jpegs]
     n = len(jpegs)
     crops = np.array([[0, 0, 0, 0], [10, 20, 96, 120], [0, 0, 121, 72], [3, 5, 48, 150]] * n,
