@@ -185,14 +185,15 @@ def test_the_loader_gives_the_batches_of_the_soundfile_path(
     pack([{"audio": d, "text": f"t{i}"} for i, d in enumerate(datas)], root,
          fields={"audio": "audio", "text": "text"})
 
-    def batches() -> list[Any]:
+    def batches(backend: str) -> list[Any]:
         with FastLoader(root, batch_size=3, device="cpu", fields=["audio", "text"],
                         audio=Audio(**audio)) as loader:
+            assert loader.stats().backend == backend
             return [(w.numpy(), n.numpy()) for (w, n), _ in loader]
 
-    ours = batches()
+    ours = batches("native")
     monkeypatch.setattr(audio_native, "core", lambda: None)  # every clip through soundfile
-    theirs = batches()
+    theirs = batches("soundfile")
     assert len(ours) == len(theirs) == 3
     for (wave, lengths), (want, want_lengths) in zip(ours, theirs, strict=True):
         assert np.array_equal(lengths, want_lengths)
