@@ -128,9 +128,11 @@ public:
         }
     }
 
-    // n Rice-coded values of parameter k (<= 30), zigzag-decoded, into dst. The reader's
-    // state lives in locals here (dst's int32 stores could alias the members otherwise).
-    void rice(int32_t *dst, int64_t n, int k) {
+    // n Rice-coded values of parameter k (<= 30), zigzag-decoded, handed to put in turn (a
+    // predictor: decoding and prediction in one loop, so their two dependency chains overlap).
+    // The reader's state lives in locals here (put's int32 stores could alias the members).
+    template <typename Put>
+    void rice(int64_t n, int k, Put &put) {
         uint64_t cache = cache_;
         int count = count_;
         const uint8_t *p = p_;
@@ -156,7 +158,7 @@ public:
                 cache = cache_, count = count_, p = p_;
                 if (overrun()) break;
             }
-            dst[i] = static_cast<int32_t>((u >> 1) ^ (0u - (u & 1)));
+            put(static_cast<int32_t>((u >> 1) ^ (0u - (u & 1))));
         }
         cache_ = cache, count_ = count, p_ = p;
     }
@@ -348,66 +350,118 @@ Header seek_frame(const uint8_t *data, size_t size, const StreamInfo &si, uint64
     }
 }
 
-bool fixed_predict(int32_t *s, int64_t n, int order) {
-    for (int64_t i = order; i < n; i++) {
-        int64_t p;
-        switch (order) {
-        case 0: p = 0; break;
-        case 1: p = s[i - 1]; break;
-        case 2: p = 2 * static_cast<int64_t>(s[i - 1]) - s[i - 2]; break;
-        case 3: p = 3 * (static_cast<int64_t>(s[i - 1]) - s[i - 2]) + s[i - 3]; break;
-        default:
+// Predictors: each takes the residuals in order and writes s[i] = residual + prediction.
+// FIXED (orders 0-4) in 64-bit arithmetic.
+template <int Order>
+struct Fixed {
+    int32_t *s;
+    int64_t i = Order;
+    void operator()(int32_t r) {
+        int64_t p = 0;
+        if constexpr (Order == 1) p = s[i - 1];
+        if constexpr (Order == 2) p = 2 * static_cast<int64_t>(s[i - 1]) - s[i - 2];
+        if constexpr (Order == 3) p = 3 * (static_cast<int64_t>(s[i - 1]) - s[i - 2]) + s[i - 3];
+        if constexpr (Order == 4)
             p = 4 * (static_cast<int64_t>(s[i - 1]) + s[i - 3]) - 6 * static_cast<int64_t>(s[i - 2]) - s[i - 4];
-        }
-        s[i] = static_cast<int32_t>(p + s[i]);
+        s[i] = static_cast<int32_t>(p + r);
+        i++;
     }
-    return true;
-}
+};
 
-// One LPC order's prediction, unrolled at compile time. Acc uint32_t: a 32-bit sum (it wraps
-// where a 64-bit one would not only on streams that break the spec's bound, checked by the
-// caller); int64_t otherwise.
+// LPC of one order, unrolled at compile time. Acc uint32_t: a 32-bit sum, used where the
+// spec's bound says it cannot overflow (it wraps, never UB, on streams that break it);
+// int64_t otherwise. The newest sample stays in a register and its product is added last, so
+// one sample's chain to the next is a multiply, two adds and a shift.
 template <int Order, typename Acc>
-void lpc_order(int32_t *s, int64_t n, const int32_t *coef, int shift) {
+struct Lpc {
+    int32_t *s;
+    int shift;
     Acc c[Order];
-    for (int j = 0; j < Order; j++) c[j] = static_cast<Acc>(coef[j]);
-    // The newest sample stays in a register and its product is added last, so one sample's
-    // chain to the next is a multiply, two adds and a shift (not a store and reload).
-    Acc prev = static_cast<Acc>(s[Order - 1]);
-    for (int64_t i = Order; i < n; i++) {
+    Acc prev;
+    int64_t i = Order;
+    Lpc(int32_t *samples, const int32_t *coef, int sh) : s(samples), shift(sh) {
+        for (int j = 0; j < Order; j++) c[j] = static_cast<Acc>(coef[j]);
+        prev = static_cast<Acc>(s[Order - 1]);
+    }
+    void operator()(int32_t r) {
         Acc sum = 0;
         for (int j = Order - 1; j >= 1; j--) sum += c[j] * static_cast<Acc>(s[i - 1 - j]);
         sum += c[0] * prev;
         int32_t v;
         if constexpr (sizeof(Acc) == 4) {
-            v = static_cast<int32_t>(static_cast<uint32_t>(s[i]) +
+            v = static_cast<int32_t>(static_cast<uint32_t>(r) +
                                      static_cast<uint32_t>(static_cast<int32_t>(sum) >> shift));
         } else {
-            v = static_cast<int32_t>(s[i] + (sum >> shift));
+            v = static_cast<int32_t>(r + (sum >> shift));
         }
-        s[i] = v;
+        s[i++] = v;
         prev = static_cast<Acc>(v);
     }
+};
+
+// The residual of a subframe of n samples after `order` warm-up samples, each handed to put.
+template <typename Put>
+std::string residual(BitReader &br, int64_t n, int order, Put &put) {
+    const uint32_t method = br.bits(2);
+    if (method > 1) return "a residual of the reserved coding method " + std::to_string(method);
+    const int pbits = method ? 5 : 4;
+    const uint32_t escape = method ? 31 : 15;
+    const int porder = static_cast<int>(br.bits(4));
+    const int64_t per = n >> porder;
+    if ((per << porder) != n || per < order) return "a residual's partitions do not fit its block";
+    for (int64_t p = 0; p < (int64_t{1} << porder); p++) {
+        const int64_t count = per - (p == 0 ? order : 0);
+        const uint32_t k = br.bits(pbits);
+        if (k == escape) {
+            const int raw = static_cast<int>(br.bits(5));
+            for (int64_t i = 0; i < count; i++) put(raw ? br.sbits(raw) : 0);
+        } else {
+            br.rice(count, static_cast<int>(k), put);
+        }
+        if (br.overrun()) return "a residual runs past the clip's end";
+    }
+    return {};
 }
+
+template <int Order>
+std::string fixed_subframe(BitReader &br, int32_t *s, int64_t n) {
+    Fixed<Order> put{s};
+    return residual(br, n, Order, put);
+}
+
+template <int Order, typename Acc>
+std::string lpc_subframe(BitReader &br, int32_t *s, int64_t n, const int32_t *coef, int shift) {
+    Lpc<Order, Acc> put(s, coef, shift);
+    return residual(br, n, Order, put);
+}
+
+using LpcFn = std::string (*)(BitReader &, int32_t *, int64_t, const int32_t *, int);
 
 template <typename Acc, int... Orders>
-void lpc_dispatch(int32_t *s, int64_t n, const int32_t *coef, int order, int shift,
-                  std::integer_sequence<int, Orders...>) {
-    using Fn = void (*)(int32_t *, int64_t, const int32_t *, int);
-    static constexpr Fn table[] = {&lpc_order<Orders + 1, Acc>...};
-    table[order - 1](s, n, coef, shift);
+LpcFn lpc_for(int order, std::integer_sequence<int, Orders...>) {
+    static constexpr LpcFn table[] = {&lpc_subframe<Orders + 1, Acc>...};
+    return table[order - 1];
 }
 
-// s[i] += the prediction of its `order` predecessors: a 32-bit sum where the spec's bound
-// (sample bits + coefficient precision + log2(order) <= 32) says it cannot overflow.
-void lpc_predict(int32_t *s, int64_t n, const int32_t *coef, int order, int shift, int bits,
-                 int precision) {
+// An LPC subframe's residual and prediction: a 32-bit sum where the spec's bound (sample bits +
+// coefficient precision + log2(order) <= 32) says it cannot overflow.
+std::string lpc(BitReader &br, int32_t *s, int64_t n, const int32_t *coef, int order, int shift,
+                int bits, int precision) {
     int log2 = 0;
     while ((1 << log2) < order) log2++;
-    if (bits + precision + log2 <= 32) {
-        lpc_dispatch<uint32_t>(s, n, coef, order, shift, std::make_integer_sequence<int, 32>{});
-    } else {
-        lpc_dispatch<int64_t>(s, n, coef, order, shift, std::make_integer_sequence<int, 32>{});
+    const auto orders = std::make_integer_sequence<int, 32>{};
+    const LpcFn fn = bits + precision + log2 <= 32 ? lpc_for<uint32_t>(order, orders)
+                                                   : lpc_for<int64_t>(order, orders);
+    return fn(br, s, n, coef, shift);
+}
+
+std::string fixed(BitReader &br, int32_t *s, int64_t n, int order) {
+    switch (order) {
+    case 0: return fixed_subframe<0>(br, s, n);
+    case 1: return fixed_subframe<1>(br, s, n);
+    case 2: return fixed_subframe<2>(br, s, n);
+    case 3: return fixed_subframe<3>(br, s, n);
+    default: return fixed_subframe<4>(br, s, n);
     }
 }
 
@@ -459,8 +513,7 @@ private:
             const int order = type - 8;
             if (order > n) return "a FIXED subframe's order exceeds its block";
             for (int i = 0; i < order; i++) s[i] = br.sbits(bits);
-            why = residual(br, s, n, order);
-            if (why.empty()) fixed_predict(s, n, order);
+            why = fixed(br, s, n, order);
         } else if (type >= 32) {
             const int order = type - 31;
             if (order > n) return "an LPC subframe's order exceeds its block";
@@ -471,8 +524,7 @@ private:
             if (shift < 0) return "an LPC subframe's shift is negative";
             int32_t coef[32];
             for (int i = 0; i < order; i++) coef[i] = br.sbits(precision);
-            why = residual(br, s, n, order);
-            if (why.empty()) lpc_predict(s, n, coef, order, shift, bits, precision);
+            why = lpc(br, s, n, coef, order, shift, bits, precision);
         } else {
             return "a subframe of the reserved type " + std::to_string(type);
         }
@@ -480,30 +532,6 @@ private:
         if (br.overrun()) return "a subframe runs past the clip's end";
         if (wasted)
             for (int64_t i = 0; i < n; i++) s[i] = static_cast<int32_t>(static_cast<uint32_t>(s[i]) << wasted);
-        return {};
-    }
-
-    std::string residual(BitReader &br, int32_t *s, int64_t n, int order) {
-        const uint32_t method = br.bits(2);
-        if (method > 1) return "a residual of the reserved coding method " + std::to_string(method);
-        const int pbits = method ? 5 : 4;
-        const uint32_t escape = method ? 31 : 15;
-        const int porder = static_cast<int>(br.bits(4));
-        const int64_t per = n >> porder;
-        if ((per << porder) != n || per < order) return "a residual's partitions do not fit its block";
-        int32_t *out = s + order;
-        for (int64_t p = 0; p < (int64_t{1} << porder); p++) {
-            const int64_t count = per - (p == 0 ? order : 0);
-            const uint32_t k = br.bits(pbits);
-            if (k == escape) {
-                const int raw = static_cast<int>(br.bits(5));
-                for (int64_t i = 0; i < count; i++) out[i] = raw ? br.sbits(raw) : 0;
-            } else {
-                br.rice(out, count, static_cast<int>(k));
-            }
-            if (br.overrun()) return "a residual runs past the clip's end";
-            out += count;
-        }
         return {};
     }
 
