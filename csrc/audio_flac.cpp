@@ -612,13 +612,26 @@ AudioResult flac_decode(const uint8_t *data, size_t size, int64_t start, int64_t
         const uint64_t hi = std::min(last, h.sample + static_cast<uint64_t>(h.block));
         if (lo < hi) {
             const int64_t n = static_cast<int64_t>(hi - lo), off = static_cast<int64_t>(lo - h.sample);
-            for (int c = 0; c < si.channels; c++) {
-                const int32_t *src = decoder.channel(c) + off;
-                float *dst = wave.data() + static_cast<size_t>(c) * si.max_block;
-                for (int64_t i = 0; i < n; i++) dst[i] = static_cast<float>(src[i]) * scale;
+            const int64_t at = static_cast<int64_t>(lo - first);
+            if (out.mono && si.channels > 1) {  // mixed from the scaled channels
+                for (int c = 0; c < si.channels; c++) {
+                    const int32_t *src = decoder.channel(c) + off;
+                    float *dst = wave.data() + static_cast<size_t>(c) * si.max_block;
+                    for (int64_t i = 0; i < n; i++) dst[i] = static_cast<float>(src[i]) * scale;
+                }
+                audio_store(wave.data(), n, si.channels, 1, si.max_block, out, at);
+            } else {  // scaled straight into each output channel
+                for (int c = 0; c < (out.mono ? 1 : out.channels); c++) {
+                    const int32_t *src = decoder.channel(si.channels == 1 ? 0 : c) + off;
+                    float *dst = out.data + at * out.frame_stride + c * out.channel_stride;
+                    const int64_t step = out.frame_stride;
+                    if (step == 1) {
+                        for (int64_t i = 0; i < n; i++) dst[i] = static_cast<float>(src[i]) * scale;
+                    } else {
+                        for (int64_t i = 0; i < n; i++) dst[i * step] = static_cast<float>(src[i]) * scale;
+                    }
+                }
             }
-            audio_store(wave.data(), n, si.channels, 1, si.max_block, out,
-                        static_cast<int64_t>(lo - first));
             r.frames += n;
         }
         expect = h.sample + static_cast<uint64_t>(h.block);
