@@ -124,6 +124,35 @@ def test_other_clips_are_left_to_soundfile(fmt: str, subtype: str | None) -> Non
     assert np.array_equal(clips.decode(data, 10, 100), reference(data, 10, 100))
 
 
+def _streaminfo(data: bytes, **fields: int) -> bytes:
+    """A FLAC clip with STREAMINFO's min block, sample bits or sample count rewritten."""
+    blob = bytearray(data)
+    info = 8  # "fLaC" and the block's 4-byte header
+    if "min_block" in fields:
+        blob[info: info + 2] = fields["min_block"].to_bytes(2, "big")
+    if "bits" in fields:
+        blob[info + 12] = (blob[info + 12] & 0xFE) | ((fields["bits"] - 1) >> 4)
+        blob[info + 13] = (blob[info + 13] & 0x0F) | (((fields["bits"] - 1) & 15) << 4)
+    if "total" in fields:
+        blob[info + 13] &= 0xF0
+        blob[info + 14: info + 18] = fields["total"].to_bytes(4, "big")
+    return bytes(blob)
+
+
+@pytest.mark.parametrize(("fields", "why"), [({"bits": 12}, "12-bit"), ({"bits": 20}, "20-bit"),
+                                             ({"total": 0}, "no sample count"),
+                                             ({"min_block": 1024}, "range of block sizes")])
+def test_flac_features_not_implemented_are_left_to_soundfile(fields: dict[str, int],
+                                                             why: str) -> None:
+    data = _streaminfo(clip(16000, 1.0, 1, "flac"), **fields)
+    core = audio_native.core()
+    assert core is not None
+    out = np.empty((1, 100), np.float32)
+    status, _, _, _, message = core.audio_decode(data, 0, 100, out, False)
+    assert status == audio_native.LEFT and why in message
+    assert audio_native.decode_into(data, 0, 100, out, False) is None
+
+
 def _flac_frames_damaged(data: bytes) -> bytes:
     blob = bytearray(data)
     blob[len(blob) // 2] ^= 0x10  # one bit inside a frame: its CRC-16 no longer matches
