@@ -104,6 +104,51 @@ def test_a_flac_seek_decodes_only_the_frames_of_the_crop() -> None:
     assert blocks == 1
 
 
+def _crc8(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+    return crc
+
+
+def _with_seek_table(data: bytes, shift: int = 0) -> bytes:
+    """The clip with a SEEKTABLE after STREAMINFO: a point every 8 frames (frame numbers under
+    128, one UTF-8 byte), its offsets moved by `shift` bytes (a wrong table if not 0)."""
+    audio_at, at = 0, 4
+    while not audio_at:  # the first frame follows the last metadata block
+        last, length = data[at] & 0x80, int.from_bytes(data[at + 1: at + 4], "big")
+        at += 4 + length
+        audio_at = at if last else 0
+    points = b""
+    for number in range(8, 80, 8):
+        at = data.find(bytes([0xFF, 0xF8]), audio_at)
+        while not (data[at + 4] == number and _crc8(data[at: at + 5]) == data[at + 5]):
+            at = data.find(bytes([0xFF, 0xF8]), at + 1)
+        points += (number * BLOCK).to_bytes(8, "big") + (at - audio_at + shift).to_bytes(8, "big")
+        points += BLOCK.to_bytes(2, "big")
+    table = bytes([3]) + len(points).to_bytes(3, "big") + points
+    info_end = 4 + 4 + 34
+    head = bytearray(data[:info_end])
+    if head[4] & 0x80:  # STREAMINFO was the last block: the table is now
+        head[4] &= 0x7F
+        table = bytes([0x83]) + table[1:]
+    return bytes(head) + table + data[info_end:]
+
+
+@pytest.mark.parametrize("shift", [0, 7])
+def test_a_seek_table_right_or_wrong_gives_the_same_samples(shift: int) -> None:
+    """A table's points start the search where they hold a frame header of their sample; a
+    wrong one (offsets 7 bytes off) lands on no header, and the search finds the frame anyway."""
+    data = clip(16000, 20.0, 1, "flac", seed=6)
+    tabled = _with_seek_table(data, shift)
+    for start, n in [(300000, 16000), (BLOCK * 33 + 17, 9000), (5, 100)]:
+        got, blocks, _ = native(tabled, start, n, 1)
+        assert np.array_equal(got, reference(data, start, n))
+        assert blocks <= n // BLOCK + 2
+
+
 def test_an_id3_tag_before_the_flac_stream_is_skipped() -> None:
     data = clip(22050, 1.0, 2, "flac", seed=2)
     tagged = id3_tag() + data
