@@ -145,6 +145,12 @@ def gil_probe() -> None:
              "soxr.resample (10 min, 16k->8k)": lambda: soxr.resample(wave, rate, 8000),
              # the control: bytes.find is one C call that keeps the GIL
              "control: bytes.find over 1 GiB": lambda: blob.find(b"\x01")}
+    from fastloader.decode import audio_native
+
+    if audio_native.core() is not None:
+        row = np.empty((1, len(wave)), np.float32)
+        calls["native FLAC decode (10 min)"] = lambda: audio_native.decode_into(
+            data, 0, len(wave), row, True)
     for name, call in calls.items():
         ratio = _spin_rate(call) / _spin_rate(None)
         print(f"{name}: a Python thread beside it ran at {ratio:.2f}x its solo rate "
