@@ -18,6 +18,10 @@ enum class AudioStatus : int { kOk = 0, kUnsupported = 1, kDamaged = 2 };
 // c * channel_stride] (in floats). mono: the clip's channels averaged into channel 0 (as
 // numpy's float32 mean: summed in order, divided by the count); else channels equals the
 // clip's, or is more than 1 for a mono clip (repeated).
+// Clips of this many channels or more are not mixed to mono here: numpy's float32 mean (the
+// soundfile path's mix) sums 8 or more values pairwise, in an order this mix does not copy.
+constexpr int kMonoMixMax = 8;
+
 struct AudioOut {
     float *data = nullptr;
     int64_t frame_stride = 1;

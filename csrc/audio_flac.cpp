@@ -577,6 +577,9 @@ AudioResult flac_decode(const uint8_t *data, size_t size, int64_t start, int64_t
     if (!out.mono && out.channels != si.channels && si.channels != 1)
         return fail(AudioStatus::kDamaged, "has " + std::to_string(si.channels) +
                                                " channels, the loader wants " + std::to_string(out.channels));
+    if (out.mono && si.channels >= kMonoMixMax)
+        return fail(AudioStatus::kUnsupported, "a mix of " + std::to_string(si.channels) +
+                                                   " channels to mono (numpy sums 8 or more pairwise)");
     if (si.audio_at + 1 < size && !(data[si.audio_at + 1] & 1) && si.min_block != si.max_block)
         return fail(AudioStatus::kUnsupported, "FLAC of fixed blocks whose STREAMINFO gives a "
                                                "range of block sizes");

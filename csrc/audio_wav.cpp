@@ -197,6 +197,9 @@ AudioResult wav_decode(const uint8_t *data, size_t size, int64_t start, int64_t 
     if (!out.mono && out.channels != f.channels && f.channels != 1)
         return fail(AudioStatus::kDamaged, "has " + std::to_string(f.channels) +
                                                " channels, the loader wants " + std::to_string(out.channels));
+    if (out.mono && f.channels >= kMonoMixMax)
+        return fail(AudioStatus::kUnsupported, "a mix of " + std::to_string(f.channels) +
+                                                   " channels to mono (numpy sums 8 or more pairwise)");
     r.rate = f.rate;
     r.channels = f.channels;
     const int64_t total = static_cast<int64_t>(f.data_bytes / static_cast<size_t>(f.block));

@@ -230,6 +230,17 @@ def test_damaged_wav_is_refused_by_name() -> None:
         clips.decode(data[:36], 0, 10)
 
 
+@pytest.mark.parametrize("fmt", ["WAV", "FLAC"])
+def test_eight_channels_are_decoded_but_mixed_to_mono_by_soundfile(fmt: str) -> None:
+    """numpy's mean of 8 or more channels sums pairwise: such a mix is left to soundfile's path
+    (LEFT), while the channels kept decode natively."""
+    wave = signal(8000, 0.4, 8, seed=8)
+    data = encode(wave, 8000, fmt, "PCM_16")
+    assert audio_native.decode_into(data, 0, 3200, np.empty((1, 3200), np.float32), True) is None
+    kept = native(data, 5, 3000, 8)[0]
+    assert np.array_equal(kept, reference(data, 5, 3000))
+
+
 def test_a_mono_clip_is_repeated_and_other_channels_refused() -> None:
     data = clip(8000, 0.3, 1, "flac")
     core = audio_native.core()
