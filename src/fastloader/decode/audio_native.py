@@ -6,7 +6,8 @@ count in STREAMINFO; an ID3v2 tag before "fLaC" is skipped) and WAV (RIFF/WAVE, 
 and IEEE float 32/64, WAVE_FORMAT_EXTENSIBLE too), seeking to the crop without decoding from
 the start (FLAC: a search for frame headers), with the GIL released, into the caller's array:
 float32 exactly as libsndfile gives it. The rule: every other clip (MP3, Ogg, a WAV codec or a
-FLAC feature it does not implement, e.g. 12/20/32-bit samples) comes back as LEFT, and only
+FLAC feature it does not implement, e.g. 12/20/32-bit samples, or a mix of 8 or more channels to
+mono, which numpy's mean sums pairwise) comes back as LEFT, and only
 then the caller decodes it with soundfile; damaged bytes are a DecodeError, never a fallback.
 FASTLOADER_DISABLE_NATIVE=1 (or no extension) leaves every clip to soundfile.
 """
