@@ -118,14 +118,14 @@ class BatchDecoder:
         rate, channels = int(self.meta[index, 0]), int(self.meta[index, 1])
         target = self.audio.sample_rate or rate
         data = self.read(index)
-        if rate == target and out.dtype == np.float32 and crop.frames <= out.shape[1]:
-            # FLAC/WAV at the output rate: decoded natively straight into the batch row
+        into_row = rate == target and out.dtype == np.float32 and crop.frames <= out.shape[1]
+        if into_row:  # FLAC/WAV at the output rate: decoded natively straight into the row
             got = audio_native.decode_into(data, crop.start, crop.frames,
                                            out[:, :crop.frames], self.audio.mono)
             if got is not None:
                 return self._filled(out, got, crop)
-        wave = self._native_wave(data, crop, out.shape[0])
-        if wave is None:
+        wave = None if into_row else self._native_wave(data, crop, out.shape[0])
+        if wave is None:  # left to libsndfile
             copy = 2 * crop.frames >= int(self.meta[index, 2])  # most of it: a memfd (decode)
             if self._direct(rate, channels, out, crop.frames):
                 return self._read_into(data, crop, out, copy)
