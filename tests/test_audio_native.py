@@ -283,3 +283,11 @@ def test_the_loader_gives_the_batches_of_the_soundfile_path(
     for (wave, lengths), (want, want_lengths) in zip(ours, theirs, strict=True):
         assert np.array_equal(lengths, want_lengths)
         assert wave.dtype == want.dtype and np.array_equal(wave, want)
+
+
+def test_decode_into_a_callers_buffer_is_native_for_flac() -> None:
+    data = clip(16000, 1.0, 2, "flac", seed=9)
+    out = np.full((500, 2), np.nan, np.float32)
+    got = clips.decode(data, 15900, 500, out=out)  # the clip ends after 100 frames
+    assert got.shape == (100, 2) and np.shares_memory(got, out)
+    assert np.array_equal(got, reference(data, 15900, 500))
