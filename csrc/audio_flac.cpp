@@ -46,13 +46,52 @@ uint8_t crc8(const uint8_t *p, size_t n) {
     return crc;
 }
 
-AudioResult parse_stream(const uint8_t *data, size_t size, StreamInfo &si) {
+// The byte after "fLaC", past an ID3v2 tag if one comes first (audio_container checked both).
+size_t after_magic(const uint8_t *data, size_t size) {
     size_t at = 0;
     if (size >= 10 && std::memcmp(data, "ID3", 3) == 0) {
         at = 10 + ((static_cast<size_t>(data[6]) << 21) | (data[7] << 14) | (data[8] << 7) | data[9]) +
              ((data[5] & 0x10) ? 10 : 0);
     }
-    at += 4;  // "fLaC" (audio_container checked it)
+    return at + 4;
+}
+
+// STREAMINFO's fields from its 34-byte body b.
+void read_streaminfo(const uint8_t *b, StreamInfo &si) {
+    si.min_block = static_cast<int>(be(b, 2));
+    si.max_block = static_cast<int>(be(b + 2, 2));
+    si.rate = static_cast<int>(be(b + 10, 3) >> 4);
+    si.channels = ((b[12] >> 1) & 7) + 1;
+    si.bits = (((b[12] & 1) << 4) | (b[13] >> 4)) + 1;
+    si.total = (static_cast<uint64_t>(b[13] & 0x0f) << 32) | be(b + 14, 4);
+}
+
+// A SEEKTABLE's points from its body b of n bytes (18 a point; placeholders skipped).
+void read_seektable(const uint8_t *b, size_t n, StreamInfo &si) {
+    for (size_t k = 0; k + 18 <= n; k += 18) {
+        const uint64_t s = (static_cast<uint64_t>(be(b + k, 4)) << 32) | be(b + k + 4, 4);
+        const uint64_t o = (static_cast<uint64_t>(be(b + k + 8, 4)) << 32) | be(b + k + 12, 4);
+        if (s != ~0ull) si.points.emplace_back(s, o);
+    }
+}
+
+// Whether STREAMINFO describes a stream this decoder takes: damaged values, or ones left to
+// libsndfile (sample sizes other than 8/16/24 bits, no sample count to seek by).
+AudioResult check_stream(const StreamInfo &si) {
+    if (si.rate < 1 || si.max_block < 16 || si.min_block > si.max_block)
+        return fail(AudioStatus::kDamaged, "its FLAC STREAMINFO says " + std::to_string(si.rate) +
+                                               " Hz, blocks of " + std::to_string(si.min_block) + "-" +
+                                               std::to_string(si.max_block));
+    if (si.bits != 8 && si.bits != 16 && si.bits != 24)
+        return fail(AudioStatus::kUnsupported, "FLAC of " + std::to_string(si.bits) + "-bit samples");
+    if (si.total == 0) return fail(AudioStatus::kUnsupported, "FLAC with no sample count");
+    return {};
+}
+
+// The metadata blocks into si (which keeps what was read when a block is damaged: flac_info
+// reports it) up to the first frame.
+AudioResult parse_stream(const uint8_t *data, size_t size, StreamInfo &si) {
+    size_t at = after_magic(data, size);
     bool last = false, have_info = false;
     while (!last) {
         if (at + 4 > size) return fail(AudioStatus::kDamaged, "its FLAC metadata runs past the end");
@@ -65,33 +104,53 @@ AudioResult parse_stream(const uint8_t *data, size_t size, StreamInfo &si) {
             return fail(AudioStatus::kDamaged, "its FLAC metadata does not start with STREAMINFO");
         if (type == 0) {
             if (n < 34) return fail(AudioStatus::kDamaged, "its FLAC STREAMINFO is short");
-            si.min_block = static_cast<int>(be(b, 2));
-            si.max_block = static_cast<int>(be(b + 2, 2));
-            si.rate = static_cast<int>(be(b + 10, 3) >> 4);
-            si.channels = ((b[12] >> 1) & 7) + 1;
-            si.bits = (((b[12] & 1) << 4) | (b[13] >> 4)) + 1;
-            si.total = (static_cast<uint64_t>(b[13] & 0x0f) << 32) | be(b + 14, 4);
+            read_streaminfo(b, si);
             have_info = true;
         } else if (type == 3) {
-            for (size_t k = 0; k + 18 <= n; k += 18) {
-                const uint64_t s = (static_cast<uint64_t>(be(b + k, 4)) << 32) | be(b + k + 4, 4);
-                const uint64_t o = (static_cast<uint64_t>(be(b + k + 8, 4)) << 32) | be(b + k + 12, 4);
-                if (s != ~0ull) si.points.emplace_back(s, o);
-            }
+            read_seektable(b, n, si);
         } else if (type == 127) {
             return fail(AudioStatus::kDamaged, "a FLAC metadata block of the invalid type 127");
         }
         at += 4 + n;
     }
     si.audio_at = at;
-    if (si.rate < 1 || si.max_block < 16 || si.min_block > si.max_block)
-        return fail(AudioStatus::kDamaged, "its FLAC STREAMINFO says " + std::to_string(si.rate) +
-                                               " Hz, blocks of " + std::to_string(si.min_block) + "-" +
-                                               std::to_string(si.max_block));
-    if (si.bits != 8 && si.bits != 16 && si.bits != 24)
-        return fail(AudioStatus::kUnsupported, "FLAC of " + std::to_string(si.bits) + "-bit samples");
-    if (si.total == 0) return fail(AudioStatus::kUnsupported, "FLAC with no sample count");
-    return {};
+    return check_stream(si);
+}
+
+// The header's coded frame or sample number (UTF-8-like, 1-7 bytes; 7 only for variable
+// blocks) at p[at], at moved past it; false if malformed, or if it and the block size bytes
+// after it would run past `room` (the clip's bytes from p).
+bool coded_number(const uint8_t *p, size_t room, bool variable, size_t &at, uint64_t &number) {
+    const uint8_t first = p[at++];
+    int extra;
+    if (first < 0x80) { extra = 0; number = first; }
+    else if ((first & 0xE0) == 0xC0) { extra = 1; number = first & 0x1F; }
+    else if ((first & 0xF0) == 0xE0) { extra = 2; number = first & 0x0F; }
+    else if ((first & 0xF8) == 0xF0) { extra = 3; number = first & 0x07; }
+    else if ((first & 0xFC) == 0xF8) { extra = 4; number = first & 0x03; }
+    else if ((first & 0xFE) == 0xFC) { extra = 5; number = first & 0x01; }
+    else if (first == 0xFE && variable) { extra = 6; number = 0; }
+    else return false;
+    if (room < at + extra + 3) return false;
+    for (int i = 0; i < extra; i++) {
+        const uint8_t c = p[at++];
+        if ((c & 0xC0) != 0x80) return false;
+        number = (number << 6) | (c & 0x3F);
+    }
+    return true;
+}
+
+// The block size of header code `code` (1-15), read from p[at] for codes 6 and 7 (at moved past).
+int block_size(int code, const uint8_t *p, size_t &at) {
+    if (code == 1) return 192;
+    if (code <= 5) return 576 << (code - 2);
+    if (code == 6) return p[at++] + 1;
+    if (code == 7) {
+        const int block = static_cast<int>(be(p + at, 2)) + 1;
+        at += 2;
+        return block;
+    }
+    return 256 << (code - 8);
 }
 
 // Whether a valid frame header (sync, codes, CRC-8, and STREAMINFO's channels, sample size,
@@ -109,29 +168,9 @@ bool parse_header(const uint8_t *data, size_t size, size_t pos, const StreamInfo
     if (size_code != 0 && kBits[size_code] != si.bits) return false;
     if ((assignment < 8 ? assignment + 1 : 2) != si.channels) return false;
     size_t at = 4;
-    const uint8_t first = p[at++];
-    int extra;
-    uint64_t number;
-    if (first < 0x80) { extra = 0; number = first; }
-    else if ((first & 0xE0) == 0xC0) { extra = 1; number = first & 0x1F; }
-    else if ((first & 0xF0) == 0xE0) { extra = 2; number = first & 0x0F; }
-    else if ((first & 0xF8) == 0xF0) { extra = 3; number = first & 0x07; }
-    else if ((first & 0xFC) == 0xF8) { extra = 4; number = first & 0x03; }
-    else if ((first & 0xFE) == 0xFC) { extra = 5; number = first & 0x01; }
-    else if (first == 0xFE && variable) { extra = 6; number = 0; }
-    else return false;
-    if (size - pos < at + extra + 3) return false;
-    for (int i = 0; i < extra; i++) {
-        const uint8_t c = p[at++];
-        if ((c & 0xC0) != 0x80) return false;
-        number = (number << 6) | (c & 0x3F);
-    }
-    int block;
-    if (block_code == 1) block = 192;
-    else if (block_code <= 5) block = 576 << (block_code - 2);
-    else if (block_code == 6) block = p[at++] + 1;
-    else if (block_code == 7) { block = static_cast<int>(be(p + at, 2)) + 1; at += 2; }
-    else block = 256 << (block_code - 8);
+    uint64_t number = 0;
+    if (!coded_number(p, size - pos, variable, at, number)) return false;
+    const int block = block_size(block_code, p, at);
     if (size - pos < at + 3) return false;
     if (rate_code == 12) at += 1;
     else if (rate_code == 13 || rate_code == 14) at += 2;
@@ -161,10 +200,9 @@ bool next_header(const uint8_t *data, size_t size, size_t from, size_t until, co
     return false;
 }
 
-// A frame header at or before the crop's first sample, found without decoding: the seek
-// table's point if any, then a search over byte offsets (interpolated by sample), then a walk
-// over the headers of the last few frames.
-Header seek_frame(const uint8_t *data, size_t size, const StreamInfo &si, uint64_t target) {
+// The header at the seek table's point nearest at or before target whose header is where the
+// point says and numbers the point's sample; else the first frame's position (its header unread).
+Header seek_point(const uint8_t *data, size_t size, const StreamInfo &si, uint64_t target) {
     Header lo;
     lo.pos = si.audio_at;
     for (const auto &pt : si.points) {
@@ -173,6 +211,14 @@ Header seek_frame(const uint8_t *data, size_t size, const StreamInfo &si, uint64
             parse_header(data, size, si.audio_at + pt.second, si, h) && h.sample == pt.first)
             lo = h;
     }
+    return lo;
+}
+
+// A frame header at or before the crop's first sample, found without decoding: the seek
+// table's point if any, then a search over byte offsets (interpolated by sample), then a walk
+// over the headers of the last few frames.
+Header seek_frame(const uint8_t *data, size_t size, const StreamInfo &si, uint64_t target) {
+    Header lo = seek_point(data, size, si, target);
     const uint64_t frames = (si.total + si.max_block - 1) / si.max_block;
     const size_t span = size - si.audio_at;
     const size_t frame_bytes = std::max<size_t>(16, span / std::max<uint64_t>(1, frames));
@@ -201,6 +247,97 @@ Header seek_frame(const uint8_t *data, size_t size, const StreamInfo &si, uint64
     }
 }
 
+// Why a clip whose metadata parsed is not decoded into out here: its channels do not fit out
+// (damaged), or it is left to libsndfile (a mono mix of kMonoMixMax or more channels; fixed
+// blocks whose STREAMINFO gives a range of sizes, so frame numbers do not give sample numbers).
+AudioResult refusal(const uint8_t *data, size_t size, const StreamInfo &si, const AudioOut &out) {
+    if (!out.mono && out.channels != si.channels && si.channels != 1)
+        return fail(AudioStatus::kDamaged, "has " + std::to_string(si.channels) +
+                                               " channels, the loader wants " + std::to_string(out.channels));
+    if (out.mono && si.channels >= kMonoMixMax)
+        return fail(AudioStatus::kUnsupported, "a mix of " + std::to_string(si.channels) +
+                                                   " channels to mono (numpy sums 8 or more pairwise)");
+    if (si.audio_at + 1 < size && !(data[si.audio_at + 1] & 1) && si.min_block != si.max_block)
+        return fail(AudioStatus::kUnsupported, "FLAC of fixed blocks whose STREAMINFO gives a "
+                                               "range of block sizes");
+    return {};
+}
+
+// The samples of crop [first, last) in the frame h heads (just decoded by decoder) into out,
+// scaled as libsndfile scales them (x / 2^(bits-1)); the frames written. A mono mix goes
+// through wave (the scaled channels, summed by audio_store); otherwise each channel is scaled
+// straight into its output channel, with no staging copy.
+int64_t store_frame(const FrameDecoder &decoder, const Header &h, const StreamInfo &si,
+                    uint64_t first, uint64_t last, const AudioOut &out, float *wave) {
+    const uint64_t lo = std::max(first, h.sample);
+    const uint64_t hi = std::min(last, h.sample + static_cast<uint64_t>(h.block));
+    if (lo >= hi) return 0;
+    const float scale = 1.0f / static_cast<float>(1 << (si.bits - 1));
+    const int64_t n = static_cast<int64_t>(hi - lo), off = static_cast<int64_t>(lo - h.sample);
+    const int64_t at = static_cast<int64_t>(lo - first);
+    if (out.mono && si.channels > 1) {
+        for (int c = 0; c < si.channels; c++) {
+            const int32_t *src = decoder.channel(c) + off;
+            float *dst = wave + static_cast<size_t>(c) * si.max_block;
+            for (int64_t i = 0; i < n; i++) dst[i] = static_cast<float>(src[i]) * scale;
+        }
+        audio_store(wave, n, si.channels, 1, si.max_block, out, at);
+        return n;
+    }
+    for (int c = 0; c < (out.mono ? 1 : out.channels); c++) {
+        const int32_t *src = decoder.channel(si.channels == 1 ? 0 : c) + off;
+        float *dst = out.data + at * out.frame_stride + c * out.channel_stride;
+        const int64_t step = out.frame_stride;
+        if (step == 1) {  // planar: a loop the compiler vectorizes
+            for (int64_t i = 0; i < n; i++) dst[i] = static_cast<float>(src[i]) * scale;
+        } else {
+            for (int64_t i = 0; i < n; i++) dst[i * step] = static_cast<float>(src[i]) * scale;
+        }
+    }
+    return n;
+}
+
+// Decodes the frames that cover [first, last) into out, header to header from the seek's frame;
+// r (the stream's rate and channels) gains the frames written, frames decoded and channel
+// assignments seen. A frame that fails after the seek means the search landed on a false
+// header (its CRC-8 matched by chance): the walk restarts from the first frame. A failure
+// there is damage, reported with the frame's byte and sample.
+AudioResult decode_crop(const uint8_t *data, size_t size, const StreamInfo &si, uint64_t first,
+                        uint64_t last, const AudioOut &out, AudioResult r) {
+    FrameDecoder decoder(si);
+    std::vector<float> wave(static_cast<size_t>(si.max_block) * si.channels);
+    Header h = seek_frame(data, size, si, first);
+    bool from_seek = h.pos != si.audio_at;
+    uint64_t expect = h.sample;
+    size_t pos = h.pos;
+    while (expect < last) {
+        size_t end = 0;
+        std::string why;
+        if (!parse_header(data, size, pos, si, h) || h.sample != expect) {
+            why = "no valid frame header";
+        } else {
+            why = decoder.decode(data, size, h, end);
+            r.blocks++;
+            r.modes |= 1 << h.assignment;
+        }
+        if (!why.empty()) {
+            if (from_seek) {
+                from_seek = false;
+                pos = si.audio_at;
+                expect = 0;
+                continue;
+            }
+            return fail(AudioStatus::kDamaged, "its FLAC frame at byte " + std::to_string(pos) +
+                                                   " (sample " + std::to_string(expect) + ") is damaged: " + why);
+        }
+        from_seek = false;
+        r.frames += store_frame(decoder, h, si, first, last, out, wave.data());
+        expect = h.sample + static_cast<uint64_t>(h.block);
+        pos = end;
+    }
+    return r;
+}
+
 }  // namespace
 
 AudioResult flac_info(const uint8_t *data, size_t size) {
@@ -219,76 +356,12 @@ AudioResult flac_decode(const uint8_t *data, size_t size, int64_t start, int64_t
     if (r.status != AudioStatus::kOk) return r;
     r.rate = si.rate;
     r.channels = si.channels;
-    if (!out.mono && out.channels != si.channels && si.channels != 1)
-        return fail(AudioStatus::kDamaged, "has " + std::to_string(si.channels) +
-                                               " channels, the loader wants " + std::to_string(out.channels));
-    if (out.mono && si.channels >= kMonoMixMax)
-        return fail(AudioStatus::kUnsupported, "a mix of " + std::to_string(si.channels) +
-                                                   " channels to mono (numpy sums 8 or more pairwise)");
-    if (si.audio_at + 1 < size && !(data[si.audio_at + 1] & 1) && si.min_block != si.max_block)
-        return fail(AudioStatus::kUnsupported, "FLAC of fixed blocks whose STREAMINFO gives a "
-                                               "range of block sizes");
+    AudioResult refused = refusal(data, size, si, out);
+    if (refused.status != AudioStatus::kOk) return refused;
     const uint64_t first = static_cast<uint64_t>(start);
     if (first >= si.total || frames == 0) return r;
     const uint64_t last = std::min<uint64_t>(si.total, first + static_cast<uint64_t>(frames));
-    FrameDecoder decoder(si);
-    std::vector<float> wave(static_cast<size_t>(si.max_block) * si.channels);
-    const float scale = 1.0f / static_cast<float>(1 << (si.bits - 1));
-    Header h = seek_frame(data, size, si, first);
-    bool from_seek = h.pos != si.audio_at;
-    uint64_t expect = h.sample;
-    size_t pos = h.pos;
-    while (expect < last) {
-        size_t end = 0;
-        std::string why;
-        if (!parse_header(data, size, pos, si, h) || h.sample != expect) {
-            why = "no valid frame header";
-        } else {
-            why = decoder.decode(data, size, h, end);
-            r.blocks++;
-            r.modes |= 1 << h.assignment;
-        }
-        if (!why.empty()) {
-            if (from_seek) {  // the search landed on a false header: from the first frame
-                from_seek = false;
-                pos = si.audio_at;
-                expect = 0;
-                continue;
-            }
-            return fail(AudioStatus::kDamaged, "its FLAC frame at byte " + std::to_string(pos) +
-                                                   " (sample " + std::to_string(expect) + ") is damaged: " + why);
-        }
-        from_seek = false;
-        const uint64_t lo = std::max(first, h.sample);
-        const uint64_t hi = std::min(last, h.sample + static_cast<uint64_t>(h.block));
-        if (lo < hi) {
-            const int64_t n = static_cast<int64_t>(hi - lo), off = static_cast<int64_t>(lo - h.sample);
-            const int64_t at = static_cast<int64_t>(lo - first);
-            if (out.mono && si.channels > 1) {  // mixed from the scaled channels
-                for (int c = 0; c < si.channels; c++) {
-                    const int32_t *src = decoder.channel(c) + off;
-                    float *dst = wave.data() + static_cast<size_t>(c) * si.max_block;
-                    for (int64_t i = 0; i < n; i++) dst[i] = static_cast<float>(src[i]) * scale;
-                }
-                audio_store(wave.data(), n, si.channels, 1, si.max_block, out, at);
-            } else {  // scaled straight into each output channel
-                for (int c = 0; c < (out.mono ? 1 : out.channels); c++) {
-                    const int32_t *src = decoder.channel(si.channels == 1 ? 0 : c) + off;
-                    float *dst = out.data + at * out.frame_stride + c * out.channel_stride;
-                    const int64_t step = out.frame_stride;
-                    if (step == 1) {
-                        for (int64_t i = 0; i < n; i++) dst[i] = static_cast<float>(src[i]) * scale;
-                    } else {
-                        for (int64_t i = 0; i < n; i++) dst[i * step] = static_cast<float>(src[i]) * scale;
-                    }
-                }
-            }
-            r.frames += n;
-        }
-        expect = h.sample + static_cast<uint64_t>(h.block);
-        pos = end;
-    }
-    return r;
+    return decode_crop(data, size, si, first, last, out, std::move(r));
 }
 
 }  // namespace fl
