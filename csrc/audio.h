@@ -58,6 +58,9 @@ AudioResult flac_decode(const uint8_t *data, size_t size, int64_t start, int64_t
 AudioResult wav_decode(const uint8_t *data, size_t size, int64_t start, int64_t frames,
                        const AudioOut &out);
 
+// A result of status (not kOk) saying why in message, with no frames (shared by both decoders).
+AudioResult audio_fail(AudioStatus status, std::string message);
+
 // Writes n frames of float samples to out from frame `at`, by out's channel rule (shared by
 // both decoders): sample (frame f, channel c) of the clip is src[f * frame_step + c * chan_step].
 void audio_store(const float *src, int64_t n, int channels, int64_t frame_step,

@@ -21,13 +21,6 @@ using flac::FrameDecoder;
 using flac::Header;
 using flac::StreamInfo;
 
-AudioResult fail(AudioStatus status, std::string message) {
-    AudioResult r;
-    r.status = status;
-    r.message = std::move(message);
-    return r;
-}
-
 uint8_t crc8(const uint8_t *p, size_t n) {
     struct Table {
         uint8_t c8[256];
@@ -79,12 +72,12 @@ void read_seektable(const uint8_t *b, size_t n, StreamInfo &si) {
 // libsndfile (sample sizes other than 8/16/24 bits, no sample count to seek by).
 AudioResult check_stream(const StreamInfo &si) {
     if (si.rate < 1 || si.max_block < 16 || si.min_block > si.max_block)
-        return fail(AudioStatus::kDamaged, "its FLAC STREAMINFO says " + std::to_string(si.rate) +
-                                               " Hz, blocks of " + std::to_string(si.min_block) + "-" +
-                                               std::to_string(si.max_block));
+        return audio_fail(AudioStatus::kDamaged, "its FLAC STREAMINFO says " + std::to_string(si.rate) +
+                                                     " Hz, blocks of " + std::to_string(si.min_block) + "-" +
+                                                     std::to_string(si.max_block));
     if (si.bits != 8 && si.bits != 16 && si.bits != 24)
-        return fail(AudioStatus::kUnsupported, "FLAC of " + std::to_string(si.bits) + "-bit samples");
-    if (si.total == 0) return fail(AudioStatus::kUnsupported, "FLAC with no sample count");
+        return audio_fail(AudioStatus::kUnsupported, "FLAC of " + std::to_string(si.bits) + "-bit samples");
+    if (si.total == 0) return audio_fail(AudioStatus::kUnsupported, "FLAC with no sample count");
     return {};
 }
 
@@ -94,22 +87,23 @@ AudioResult parse_stream(const uint8_t *data, size_t size, StreamInfo &si) {
     size_t at = after_magic(data, size);
     bool last = false, have_info = false;
     while (!last) {
-        if (at + 4 > size) return fail(AudioStatus::kDamaged, "its FLAC metadata runs past the end");
+        if (at + 4 > size) return audio_fail(AudioStatus::kDamaged, "its FLAC metadata runs past the end");
         last = data[at] & 0x80;
         const int type = data[at] & 0x7f;
         const size_t n = be(data + at + 1, 3);
         const uint8_t *b = data + at + 4;
-        if (n > size - at - 4) return fail(AudioStatus::kDamaged, "a FLAC metadata block runs past the end");
+        if (n > size - at - 4)
+            return audio_fail(AudioStatus::kDamaged, "a FLAC metadata block runs past the end");
         if (!have_info && type != 0)
-            return fail(AudioStatus::kDamaged, "its FLAC metadata does not start with STREAMINFO");
+            return audio_fail(AudioStatus::kDamaged, "its FLAC metadata does not start with STREAMINFO");
         if (type == 0) {
-            if (n < 34) return fail(AudioStatus::kDamaged, "its FLAC STREAMINFO is short");
+            if (n < 34) return audio_fail(AudioStatus::kDamaged, "its FLAC STREAMINFO is short");
             read_streaminfo(b, si);
             have_info = true;
         } else if (type == 3) {
             read_seektable(b, n, si);
         } else if (type == 127) {
-            return fail(AudioStatus::kDamaged, "a FLAC metadata block of the invalid type 127");
+            return audio_fail(AudioStatus::kDamaged, "a FLAC metadata block of the invalid type 127");
         }
         at += 4 + n;
     }
@@ -252,14 +246,15 @@ Header seek_frame(const uint8_t *data, size_t size, const StreamInfo &si, uint64
 // blocks whose STREAMINFO gives a range of sizes, so frame numbers do not give sample numbers).
 AudioResult refusal(const uint8_t *data, size_t size, const StreamInfo &si, const AudioOut &out) {
     if (!out.mono && out.channels != si.channels && si.channels != 1)
-        return fail(AudioStatus::kDamaged, "has " + std::to_string(si.channels) +
-                                               " channels, the loader wants " + std::to_string(out.channels));
+        return audio_fail(AudioStatus::kDamaged, "has " + std::to_string(si.channels) +
+                                                     " channels, the loader wants " +
+                                                     std::to_string(out.channels));
     if (out.mono && si.channels >= kMonoMixMax)
-        return fail(AudioStatus::kUnsupported, "a mix of " + std::to_string(si.channels) +
-                                                   " channels to mono (numpy sums 8 or more pairwise)");
+        return audio_fail(AudioStatus::kUnsupported, "a mix of " + std::to_string(si.channels) +
+                                                         " channels to mono (numpy sums 8 or more pairwise)");
     if (si.audio_at + 1 < size && !(data[si.audio_at + 1] & 1) && si.min_block != si.max_block)
-        return fail(AudioStatus::kUnsupported, "FLAC of fixed blocks whose STREAMINFO gives a "
-                                               "range of block sizes");
+        return audio_fail(AudioStatus::kUnsupported, "FLAC of fixed blocks whose STREAMINFO gives a "
+                                                     "range of block sizes");
     return {};
 }
 
@@ -327,8 +322,9 @@ AudioResult decode_crop(const uint8_t *data, size_t size, const StreamInfo &si, 
                 expect = 0;
                 continue;
             }
-            return fail(AudioStatus::kDamaged, "its FLAC frame at byte " + std::to_string(pos) +
-                                                   " (sample " + std::to_string(expect) + ") is damaged: " + why);
+            return audio_fail(AudioStatus::kDamaged, "its FLAC frame at byte " + std::to_string(pos) +
+                                                         " (sample " + std::to_string(expect) +
+                                                         ") is damaged: " + why);
         }
         from_seek = false;
         r.frames += store_frame(decoder, h, si, first, last, out, wave.data());

@@ -1,6 +1,6 @@
 // WAV (RIFF/WAVE) clips: the fmt and data chunks found by walking the chunk list (every size
 // checked against the bytes there), PCM 8/16/24/32-bit and IEEE float 32/64, a seek by
-// arithmetic; and the container check and channel rule both decoders share.
+// arithmetic.
 #include <cstring>
 #include <vector>
 
@@ -15,21 +15,6 @@ uint32_t le32(const uint8_t *p) {
     return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 
-AudioResult fail(AudioStatus status, std::string message) {
-    AudioResult r;
-    r.status = status;
-    r.message = std::move(message);
-    return r;
-}
-
-// An ID3v2 tag's length (10-byte header, syncsafe size, optional footer), or 0.
-size_t id3_length(const uint8_t *data, size_t size) {
-    if (size < 10 || std::memcmp(data, "ID3", 3) != 0) return 0;
-    if ((data[6] | data[7] | data[8] | data[9]) & 0x80) return 0;
-    size_t body = (static_cast<size_t>(data[6]) << 21) | (data[7] << 14) | (data[8] << 7) | data[9];
-    return 10 + body + ((data[5] & 0x10) ? 10 : 0);
-}
-
 struct WavFormat {
     int channels = 0, rate = 0, bits = 0, block = 0;
     bool is_float = false;
@@ -37,32 +22,32 @@ struct WavFormat {
 };
 
 AudioResult parse_fmt(const uint8_t *p, uint32_t n, WavFormat &f) {
-    if (n < 16) return fail(AudioStatus::kDamaged, "its WAV fmt chunk is " + std::to_string(n) +
-                                                       " bytes, under 16");
+    if (n < 16) return audio_fail(AudioStatus::kDamaged, "its WAV fmt chunk is " + std::to_string(n) +
+                                                             " bytes, under 16");
     uint32_t tag = le16(p);
     f.channels = static_cast<int>(le16(p + 2));
     f.rate = static_cast<int>(le32(p + 4) & 0x7fffffff);
     f.block = static_cast<int>(le16(p + 12));
     f.bits = static_cast<int>(le16(p + 14));
     if (tag == 0xFFFE) {  // WAVE_FORMAT_EXTENSIBLE: the sub-format GUID's first two bytes
-        if (n < 40) return fail(AudioStatus::kDamaged, "its WAV extensible fmt chunk is short");
+        if (n < 40) return audio_fail(AudioStatus::kDamaged, "its WAV extensible fmt chunk is short");
         uint32_t valid = le16(p + 18);
         if (valid != 0 && static_cast<int>(valid) != f.bits)
-            return fail(AudioStatus::kUnsupported, "WAV with valid bits below the container's");
+            return audio_fail(AudioStatus::kUnsupported, "WAV with valid bits below the container's");
         tag = le16(p + 24);
     }
     if (tag != 1 && tag != 3)
-        return fail(AudioStatus::kUnsupported, "WAV format tag " + std::to_string(tag));
+        return audio_fail(AudioStatus::kUnsupported, "WAV format tag " + std::to_string(tag));
     f.is_float = tag == 3;
     const bool pcm_ok = !f.is_float && (f.bits == 8 || f.bits == 16 || f.bits == 24 || f.bits == 32);
     const bool float_ok = f.is_float && (f.bits == 32 || f.bits == 64);
     if (!pcm_ok && !float_ok)
-        return fail(AudioStatus::kUnsupported, "WAV of " + std::to_string(f.bits) + "-bit samples");
+        return audio_fail(AudioStatus::kUnsupported, "WAV of " + std::to_string(f.bits) + "-bit samples");
     if (f.channels < 1 || f.channels > 64 || f.rate < 1)
-        return fail(AudioStatus::kDamaged, "its WAV fmt chunk says " + std::to_string(f.channels) +
-                                               " channels at " + std::to_string(f.rate) + " Hz");
+        return audio_fail(AudioStatus::kDamaged, "its WAV fmt chunk says " + std::to_string(f.channels) +
+                                                     " channels at " + std::to_string(f.rate) + " Hz");
     if (f.block != f.channels * f.bits / 8)
-        return fail(AudioStatus::kUnsupported, "WAV whose block align is not channels x sample size");
+        return audio_fail(AudioStatus::kUnsupported, "WAV whose block align is not channels x sample size");
     return {};
 }
 
@@ -74,12 +59,13 @@ AudioResult parse_wav(const uint8_t *data, size_t size, WavFormat &f) {
         const uint32_t n = le32(data + at + 4);
         const size_t body = at + 8;
         if (std::memcmp(id, "fmt ", 4) == 0) {
-            if (n > size - body) return fail(AudioStatus::kDamaged, "its WAV fmt chunk runs past the end");
+            if (n > size - body)
+                return audio_fail(AudioStatus::kDamaged, "its WAV fmt chunk runs past the end");
             AudioResult r = parse_fmt(data + body, n, f);
             if (r.status != AudioStatus::kOk) return r;
             have_fmt = true;
         } else if (std::memcmp(id, "data", 4) == 0) {
-            if (!have_fmt) return fail(AudioStatus::kUnsupported, "WAV data chunk before its fmt chunk");
+            if (!have_fmt) return audio_fail(AudioStatus::kUnsupported, "WAV data chunk before its fmt chunk");
             // A data chunk longer than the bytes there is cut to them, as libsndfile does.
             f.data_at = body;
             f.data_bytes = n > size - body ? size - body : n;
@@ -88,8 +74,8 @@ AudioResult parse_wav(const uint8_t *data, size_t size, WavFormat &f) {
         if (n > size - body) break;
         at = body + n + (n & 1);
     }
-    return fail(AudioStatus::kDamaged, have_fmt ? "its WAV has no data chunk"
-                                                : "its WAV has no fmt chunk");
+    return audio_fail(AudioStatus::kDamaged, have_fmt ? "its WAV has no data chunk"
+                                                      : "its WAV has no fmt chunk");
 }
 
 // Samples of frames [first, first + n) as float32, libsndfile's scaling: PCM x / 2^(bits-1)
@@ -129,49 +115,6 @@ void convert(const uint8_t *p, int64_t count, const WavFormat &f, float *dst) {
 
 }  // namespace
 
-int audio_container(const uint8_t *data, size_t size) {
-    if (size >= 12 && std::memcmp(data, "RIFF", 4) == 0 && std::memcmp(data + 8, "WAVE", 4) == 0)
-        return 2;
-    const size_t skip = id3_length(data, size);
-    if (skip <= size && size - skip >= 4 && std::memcmp(data + skip, "fLaC", 4) == 0) return 1;
-    return 0;
-}
-
-AudioResult audio_decode(const uint8_t *data, size_t size, int64_t start, int64_t frames,
-                         const AudioOut &out) {
-    if (start < 0 || frames < 0) return fail(AudioStatus::kDamaged, "a negative crop");
-    switch (audio_container(data, size)) {
-    case 1: return flac_decode(data, size, start, frames, out);
-    case 2: return wav_decode(data, size, start, frames, out);
-    default: return fail(AudioStatus::kUnsupported, "neither FLAC nor WAV");
-    }
-}
-
-void audio_store(const float *src, int64_t n, int channels, int64_t frame_step,
-                 int64_t chan_step, const AudioOut &out, int64_t at) {
-    float *dst = out.data + at * out.frame_stride;
-    if (out.mono && channels > 1) {  // numpy's float32 mean: summed in channel order, / count
-        const float count = static_cast<float>(channels);
-        for (int64_t f = 0; f < n; f++) {
-            const float *s = src + f * frame_step;
-            float sum = s[0];
-            for (int c = 1; c < channels; c++) sum += s[c * chan_step];
-            dst[f * out.frame_stride] = sum / count;
-        }
-        return;
-    }
-    const int outs = out.mono ? 1 : out.channels;
-    for (int c = 0; c < outs; c++) {
-        const float *s = src + (channels == 1 ? 0 : c) * chan_step;
-        float *d = dst + c * out.channel_stride;
-        if (frame_step == 1 && out.frame_stride == 1) {
-            std::memcpy(d, s, static_cast<size_t>(n) * sizeof(float));
-        } else {
-            for (int64_t f = 0; f < n; f++) d[f * out.frame_stride] = s[f * frame_step];
-        }
-    }
-}
-
 AudioResult wav_info(const uint8_t *data, size_t size) {
     WavFormat f;
     AudioResult r = parse_wav(data, size, f);
@@ -181,25 +124,18 @@ AudioResult wav_info(const uint8_t *data, size_t size) {
     return r;
 }
 
-AudioResult audio_info(const uint8_t *data, size_t size) {
-    switch (audio_container(data, size)) {
-    case 1: return flac_info(data, size);
-    case 2: return wav_info(data, size);
-    default: return fail(AudioStatus::kUnsupported, "neither FLAC nor WAV");
-    }
-}
-
 AudioResult wav_decode(const uint8_t *data, size_t size, int64_t start, int64_t frames,
                        const AudioOut &out) {
     WavFormat f;
     AudioResult r = parse_wav(data, size, f);
     if (r.status != AudioStatus::kOk) return r;
     if (!out.mono && out.channels != f.channels && f.channels != 1)
-        return fail(AudioStatus::kDamaged, "has " + std::to_string(f.channels) +
-                                               " channels, the loader wants " + std::to_string(out.channels));
+        return audio_fail(AudioStatus::kDamaged, "has " + std::to_string(f.channels) +
+                                                     " channels, the loader wants " +
+                                                     std::to_string(out.channels));
     if (out.mono && f.channels >= kMonoMixMax)
-        return fail(AudioStatus::kUnsupported, "a mix of " + std::to_string(f.channels) +
-                                                   " channels to mono (numpy sums 8 or more pairwise)");
+        return audio_fail(AudioStatus::kUnsupported, "a mix of " + std::to_string(f.channels) +
+                                                         " channels to mono (numpy sums 8 or more pairwise)");
     r.rate = f.rate;
     r.channels = f.channels;
     const int64_t total = static_cast<int64_t>(f.data_bytes / static_cast<size_t>(f.block));
