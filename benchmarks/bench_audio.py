@@ -1,7 +1,8 @@
 """Audio loading: FastLoader(audio=) vs the plain torch DataLoader written the usual way (workers
 that open each clip file with soundfile, seek to the crop, read it, mix to mono, resample with
 soxr, and a collate that zero-pads), same clips, same crops (the loader's own crop plan), same
-batch; interleaved rounds, medians and same-round ratios. `--gil` measures whether
+batch; interleaved rounds, medians and same-round ratios. `--decode` times the per-clip decode
+alone (the extension's FLAC/WAV decoder against soundfile, one core). `--gil` measures whether
 soundfile's decode and soxr's resample release the GIL (a Python thread spinning beside one
 long call keeps its rate only if they do)."""
 
@@ -144,10 +145,60 @@ def gil_probe() -> None:
              "soxr.resample (10 min, 16k->8k)": lambda: soxr.resample(wave, rate, 8000),
              # the control: bytes.find is one C call that keeps the GIL
              "control: bytes.find over 1 GiB": lambda: blob.find(b"\x01")}
+    from fastloader.decode import audio_native
+
+    if audio_native.core() is not None:
+        row = np.empty((1, len(wave)), np.float32)
+        calls["native FLAC decode (10 min)"] = lambda: audio_native.decode_into(
+            data, 0, len(wave), row, True)
     for name, call in calls.items():
         ratio = _spin_rate(call) / _spin_rate(None)
         print(f"{name}: a Python thread beside it ran at {ratio:.2f}x its solo rate "
               "(near 0 if the call holds the GIL)")
+
+
+def _decode_legs(datas: list[bytes], crops: list[Any], rate: int) -> tuple[Any, Any]:
+    """The two per-clip decodes of decode_probe: into one mono row, and soundfile's."""
+    from fastloader.decode import audio_native
+
+    row = np.empty((1, 2 * rate), np.float32)
+
+    def native() -> None:
+        for data, crop in zip(datas, crops, strict=True):
+            audio_native.decode_into(data, crop.start, crop.frames, row, True)
+
+    def soundfile() -> None:
+        for data, crop in zip(datas, crops, strict=True):
+            with sf.SoundFile(io.BytesIO(data)) as f:
+                f.seek(crop.start)
+                f.read(crop.frames, dtype="float32", always_2d=True)
+
+    return native, soundfile
+
+
+def decode_probe(count: int, rounds: int) -> None:
+    """Per-clip decode of 2 s crops (random, the loader's plan) of 1-12 s clips on one core:
+    the extension's FLAC/WAV decoder into a row against soundfile's open, seek and read."""
+    audio = Audio(sample_rate=None, crop_seconds=2.0, random_crop=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt, rate in (("flac", 16000), ("flac", 44100), ("wav", 16000), ("wav", 44100)):
+            paths = make_clips(Path(tmp) / f"{fmt}{rate}", count, (1.0, 12.0), fmt, (rate,))
+            datas = [p.read_bytes() for p in paths]
+            meta = np.array([[rate, 1, sf.info(p).frames] for p in paths], np.int64)
+            crops = [plan_crop(meta, i, audio, 0, 0) for i in range(count)]
+            native, soundfile = _decode_legs(datas, crops, rate)
+            times: dict[str, list[float]] = {"native": [], "soundfile": []}
+            for round_index in range(rounds):
+                legs = [("native", native), ("soundfile", soundfile)]
+                for name, leg in legs if round_index % 2 == 0 else legs[::-1]:
+                    start = time.perf_counter()
+                    leg()
+                    times[name].append((time.perf_counter() - start) / count * 1e3)
+            ratios = [b / a for a, b in zip(times["native"], times["soundfile"], strict=True)]
+            print(f"{fmt} {rate} Hz, 2 s crops of 1-12 s: native "
+                  f"{statistics.median(times['native']):.3f} ms/clip, soundfile "
+                  f"{statistics.median(times['soundfile']):.3f} ms/clip, same-round ratio "
+                  f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
 
 
 def main() -> int:
@@ -162,9 +213,14 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--gil", action="store_true", help="only the GIL probe")
     parser.add_argument("--no-lhotse", action="store_true", help="leave Lhotse's loader out")
+    parser.add_argument("--decode", action="store_true",
+                        help="only the per-clip decode: native against soundfile, one core")
     args = parser.parse_args()
     if args.gil:
         gil_probe()
+        return 0
+    if args.decode:
+        decode_probe(args.clips, args.rounds)
         return 0
     audio = (Audio(sample_rate=16000, crop_seconds=args.crop, random_crop=True) if args.crop
              else Audio(sample_rate=16000))

@@ -21,6 +21,7 @@
 #include "masks_bindings.h"
 #include "tiles_bindings.h"
 #include "coeffs_bindings.h"
+#include "audio_bindings.h"
 
 namespace nb = nanobind;
 
@@ -330,4 +331,5 @@ NB_MODULE(_core, m) {
     register_tiles(m);
     register_masks(m);
     register_coeffs(m);
+    register_audio(m);
 }

@@ -29,3 +29,34 @@ def clip(rate: int, seconds: float, channels: int = 1, fmt: str = "flac", seed: 
     out = io.BytesIO()
     sf.write(out, signal(rate, seconds, channels, seed), rate, format=container, subtype=subtype)
     return out.getvalue()
+
+
+def encode(wave: np.ndarray, rate: int, container: str = "FLAC", subtype: str = "PCM_16") -> bytes:
+    """wave [frames, channels] encoded by libsndfile as container/subtype."""
+    import soundfile as sf
+
+    out = io.BytesIO()
+    sf.write(out, wave, rate, format=container, subtype=subtype)
+    return out.getvalue()
+
+
+# Stereo pairs that lead libFLAC's encoder to each channel assignment: a clean tone on the side
+# it codes directly and noise on the other makes the side channel the cheap one.
+STEREO_MODES = {"independent": 1 << 1, "left/side": 1 << 8, "side/right": 1 << 9,
+                "mid/side": 1 << 10}
+
+
+def stereo(mode: str, rate: int = 16000, seconds: float = 2.0) -> np.ndarray:
+    """float32 [frames, 2] whose FLAC encoding uses the channel assignment `mode`."""
+    t = np.arange(round(rate * seconds)) / rate
+    tone = 0.3 * np.sin(2 * np.pi * 220 * t)
+    noise = 0.05 * np.random.default_rng(0).standard_normal(len(t))
+    pairs = {"independent": (tone, noise), "left/side": (tone, tone + noise),
+             "side/right": (tone + noise, tone), "mid/side": (tone + noise, tone - noise / 2)}
+    return np.stack(pairs[mode], 1).astype(np.float32)
+
+
+def id3_tag(body: int = 40) -> bytes:
+    """An ID3v2.4 tag of `body` zero bytes (a syncsafe size), as may precede a FLAC stream."""
+    size = bytes([(body >> 21) & 0x7F, (body >> 14) & 0x7F, (body >> 7) & 0x7F, body & 0x7F])
+    return b"ID3\x04\x00\x00" + size + bytes(body)

@@ -1,5 +1,7 @@
 """Audio clips: their header facts, a decode that seeks to the crop, resampling and channel mix.
 
+FLAC and WAV decode natively (decode/audio_native.py: the extension's own decoders, which leave
+any other clip to libsndfile by an explicit status); the rest as below.
 libsndfile (through `soundfile`) reads WAV, FLAC, MP3 and Ogg Vorbis/Opus from the bytes as
 stored; `soxr` resamples. Both are the optional extra `audio`, imported on first use. Both
 release the GIL inside their C calls (soundfile is a cffi ABI binding, and cffi drops the GIL
@@ -23,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fastloader.decode import audio_native
 from fastloader.errors import DecodeError, OptionalDependencyError
 
 AUDIO_EXTENSIONS = (".flac", ".wav", ".mp3", ".ogg", ".opus")
@@ -138,6 +141,14 @@ def decode(data: Any, start: int, frames: int, out: np.ndarray | None = None,
     `out`: a C-contiguous float32 [frames, channels] libsndfile writes into (no copy); the
     rows it filled are returned. `copy`: read it from this thread's memory file (most of
     the clip is read) rather than a BytesIO (a short crop)."""
+    if out is None:
+        wave = audio_native.decode(data, start, frames)
+        if wave is not None:
+            return wave
+    else:
+        got = audio_native.decode_into(data, start, frames, out.T, False)
+        if got is not None:
+            return out[:got]
     sf = soundfile()
     try:
         with _opened(sf, data, copy) as clip:

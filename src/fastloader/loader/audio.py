@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from fastloader.decode import audio_native
 from fastloader.errors import DecodeError, FastloaderError, ProducerError, invalid_argument
 from fastloader.format.open import dataset_from
 from fastloader.loader.attributes import PackedAttributes
@@ -251,7 +252,8 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
             queue_depth=depth, prefetch=self._prefetch,
             ring_slots=ring.slots if ring is not None else 0,
             ring_bytes=ring.nbytes if ring is not None else 0,
-            pinned=ring is not None, num_threads=self._decoder.threads, backend="soundfile")
+            pinned=ring is not None, num_threads=self._decoder.threads,
+            backend="native" if audio_native.core() is not None else "soundfile")
 
     def _after_fork_in_child(self) -> None:
         self._active = None  # the parent's producer thread is not in the child

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fastloader.decode import audio as clips
+from fastloader.decode import audio_native
 from fastloader.errors import CorruptRecordError, DecodeError
 from fastloader.loader.audio_options import Audio
 from fastloader.loader.skips import no_replacement, replacements
@@ -115,16 +116,25 @@ class BatchDecoder:
         """Sample index decoded into out [C, T] (the rest zeroed); its length."""
         crop = plan_crop(self.meta, index, self.audio, seed, epoch)
         rate, channels = int(self.meta[index, 0]), int(self.meta[index, 1])
-        copy = 2 * crop.frames >= int(self.meta[index, 2])  # most of it: a memfd (decode)
-        if self._direct(rate, channels, out, crop.frames):
-            return self._read_into(index, crop, out, copy)
-        wave = clips.decode(self.read(index), crop.start, crop.frames, copy=copy)
-        if wave.shape[0] != crop.frames:
-            raise DecodeError(f"decodes to {wave.shape[0]} frames from frame {crop.start}, its "
-                              f"index says {crop.frames}")
-        wave = clips.mix(wave, self.audio.mono, self.audio.channels)
-        wave = clips.resample(wave, rate, self.audio.sample_rate or rate,
-                              self.audio.resample_quality)
+        target = self.audio.sample_rate or rate
+        data = self.read(index)
+        into_row = rate == target and out.dtype == np.float32 and crop.frames <= out.shape[1]
+        if into_row:  # FLAC/WAV at the output rate: decoded natively straight into the row
+            got = audio_native.decode_into(data, crop.start, crop.frames,
+                                           out[:, :crop.frames], self.audio.mono)
+            if got is not None:
+                return self._filled(out, got, crop)
+        wave = None if into_row else self._native_wave(data, crop, out.shape[0])
+        if wave is None:  # left to libsndfile
+            copy = 2 * crop.frames >= int(self.meta[index, 2])  # most of it: a memfd (decode)
+            if self._direct(rate, channels, out, crop.frames):
+                return self._read_into(data, crop, out, copy)
+            wave = clips.decode(data, crop.start, crop.frames, copy=copy)
+            if wave.shape[0] != crop.frames:
+                raise DecodeError(f"decodes to {wave.shape[0]} frames from frame {crop.start}, "
+                                  f"its index says {crop.frames}")
+            wave = clips.mix(wave, self.audio.mono, self.audio.channels)
+        wave = clips.resample(wave, rate, target, self.audio.resample_quality)
         if wave.shape[1] != out.shape[0]:
             raise DecodeError(f"has {wave.shape[1]} channels, its batch {out.shape[0]}")
         length = min(wave.shape[0], out.shape[1])
@@ -135,6 +145,25 @@ class BatchDecoder:
         out[:, length:] = 0
         return length
 
+    def _native_wave(self, data: Any, crop: Crop, channels: int) -> np.ndarray | None:
+        """The crop decoded natively and mixed to the batch's channels, [frames, channels]
+        (soxr's layout), or None when the clip is left to libsndfile."""
+        wave = np.empty((crop.frames, channels), np.float32)
+        got = audio_native.decode_into(data, crop.start, crop.frames, wave.T, self.audio.mono)
+        if got is None:
+            return None
+        return wave[: self._filled(None, got, crop)]
+
+    @staticmethod
+    def _filled(out: np.ndarray | None, got: int, crop: Crop) -> int:
+        """got, checked against the crop's frames; out's frames after it zeroed."""
+        if got != crop.frames:
+            raise DecodeError(f"decodes to {got} frames from frame {crop.start}, its index "
+                              f"says {crop.frames}")
+        if out is not None:
+            out[:, got:] = 0
+        return got
+
     def _direct(self, rate: int, channels: int, out: np.ndarray, frames: int) -> bool:
         """Whether libsndfile can write the clip straight into its batch row: a mono clip
         kept at its rate into a float32 row long enough (out [1, T] is then [T, 1] in
@@ -143,9 +172,9 @@ class BatchDecoder:
                 and out.flags.c_contiguous
                 and rate == (self.audio.sample_rate or rate) and frames <= out.shape[1])
 
-    def _read_into(self, index: int, crop: Crop, out: np.ndarray, copy: bool) -> int:
+    def _read_into(self, data: Any, crop: Crop, out: np.ndarray, copy: bool) -> int:
         row = out.reshape(-1)  # [1, T] -> [T]: a view, the row is C-contiguous
-        got = clips.decode(self.read(index), crop.start, crop.frames,
+        got = clips.decode(data, crop.start, crop.frames,
                            row[:crop.frames].reshape(crop.frames, 1), copy).shape[0]
         if got != crop.frames:
             raise DecodeError(f"decodes to {got} frames from frame {crop.start}, its index "
