@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "audio.h"
+#include "bytes_view.h"
 
 namespace nb = nanobind;
 
@@ -20,34 +21,17 @@ namespace {
 
 using Out = nb::ndarray<float, nb::ndim<2>, nb::device::cpu>;
 
-// A view of a bytes-like object, released on scope exit.
-class Bytes {
-public:
-    explicit Bytes(nb::handle obj) {
-        if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_SIMPLE) != 0) {
-            PyErr_Clear();
-            throw nb::type_error("audio: data must be a contiguous bytes-like object");
-        }
-    }
-    ~Bytes() { PyBuffer_Release(&view_); }
-    Bytes(const Bytes &) = delete;
-    Bytes &operator=(const Bytes &) = delete;
-    const uint8_t *data() const { return static_cast<const uint8_t *>(view_.buf); }
-    size_t size() const { return static_cast<size_t>(view_.len); }
-
-private:
-    Py_buffer view_{};
-};
+constexpr const char *kBytesRefusal = "audio: data must be a contiguous bytes-like object";
 
 std::tuple<int, int, int, int64_t, std::string> audio_info(nb::handle data) {
-    Bytes bytes(data);
+    fl::BytesView bytes(data, kBytesRefusal);
     const fl::AudioResult r = fl::audio_info(bytes.data(), bytes.size());
     return {static_cast<int>(r.status), r.rate, r.channels, r.frames, r.message};
 }
 
 std::tuple<int, int64_t, int64_t, int, std::string> audio_decode(nb::handle data, int64_t start,
                                                             int64_t frames, Out out, bool mono) {
-    Bytes bytes(data);
+    fl::BytesView bytes(data, kBytesRefusal);
     if (frames < 0 || start < 0) throw std::invalid_argument("audio_decode: negative start or frames");
     if (static_cast<int64_t>(out.shape(1)) < frames)
         throw std::invalid_argument("audio_decode: out holds fewer frames than asked");

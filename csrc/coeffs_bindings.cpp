@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "coeffs.h"
+#include "bytes_view.h"
 
 #include <jconfig.h>  // LIBJPEG_TURBO_VERSION_NUMBER: the library whose pixels the codec matches
 #ifndef LIBJPEG_TURBO_VERSION_NUMBER
@@ -25,29 +26,12 @@ namespace coeffs = fl::coeffs;
 
 namespace {
 
-// A contiguous read-only view of a bytes-like object, released on scope exit.
-class Bytes {
-public:
-    explicit Bytes(nb::handle obj) {
-        if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_SIMPLE) != 0) {
-            PyErr_Clear();
-            throw nb::type_error("data must be a contiguous bytes-like object (bytes, bytearray, memoryview)");
-        }
-    }
-    ~Bytes() { PyBuffer_Release(&view_); }
-    Bytes(const Bytes &) = delete;
-    Bytes &operator=(const Bytes &) = delete;
-    const uint8_t *data() const { return static_cast<const uint8_t *>(view_.buf); }
-    size_t size() const { return static_cast<size_t>(view_.len); }
-
-private:
-    Py_buffer view_{};
-};
+constexpr const char *kBytesRefusal = "data must be a contiguous bytes-like object (bytes, bytearray, memoryview)";
 
 using Slot = nb::ndarray<uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 
 nb::bytes encode(nb::handle data, int seg_mcus, int nibble_from) {
-    Bytes in(data);
+    fl::BytesView in(data, kBytesRefusal);
     std::vector<uint8_t> out;
     std::string error;
     {
@@ -59,7 +43,7 @@ nb::bytes encode(nb::handle data, int seg_mcus, int nibble_from) {
 }
 
 nb::bytes to_jpeg(nb::handle data) {
-    Bytes in(data);
+    fl::BytesView in(data, kBytesRefusal);
     std::vector<uint8_t> out;
     std::string error;
     {
@@ -77,7 +61,7 @@ nb::bytes to_jpeg(nb::handle data) {
 // (width, height, components, colour, subsampling, segments, EXIF orientation) of a record;
 // ValueError if damaged.
 std::tuple<int, int, int, std::string, std::string, int, int> info(nb::handle data) {
-    Bytes in(data);
+    fl::BytesView in(data, kBytesRefusal);
     coeffs::View view;
     if (std::string why = coeffs::open_record(in.data(), in.size(), view); !why.empty())
         throw nb::value_error(why.c_str());
@@ -98,7 +82,7 @@ std::tuple<int, int, int, std::string, std::string, int, int> info(nb::handle da
 std::optional<std::string> decode_into(nb::handle data, std::tuple<int, int, int, int> crop, bool flip, Slot out,
                                        bool dct_scaling) {
     if (out.shape(2) != 3) throw nb::value_error("out must have shape (H, W, 3)");
-    Bytes in(data);
+    fl::BytesView in(data, kBytesRefusal);
     const fl::CropBox box{std::get<0>(crop), std::get<1>(crop), std::get<2>(crop), std::get<3>(crop)};
     const fl::OutputSlot slot{out.data(), static_cast<int>(out.shape(0)), static_cast<int>(out.shape(1)),
                               static_cast<std::ptrdiff_t>(out.shape(1)) * 3, flip};
@@ -120,7 +104,7 @@ std::optional<std::string> decode_into(nb::handle data, std::tuple<int, int, int
 
 std::optional<std::string> decode_scaled(nb::handle data, int denom, Slot out) {
     if (out.shape(2) != 3) throw nb::value_error("out must have shape (H, W, 3)");
-    Bytes in(data);
+    fl::BytesView in(data, kBytesRefusal);
     const fl::OutputSlot slot{out.data(), static_cast<int>(out.shape(0)), static_cast<int>(out.shape(1)),
                               static_cast<std::ptrdiff_t>(out.shape(1)) * 3, false};
     std::string error;
