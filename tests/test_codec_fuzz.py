@@ -21,6 +21,7 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from imagegen import encode, photo_like
     from jpeg_writer import write_jpeg
+    from mutations import mutate as mutated
     from fastloader.decode import coeffs
     from fastloader.decode.decode import BatchDecoder, decode
     from fastloader.errors import DecodeError, InvalidArgumentError
@@ -39,29 +40,9 @@ CHILD = textwrap.dedent(
     ]
     bases = [coeffs.encode(j, seg_mcus=1 + i % 3) for i, j in enumerate(jpegs)]
 
-    def mutate(data):
-        data = bytearray(data)
-        kind = rng.integers(0, 5)
-        if kind == 0:  # truncate
-            return bytes(data[: rng.integers(0, len(data))])
-        if kind == 1:  # flip a few bytes anywhere
-            for pos in rng.integers(6, len(data), rng.integers(1, 8)):
-                data[pos] = rng.integers(0, 256)
-            return bytes(data)
-        if kind == 2:  # the header: size, components, factors, layout, segment table
-            end = 20 + 130 * data[16 % len(data)] + 64
-            for pos in rng.integers(6, min(end, len(data)), rng.integers(1, 4)):
-                data[pos] = rng.integers(0, 256)
-            return bytes(data)
-        if kind == 3:  # one bit in the payload
-            pos = int(rng.integers(len(data) // 3, len(data)))
-            data[pos] ^= 1 << int(rng.integers(0, 8))
-            return bytes(data)
-        start = rng.integers(6, len(data))  # splice out or duplicate a chunk
-        stop = min(len(data), start + rng.integers(1, 64))
-        if rng.integers(0, 2):
-            return bytes(data[:start] + data[stop:])
-        return bytes(data[:stop] + data[start:])
+    def mutate(data):  # the header: size, components, factors, layout, segment table
+        return mutated(data, rng, keep=6, header_end=20 + 130 * data[16 % len(data)] + 64,
+                       bit_flips_from=1 / 3)
 
     records = [mutate(bases[i % len(bases)]) for i in range(count)]
     decoded = failed = 0

@@ -17,6 +17,7 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from jpeg_corpus import photo_jpeg, encode_jpeg
     from imagegen import photo_like
+    from mutations import mutate as mutated
     from fastloader.decode.decode import BatchDecoder, decode
     from fastloader.errors import DecodeError
 
@@ -30,24 +31,8 @@ CHILD = textwrap.dedent(
         encode_jpeg(photo_like(24, 32, 5), "CMYK", quality=85, progressive=True),
     ]
 
-    def mutate(data):
-        data = bytearray(data)
-        kind = rng.integers(0, 4)
-        if kind == 0:  # truncate
-            return bytes(data[: rng.integers(0, len(data))])
-        if kind == 1:  # flip a few bytes anywhere (headers included)
-            for pos in rng.integers(0, len(data), rng.integers(1, 8)):
-                data[pos] = rng.integers(0, 256)
-            return bytes(data)
-        if kind == 2:  # flip bytes in the first 200 (markers, tables, frame header)
-            for pos in rng.integers(0, min(200, len(data)), rng.integers(1, 4)):
-                data[pos] = rng.integers(0, 256)
-            return bytes(data)
-        start = rng.integers(0, len(data))  # splice out or duplicate a chunk
-        stop = min(len(data), start + rng.integers(1, 64))
-        if rng.integers(0, 2):
-            return bytes(data[:start] + data[stop:])
-        return bytes(data[:stop] + data[start:])
+    def mutate(data):  # markers, tables and the frame header lie in the first 200 bytes
+        return mutated(data, rng, header_end=200)
 
     records = [mutate(bases[i % len(bases)]) for i in range(count)]
     decoded = failed = 0
