@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import psutil
@@ -103,3 +104,30 @@ def test_twenty_epochs_do_not_grow_memory(dataset_path: Path) -> None:
         assert loader.sampler.epoch == 23
         assert len(fastloader_threads("fastloader-producer")) == 0
     assert grown < 20 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB over 20 epochs"
+
+
+def test_a_passs_threads_are_freed_in_their_own_threads(dataset_path: Path) -> None:
+    """threading runs Python code (its WeakSet of threads) when a Thread object is freed; freed
+    in the main thread, a Ctrl-C raised inside it is lost (tests/test_exit_installed.py's soak
+    caught one). So the producer and helper Thread objects of every pass, the first pass's
+    dropped with its iterator at the end of its epoch, are freed by their own threads."""
+    refs: list[weakref.ref[threading.Thread]] = []
+    freed: list[str] = []
+
+    def watch() -> None:
+        for thread in threading.enumerate():
+            if thread.name.startswith(("fastloader-producer", "fastloader-prepare")) \
+                    and not any(ref() is thread for ref in refs):
+                refs.append(weakref.ref(thread, lambda _: freed.append(
+                    threading.current_thread().name)))
+
+    with make(dataset_path) as loader:
+        for _ in range(2):
+            for _ in loader:
+                watch()
+    deadline = time.monotonic() + 10
+    while len(freed) < len(refs) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.02)
+    assert len(refs) >= 4 and len(freed) == len(refs)  # two passes: a producer and a helper each
+    assert threading.current_thread().name not in freed, freed

@@ -38,6 +38,7 @@ from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.skips import RAISE_FIX
 from fastloader.loader.stats import Counters, LoaderStats, Timer
+from fastloader.loader.threads import Worker
 
 _END = object()
 
@@ -277,9 +278,7 @@ class _Pass:
         self.loader, self.batches, self.epoch = loader, batches, epoch
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=loader._prefetch)
         self.halt = threading.Event()
-        self.thread = threading.Thread(target=self._produce, name="fastloader-audio-producer",
-                                       daemon=True)
-        self.thread.start()
+        self.thread = Worker(self._produce, "fastloader-audio-producer")
 
     def stop(self) -> None:
         self.halt.set()

@@ -38,6 +38,7 @@ from fastloader.loader.masks import MaskBatches
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.skips import RAISE_FIX, SkipBudget, no_replacement, replacements
 from fastloader.loader.stats import Counters, Timer
+from fastloader.loader.threads import Worker
 
 _thread_ids = itertools.count()
 log = logging.getLogger(__name__)  # a child of the "fastloader" logger
@@ -185,19 +186,18 @@ class Producer:
                         is not None else None)
         self.ready: queue.SimpleQueue[ReadyBatch | _Done] = queue.SimpleQueue()
         self.stop_event = threading.Event()
-        self.thread = threading.Thread(
-            target=self._run, name=f"fastloader-producer-{next(_thread_ids)}", daemon=True
-        )
+        self.name = f"fastloader-producer-{next(_thread_ids)}"
+        self.thread: Worker | None = None
 
     def start(self) -> Producer:
-        self.thread.start()
+        self.thread = Worker(self._run, self.name)
         return self
 
     def _run(self) -> None:
         started = time.perf_counter()
         outcome = _Done()
-        helper = ThreadPoolExecutor(1, thread_name_prefix=self.thread.name.replace("producer",
-                                                                                   "prepare"))
+        helper = ThreadPoolExecutor(1, thread_name_prefix=self.name.replace("producer",
+                                                                            "prepare"))
         try:
             upcoming = self._prepare_later(helper, self.plan.start)
             for b in range(self.plan.start, self.plan.num_batches):
@@ -369,7 +369,8 @@ class Producer:
                     item = self.ready.get(timeout=0.1)
                     break
                 except queue.Empty:
-                    if not self.thread.is_alive() and self.ready.empty():
+                    if self.thread is not None and not self.thread.is_alive() \
+                            and self.ready.empty():
                         raise FastloaderError(
                             "the fastloader producer thread ended without a result"
                         ) from None
@@ -387,7 +388,7 @@ class Producer:
     def shutdown(self) -> None:
         """Stop promptly (between batches or while waiting for a slot) and join the thread."""
         self.stop_event.set()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
+        if self.thread is not None and not self.thread.is_current():
             self.thread.join()
         while True:  # drop queued batches; the caller resets the ring once nobody holds slots
             try:
