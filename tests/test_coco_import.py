@@ -103,7 +103,7 @@ def test_bad_coco_files_are_named(tmp_path: Path, change: dict, message: str) ->
 
 @pytest.mark.parametrize("how, message", [
     ("bad box", r"image id 102 .*annotation 11 has bbox \[1, 1, 0, 2\] with no area"),
-    ("missing image", r"image id 103 .*003.png is missing; pass --images DIR"),
+    ("missing image", r"image id 103 .*003.png is missing; pass root=DIR"),
 ])
 def test_a_bad_image_stops_the_pack_or_is_skipped(tmp_path: Path, how: str,
                                                   message: str) -> None:
@@ -115,6 +115,19 @@ def test_a_bad_image_stops_the_pack_or_is_skipped(tmp_path: Path, how: str,
     manifest = fastloader.pack(src, tmp_path / "d.lmdb", root=tmp_path / "images", workers=1,
                                skip_bad=True)
     assert manifest.num_samples == 3 and manifest.stats["skipped"] == 1
+
+
+def test_a_missing_image_names_each_interfaces_option(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _coco(tmp_path)
+    (tmp_path / "images" / "003.png").unlink()
+    with pytest.raises(PackError, match="pass root=DIR") as caught:
+        fastloader.pack(src, tmp_path / "d.lmdb", root=tmp_path / "images", workers=1)
+    assert "--" not in str(caught.value)
+    assert main([str(src), str(tmp_path / "d.lmdb"), "--images", str(tmp_path / "images"),
+                 "--workers", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "003.png is missing; pass --root DIR" in err and "root=" not in err, err
 
 
 def test_skip_empty_is_for_coco_only(tmp_path: Path) -> None:

@@ -65,7 +65,8 @@ def pack(
         image: tables: the image column (default: path, image, file or filename; Parquet:
             else its first Image column); a Dataset: which Image column is the records.
         label: tables: a column of class names, turned into class ids (sorted names).
-        root: tables: the folder image paths are relative to (default: the table's folder).
+        root: tables and COCO files: the folder image paths (COCO: file_name entries) are
+            relative to (default: the table's or file's folder).
         skip_bad: every source: pack the items that are fine and list the others (why,
             where) in skipped.json (and a v2 manifest's stats), instead of stopping at the
             first bad one (the default; strict=True says it explicitly, and contradicts

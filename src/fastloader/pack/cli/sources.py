@@ -40,8 +40,8 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
     add("--image", metavar="COL", help="table: the image path column (default: path, image, "
         "file or filename)")
     add("--label", metavar="COL", help="table: a column of class names, stored as class ids")
-    add("--root", metavar="DIR", help="table: the folder image paths are relative to "
-        "(default: the table's folder)")
+    add("--root", metavar="DIR", help="table or COCO file: the folder image paths are "
+        "relative to (default: the table's or file's folder)")
     add("--field", type=parse_field, action="append", metavar="NAME:KIND",
         help="a column's or extension's kind, overriding the inferred one (repeatable)")
     add("--images", metavar="DIR", dest="root", help="COCO file: the folder its file_name "

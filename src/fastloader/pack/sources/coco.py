@@ -137,7 +137,7 @@ def _sample(path: Path, folder: Path, image_id: int, image: dict[str, Any]) -> d
         return {WHERE_KEY: where, PATH_KEY: str(file), ERROR_KEY: image["error"]}
     if not file.is_file():
         return {WHERE_KEY: where, PATH_KEY: str(file),
-                ERROR_KEY: f"image file {file} is missing; pass --images DIR (the folder the "
+                ERROR_KEY: f"image file {file} is missing; pass root=DIR (the folder the "
                            "file_name entries are relative to)"}
     return {WHERE_KEY: where, PATH_KEY: str(file), "image": str(file),
             "boxes": np.asarray(image["boxes"], np.float32).reshape(-1, 4),
