@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -198,10 +199,74 @@ def test_a_stamp_vouches_for_its_own_files_only(copy: Path, tmp_path: Path,
         assert not ds.index_trusted
     with open_dataset(elsewhere) as ds:
         assert ds.index_trusted
-    for stamp in stamp_dir.glob("*.json"):  # an edited stamp is no stamp
+    for stamp in stamp_dir.glob("*/*.json"):  # an edited stamp is no stamp
         stamp.write_text(stamp.read_text().replace('"files": {', '"files": {"x": [1], '))
     with open_dataset(copy) as ds:
         assert not ds.index_trusted
+
+
+def _stamps(folder: Path) -> dict[str, set[str]]:
+    """Each dataset's stamp folder -> the names in it."""
+    return {entry.name: set(os.listdir(entry)) for entry in folder.iterdir() if entry.is_dir()}
+
+
+def _restamp(root: Path) -> None:
+    """Another version of the dataset: other manifest bytes, the same meaning."""
+    manifest = root / "manifest.json"
+    manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=1))
+
+
+def test_writing_a_stamp_removes_the_datasets_other_versions(copy: Path,
+                                                             stamp_dir: Path) -> None:
+    with open_dataset(copy):
+        pass
+    ((folder, first),) = _stamps(stamp_dir).items()
+    assert {name.partition(".")[2] for name in first} == {"json", "shapes.npy", "json.lock"}
+    _restamp(copy)
+    new_sha = hashlib.sha256((copy / "manifest.json").read_bytes()).hexdigest()
+    for tmp, age in ((f"{new_sha}.json.1.tmp", 2 * stamps.STALE_S), ("y.json.2.tmp", 0)):
+        (stamp_dir / folder / tmp).write_bytes(b"")  # dead writers': the new version's, another's
+        when = time.time() - age
+        os.utime(stamp_dir / folder / tmp, (when, when))
+    with open_dataset(copy) as ds:
+        assert not ds.index_trusted
+    (second,) = _stamps(stamp_dir).values()  # still one folder, with the new version only
+    assert len(second) == 3 and not first & second  # the .tmp files too
+    with open_dataset(copy) as ds:
+        assert ds.index_trusted
+
+
+def test_the_daily_sweep_removes_stamps_that_can_never_match(copy: Path, tmp_path: Path,
+                                                             stamp_dir: Path) -> None:
+    gone, third = tmp_path / "gone.lmdb", tmp_path / "third.lmdb"
+    for root in (gone, third):
+        shutil.copytree(copy, root)
+    for root in (copy, gone):
+        with open_dataset(root):
+            pass
+    shutil.rmtree(gone)
+    (stamp_dir / f"{'ab' * 64}.json").write_text('{"version": 1, "files": {}}')  # version 1
+    day_ago = os.stat(stamp_dir / stamps.SWEPT).st_mtime - 2 * stamps.SWEEP_EVERY_S
+    for name, age in (("died", day_ago), ("starting", None)):  # no stamp: a writer's folder
+        (stamp_dir / name).mkdir()
+        (stamp_dir / name / "x.json.lock").write_bytes(b"")
+        if age:
+            os.utime(stamp_dir / name, (age, age))
+    before = set(os.listdir(stamp_dir))
+    with open_dataset(third):  # a write within the day removes its own dataset's versions only
+        pass
+    assert before < set(os.listdir(stamp_dir))
+    os.utime(stamp_dir / stamps.SWEPT, (day_ago, day_ago))
+    _restamp(third)
+    with open_dataset(third):  # a day later a write sweeps
+        pass
+    assert len(_stamps(stamp_dir)) == 3  # copy's, third's and the starting writer's
+    assert "starting" in _stamps(stamp_dir) and "died" not in _stamps(stamp_dir)
+    assert not [p for p in stamp_dir.iterdir() if p.is_file() and p.name != stamps.SWEPT]
+    assert os.stat(stamp_dir / stamps.SWEPT).st_mtime > day_ago
+    for root in (copy, third):
+        with open_dataset(root) as ds:
+            assert ds.index_trusted
 
 
 def test_without_a_writable_stamp_folder_every_open_checks(
