@@ -36,9 +36,9 @@ from fastloader.format.cache import STAMPS_FOLDER, _flock, _unlock
 STAMP_VERSION = 2  # 2: at ROOT/MANIFEST.json (a dataset's other versions beside it), holding
 # the dataset's real path (so the stamps of a dataset that is gone can be found)
 DEFAULT_BASE = "~/.cache/fastloader"
-SWEPT = ".swept"  # its mtime: when the stamps of vanished folders were last looked for
+SWEPT = ".swept"  # its mtime: when the stamps of datasets that are gone were last sought
 SWEEP_EVERY_S = 24 * 3600.0  # reading every stamp at every write would be quadratic
-STALE_S = 3600.0  # a stamp folder without a stamp this old: its writer died before writing one
+STALE_S = 3600.0  # a .tmp, or a stamp folder with no stamp, this old: its writer died
 
 
 def stamp_folder() -> Path:
