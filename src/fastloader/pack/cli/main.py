@@ -6,13 +6,11 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import signal
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,13 @@ from fastloader.format.remote import is_url
 from fastloader.pack.api import pack
 from fastloader.pack.cli import steps as cli_plan
 from fastloader.pack.cli.sources import add_source_options, samples_summary, source_options
+from fastloader.pack.cli.stops import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    Stop,
+    Terminated,
+    sigterm_as_interrupt,
+)
 from fastloader.pack.cli.words import cli_words, flags
 from fastloader.pack.maintain.info import dataset_info, format_info, human_bytes
 from fastloader.pack.pipeline.tree import DEFAULT_SHARD_SIZE, SKIPPED_NAME
@@ -70,48 +75,6 @@ A source folder literally named like a command ("info", "verify", "append", "mer
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input, 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM: what SLURM and Kubernetes send on preemption); after 130 or
 143 the finished shards are kept and the same command with --resume goes on from them."""
-
-EXIT_INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a process killed by SIGINT
-EXIT_TERMINATED = 128 + signal.SIGTERM  # ... and by SIGTERM: a requeueing scheduler sees it
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread as Ctrl-C's KeyboardInterrupt is: the same unwinding
-    (the pool stopped, the staging released and kept for --resume), its own exit code."""
-
-
-def _main_process_only(error: type[BaseException]) -> Callable[[int, Any], None]:
-    """A handler raising error in this process only: a pool worker forked from it inherits
-    the handler until its initializer (engines/local.worker_signals) installs its own, and a
-    signal landing in that moment must not unwind the worker (a traceback, and a queue lock
-    it may hold); the pool stops it (and its watchdog signals it again)."""
-    owner = os.getpid()
-
-    def handler(signum: int, frame: Any) -> None:
-        if os.getpid() == owner:
-            raise error()
-
-    return handler
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Any:
-    """While packdata runs, SIGTERM stops it as SIGINT does (signal handlers belong to the main
-    thread: elsewhere, e.g. main() called from a thread, nothing is installed)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _main_process_only(Terminated))
-    ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    if ours:  # an ignored SIGINT (nohup, &) stays ignored
-        signal.signal(signal.SIGINT, _main_process_only(KeyboardInterrupt))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if ours:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-
 
 def parse_size(text: str) -> int:
     """'256M' -> 268435456 (K, M, G are powers of 1024; a plain number is bytes)."""
@@ -380,21 +343,34 @@ def _tiles_line(report: Any, with_source: bool) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run packdata with argv (default sys.argv[1:]); return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    stop = Stop()
     try:
-        with _sigterm_as_interrupt(), _shown(RESUME_LOG, "--quiet" in args):
+        with sigterm_as_interrupt(stop), _shown(RESUME_LOG, "--quiet" in args):
             return _dispatch(args)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
-    except FastloaderError as exc:
-        print(f"packdata: error: {_words(exc)}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # disk full, permission lost mid-way...: no traceback, one line
-        print(f"packdata: error: {_words(exc)}; fix it and rerun with --resume", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as exc:
-        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"packdata: {what}{_going_on(args)}", file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    except (KeyboardInterrupt, Exception) as exc:
+        # After a stop signal, whatever surfaces is the stop's: the exception the handler
+        # raised can be replaced by one from the code it unwound (np.savez's zip file, closed
+        # in its finally while a member was being written, raised ValueError over it).
+        if isinstance(exc, KeyboardInterrupt) or stop.signum is not None:
+            return _stopped(args, isinstance(exc, Terminated) or stop.signum == signal.SIGTERM)
+        if isinstance(exc, FastloaderError):
+            print(f"packdata: error: {_words(exc)}", file=sys.stderr)
+            return 2
+        if isinstance(exc, OSError):  # disk full, permission lost mid-way...: one line
+            print(f"packdata: error: {_words(exc)}; fix it and rerun with --resume",
+                  file=sys.stderr)
+            return 1
+        raise
+
+
+def _stopped(args: list[str], terminated: bool) -> int:
+    """Say that the command stopped (by SIGTERM, else Ctrl-C) and how to go on; the exit code
+    a shell would show."""
+    print(f"packdata: {'terminated (SIGTERM)' if terminated else 'interrupted'}"
+          f"{_going_on(args)}", file=sys.stderr)
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 def _going_on(args: list[str]) -> str:
