@@ -132,9 +132,9 @@ def test_packdata_signal_handlers_act_in_its_own_process_only() -> None:
     """A pool worker forked from packdata holds packdata's handlers until its initializer
     installs its own: a SIGTERM or SIGINT landing in that moment must not unwind the worker
     (a traceback on stderr, the task queue's lock perhaps held); the pool stops it."""
-    from fastloader.pack.cli.stops import Terminated, main_process_only
+    from fastloader.pack.cli.stops import Stop, Terminated, main_process_only
 
-    handler = main_process_only(Terminated)
+    handler = main_process_only(Terminated, Stop())
     with pytest.raises(Terminated):
         handler(signal.SIGTERM, None)
     child = os.fork()

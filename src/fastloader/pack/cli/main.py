@@ -24,7 +24,6 @@ from fastloader.pack.cli.stops import (
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     Stop,
-    Terminated,
     sigterm_as_interrupt,
 )
 from fastloader.pack.cli.words import cli_words, flags
@@ -354,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # raised can be replaced by one from the code it unwound (np.savez's zip file, closed
         # in its finally while a member was being written, raised ValueError over it).
         if isinstance(exc, KeyboardInterrupt) or stop.signum is not None:
-            return _stopped(args, isinstance(exc, Terminated) or stop.signum == signal.SIGTERM)
+            return _stopped(args, stop.signum == signal.SIGTERM)  # the handler noted it
         if isinstance(exc, FastloaderError):
             print(f"packdata: error: {_words(exc)}", file=sys.stderr)
             return 2

@@ -17,7 +17,8 @@ EXIT_TERMINATED = 128 + signal.SIGTERM  # ... and by SIGTERM: a requeueing sched
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread as Ctrl-C's KeyboardInterrupt is: the same unwinding
-    (the pool stopped, the staging released and kept for --resume), its own exit code."""
+    (the pool stopped, the staging released and kept for --resume); its exit code comes from
+    the Stop its handler noted, which outlives an exception raised over this one."""
 
 
 class Stop:
@@ -27,8 +28,7 @@ class Stop:
         self.signum: int | None = None
 
 
-def main_process_only(error: type[BaseException],
-                      stop: Stop | None = None) -> Callable[[int, Any], None]:
+def main_process_only(error: type[BaseException], stop: Stop) -> Callable[[int, Any], None]:
     """A handler raising error in this process only (and noting the signal in stop): a pool
     worker forked from it inherits the handler until its initializer
     (engines/local.worker_signals) installs its own, and a signal landing in that moment must
@@ -38,8 +38,7 @@ def main_process_only(error: type[BaseException],
 
     def handler(signum: int, frame: Any) -> None:
         if os.getpid() == owner:
-            if stop is not None:
-                stop.signum = signum
+            stop.signum = signum
             raise error()
 
     return handler
