@@ -82,7 +82,11 @@ int exif_orientation(const uint8_t *p, size_t n) {
         const size_t at = ifd + 2 + size_t(i) * 12;
         if (at + 12 > len) return 0;
         if (u16(at) != 0x0112) continue;
-        const unsigned value = u16(at + 2) == 3 ? u16(at + 8) : u16(at + 2) == 4 ? u32(at + 8) : 0;
+        // Pillow reads the first value of a SHORT/SSHORT (3, 8) or LONG/SLONG (4, 9) entry
+        // that holds at least one; any other type, or a count of 0, is no orientation there.
+        const unsigned type = u16(at + 2);
+        if (u32(at + 4) == 0) return 0;
+        const uint32_t value = type == 3 || type == 8 ? u16(at + 8) : type == 4 || type == 9 ? u32(at + 8) : 0;
         return value >= 1 && value <= 8 ? int(value) : 0;
     }
     return 0;

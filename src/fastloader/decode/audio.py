@@ -185,3 +185,25 @@ def output_frames(frames: int, rate: int, target: int) -> int:
     """Frames a resample of `frames` at `rate` to `target` gives, to within one: soxr's
     one-shot length is frames * target / rate rounded half up, computed in floating point."""
     return frames if rate == target else (2 * frames * target + rate) // (2 * rate)
+
+
+# How many leading bytes container() looks at (an Ogg stream names its codec in its first page)
+CONTAINER_HEAD = 64
+
+
+def container(head: bytes) -> str:
+    """The container (and, in Ogg, the codec) a clip's first CONTAINER_HEAD bytes name: "WAV",
+    "FLAC", "MP3", "OPUS", "VORBIS", "OGG", "AIFF", or "OTHER" for what the magic does not say."""
+    if head[:4] in (b"RIFF", b"RIFX", b"RF64", b"BW64") and head[8:12] == b"WAVE":
+        return "WAV"
+    if head[:4] == b"fLaC":
+        return "FLAC"
+    if head[:4] == b"OggS":
+        return ("OPUS" if b"OpusHead" in head else "VORBIS" if b"\x01vorbis" in head
+                else "OGG")
+    if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+        return "AIFF"
+    # an ID3 tag, or an MPEG audio frame's 11 sync bits
+    if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return "MP3"
+    return "OTHER"

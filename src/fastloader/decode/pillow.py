@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,15 +102,44 @@ TRANSPOSES = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
               8: Image.Transpose.ROTATE_90}
 
 
-def image_orientation(image: Image.Image) -> int:
+class DamagedExifWarning(UserWarning):
+    """An image's EXIF block could not be read whole: its orientation is taken as 1 (the
+    pixels are not in doubt; pack time says so once per file)."""
+
+
+def read_orientation(image: Image.Image) -> tuple[int, str | None]:
     """The EXIF orientation exif_transpose would apply to an open image (its EXIF tag, else
-    XMP's tiff:Orientation, as Image.getexif reads them): 1-8, 1 when none or unreadable (a
-    broken EXIF block turns nothing)."""
-    try:
-        value = image.getexif().get(0x0112, 1)
-    except Exception:  # Pillow raises many types for a damaged EXIF block
-        return 1
-    return value if isinstance(value, int) and value in TRANSPOSES else 1
+    XMP's tiff:Orientation, as Image.getexif reads them), 1-8, and why it was taken as 1 when
+    the EXIF block is damaged (None when it reads cleanly or there is none).
+
+    Pillow's own warnings about the block are kept in that reason, never loose: a load reads
+    it again per decode."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            exif = image.getexif()
+            value = exif.get(0x0112)
+        except Exception as exc:  # Pillow raises many types for a damaged EXIF block
+            return 1, f"{type(exc).__name__}: {exc}"
+    pillow = "; ".join(dict.fromkeys(str(w.message).strip() for w in said))
+    if isinstance(value, int) and 1 <= value <= 8:
+        return value, None
+    if 0x0112 in exif:  # present, but no orientation (a string, a fraction, 9 ...)
+        return 1, f"its Orientation tag is {value!r}, not an integer in 1..8"
+    if pillow or (len(image.info.get("exif", b"")) > 6 and not exif):  # unreadable, no tags
+        return 1, pillow or "no tag in it could be read"
+    return 1, None
+
+
+def image_orientation(image: Image.Image, warn: bool = False) -> int:
+    """read_orientation's orientation (1 when none or unreadable: a broken EXIF block turns
+    nothing); with warn, a damaged block is a DamagedExifWarning naming what is wrong."""
+    orientation, damage = read_orientation(image)
+    if warn and damage is not None:
+        warnings.warn(f"its EXIF block gives no orientation ({damage}): the orientation is "
+                      "taken as 1, the pixels are packed as stored", DamagedExifWarning,
+                      stacklevel=2)
+    return orientation
 
 
 def exif_orientation(data: Any) -> int:
@@ -122,6 +152,43 @@ def exif_orientation(data: Any) -> int:
             except Exception as exc:
                 raise DecodeError(f"cannot decode image ({len(data)} bytes): {exc}") from exc
         return image_orientation(im)
+
+
+# Modes of 16-bit single-channel images (a 16-bit grey PNG or TIFF opens as one of these);
+# Pillow's convert("RGB") clips them at 255, so almost every pixel comes out white.
+SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """An open image as 8-bit RGB: convert("RGB"), except a 16-bit grey image, which keeps its
+    high byte (value >> 8) as the 8-bit grey, as Pillow reads a 16-bit RGB PNG and as OpenCV
+    and torchvision reduce 16 bits to 8."""
+    if image.mode in SIXTEEN_BIT_MODES or (image.mode == "I" and image.format == "PNG"):
+        high = (np.asarray(image).astype(np.uint32) >> 8).astype(np.uint8)  # "I": PNG's 16 bits
+        return Image.fromarray(high, "L").convert("RGB")
+    return image.convert("RGB")
+
+
+class BitDepthWarning(UserWarning):
+    """An image holds more than 8 bits a sample: what the loader makes of it (pack time says
+    so once per file)."""
+
+
+def depth_note(image: Image.Image) -> str | None:
+    """What the loader does with an opened (not yet loaded) image deeper than 8 bits, or None:
+    16 bits keep their high byte (to_rgb; Pillow does the same to a 16-bit RGB PNG), 32-bit
+    integer or float samples are clipped to 0..255 as Pillow's convert("RGB") clips them."""
+    raw = " ".join(str(t.args) for t in getattr(image, "tile", None) or [])
+    if image.mode in SIXTEEN_BIT_MODES or (image.mode == "I" and image.format == "PNG") or (
+            ";16" in raw):
+        return (f"a 16-bit {image.format} ({image.mode}): loaded as 8 bits "
+                "by each sample's high byte (value >> 8)")
+    if image.mode in ("I", "F"):
+        kind = "integer" if image.mode == "I" else "float"
+        return (f"a 32-bit {kind} {image.format} ({image.mode}): loaded as Pillow's "
+                "convert('RGB') makes it, each sample clipped to 0..255; scale it to 8 bits "
+                "before packing if its values run higher")
+    return None
 
 
 def decode_pillow(
@@ -139,7 +206,7 @@ def decode_pillow(
     """
     with _open(data) as im:
         try:
-            rgb = im.convert("RGB")
+            rgb = to_rgb(im)
         except Exception as exc:
             raise DecodeError(f"cannot decode image ({len(data)} bytes): {exc}") from exc
     if orientation in TRANSPOSES:

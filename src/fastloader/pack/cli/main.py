@@ -61,10 +61,20 @@ other commands:
                                    seen, any split, rerunnable); commit checks every part
                                    and publishes DST (README: packing on many machines)
 
-SRC is an ImageFolder tree: SRC/<class>/<image files> (found recursively; hidden and
-non-image files are ignored), or a table (.csv .tsv .jsonl .parquet: --image, --label,
---root, --field), or WebDataset-style file groups (x.jpg x.cls x.txt ...) in a folder or
-in .tar shards ('data-{000..009}.tar'); --source-format forces the kind.
+SRC is any of these (detected; --source-format KIND forces one):
+  an image tree        SRC/<class>/<image files>, found recursively (hidden and non-image
+                       files are ignored)
+  class folders of     SRC/<class>/<.wav .flac .mp3 .ogg .opus clips> (a Speech Commands
+    audio clips        style tree; --source-format audiofolder)
+  a table              .csv .tsv .jsonl .parquet: one row a sample (--image, --label,
+                       --root, --field)
+  WebDataset groups    x.jpg x.cls x.txt ... in a folder, or in .tar/.tgz shards
+                       ('data-{000..009}.tar')
+  a COCO file          instances.json (--images DIR, --masks, --skip-empty)
+  a Hugging Face       its Parquet files, as the Hub keeps them: a folder of them or
+    split              'data/train-{00000..00041}-of-00042.parquet' (in Python,
+                       pack(dataset) packs a `datasets` split in memory)
+  a URL                s3://bucket/..., gs://... (fsspec): tar shards, a table or a folder
 DST's suffix picks the backend: NAME.lmdb or NAME.h5.
 DST may be a URL (s3://bucket/x.lmdb, gs://..., file://...): every source is packed
 straight there (each shard task uploads its shard; the staging is the hidden .NAME.partial
@@ -96,12 +106,16 @@ def _pack_parser() -> argparse.ArgumentParser:
               "       packdata append DST NEW | packdata merge A B [...] OUT\n"
               "       packdata plan SRC DST [options] | packdata shard DST --range I:J | "
               "packdata commit DST",
-        description="Pack an ImageFolder-style image tree into a sharded LMDB or HDF5 dataset.",
+        description="Pack images, audio clips or any table of samples (an image tree, class "
+                    "folders of clips, a CSV/TSV/JSONL/Parquet table, WebDataset tars, a COCO "
+                    "file, a Hugging Face split, or URLs to them) into a sharded LMDB or HDF5 "
+                    "dataset.",
         epilog=USAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
-    add("src", metavar="SRC", help="image tree: SRC/<class>/<images>")
+    add("src", metavar="SRC", help="what to pack: an image tree, class folders of clips, a "
+        "table, WebDataset tars, a COCO file, a Hugging Face split or a URL (see below)")
     add("dst", metavar="DST", help="dataset folder to create: NAME.lmdb or NAME.h5")
     add("--format", choices=("lmdb", "hdf5"), help="backend (default: from DST's suffix)")
     add("--shard-size", type=parse_size, default=DEFAULT_SHARD_SIZE, metavar="SIZE",

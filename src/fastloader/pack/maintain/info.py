@@ -10,11 +10,15 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.decode.audio import CONTAINER_HEAD, container
 from fastloader.format.kinds import audio
 from fastloader.format.manifest import Codec
 from fastloader.format.open import open_dataset
 
 _SHOWN_CLASSES = 20
+# Clips whose first bytes `packdata info` reads for their containers (the index has no codec
+# for a clip): all of them up to this many, else this many spread evenly over the dataset.
+_SNIFFED_CLIPS = 4096
 
 
 def human_bytes(count: float) -> str:
@@ -73,7 +77,28 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
             # clips, not images: their hours, lengths, rates and channels, not sizes
             del info["height"], info["width"]
             info["audio"] = audio.summary(ds.columns.meta(ds.image_field))
+            info.update(_clip_codecs(ds))
         return info
+
+
+def _clip_codecs(ds: Any) -> dict[str, Any]:
+    """A clip dataset's codecs (the index stores UNKNOWN for every clip) as the containers
+    their first bytes name, read from up to _SNIFFED_CLIPS records ("codecs_sampled": how many
+    when fewer than all); a remote dataset's clips are not fetched for it: no codecs."""
+    if getattr(ds, "url", None) is not None or not len(ds):
+        return {"codecs": {}, "codec_bytes": {}}
+    rows = np.unique(np.linspace(0, len(ds) - 1, min(len(ds), _SNIFFED_CLIPS)).astype(np.int64))
+    counts: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    for i in rows.tolist():
+        record = ds.record(i, verify=False)
+        name = container(bytes(record[:CONTAINER_HEAD]))
+        counts[name] = counts.get(name, 0) + 1
+        sizes[name] = sizes.get(name, 0) + len(record)
+    found: dict[str, Any] = {"codecs": counts, "codec_bytes": sizes}
+    if len(rows) < len(ds):
+        found["codecs_sampled"] = len(rows)
+    return found
 
 
 def _class_lines(counts: dict[str, int]) -> list[str]:
@@ -110,6 +135,15 @@ def _audio_lines(clips: dict[str, Any]) -> list[str]:
             f"channels  {counts(clips['channels'], 'ch')}"]
 
 
+def _codec_lines(info: dict[str, Any]) -> list[str]:
+    if not info["codecs"]:  # a remote clip dataset: its clips were not read
+        return []
+    sampled = info.get("codecs_sampled")
+    return ["codecs    " + ", ".join(f"{k} {v} ({human_bytes(info['codec_bytes'][k])})"
+                                     for k, v in info["codecs"].items())
+            + (f" (of {sampled} records sampled evenly)" if sampled else "")]
+
+
 def format_info(info: dict[str, Any]) -> str:
     """Human-readable text for dataset_info()'s result."""
     shards = info["shards"]
@@ -123,8 +157,7 @@ def format_info(info: dict[str, Any]) -> str:
         f"record    {human_bytes(size['min'])} min, {human_bytes(size['median'])} median, "
         f"{human_bytes(size['max'])} max",
         *(_audio_lines(info["audio"]) if "audio" in info else _size_lines(info)),
-        "codecs    " + ", ".join(f"{k} {v} ({human_bytes(info['codec_bytes'][k])})"
-                                for k, v in info["codecs"].items()),
+        *_codec_lines(info),
         "options   " + ", ".join(f"{k}={v}" for k, v in sorted(info["options"].items())),
         f"skipped   {info['skipped']} "
         + ("unreadable source files" if info["format_version"] == 1 else "bad samples")

@@ -18,7 +18,7 @@ from PIL import Image, UnidentifiedImageError
 
 from fastloader.decode import _native
 from fastloader.decode import decode as decoder
-from fastloader.decode.pillow import image_orientation
+from fastloader.decode.pillow import BitDepthWarning, depth_note, image_orientation, to_rgb
 from fastloader.errors import DecodeError
 from fastloader.format.manifest import Codec
 from fastloader.format.remote import is_url
@@ -73,13 +73,16 @@ def check_image(data: bytes, orientation: bool = False) -> tuple[Codec, int, int
         if codec == Codec.JPEG and _native.native_module() is not None:
             # A 1/8-scale decode still entropy-decodes every scan: damage anywhere is found.
             decoder.decode(data, size=decoder.check_size(height, width))
-            return codec, height, width, image_orientation(image) if orientation else 1
+            return codec, height, width, image_orientation(image, warn=True) if orientation else 1
         if image.format == "JPEG":
             # A 1/8-scale DCT decode still entropy-decodes every scan, so truncation and
             # corrupt Huffman data fail as they would at full size, for a fraction of the cost.
             image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
+        deeper = depth_note(image)  # (read before the load drops the tiles' raw modes)
+        if deeper is not None:
+            warnings.warn(deeper, BitDepthWarning, stacklevel=1)
         image.load()  # (a PNG's EXIF may follow its pixels: read after them)
-        return codec, height, width, image_orientation(image) if orientation else 1
+        return codec, height, width, image_orientation(image, warn=True) if orientation else 1
 
 
 def read_source(path: str, max_bytes: int) -> bytes:
@@ -112,7 +115,7 @@ def reencode(data: bytes, max_side: int, quality: int) -> tuple[bytes, int, int]
         size = (max(1, round(width * scale)), max(1, round(height * scale)))
         if image.format == "JPEG":
             image.draft("RGB" if image.mode == "CMYK" else image.mode, size)
-        converted = image if image.mode in ("RGB", "L") else image.convert("RGB")
+        converted = image if image.mode in ("RGB", "L") else to_rgb(image)
         resized = converted.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
     buffer = io.BytesIO()
     resized.save(buffer, format="JPEG", quality=quality)
@@ -247,7 +250,11 @@ def _checked(data: bytes, max_side: int | None, quality: int,
             data, height, width = reencode(data, max_side, quality)
             codec, reencoded = Codec.JPEG, True
     except DecodeError as exc:
-        return reject(f"truncated or corrupt JPEG, the loader's decoder says: {exc}")
+        # Pillow opens such a file without a word (it hides libjpeg's warnings), so say
+        # what is wrong: a user who checked it with Pillow blames its metadata
+        return reject(f"truncated or corrupt JPEG: its compressed pixels, not its metadata, "
+                      f"are damaged (Pillow opens it without a word, showing the damage as "
+                      f"grey or noise); the loader's decoder says: {exc}")
     except UnidentifiedImageError:
         return reject("not an image Pillow recognises (unknown or garbage header)")
     except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, bomb errors...
