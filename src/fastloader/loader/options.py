@@ -124,6 +124,7 @@ class DecodeOptions(LoaderOptions):
 class PackedOptions(DecodeOptions):
     """The packed loader's options (FastLoader's arguments for a packed dataset)."""
 
+    backend: Literal["auto", "native", "pillow"] = "auto"  # backend="dali": DaliOptions
     max_skips: int | float | None = None
     sampler: Sampler = None
     batch_transform: BatchTransform = None
@@ -293,6 +294,14 @@ FIXES = {
     "drop-in loader": "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
                       " or pack the images with `packdata` and pass the packed path.",
 }
+# The fix for an option that only the audio loader takes, given to another path: load clips.
+AUDIO_FIXES = {
+    "drop-in loader": "Decode the clips inside the Dataset and use num_workers=/"
+                      "prefetch_factor=, or pack the audio dataset with `packdata` and pass "
+                      "the packed path with audio=fastloader.Audio(...).",
+}
+AUDIO_FIX = "Drop it, or pass audio=fastloader.Audio(...) for the audio loader of a packed " \
+            "audio dataset."
 PATH_WORDS = {"packed loader": "packed path", "DALI loader": "DALI loader",
               "audio loader": "audio loader of a packed audio dataset",
               "drop-in loader": "drop-in loader of a torch Dataset"}
@@ -339,8 +348,9 @@ def take_foreign(kwargs: dict[str, Any], path: str) -> None:
         takers = paths_taking(name)
         where = (f"the {takers[0]} only" if len(takers) == 1
                  else f"the {' and the '.join(takers)} only")
+        fix = FIXES[path] if takers != ["audio loader"] else AUDIO_FIXES.get(path, AUDIO_FIX)
         raise invalid_argument(name, value, f"applies to {where}, not to the "
-                               f"{PATH_WORDS[path]}", FIXES[path])
+                               f"{PATH_WORDS[path]}", fix)
 
 
 def _equal(value: Any, default: Any) -> bool:
@@ -370,9 +380,4 @@ def refuse_unknown(kwargs: dict[str, Any], path: str) -> None:
         f"The arguments it takes are: {', '.join(sorted(accepted))}.")
     raise invalid_argument(name, kwargs[name], f"is not an argument of FastLoader's {words}",
                            hint)
-
-
-def options_of(options: type[LoaderOptions], given: Mapping[str, Any]) -> dict[str, Any]:
-    """The arguments of a loader's __init__ (its locals()) that are fields of `options`."""
-    return {name: given[name] for name in option_defaults(options) if name in given}
 
