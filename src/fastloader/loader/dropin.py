@@ -23,13 +23,13 @@ DEFAULT_PREFETCH_FACTOR = 4  # torch's 2 leaves workers idle behind a slow step 
 log = logging.getLogger(__name__)
 
 
-def is_hf_iterable(data: Any) -> bool:
+def is_hf_iterable(data: object) -> bool:
     """Whether data is a Hugging Face datasets.IterableDataset (datasets not imported)."""
     return any(c.__name__ == "IterableDataset" and c.__module__.split(".")[0] == "datasets"
                for c in type(data).__mro__)
 
 
-def _iterable_workers(data: Any, threads: int) -> int:
+def _iterable_workers(data: object, threads: int) -> int:
     """Default workers of an iterable dataset: one per shard of a datasets.IterableDataset
     (each worker reads whole shards; more would idle), none for a torch IterableDataset
     (DataLoader's default: each worker would yield the whole stream unless the dataset

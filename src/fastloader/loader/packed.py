@@ -23,12 +23,13 @@ from fastloader.loader.detection import letterboxed, plan_boxes_field
 from fastloader.loader.extra_images import ExtraImages
 from fastloader.loader.masks import MaskBatches
 from fastloader.loader.memory import BatchRing, pinned_nbytes
-from fastloader.loader.options import PackedOptions, exif_turns
+from fastloader.loader.mix_order import MixOrder
+from fastloader.loader.options import PackedOptions, Sampler, exif_turns
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.path_choice import PackedData
 from fastloader.loader.pipeline import EpochPlan, Producer
-from fastloader.loader.remote import plan_shards, remote_options
+from fastloader.loader.remote import RemoteOptions, plan_shards, remote_options
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.stats import Counters, LoaderStats
@@ -68,12 +69,12 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             undo.pop_all()
         self._built()
 
-    def _order_source(self, options: PackedOptions) -> Any:
+    def _order_source(self, options: PackedOptions) -> Sampler | MixOrder:
         """What sets each epoch's order before sharding: the user's sampler= (None: the
         seeded permutation); a mix gives its own (loader/mix.py)."""
         return options.sampler
 
-    def _open(self, data: Any, options: PackedOptions, remote: Any,
+    def _open(self, data: object, options: PackedOptions, remote: RemoteOptions,
               undo: contextlib.ExitStack) -> None:
         """Take the dataset, decoder and ring plan, each released by `undo` on a failure."""
         self._set_options(options)
