@@ -291,3 +291,16 @@ def test_audio_arguments_given_to_a_map_style_dataset_speak_of_clips() -> None:
                        match=r"max_batch_seconds=2.0 .*audio loader only, not to the packed "
                              r"path\. Drop it, or pass audio=fastloader\.Audio\(\.\.\.\)"):
         FastLoader("unused.lmdb", max_batch_seconds=2.0)
+
+
+def test_fastloader_types_each_argument_as_its_widest_declaration() -> None:
+    """FastLoader's own signature (derived from the classes) types an argument the paths
+    narrow as the base class declares it: batch_size may be None (drop-in), backend is any
+    backend, prefetch may be "auto"."""
+    parameters = inspect.signature(fastloader.FastLoader).parameters
+    assert spelled(parameters["batch_size"].annotation) == "int | None"
+    assert spelled(parameters["backend"].annotation) == \
+        "Literal['auto', 'native', 'pillow', 'dali']"
+    assert spelled(parameters["prefetch"].annotation) == "int | Literal['auto']"
+    assert parameters["roi_decode"].annotation == "bool"
+    assert inspect.signature(fastloader.FastLoader).return_annotation == "FastLoader"

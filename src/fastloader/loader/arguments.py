@@ -60,7 +60,7 @@ def loader_signature(path: str) -> inspect.Signature:
 
 
 def factory_signature() -> inspect.Signature:
-    """FastLoader's signature: every path's options together, each at FastLoader's default
+    """FastLoader.__new__'s signature: every path's options together, each at FastLoader's default
     (options.factory_defaults) and typed as the widest class declaring it spells it (the base
     of every path, then the packed and DALI loaders' shared base, then the paths in turn)."""
     annotations: dict[str, str] = {}
@@ -71,8 +71,9 @@ def factory_signature() -> inspect.Signature:
     data = Parameter("data", Parameter.POSITIONAL_OR_KEYWORD, default=None,
                      annotation=FACTORY_DATA)
     rest = Parameter(REST, Parameter.VAR_KEYWORD, annotation="Any")
+    cls = Parameter("cls", Parameter.POSITIONAL_OR_KEYWORD)  # FastLoader.__new__'s
     return inspect.Signature(
-        [data, *_parameters({n: defaults[n] for n in order}, annotations), rest],
+        [cls, data, *_parameters({n: defaults[n] for n in order}, annotations), rest],
         return_annotation="FastLoader")
 
 

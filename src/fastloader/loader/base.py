@@ -322,7 +322,7 @@ class FastLoader(LoaderInterface):
         **options: object,
     ) -> FastLoader:
         # Its signature, every path's options together, is derived from the options classes
-        # (FastLoader.__signature__, set below); the loader chosen checks the arguments.
+        # (set below); the loader chosen checks the arguments.
         if cls is FastLoader:  # the factory: a subclass builds itself
             cls = FastLoader._loader_of(path_of(data, options.get("backend", "auto"),
                                                 options.get("audio")))
@@ -355,7 +355,7 @@ class FastLoader(LoaderInterface):
         return loader
 
 
-# FastLoader(...)'s signature (inspect.signature, help(), the docs): every path's options,
-# derived from their classes; the overloads above are checked against those classes by
-# tests/test_factory.py.
-FastLoader.__signature__ = factory_signature()  # type: ignore[attr-defined]
+# FastLoader(...)'s signature (inspect.signature, help()): every path's options, derived from
+# their classes. On __new__, where it was written before, so that Sphinx still lists the
+# overloads above (checked against those classes by tests/test_factory.py) with it.
+FastLoader.__new__.__signature__ = factory_signature()  # type: ignore[attr-defined]
