@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 from pathlib import Path
 
@@ -9,11 +10,12 @@ import pytest
 import torch
 
 import fastloader
-from fastloader.loader import packed
+from fastloader.loader import base, packed
 from fastloader.loader.audio import AudioLoader
 from fastloader.loader.dali import DaliLoader
 from fastloader.loader.dropin import DropInLoader
 from fastloader.loader.loader import FastLoader
+from fastloader.loader.mix import MixLoader
 from fastloader.loader.options import (
     PATHS,
     AudioOptions,
@@ -177,3 +179,128 @@ def test_an_option_of_another_path_is_refused_naming_the_paths(packed_path: Path
                         roi_decode=True)
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]
     loader.close()
+
+
+# -- the typed overloads (what mypy and editors read) against the options classes -----------
+
+# FastLoader's overloads in order, by the path each types; the mixed loader's names its own
+# arguments and passes the rest on as the packed loader's.
+OVERLOAD_PATHS = ("packed loader", "DALI loader", "audio loader", "mixed loader",
+                  "drop-in loader")
+SELECTORS = {"DALI loader": "backend", "audio loader": "audio"}  # required: they choose the path
+
+
+def overloads() -> list[ast.FunctionDef]:
+    """FastLoader.__new__'s @overload definitions, as written in loader/base.py."""
+    tree = ast.parse(inspect.getsource(base))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "FastLoader")
+    return [f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__new__"
+            and any(isinstance(d, ast.Name) and d.id == "overload" for d in f.decorator_list)]
+
+
+def spelled(annotation: str) -> str:
+    return ast.unparse(ast.parse(annotation, mode="eval"))
+
+
+def overload_options(function: ast.FunctionDef) -> dict[str, tuple[str, str, object]]:
+    """name -> (kind, annotation, default) of an overload's arguments after `data`."""
+    args = function.args
+    positional = args.args[2:]  # not cls, data
+    defaults = dict(zip([a.arg for a in positional], args.defaults[-len(positional):],
+                        strict=True))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                     if d is not None})
+    kinds = {a.arg: "positional" for a in positional} | {a.arg: "keyword"
+                                                          for a in args.kwonlyargs}
+    namespace = vars(base)
+    return {a.arg: (kinds[a.arg], spelled(ast.unparse(a.annotation)),  # type: ignore[arg-type]
+                    eval(ast.unparse(defaults[a.arg]), namespace) if a.arg in defaults
+                    else "required")
+            for a in positional + args.kwonlyargs}
+
+
+def class_options(options: type) -> dict[str, tuple[str, str, object]]:
+    """The same, read from an options class: its fields, their types and defaults."""
+    annotations: dict[str, str] = {}
+    for owner in reversed(options.__mro__):
+        annotations.update(inspect.get_annotations(owner))
+    return {name: ("positional" if name in ("batch_size", "shuffle") else "keyword",
+                   spelled(annotations[name]), default)
+            for name, default in option_defaults(options).items()}
+
+
+def test_fastloader_has_an_overload_per_path() -> None:
+    assert len(overloads()) == len(OVERLOAD_PATHS)
+    assert set(OVERLOAD_PATHS) == set(PATHS) | {"mixed loader"}
+
+
+@pytest.mark.parametrize("path", [p for p in OVERLOAD_PATHS if p in PATHS])
+def test_each_overload_types_exactly_its_path_options(path: str) -> None:
+    """An option added to (or changed in) an options class and not to FastLoader's overload
+    of that path, or the other way round, fails here: the overloads are what mypy checks a
+    call against, the classes what the loaders take."""
+    written = overload_options(overloads()[OVERLOAD_PATHS.index(path)])
+    declared = class_options(PATHS[path])
+    selector = SELECTORS.get(path)
+    if selector is not None:  # the argument that chooses the path has no default there
+        assert written.pop(selector)[2] == "required"
+        declared.pop(selector)
+    assert written == declared
+
+
+def test_the_mix_overload_names_the_mixed_loaders_own_arguments() -> None:
+    written = overload_options(overloads()[OVERLOAD_PATHS.index("mixed loader")])
+    own = {n for n, p in inspect.signature(MixLoader).parameters.items()
+           if p.kind is p.KEYWORD_ONLY}
+    assert set(written) - {"batch_size", "shuffle"} == own
+
+
+def test_each_loader_signature_is_its_options_in_order() -> None:
+    """A loader's signature (inspect, the docs) lists its options class's fields, batch_size
+    and shuffle positional after data, typed as the class types them."""
+    for path, options in PATHS.items():
+        loader = FastLoader._loader_of(path)
+        parameters = inspect.signature(loader).parameters
+        assert list(parameters)[:3] == ["data", "batch_size", "shuffle"]
+        assert {n: ("positional" if p.kind is p.POSITIONAL_OR_KEYWORD else "keyword",
+                    spelled(p.annotation), p.default)
+                for n, p in own_parameters(loader).items()} == class_options(options)
+
+
+def test_a_loader_binds_its_arguments_as_its_signature_says(packed_path: Path) -> None:
+    """Positional batch_size and shuffle reach the options; a surplus positional argument or
+    one given twice is Python's own TypeError, before anything is opened."""
+    with PackedLoader(packed_path, 2, True, device="cpu", transforms=CROP) as loader:
+        assert loader.batch_size == 2 and loader.sampler.shuffle
+    with pytest.raises(TypeError, match="positional"):
+        PackedLoader(packed_path, 2, True, 0)
+    with pytest.raises(TypeError, match="multiple values"):
+        PackedLoader(packed_path, 2, batch_size=3)
+
+
+def test_audio_arguments_given_to_a_map_style_dataset_speak_of_clips() -> None:
+    """audio= on a torch Dataset (the drop-in loader) says to pack the audio dataset, not the
+    images (issue 38 item 9), and so do the audio loader's other options on the packed path."""
+    with pytest.raises(fastloader.InvalidArgumentError) as refusal:
+        FastLoader(Numbers(), audio=fastloader.Audio())
+    message = str(refusal.value)
+    assert "audio loader only, not to the drop-in loader" in message
+    assert "pack the audio dataset with `packdata`" in message
+    assert "audio=fastloader.Audio(...)" in message and "images" not in message
+    with pytest.raises(fastloader.InvalidArgumentError,
+                       match=r"max_batch_seconds=2.0 .*audio loader only, not to the packed "
+                             r"path\. Drop it, or pass audio=fastloader\.Audio\(\.\.\.\)"):
+        FastLoader("unused.lmdb", max_batch_seconds=2.0)
+
+
+def test_fastloader_types_each_argument_as_its_widest_declaration() -> None:
+    """FastLoader's own signature (derived from the classes) types an argument the paths
+    narrow as the base class declares it: batch_size may be None (drop-in), backend is any
+    backend, prefetch may be "auto"."""
+    parameters = inspect.signature(fastloader.FastLoader).parameters
+    assert spelled(parameters["batch_size"].annotation) == "int | None"
+    assert spelled(parameters["backend"].annotation) == \
+        "Literal['auto', 'native', 'pillow', 'dali']"
+    assert spelled(parameters["prefetch"].annotation) == "int | Literal['auto']"
+    assert parameters["roi_decode"].annotation == "bool"
+    assert inspect.signature(fastloader.FastLoader).return_annotation == "FastLoader"

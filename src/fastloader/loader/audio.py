@@ -16,8 +16,8 @@ import contextlib
 import math
 import queue
 import threading
-from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,14 +25,14 @@ import torch
 from fastloader.decode import audio_native
 from fastloader.errors import DecodeError, FastloaderError, ProducerError, invalid_argument
 from fastloader.format.open import dataset_from
+from fastloader.loader.arguments import options_from
 from fastloader.loader.attributes import PackedAttributes
 from fastloader.loader.audio_batch import BatchDecoder, ClipShapes, batch_shape
-from fastloader.loader.audio_options import Audio
 from fastloader.loader.base import FastLoader
 from fastloader.loader.collate import FieldCollator
 from fastloader.loader.duration_batches import BatchPlan
 from fastloader.loader.memory import BatchRing
-from fastloader.loader.options import AudioOptions, options_of, refuse_unknown, take_foreign
+from fastloader.loader.options import AudioOptions
 from fastloader.loader.path_choice import PackedData
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
@@ -70,18 +70,8 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         DecodeError: while iterating, a clip does not decode (on_error="raise").
     """
 
-    def __init__(self, data: PackedData, batch_size: int = 1, shuffle: bool = False, *,
-                 seed: int = 0, device: str | torch.device | None = None,
-                 num_threads: int | Literal["auto"] | None = "auto",
-                 prefetch: int | Literal["auto"] = 2, drop_last: bool = False,
-                 rank: int | None = None, world_size: int | None = None,
-                 on_error: Literal["raise", "skip"] = "raise", verify_records: bool = False,
-                 fields: Sequence[str] | None = None, audio: Audio | None = None,
-                 max_batch_seconds: float | None = None, duration_buckets: int = 8,
-                 **kwargs: Any) -> None:
-        take_foreign(kwargs, "audio loader")
-        refuse_unknown(kwargs, "audio loader")
-        options = AudioOptions(**options_of(AudioOptions, locals()))
+    def __init__(self, data: PackedData, *args: object, **kwargs: object) -> None:
+        options = options_from(AudioOptions, "audio loader", args, kwargs)[0]
         self.batch_size, self.drop_last = options.batch_size, options.drop_last
         self.device, self.audio, self.on_error = options.target, options.spec, options.on_error
         self._prefetch, self._counters = options.depth, Counters()

@@ -18,9 +18,11 @@ import torch
 from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
 from fastloader.errors import FastloaderError
 from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
+from fastloader.loader.arguments import factory_signature, loader_signature
 from fastloader.loader.audio_options import Audio
 from fastloader.loader.interface import LoaderInterface
 from fastloader.loader.options import (
+    PATHS,
     BatchTransform,
     GpuTransforms,
     Normalize,
@@ -187,10 +189,12 @@ class FastLoader(LoaderInterface):
 
     # The factory: FastLoader(...) builds the loader of its path (loader/path_choice.py). Its
     # five faces (packed, DALI, audio, a weighted mix: loader/mix.py, drop-in) are the
-    # overloads below, the packed loader's first; the implementation's signature is all of
-    # them together (inspect.signature and help() show it; `data` defaults to None only so
-    # that copy and pickle may call __new__ bare). Every loader's own __init__ takes the same
-    # arguments again (type.__call__ passes them on).
+    # overloads below, the packed loader's first, for type checkers; each path's options are
+    # declared once, in its class of loader/options.py, which the tests hold the overloads to.
+    # At run time the signature (inspect.signature, help()) is derived from those classes
+    # (loader/arguments.py), and each loader's __init__ binds what type.__call__ passes on to
+    # its options class (`data` defaults to None only so that copy and pickle may call
+    # __new__ bare).
 
     @overload
     def __new__(
@@ -312,64 +316,35 @@ class FastLoader(LoaderInterface):
 
     def __new__(
         cls,
-        data: PackedData | list[PackedData] | tuple[PackedData, ...]
-        | Mapping[str, PackedData] | torch.utils.data.Dataset[Any] | None = None,
+        data: object = None,
         batch_size: int | None = 1,
         shuffle: bool = False,
-        *,
-        seed: int = 0,
-        transforms: Transforms = None,
-        normalize: Normalize = None,
-        dtype: torch.dtype | None = None,
-        device: str | torch.device | None = None,
-        num_threads: int | Literal["auto"] | None = "auto",
-        prefetch: int | Literal["auto"] = 2,
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-        on_error: Literal["raise", "skip"] = "raise",
-        max_skips: int | float | None = None,
-        backend: Literal["auto", "native", "pillow", "dali"] = "auto",
-        memory_budget: int | None = None,
-        gpu_transforms: GpuTransforms = None,
-        memory_format: torch.memory_format | None = None,
-        sampler: Sampler = None,
-        batch_transform: BatchTransform = None,
-        verify_records: bool = False,
-        fields: Sequence[str] | None = None,
-        multi_hot: int | Mapping[str, int] | None = None,
-        padded: bool = False,
-        min_box_visibility: float = DEFAULT_MIN_BOX_VISIBILITY,
-        decode_images: bool = True,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        shuffle_window: int | None = None,
-        prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
-        roi_decode: bool = True,
-        apply_exif_orientation: bool | None = None,
-        audio: Audio | None = None,
-        max_batch_seconds: float | None = None,
-        duration_buckets: int = 8,
-        **dataloader_kwargs: Any,
+        **options: object,
     ) -> FastLoader:
+        # Its signature, every path's options together, is derived from the options classes
+        # (set below); the loader chosen checks the arguments.
         if cls is FastLoader:  # the factory: a subclass builds itself
-            cls = FastLoader._loader_of(path_of(data, backend, audio))
+            cls = FastLoader._loader_of(path_of(data, options.get("backend", "auto"),
+                                                options.get("audio")))
         return super().__new__(cls)
 
     # Each loader's class, by path ("packed loader", "DALI loader", "drop-in loader"): filled
     # as each subclass is defined (class PackedLoader(FastLoader, path="packed loader")).
     _paths: ClassVar[dict[str, type[FastLoader]]] = {}
 
-    def __init_subclass__(cls, path: str | None = None, **kwargs: Any) -> None:
+    def __init_subclass__(cls, path: str | None = None, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if path is not None:
             FastLoader._paths[path] = cls
-        # A loader's signature is its own __init__'s, not the factory's (inspect, Sphinx).
-        signature = inspect.signature(cls.__init__)
-        cls.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=list(signature.parameters.values())[1:],
-            return_annotation=inspect.Signature.empty)
+        # A loader's signature is its own, not the factory's (inspect, Sphinx): its path's
+        # options (loader/arguments.py), or else its own __init__'s (the mixed loader's).
+        if path in PATHS:
+            cls.__signature__ = loader_signature(path)  # type: ignore[attr-defined]
+        elif "__init__" in cls.__dict__:
+            signature = inspect.signature(cls.__init__)
+            cls.__signature__ = signature.replace(  # type: ignore[attr-defined]
+                parameters=list(signature.parameters.values())[1:],
+                return_annotation=inspect.Signature.empty)
 
     @staticmethod
     def _loader_of(path: str) -> type[FastLoader]:
@@ -378,3 +353,9 @@ class FastLoader(LoaderInterface):
             raise FastloaderError(f"the {path} was not imported: build loaders through "
                                   "fastloader.FastLoader (fastloader.loader.loader)")
         return loader
+
+
+# FastLoader(...)'s signature (inspect.signature, help()): every path's options, derived from
+# their classes. On __new__, where it was written before, so that Sphinx still lists the
+# overloads above (checked against those classes by tests/test_factory.py) with it.
+FastLoader.__new__.__signature__ = factory_signature()  # type: ignore[attr-defined]

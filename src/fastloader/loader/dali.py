@@ -12,7 +12,7 @@ import logging
 import time
 import weakref
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from fastloader.errors import DecodeError, FastloaderError, InvalidArgumentError
 from fastloader.format.manifest import Codec
 from fastloader.format.open import dataset_from
 from fastloader.gpu.ops import gpu_rng
+from fastloader.loader.arguments import options_from
 from fastloader.loader.attributes import PackedAttributes
 from fastloader.loader.base import FastLoader
 from fastloader.loader.dali_pipeline import (
@@ -35,16 +36,7 @@ from fastloader.loader.dali_pipeline import (
     to_torch,
 )
 from fastloader.loader.dali_records import DaliRecords, FedBatch
-from fastloader.loader.options import (
-    DaliOptions,
-    GpuTransforms,
-    Normalize,
-    Transforms,
-    exif_turns,
-    options_of,
-    refuse_unknown,
-    take_foreign,
-)
+from fastloader.loader.options import DaliOptions, exif_turns
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.path_choice import PackedData
@@ -112,36 +104,9 @@ class DaliLoader(EpochPasses, FastLoader, PackedAttributes, path="DALI loader"):
 
     collate_fn = staticmethod(collate_rows)  # with `dataset`, as on the packed loader
 
-    def __init__(
-        self,
-        data: PackedData,
-        batch_size: int = 1,
-        shuffle: bool = False,
-        *,
-        seed: int = 0,
-        transforms: Transforms = None,
-        normalize: Normalize = None,
-        dtype: torch.dtype | None = None,
-        device: str | torch.device | None = None,
-        num_threads: int | Literal["auto"] | None = None,
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-        prefetch: int = 2,
-        gpu_transforms: GpuTransforms = None,
-        roi_decode: bool = True,
-        on_error: Literal["raise", "skip"] = "raise",
-        max_skips: int | float | None = None,
-        backend: Literal["dali"] = "dali",
-        memory_budget: None = None,
-        memory_format: torch.memory_format | None = None,
-        apply_exif_orientation: bool | None = None,
-        **dataloader_kwargs: Any,
-    ) -> None:
+    def __init__(self, data: PackedData, *args: object, **kwargs: object) -> None:
         # Every argument first (nothing is opened until all are good), then the dataset.
-        take_foreign(dataloader_kwargs, "DALI loader")
-        refuse_unknown(dataloader_kwargs, "DALI loader")
-        options = DaliOptions(**options_of(DaliOptions, locals()))
+        options = options_from(DaliOptions, "DALI loader", args, kwargs)[0]
         import_dali()  # fail first, with the install command, when DALI is missing
         self.batch_size = options.batch_size
         self.prefetch = options.prefetch

@@ -13,8 +13,9 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from fastloader.errors import FastloaderError, invalid_argument
+from fastloader.loader.arguments import options_from
 from fastloader.loader.base import FastLoader
-from fastloader.loader.options import DropInOptions, options_of, take_foreign
+from fastloader.loader.options import DropInOptions
 from fastloader.loader.sampler import planned_world, resolve_rank_world, threads_per_rank
 from fastloader.loader.stats import Counters, LoaderStats, batch_size_of
 
@@ -22,13 +23,13 @@ DEFAULT_PREFETCH_FACTOR = 4  # torch's 2 leaves workers idle behind a slow step 
 log = logging.getLogger(__name__)
 
 
-def is_hf_iterable(data: Any) -> bool:
+def is_hf_iterable(data: object) -> bool:
     """Whether data is a Hugging Face datasets.IterableDataset (datasets not imported)."""
     return any(c.__name__ == "IterableDataset" and c.__module__.split(".")[0] == "datasets"
                for c in type(data).__mro__)
 
 
-def _iterable_workers(data: Any, threads: int) -> int:
+def _iterable_workers(data: object, threads: int) -> int:
     """Default workers of an iterable dataset: one per shard of a datasets.IterableDataset
     (each worker reads whole shards; more would idle), none for a torch IterableDataset
     (DataLoader's default: each worker would yield the whole stream unless the dataset
@@ -72,28 +73,26 @@ class DropInLoader(FastLoader, path="drop-in loader"):
     whole stream) unless it is given num_workers: it must split itself by worker and rank.
     """
 
-    def __init__(self, data: Any, batch_size: int | None = 1,
-                 shuffle: bool = False, *, seed: int = 0,
-                 device: str | torch.device | None = None, drop_last: bool = False,
-                 rank: int | None = None, world_size: int | None = None,
-                 **dataloader_kwargs: Any) -> None:
-        # FastLoader's options of the packed paths: taken at their defaults, refused otherwise.
-        take_foreign(dataloader_kwargs, "drop-in loader")
-        options = DropInOptions(**options_of(DropInOptions, locals()))
-        if isinstance(data, IterableDataset) and shuffle:
+    def __init__(self, data: Any, *args: object, **kwargs: object) -> None:
+        # FastLoader's options of the packed paths: taken at their defaults, refused otherwise;
+        # what is left is DataLoader's.
+        options, dataloader_kwargs = options_from(DropInOptions, "drop-in loader", args, kwargs)
+        if isinstance(data, IterableDataset) and options.shuffle:
             raise invalid_argument(
-                "shuffle", shuffle, f"does not apply to an iterable dataset ({type(data).__name__}"
-                "), which yields in its own order", "Shuffle the dataset itself (datasets: "
-                "dataset.shuffle(seed=..., buffer_size=...)) and pass shuffle=False.")
-        kwargs = dataloader_kwargs
+                "shuffle", options.shuffle, "does not apply to an iterable dataset "
+                f"({type(data).__name__}), which yields in its own order", "Shuffle the "
+                "dataset itself (datasets: dataset.shuffle(seed=..., buffer_size=...)) and "
+                "pass shuffle=False.")
         self.device = options.target
         rank, world = options.rank_world
-        self.seed = seed
+        self.seed = options.seed
         # Without an explicit rank or sampler, shard by torch.distributed as it is when a pass
         # starts: a loader built before init_process_group must not have every rank read all.
-        self._follow_distributed = (world_size is None and "sampler" not in kwargs
-                                    and "batch_sampler" not in kwargs)
-        self._args = (data, batch_size, shuffle, drop_last, dict(kwargs))
+        self._follow_distributed = (options.world_size is None
+                                    and "sampler" not in dataloader_kwargs
+                                    and "batch_sampler" not in dataloader_kwargs)
+        self._args = (data, options.batch_size, options.shuffle, options.drop_last,
+                      dataloader_kwargs)
         self._built_for = (rank, world)
         self._counters = Counters()
         self._build(rank, world)

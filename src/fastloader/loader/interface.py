@@ -8,9 +8,12 @@ subclasses FastLoader.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from fastloader.loader.lifetime import track
+from fastloader.loader.stats import LoaderStats
+
+Loader = TypeVar("Loader", bound="LoaderInterface")
 
 
 class LoaderInterface:
@@ -22,8 +25,8 @@ class LoaderInterface:
     _closed = True
 
     # The DataLoader attributes every loader has (each sets or forwards them).
-    batch_size: Any
-    drop_last: Any
+    batch_size: Any  # int on the packed paths; DataLoader's (int | None) on the drop-in path
+    drop_last: bool
     dataset: Any
     sampler: Any
 
@@ -72,7 +75,7 @@ class LoaderInterface:
         """
         raise NotImplementedError
 
-    def stats(self) -> Any:
+    def stats(self) -> LoaderStats:
         """Live counters.
 
         Returns:
@@ -94,7 +97,7 @@ class LoaderInterface:
 
     # -- lifetime, shared ---------------------------------------------------------------------
 
-    def __enter__(self) -> Any:
+    def __enter__(self: Loader) -> Loader:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

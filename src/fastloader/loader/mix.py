@@ -29,6 +29,7 @@ from fastloader.loader.options import PackedOptions
 from fastloader.loader.packed import PackedLoader
 from fastloader.loader.pass_dataset import unwrap_view
 from fastloader.loader.path_choice import PackedData, is_mix
+from fastloader.loader.remote import RemoteOptions
 
 _REMOTE = ("cache_dir", "cache_limit", "storage_options", "prefetch_shards")
 _MIX_FIELDS = ("sources", "weights", "epoch_size", "replacement")
@@ -146,10 +147,10 @@ class MixLoader(PackedLoader, path="mixed loader"):
             owned.append(own)
         return MixedDataset(opened, self._names, owned, self._shared_fields)
 
-    def _order_source(self, options: PackedOptions) -> Any:
+    def _order_source(self, options: PackedOptions) -> MixOrder:
         return self._order
 
-    def _open(self, data: Any, options: PackedOptions, remote: Any,
+    def _open(self, data: object, options: PackedOptions, remote: RemoteOptions,
               undo: contextlib.ExitStack) -> None:
         mixed = self._open_sources(undo)
         sizes = [len(s) for s in mixed.sources]

@@ -24,6 +24,7 @@ from fastloader.decode.augment import Transform, check_transforms, refuse_detect
 from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, check_min_visibility
 from fastloader.decode.orientation import Turns
 from fastloader.errors import invalid_argument
+from fastloader.format.dataset import PackedDataset
 from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
 from fastloader.gpu.device import (
     normalize_constants,
@@ -124,6 +125,7 @@ class DecodeOptions(LoaderOptions):
 class PackedOptions(DecodeOptions):
     """The packed loader's options (FastLoader's arguments for a packed dataset)."""
 
+    backend: Literal["auto", "native", "pillow"] = "auto"  # backend="dali": DaliOptions
     max_skips: int | float | None = None
     sampler: Sampler = None
     batch_transform: BatchTransform = None
@@ -168,7 +170,8 @@ class PackedOptions(DecodeOptions):
             int_at_least("memory_budget", self.memory_budget, 1)
         if self.gpu_ops is not None and self.constants is not None:
             # The ops normalize, last: the copy step only moves uint8 pixels.
-            self.step_args: tuple[Any, Any, Any] = (None, torch.uint8, self.memory_format)
+            self.step_args: tuple[Normalize, torch.dtype | None, torch.memory_format | None] = (
+                None, torch.uint8, self.memory_format)
         else:
             self.step_args = (self.normalize, self.dtype, self.memory_format)
 
@@ -216,7 +219,8 @@ class DaliOptions(DecodeOptions):
         self.roi_decode = flag("roi_decode", self.roi_decode)
 
 
-def exif_turns(apply: bool | None, dataset: Any, path: str = "packed loader") -> Turns:
+def exif_turns(apply: bool | None, dataset: PackedDataset,
+               path: str = "packed loader") -> Turns:
     """How the loader shows the open dataset's images (decode/orientation.Turns): turned by the
     EXIF orientations the index holds (pack --apply-exif-orientation) when apply is True, or
     None and the dataset has them; as stored otherwise (the default of every other dataset)."""
@@ -293,20 +297,28 @@ FIXES = {
     "drop-in loader": "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
                       " or pack the images with `packdata` and pass the packed path.",
 }
+# The fix for an option that only the audio loader takes, given to another path: load clips.
+AUDIO_FIXES = {
+    "drop-in loader": "Decode the clips inside the Dataset and use num_workers=/"
+                      "prefetch_factor=, or pack the audio dataset with `packdata` and pass "
+                      "the packed path with audio=fastloader.Audio(...).",
+}
+AUDIO_FIX = "Drop it, or pass audio=fastloader.Audio(...) for the audio loader of a packed " \
+            "audio dataset."
 PATH_WORDS = {"packed loader": "packed path", "DALI loader": "DALI loader",
               "audio loader": "audio loader of a packed audio dataset",
               "drop-in loader": "drop-in loader of a torch Dataset"}
 
 
-def option_defaults(options: type[LoaderOptions]) -> dict[str, Any]:
+def option_defaults(options: type[LoaderOptions]) -> dict[str, object]:
     """A path's options and their defaults, in field order."""
     return {f.name: f.default for f in fields(options) if f.init and f.default is not MISSING}
 
 
-def factory_defaults() -> dict[str, Any]:
+def factory_defaults() -> dict[str, object]:
     """Every FastLoader option with FastLoader's default: the packed loader's where it has the
     option, else the first other path's that does."""
-    merged: dict[str, Any] = {}
+    merged: dict[str, object] = {}
     for options in reversed(list(PATHS.values())):
         merged.update(option_defaults(options))
     packed = option_defaults(PackedOptions)
@@ -325,7 +337,7 @@ DATALOADER_ARGS = tuple(name for name in inspect.signature(torch.utils.data.Data
 DATALOADER_ONLY = tuple(n for n in DATALOADER_ARGS if n not in option_defaults(LoaderOptions))
 
 
-def take_foreign(kwargs: dict[str, Any], path: str) -> None:
+def take_foreign(kwargs: dict[str, object], path: str) -> None:
     """Take out of kwargs the FastLoader options `path` does not take: at FastLoader's default
     they are dropped (so one set of keyword arguments serves every path), any other value is
     refused naming the path(s) that take it. The drop-in path's DataLoader arguments stay."""
@@ -339,18 +351,19 @@ def take_foreign(kwargs: dict[str, Any], path: str) -> None:
         takers = paths_taking(name)
         where = (f"the {takers[0]} only" if len(takers) == 1
                  else f"the {' and the '.join(takers)} only")
+        fix = FIXES[path] if takers != ["audio loader"] else AUDIO_FIXES.get(path, AUDIO_FIX)
         raise invalid_argument(name, value, f"applies to {where}, not to the "
-                               f"{PATH_WORDS[path]}", FIXES[path])
+                               f"{PATH_WORDS[path]}", fix)
 
 
-def _equal(value: Any, default: Any) -> bool:
+def _equal(value: object, default: object) -> bool:
     try:
         return bool(value == default)
     except Exception:  # an array or tensor compared to a default: not equal
         return False
 
 
-def refuse_unknown(kwargs: dict[str, Any], path: str) -> None:
+def refuse_unknown(kwargs: dict[str, object], path: str) -> None:
     """The packed paths take no other keyword: name the first one given.
 
     A DataLoader argument says so; a name that is no DataLoader argument either is a typo:
@@ -370,9 +383,4 @@ def refuse_unknown(kwargs: dict[str, Any], path: str) -> None:
         f"The arguments it takes are: {', '.join(sorted(accepted))}.")
     raise invalid_argument(name, kwargs[name], f"is not an argument of FastLoader's {words}",
                            hint)
-
-
-def options_of(options: type[LoaderOptions], given: Mapping[str, Any]) -> dict[str, Any]:
-    """The arguments of a loader's __init__ (its locals()) that are fields of `options`."""
-    return {name: given[name] for name in option_defaults(options) if name in given}
 

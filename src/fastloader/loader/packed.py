@@ -5,18 +5,16 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
-
-import torch
+from collections.abc import Iterator
+from typing import Any
 
 from fastloader.decode.augment import output_size
-from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import FastloaderError, InvalidArgumentError, invalid_argument
 from fastloader.format.open import dataset_from
 from fastloader.gpu.device import DeviceStep
 from fastloader.gpu.ops import gpu_rng
+from fastloader.loader.arguments import options_from
 from fastloader.loader.attributes import PackedAttributes
 from fastloader.loader.autotune import make_tuner
 from fastloader.loader.base import FastLoader
@@ -25,23 +23,13 @@ from fastloader.loader.detection import letterboxed, plan_boxes_field
 from fastloader.loader.extra_images import ExtraImages
 from fastloader.loader.masks import MaskBatches
 from fastloader.loader.memory import BatchRing, pinned_nbytes
-from fastloader.loader.options import (
-    BatchTransform,
-    GpuTransforms,
-    Normalize,
-    PackedOptions,
-    Sampler,
-    Transforms,
-    exif_turns,
-    options_of,
-    refuse_unknown,
-    take_foreign,
-)
+from fastloader.loader.mix_order import MixOrder
+from fastloader.loader.options import PackedOptions, Sampler, exif_turns
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.path_choice import PackedData
 from fastloader.loader.pipeline import EpochPlan, Producer
-from fastloader.loader.remote import DEFAULT_PREFETCH_SHARDS, plan_shards, remote_options
+from fastloader.loader.remote import RemoteOptions, plan_shards, remote_options
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.stats import Counters, LoaderStats
@@ -69,51 +57,11 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
 
     collate_fn = staticmethod(collate_rows)
 
-    def __init__(
-        self,
-        data: PackedData,
-        batch_size: int = 1,
-        shuffle: bool = False,
-        *,
-        seed: int = 0,
-        transforms: Transforms = None,
-        normalize: Normalize = None,
-        dtype: torch.dtype | None = None,
-        device: str | torch.device | None = None,
-        num_threads: int | Literal["auto"] | None = "auto",
-        prefetch: int | Literal["auto"] = 2,
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-        on_error: Literal["raise", "skip"] = "raise",
-        max_skips: int | float | None = None,
-        backend: Literal["auto", "native", "pillow"] = "auto",
-        memory_budget: int | None = None,
-        gpu_transforms: GpuTransforms = None,
-        memory_format: torch.memory_format | None = None,
-        sampler: Sampler = None,
-        batch_transform: BatchTransform = None,
-        verify_records: bool = False,
-        fields: Sequence[str] | None = None,
-        multi_hot: int | Mapping[str, int] | None = None,
-        padded: bool = False,
-        min_box_visibility: float = DEFAULT_MIN_BOX_VISIBILITY,
-        decode_images: bool = True,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        shuffle_window: int | None = None,
-        prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
-        apply_exif_orientation: bool | None = None,
-        **dataloader_kwargs: Any,
-    ) -> None:
+    def __init__(self, data: PackedData, *args: object, **kwargs: object) -> None:
         # Every argument first (nothing is opened or started until all are good) ...
-        take_foreign(dataloader_kwargs, "packed loader")
-        refuse_unknown(dataloader_kwargs, "packed loader")
-        options = PackedOptions(**options_of(PackedOptions, locals()))
+        options = options_from(PackedOptions, "packed loader", args, kwargs)[0]
         data = unwrap_view(data)  # another loader's `dataset`: its packed dataset
-        remote = remote_options(data, cache_dir, cache_limit, storage_options,
-                                shuffle_window, prefetch_shards, sampler)
+        remote = remote_options(data, options)
         # ... then the dataset, the decoder and what the dataset's fields need; a failure
         # here (a field or size the dataset refuses) releases what was taken so far.
         with contextlib.ExitStack() as undo:
@@ -121,12 +69,12 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             undo.pop_all()
         self._built()
 
-    def _order_source(self, options: PackedOptions) -> Any:
+    def _order_source(self, options: PackedOptions) -> Sampler | MixOrder:
         """What sets each epoch's order before sharding: the user's sampler= (None: the
         seeded permutation); a mix gives its own (loader/mix.py)."""
         return options.sampler
 
-    def _open(self, data: Any, options: PackedOptions, remote: Any,
+    def _open(self, data: object, options: PackedOptions, remote: RemoteOptions,
               undo: contextlib.ExitStack) -> None:
         """Take the dataset, decoder and ring plan, each released by `undo` on a failure."""
         self._set_options(options)

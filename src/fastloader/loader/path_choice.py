@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 
@@ -18,7 +17,7 @@ from fastloader.loader.pass_dataset import PassDataset, unwrap_view
 PackedData = str | os.PathLike[str] | PackedDataset | PassDataset
 
 
-def is_dataset(data: Any) -> bool:
+def is_dataset(data: object) -> bool:
     """A dataset as torch's DataLoader takes one (not a packed one, nor a path): a torch
     Dataset (an IterableDataset too), or anything with __getitem__ and __len__ (map-style: a
     datasets.Dataset, a list)."""
@@ -28,7 +27,7 @@ def is_dataset(data: Any) -> bool:
         hasattr(data, "__getitem__") and hasattr(data, "__len__"))
 
 
-def is_mix(data: Any) -> bool:
+def is_mix(data: object) -> bool:
     """Whether `data` names a weighted mix: a non-empty list or tuple of packed sources
     (paths, URLs, PackedDatasets, packed loaders' `dataset`), or a dict name -> such a source."""
     values = list(data.values()) if isinstance(data, Mapping) else \
@@ -37,7 +36,7 @@ def is_mix(data: Any) -> bool:
         isinstance(unwrap_view(v), (str, os.PathLike, PackedDataset)) for v in values)
 
 
-def path_of(data: Any, backend: Any, audio: Any = None) -> str:
+def path_of(data: object, backend: object, audio: object = None) -> str:
     """The path for these arguments: the mixed loader for a list or dict of packed datasets,
     the drop-in loader for a dataset DataLoader takes, the audio loader with audio=, the DALI
     loader for backend="dali", the packed loader otherwise (each checks the rest of its

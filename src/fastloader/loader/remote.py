@@ -11,6 +11,7 @@ from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument
 from fastloader.format.remote import is_url
 from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
+from fastloader.loader.options import PackedOptions
 
 DEFAULT_WINDOW = 8  # shards shuffled together on a remote dataset (BENCHMARKS.md: quality)
 
@@ -32,10 +33,13 @@ class RemoteOptions:
         return starts, counts, self.window
 
 
-def remote_options(data: Any, cache_dir: Any, cache_limit: Any, storage_options: Any,
-                   shuffle_window: Any, prefetch_shards: Any, sampler: Any) -> RemoteOptions:
+def remote_options(data: object, packed: PackedOptions) -> RemoteOptions:
     """Check the remote options; a URL gets the shard-aware shuffle (window DEFAULT_WINDOW
     unless shuffle_window says), a local dataset only when shuffle_window is given."""
+    cache_dir, cache_limit, storage_options = (packed.cache_dir, packed.cache_limit,
+                                               packed.storage_options)
+    shuffle_window, prefetch_shards, sampler = (packed.shuffle_window, packed.prefetch_shards,
+                                                packed.sampler)
     window = None if shuffle_window is None else int_at_least("shuffle_window",
                                                               shuffle_window, 1)
     prefetch = int_at_least("prefetch_shards", prefetch_shards, 0)
