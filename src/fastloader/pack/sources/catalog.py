@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from fastloader.pack.sources.formats.audio_folder import AudioFolder
 from fastloader.pack.sources.formats.coco import Coco
+from fastloader.pack.sources.formats.common_voice import CommonVoice
 from fastloader.pack.sources.formats.groups import Files, Tars
+from fastloader.pack.sources.formats.librispeech import LibriSpeech
 from fastloader.pack.sources.formats.parquet import Parquet
+from fastloader.pack.sources.formats.saved_dataset import SavedDataset
 from fastloader.pack.sources.formats.table import Table
 from fastloader.pack.sources.registry import register
 
@@ -18,3 +21,6 @@ register(Files())
 register(Tars())
 register(Coco())
 register(AudioFolder())
+register(LibriSpeech())
+register(CommonVoice())
+register(SavedDataset())

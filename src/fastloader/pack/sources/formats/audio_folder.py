@@ -22,7 +22,9 @@ class AudioFolder(Source):
 
     def open(self, src: str, opening: Opening) -> Opened:
         from fastloader.pack.sources.audio_tree import open_audio_tree
+        from fastloader.pack.sources.formats.librispeech import refuse_as
 
+        refuse_as(src, 'class folders of clips (source_format="audiofolder")')
         return open_audio_tree(src, opening.fields, opening.image, opening.label, opening.root)
 
     def files(self, path: str) -> list[Path]:

@@ -27,9 +27,11 @@ class Files(Source):
         return probe.folder == "files"
 
     def open(self, src: str, opening: Opening) -> Opened:
+        from fastloader.pack.sources.formats.librispeech import refuse_as
         from fastloader.pack.sources.groups import open_folder
 
         _refuse_table_options(opening)
+        refuse_as(src, 'file groups (source_format="files")')
         return open_folder(Path(src).expanduser().absolute(), opening.fields)
 
     def files(self, path: str) -> list[Path]:
