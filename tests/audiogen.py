@@ -99,7 +99,7 @@ def common_voice(language: Path, n: int = 4) -> list[dict[str, str]]:
             name = f"common_voice_en_{k}.mp3"
             (language / "clips" / name).write_bytes(clip(24000, 0.3, 1, "mp3", seed=k))
             rows[split].append({"client_id": f"c{k:03x}", "path": name,
-                                "sentence": f'She said "hello" {k}.', "up_votes": str(k % 3),
+                                "sentence": f'"Hello," she said {k}.', "up_votes": str(k % 3),
                                 "down_votes": "0", "age": "" if k % 2 else "twenties",
                                 "gender": ""})
         (language / f"{split}.tsv").write_text("\t".join(header) + "\n" + "".join(

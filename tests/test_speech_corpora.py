@@ -213,3 +213,17 @@ def test_an_image_save_to_disk_folder(tmp_path: Path) -> None:
     with open_dataset(tmp_path / "i.lmdb") as ds:
         assert [bytes(ds.record(k)) for k in range(len(ds))] == images
         assert ds.classes == ["a", "b"]
+
+
+def test_speech_corpora_in_separate_plan_shard_commit_steps(tmp_path: Path) -> None:
+    """A shard run opens the source again from the plan (LibriSpeech, a save_to_disk
+    folder), and packs what one run packs."""
+    dataset, clips = _saved(tmp_path)
+    dataset.save_to_disk(str(tmp_path / "saved"))  # type: ignore[attr-defined]
+    made = librispeech(tmp_path / "dev-clean", SPEAKERS)
+    for src, count in ((tmp_path / "saved", len(clips)), (tmp_path / "dev-clean", len(made))):
+        dst = tmp_path / f"{src.name}.h5"
+        assert main(["plan", str(src), str(dst), "--shard-size", "8K", "--quiet"]) == 0
+        assert main(["shard", str(dst), "--range", "0:99", "--quiet", "--workers", "1"]) == 0
+        assert main(["commit", str(dst), "--quiet"]) == 0
+        assert len(_samples(dst)) == count
