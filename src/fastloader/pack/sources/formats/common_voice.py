@@ -55,8 +55,9 @@ class CommonVoice(Source):
         table = Path(src).expanduser().absolute()
         if table.is_dir():
             splits = [p.name for p in _splits(table)]
+            first = "train.tsv" if "train.tsv" in splits else splits[0]
             raise PackError(f"{table} is a Common Voice language folder; pack one split's "
-                            f"table: {table / 'train.tsv'} (its splits: {', '.join(splits)}).")
+                            f"table: {table / first} (its splits: {', '.join(splits)}).")
         header, rows = _rows(table)
         samples, specs = table_samples(str(table), header, rows, fields_of(opening.fields),
                                        None, None, table.parent / CLIPS, True)
