@@ -143,3 +143,20 @@ def test_the_choices_keep_their_order() -> None:
     assert registry.names()[:9] == ("imagefolder", "csv", "tsv", "jsonl", "parquet", "files",
                                     "tar", "coco", "audiofolder")
     assert json.dumps(importers.SOURCE_FORMATS)
+
+
+def test_speech_corpora_are_told_from_the_folders_they_resemble(tmp_path: Path) -> None:
+    from audiogen import common_voice, librispeech
+
+    librispeech(tmp_path / "LibriSpeech" / "dev-clean", {84: [121123]}, per_chapter=1)
+    common_voice(tmp_path / "cv" / "en", n=1)
+    (tmp_path / "saved").mkdir()
+    for name in ("state.json", "dataset_info.json", "data-00000-of-00001.arrow"):
+        (tmp_path / "saved" / name).write_text("{}")
+    expected = {"LibriSpeech": "librispeech", "LibriSpeech/dev-clean": "librispeech",
+                "LibriSpeech/dev-clean/84": "librispeech", "cv/en": "commonvoice",
+                "cv/en/train.tsv": "commonvoice", "saved": "savedataset"}
+    for path, kind in expected.items():
+        assert importers.detect(tmp_path / path, None) == kind, path
+    (tmp_path / "plain.tsv").write_text("path\tsentence\nx.mp3\thi\n")  # no clips/ beside it
+    assert importers.detect(tmp_path / "plain.tsv", None) == "tsv"
