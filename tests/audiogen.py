@@ -1,9 +1,11 @@
 """Audio clips made with soundfile for the audio tests: tones with a per-channel pitch and
-noise, in WAV, FLAC, MP3 or Ogg Opus/Vorbis, any rate, channels and length."""
+noise, in WAV, FLAC, MP3 or Ogg Opus/Vorbis, any rate, channels and length; and tiny trees in
+the layouts of LibriSpeech, Common Voice and NeMo manifests."""
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 
@@ -60,3 +62,63 @@ def id3_tag(body: int = 40) -> bytes:
     """An ID3v2.4 tag of `body` zero bytes (a syncsafe size), as may precede a FLAC stream."""
     size = bytes([(body >> 21) & 0x7F, (body >> 14) & 0x7F, (body >> 7) & 0x7F, body & 0x7F])
     return b"ID3\x04\x00\x00" + size + bytes(body)
+
+
+# The layouts of speech corpora, made tiny: what LibriSpeech, Common Voice and NeMo users have.
+def librispeech(split: Path, speakers: dict[int, list[int]], per_chapter: int = 2
+                ) -> dict[str, tuple[str, bytes]]:
+    """A LibriSpeech split folder: SPEAKER/CHAPTER/SPEAKER-CHAPTER-UTT.flac beside
+    SPEAKER-CHAPTER.trans.txt; utterance id -> (its transcript, its clip's bytes)."""
+    made = {}
+    for speaker, chapters in speakers.items():
+        for chapter in chapters:
+            folder = split / str(speaker) / str(chapter)
+            folder.mkdir(parents=True, exist_ok=True)
+            lines = []
+            for k in range(per_chapter):
+                utterance = f"{speaker}-{chapter}-{k:04d}"
+                data = clip(16000, 0.2 + 0.05 * k, 1, "flac", seed=speaker + chapter + k)
+                (folder / f"{utterance}.flac").write_bytes(data)
+                text = f"WORDS OF {speaker} IN {chapter} NUMBER {k}"
+                lines.append(f"{utterance} {text}\n")
+                made[utterance] = (text, data)
+            (folder / f"{speaker}-{chapter}.trans.txt").write_text("".join(lines))
+    return made
+
+
+def common_voice(language: Path, n: int = 4) -> list[dict[str, str]]:
+    """A Common Voice language folder: clips/*.mp3 and train.tsv, dev.tsv (tab-separated, no
+    quoting: a sentence may hold a double quote); the train rows written."""
+    (language / "clips").mkdir(parents=True, exist_ok=True)
+    header = ["client_id", "path", "sentence", "up_votes", "down_votes", "age", "gender"]
+    splits = {"train": range(n), "dev": range(n, n + 2)}
+    rows: dict[str, list[dict[str, str]]] = {}
+    for split, ks in splits.items():
+        rows[split] = []
+        for k in ks:
+            name = f"common_voice_en_{k}.mp3"
+            (language / "clips" / name).write_bytes(clip(24000, 0.3, 1, "mp3", seed=k))
+            rows[split].append({"client_id": f"c{k:03x}", "path": name,
+                                "sentence": f'"Hello," she said {k}.', "up_votes": str(k % 3),
+                                "down_votes": "0", "age": "" if k % 2 else "twenties",
+                                "gender": ""})
+        (language / f"{split}.tsv").write_text("\t".join(header) + "\n" + "".join(
+            "\t".join(r[c] for c in header) + "\n" for r in rows[split]))
+    return rows["train"]
+
+
+def nemo_manifest(folder: Path, n: int = 3, name: str = "train_manifest.jsonl"
+                  ) -> list[bytes]:
+    """A NeMo manifest (audio_filepath, duration, text), its WAV clips under wavs/."""
+    import json
+
+    (folder / "wavs").mkdir(parents=True, exist_ok=True)
+    written, lines = [], []
+    for k in range(n):
+        data = clip(16000, 0.25, 1, "wav", seed=k)
+        (folder / "wavs" / f"{k}.wav").write_bytes(data)
+        written.append(data)
+        lines.append(json.dumps({"audio_filepath": f"wavs/{k}.wav", "duration": 0.25,
+                                 "text": f"utterance {k}"}) + "\n")
+    (folder / name).write_text("".join(lines))
+    return written

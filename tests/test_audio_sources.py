@@ -97,7 +97,7 @@ def test_a_nemo_manifest(tmp_path: Path) -> None:
     pack(table, tmp_path / "out.h5")
     _check(tmp_path / "out.h5", paths)
     with open_dataset(tmp_path / "out.h5") as ds:
-        assert ds.image_field == "audio_filepath"
+        assert ds.image_field == "audio"  # one name for the clips, whatever the column
 
 
 def test_a_declared_audio_column_with_another_name(tmp_path: Path) -> None:

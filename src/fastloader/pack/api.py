@@ -37,7 +37,9 @@ def pack(
     (.csv, .tsv, .jsonl, .parquet; Parquet also as a brace pattern of files or a folder of one
     split's files, as the Hugging Face Hub stores them: train-00000-of-00042.parquet ...),
     WebDataset-style files grouped by basename (a folder, a .tar, or a brace pattern of .tar
-    shards), a Hugging Face `datasets` Dataset or IterableDataset (one split: a DatasetDict is
+    shards), a speech corpus's folder or table (LibriSpeech, Common Voice, class folders of
+    clips), a `datasets` save_to_disk folder, a Hugging Face `datasets` Dataset or
+    IterableDataset (one split: a DatasetDict is
     refused, naming its splits), or Python samples: a sequence or map-style dataset of dicts
     (read by index in parallel workers) or any iterable of dicts (in order). All but the first
     make a format v2 dataset with declared fields (README: other datasets).
@@ -61,7 +63,11 @@ def pack(
             Tables, file groups and Datasets: kinds that override the inferred ones (a
             column of the table or Dataset -> kind).
         source_format: force the source kind: "imagefolder", "csv", "tsv", "jsonl",
-            "parquet", "files" (a folder of file groups) or "tar" (None: detected).
+            "parquet", "files" (a folder of file groups), "tar", "coco", "audiofolder"
+            (class folders of clips), "librispeech" (audio, text, speaker, chapter),
+            "commonvoice" (a split's .tsv: audio = clips/PATH, text = sentence) or
+            "savedataset" (a `datasets` save_to_disk folder); None: detected (every
+            registered source: fastloader.pack.sources.catalog).
         image: tables: the image column (default: path, image, file or filename; Parquet:
             else its first Image column); a Dataset: which Image column is the records.
         label: tables: a column of class names, turned into class ids (sorted names).

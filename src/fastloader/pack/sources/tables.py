@@ -23,9 +23,10 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from fastloader.decode.audio import AUDIO_EXTENSIONS
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
 from fastloader.format.kinds.infer import infer_kind
@@ -35,6 +36,8 @@ from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, Parqu
 
 IMAGE_COLUMNS = ("path", "image", "file", "filename")
 AUDIO_COLUMNS = ("audio", "audio_filepath", "audio_path")  # NeMo manifests: audio_filepath
+CLIP_FIELD = "audio"  # a table's clips are field `audio` whatever their column is called
+_SNIFFED = 16  # a column names clips when its first cells are all clip file names
 _EMPTY = None  # an empty cell, before the column's kind says what it reads as
 
 
@@ -168,21 +171,34 @@ def _row_sample(where: str, row: Any, specs: list[FieldSpec], reading: _Reading
 
 def _image_column(where: str, header: list[str], image: str | None,
                   features: dict[str, Mapped], binary: frozenset[str],
-                  overrides: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """The records' column: given, else by name, else the first Image feature or column of
-    image bytes ({bytes, path} structs); None (with the clip column declared audio in the
-    overrides returned) for a table of clips."""
+                  overrides: dict[str, Any], rows: list[tuple[str, Any]]
+                  ) -> tuple[str | None, dict[str, Any], str | None]:
+    """(the records' image column, overrides, the clip column): the image column given, else
+    by name, else the first Image feature or column of image bytes ({bytes, path} structs);
+    None (with the clip column declared audio in the overrides) for a table of clips."""
     lowered = {h.lower(): h for h in header}
     found = image or next((lowered[c] for c in IMAGE_COLUMNS if c in lowered), None) or next(
         (c for c in header if c in features and features[c].image), None) or next(
         (c for c in header if c in binary), None)
-    clips = None if image else _audio_column(header, lowered, overrides, features)
+    clips = None if image else _audio_column(header, lowered, overrides, features) or next(
+        (c for c in ([found] if found in header else []) + header
+         if c not in overrides and c not in features and _names_clips(rows, c)), None)
     if clips is not None and (found is None or found == clips or found not in header):
-        return None, {**overrides, clips: "audio"}  # a clip dataset: its clips are the records
+        # a clip dataset: its clips are the records
+        return None, {**overrides, clips: overrides.get(clips, "audio")}, clips
     if found is None or found not in header:
         raise PackError(f"{where}: no image column (looked for {image or ', '.join(IMAGE_COLUMNS)}"
                         f" among {header}); name it with image='COL'.")
-    return found, overrides
+    return found, overrides, None
+
+
+def _names_clips(rows: list[tuple[str, Any]], column: str) -> bool:
+    """Whether a column's first cells are all file names of clips (.wav, .flac, .mp3 ...), as
+    class folders tell clips by their files."""
+    cells = [r[column] for _, r in rows[:4 * _SNIFFED]
+             if isinstance(r, dict) and r.get(column) is not None][:_SNIFFED]
+    return bool(cells) and all(isinstance(c, str) and PurePosixPath(c).suffix.lower()
+                               in AUDIO_EXTENSIONS for c in cells)
 
 
 def _label_spec(where: str, label: str, rows: list[tuple[str, Any]],
@@ -200,10 +216,11 @@ def _label_spec(where: str, label: str, rows: list[tuple[str, Any]],
 
 def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col: str | None,
            label: str | None, overrides: dict[str, Any], from_csv: bool,
-           features: dict[str, Mapped]
+           features: dict[str, Mapped], clips: str | None = None
            ) -> tuple[list[FieldSpec], dict[str, str], dict[str, Callable[[Any], Any]]]:
     """(fields, field -> column, field -> converter): a column's kind is its --field, else
-    its Hugging Face feature's, else a boxes/mask column's by name, else inferred."""
+    its Hugging Face feature's, else a boxes/mask column's by name, else inferred. The clip
+    column's field is `audio` (CLIP_FIELD) unless another column has that name."""
     if label is not None and label not in header:
         raise PackError(f"{where}: no column {label!r} for label= among {header}.")
     _check_overrides(where, header, image_col, label, overrides)
@@ -223,10 +240,12 @@ def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col
             features[column].spec if column in features else
             spatial.default_kind(column, header, spatial.declares_boxes(overrides))
             or _infer(column, rows, from_csv))
-        specs.append(make_spec(column, kind, PackError, f"{where} column {column!r}"))
-        columns[column] = column
+        name = CLIP_FIELD if column == clips and (
+            column == CLIP_FIELD or CLIP_FIELD not in header) else column
+        specs.append(make_spec(name, kind, PackError, f"{where} column {column!r}"))
+        columns[name] = column
         if column in features:
-            converters[column] = features[column].convert
+            converters[name] = features[column].convert
     specs = spatial.with_per_box(specs)
     one_label(where, [columns[s.name] for s in specs if s.classes is not None])
     check_specs(specs, PackError, where)
@@ -279,14 +298,23 @@ def open_table(path: str | os.PathLike[str], kind: str, fields: Any, image: str 
               "jsonl": _jsonl_rows}[kind]
     header, lines = reader(table)
     rows = [(f"{table} line {line}", row) for line, row in lines]
-    image_col, overrides = _image_column(str(table), header, image, {}, frozenset(),
-                                         dict(fields or {}))
-    specs, columns, _ = _specs(str(table), header, rows, image_col, label, overrides, from_csv,
-                               {})
     base = Path(root).expanduser().absolute() if root is not None else table.parent
-    reading = _Reading(columns, base, from_csv, {})
-    samples = [_row_sample(where, row, specs, reading) for where, row in rows]
+    samples, specs = table_samples(str(table), header, rows, fields, image, label, base,
+                                   from_csv)
     return samples, specs, {"kind": kind, "path": str(table), "root": str(base)}
+
+
+def table_samples(where: str, header: list[str], rows: list[tuple[str, Any]], fields: Any,
+                  image: str | None, label: str | None, base: Path, from_csv: bool
+                  ) -> tuple[list[dict[str, Any]], list[FieldSpec]]:
+    """(samples, fields) of a table's rows ([(where, row dict or an error string)]), its
+    media paths under base: a table importer's reading, for every table-shaped source."""
+    image_col, overrides, clips = _image_column(where, header, image, {}, frozenset(),
+                                                dict(fields or {}), rows)
+    specs, columns, _ = _specs(where, header, rows, image_col, label, overrides, from_csv,
+                               {}, clips)
+    reading = _Reading(columns, base, from_csv, {})
+    return [_row_sample(w, row, specs, reading) for w, row in rows], specs
 
 
 def _open_parquet(path: str | os.PathLike[str], fields: Any, image: str | None,
@@ -300,16 +328,22 @@ def _open_parquet(path: str | os.PathLike[str], fields: Any, image: str | None,
     overrides = dict(fields or {})
     known = {c: f for c, f in table.features.items() if c in table.header}
     features = fields_of(known, where, {c: k for c, k in overrides.items() if c in known})
-    image_col, overrides = _image_column(where, table.header, image, features, table.binary,
-                                         overrides)
-    declared = {c for c, k in overrides.items() if is_image(k)}
+    try:  # the image bytes columns to leave to the workers (a clip column is found below)
+        image_col, declared_kinds, _ = _image_column(where, table.header, image, features,
+                                                     table.binary, overrides, [])
+    except PackError:
+        image_col, declared_kinds = None, overrides
+    declared = {c for c, k in declared_kinds.items() if is_image(k)}
     images = ({image_col} if image_col is not None else set()) | {
         c for c, m in features.items() if m.image} | declared
     base = Path(root).expanduser().absolute() if root is not None else (
         source if source.is_dir() else table.files[0].parent)
     rows = hf_parquet.read_rows(table, images & table.binary, base)
+    # again with the rows: a column of clip file names is the clips, whatever its name
+    image_col, overrides, clips = _image_column(where, table.header, image, features,
+                                                table.binary, overrides, rows)
     specs, columns, converters = _specs(where, table.header, rows, image_col, label,
-                                        overrides, False, features)
+                                        overrides, False, features, clips)
     reading = _Reading(columns, base, False, converters)
     samples = [_row_sample(w, row, specs, reading) for w, row in rows]
     return samples, specs, {"kind": "parquet", "path": where, "root": str(base)}

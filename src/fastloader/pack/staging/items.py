@@ -362,13 +362,9 @@ class SampleItems:
 def _reopened(description: str, options: str) -> tuple[Any, str]:
     """An importer's samples opened again from the plan's description (one per process);
     options: the fsspec storage options of a source at a URL (JSON; never in the plan)."""
-    from fastloader.pack.sources.importers import open_source
+    from fastloader.pack.sources.importers import reopened
 
-    raw = json.loads(description)
-    samples, specs, source = open_source(
-        raw["src"], raw["kind"], fields=raw["fields"], image=raw["image"], label=raw["label"],
-        root=raw["root"], skip_empty=raw["skip_empty"], masks=raw["masks"],
-        storage_options=json.loads(options) or None)
+    samples, specs, source = reopened(json.loads(description), json.loads(options) or None)
     if not is_sequence(samples):
         samples = list(samples)  # a streamed importer (tars): its samples, by index
     fields = json.dumps([s.to_json() for s in specs], sort_keys=True)

@@ -1,0 +1,1 @@
+"""One module per registered source (pack/sources/registry.py), each a Source subclass."""
