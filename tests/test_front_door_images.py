@@ -311,3 +311,14 @@ def test_a_16_bit_png_shrunk_by_max_side_keeps_its_high_bytes() -> None:
     with Image.open(io.BytesIO(record.data)) as image:
         shrunk = np.array(image.convert("L"), np.float64)
     assert abs(shrunk.mean() - (grey >> 8).mean()) < 3  # white (255) before
+
+
+def test_a_16_bit_pil_image_packed_as_jpeg_keeps_its_high_bytes(tmp_path: Path) -> None:
+    grey = _sixteen_bit(4)[..., 0]
+    image = Image.fromarray(grey)  # a PIL image handed to pack(), mode I;16
+    assert image.mode == "I;16"
+    fastloader.pack([{"image": image, "label": 0}], tmp_path / "p.lmdb", pil_format="jpeg",
+                    quality=95, fields={"image": "image", "label": "int"})
+    with open_dataset(tmp_path / "p.lmdb") as ds:
+        got = decode(bytes(ds.record(0)))[..., 0].astype(np.float64)
+    assert abs(got.mean() - (grey >> 8).mean()) < 3  # white (255) before

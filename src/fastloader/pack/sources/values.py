@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from fastloader.decode.pillow import to_rgb
 from fastloader.errors import OptionalDependencyError
 from fastloader.format.fields import FieldSpec, primary_image
 from fastloader.format.kinds import BadValue
@@ -82,7 +83,7 @@ def encode_pil(image: Any, format: str = "png", quality: int = 90) -> bytes:
         image.save(buffer, format="PNG")
     else:
         if image.mode not in ("L", "RGB"):
-            image = image.convert("RGB")
+            image = to_rgb(image)  # a 16-bit image by its high byte: convert("RGB") gives white
         image.save(buffer, format="JPEG", quality=quality)
     return buffer.getvalue()
 
