@@ -28,6 +28,7 @@ from fastloader.pack.cli.stops import (
 )
 from fastloader.pack.cli.words import cli_words, flags
 from fastloader.pack.maintain.info import dataset_info, format_info, human_bytes
+from fastloader.pack.pipeline.drive import staging_kept
 from fastloader.pack.pipeline.tree import DEFAULT_SHARD_SIZE, SKIPPED_NAME
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE, WARNED_LOG
 from fastloader.pack.staging.journal import RESUME_LOG
@@ -353,32 +354,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         # raised can be replaced by one from the code it unwound (np.savez's zip file, closed
         # in its finally while a member was being written, raised ValueError over it).
         if isinstance(exc, KeyboardInterrupt) or stop.signum is not None:
-            return _stopped(args, stop.signum == signal.SIGTERM)  # the handler noted it
+            # the handler noted which signal
+            return _stopped(args, stop.signum == signal.SIGTERM, staging_kept(exc))
         if isinstance(exc, FastloaderError):
             print(f"packdata: error: {_words(exc)}", file=sys.stderr)
             return 2
         if isinstance(exc, OSError):  # disk full, permission lost mid-way...: one line
-            print(f"packdata: error: {_words(exc)}; fix it and rerun with --resume",
-                  file=sys.stderr)
+            again = " with --resume" if staging_kept(exc) else ""
+            print(f"packdata: error: {_words(exc)}; fix it and rerun{again}", file=sys.stderr)
             return 1
         raise
 
 
-def _stopped(args: list[str], terminated: bool) -> int:
-    """Say that the command stopped (by SIGTERM, else Ctrl-C) and how to go on; the exit code
-    a shell would show."""
+def _stopped(args: list[str], terminated: bool, kept: bool) -> int:
+    """Say that the command stopped (by SIGTERM, else Ctrl-C) and how to go on (kept: a pack
+    kept finished shards); the exit code a shell would show."""
     print(f"packdata: {'terminated (SIGTERM)' if terminated else 'interrupted'}"
-          f"{_going_on(args)}", file=sys.stderr)
+          f"{_going_on(args, kept)}", file=sys.stderr)
     return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
-def _going_on(args: list[str]) -> str:
-    """How to go on after an interrupted command: a pack resumes, a shard run is rerun."""
+def _going_on(args: list[str], kept: bool) -> str:
+    """How to go on after an interrupted command: a pack that kept finished shards resumes
+    (one stopped before any finished kept nothing), a shard run is rerun."""
     command = args[0] if args else ""
     if command == "shard":
         return "; the parts written are kept: rerun the same command to write the rest"
     if command in SUBCOMMANDS and command != "plan":  # info, verify, append, merge, commit
         return ""
+    if not kept:
+        return "; no shard had finished, nothing is kept: rerun the same command"
     return "; the finished shards are kept: rerun the same command with --resume"
 
 
