@@ -6,6 +6,8 @@ import argparse
 import contextlib
 import json
 import logging
+import re
+import shlex
 import signal
 import sys
 import tempfile
@@ -417,8 +419,11 @@ def _dispatch(args: list[str]) -> int:
 
 
 def _words(exc: BaseException) -> str:
-    """The error's text in packdata's words (its flags, not pack()'s arguments)."""
-    return cli_words(str(exc), flags(_pack_parser()))
+    """The error's text in packdata's words (its flags, not pack()'s arguments; its command,
+    not a call of fastloader.pack: format/not_packed.source_advice)."""
+    text = re.sub(r'`fastloader\.pack\("([^"]*)", "([^"]*)"\)`',
+                  lambda m: f"`packdata {shlex.join(m.groups())}`", str(exc))
+    return cli_words(text, flags(_pack_parser()))
 
 
 if __name__ == "__main__":
