@@ -76,7 +76,8 @@ A source folder literally named like a command ("info", "verify", "append", "mer
 "plan", "shard", "commit") must be written as ./info.
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input, 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM: what SLURM and Kubernetes send on preemption); after 130 or
-143 the finished shards are kept and the same command with --resume goes on from them."""
+143 the finished shards, if any, are kept and the same command with --resume goes on from
+them (the message says which)."""
 
 def parse_size(text: str) -> int:
     """'256M' -> 268435456 (K, M, G are powers of 1024; a plain number is bytes)."""
