@@ -123,11 +123,13 @@ def _noted(exc: PackError, kept: bool) -> PackError:
 
 
 def _finished(staging: AnyStaging) -> bool:
-    """Whether some shard's part is committed to the staging's journal (its .json is written
-    last); a URL's staging is judged kept (its parts live at the URL, not listed here)."""
+    """Whether some shard finished: its part committed to the staging's journal (its .json is
+    written last), or the journal gone because the commit took every part (the staging holds
+    the dataset, short of its rename); a URL's staging is judged kept (its parts live at the
+    URL, not listed here)."""
     if isinstance(staging, RemoteStaging):
         return True
-    return any(staging.journal.glob("*.json"))
+    return not staging.journal.is_dir() or any(staging.journal.glob("*.json"))
 
 
 def _fail(staging: AnyStaging, keep: bool) -> bool:
