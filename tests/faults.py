@@ -6,7 +6,9 @@
   workers need not import this module;
 - a `packdata` child that SIGKILLs itself after N parts, or holds just before its final
   rename until a file appears: `packdata_command(argv, ...)` runs the CLI in a child through
-  `child_main`, which patches the engine's part writer or the staging's finish first.
+  `child_main`, which patches the engine's part writer or the staging's finish first;
+- a dead process left holding a pool's result-queue lock as the pool stops (what a worker
+  killed half-way through sending a result leaves): `packdata_command(argv, dead_lock=True)`.
 """
 
 from __future__ import annotations
@@ -113,14 +115,36 @@ def _hold_before_rename(hold: str) -> None:
     Staging.finish = held  # type: ignore[method-assign]
 
 
+def _dead_lock_at_stop() -> None:
+    """Each process pool's terminate() first has a forked process take the pool's result
+    queue's write lock and die holding it (os._exit): the lock stays held for good, as a
+    worker killed while sending a result leaves it, and terminate() needs it (to send its
+    sentinel). Patched on multiprocessing's Pool, so it applies to any engine's pool."""
+    from multiprocessing.pool import Pool
+
+    terminate = Pool.terminate
+
+    def dead_then_terminate(self: Any) -> None:
+        holder = os.fork()
+        if holder == 0:
+            self._outqueue._wlock.acquire()
+            os._exit(0)
+        os.waitpid(holder, 0)
+        terminate(self)
+
+    Pool.terminate = dead_then_terminate  # type: ignore[method-assign]
+
+
 def packdata_command(argv: list[str], *, kill_after_parts: int | None = None,
-                     hold: str | Path | None = None, ray: dict[str, Any] | None = None
-                     ) -> list[str]:
+                     hold: str | Path | None = None, ray: dict[str, Any] | None = None,
+                     dead_lock: bool = False) -> list[str]:
     """The command line of a `packdata ARGV` child with these faults installed first:
     kill_after_parts (SIGKILL after that many parts), hold (a folder: wait before the final
-    rename), ray (faulty's keywords, for the Ray tasks it starts)."""
+    rename), ray (faulty's keywords, for the Ray tasks it starts), dead_lock (a pool's result
+    lock left held by a dead process as the pool stops)."""
     config = json.dumps({"kill_after_parts": kill_after_parts,
-                         "hold": None if hold is None else str(hold), "ray": ray})
+                         "hold": None if hold is None else str(hold), "ray": ray,
+                         "dead_lock": dead_lock})
     code = (f"import sys; sys.path.insert(0, {TESTS!r}); import faults; "
             "sys.exit(faults.child_main(sys.argv[1], sys.argv[2:]))")
     return [sys.executable, "-c", code, config, *argv]
@@ -135,6 +159,8 @@ def child_main(config: str, argv: list[str]) -> int:
         _hold_before_rename(faults["hold"])
     if faults["ray"]:
         patch_ray_task(setattr, **faults["ray"])
+    if faults.get("dead_lock"):
+        _dead_lock_at_stop()
     from fastloader.pack.cli.main import main
 
     return main(argv)

@@ -83,19 +83,24 @@ def test_a_bad_item_stops_every_source_by_default(tmp_path: Path, kind: str,
 
 
 @pytest.mark.parametrize("kind", sorted(SOURCES))
-def test_a_failed_pack_keeps_its_staging_for_resume_and_says_so(tmp_path: Path,
-                                                                kind: str) -> None:
+@pytest.mark.parametrize("finished", [True, False], ids=["shards-finished", "none-finished"])
+def test_a_failed_pack_keeps_its_staging_for_resume_and_says_so(tmp_path: Path, kind: str,
+                                                                finished: bool) -> None:
     # one rule for every source that can be recognised again (Python samples read by index
-    # included); a plain iterable, read once, cannot be, so its staging is removed (and
-    # --resume is not offered)
+    # included), once a shard finished before the bad item (tiny shards: one an item); a
+    # plain iterable, read once, cannot be, and a pack that finished no shard (one shard)
+    # has nothing to reuse, so their staging is removed (and --resume is not offered)
     src, options, bad = SOURCES[kind](tmp_path / "in")
+    shards = {"shard_size": 1} if finished else {}
     for resumable in (True, False) if kind == "python" else (True,):
         dst = tmp_path / f"out-{resumable}.lmdb"
         with pytest.raises(PackError, match=bad) as caught:
-            fastloader.pack(src if resumable else iter(src), dst, workers=1, **options)
+            fastloader.pack(src if resumable else iter(src), dst, workers=1, **options,
+                            **shards)
+        kept = resumable and finished
         staging = tmp_path / f".{dst.name}.partial"
-        assert staging.is_dir() == resumable and ("resume=True" in str(caught.value)) == resumable
-        if resumable:
+        assert staging.is_dir() == kept and ("resume=True" in str(caught.value)) == kept
+        if kept:
             assert (staging / "plan.json").is_file()
 
 

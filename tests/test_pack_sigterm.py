@@ -154,7 +154,8 @@ def test_a_stop_is_reported_whatever_exception_the_unwinding_raised(
         capsys: pytest.CaptureFixture[str], signum: int) -> None:
     """A signal that lands as np.savez closes a zip member (CI caught one there) unwinds
     past the member's close, and the zip file's own close, in np.savez's finally, raises
-    ValueError over the stop. packdata still says it stopped, and exits 128 + the signal."""
+    ValueError over the stop. packdata still says it stopped, and exits 128 + the signal; no
+    shard had finished, so it says nothing is kept and leaves no staging behind."""
     real_close, owner, sent = zipfile._ZipWriteFile.close, os.getpid(), []
 
     def close(member: zipfile._ZipWriteFile) -> None:
@@ -169,9 +170,9 @@ def test_a_stop_is_reported_whatever_exception_the_unwinding_raised(
     assert main(args) == 128 + signum
     what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
     assert capsys.readouterr().err.splitlines() == [
-        f"packdata: {what}; the finished shards are kept: rerun the same command with "
-        "--resume"]
+        f"packdata: {what}; no shard had finished, nothing is kept: rerun the same command"]
     assert sent == [signum] and not dst.exists()
+    assert not (tmp_path / f".{dst.name}.partial").exists()
     monkeypatch.setattr(zipfile._ZipWriteFile, "close", real_close)
     assert main([*args, "--resume", "--quiet"]) == 0
     with open_dataset(dst) as ds:

@@ -109,15 +109,17 @@ def test_what_a_c_library_writes_on_fd_2_is_caught(capfd: pytest.CaptureFixture[
 def test_errors_speak_the_words_of_the_interface(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     src = tree(tmp_path / "src")
+    # shards of one item each: two finish before bad.tif, so the error offers a resume too
     with pytest.raises(PackError) as caught:
-        fastloader.pack(src, tmp_path / "o.lmdb", workers=1)
+        fastloader.pack(src, tmp_path / "o.lmdb", workers=1, shard_size=1)
     said = str(caught.value)
     assert "pass skip_bad=True" in said and "resume=True" in said and "--" not in said.replace(
         str(tmp_path), "")
     with pytest.raises(PackError, match="strict=True and skip_bad=True contradict") as caught:
         fastloader.pack(src, tmp_path / "o.lmdb", strict=True, skip_bad=True)
     assert "--" not in str(caught.value)
-    assert main([str(src), str(tmp_path / "o.lmdb"), "--workers", "1"]) == 2
+    assert main([str(src), str(tmp_path / "o.lmdb"), "--workers", "1", "--shard-size", "1"]
+                ) == 2
     err = capsys.readouterr().err
     assert "pass --skip-bad to pack the rest" in err and "rerun with --resume" in err
     assert "skip_bad" not in err and "resume=" not in err

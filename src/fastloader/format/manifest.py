@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from fastloader.errors import DatasetError, DatasetNotFoundError
+from fastloader.format.not_packed import source_advice
 
 FORMAT_NAME = "fastloader-packed"
 FORMAT_VERSION = 2
@@ -306,6 +307,9 @@ def read_manifest_bytes(path: str | os.PathLike[str]) -> tuple[Manifest, bytes]:
             "(e.g. out.lmdb/)."
         )
     if not manifest_path.is_file():
+        advice = source_advice(root)  # a source tree given for its dataset: say what it is
+        if advice is not None:
+            raise DatasetNotFoundError(f"{advice}.")
         raise DatasetNotFoundError(
             f"{root} has no {MANIFEST_NAME}, so it is not a complete packed dataset "
             "(an interrupted pack?); run `packdata IMAGES_DIR "

@@ -6,6 +6,8 @@ import argparse
 import contextlib
 import json
 import logging
+import re
+import shlex
 import signal
 import sys
 import tempfile
@@ -28,6 +30,7 @@ from fastloader.pack.cli.stops import (
 )
 from fastloader.pack.cli.words import cli_words, flags
 from fastloader.pack.maintain.info import dataset_info, format_info, human_bytes
+from fastloader.pack.pipeline.drive import staging_kept
 from fastloader.pack.pipeline.tree import DEFAULT_SHARD_SIZE, SKIPPED_NAME
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE, WARNED_LOG
 from fastloader.pack.staging.journal import RESUME_LOG
@@ -83,7 +86,8 @@ A source folder literally named like a command ("info", "verify", "append", "mer
 "plan", "shard", "commit") must be written as ./info.
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input, 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM: what SLURM and Kubernetes send on preemption); after 130 or
-143 the finished shards are kept and the same command with --resume goes on from them."""
+143 the finished shards, if any, are kept and the same command with --resume goes on from
+them (the message says which)."""
 
 def parse_size(text: str) -> int:
     """'256M' -> 268435456 (K, M, G are powers of 1024; a plain number is bytes)."""
@@ -367,32 +371,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         # raised can be replaced by one from the code it unwound (np.savez's zip file, closed
         # in its finally while a member was being written, raised ValueError over it).
         if isinstance(exc, KeyboardInterrupt) or stop.signum is not None:
-            return _stopped(args, stop.signum == signal.SIGTERM)  # the handler noted it
+            # the handler noted which signal
+            return _stopped(args, stop.signum == signal.SIGTERM, staging_kept(exc))
         if isinstance(exc, FastloaderError):
             print(f"packdata: error: {_words(exc)}", file=sys.stderr)
             return 2
         if isinstance(exc, OSError):  # disk full, permission lost mid-way...: one line
-            print(f"packdata: error: {_words(exc)}; fix it and rerun with --resume",
-                  file=sys.stderr)
+            again = " with --resume" if staging_kept(exc) else ""
+            print(f"packdata: error: {_words(exc)}; fix it and rerun{again}", file=sys.stderr)
             return 1
         raise
 
 
-def _stopped(args: list[str], terminated: bool) -> int:
-    """Say that the command stopped (by SIGTERM, else Ctrl-C) and how to go on; the exit code
-    a shell would show."""
+def _stopped(args: list[str], terminated: bool, kept: bool) -> int:
+    """Say that the command stopped (by SIGTERM, else Ctrl-C) and how to go on (kept: a pack
+    kept finished shards); the exit code a shell would show."""
     print(f"packdata: {'terminated (SIGTERM)' if terminated else 'interrupted'}"
-          f"{_going_on(args)}", file=sys.stderr)
+          f"{_going_on(args, kept)}", file=sys.stderr)
     return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
-def _going_on(args: list[str]) -> str:
-    """How to go on after an interrupted command: a pack resumes, a shard run is rerun."""
+def _going_on(args: list[str], kept: bool) -> str:
+    """How to go on after an interrupted command: a pack that kept finished shards resumes
+    (one stopped before any finished kept nothing), a shard run is rerun."""
     command = args[0] if args else ""
     if command == "shard":
         return "; the parts written are kept: rerun the same command to write the rest"
     if command in SUBCOMMANDS and command != "plan":  # info, verify, append, merge, commit
         return ""
+    if not kept:
+        return "; no shard had finished, nothing is kept: rerun the same command"
     return "; the finished shards are kept: rerun the same command with --resume"
 
 
@@ -426,8 +434,11 @@ def _dispatch(args: list[str]) -> int:
 
 
 def _words(exc: BaseException) -> str:
-    """The error's text in packdata's words (its flags, not pack()'s arguments)."""
-    return cli_words(str(exc), flags(_pack_parser()))
+    """The error's text in packdata's words (its flags, not pack()'s arguments; its command,
+    not a call of fastloader.pack: format/not_packed.source_advice)."""
+    text = re.sub(r'`fastloader\.pack\("([^"]*)", "([^"]*)"\)`',
+                  lambda m: f"`packdata {shlex.join(m.groups())}`", str(exc))
+    return cli_words(text, flags(_pack_parser()))
 
 
 if __name__ == "__main__":

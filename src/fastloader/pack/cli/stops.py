@@ -17,7 +17,8 @@ EXIT_TERMINATED = 128 + signal.SIGTERM  # ... and by SIGTERM: a requeueing sched
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread as Ctrl-C's KeyboardInterrupt is: the same unwinding
-    (the pool stopped, the staging released and kept for --resume); its exit code comes from
+    (the pool stopped, the staging released and kept for --resume where a shard finished,
+    pipeline/drive.staging_kept); its exit code comes from
     the Stop its handler noted, which outlives an exception raised over this one."""
 
 
@@ -31,7 +32,7 @@ class Stop:
 def main_process_only(error: type[BaseException], stop: Stop) -> Callable[[int, Any], None]:
     """A handler raising error in this process only (and noting the signal in stop): a pool
     worker forked from it inherits the handler until its initializer
-    (engines/local.worker_signals) installs its own, and a signal landing in that moment must
+    (engines/pool.worker_signals) installs its own, and a signal landing in that moment must
     not unwind the worker (a traceback, and a queue lock it may hold); the pool stops it (and
     its watchdog signals it again)."""
     owner = os.getpid()

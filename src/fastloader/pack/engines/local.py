@@ -12,14 +12,8 @@ prepared by one worker, so no group is decoded by two.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
-import multiprocessing
-import multiprocessing.connection
-import os
-import signal
-import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -27,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.pack.engines.pool import open_pool, run_job, stop_pool
 from fastloader.pack.engines.progress import Meter
 from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.sources.validate import WARNED_LOG
@@ -39,58 +34,9 @@ _RUN_ITEMS = 256  # at most this many items of one locality travel as one run
 _RUN_BYTES = 16 << 20  # and about this many of their bytes (a run's results come back whole)
 
 
-_STOPPING: Any = None  # a worker's view of its pool's "stopping" flag (shared memory)
-_IN_JOB = False  # whether this worker is inside an item's job (holding nothing shared)
-_GRACE_S = 2.0  # a worker stopped between jobs first finishes the result it may be writing
-
-
-def _exit_now(signum: int, frame: Any) -> None:
-    os._exit(128 + signal.SIGTERM)
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    if _STOPPING is None or not _STOPPING.value:
-        return  # from outside (a scheduler, the group): the parent decides
-    if _IN_JOB:
-        os._exit(128 + signum)
-    # between jobs: maybe half-way through writing a result that the pool's reader is
-    # reading; ending now would leave it waiting forever for the rest (a repeated SIGTERM
-    # keeps the first deadline)
-    if signal.getitimer(signal.ITIMER_REAL)[0] == 0:
-        signal.signal(signal.SIGALRM, _exit_now)
-        signal.setitimer(signal.ITIMER_REAL, _GRACE_S)
-
-
-def worker_signals(stopping: Any) -> None:
-    """A pool worker's initializer: the worker ends when its pool stops it, never on a signal
-    from outside. A scheduler's SIGTERM reaches every process of the job (SLURM) and Ctrl-C's
-    SIGINT the whole process group: a worker killed there, at any point, can die holding the
-    task queue's lock or half-way through writing a result, and Pool.terminate() then waits
-    forever (on the lock, on the rest of the message), besides the worker's traceback or
-    BrokenPipeError. So SIGINT is ignored, and SIGTERM ends the worker only once `stopping`
-    is set, which the parent does before it stops the pool (terminate() sends SIGTERM to the
-    workers still there): at once inside a job, after a grace period between jobs. A forked
-    worker also inherits its parent's Python handlers (packdata's; ray.init's, left after
-    shutdown), which would not end it at all."""
-    global _STOPPING
-    _STOPPING = stopping
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _run_each(job: Callable[[Any], Any], works: list[Any]) -> list[Any]:
     """job over a run of works in one worker, in order."""
     return [job(work) for work in works]
-
-
-def _run_job(job: Callable[[Any], Any], work: Any) -> Any:
-    """job(work) in a pool worker, marked as inside a job for _on_sigterm."""
-    global _IN_JOB
-    _IN_JOB = True
-    try:
-        return job(work)
-    finally:
-        _IN_JOB = False
 
 
 def _windows(works: Iterable[tuple[Any, int]], limit: int) -> Iterator[list[Any]]:
@@ -110,53 +56,20 @@ def _windows(works: Iterable[tuple[Any, int]], limit: int) -> Iterator[list[Any]
 def _pooled(job: Callable[[Any], Any], works: Iterable[tuple[Any, int]], workers: int,
             fork: bool, limit: int, chunk: int | None = None) -> Iterator[Any]:
     """job over the works in order, by a pool holding at most two windows; each worker
-    takes `chunk` works at a time (default: a share of the window)."""
-    context = multiprocessing.get_context("fork" if fork else None)
-    stopping = context.RawValue("b", 0)
-    watch: threading.Event | None = None
+    takes `chunk` works at a time (default: a share of the window). Done, failed or
+    interrupted, the pool is stopped within a bound (pool.stop_pool)."""
+    pool, stopping = open_pool(workers, fork)
     try:
-        with context.Pool(workers, initializer=worker_signals, initargs=(stopping,)) as pool:
-            try:
-                pending: deque[Iterable[Any]] = deque()
-                for window in _windows(works, limit):
-                    share = chunk or max(1, min(32, len(window) // (4 * workers)))
-                    pending.append(pool.imap(functools.partial(_run_job, job), window, share))
-                    if len(pending) > 1:  # keep the next window working while it drains
-                        yield from pending.popleft()
-                while pending:
-                    yield from pending.popleft()
-            finally:  # done, failed or interrupted: the pool's terminate() ends its workers
-                stopping.value = 1
-                watch = _watch_stop(pool)
+        pending: deque[Iterable[Any]] = deque()
+        for window in _windows(works, limit):
+            share = chunk or max(1, min(32, len(window) // (4 * workers)))
+            pending.append(pool.imap(functools.partial(run_job, job), window, share))
+            if len(pending) > 1:  # keep the next window working while it drains
+                yield from pending.popleft()
+        while pending:
+            yield from pending.popleft()
     finally:
-        if watch is not None:
-            watch.set()
-
-
-_WATCH_S = 0.5  # between SIGTERMs to the workers a stopped pool still has
-_KILL_AFTER_S = 10.0  # then SIGKILL
-
-
-def _watch_stop(pool: Any) -> threading.Event:
-    """While the pool is stopped (Pool.terminate() joins its workers), SIGTERM the workers
-    still alive every _WATCH_S (terminate()'s one signal can come before the worker acts on
-    it), SIGKILL after _KILL_AFTER_S; set the event returned once the pool is stopped.
-    A worker is looked at by its sentinel (readable once it exits), never by its pid alone:
-    a worker the pool reaped already is not signalled."""
-    done = threading.Event()
-
-    def watch() -> None:
-        waited = 0.0
-        while not done.wait(_WATCH_S):
-            waited += _WATCH_S
-            for process in list(pool._pool):  # Pool keeps no public list of its workers
-                if not multiprocessing.connection.wait([process.sentinel], 0):
-                    with contextlib.suppress(OSError, ValueError):
-                        os.kill(process.pid, signal.SIGKILL if waited >= _KILL_AFTER_S
-                                else signal.SIGTERM)
-
-    threading.Thread(target=watch, name="fastloader-pool-stop", daemon=True).start()
-    return done
+        stop_pool(pool, stopping)
 
 
 def _prepared(items: ItemSource, plan: Spans, todo: Sequence[int], workers: int

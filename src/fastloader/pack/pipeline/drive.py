@@ -6,8 +6,9 @@ is planned into the staging (what it lists and its identity for resume, in plan.
 its pending shards run on the engine; one commit joins the parts of any source (format v2
 where the source declares fields, v1 for a tree's image + label records). drive() runs plan,
 run and commit for every source, with one rule for a failure: a source that can be
-recognised again keeps its staging for --resume (and the error says so); one that cannot (a
-plain iterable of Python samples, read once) leaves nothing behind.
+recognised again keeps its staging for --resume once a shard has finished (and the error says
+so); one that cannot (a plain iterable of Python samples, read once), or a failure before any
+shard finished, leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -85,29 +86,57 @@ def plan_source(source: PackSource, dst: str | os.PathLike[str], options: PackOp
 
 RESUME_HINT = "the finished shards are kept in the staging folder: rerun with resume=True " \
               "to reuse them"
+_KEPT = "fastloader_staging_kept"  # drive's note on the exception a failed pack raised
 
 
 def drive(source: PackSource, dst: str | os.PathLike[str], options: PackOptions) -> Manifest:
     """Pack source into dst: plan, run the pending shards, commit; on a failure the staging is
-    kept for --resume when the source is resumable (a PackError then says so), else removed."""
+    kept for --resume when the source is resumable and a shard had finished (a PackError
+    then says so), else removed (staging_kept tells which, from the exception)."""
     staging, plan, settings = plan_source(source, dst, options)
     try:
         done, trusted = source.run(staging, plan, settings, options)
         manifest = commit(staging, done, settings, options.overwrite, trusted=trusted)
     except PackError as exc:
-        _fail(staging, source.resumable)
-        if not source.resumable or "resume=True" in str(exc) or type(exc) is not PackError:
+        said = "resume=True" in str(exc)  # the error itself sends the user to the staging
+        kept = _fail(staging, source.resumable and (said or _finished(staging)))
+        setattr(exc, _KEPT, kept)
+        if not kept or said or type(exc) is not PackError:
             raise
-        raise PackError(f"{exc} ({RESUME_HINT})") from exc
-    except BaseException:
-        _fail(staging, source.resumable)
+        raise _noted(PackError(f"{exc} ({RESUME_HINT})"), kept) from exc
+    except BaseException as exc:  # a stop signal, a full disk, a bug: the same rule
+        setattr(exc, _KEPT, _fail(staging, source.resumable and _finished(staging)))
         raise
     staging.release()
     return manifest
 
 
-def _fail(staging: AnyStaging, keep: bool) -> None:
-    """Release the staging after a failure: kept for --resume, or removed."""
+def staging_kept(exc: BaseException) -> bool:
+    """Whether the failed pack that raised exc kept finished shards for --resume (False for
+    an exception that did not come through drive: nothing was staged then)."""
+    return bool(getattr(exc, _KEPT, False))
+
+
+def _noted(exc: PackError, kept: bool) -> PackError:
+    setattr(exc, _KEPT, kept)
+    return exc
+
+
+def _finished(staging: AnyStaging) -> bool:
+    """Whether some shard finished: its part committed to the staging's journal (its .json is
+    written last), or the journal gone because the commit took every part (the staging holds
+    the dataset, short of its rename); a URL's staging is judged kept (its parts live at the
+    URL, not listed here)."""
+    if isinstance(staging, RemoteStaging):
+        return True
+    return not staging.journal.is_dir() or any(staging.journal.glob("*.json"))
+
+
+def _fail(staging: AnyStaging, keep: bool) -> bool:
+    """Release the staging after a failure: kept for --resume, or removed (nothing half-made
+    is left behind, and no hidden .DST.partial that a --resume would reuse none of); whether
+    it was kept."""
     staging.release()
-    if not keep:  # nothing half-made is left behind
+    if not keep:
         shutil.rmtree(staging.dir, ignore_errors=True)
+    return keep
