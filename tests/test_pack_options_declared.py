@@ -57,7 +57,8 @@ def _settings(options: PackOptions) -> dict[str, object]:
 
 @pytest.mark.parametrize("options", [
     PackOptions(), PackOptions(max_side=32, quality=70, shard_size=5, max_file_size=9),
-    PackOptions(tiles=True, restart_mcus=3, apply_exif_orientation=True),
+    pytest.param(PackOptions(tiles=True, restart_mcus=3, apply_exif_orientation=True),
+                 marks=pytest.mark.native),
 ])
 def test_plan_round_trip_keeps_every_setting(tmp_path: Path, options: PackOptions) -> None:
     checked = options.checked()

@@ -156,18 +156,14 @@ class PackOptions:
         entries: dict[str, object] = {
             "shard_size": self.shard_size, "max_side": self.max_side,
             "quality": self.quality, "max_file_size": self.max_file_size}
-        if self.tile_option is not None:
-            entries["tiles"] = self.tile_option
+        if self.tiles:  # the manifest's tiles entry; checked() has checked restart_mcus
+            entries["tiles"] = {"version": tiling.TILES_VERSION,
+                                "restart_mcus": self.restart_mcus}
         if self.apply_exif_orientation:
             entries["apply_exif_orientation"] = True
         if self.codec != "jpeg":
             entries["codec"] = self.codec
         return entries
-
-    @property
-    def tile_option(self) -> dict[str, int] | None:
-        """The manifest's tiles entry ({version, restart_mcus}), or None untiled."""
-        return tiling.check_tiles_option(self.tiles, self.restart_mcus)
 
 
 def check_codec(codec: object, tiles: bool) -> bool:

@@ -85,8 +85,8 @@ class TaskSettings:
             if expected is None:
                 raise PackError(f"{where} has an unknown setting {key!r}; {REPLAN}")
             if not _fits(value, expected):
-                raise PackError(f"{where}: setting {key!r} is {value!r}, not {expected}; "
-                                f"{REPLAN}")
+                raise PackError(f"{where}: setting {key!r} is {value!r}, not "
+                                f"{_type_name(expected)}; {REPLAN}")
         missing = [f.name for f in dataclass_fields(cls) if f.name not in raw
                    and f.default is MISSING and f.default_factory is MISSING]
         if missing:
@@ -104,6 +104,11 @@ IDENTITY_ONLY: dict[str, object] = {"src": str, "classes": list[str], "shard_fil
 @functools.cache
 def _setting_types() -> dict[str, object]:
     return dict(get_type_hints(TaskSettings))
+
+
+def _type_name(hint: object) -> str:
+    """int, not <class 'int'>; a generic or union as Python writes it."""
+    return hint.__name__ if isinstance(hint, type) and not get_args(hint) else str(hint)
 
 
 def _fits(value: object, hint: object) -> bool:
