@@ -119,3 +119,24 @@ def test_pack_takes_the_typed_options(tmp_path: Path,
         pack(mixed_tree[0], tmp_path / "b.lmdb", colour=1)
     with pytest.raises(PackError, match="is not a PackOptions"):
         pack(mixed_tree[0], tmp_path / "c.lmdb", options={"quality": 70})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("steps", [False, True])
+def test_packdata_flags_reach_the_dataset(tmp_path: Path, steps: bool,
+                                          mixed_tree: tuple[Path, dict[str, bytes]]) -> None:
+    """The same flags, through `packdata SRC DST` or plan + shard + commit (plan.json between
+    them), give the same options in the manifest."""
+    from fastloader.pack.cli.main import main
+
+    dst = tmp_path / "out.lmdb"
+    flags = ["--quiet", "--skip-bad", "--max-side", "16", "--quality", "70",
+             "--shard-size", "64K", "--max-file-size", "5M", "--apply-exif-orientation"]
+    if steps:
+        assert main(["plan", str(mixed_tree[0]), str(dst), *flags]) == 0
+        assert main(["shard", str(dst), "--range", "0:1000", "--quiet", "--workers", "1"]) == 0
+        assert main(["commit", str(dst), "--quiet"]) == 0
+    else:
+        assert main([str(mixed_tree[0]), str(dst), "--workers", "1", *flags]) == 0
+    options = json.loads((dst / "manifest.json").read_text())["options"]
+    assert (options["max_side"], options["quality"], options["shard_size"]) == (16, 70, 65536)
+    assert options["apply_exif_orientation"] is True
