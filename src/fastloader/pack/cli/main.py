@@ -240,9 +240,7 @@ class _Collected(logging.Handler):
 
 
 def _pack(args: argparse.Namespace, dst: str) -> Manifest:
-    sources = source_options(args)
-    sources.pop("skip_bad", None)  # a pack option: in pack_options(args)
-    return pack(args.src, dst, **sources, options=pack_options(args))
+    return pack(args.src, dst, **source_options(args), options=pack_options(args))
 
 
 def _run_grow(command: str, argv: Sequence[str]) -> int:

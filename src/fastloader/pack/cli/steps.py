@@ -103,7 +103,6 @@ def _plan_samples(args: argparse.Namespace) -> int:
 
     options = source_options(args)
     kind = importers.detect(args.src, options.pop("source_format", None))
-    options.pop("skip_bad", None)  # a pack option: in pack_options(args)
     reopen = importers.reopen_description(args.src, kind, **_opener(options))
     assert reopen is not None  # packdata's options are JSON
     samples, specs, source = importers.open_source(reopen["src"], kind, **_opener(options))

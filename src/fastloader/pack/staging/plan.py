@@ -91,7 +91,8 @@ class TaskSettings:
                    and f.default is MISSING and f.default_factory is MISSING]
         if missing:
             raise PackError(f"{where} lacks the setting {missing[0]!r}; {REPLAN}")
-        return cls(**{k: v for k, v in raw.items() if k in hints})  # type: ignore[arg-type]
+        values: dict[str, Any] = {k: v for k, v in raw.items() if k in hints}  # checked
+        return cls(**values)
 
 
 REPLAN = "run `packdata plan SRC DST` (or the pack) again to plan it anew."
@@ -317,7 +318,7 @@ def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) ->
                      labels, mtimes, root=result.root, scan=scan)
 
 
-def check_shard_samples(shard_samples: Any, shard_size: int) -> int:
+def check_shard_samples(shard_samples: object, shard_size: int) -> int:
     """shard_samples checked (None: its default, shard_size / 128 KiB, at least 1)."""
     if shard_samples is None:
         return max(1, shard_size // SAMPLE_BYTES)
