@@ -68,16 +68,25 @@ def test_plan_round_trip_keeps_every_setting(tmp_path: Path, options: PackOption
         assert getattr(read, name) == value, name
 
 
-def test_a_plan_json_of_today_still_loads(tmp_path: Path) -> None:
-    """A tree's plan.json as packdata plan wrote it before the typed round trip."""
-    old = {"backend": "lmdb", "classes": ["cat", "dog"], "max_file_size": 268435456,
-           "max_side": None, "quality": 90, "shard_files": 65536, "shard_size": 268435456,
-           "src": "/data/tree"}
+_TREE_PLAN = {"backend": "lmdb", "classes": ["cat", "dog"], "max_file_size": 268435456,
+              "max_side": None, "quality": 90, "shard_files": 65536, "shard_size": 268435456,
+              "src": "/data/tree"}
+_TABLE_PLAN = {"backend": "hdf5", "fields": [{"name": "image", "kind": "image"}],
+               "source": {"kind": "table", "path": "/data/t.csv", "fingerprint": "ab"},
+               "shard_files": 65536, "skip_bad": False, "item_keys": True, "quality": 90,
+               "max_side": 64, "max_file_size": 268435456, "shard_size": 1024, "codec": "coeffs"}
+
+
+@pytest.mark.parametrize("old", [_TREE_PLAN, _TABLE_PLAN])
+def test_a_plan_json_of_today_still_loads(tmp_path: Path, old: dict[str, object]) -> None:
+    """A tree's and a table's plan.json as packdata plan wrote them before the typed round
+    trip (no plan_version: format 1), with the run settings beside."""
     (tmp_path / PLAN_NAME).write_text(json.dumps(old))
     (tmp_path / "plan").mkdir()
     (tmp_path / "plan" / "settings.json").write_text('{"overwrite": false, "skip_bad": true}')
     read = read_settings(tmp_path)
-    assert (read.backend, read.quality, read.skip_bad, read.codec) == ("lmdb", 90, True, "jpeg")
+    assert (read.backend, read.quality, read.skip_bad) == (old["backend"], 90, True)
+    assert read.codec == old.get("codec", "jpeg") and read.fields == old.get("fields")
 
 
 @pytest.mark.parametrize(("change", "words"), [
