@@ -29,7 +29,8 @@ def pack(
     skip_empty: bool = False,
     masks: bool = False,
     pil_format: str = "png",
-    **options: Any,
+    options: PackOptions | None = None,
+    **option_values: Any,
 ) -> Manifest:
     """Pack src into the dataset folder dst (NAME.lmdb or NAME.h5), atomically.
 
@@ -83,7 +84,9 @@ def pack(
             (uint8 [H, W]: 0 background, box_labels id + 1, 255 crowd regions).
         pil_format: how PIL images are stored: "png" (lossless, the default) or "jpeg" (at
             the `quality` option, 90 unless given).
-        **options: format, shard_size, workers, max_side, quality, overwrite, quiet,
+        options: the pack options as one PackOptions (what packdata passes); the keyword
+            options below, and skip_bad=True, are set on top of it.
+        **option_values: format, shard_size, workers, max_side, quality, overwrite, quiet,
             progress, max_file_size, engine ("local" or "ray": one task per shard, the same
             dataset either way; Python samples go to Ray pickled, plain iterables are
             refused), ray_address, resume (Python samples: those read by index, each finished
@@ -107,6 +110,11 @@ def pack(
             names the file, the line or member, and the field.
         InvalidArgumentError: an option or a field declaration is invalid.
     """
+    base = PackOptions() if options is None else options
+    if not isinstance(base, PackOptions):
+        raise PackError(f"options={options!r} is not a PackOptions; pass "
+                        "fastloader.pack.pipeline.options.PackOptions(...) or keywords.")
+    packing = base.with_values(option_values, skip_bad)
     kind = None if not isinstance(src, (str, os.PathLike)) else importers.detect(
         src, source_format)
     if skip_empty and kind != "coco":
@@ -119,11 +127,11 @@ def pack(
                         "this source's images are stored as the bytes it holds.")
     if kind == "imagefolder":
         importers.refuse_table_options(kind, fields, image, label, root)
-        if options.pop("shard_samples", None) is not None:
+        if packing.shard_samples is not None:
             raise PackError("shard_samples applies to Python samples only; an ImageFolder "
                             "tree is cut by its files' sizes (shard_size).")
-        return drive(TreeSource(src), dst, PackOptions(skip_bad=skip_bad, **options).checked())
-    checked = PackOptions(skip_bad=skip_bad, **options).checked()
+        return drive(TreeSource(src), dst, packing.checked())
+    checked = packing.checked()
     if kind is None and hf_dataset.is_hf_dataset(src):
         samples, specs = hf_dataset.dataset_samples(src, fields, image, label, root)
         return pack_samples(samples, dst, specs, checked)
@@ -133,7 +141,7 @@ def pack(
     opener = {"fields": fields, "image": image, "label": label, "root": root,
               "skip_empty": skip_empty, "masks": masks}
     samples, specs, source, reopen = _importer(src, kind, opener,
-                                               options.get("storage_options"))
+                                               checked.storage_options)
     return pack_samples(samples, dst, specs, checked, source=source, reopen=reopen)
 
 

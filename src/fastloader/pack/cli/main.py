@@ -18,9 +18,11 @@ from typing import Any
 
 from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import FastloaderError
+from fastloader.format.manifest import Manifest
 from fastloader.format.remote import is_url
 from fastloader.pack.api import pack
 from fastloader.pack.cli import steps as cli_plan
+from fastloader.pack.cli.options import pack_options
 from fastloader.pack.cli.sources import add_source_options, samples_summary, source_options
 from fastloader.pack.cli.stops import (
     EXIT_INTERRUPTED,
@@ -255,28 +257,8 @@ class _Collected(logging.Handler):
                 *(f"  {m}" for m in self.messages[:_SHOWN_SKIPPED])]
 
 
-def _pack(args: argparse.Namespace, dst: str) -> Any:
-    return pack(
-        args.src,
-        dst,
-        **source_options(args),
-        format=args.format,
-        shard_size=args.shard_size,
-        workers=args.workers,
-        max_side=args.max_side,
-        quality=args.quality,
-        overwrite=args.overwrite,
-        resume=args.resume,
-        strict=args.strict,
-        quiet=args.quiet,
-        tiles=args.tiles,
-        restart_mcus=args.restart_mcus,
-        codec=args.codec,
-        max_file_size=args.max_file_size,
-        engine=args.engine,
-        ray_address=args.ray_address,
-        apply_exif_orientation=args.apply_exif_orientation,
-    )
+def _pack(args: argparse.Namespace, dst: str) -> Manifest:
+    return pack(args.src, dst, **source_options(args), options=pack_options(args))
 
 
 def _run_grow(command: str, argv: Sequence[str]) -> int:

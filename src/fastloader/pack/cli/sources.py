@@ -55,7 +55,8 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
 
 
 def source_options(args: argparse.Namespace) -> dict[str, Any]:
-    """pack()'s keyword arguments from the importer options."""
+    """pack()'s keyword arguments from the importer options (--skip-bad, a pack option, is
+    mapped with the others in cli/options.py)."""
     options: dict[str, Any] = {}
     if args.source_format is not None:
         options["source_format"] = args.source_format
@@ -64,8 +65,6 @@ def source_options(args: argparse.Namespace) -> dict[str, Any]:
             options[name] = getattr(args, name)
     if args.field:
         options["fields"] = dict(args.field)
-    if args.skip_bad:
-        options["skip_bad"] = True
     if args.skip_empty:
         options["skip_empty"] = True
     if args.masks:

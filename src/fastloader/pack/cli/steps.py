@@ -14,11 +14,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.remote import is_url
+from fastloader.pack.cli.options import pack_options
 from fastloader.pack.cli.sources import source_options
 from fastloader.pack.engines.local import run_local
 from fastloader.pack.engines.progress import Meter
@@ -70,17 +72,18 @@ def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
                         "schedule.")
     if importers.detect(args.src, args.source_format) != "imagefolder":
         return _plan_samples(args)
-    staging, plan, _ = plan_source(TreeSource(args.src), args.dst, PackOptions(
-        format=args.format, shard_size=args.shard_size, max_side=args.max_side,
-        quality=args.quality, overwrite=args.overwrite, resume=args.resume, strict=args.strict,
-        skip_bad=args.skip_bad,
-        tiles=args.tiles, restart_mcus=args.restart_mcus, codec=args.codec,
-        max_file_size=args.max_file_size,
-        apply_exif_orientation=args.apply_exif_orientation).checked())
+    staging, plan, _ = plan_source(TreeSource(args.src), args.dst,
+                                   _plan_options(args).checked())
     staging.release()
     assert plan is not None
     _planned(args, len(plan), plan.num_shards, staging.dir)
     return 0
+
+
+def _plan_options(args: argparse.Namespace) -> PackOptions:
+    """`packdata plan`'s pack options: packdata's flags (cli/options.py), planned here, not
+    run: no workers, no progress (the shard runs choose theirs)."""
+    return replace(pack_options(args), workers=None, quiet=True)
 
 
 def _planned(args: argparse.Namespace, count: int, shards: int, folder: Path,
@@ -100,18 +103,12 @@ def _plan_samples(args: argparse.Namespace) -> int:
 
     options = source_options(args)
     kind = importers.detect(args.src, options.pop("source_format", None))
-    skip_bad = options.pop("skip_bad", False)
     reopen = importers.reopen_description(args.src, kind, **_opener(options))
     assert reopen is not None  # packdata's options are JSON
     samples, specs, source = importers.open_source(reopen["src"], kind, **_opener(options))
     if not hasattr(samples, "__getitem__"):
         samples = list(samples)
-    checked = sample_options(PackOptions(
-        format=args.format, shard_size=args.shard_size, max_side=args.max_side,
-        quality=args.quality, overwrite=args.overwrite, strict=args.strict, skip_bad=skip_bad,
-        tiles=args.tiles, restart_mcus=args.restart_mcus, max_file_size=args.max_file_size,
-        resume=args.resume, codec=args.codec,
-        apply_exif_orientation=args.apply_exif_orientation).checked(), source)
+    checked = sample_options(_plan_options(args).checked(), source)
     dst = Path(args.dst).expanduser().absolute()
     staging, plan, _ = plan_source(SampleSource(samples, specs, source, reopen), dst, checked)
     try:

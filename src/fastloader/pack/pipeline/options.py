@@ -9,7 +9,8 @@ option never leaves a staging folder behind.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,19 @@ from fastloader.pack.staging.journal import is_dataset
 DEFAULT_SHARD_SIZE = 256 << 20
 ENGINES = ("local", "ray")
 CODECS = ("jpeg", "coeffs", "tiles")
+# PackOptions fields plan.json does not keep, and why (tests/test_pack_options_declared.py
+# fails when a field is in neither this nor plan_entries()): how this run goes, not what the
+# parts hold. skip_bad and overwrite travel in plan/settings.json where a source puts them.
+RUN_ONLY = {
+    "format": "resolved into the plan's backend",
+    "workers": "this run's processes", "resume": "this run's choice", "quiet": "this run's",
+    "progress": "this run's callback", "strict": "the default (not skip_bad)",
+    "engine": "who runs the tasks: the same parts either way",
+    "ray_address": "who runs the tasks", "storage_options": "secrets: never saved",
+    "overwrite": "plan/settings.json", "skip_bad": "a source puts it in plan.json or "
+    "plan/settings.json", "restart_mcus": "inside plan.json's tiles entry",
+    "shard_samples": "Python samples' plans only (samples.py adds it)",
+}
 
 
 @dataclass(frozen=True)
@@ -122,26 +136,37 @@ class PackOptions:
                        quality=quality, max_file_size=max_file_size, tiles=tiles,
                        codec="jpeg" if self.codec == "tiles" else self.codec)
 
-    def optional_entries(self) -> dict[str, Any]:
-        """plan.json's entries of the options a plain pack leaves out, each only when set, so
-        every other plan stays exactly as before: tiles, --apply-exif-orientation, a codec
-        other than "jpeg" (the tasks' settings read them from the plan)."""
-        entries: dict[str, Any] = {}
-        if self.tile_option is not None:
-            entries["tiles"] = self.tile_option
+    def with_values(self, values: Mapping[str, Any], skip_bad: bool = False
+                    ) -> PackOptions:
+        """These options with pack()'s keyword options (and skip_bad=True) set on top;
+        PackError naming an unknown one."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise PackError(f"unknown pack option(s) {', '.join(unknown)}; the options are "
+                            f"{', '.join(sorted(names))} (see fastloader.pack's docstring).")
+        chosen: PackOptions = replace(self, **values)
+        return replace(chosen, skip_bad=True) if skip_bad else chosen
+
+    def plan_entries(self) -> dict[str, object]:
+        """plan.json's entries of these checked options, the one place they are written
+        (staging/plan.TaskSettings reads them back): the sizes and the JPEG quality, then the
+        options a plain pack leaves out, each only when set, so every other plan stays
+        exactly as before: tiles, --apply-exif-orientation, a codec other than "jpeg"."""
+        entries: dict[str, object] = {
+            "shard_size": self.shard_size, "max_side": self.max_side,
+            "quality": self.quality, "max_file_size": self.max_file_size}
+        if self.tiles:  # the manifest's tiles entry; checked() has checked restart_mcus
+            entries["tiles"] = {"version": tiling.TILES_VERSION,
+                                "restart_mcus": self.restart_mcus}
         if self.apply_exif_orientation:
             entries["apply_exif_orientation"] = True
         if self.codec != "jpeg":
             entries["codec"] = self.codec
         return entries
 
-    @property
-    def tile_option(self) -> dict[str, int] | None:
-        """The manifest's tiles entry ({version, restart_mcus}), or None untiled."""
-        return tiling.check_tiles_option(self.tiles, self.restart_mcus)
 
-
-def check_codec(codec: Any, tiles: bool) -> bool:
+def check_codec(codec: object, tiles: bool) -> bool:
     """codec is one of CODECS, coeffs only without tiles and with the encoder built; whether
     the pack is tiled (codec "tiles" is tiles=True)."""
     if codec not in CODECS:
@@ -160,7 +185,7 @@ def check_codec(codec: Any, tiles: bool) -> bool:
 
 
 def check_sizes(
-    shard_size: Any, workers: Any, max_side: Any, quality: Any
+    shard_size: object, workers: object, max_side: object, quality: object
 ) -> tuple[int, int, int | None, int]:
     """shard_size, workers (None: every usable core), max_side and quality, checked."""
     shard_size = int_at_least("shard_size", shard_size, 1, "Pass a size in bytes, e.g. 256 MiB.")
@@ -221,7 +246,7 @@ def check_destination(dst: Path, src: Path | str, overwrite: bool) -> None:
         )
 
 
-def check_engine(engine: Any, ray_address: Any) -> None:
+def check_engine(engine: object, ray_address: object) -> None:
     """engine is "local" or "ray"; ray_address only with "ray"."""
     if engine not in ENGINES:
         raise invalid_argument("engine", engine, f"must be one of {ENGINES}",

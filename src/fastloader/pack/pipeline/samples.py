@@ -49,11 +49,10 @@ def _identity(specs: list[FieldSpec], backend: str, source: dict[str, Any] | Non
     what a shard task reads as its settings."""
     identity = {"backend": backend, "fields": [s.to_json() for s in specs],
                 "source": source or {"kind": "python"}, "shard_files": MAX_SHARD_FILES,
-                **{name: getattr(options, name) for name in (
-                    "shard_size", "max_side", "quality", "max_file_size", "skip_bad")}}
+                "skip_bad": options.skip_bad}
     if source is None:  # Python samples are cut by count
         identity["shard_samples"] = options.shard_samples
-    return identity | options.optional_entries()
+    return identity | options.plan_entries()
 
 
 def _open_staging(dst: str | Path, source: dict[str, Any] | None, options: PackOptions

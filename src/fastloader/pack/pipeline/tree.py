@@ -140,11 +140,8 @@ class TreeSource:
             raise PackError(f"{result.root}/{path}: {reason}; {BAD_ITEM_FIX}")
         identity: dict[str, Any] = {"backend": backend, "src": str(self.path),
                                     "classes": result.classes,
-                                    "shard_size": options.shard_size,
-                                    "max_side": options.max_side, "quality": options.quality,
-                                    "max_file_size": options.max_file_size,
                                     "shard_files": MAX_SHARD_FILES}
-        identity |= options.optional_entries()
+        identity |= options.plan_entries()
         run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
         return from_scan(result, options.shard_size), identity, run
 

@@ -24,10 +24,12 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass, field
+import types
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Union, get_args, get_origin, get_type_hints
 
 import numpy as np
 
@@ -69,15 +71,65 @@ class TaskSettings:
     storage_options: dict[str, Any] | None = None  # a URL's fsspec options (never saved)
 
     @classmethod
-    def of(cls, raw: dict[str, Any]) -> TaskSettings:
-        """The settings in a plan.json (+ settings.json) mapping; PackError if one is
-        missing."""
-        names = {f.name for f in dataclass_fields(cls)}
-        try:
-            return cls(**{k: v for k, v in raw.items() if k in names})
-        except TypeError as exc:
-            raise PackError(f"the shard plan's settings are incomplete ({exc}); run `packdata "
-                            "plan SRC DST` again.") from None
+    def of(cls, raw: Mapping[str, object], where: str = "the shard plan") -> TaskSettings:
+        """The settings in a plan.json (+ settings.json) mapping, checked: PackError naming
+        where (the plan file) and the key when one is unknown, missing or of the wrong type,
+        or when the plan is of another plan format version."""
+        version = raw.get("plan_version", PLAN_VERSION)
+        if version != PLAN_VERSION:
+            raise PackError(f"{where} is of plan format {version!r}, this fastloader reads "
+                            f"{PLAN_VERSION}; {REPLAN}")
+        hints = _setting_types()
+        for key, value in raw.items():
+            expected = hints.get(key, IDENTITY_ONLY.get(key))
+            if expected is None:
+                raise PackError(f"{where} has an unknown setting {key!r}; {REPLAN}")
+            if not _fits(value, expected):
+                raise PackError(f"{where}: setting {key!r} is {value!r}, not "
+                                f"{_type_name(expected)}; {REPLAN}")
+        missing = [f.name for f in dataclass_fields(cls) if f.name not in raw
+                   and f.default is MISSING and f.default_factory is MISSING]
+        if missing:
+            raise PackError(f"{where} lacks the setting {missing[0]!r}; {REPLAN}")
+        values: dict[str, Any] = {k: v for k, v in raw.items() if k in hints}  # checked
+        return cls(**values)
+
+
+REPLAN = "run `packdata plan SRC DST` (or the pack) again to plan it anew."
+PLAN_VERSION = 1  # plan.json's format; version 1 writes no plan_version key (as it always was)
+# plan.json's entries that are identity only (what a resume compares), no task's setting
+IDENTITY_ONLY: dict[str, object] = {"src": str, "classes": list[str], "shard_files": int,
+                                    "item_keys": bool, "plan_version": int}
+
+
+@functools.cache
+def _setting_types() -> dict[str, object]:
+    return dict(get_type_hints(TaskSettings))
+
+
+def _type_name(hint: object) -> str:
+    """int, not <class 'int'>; a generic or union as Python writes it."""
+    return hint.__name__ if isinstance(hint, type) and not get_args(hint) else str(hint)
+
+
+def _fits(value: object, hint: object) -> bool:
+    """Whether a JSON value is of the type hint (str, int, bool, None, dict[...], list[...],
+    unions of them); bool is no int here."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint is Any:
+        return True
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and _fits(v, args[1]) for k, v in value.items())
+    if origin is list:
+        return isinstance(value, list) and all(_fits(v, args[0]) for v in value)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(hint, type) and isinstance(value, hint)
 
 
 class Spans(Protocol):
@@ -266,7 +318,7 @@ def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) ->
                      labels, mtimes, root=result.root, scan=scan)
 
 
-def check_shard_samples(shard_samples: Any, shard_size: int) -> int:
+def check_shard_samples(shard_samples: object, shard_size: int) -> int:
     """shard_samples checked (None: its default, shard_size / 128 KiB, at least 1)."""
     if shard_samples is None:
         return max(1, shard_size // SAMPLE_BYTES)
@@ -302,4 +354,5 @@ def read_settings(staging: Path) -> TaskSettings:
     except (OSError, ValueError) as exc:
         raise PackError(f"{staging} holds no readable shard plan ({exc}); run `packdata plan "
                         "SRC DST` again.") from None
-    return TaskSettings.of(settings)
+    return TaskSettings.of(settings, f"{staging / PLAN_NAME} (with {run.name})"
+                           if run.is_file() else str(staging / PLAN_NAME))
