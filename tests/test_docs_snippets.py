@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from audiogen import clip
 from helpers import sample_table
 from imagegen import encode, make_tree, photo_like
@@ -68,8 +69,9 @@ def snippets() -> list[Snippet]:
         text = page.read_text()
         for m in FENCE.finditer(text):
             fixtures, skip, xfail = parse_mark(m["mark"])
-            found.append(Snippet(page.relative_to(REPO).as_posix(), text.count("\n", 0, m.start("lang")) + 1,
-                                 m["lang"].strip(), m["code"], fixtures, skip, xfail))
+            line = text.count("\n", 0, m.start("lang")) + 1
+            found.append(Snippet(page.relative_to(REPO).as_posix(), line, m["lang"].strip(),
+                                 m["code"], fixtures, skip, xfail))
     return found
 
 
@@ -315,7 +317,8 @@ def test_readme_is_short_with_two_setup_commands() -> None:
 
 def test_readme_lists_every_extra() -> None:
     tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
     readme = (REPO / "README.md").read_text()
     assert [e for e in extras if f"| `{e}` |" not in readme] == []
 
