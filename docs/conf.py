@@ -6,7 +6,10 @@ import fastloader
 project = "fastloader"
 author = "fastloader authors"
 release = fastloader.__version__
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_parser"]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+# The guide's pages link each other as page.md; MyST resolves those links.
+myst_heading_anchors = 2
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_ivar = True  # dataclass Attributes as fields, not duplicate attribute entries

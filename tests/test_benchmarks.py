@@ -230,6 +230,8 @@ def test_demo_table_shows_speedup_against_best_dataloader() -> None:
     assert len({len(line) for line in lines}) == 1  # columns padded to one width
     assert "3.00x" in lines[-1] and "360 (324-396)" in lines[-1]
     assert "1.00x  <- best DataLoader" in lines[3]
+    # torchvision is not what the baseline runs: the rows name baseline.py's transforms
+    assert "DataLoader (PIL + baseline.py transforms) workers=3" in lines[3]
     assert "3.00x" in demo.headline(rows) and "workers=3" in demo.headline(rows)
     with pytest.raises(ValueError):
         demo.demo_table(rows[2:])
