@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audiogen import clip
+from audiogen import clip, common_voice, librispeech, nemo_manifest
 from helpers import sample_table
 from imagegen import encode, make_tree, photo_like
 
@@ -222,6 +222,24 @@ def fx_audio(cwd: Path) -> None:
                 clip(16000, 0.4, fmt="wav", seed=k))
 
 
+def fx_speech(cwd: Path) -> None:
+    """The speech corpora of docs/speech.md in their own layouts, and a save_to_disk folder."""
+    import datasets
+
+    librispeech(cwd / "LibriSpeech" / "dev-clean", {84: [121123], 174: [50561]})
+    common_voice(cwd / "cv-corpus" / "en")
+    nemo_manifest(cwd)
+    for word in ("yes", "no"):
+        (cwd / "speech_commands" / word).mkdir(parents=True)
+        for k in range(2):
+            (cwd / "speech_commands" / word / f"{k}.wav").write_bytes(
+                clip(16000, 0.4, fmt="wav", seed=k))
+    split = datasets.Dataset.from_dict(  # Audio()'s own storage: {bytes, path} structs
+        {"audio": [{"bytes": clip(16000, 0.3, seed=k), "path": f"{k}.flac"} for k in (1, 2)],
+         "text": ["one", "two"]}).cast_column("audio", datasets.Audio(decode=False))
+    datasets.DatasetDict({"train": split}).save_to_disk(str(cwd / "saved"))
+
+
 def fx_native(cwd: Path) -> None:
     import fastloader
 
@@ -233,6 +251,7 @@ FIXTURES: dict[str, Callable[..., str | None]] = {
     "images": fx_images, "packed": fx_packed, "parts": fx_parts, "my_dataset": fx_my_dataset,
     "table": fx_table, "tars": fx_tars, "s3": fx_s3, "s3packed": fx_s3packed, "mix": fx_mix,
     "samples": fx_samples, "parquet": fx_parquet, "audio": fx_audio, "native": fx_native,
+    "speech": fx_speech,
 }
 NEEDS_S3 = {"s3", "s3packed", "mix"}
 

@@ -44,7 +44,7 @@ _END = object()
 
 
 class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
-    """FastLoader's audio loader: see FastLoader and fastloader.Audio; README "Audio datasets".
+    """FastLoader's audio loader: see FastLoader and fastloader.Audio; docs/audio.md.
 
     Args:
         data: a packed dataset of clips (its records an audio field), path or PackedDataset.

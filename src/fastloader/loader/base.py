@@ -50,7 +50,7 @@ class FastLoader(LoaderInterface):
     - `data` a list `[a, b]` or a dict `{name: a}` of packed datasets (paths, URLs,
       PackedDatasets): the mixed loader (fastloader.loader.mix.MixLoader), the packed loader
       over a weighted mix: `weights`, `epoch_size`, `replacement`, `source_index`,
-      `shared_fields` (README "Mixing datasets").
+      `shared_fields` (docs/mixing.md).
     - the same with `backend="dali"`: the DALI loader (fastloader.loader.dali.DaliLoader):
       DALI decodes, with nvJPEG on a GPU; needs `pip install "fastloader[dali]"`.
     - `data` any dataset torch's DataLoader takes (anything with __getitem__ and __len__, such
@@ -88,7 +88,7 @@ class FastLoader(LoaderInterface):
 
     Packed path only: `sampler` (any sized iterable of indices) sets each epoch's order before
     sharding; `batch_transform` (a callable of the uint8 NCHW batch, returning one like it)
-    runs on the producer thread before normalize. See the README's training-code section.
+    runs on the producer thread before normalize. See docs/training.md.
 
     Args:
         data: a packed dataset folder (str or PathLike), its fsspec URL (s3://, gs://,
@@ -141,7 +141,7 @@ class FastLoader(LoaderInterface):
             (True, the default); False yields their encoded bytes.
         cache_dir, cache_limit, storage_options: packed loader on a dataset URL (s3://,
             gs://, http(s)://, file://): the node's shard cache folder, its byte limit (int or
-            "200GB"), fsspec options (README "Datasets in object storage").
+            "200GB"), fsspec options (docs/object-storage.md).
         shuffle_window: packed loader: shards shuffled together by the shard-aware shuffle
             (default 8 on a URL; None on a local dataset: the full permutation).
         prefetch_shards: packed loader on a URL: shards downloaded ahead of the reader.
@@ -155,7 +155,7 @@ class FastLoader(LoaderInterface):
             False: as stored; True needs a dataset packed so. The DALI loader refuses True.
         audio: a fastloader.Audio: the audio loader (fastloader.loader.audio.AudioLoader) of
             a packed dataset of clips; each batch's clips come as (float32 [B, C, T]
-            zero-padded, lengths int64 [B]) in the records' place (README "Audio datasets").
+            zero-padded, lengths int64 [B]) in the records' place (docs/audio.md).
         max_batch_seconds: audio loader only: batches by duration, each within this many
             padded seconds (count x its longest clip), from duration_buckets buckets of clip
             length (loader/duration_batches.py); None: batch_size clips a batch.

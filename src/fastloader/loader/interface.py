@@ -62,8 +62,7 @@ class LoaderInterface:
         """Resume from a state_dict: the next pass yields exactly the batches left.
 
         Loading during a pass ends that pass. A checkpoint is global: any rank's, of a run of
-        any world size, batch size or drop_last, resumes every rank (README "Resuming on
-        another number of GPUs").
+        any world size, batch size or drop_last, resumes every rank (docs/resuming.md).
 
         Args:
             state: a dict from state_dict() of a loader over the same dataset, with the same

@@ -1,4 +1,4 @@
-"""MixLoader: the packed loader over a weighted mix of packed datasets (README "Mixing datasets").
+"""MixLoader: the packed loader over a weighted mix of packed datasets (docs/mixing.md).
 
 `FastLoader([a, b], weights=[1, 3])` or `FastLoader({"web": a, "books": b}, weights={...})`:
 the sources (paths, URLs or open PackedDatasets) are read as one MixedDataset
@@ -70,7 +70,7 @@ class _WithSource:
 class MixLoader(PackedLoader, path="mixed loader"):
     """The packed loader over several packed datasets with weights.
 
-    Built by FastLoader(sources, weights=..., ...): see README "Mixing datasets".
+    Built by FastLoader(sources, weights=..., ...): see docs/mixing.md.
 
     Args:
         data: a list or tuple of sources, or a dict name -> source; a source is a packed

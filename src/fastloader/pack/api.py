@@ -43,7 +43,7 @@ def pack(
     IterableDataset (one split: a DatasetDict is
     refused, naming its splits), or Python samples: a sequence or map-style dataset of dicts
     (read by index in parallel workers) or any iterable of dicts (in order). All but the first
-    make a format v2 dataset with declared fields (README: other datasets).
+    make a format v2 dataset with declared fields (docs/fields.md).
 
     A Parquet file written by `datasets` and a Dataset take their fields from their features:
     Image -> image (its stored bytes, never decoded or re-encoded), ClassLabel -> int with its

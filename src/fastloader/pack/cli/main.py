@@ -64,7 +64,7 @@ other commands:
   packdata shard DST --range I:J   plan lists SRC once and prints the number of shards;
   packdata commit DST              shard writes shards I..J-1 (anywhere DST's folder is
                                    seen, any split, rerunnable); commit checks every part
-                                   and publishes DST (README: packing on many machines)
+                                   and publishes DST (docs/cluster-packing.md)
 
 SRC is any of these (detected; --source-format KIND forces one):
   an image tree        SRC/<class>/<image files>, found recursively (hidden and non-image
