@@ -88,7 +88,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             raise invalid_argument("data", str(self._data.root), "holds audio clips, not images",
                                    "Pass audio=fastloader.Audio(...) for the audio loader.")
         # On the dataset, which reads the records (the producer's reads go through it). Off by
-        # default: it costs ~3% of the loader's CPU on ImageNet-sized records (docs/damaged-data.md).
+        # default: it costs ~3% of the loader's CPU on ImageNet-sized records
+        # (docs/damaged-data.md).
         if options.verify_records or self._owns_dataset:  # a caller's keeps its own choice
             self._data.verify_records = options.verify_records
         self._turns = exif_turns(options.apply_exif_orientation, self._data)
