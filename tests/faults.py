@@ -8,7 +8,8 @@
   rename until a file appears: `packdata_command(argv, ...)` runs the CLI in a child through
   `child_main`, which patches the engine's part writer or the staging's finish first;
 - a dead process left holding a pool's result-queue lock as the pool stops (what a worker
-  killed half-way through sending a result leaves): `packdata_command(argv, dead_lock=True)`.
+  killed half-way through sending a result, or while taking a task, leaves):
+  `packdata_command(argv, dead_lock="result" | "task")`.
 """
 
 from __future__ import annotations
@@ -115,19 +116,30 @@ def _hold_before_rename(hold: str) -> None:
     Staging.finish = held  # type: ignore[method-assign]
 
 
-def _dead_lock_at_stop() -> None:
-    """Each process pool's terminate() first has a forked process take the pool's result
-    queue's write lock and die holding it (os._exit): the lock stays held for good, as a
-    worker killed while sending a result leaves it, and terminate() needs it (to send its
-    sentinel). Patched on multiprocessing's Pool, so it applies to any engine's pool."""
+def _dead_lock_at_stop(which: str) -> None:
+    """Each process pool's terminate() first leaves one of the pool's queue locks held by a dead
+    process for good. "result": a forked process takes the result queue's write lock and dies
+    (os._exit), as a worker killed while sending a result leaves it (terminate() needs it to
+    send its sentinel). "task": every worker is SIGKILLed first (one idle in get() holds the
+    task queue's read lock while it waits for a task), then a forked process takes that lock,
+    if it is free within a second, and dies: either way a dead process holds it, as a worker
+    killed while taking a task leaves it (terminate() takes it to drain the tasks). Patched on
+    multiprocessing's Pool, so it applies to any engine's pool."""
+    from multiprocessing.connection import wait
     from multiprocessing.pool import Pool
 
     terminate = Pool.terminate
 
     def dead_then_terminate(self: Any) -> None:
+        lock = {"result": self._outqueue._wlock, "task": self._inqueue._rlock}[which]
+        if which == "task":
+            workers = list(self._pool)
+            for worker in workers:
+                os.kill(worker.pid, signal.SIGKILL)
+            wait([worker.sentinel for worker in workers])
         holder = os.fork()
         if holder == 0:
-            self._outqueue._wlock.acquire()
+            lock.acquire(timeout=1.0)
             os._exit(0)
         os.waitpid(holder, 0)
         terminate(self)
@@ -137,11 +149,11 @@ def _dead_lock_at_stop() -> None:
 
 def packdata_command(argv: list[str], *, kill_after_parts: int | None = None,
                      hold: str | Path | None = None, ray: dict[str, Any] | None = None,
-                     dead_lock: bool = False) -> list[str]:
+                     dead_lock: str | None = None) -> list[str]:
     """The command line of a `packdata ARGV` child with these faults installed first:
     kill_after_parts (SIGKILL after that many parts), hold (a folder: wait before the final
-    rename), ray (faulty's keywords, for the Ray tasks it starts), dead_lock (a pool's result
-    lock left held by a dead process as the pool stops)."""
+    rename), ray (faulty's keywords, for the Ray tasks it starts), dead_lock ("result" or "task": that
+    queue lock of a pool left held by a dead process as the pool stops)."""
     config = json.dumps({"kill_after_parts": kill_after_parts,
                          "hold": None if hold is None else str(hold), "ray": ray,
                          "dead_lock": dead_lock})
@@ -160,7 +172,7 @@ def child_main(config: str, argv: list[str]) -> int:
     if faults["ray"]:
         patch_ray_task(setattr, **faults["ray"])
     if faults.get("dead_lock"):
-        _dead_lock_at_stop()
+        _dead_lock_at_stop(faults["dead_lock"])
     from fastloader.pack.cli.main import main
 
     return main(argv)

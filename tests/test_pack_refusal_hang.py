@@ -1,6 +1,6 @@
 """A pack refused on a bad file ends by itself, whatever its process pool's workers left
-behind: a result-queue lock held by a dead process used to hang Pool.terminate() for good
-(issue 38: 26 minutes in SimpleQueue.put). And a pool worker stopped while it holds a queue's
+behind: a result-queue or task-queue lock held by a dead process used to hang
+Pool.terminate() for good (issue 38: 26 minutes in SimpleQueue.put). And a pool worker stopped while it holds a queue's
 lock ends only once it released it, its message whole."""
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ def run_bounded(command: list[str]) -> tuple[int, str]:
     return proc.returncode, err
 
 
-def test_a_refusal_ends_though_a_dead_worker_holds_the_result_queue_lock(
-        bad_tree: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("lock", ["result", "task"])
+def test_a_refusal_ends_though_a_dead_worker_holds_a_queue_lock(
+        bad_tree: Path, tmp_path: Path, lock: str) -> None:
     dst = tmp_path / "out.h5"
     code, err = run_bounded(packdata_command([str(bad_tree), str(dst), "--workers", "2"],
-                                             dead_lock=True))
+                                             dead_lock=lock))
     assert code == 2, err
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(
