@@ -152,8 +152,8 @@ def packdata_command(argv: list[str], *, kill_after_parts: int | None = None,
                      dead_lock: str | None = None) -> list[str]:
     """The command line of a `packdata ARGV` child with these faults installed first:
     kill_after_parts (SIGKILL after that many parts), hold (a folder: wait before the final
-    rename), ray (faulty's keywords, for the Ray tasks it starts), dead_lock ("result" or "task": that
-    queue lock of a pool left held by a dead process as the pool stops)."""
+    rename), ray (faulty's keywords, for the Ray tasks it starts), dead_lock ("result" or
+    "task": that queue lock of a pool left held by a dead process as the pool stops)."""
     config = json.dumps({"kill_after_parts": kill_after_parts,
                          "hold": None if hold is None else str(hold), "ray": ray,
                          "dead_lock": dead_lock})

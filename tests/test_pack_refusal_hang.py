@@ -1,7 +1,7 @@
 """A pack refused on a bad file ends by itself, whatever its process pool's workers left
 behind: a result-queue or task-queue lock held by a dead process used to hang
-Pool.terminate() for good (issue 38: 26 minutes in SimpleQueue.put). And a pool worker stopped while it holds a queue's
-lock ends only once it released it, its message whole."""
+Pool.terminate() for good (issue 38: 26 minutes in SimpleQueue.put). And a pool worker stopped
+while it holds a queue's lock ends only once it released it, its message whole."""
 
 from __future__ import annotations
 
