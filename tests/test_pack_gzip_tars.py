@@ -148,3 +148,32 @@ def test_a_decompressed_copy_is_gone_with_its_index(tmp_path: Path) -> None:
 
     gc.collect()
     assert not copy.exists()
+
+
+def test_a_tar_cut_after_a_long_name_header_says_truncated(tmp_path: Path) -> None:
+    """A member with a long name has a pax header before its own; a tar that ends between the
+    two (tarfile: "empty header") is truncated, not damaged, wherever the cut falls."""
+    import io
+    import tarfile
+
+    from PIL import Image
+
+    png = io.BytesIO()
+    Image.new("RGB", (5, 4), (9, 80, 200)).save(png, format="PNG")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for k in range(3):
+            for suffix, data in (("png", png.getvalue()), ("cls", str(k).encode())):
+                info = tarfile.TarInfo(f"s{k:05d}{'x' * 120}.{suffix}")  # > 100 bytes: pax
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    with tarfile.open(fileobj=io.BytesIO(buffer.getvalue())) as tar:
+        third = tar.getmembers()[4]  # the third group's png
+    end = third.offset + 1024  # the pax header and its record: the member's own header lost
+    (tmp_path / "cut.tar").write_bytes(buffer.getvalue()[:end])
+    manifest = fastloader.pack(tmp_path / "cut.tar", tmp_path / "o.lmdb", workers=1,
+                               skip_bad=True)
+    assert manifest.num_samples == 1  # the group before the cut may have lost members
+    reasons = [s["reason"] for s in manifest.stats["skipped_samples"]]
+    assert reasons == [f"{tmp_path / 'cut.tar'}: truncated at byte {end}: the tar stops after "
+                       f"member group 's00001{'x' * 120}' before the next member's header"]

@@ -119,11 +119,16 @@ def _walk_tar(walk: _Walk, tar_index: int, source: Path | Any, size: int,
         after = f" after member group {key!r}" if key is not None else ""
         problem = (f"truncated at byte {size}: the tar stops{after} before the next "
                    "member's header"
-                   if str(exc) == "unexpected end of data" else f"damaged tar{after} ({exc})")
+                   if str(exc) in _ENDS_EARLY else f"damaged tar{after} ({exc})")
     if problem is not None:
         walk.fail(tar_index, f"{problem}{cut}")
     elif key is not None:
         walk.end_group(tar_index, key)
+
+
+# tarfile's words for a file that ends inside a member or its headers: its data, a header cut
+# short, or the header a pax / GNU long-name header announces missing (read as empty)
+_ENDS_EARLY = ("unexpected end of data", "truncated header", "empty header")
 
 
 class _Cut(Exception):
