@@ -1,0 +1,222 @@
+"""Video clips through PyAV: probe a container's frame index, check it, plan and decode a window."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from fastloader.errors import DecodeError, OptionalDependencyError, invalid_argument
+
+EXTRA_FIX = "pip install 'fastloader[video]'"
+# swscale's bilinear filter widens its taps when it shrinks (it averages like an area filter),
+# so a downscale does not alias; of swscale's filters it is the closest to Pillow's and
+# torchvision's antialiased bilinear (MAE < 1 on the test scenes, against 1.1-2.5 for GAUSS,
+# BICUBIC, LANCZOS, AREA and 5-9 for FAST_BILINEAR).
+INTERPOLATION = "BILINEAR"
+THREAD_TYPES = ("SLICE", "FRAME", "AUTO")
+
+
+def _av() -> Any:
+    """The av module; OptionalDependencyError naming the extra if it is missing."""
+    try:
+        import av
+    except ImportError as exc:
+        raise OptionalDependencyError(f"video fields need PyAV ({exc}); {EXTRA_FIX}") from None
+    return av
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What the index keeps of one clip: enough to plan a window without opening the file."""
+
+    codec: str
+    width: int
+    height: int
+    time_base: Fraction
+    fps: float
+    frames: int
+    duration: float  # seconds, from the first frame's pts to the end of the last frame
+    duration_pts: int
+    pts: np.ndarray  # int64, every frame's pts in presentation order
+    keyframes: np.ndarray  # int64, the keyframes' pts, ascending
+
+    def seconds(self, pts: Any) -> np.ndarray:
+        """Timestamps in seconds of pts values."""
+        return np.asarray(pts, np.int64) * float(self.time_base)
+
+
+def _open(av: Any, data: bytes, what: str) -> tuple[Any, Any]:
+    """The container and its first video stream; DecodeError naming what is wrong."""
+    try:
+        container = av.open(io.BytesIO(data), mode="r")
+    except av.error.FFmpegError as exc:
+        raise DecodeError(f"{what}: not a readable video container ({exc}); the file is damaged,"
+                          " truncated or not a video: re-encode or drop it") from None
+    if not container.streams.video:
+        container.close()
+        raise DecodeError(f"{what}: the container has no video stream; pack it as bytes or drop it")
+    return container, container.streams.video[0]
+
+
+def probe(data: bytes, what: str = "video") -> VideoInfo:
+    """The first video stream's frame index, by demuxing packets only (no decode)."""
+    av = _av()
+    container, stream = _open(av, data, what)
+    pts: list[int] = []
+    keys: list[int] = []
+    last_duration = 0
+    try:
+        with container:
+            for packet in container.demux(stream):
+                if packet.pts is None:  # the demuxer's flush packet
+                    continue
+                pts.append(packet.pts)
+                last_duration = packet.duration or 0
+                if packet.is_keyframe:
+                    keys.append(packet.pts)
+            declared = stream.frames
+            codec = stream.codec_context.name
+            width, height = stream.codec_context.width, stream.codec_context.height
+            time_base = Fraction(stream.time_base)
+    except av.error.FFmpegError as exc:
+        raise DecodeError(f"{what}: demuxing failed after {len(pts)} packets ({exc}); the file is"
+                          " damaged or truncated: re-encode or drop it") from None
+    if not pts:
+        raise DecodeError(f"{what}: the video stream has no frames; drop the file")
+    if declared and len(pts) < declared:
+        raise DecodeError(f"{what}: the container declares {declared} frames but only {len(pts)}"
+                          " can be read: the file is truncated; re-encode or drop it")
+    order = np.sort(np.asarray(pts, np.int64))
+    if len(np.unique(order)) != len(order):
+        raise DecodeError(f"{what}: two frames share a timestamp; remux the file with fresh pts")
+    span = int(order[-1] - order[0]) + int(last_duration)
+    seconds = span * float(time_base)
+    fps = (len(order) / seconds) if seconds > 0 else 0.0
+    return VideoInfo(codec, width, height, time_base, fps, len(order), seconds, span, order,
+                     np.sort(np.asarray(keys, np.int64)))
+
+
+def check(data: bytes, what: str = "video") -> VideoInfo:
+    """probe(), then decode every frame once (the pack-time check); DecodeError if any is bad."""
+    info = probe(data, what)
+    seen = _decode_pts(data, what)
+    if not np.array_equal(seen, info.pts):
+        missing = np.setdiff1d(info.pts, seen)
+        raise DecodeError(f"{what}: {len(missing)} of {info.frames} frames do not decode (first"
+                          f" missing pts {missing[:3].tolist()}); the file is damaged: re-encode"
+                          " or drop it")
+    return info
+
+
+def _decode_pts(data: bytes, what: str) -> np.ndarray:
+    """The pts of every frame a full decode gives, sorted; DecodeError on a decoder error."""
+    av = _av()
+    container, stream = _open(av, data, what)
+    seen: list[int] = []
+    try:
+        with container:
+            for frame in container.decode(stream):
+                seen.append(frame.pts)
+    except av.error.FFmpegError as exc:
+        raise DecodeError(f"{what}: decoding failed after {len(seen)} frames ({exc}); the file is"
+                          " damaged: re-encode or drop it") from None
+    return np.sort(np.asarray(seen, np.int64))
+
+
+def plan_clip(info: VideoInfo, frames: int, stride: int | None = None, fps: float | None = None,
+              start: float = 0.0) -> np.ndarray:
+    """The pts of a window of `frames` frames: every `stride`-th frame, or the frame shown at
+    each 1/fps step, from `start` seconds. Past the clip's end the last frame repeats, as
+    PyTorchVideo's and SlowFast's samplers do (indices clamped), so every window has T frames."""
+    if frames < 1:
+        raise invalid_argument("frames", frames, "a window holds at least 1 frame",
+                               "pass frames>=1")
+    if (stride is None) == (fps is None):
+        raise invalid_argument("stride", stride, "give exactly one of stride= and fps=",
+                               "pass stride=2 (every 2nd frame) or fps=15.0 (by time)")
+    seconds = info.seconds(info.pts)
+    if stride is not None:
+        if stride < 1:
+            raise invalid_argument("stride", stride, "a stride is at least 1", "pass stride>=1")
+        first = int(np.searchsorted(seconds, start - 1e-9, side="left"))
+        index = first + stride * np.arange(frames)
+    else:
+        if fps is None or not fps > 0:
+            raise invalid_argument("fps", fps, "frames per second must be > 0", "pass fps=15.0")
+        times = start + np.arange(frames) / fps
+        # the frame on screen at time t is the last one whose pts is at or before t
+        index = np.searchsorted(seconds, times + 1e-9, side="right") - 1
+    return info.pts[np.clip(index, 0, info.frames - 1)]
+
+
+def decode_clip(data: bytes, info: VideoInfo, pts: Any, out: np.ndarray | None = None,
+                size: tuple[int, int] | None = None, threads: int = 1,
+                thread_type: str = "SLICE", what: str = "video") -> tuple[np.ndarray, np.ndarray]:
+    """Decode the frames whose pts are listed (repeats allowed) into uint8 [T, H, W, 3] RGB:
+    seek to the keyframe at or before the first, decode forward to the last, scale in swscale
+    to size=(height, width) if given. Returns the frames and their timestamps in seconds."""
+    wanted = np.asarray(pts, np.int64)
+    height, width = size if size is not None else (info.height, info.width)
+    shape = (len(wanted), height, width, 3)
+    if out is None:
+        out = np.empty(shape, np.uint8)
+    elif out.shape != shape or out.dtype != np.uint8:
+        raise invalid_argument("out", f"{out.dtype}{list(out.shape)}",
+                               f"it must be uint8{list(shape)}",
+                               "pass an array of the window's shape or out=None")
+    if thread_type not in THREAD_TYPES:
+        raise invalid_argument("thread_type", thread_type, f"one of {THREAD_TYPES}", "pass 'SLICE'")
+    slots: dict[int, list[int]] = {}
+    for slot, value in enumerate(wanted.tolist()):
+        slots.setdefault(value, []).append(slot)
+    _decode_into(data, info, slots, out, size, threads, thread_type, what)
+    return out, info.seconds(wanted)
+
+
+def _rgb(frame: Any, size: tuple[int, int] | None) -> np.ndarray:
+    """One decoded frame as RGB24, scaled by swscale to size=(height, width) if given."""
+    frame = frame.reformat(format="rgb24")
+    if size is not None:
+        # scaled after the RGB conversion, not in it: scaling 4:2:0 chroma planes on their own
+        # moves colour edges (MAE 3-4.5 against Pillow on saturated edges, against < 1 here)
+        frame = frame.reformat(width=size[1], height=size[0], interpolation=INTERPOLATION)
+    return frame.to_ndarray()
+
+
+def _decode_into(data: bytes, info: VideoInfo, slots: dict[int, list[int]], out: np.ndarray,
+                 size: tuple[int, int] | None, threads: int, thread_type: str, what: str) -> None:
+    """Seek, decode forward, copy wanted frames to their slots; DecodeError if one is missing."""
+    av = _av()
+    first, last = min(slots), max(slots)
+    # the keyframe at or before the first wanted frame, from the index: no guess by the demuxer
+    keys = info.keyframes[info.keyframes <= first]
+    seek_to = int(keys[-1]) if len(keys) else int(info.pts[0])
+    container, stream = _open(av, data, what)
+    stream.thread_count = threads
+    stream.thread_type = thread_type
+    left = set(slots)
+    try:
+        with container:
+            container.seek(seek_to, stream=stream, backward=True, any_frame=False)
+            for frame in container.decode(stream):
+                if frame.pts is None or frame.pts not in left:
+                    if frame.pts is not None and frame.pts > last:
+                        break
+                    continue
+                rgb = _rgb(frame, size)
+                for slot in slots[frame.pts]:
+                    out[slot] = rgb
+                left.discard(frame.pts)
+                if not left:
+                    break
+    except av.error.FFmpegError as exc:
+        raise DecodeError(f"{what}: decoding failed near pts {seek_to}..{last} ({exc}); the file"
+                          " is damaged: re-encode or drop it") from None
+    if left:
+        raise DecodeError(f"{what}: {len(left)} wanted frames did not decode (pts"
+                          f" {sorted(left)[:3]}); the file is damaged or the index is stale:"
+                          " repack it")
