@@ -13,7 +13,6 @@ import io
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import torch
 
 from fastloader import Audio, FastLoader, pack
 from fastloader.loader.audio_batch import plan_crop
+from harness import gil_kept
 
 RATES = (16000, 44100, 22050, 48000)  # three of four clips are resampled to 16 kHz
 
@@ -113,28 +113,6 @@ def timed(batches: Any) -> tuple[int, float]:
     return clips, time.perf_counter() - start
 
 
-def _spin_rate(call: Any) -> float:
-    """Loops per second a spinning Python thread makes while call() runs (call None: alone)."""
-    stop, count = threading.Event(), [0]
-
-    def spin() -> None:
-        while not stop.is_set():
-            count[0] += 1
-
-    thread = threading.Thread(target=spin)
-    thread.start()
-    time.sleep(0.02)  # the spinner is running
-    before, start = count[0], time.perf_counter()
-    if call is None:
-        time.sleep(0.2)
-    else:
-        call()
-    after, seconds = count[0], time.perf_counter() - start
-    stop.set()
-    thread.join()
-    return (after - before) / seconds
-
-
 def gil_probe() -> None:
     rate = 16000
     wave = (0.3 * np.random.default_rng(0).standard_normal(rate * 600)).astype(np.float32)
@@ -152,7 +130,7 @@ def gil_probe() -> None:
         calls["native FLAC decode (10 min)"] = lambda: audio_native.decode_into(
             data, 0, len(wave), row, True)
     for name, call in calls.items():
-        ratio = _spin_rate(call) / _spin_rate(None)
+        ratio = gil_kept(call)
         print(f"{name}: a Python thread beside it ran at {ratio:.2f}x its solo rate "
               "(near 0 if the call holds the GIL)")
 

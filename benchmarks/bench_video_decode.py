@@ -11,7 +11,6 @@ import io
 import os
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from fractions import Fraction
@@ -21,6 +20,7 @@ import av
 import numpy as np
 
 from fastloader.decode import video
+from harness import gil_kept
 
 FRAMES, STRIDE = 16, 2
 
@@ -114,28 +114,6 @@ def bench(clips: list[bytes], rounds: int) -> None:
               f"  rounds {[round(v, 1) for v in values]}")
 
 
-def spin_ratio(call: Callable[[], Any]) -> float:
-    """A spinning Python thread's rate while call() runs, over its rate alone."""
-    def rate(inner: Callable[[], Any] | None) -> float:
-        stop, count = threading.Event(), [0]
-
-        def spin() -> None:
-            while not stop.is_set():
-                count[0] += 1
-
-        thread = threading.Thread(target=spin)
-        thread.start()
-        time.sleep(0.02)
-        before, start = count[0], time.perf_counter()
-        inner() if inner is not None else time.sleep(0.3)
-        after, seconds = count[0], time.perf_counter() - start
-        stop.set()
-        thread.join()
-        return (after - before) / seconds
-
-    return rate(call) / rate(None)
-
-
 def gil_probe(clips: list[bytes]) -> None:
     infos = [video.probe(data) for data in clips]
     plans = [video.plan_clip(info, FRAMES, stride=STRIDE) for info in infos]
@@ -146,7 +124,7 @@ def gil_probe(clips: list[bytes]) -> None:
         "control: bytes.find over 512 MiB": lambda: blob.find(b"\x01"),
     }
     for name, call in calls.items():
-        print(f"{name}: a Python thread beside it ran at {spin_ratio(call):.2f}x its solo rate"
+        print(f"{name}: a Python thread beside it ran at {gil_kept(call):.2f}x its solo rate"
               " (near 0 if the call holds the GIL)")
 
 

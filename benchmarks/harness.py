@@ -462,3 +462,27 @@ def paired_speedups(results: dict[str, list[Any]], baseline: str) -> dict[str, d
         name: summarize([run.rate / b for (run, _), b in zip(runs, base, strict=True) if b > 0])
         for name, runs in results.items()
     }
+
+
+def gil_kept(call: Callable[[], Any]) -> float:
+    """How much of its solo rate a spinning Python thread keeps while call() runs: near 1 when
+    the call releases the GIL, near 0 when it holds it (the GIL probes of the benchmarks)."""
+
+    def spin_rate(inner: Callable[[], Any] | None) -> float:
+        stop, count = threading.Event(), [0]
+
+        def spin() -> None:
+            while not stop.is_set():
+                count[0] += 1
+
+        thread = threading.Thread(target=spin)
+        thread.start()
+        time.sleep(0.02)  # the spinner is running
+        before, start = count[0], time.perf_counter()
+        inner() if inner is not None else time.sleep(0.2)
+        after, seconds = count[0], time.perf_counter() - start
+        stop.set()
+        thread.join()
+        return (after - before) / seconds
+
+    return spin_rate(call) / spin_rate(None)
