@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 from PIL import Image
@@ -13,6 +12,8 @@ from PIL import Image
 from fastloader.decode import video
 from fastloader.errors import DecodeError, InvalidArgumentError
 from videogen import keyframes, make_clip, reference
+
+av = pytest.importorskip("av", reason="PyAV (the video extra) is a test dependency")
 
 # irregular gaps (units of 1/80 s): a variable frame rate clip
 VFR_PTS = [0, 10, 13, 30, 31, 55, 60, 90, 92, 93, 120, 170, 171, 200, 260, 262, 270, 300]

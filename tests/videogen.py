@@ -1,11 +1,13 @@
-"""Synthetic video clips for tests: PyAV encodes a moving scene at chosen codecs, sizes, pts."""
+"""Synthetic video clips for tests: PyAV encodes a moving scene at chosen codecs, sizes, pts.
+
+PyAV is imported on use: it is a test dependency (the `video` extra), absent where the wheel
+is checked, and the modules using this one skip there."""
 
 from __future__ import annotations
 
 import io
 from fractions import Fraction
 
-import av
 import numpy as np
 
 
@@ -27,6 +29,8 @@ def make_clip(codec: str = "libx264", frames: int = 24, width: int = 64, height:
     variable frame rate; yuv444p for H.264 at odd sizes, since 4:2:0 needs even ones there.
     faststart_path: write an MP4 with its index before the frames there (the muxer rewrites
     the file on close, so it needs a real file), and return its bytes."""
+    import av
+
     container_format = "webm" if "vp9" in codec else "mp4"
     odd = width % 2 or height % 2
     pix_fmt = "yuv444p" if odd and codec == "libx264" else "yuv420p"
@@ -56,6 +60,8 @@ def make_clip(codec: str = "libx264", frames: int = 24, width: int = 64, height:
 
 def reference(data: bytes) -> dict[int, np.ndarray]:
     """Every frame of a plain decode from the start, by pts, as RGB24."""
+    import av
+
     with av.open(io.BytesIO(data)) as container:
         return {frame.pts: frame.to_ndarray(format="rgb24")
                 for frame in container.decode(video=0)}
@@ -63,5 +69,7 @@ def reference(data: bytes) -> dict[int, np.ndarray]:
 
 def keyframes(data: bytes) -> list[int]:
     """The pts of the frames a full decode marks as keyframes, ascending."""
+    import av
+
     with av.open(io.BytesIO(data)) as container:
         return sorted(frame.pts for frame in container.decode(video=0) if frame.key_frame)
