@@ -12,6 +12,15 @@ from PIL import Image, JpegImagePlugin
 
 from fastloader.errors import DecodeError
 
+# The image files an image tree's scan takes (pack/sources/scan) and that a folder given as a
+# packed dataset is recognised by (format/not_packed): the formats Pillow reads here
+IMAGE_EXTENSIONS = frozenset(
+    {
+        ".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".webp", ".bmp", ".gif",
+        ".tif", ".tiff", ".ppm", ".pgm", ".pbm", ".pnm",
+    }
+)  # fmt: skip
+
 # Pillow modes -> the colour-space names the native header uses.
 _MODE_SPACES = {
     "L": "gray",

@@ -8,10 +8,9 @@ import os
 from pathlib import Path
 
 from fastloader.decode.audio import AUDIO_EXTENSIONS
+from fastloader.decode.pillow import IMAGE_EXTENSIONS
 
 # a folder's files by what pack() reads them as (pack/sources/scan.py, importers.py, groups.py)
-_IMAGES = {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff",
-           ".ppm", ".pgm", ".pbm", ".pnm"}
 _TABLES = {".csv", ".tsv", ".jsonl", ".parquet"}
 _TARS = {".tar", ".tgz"}
 _WHAT = {"images": "an image tree (folders of image files)",
@@ -23,7 +22,7 @@ _LOOKED_AT = 2000  # files looked at, at most: a guess, not a listing of a huge 
 
 def _kind(name: str) -> str | None:
     suffix = os.path.splitext(name.lower())[1]
-    if suffix in _IMAGES:
+    if suffix in IMAGE_EXTENSIONS:
         return "images"
     if suffix in AUDIO_EXTENSIONS:
         return "clips"

@@ -13,18 +13,13 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fastloader.decode.pillow import IMAGE_EXTENSIONS
 from fastloader.errors import PackError
 from fastloader.pack.sources.listing import Listing, ListingBuilder, SourceFile
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
 
 PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 4096
 
-IMAGE_EXTENSIONS = frozenset(
-    {
-        ".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".webp", ".bmp", ".gif",
-        ".tif", ".tiff", ".ppm", ".pgm", ".pbm", ".pnm",
-    }
-)  # fmt: skip
 
 
 @dataclass
