@@ -22,6 +22,7 @@ from fastloader.format.kinds.boxes import BoxesKind
 from fastloader.format.kinds.image import ImageKind
 from fastloader.format.kinds.mask import MaskKind
 from fastloader.format.kinds.scalars import FloatKind, IntKind
+from fastloader.format.kinds.video import VideoKind
 
 # the order error messages and the CLI's help list them in
 IMAGE = register(ImageKind("image"))
@@ -34,7 +35,8 @@ TEXT = register(TextKind("text"))
 BYTES = register(BytesKind("bytes"))
 JSON = register(JsonKind("json"))
 AUDIO = register(AudioKind("audio"))
+VIDEO = register(VideoKind("video"))
 
 __all__ = ["AUDIO", "BOXES", "BYTES", "FLOAT", "IMAGE", "INT", "JSON", "MASK", "NDARRAY",
-           "TEXT", "BadValue", "Batch", "Kind", "RecordImage", "StoreContext", "WithMeta",
+           "TEXT", "VIDEO", "BadValue", "Batch", "Kind", "RecordImage", "StoreContext", "WithMeta",
            "find", "get", "names", "register", "unregister"]
