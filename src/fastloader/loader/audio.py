@@ -43,17 +43,9 @@ class AudioLoader(ClipLoader, path="audio loader"):
     """
 
     options_class = AudioOptions
+    kind_class = AudioKind
     kind_words = "audio clips"
     _path = "audio loader"
-
-    def _refusal(self, kind: object) -> tuple[str, str] | None:
-        if isinstance(kind, AudioKind):
-            return None
-        if getattr(kind, "is_image", False):
-            return ("holds images, not audio clips",
-                    "Drop audio= to load its images with the packed loader.")
-        return (f"its records are {kind} values, not audio clips",
-                "Drop audio= to load it with the loader its records take.")
 
     def _decoder_for(self, options: Any, meta: np.ndarray) -> ClipDecoder:
         self.audio = options.spec

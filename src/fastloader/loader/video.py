@@ -44,14 +44,9 @@ class VideoLoader(ClipLoader, path="video loader"):
     """
 
     options_class = VideoOptions
+    kind_class = VideoKind
     kind_words = "videos"
     _path = "video loader"
-
-    def _refusal(self, kind: object) -> tuple[str, str] | None:
-        if isinstance(kind, VideoKind):
-            return None
-        return (f"its records are {kind} values, not videos",
-                "Drop video= to load it with the loader its records take.")
 
     def _decoder_for(self, options: Any, meta: np.ndarray) -> ClipDecoder:
         self.video = options.spec
