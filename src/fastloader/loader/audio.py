@@ -5,14 +5,12 @@ would be."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from fastloader.format.kinds.audio import AudioKind
 from fastloader.loader.audio_batch import BatchDecoder
 from fastloader.loader.clips import ClipDecoder, ClipLoader
-from fastloader.loader.options import AudioOptions
+from fastloader.loader.options import AudioOptions, ClipOptions
 
 
 class AudioLoader(ClipLoader, path="audio loader"):
@@ -47,6 +45,7 @@ class AudioLoader(ClipLoader, path="audio loader"):
     kind_words = "audio clips"
     _path = "audio loader"
 
-    def _decoder_for(self, options: Any, meta: np.ndarray) -> ClipDecoder:
+    def _decoder_for(self, options: ClipOptions, meta: np.ndarray) -> ClipDecoder:
+        assert isinstance(options, AudioOptions)  # options_class builds it
         self.audio = options.spec
         return BatchDecoder(self._data.record, meta, options.spec, options.threads)

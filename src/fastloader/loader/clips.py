@@ -110,7 +110,7 @@ class ClipLoader(PackedAttributes, FastLoader):
             undo.pop_all()
         self._built()
 
-    def _decoder_for(self, options: Any, meta: np.ndarray) -> ClipDecoder:
+    def _decoder_for(self, options: ClipOptions, meta: np.ndarray) -> ClipDecoder:
         """This kind's batch decoder over the records' (N, len(meta)) meta column."""
         raise NotImplementedError
 

@@ -142,7 +142,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
     def _init_fields(self, options: PackedOptions, undo: contextlib.ExitStack) -> None:
         """What each batch holds: (images, labels), a tuple of fields= or a dict."""
         extra = [n for n, s in self._data.fields.items()
-                 if s.kind == "image" and n != self._data.image_field]
+                 if s.kind.is_image and n != self._data.image_field]
         if extra and options.decode_images:
             self._extra_images = ExtraImages(self.transforms, options.backend)
             undo.callback(self._extra_images.close)
