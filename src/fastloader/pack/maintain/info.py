@@ -70,8 +70,8 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
             "skipped": skipped_count,
         }
         kind = ds.fields[ds.image_field].kind
-        summary = kind.summary(ds.columns.meta(ds.image_field)) if ds.columns is not None \
-            else None
+        summary = kind.summary(ds.columns.meta(ds.image_field)) if kind.meta and \
+            ds.columns is not None else None
         if summary is not None:
             # clips, not images: the records kind's account (hours, lengths ...), not sizes
             del info["height"], info["width"]
