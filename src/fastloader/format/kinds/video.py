@@ -78,15 +78,14 @@ class VideoKind(Kind):
     def summary_lines(self, clips: dict[str, Any]) -> list[str]:
         seconds = clips["seconds"]
 
-        def counts(histogram: dict[str, int], unit: str) -> str:
-            return ", ".join(f"{k}{unit} {n}" for k, n in histogram.items())
-
+        fps = ", ".join(f"{float(k):g} fps {n}" for k, n in clips["fps"].items())
+        sizes = ", ".join(f"{k} {n}" for k, n in clips["resolutions"].items())
         return [f"video     {clips['clips']} clips, {clips['hours']:.2f} hours, "
                 f"{clips['frames']} frames",
                 f"seconds   {seconds['min']:g} min, {seconds['median']:g} median, "
                 f"{seconds['max']:g} max",
-                f"fps       {counts(clips['fps'], ' fps')}",
-                f"sizes     {counts(clips['resolutions'], '')}"]
+                f"fps       {fps}",
+                f"sizes     {sizes}"]
 
     def codec(self, record: bytes) -> str:
         """The video stream's codec as FFmpeg names it (h264, vp9 ...), from its demuxed index;
