@@ -148,20 +148,36 @@ def test_a_tree_of_images_stays_an_image_tree(tmp_path: Path, clips: dict[str, b
         assert ds.image_field == "image" and len(ds) == 1
 
 
+def _frames_zeroed(data: bytes) -> bytes:
+    """The clip with its 4th frame's packet zeroed: it demuxes whole, its decode fails."""
+    with av.open(io.BytesIO(data)) as container:
+        packets = [p for p in container.demux(video=0) if p.size]
+        at, size = packets[3].pos, packets[3].size
+    return data[:at] + bytes(size) + data[at + size:]
+
+
+# how a clip breaks -> what the refusal says
+BROKEN = {"cut": "not a readable video container",  # its index (moov) is lost
+          "frames": "decoding failed after 1 frames"}
+
+
+@pytest.mark.parametrize("damage", sorted(BROKEN))
 @pytest.mark.parametrize("how", ["python", "cli"])
 def test_a_broken_clip_is_refused_by_name_or_skipped(tmp_path: Path, clips: dict[str, bytes],
-                                                      how: str) -> None:
+                                                      how: str, damage: str) -> None:
     _tree(tmp_path / "t", clips)
     broken = tmp_path / "t" / "running" / "cut.mp4"
-    broken.write_bytes(clips["h264"][: len(clips["h264"]) // 2])  # its index (moov) is lost
+    good = clips["h264"]
+    broken.write_bytes(good[: len(good) // 2] if damage == "cut" else _frames_zeroed(good))
     if how == "python":
-        with pytest.raises(PackError, match=r"running/cut\.mp4.*field 'video'.*not a readable "
-                                            r"video container"):
+        with pytest.raises(PackError, match=rf"running/cut\.mp4.*field 'video'.*"
+                                            rf"{BROKEN[damage]}"):
             pack(tmp_path / "t", tmp_path / "a.lmdb")
         pack(tmp_path / "t", tmp_path / "b.lmdb", skip_bad=True)
     else:
         refused = _packdata(str(tmp_path / "t"), str(tmp_path / "a.lmdb"))
         assert refused.returncode == 2 and "running/cut.mp4" in refused.stderr
+        assert BROKEN[damage] in refused.stderr
         assert "--skip-bad" in refused.stderr
         done = _packdata(str(tmp_path / "t"), str(tmp_path / "b.lmdb"), "--skip-bad")
         assert done.returncode == 0, done.stderr
@@ -225,6 +241,23 @@ def test_a_table_with_a_video_column(tmp_path: Path, clips: dict[str, bytes], ki
     assert [s["video"] for s in samples] == [p.read_bytes() for p in paths]
     assert [s["caption"] for s in samples] == [f"a clip, {i}" for i in range(len(paths))]
     assert [int(s["views"]) for s in samples] == [i * 7 for i in range(len(paths))]
+
+
+@pytest.mark.parametrize("column", ["video", "video_path", "video_filepath"])
+def test_a_video_column_by_name_holds_files_of_any_name(tmp_path: Path, clips: dict[str, bytes],
+                                                        column: str) -> None:
+    """Named like a video column, its cells need no video suffix (content-hashed names)."""
+    paths = []
+    for i, data in enumerate(clips.values()):
+        paths.append(tmp_path / "blobs" / f"{i:04x}")
+        paths[-1].parent.mkdir(exist_ok=True)
+        paths[-1].write_bytes(data)
+    _write_table(tmp_path / "t.jsonl", [{column: f"blobs/{p.name}", "caption": "c"}
+                                        for p in paths])
+    pack(tmp_path / "t.jsonl", tmp_path / "out.lmdb")
+    with open_dataset(tmp_path / "out.lmdb") as ds:
+        assert ds.image_field == "video" and ds.fields["video"].kind == "video"
+        assert [ds.sample(i)["video"] for i in range(len(ds))] == list(clips.values())
 
 
 def test_a_table_row_of_a_broken_clip_is_named(tmp_path: Path, clips: dict[str, bytes]) -> None:
