@@ -136,6 +136,22 @@ def test_a_loose_video_is_refused_naming_it(tmp_path: Path, clips: dict[str, byt
         pack(tmp_path / "t", tmp_path / "out.lmdb")
 
 
+def test_a_tree_of_audio_and_video_is_not_guessed(tmp_path: Path,
+                                                  clips: dict[str, bytes]) -> None:
+    """Either reading drops the other medium's files: refused naming both, unless forced."""
+    from audiogen import clip
+
+    _tree(tmp_path / "t", clips)
+    (tmp_path / "t" / "running" / "x.wav").write_bytes(clip(16000, 0.2))
+    with pytest.raises(PackError, match=r"both audio clips \(such as running/x\.wav\) and "
+                                        r"videos \(such as .*\.(mp4|webm|mov)\).*"
+                                        r"source_format=\"videofolder\""):
+        pack(tmp_path / "t", tmp_path / "a.lmdb")
+    pack(tmp_path / "t", tmp_path / "b.lmdb", source_format="videofolder")
+    with open_dataset(tmp_path / "b.lmdb") as ds:
+        assert ds.image_field == "video" and len(ds) == sum(map(len, TREE.values()))
+
+
 def test_a_tree_of_images_stays_an_image_tree(tmp_path: Path, clips: dict[str, bytes]) -> None:
     """A video beside images is not a video tree: the image tree ignores it, as before."""
     from PIL import Image

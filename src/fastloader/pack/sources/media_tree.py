@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fastloader.decode.audio import AUDIO_EXTENSIONS
 from fastloader.decode.pillow import IMAGE_EXTENSIONS
+from fastloader.decode.video import VIDEO_EXTENSIONS
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec
 from fastloader.pack.sources.probe import Probe
@@ -29,18 +31,32 @@ class Medium:
     files: str  # "clips", "videos"
 
 
+AUDIO = Medium("audio", "audiofolder", AUDIO_EXTENSIONS, "audio clips")
+VIDEO = Medium("video", "videofolder", VIDEO_EXTENSIONS, "videos")
+MEDIA = (AUDIO, VIDEO)
+
+
 def is_media_tree(folder: Path, medium: Medium, limit: int = 2000) -> bool:
     """Whether the folder's first `limit` files hold the medium's files and no images (a tree
-    of images stays an ImageFolder)."""
-    found = False
+    of images stays an ImageFolder); PackError naming both when it holds another medium's
+    files too (audio beside video: either reading drops the other's files, so say which)."""
+    seen: dict[Medium, str] = {}
     for count, file in enumerate(p for p in folder.rglob("*") if p.is_file()):
         if count >= limit:
             break
         suffix = file.suffix.lower()
         if suffix in IMAGE_EXTENSIONS:
             return False
-        found = found or suffix in medium.extensions
-    return found
+        found = next((m for m in MEDIA if suffix in m.extensions), None)
+        if found is not None:
+            seen.setdefault(found, file.relative_to(folder).as_posix())
+    if medium in seen and len(seen) > 1:
+        both = [m for m in MEDIA if m in seen]
+        raise PackError(f"{folder} holds class folders of both " + " and ".join(
+            f"{m.files} (such as {seen[m]})" for m in both) + "; a packed dataset's records "
+            "are one kind: say which with " + " or ".join(
+            f'source_format="{m.source}"' for m in both) + " (the other files are ignored).")
+    return medium in seen
 
 
 def open_media_tree(src: str | os.PathLike[str], medium: Medium, fields: Any, image: Any,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from fastloader.decode.audio import AUDIO_EXTENSIONS
-from fastloader.pack.sources.media_tree import MediaFolder, Medium
+from fastloader.pack.sources.media_tree import AUDIO, MediaFolder
 
 
 class AudioFolder(MediaFolder):
@@ -11,4 +10,4 @@ class AudioFolder(MediaFolder):
 
     name = "audiofolder"
     rank = 40
-    medium = Medium("audio", "audiofolder", AUDIO_EXTENSIONS, "clips")
+    medium = AUDIO

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from fastloader.decode.video import VIDEO_EXTENSIONS
-from fastloader.pack.sources.media_tree import MediaFolder, Medium
+from fastloader.pack.sources.media_tree import VIDEO, MediaFolder
 
 
 class VideoFolder(MediaFolder):
@@ -11,4 +10,4 @@ class VideoFolder(MediaFolder):
 
     name = "videofolder"
     rank = 41
-    medium = Medium("video", "videofolder", VIDEO_EXTENSIONS, "videos")
+    medium = VIDEO
