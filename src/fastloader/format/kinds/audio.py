@@ -64,6 +64,27 @@ class AudioKind(Kind):
             raise ValueError("is an Audio() cell with neither bytes nor a path")
         return super().from_cell(spec, value, from_csv)
 
+    codecs_read = 4096  # a clip's container is in its first bytes: cheap to read
+
+    def summary(self, meta: np.ndarray) -> dict[str, Any]:
+        return summary(meta)
+
+    def summary_lines(self, clips: dict[str, Any]) -> list[str]:
+        seconds = clips["seconds"]
+
+        def counts(histogram: dict[str, int], unit: str) -> str:
+            return ", ".join(f"{k}{unit} {n}" for k, n in histogram.items())
+
+        return [f"audio     {clips['clips']} clips, {clips['hours']:.2f} hours",
+                f"seconds   {seconds['min']:g} min, {seconds['median']:g} median, "
+                f"{seconds['max']:g} max",
+                f"rates     {counts(clips['sample_rates'], ' Hz')}",
+                f"channels  {counts(clips['channels'], 'ch')}"]
+
+    def codec(self, record: bytes) -> str:
+        """The container (and, in Ogg, the codec) its first bytes name."""
+        return audio.container(bytes(record[:audio.CONTAINER_HEAD]))
+
     def check_column(self, spec: Spec, arrays: dict[str, np.ndarray]) -> str | None:
         meta = arrays.get("meta")
         if meta is not None and meta.size and int(meta.min()) < 1:

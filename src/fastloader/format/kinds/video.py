@@ -71,6 +71,31 @@ class VideoKind(Kind):
             raise ValueError("is a Video() cell with neither bytes nor a path")
         return super().from_cell(spec, value, from_csv)
 
+    codecs_read = 256  # naming a clip's codec demuxes it: fewer than audio's header sniffs
+
+    def summary(self, meta: np.ndarray) -> dict[str, Any]:
+        return summary(meta)
+
+    def summary_lines(self, clips: dict[str, Any]) -> list[str]:
+        seconds = clips["seconds"]
+
+        fps = ", ".join(f"{float(k):g} fps {n}" for k, n in clips["fps"].items())
+        sizes = ", ".join(f"{k} {n}" for k, n in clips["resolutions"].items())
+        return [f"video     {clips['clips']} clips, {clips['hours']:.2f} hours, "
+                f"{clips['frames']} frames",
+                f"seconds   {seconds['min']:g} min, {seconds['median']:g} median, "
+                f"{seconds['max']:g} max",
+                f"fps       {fps}",
+                f"sizes     {sizes}"]
+
+    def codec(self, record: bytes) -> str:
+        """The video stream's codec as FFmpeg names it (h264, vp9 ...), from its demuxed index;
+        "unreadable" for a clip that no longer demuxes (verify --decode says why)."""
+        try:
+            return video.probe(bytes(record)).codec
+        except DecodeError:
+            return "unreadable"
+
     def check_column(self, spec: Spec, arrays: dict[str, np.ndarray]) -> str | None:
         meta = arrays.get("meta")
         if meta is not None and meta.size and int(meta[:, :5].min()) < 1:
