@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,15 @@ def test_webdataset_tar_members(tmp_path: Path, clips: dict[str, bytes]) -> None
         assert [s[ext] for s in samples] == [data] * 3
         assert [s["txt"] for s in samples] == ["cap 0", "cap 1", "cap 2"]
         assert [s["json"] for s in samples] == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
+def test_an_empty_media_cell_is_refused_naming_its_feature() -> None:
+    """A Hugging Face Audio()/Video() cell with neither bytes nor a path says which it is."""
+    from fastloader.format.fields import FieldSpec
+
+    for kind, feature in (("video", "a Video()"), ("audio", "an Audio()")):
+        spec = FieldSpec(kind, kind)
+        with pytest.raises(ValueError, match=rf"is {re.escape(feature)} cell with neither"):
+            spec.kind.from_cell(spec, {"bytes": None, "path": ""}, False)
+        assert spec.kind.from_cell(spec, {"bytes": b"xy", "path": "a.mp4"}, False) == b"xy"
+        assert spec.kind.from_cell(spec, {"bytes": None, "path": "a.mp4"}, False) == "a.mp4"
