@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +41,7 @@ class Opening:
 
 
 # (samples, field specs, source description)
-Opened = tuple[Sequence[Sample], list[FieldSpec], Description]
+Opened = tuple[Iterable[Sample], list[FieldSpec], Description]
 
 
 class Source:

@@ -22,3 +22,7 @@ FieldKinds = Mapping[str, object]
 # its readers outside pack/sources (staging/items.py, pipeline/samples.py) index it by key;
 # a TypedDict needs them to take one
 Description = dict[str, Any]
+
+# a table's row: its cells by column (CSV text, JSON values, Parquet cells), or why the line
+# cannot be read ("malformed line ...")
+Row = dict[str, object] | str

@@ -16,7 +16,7 @@ import os
 import zlib
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from fastloader.decode.pillow import to_rgb
 from fastloader.errors import OptionalDependencyError
@@ -196,7 +196,9 @@ def read_cell(cell: ParquetCell) -> bytes | str:
         names = group["path"] if data is None else None
         path = names[cell.row].as_py() if names is not None else None
         value = image_source({"bytes": data, "path": path})
-    return os.path.join(cell.base, value) if isinstance(value, str) else value
+    if isinstance(value, str):
+        return os.path.join(cell.base, value)
+    return cast(bytes, value)  # a binary cell or a struct's bytes: pyarrow reads them as bytes
 
 
 class PreparedSample(NamedTuple):
