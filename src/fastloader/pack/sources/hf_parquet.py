@@ -84,7 +84,7 @@ class ParquetTable(NamedTuple):
 
     files: list[Path]
     header: list[str]
-    features: dict[str, Any]
+    features: dict[str, object]
     binary: frozenset[str]  # {bytes, path} struct or binary columns
 
 
@@ -100,7 +100,7 @@ def open_table(src: str | os.PathLike[str]) -> ParquetTable:
                             f"{files[0].name}'s ({', '.join(schema.names)}); the files of one "
                             "table must have the same columns and types.")
     metadata = (schema.metadata or {}).get(b"huggingface")
-    features: dict[str, Any] = {}
+    features: dict[str, object] = {}
     if metadata:
         try:
             features = dict(json.loads(metadata)["info"]["features"])

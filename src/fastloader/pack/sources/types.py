@@ -18,7 +18,7 @@ StorageOptions = dict[str, Any]
 FieldKinds = Mapping[str, object]
 
 # what a source says of itself in the plan and the manifest (kind, path, its fingerprint, a
-# table's root ...): JSON written by the pack and read back by shard tasks. Any, not object:
+# table's root ...): JSON written by the pack and read back by shard tasks. Values untyped, not object:
 # its readers outside pack/sources (staging/items.py, pipeline/samples.py) index it by key;
 # a TypedDict needs them to take one
 Description = dict[str, Any]

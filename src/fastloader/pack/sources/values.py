@@ -205,7 +205,7 @@ class PreparedSample(NamedTuple):
     """One sample's record (its first image field) and its other fields' stored values."""
 
     record: Prepared
-    # each kind's store() result (format/kinds types it Any), read by staging/items.py
+    # each kind's store() result (untyped in format/kinds), read by staging/items.py
     values: dict[str, Any]
     path: str
 
@@ -302,7 +302,7 @@ def _fit_record(specs: Sequence[FieldSpec], values: dict[str, object], source: b
 def _kind_record(spec: FieldSpec, stored: Any) -> Prepared:
     """The record of a records kind other than image (audio): its stored bytes as given, its
     kind's shape row; the stored value (its meta) stays among the values. (stored: store()'s
-    result, which format/kinds types Any.)"""
+    result, untyped in format/kinds.)"""
     data = stored.value if spec.kind.meta else stored
     height, width = spec.kind.record_shape(spec, stored)
     return Prepared(data, height, width, int(Codec.UNKNOWN), zlib.crc32(data), None, False)
