@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any, TypedDict
+from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec
@@ -142,25 +142,14 @@ def pack(
     if path is None or kind is None:
         given = hf_dataset.with_pil_format(src, pil_format, checked.quality)
         return pack_samples(given, dst, fields, checked)
-    opener: _Opener = {"fields": fields, "image": image, "label": label, "root": root,
+    opener: importers.OpenerArgs = {"fields": fields, "image": image, "label": label, "root": root,
               "skip_empty": skip_empty, "masks": masks}
     samples, specs, source, reopen = _importer(path, kind, opener,
                                                checked.storage_options)
     return pack_samples(samples, dst, specs, checked, source=source, reopen=reopen)
 
 
-class _Opener(TypedDict):
-    """What pack() passes on to an importer's opener."""
-
-    fields: FieldKinds | None
-    image: str | None
-    label: str | None
-    root: str | os.PathLike[str] | None
-    skip_empty: bool
-    masks: bool
-
-
-def _importer(src: str | os.PathLike[str], kind: str, opener: _Opener,
+def _importer(src: str | os.PathLike[str], kind: str, opener: importers.OpenerArgs,
               storage_options: StorageOptions | None
               ) -> tuple[Iterable[Sample], list[FieldSpec], Description, Description | None]:
     """(samples, specs, source, reopen description) of an importer's source, opened by its

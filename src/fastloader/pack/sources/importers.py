@@ -5,6 +5,7 @@ packdata and a shard task call, never asking which source it is."""
 from __future__ import annotations
 
 import os
+from typing import TypedDict
 
 from fastloader.errors import PackError
 from fastloader.pack.sources import catalog as _catalog  # noqa: F401 (registers every source)
@@ -13,6 +14,18 @@ from fastloader.pack.sources.registry import Opened, Opening
 from fastloader.pack.sources.types import Description, FieldKinds, StorageOptions
 
 SOURCE_FORMATS = registry.names()
+
+
+class OpenerArgs(TypedDict):
+    """open_source's and reopen_description's keyword arguments, as pack() and packdata
+    pass them on."""
+
+    fields: FieldKinds | None
+    image: str | None
+    label: str | None
+    root: str | os.PathLike[str] | None
+    skip_empty: bool
+    masks: bool
 
 
 def detect(src: str | os.PathLike[str], forced: str | None) -> str:

@@ -18,9 +18,9 @@ StorageOptions = dict[str, Any]
 FieldKinds = Mapping[str, object]
 
 # what a source says of itself in the plan and the manifest (kind, path, its fingerprint, a
-# table's root ...): JSON written by the pack and read back by shard tasks. Values untyped, not object:
-# its readers outside pack/sources (staging/items.py, pipeline/samples.py) index it by key;
-# a TypedDict needs them to take one
+# table's root ...): JSON written by the pack and read back by shard tasks. Its values are
+# left untyped, not object: its readers outside pack/sources (staging/items.py,
+# pipeline/samples.py) index it by key; a TypedDict needs them to take one
 Description = dict[str, Any]
 
 # a table's row: its cells by column (CSV text, JSON values, Parquet cells), or why the line
