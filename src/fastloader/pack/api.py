@@ -142,8 +142,8 @@ def pack(
     if path is None or kind is None:
         given = hf_dataset.with_pil_format(src, pil_format, checked.quality)
         return pack_samples(given, dst, fields, checked)
-    opener: importers.OpenerArgs = {"fields": fields, "image": image, "label": label, "root": root,
-              "skip_empty": skip_empty, "masks": masks}
+    opener: importers.OpenerArgs = {"fields": fields, "image": image, "label": label,
+                                    "root": root, "skip_empty": skip_empty, "masks": masks}
     samples, specs, source, reopen = _importer(path, kind, opener,
                                                checked.storage_options)
     return pack_samples(samples, dst, specs, checked, source=source, reopen=reopen)
