@@ -63,7 +63,7 @@ def encode_column(spec: FieldSpec, values: Sequence[Any],
     return out
 
 
-def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
+def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[object]:
     """encode_column's inverse: the per-sample stored values (a resumed pack's journal)."""
     values = _decode_values(spec, arrays)
     if not spec.kind.meta:
@@ -72,7 +72,7 @@ def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
     return [WithMeta(v, tuple(m)) for v, m in zip(values, meta, strict=True)]
 
 
-def _decode_values(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
+def _decode_values(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[object]:
     names = spec.arrays()
     if not spec.variable:
         data = arrays[names["data"]]

@@ -7,7 +7,6 @@ pack time by a whole decode (decode/audio.py); `packdata verify --decode` decode
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -30,7 +29,7 @@ class AudioKind(Kind):
     def describe(self, spec: Spec) -> str:
         return "audio (encoded clip)"
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> WithMeta:
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> WithMeta:
         """The bytes as given, with (sample_rate, channels, frames) from a whole decode."""
         if isinstance(value, WithMeta):  # a resumed pack's journal: checked already
             return value
@@ -44,15 +43,15 @@ class AudioKind(Kind):
             raise BadValue(problem)
         return WithMeta(data, tuple(info))
 
-    def record_shape(self, spec: Spec, stored: Any) -> tuple[int, int]:
+    def record_shape(self, spec: Spec, stored: WithMeta) -> tuple[int, int]:
         _, channels, frames = stored.meta
         return channels, frames
 
-    def from_member(self, spec: Spec, member: Any, read: Callable[[Any], bytes],
-                    deferred: bool) -> Any:
+    def from_member(self, spec: Spec, member: object, read: Callable[[object], bytes],
+                    deferred: bool) -> object:
         return member if deferred else read(member)
 
-    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
+    def from_cell(self, spec: Spec, value: object, from_csv: bool) -> object:
         """A clip path; a Hugging Face Audio() cell ({"bytes", "path"}, as `datasets` writes
         Parquet) gives its stored bytes (never decoded), else its path."""
         if isinstance(value, dict) and ("bytes" in value or "path" in value):
@@ -70,10 +69,10 @@ class AudioKind(Kind):
             return "a clip's sample rate, channels or frames in its meta column is below 1"
         return None
 
-    def load(self, spec: Spec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
+    def load(self, spec: Spec, blob: np.ndarray, shape: np.ndarray | None, fail: Bad) -> bytes:
         return blob.tobytes()
 
-    def verify(self, spec: Spec, value: Any, image_size: tuple[int, int],
+    def verify(self, spec: Spec, value: bytes, image_size: tuple[int, int],
                decode: Callable[[bytes], str | None] | None) -> str | None:
         """With decode (verify --decode), why the clip does not decode to its header's
         frames; the image decoder itself is not used."""
@@ -85,7 +84,7 @@ class AudioKind(Kind):
             return str(exc)
 
 
-def summary(meta: np.ndarray) -> dict[str, Any]:
+def summary(meta: np.ndarray) -> dict[str, object]:
     """`packdata info`'s account of a clip field from its (N, 3) meta: clips, total hours,
     seconds per clip (min, median, mean, max), and histograms of rates and channels."""
     rates, channels = meta[:, 0].astype(np.int64), meta[:, 1].astype(np.int64)
