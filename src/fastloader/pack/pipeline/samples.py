@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 
 def _identity(specs: list[FieldSpec], backend: str, source: dict[str, Any] | None,
-              options: PackOptions) -> dict[str, Any]:
+              options: PackOptions) -> dict[str, object]:
     """plan.json: what makes the parts (a resume reuses parts of the same identity only), and
     what a shard task reads as its settings."""
     identity = {"backend": backend, "fields": [s.to_json() for s in specs],
@@ -123,13 +123,14 @@ class SampleSource:
         return _open_staging(target, self.source, options)
 
     def listing(self, staging: Staging | RemoteStaging, backend: str, options: PackOptions
-                ) -> tuple[ShardPlan | None, dict[str, Any], dict[str, Any] | None]:
+                ) -> tuple[ShardPlan | None, dict[str, object], dict[str, object] | None]:
         """The samples cut into a plan (a plain iterable gets none yet: its bounds are known
         once it is read), with per-item keys where an importer's items can tell them; a URL
         DST's run settings ({}: its token)."""
         identity = _identity(self.specs, backend, self.source, options)
+        fields = [s.to_json() for s in self.specs]  # as identity["fields"]
         samples = self.samples
-        run: dict[str, Any] | None = {} if isinstance(staging, RemoteStaging) else None
+        run: dict[str, object] | None = {} if isinstance(staging, RemoteStaging) else None
         if not is_sequence(samples):
             return None, identity, run
         if len(samples) == 0:
@@ -148,7 +149,7 @@ class SampleSource:
             identity["item_keys"] = True
         plan = ShardPlan(bounds, sizes, keys=keys,
                          fingerprint=(self.source or {}).get("fingerprint", ""),
-                         reopen=self.reopen, fields=identity["fields"])
+                         reopen=self.reopen, fields=fields)
         return plan, identity, run
 
     def run(self, staging: Staging | RemoteStaging, plan: ShardPlan | None,
