@@ -86,10 +86,10 @@ class FieldSpec:
             names["shapes"] = base + ".shapes"
         return names
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The manifest entry of this field."""
-        entry: dict[str, Any] = {"name": self.name, "kind": self.kind.name,
-                                 **self.kind.to_json(self)}
+        entry: dict[str, object] = {"name": self.name, "kind": self.kind.name,
+                                    **self.kind.to_json(self)}
         if self.classes is not None:  # only a kind that takes classes has them
             entry["classes"] = list(self.classes)
         return entry

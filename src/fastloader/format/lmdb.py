@@ -58,7 +58,8 @@ def write_shard(path: Path, start: int, records: Sequence[bytes | memoryview]) -
 # transactions on it can block forever inside LMDB (seen 2 in 30 forks with a pass in flight),
 # and LMDB's rule is that a child leaves the parent's environments alone. Such an entry stays in
 # the table, reused by the child's readers, until the child exits.
-_OPEN: dict[tuple[int, int], list[Any]] = {}  # (st_dev, st_ino) -> [environment, users, inherited]
+# (st_dev, st_ino) -> [environment, users, inherited], mutated in place
+_OPEN: dict[tuple[int, int], list[Any]] = {}
 _OPEN_LOCK = threading.Lock()
 
 
@@ -84,7 +85,7 @@ os.register_at_fork(before=_lock_before_fork, after_in_parent=_unlock_in_parent,
                     after_in_child=_reinit_lock_in_child)
 
 
-def _open_env(path: Path) -> Any:
+def _open_env(path: Path) -> lmdb.Environment:
     """A read-only environment on path; DatasetError naming it when LMDB refuses the file."""
     try:
         env = lmdb.open(
@@ -116,7 +117,7 @@ def _open_env(path: Path) -> Any:
     return env
 
 
-def _acquire_env(path: Path) -> tuple[tuple[int, int], Any]:
+def _acquire_env(path: Path) -> tuple[tuple[int, int], lmdb.Environment]:
     stat = path.stat()
     key = (stat.st_dev, stat.st_ino)
     with _OPEN_LOCK:
@@ -144,7 +145,7 @@ class Reader:
     def __init__(self, root: Path, shards: Sequence[ShardInfo]) -> None:
         self._paths = [root / shard.file for shard in shards]
         self._lock = threading.Lock()
-        self._envs: dict[int, Any] = {}
+        self._envs: dict[int, lmdb.Environment] = {}
         self._keys: dict[int, tuple[int, int]] = {}
         self._pid = os.getpid()
         self._local = threading.local()
@@ -161,7 +162,7 @@ class Reader:
             self._local = threading.local()
             self._lock = threading.Lock()  # a thread of the parent may have held it at fork
 
-    def _env(self, shard: int) -> Any:
+    def _env(self, shard: int) -> lmdb.Environment:
         env = self._envs.get(shard)
         if env is None:
             self._check_fork()
@@ -172,7 +173,7 @@ class Reader:
                     self._envs[shard] = env
         return env
 
-    def _txn(self, shard: int) -> Any:
+    def _txn(self, shard: int) -> lmdb.Transaction[memoryview]:
         self._check_fork()
         txns = getattr(self._local, "txns", None)
         if txns is None:

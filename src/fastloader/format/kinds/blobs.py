@@ -4,7 +4,6 @@ raw bytes), a list of B Python values in a batch."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import numpy as np
 
@@ -45,7 +44,7 @@ class JsonKind(Kind):
         except (TypeError, ValueError, RecursionError) as exc:
             raise BadValue(f"not JSON-serializable ({exc})") from None
 
-    def from_bytes(self, spec: Spec, data: bytes) -> Any:  # parsed JSON: any value
+    def from_bytes(self, spec: Spec, data: bytes) -> object:  # parsed JSON
         return json.loads(data.decode("utf-8"))
 
     def from_cell(self, spec: Spec, value: object, from_csv: bool) -> object:

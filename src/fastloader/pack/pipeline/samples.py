@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -178,7 +179,8 @@ class SampleSource:
         return plan, set(range(plan.num_shards))
 
 
-def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, options: PackOptions,
+def pack_samples(samples: Any, dst: str | os.PathLike[str],
+                 fields: Mapping[str, object] | list[FieldSpec], options: PackOptions,
                  *, source: dict[str, Any] | None = None,
                  reopen: dict[str, Any] | None = None) -> Manifest:
     """Pack samples into dst as a format v2 dataset (see fastloader.pack for the options).
