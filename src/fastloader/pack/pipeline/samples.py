@@ -44,7 +44,7 @@ from fastloader.pack.staging.remote_stage import RemoteStaging
 log = logging.getLogger(__name__)
 
 
-def _identity(specs: list[FieldSpec], backend: str, source: dict[str, Any] | None,
+def _identity(specs: list[FieldSpec], backend: str, source: dict[str, object] | None,
               options: PackOptions) -> dict[str, object]:
     """plan.json: what makes the parts (a resume reuses parts of the same identity only), and
     what a shard task reads as its settings."""
@@ -56,7 +56,7 @@ def _identity(specs: list[FieldSpec], backend: str, source: dict[str, Any] | Non
     return identity | options.plan_entries()
 
 
-def _open_staging(dst: str | Path, source: dict[str, Any] | None, options: PackOptions
+def _open_staging(dst: str | Path, source: dict[str, object] | None, options: PackOptions
                   ) -> tuple[Staging | RemoteStaging, str]:
     """dst's staging, checked but not opened, and its backend: a folder beside a path DST, or
     the hidden prefix beside a URL DST (remote_stage.py: each shard task uploads its part)."""
@@ -72,12 +72,12 @@ def _open_staging(dst: str | Path, source: dict[str, Any] | None, options: PackO
                         "pass the URL.")
     dst = Path(dst)
     backend = resolve_backend(dst, options.format)
-    src_path = Path(source["path"]).absolute() if source and "path" in source else Path("/-")
+    src_path = Path(str(source["path"])).absolute() if source and "path" in source else Path("/-")
     check_destination(dst, src_path, options.overwrite)
     return Staging(dst), backend
 
 
-def sample_options(options: PackOptions, source: dict[str, Any] | None) -> PackOptions:
+def sample_options(options: PackOptions, source: dict[str, object] | None) -> PackOptions:
     """options (checked) for these samples: shard_samples is Python samples' only (resolved
     from shard_size when not given); an importer's resume needs its source's fingerprint."""
     if source is not None and options.shard_samples is not None:
@@ -97,8 +97,8 @@ class SampleSource:
     how a task opens it again) or Python samples (a sequence read by index, or a plain
     iterable read in order); cut into a ShardPlan, committed as format v2."""
 
-    def __init__(self, samples: Any, specs: list[FieldSpec], source: dict[str, Any] | None,
-                 reopen: dict[str, Any] | None) -> None:
+    def __init__(self, samples: Any, specs: list[FieldSpec], source: dict[str, object] | None,
+                 reopen: dict[str, object] | None) -> None:
         self.samples, self.specs, self.source, self.reopen = samples, specs, source, reopen
 
     @property
@@ -149,7 +149,7 @@ class SampleSource:
         if keys is not None:
             identity["item_keys"] = True
         plan = ShardPlan(bounds, sizes, keys=keys,
-                         fingerprint=(self.source or {}).get("fingerprint", ""),
+                         fingerprint=str((self.source or {}).get("fingerprint", "")),
                          reopen=self.reopen, fields=fields)
         return plan, identity, run
 
@@ -181,8 +181,8 @@ class SampleSource:
 
 def pack_samples(samples: Any, dst: str | os.PathLike[str],
                  fields: Mapping[str, object] | list[FieldSpec], options: PackOptions,
-                 *, source: dict[str, Any] | None = None,
-                 reopen: dict[str, Any] | None = None) -> Manifest:
+                 *, source: dict[str, object] | None = None,
+                 reopen: dict[str, object] | None = None) -> Manifest:
     """Pack samples into dst as a format v2 dataset (see fastloader.pack for the options).
 
     `fields` is a dict (parsed here) or a list of FieldSpecs (from an importer); `source`
