@@ -15,6 +15,7 @@ import itertools
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.pack.sources import tiling
@@ -30,7 +31,7 @@ from fastloader.pack.staging.part import (
     span_digest,
     write_shard,
 )
-from fastloader.pack.staging.plan import ShardPlan, Spans, TaskSettings, load_plan
+from fastloader.pack.staging.plan import Spans, TaskSettings, load_plan
 
 
 def build_part(staging: Stage, plan: Spans, k: int, settings: TaskSettings,
@@ -63,7 +64,7 @@ def build_part(staging: Stage, plan: Spans, k: int, settings: TaskSettings,
     return part
 
 
-def _plan_of(stage: Stage) -> tuple[ShardPlan, TaskSettings]:
+def _plan_of(stage: Stage) -> tuple[Any, TaskSettings]:  # a ShardPlan, never named here
     """The plan and settings a task reads: from the staging folder (cached while unchanged),
     or downloaded once per process for a URL DST."""
     return load_plan(stage) if isinstance(stage, Path) else stage.load_plan()
