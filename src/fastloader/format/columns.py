@@ -164,7 +164,7 @@ class Columns:
         ):
             raise self._damaged(spec, "a per-sample shape disagrees with its fixed dims or size")
 
-    def value(self, name: str, i: int, where: str) -> Any:
+    def value(self, name: str, i: int, where: str) -> object:
         """Sample i's value of field name (not the records' image)."""
         spec, arrays = self.specs[name], self.arrays[name]
         if not spec.variable:
@@ -185,7 +185,7 @@ class Columns:
         return CorruptRecordError(f"{where}: mask field {name!r}: {exc}; run `packdata verify "
                                   f"{self.root}` and pack it again.")
 
-    def gather(self, name: str, indices: np.ndarray) -> Any:
+    def gather(self, name: str, indices: np.ndarray) -> np.ndarray | list[object]:
         """The values of indices: an array [B, ...] for fixed fields, else a list."""
         spec, arrays = self.specs[name], self.arrays[name]
         if not spec.variable:

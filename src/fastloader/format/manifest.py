@@ -111,7 +111,7 @@ class Manifest:
     created_at: str = ""
     format: str = FORMAT_NAME
     version: int = 1
-    sample_fields: list[dict[str, Any]] = field(default_factory=list)
+    sample_fields: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:

@@ -95,7 +95,8 @@ class MixedColumns:
             return np.asarray(self.mix.sources[s].labels[local])
         return columns.gather(name, local)
 
-    def gather(self, name: str, indices: np.ndarray | Sequence[int]) -> Any:
+    def gather(self, name: str, indices: np.ndarray | Sequence[int]
+               ) -> np.ndarray | list[object]:
         """The batch's values of field name: an array for fixed fields, else a list; labels
         of a field with classes remapped into the joined classes."""
         parts = [(pos, self._gather(s, name, local), s)
@@ -112,7 +113,7 @@ class MixedColumns:
                 items[k] = value if remap is None else remap[s][np.asarray(value)]
         return items
 
-    def value(self, name: str, i: int, where: str) -> Any:
+    def value(self, name: str, i: int, where: str) -> object:
         s, local = self.mix.locate(i)
         value = self._columns(s).value(name, local, where)
         remap = self.mix.class_fields.get(name)
