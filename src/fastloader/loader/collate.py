@@ -195,7 +195,7 @@ class FieldCollator:
                 f"field {name!r} holds boxes, which need the crop plan the images were decoded "
                 "with; this loader does not give it. Use the packed loader (backend 'auto', "
                 "'native' or 'pillow').")
-        return self.specs[name].kind.map_batch(self._columns().gather(name, indices),
+        return self.specs[name].kind.map_batch(self._columns().gather_arrays(name, indices),
                                                geometry, self.min_visibility, device)
 
     def mask(self, name: str, device: torch.device) -> torch.Tensor:

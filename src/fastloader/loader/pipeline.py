@@ -279,7 +279,7 @@ class Producer:
         """The samples' geometry; RandomIoUCrop reads their boxes from the dataset's column."""
         columns = self.dataset.columns  # a boxes field lives in a v2 dataset's columns
         boxes = (None if self.box_field is None or columns is None
-                 else columns.gather(self.box_field, samples))
+                 else columns.gather_arrays(self.box_field, samples))
         geometry = plan_geometry(self.transforms, self.turns.shapes[samples], rng,
                                  self.turns.boxes(samples, boxes))
         return self.turns.attach(geometry, samples)
