@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 import torch
@@ -158,7 +157,8 @@ class VideoDecoder:
     def trimmed(self, out: np.ndarray, facts: np.ndarray) -> np.ndarray:
         return out  # every window has T frames of one size
 
-    def finish(self, frames: torch.Tensor, facts: torch.Tensor, from_ring: bool) -> Any:
+    def finish(self, frames: torch.Tensor, facts: torch.Tensor, from_ring: bool
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """(frames in the asked layout and dtype, timestamps), [B, ...] or with clips > 1
         [B, clips, ...]."""
         frames = frames.permute(*_PERMUTE[self.video.layout])
