@@ -22,9 +22,11 @@ from fastloader.loader.options import (
     DaliOptions,
     DropInOptions,
     PackedOptions,
+    VideoOptions,
     option_defaults,
 )
 from fastloader.loader.packed import PackedLoader
+from fastloader.loader.video import VideoLoader
 from treegen import make_flat_tree
 
 CROP = [fastloader.CenterCrop(16)]
@@ -96,7 +98,7 @@ def test_one_set_of_arguments_serves_every_loader(packed_path: Path) -> None:
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]
     loader.close()
     for name in PACKED_ONLY_DEFAULTS:
-        only = r"packed loader (and the (DALI|audio) loader )?only"  # max_skips: DALI's too
+        only = r"packed loader(, the \w+ loader)*( and the \w+ loader)? only"  # DALI, audio, video
         with pytest.raises(fastloader.InvalidArgumentError, match=rf"{name}.*{only}"):
             FastLoader(Numbers(), batch_size=2, num_workers=0, **{name: 7})
 
@@ -134,7 +136,7 @@ def test_the_signature_of_fastloader_lists_every_parameter() -> None:
     assert not any(p.kind is p.VAR_POSITIONAL for p in parameters.values())
     assert list(parameters)[:3] == ["data", "batch_size", "shuffle"]
     assert parameters["dataloader_kwargs"].kind is inspect.Parameter.VAR_KEYWORD
-    for loader in (PackedLoader, DaliLoader, DropInLoader, AudioLoader):
+    for loader in (PackedLoader, DaliLoader, DropInLoader, AudioLoader, VideoLoader):
         for name in own_parameters(loader):
             assert name in parameters, f"{loader.__name__}'s {name} is not in the signature"
             assert parameters[name].annotation is not inspect.Parameter.empty
@@ -145,8 +147,12 @@ def test_the_signature_of_fastloader_lists_every_parameter() -> None:
     audio_only = [n for n in option_defaults(AudioOptions) if n not in
                   option_defaults(PackedOptions)]
     assert audio_only == ["audio", "max_batch_seconds", "duration_buckets"]
-    # data, roi, the audio loader's own, **
-    assert len(parameters) == 1 + len(option_defaults(PackedOptions)) + 2 + len(audio_only)
+    video_only = [n for n in option_defaults(VideoOptions) if n not in
+                  option_defaults(PackedOptions)]
+    assert video_only == ["video"]
+    # data, roi, the audio loader's own, the video loader's own, **
+    assert len(parameters) == (1 + len(option_defaults(PackedOptions)) + 2 + len(audio_only)
+                               + len(video_only))
 
 
 def test_each_loader_shows_its_own_signature() -> None:
@@ -169,8 +175,9 @@ def test_an_option_of_another_path_is_refused_naming_the_paths(packed_path: Path
                              r"not to the packed path\. .*backend='dali'"):
         FastLoader(packed_path, device="cpu", transforms=CROP, roi_decode=False)
     with pytest.raises(fastloader.InvalidArgumentError,
-                       match=r"transforms=.* applies to the packed loader and the DALI loader "
-                             r"only, not to the drop-in loader of a torch Dataset\. Apply"):
+                       match=r"transforms=.* applies to the packed loader, the DALI loader and "
+                             r"the video loader only, not to the drop-in loader of a torch "
+                             r"Dataset\. Apply"):
         FastLoader(Numbers(), transforms=CROP)
     # At FastLoader's default, an option of another path is taken and has no effect.
     with FastLoader(packed_path, device="cpu", transforms=CROP, roi_decode=True) as loader:
@@ -185,9 +192,10 @@ def test_an_option_of_another_path_is_refused_naming_the_paths(packed_path: Path
 
 # FastLoader's overloads in order, by the path each types; the mixed loader's names its own
 # arguments and passes the rest on as the packed loader's.
-OVERLOAD_PATHS = ("packed loader", "DALI loader", "audio loader", "mixed loader",
-                  "drop-in loader")
-SELECTORS = {"DALI loader": "backend", "audio loader": "audio"}  # required: they choose the path
+OVERLOAD_PATHS = ("packed loader", "DALI loader", "audio loader", "video loader",
+                  "mixed loader", "drop-in loader")
+# required: they choose the path
+SELECTORS = {"DALI loader": "backend", "audio loader": "audio", "video loader": "video"}
 
 
 def overloads() -> list[ast.FunctionDef]:

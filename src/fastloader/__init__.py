@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "RandomResizedCrop": "fastloader.decode.augment",
     "Resize": "fastloader.decode.augment",
     "ResizeFit": "fastloader.decode.detect",
+    "Video": "fastloader.loader.video_options",
     "decode": "fastloader.decode.decode",
     "header": "fastloader.decode.decode",
     "native_available": "fastloader.decode._native",
@@ -108,6 +109,7 @@ if TYPE_CHECKING:  # let type checkers see the real objects
     from fastloader.loader.dali import DaliLoader
     from fastloader.loader.loader import FastLoader
     from fastloader.loader.stats import LoaderStats
+    from fastloader.loader.video_options import Video
     from fastloader.pack.api import pack
 
 

@@ -1,49 +1,21 @@
-"""AudioLoader: batches of a packed audio dataset (FastLoader(path, audio=fastloader.Audio())).
-
-A producer thread runs `prefetch` batches ahead over the pass's batch plan
-(loader/duration_batches.py: fixed counts, or by duration with max_batch_seconds); per batch
-the decode threads (loader/audio_batch.py) read each clip's bytes zero-copy from the shard,
-decode only its crop, resample, mix, and write float32 (or int16) into the batch buffer: a
-slot of the page-locked ring (loader/memory.BatchRing) on CUDA, copied non_blocking on a side
-stream (the slot is reused only after the copy's event), or a fresh tensor on the CPU. The
-other fields come from the collator the packed loader uses (loader/collate.py). Each batch's
-audio is the pair (waveforms [B, C, T], lengths int64 [B]) where the records' image would be.
-"""
+"""AudioLoader: batches of a packed audio dataset (FastLoader(path, audio=fastloader.Audio())):
+the clip producer (loader/clips.py) with the audio decoder (loader/audio_batch.py). Each
+batch's audio is the pair (waveforms [B, C, T], lengths int64 [B]) where the records' image
+would be."""
 
 from __future__ import annotations
 
-import contextlib
-import math
-import queue
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import torch
 
-from fastloader.decode import audio_native
-from fastloader.errors import DecodeError, FastloaderError, ProducerError, invalid_argument
-from fastloader.format.open import dataset_from
-from fastloader.loader.arguments import options_from
-from fastloader.loader.attributes import PackedAttributes
-from fastloader.loader.audio_batch import BatchDecoder, ClipShapes, batch_shape
-from fastloader.loader.base import FastLoader
-from fastloader.loader.collate import FieldCollator
-from fastloader.loader.duration_batches import BatchPlan
-from fastloader.loader.memory import BatchRing
+from fastloader.format.kinds.audio import AudioKind
+from fastloader.loader.audio_batch import BatchDecoder
+from fastloader.loader.clips import ClipDecoder, ClipLoader
 from fastloader.loader.options import AudioOptions
-from fastloader.loader.path_choice import PackedData
-from fastloader.loader.resume import dataset_identity
-from fastloader.loader.sampler import EpochSampler
-from fastloader.loader.skips import RAISE_FIX
-from fastloader.loader.stats import Counters, LoaderStats, Timer
-from fastloader.loader.threads import Worker
-
-_END = object()
 
 
-class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
+class AudioLoader(ClipLoader, path="audio loader"):
     """FastLoader's audio loader: see FastLoader and fastloader.Audio; docs/audio.md.
 
     Args:
@@ -70,320 +42,19 @@ class AudioLoader(PackedAttributes, FastLoader, path="audio loader"):
         DecodeError: while iterating, a clip does not decode (on_error="raise").
     """
 
-    def __init__(self, data: PackedData, *args: object, **kwargs: object) -> None:
-        options = options_from(AudioOptions, "audio loader", args, kwargs)[0]
-        self.batch_size, self.drop_last = options.batch_size, options.drop_last
-        self.device, self.audio, self.on_error = options.target, options.spec, options.on_error
-        self._prefetch, self._counters = options.depth, Counters()
-        self._data, self._owns_dataset = dataset_from(
-            data, "a packed audio dataset path or a PackedDataset")
-        with contextlib.ExitStack() as undo:
-            if self._owns_dataset:
-                undo.callback(self._data.close)
-            self._open(options, undo)
-            undo.pop_all()
-        self._built()
+    options_class = AudioOptions
+    kind_words = "audio clips"
+    _path = "audio loader"
 
-    def _open(self, options: AudioOptions, undo: contextlib.ExitStack) -> None:
-        ds = self._data
-        spec = ds.fields[ds.image_field]
-        if not spec.kind.meta or spec.kind.is_image:
-            raise invalid_argument("data", str(ds.root), "holds images, not audio clips",
-                                   "Drop audio= to load its images with the packed loader.")
-        if options.verify_records or self._owns_dataset:
-            ds.verify_records = options.verify_records
-        assert ds.columns is not None  # a records kind with meta lives in a v2 dataset
-        self._meta: np.ndarray = ds.columns.meta(ds.image_field)
-        self._shapes = ClipShapes(self._meta, self.audio)
-        self.sampler = EpochSampler.for_loader(len(ds), options.seed, options.rank,
-                                               options.world_size, options.shuffle,
-                                               options.drop_last)
-        self._plan = BatchPlan(self._durations(), options.seed, options.shuffle,
-                               options.batch_size, options.max_batch_seconds,
-                               options.duration_buckets, options.drop_last)
-        self._collate = FieldCollator(ds, options.fields, None)
-        self._decoder = BatchDecoder(ds.record, self._meta, self.audio, options.threads)
-        undo.callback(self._decoder.close)
-        self._ring: BatchRing | None = None
-        self._slot_bytes = 0
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self._active: _Pass | None = None
-        self._resume = 0  # where the next pass starts (BatchPlan.rank_batches' start)
-        self._batches_done = 0
-        self.dataset = ds
-        self._identity = dataset_identity(ds)  # the manifest's hash: fixed while open
+    def _refusal(self, kind: object) -> tuple[str, str] | None:
+        if isinstance(kind, AudioKind):
+            return None
+        if getattr(kind, "is_image", False):
+            return ("holds images, not audio clips",
+                    "Drop audio= to load its images with the packed loader.")
+        return (f"its records are {kind} values, not audio clips",
+                "Drop audio= to load it with the loader its records take.")
 
-    def _durations(self) -> np.ndarray:
-        """Each clip's seconds as read (its crop's, with crop_seconds)."""
-        rate, frames = self._meta[:, 0].astype(np.float64), self._meta[:, 2].astype(np.float64)
-        seconds = frames / rate
-        if self.audio.crop_seconds is not None:
-            seconds = np.minimum(seconds, self.audio.crop_seconds)
-        return seconds
-
-    # -- the pass -------------------------------------------------------------------------
-
-    def _rank_batches(self, epoch: int) -> list[np.ndarray]:
-        return self._plan.rank_batches(epoch, self.sampler.rank, self.sampler.world_size,
-                                       self._resume)
-
-    def __len__(self) -> int:
-        self.sampler.refresh()
-        if self._active is not None:  # the running pass's epoch, whole
-            return len(self._plan.rank_batches(self._epoch, self.sampler.rank,
-                                               self.sampler.world_size))
-        return len(self._rank_batches(self.sampler.next_epoch()))
-
-    def __iter__(self) -> Iterator[Any]:
-        if self._closed:
-            raise FastloaderError("the loader is closed; build a new one")
-        self._stop_pass()
-        epoch = self.sampler.begin_pass()
-        batches = self._rank_batches(epoch)
-        self._global_start = self._resume  # spent at the first batch (_first_batch_out)
-        self._batches_done = 0
-        self._epoch = epoch
-        self._ensure_ring(batches)
-        self._active = _Pass(self, batches, epoch)
-        return self._active.run()
-
-    def _ensure_ring(self, batches: list[np.ndarray]) -> None:
-        """A page-locked ring whose slots hold this pass's largest batch (CUDA only)."""
-        if self._stream is None or not batches:
-            return
-        size = np.dtype(self.audio.dtype).itemsize
-        need = max(math.prod(batch_shape(self._shapes, b, self.audio)) * size for b in batches)
-        if self._ring is None or need > self._slot_bytes:
-            self._ring = BatchRing(self._prefetch + 1, 1, 1, -(-need // 3), pin=True)
-            self._slot_bytes = -(-need // 3) * 3
-
-    def _stop_pass(self) -> None:
-        if self._active is not None:
-            self._active.stop()
-            self._active = None
-            if self._ring is not None:  # the queued batches' and a cut-short put's slots
-                self._ring.reset()
-
-    def _first_batch_out(self) -> None:
-        """As EpochPasses': a pending resume is spent, and the next pass reads the next
-        epoch (an iter() that yields nothing, as Lightning's probe, leaves both)."""
-        self._resume = 0
-        self.sampler.mark_used()
-
-    def _pass_finished(self, epoch: int) -> None:
-        """As EpochPasses': a pass of `epoch` ran to its end; the next reads epoch + 1."""
-        self._batches_done = 0
-        self._resume = 0
-        self.sampler.set_epoch(epoch + 1)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
-        if epoch != self.sampler.epoch:
-            self._resume = 0
-        self.sampler.set_epoch(epoch)
-
-    def state_dict(self) -> dict[str, Any]:
-        """A global checkpoint (loader/resume.py's rule): `position` the samples of the epoch's
-        order delivered on all ranks; `pass_start` where the next pass resumes (that sample
-        position with fixed counts, `global_batches_done` by duration)."""
-        # every rank takes one global batch per step (duration_batches.deal)
-        self.sampler.refresh()
-        if self._active is not None:
-            epoch, done, start = self._epoch, self._batches_done, self._global_start
-        else:
-            epoch, done, start = self.sampler.next_epoch(), 0, self._resume
-        resume, position = self._plan.after(epoch, start, done * self.sampler.world_size)
-        return {"version": 2, "epoch": epoch, "batches_done": done,
-                "pass_start": resume, "position": position,
-                "global_batches_done": None if self._plan.by_samples else resume,
-                **self._settings(), "rank": self.sampler.rank,
-                "world_size": self.sampler.world_size}
-
-    def _settings(self) -> dict[str, Any]:
-        """The state's fields that fix the epoch's batches (load_state_dict compares them)."""
-        return {"kind": "audio", "dataset": self._identity, "seed": self._plan.seed,
-                "num_samples": len(self._data), "batch_size": self.batch_size,
-                "max_batch_seconds": self._plan.max_seconds,
-                "buckets": len(self._plan.edges) + 1, "shuffle": self._plan.shuffle,
-                "drop_last": self.drop_last}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next pass yields what is left of the saved epoch, on any world size
-        (the new ranks share it, strided); with fixed counts on any batch size or drop_last
-        too (the rest of the order cut anew). A version-1 state resumes on its batch size."""
-        if not isinstance(state, dict):
-            raise invalid_argument("state", type(state).__name__, "is not a dict",
-                                   "Pass a dict from the loader's state_dict().")
-        mine = self._settings()
-        version = state.get("version")
-        same = ["kind", "seed", "num_samples", "max_batch_seconds", "buckets", "shuffle"]
-        same += ["batch_size", "drop_last"] if version == 1 else ["dataset"]
-        if version not in (1, 2):
-            raise invalid_argument("state['version']", version, "this loader reads 1 and 2",
-                                   "Pass a dict from the loader's state_dict().")
-        for key in same:
-            if state.get(key) != mine[key]:
-                raise invalid_argument(f"state[{key!r}]", state.get(key),
-                                       f"this loader has {key}={mine[key]!r}, and the epoch's "
-                                       "batches depend on it", "Resume with a loader over the "
-                                       "same dataset with the same seed, shuffle and duration "
-                                       "settings (world size may change).")
-        self._stop_pass()
-        self.sampler.set_epoch(int(state["epoch"]))
-        if version == 1:  # global batches taken, of this batch size
-            taken = int(state["global_batches_done"])
-            self._resume = self._plan.after(int(state["epoch"]), 0, taken)[0]
-        else:
-            self._resume = int(state["pass_start"])
-
-    def stats(self) -> LoaderStats:
-        depth = self._active.queue.qsize() if self._active is not None else 0
-        ring = self._ring
-        return self._counters.snapshot(
-            queue_depth=depth, prefetch=self._prefetch,
-            ring_slots=ring.slots if ring is not None else 0,
-            ring_bytes=ring.nbytes if ring is not None else 0,
-            pinned=ring is not None, num_threads=self._decoder.threads,
-            backend="native" if audio_native.core() is not None else "soundfile")
-
-    def _after_fork_in_child(self) -> None:
-        self._active = None  # the parent's producer thread is not in the child
-        self._decoder.after_fork()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._stop_pass()
-        self._decoder.close()
-        self._ring = None
-        if self._owns_dataset:
-            self._data.close()
-
-
-class _Pass:
-    """One pass: the producer thread and the consumer's generator."""
-
-    def __init__(self, loader: AudioLoader, batches: list[np.ndarray], epoch: int) -> None:
-        self.loader, self.batches, self.epoch = loader, batches, epoch
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=loader._prefetch)
-        self.halt = threading.Event()
-        self.thread = Worker(self._produce, "fastloader-audio-producer")
-
-    def stop(self) -> None:
-        self.halt.set()
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self.queue.get_nowait()
-        self.thread.join()
-
-    def _put(self, item: Any) -> None:
-        while not self.halt.is_set():
-            with contextlib.suppress(queue.Full):
-                self.queue.put(item, timeout=0.05)
-                return
-
-    def _produce(self) -> None:
-        counters = self.loader._counters
-        try:
-            with Timer(counters, "producer"):
-                for number, indices in enumerate(self.batches):
-                    if self.halt.is_set():
-                        return
-                    self._put(self._batch(number, indices))
-        except BaseException as exc:  # handed to the consumer, which raises it
-            self._put(exc)
-        self._put(_END)
-
-    def _batch(self, number: int, indices: np.ndarray) -> tuple[Any, ...]:
-        loader = self.loader
-        shape = batch_shape(loader._shapes, indices, loader.audio)
-        slot = None
-        if loader._ring is not None:
-            with Timer(loader._counters, "slot_wait"):
-                slot = loader._ring.acquire(self.halt)
-            if slot is None:
-                raise _Halted
-            count = math.prod(shape)
-            dtype = np.dtype(loader.audio.dtype)
-            flat = loader._ring.arrays[slot].reshape(-1)[: count * dtype.itemsize]
-            out = flat.view(dtype).reshape(shape)
-            waves = torch.from_numpy(out)
-        else:
-            out = np.empty(shape, loader.audio.dtype)
-            waves = torch.from_numpy(out)
-        seed = loader._plan.seed
-        with Timer(loader._counters, "decode"):
-            lengths, failures = loader._decoder.decode_into(indices, seed, self.epoch, out)
-        indices = indices.copy()
-        for failure in failures:
-            where = f"sample {failure.sample} ({loader._data.describe(failure.sample)})"
-            if loader.on_error != "skip":
-                if slot is not None:
-                    loader._ring.release(slot)  # type: ignore[union-attr]
-                raise DecodeError(f"batch {number}: {where}: {failure.error}. {RAISE_FIX}")
-            index, lengths[failure.row] = loader._decoder.replace(failure, seed, self.epoch, out)
-            indices[failure.row] = index
-            loader._counters.add_skip(where)
-        longest = int(lengths.max(initial=1))
-        if slot is None and loader.audio.crop_seconds is None and longest < shape[2]:
-            # the bound was a frame long: trimmed here, in numpy (torch's intra-op pool may
-            # be unusable in a forked child)
-            waves = torch.from_numpy(np.ascontiguousarray(out[:, :, :longest]))
-        return waves, lengths, indices, slot
-
-    def run(self) -> Iterator[Any]:
-        loader = self.loader
-        while True:
-            with Timer(loader._counters, "wait"):
-                item = self.queue.get()
-            if item is _END or isinstance(item, _Halted):
-                if item is _END and loader._active is self:  # ended: state_dict says so
-                    self.thread.join()
-                    loader._active = None
-                    loader._pass_finished(self.epoch)
-                return
-            if isinstance(item, BaseException):
-                if isinstance(item, FastloaderError):
-                    raise item
-                raise ProducerError(f"audio loader: producing batch {loader._batches_done} "
-                                    f"failed: {item!r}") from item
-            with Timer(loader._counters, "active"):
-                batch = self._hand_over(*item)
-            if loader._batches_done == 0:
-                loader._first_batch_out()
-            loader._batches_done += 1
-            loader._counters.add_batch(len(item[2]))
-            yield batch
-
-    def _hand_over(self, waves: torch.Tensor, lengths: np.ndarray, indices: np.ndarray,
-                   slot: int | None) -> Any:
-        loader = self.loader
-        longest = int(lengths.max(initial=1))
-        with Timer(loader._counters, "copy"):
-            if slot is not None and loader._stream is not None and loader._ring is not None:
-                current = torch.cuda.current_stream(loader.device)
-                loader._stream.wait_stream(current)
-                with torch.cuda.stream(loader._stream):
-                    moved = waves.to(loader.device, non_blocking=True)
-                    event = torch.cuda.Event()
-                    event.record(loader._stream)
-                current.wait_stream(loader._stream)
-                moved.record_stream(current)
-                loader._ring.release(slot, event)
-                waves = moved
-                if loader.audio.crop_seconds is None and longest < waves.shape[2]:
-                    waves = waves[:, :, :longest].contiguous()  # on the device
-            else:
-                waves = waves.to(loader.device)
-        lengths_t = torch.from_numpy(lengths).to(loader.device)
-        if loader.audio.log_mel is not None:  # on the device, after the copy
-            waves, lengths_t = loader.audio.log_mel(waves, lengths_t)
-        labels = torch.from_numpy(np.asarray(loader._data.labels[indices], np.int64)).to(
-            loader.device)
-        return loader._collate((waves, lengths_t), labels, indices)  # type: ignore[arg-type]
-
-
-class _Halted(Exception):
-    """The pass was stopped while the producer waited for a slot."""
-
+    def _decoder_for(self, options: Any, meta: np.ndarray) -> ClipDecoder:
+        self.audio = options.spec
+        return BatchDecoder(self._data.record, meta, options.spec, options.threads)

@@ -15,11 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from fastloader.decode import audio as clips
 from fastloader.decode import audio_native
 from fastloader.errors import CorruptRecordError, DecodeError
 from fastloader.loader.audio_options import Audio
+from fastloader.loader.clips import Failure
 from fastloader.loader.skips import no_replacement, replacements
 
 log = logging.getLogger(__name__)
@@ -81,16 +83,9 @@ def batch_shape(shapes: ClipShapes, indices: np.ndarray, audio: Audio) -> tuple[
     return len(indices), channels[0], longest
 
 
-class Failure(NamedTuple):
-    """A clip that failed: its batch row and sample, and why."""
-
-    row: int
-    sample: int
-    error: Exception
-
-
 class BatchDecoder:
-    """Decodes a batch's clips on `threads` threads (libsndfile and soxr release the GIL).
+    """Decodes a batch's clips on `threads` threads (libsndfile and soxr release the GIL): the
+    clip producer's ClipDecoder for audio; its facts per clip are the lengths, int64 [B].
 
     Args:
         read: sample index -> its stored bytes (a zero-copy view of the shard).
@@ -103,7 +98,38 @@ class BatchDecoder:
                  threads: int) -> None:
         self.read, self.meta, self.audio = read, meta, audio
         self.threads = threads
+        self.kind = "audio"
+        self.dtype = np.dtype(audio.dtype)
+        self.backend = "native" if audio_native.core() is not None else "soundfile"
+        self._shapes = ClipShapes(meta, audio)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="fastloader-audio")
+
+    def durations(self) -> np.ndarray:
+        """Each clip's seconds as read (its crop's, with crop_seconds)."""
+        rate, frames = self.meta[:, 0].astype(np.float64), self.meta[:, 2].astype(np.float64)
+        seconds = frames / rate
+        if self.audio.crop_seconds is not None:
+            seconds = np.minimum(seconds, self.audio.crop_seconds)
+        return seconds
+
+    def shape(self, indices: np.ndarray) -> tuple[int, ...]:
+        return batch_shape(self._shapes, indices, self.audio)
+
+    def trimmed(self, out: np.ndarray, facts: np.ndarray) -> np.ndarray:
+        """Without a crop, the batch cut to its longest clip (its bound was a frame long)."""
+        longest = int(facts.max(initial=1))
+        if self.audio.crop_seconds is None and longest < out.shape[2]:
+            return np.ascontiguousarray(out[:, :, :longest])
+        return out
+
+    def finish(self, clips: torch.Tensor, facts: torch.Tensor, from_ring: bool) -> Any:
+        """(waves, lengths), cut on the device when from the ring, log-mel if asked."""
+        longest = int(facts.max()) if facts.numel() else 1
+        if from_ring and self.audio.crop_seconds is None and longest < clips.shape[2]:
+            clips = clips[:, :, :longest].contiguous()
+        if self.audio.log_mel is not None:  # on the device, after the copy
+            return self.audio.log_mel(clips, facts)
+        return clips, facts
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -30,6 +30,7 @@ from fastloader.loader.options import (
     Transforms,
 )
 from fastloader.loader.path_choice import PackedData, path_of
+from fastloader.loader.video_options import Video
 
 
 class FastLoader(LoaderInterface):
@@ -160,6 +161,10 @@ class FastLoader(LoaderInterface):
             padded seconds (count x its longest clip), from duration_buckets buckets of clip
             length (loader/duration_batches.py); None: batch_size clips a batch.
         duration_buckets: audio loader only: the duration plan's bucket count (default 8).
+        video: a fastloader.Video: the video loader (fastloader.loader.video.VideoLoader) of
+            a packed dataset of videos; each batch's videos come as (frames uint8
+            [B, T, C, H, W], timestamps float32 [B, T]) in the records' place, with one crop
+            and flip of `transforms` a video (docs/video.md).
         **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
 
     Which path takes which argument is read from the options classes of
@@ -188,7 +193,7 @@ class FastLoader(LoaderInterface):
     """
 
     # The factory: FastLoader(...) builds the loader of its path (loader/path_choice.py). Its
-    # five faces (packed, DALI, audio, a weighted mix: loader/mix.py, drop-in) are the
+    # six faces (packed, DALI, audio, video, a weighted mix: loader/mix.py, drop-in) are the
     # overloads below, the packed loader's first, for type checkers; each path's options are
     # declared once, in its class of loader/options.py, which the tests hold the overloads to.
     # At run time the signature (inspect.signature, help()) is derived from those classes
@@ -287,6 +292,27 @@ class FastLoader(LoaderInterface):
     @overload
     def __new__(
         cls,
+        data: PackedData,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        *,
+        video: Video,
+        seed: int = 0,
+        device: str | torch.device | None = None,
+        num_threads: int | Literal["auto"] | None = "auto",
+        prefetch: int | Literal["auto"] = 2,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        on_error: Literal["raise", "skip"] = "raise",
+        verify_records: bool = False,
+        fields: Sequence[str] | None = None,
+        transforms: Transforms = None,
+    ) -> FastLoader: ...
+
+    @overload
+    def __new__(
+        cls,
         data: list[PackedData] | tuple[PackedData, ...] | Mapping[str, PackedData],
         batch_size: int = 1,
         shuffle: bool = False,
@@ -325,7 +351,7 @@ class FastLoader(LoaderInterface):
         # (set below); the loader chosen checks the arguments.
         if cls is FastLoader:  # the factory: a subclass builds itself
             cls = FastLoader._loader_of(path_of(data, options.get("backend", "auto"),
-                                                options.get("audio")))
+                                                options.get("audio"), options.get("video")))
         return super().__new__(cls)
 
     # Each loader's class, by path ("packed loader", "DALI loader", "drop-in loader"): filled

@@ -14,5 +14,7 @@ from fastloader.loader.dali import DaliLoader
 from fastloader.loader.dropin import DropInLoader
 from fastloader.loader.mix import MixLoader
 from fastloader.loader.packed import PackedLoader
+from fastloader.loader.video import VideoLoader
 
-__all__ = ["AudioLoader", "DaliLoader", "DropInLoader", "FastLoader", "MixLoader", "PackedLoader"]
+__all__ = ["AudioLoader", "DaliLoader", "DropInLoader", "FastLoader", "MixLoader", "PackedLoader",
+           "VideoLoader"]

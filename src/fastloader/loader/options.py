@@ -44,6 +44,7 @@ from fastloader.loader.sampler import (
     threads_per_rank,
 )
 from fastloader.loader.skips import check_max_skips
+from fastloader.loader.video_options import Video, check_video
 
 BACKENDS = ("auto", "native", "pillow", "dali")
 MAX_THREADS = 1024  # far above any core count; more only fails in pthread_create
@@ -244,9 +245,9 @@ def exif_turns(apply: bool | None, dataset: PackedDataset,
 
 
 @dataclass
-class AudioOptions(LoaderOptions):
-    """The audio loader's options (FastLoader(..., audio=fastloader.Audio(...)), a packed
-    dataset of clips): loader/audio_options.py checks `audio` and the duration plan's."""
+class ClipOptions(LoaderOptions):
+    """What the loaders of timed clips share (loader/clips.py: audio=, video=): threads,
+    prefetch, errors, record checks and the fields a batch holds."""
 
     batch_size: int = 1
     num_threads: int | Literal["auto"] | None = "auto"
@@ -254,9 +255,6 @@ class AudioOptions(LoaderOptions):
     on_error: Literal["raise", "skip"] = "raise"
     verify_records: bool = False
     fields: Sequence[str] | None = None
-    audio: Audio | None = None
-    max_batch_seconds: float | None = None
-    duration_buckets: int = 8
 
     def __post_init__(self) -> None:
         self.batch_size = positive_int("batch_size", self.batch_size)
@@ -266,8 +264,7 @@ class AudioOptions(LoaderOptions):
         if self.on_error not in ("raise", "skip"):
             raise invalid_argument("on_error", self.on_error, "must be 'raise' or 'skip'",
                                    "Pass on_error='skip' to replace undecodable clips.")
-        self.spec = check_audio(self.audio) or Audio()
-        check_duration_args(self.max_batch_seconds, self.duration_buckets, self.batch_size)
+        self._check_own()
         # no online tuner here: "auto" (and None) mean all the cores this rank may use
         cores = threads_per_rank(planned_world(self.rank, self.world_size))
         threads = cores if self.num_threads in (AUTO, None) else self.num_threads
@@ -276,6 +273,46 @@ class AudioOptions(LoaderOptions):
         self.target = resolve_device(self.device, default_cuda=True)
         EpochSampler.for_loader(0, self.seed, self.rank, self.world_size, self.shuffle,
                                 self.drop_last)
+
+    def _check_own(self) -> None:
+        """A subclass checks its own options here."""
+
+    def plan_limits(self) -> tuple[float | None, int]:
+        """(max_batch_seconds, duration_buckets) of the batch plan: fixed counts here."""
+        return None, 1
+
+
+@dataclass
+class AudioOptions(ClipOptions):
+    """The audio loader's options (FastLoader(..., audio=fastloader.Audio(...)), a packed
+    dataset of clips): loader/audio_options.py checks `audio` and the duration plan's."""
+
+    audio: Audio | None = None
+    max_batch_seconds: float | None = None
+    duration_buckets: int = 8
+
+    def _check_own(self) -> None:
+        self.spec = check_audio(self.audio) or Audio()
+        check_duration_args(self.max_batch_seconds, self.duration_buckets, self.batch_size)
+
+    def plan_limits(self) -> tuple[float | None, int]:
+        return self.max_batch_seconds, self.duration_buckets
+
+
+@dataclass
+class VideoOptions(ClipOptions):
+    """The video loader's options (FastLoader(..., video=fastloader.Video(...)), a packed
+    dataset of videos): loader/video_options.py checks `video`; the transforms give one crop
+    and flip a clip."""
+
+    video: Video | None = None
+    transforms: Transforms = None
+
+    def _check_own(self) -> None:
+        self.spec = check_video(self.video) or Video()
+        self.decode_transforms = check_transforms(self.transforms)
+        refuse_detection(self.decode_transforms, "the video loader",
+                         "Use RandomResizedCrop, Resize, CenterCrop and RandomHorizontalFlip.")
 
 
 def check_order(options: DecodeOptions, source: Sampler) -> None:
@@ -289,10 +326,12 @@ def check_order(options: DecodeOptions, source: Sampler) -> None:
 
 PATHS: dict[str, type[LoaderOptions]] = {
     "packed loader": PackedOptions, "DALI loader": DaliOptions, "drop-in loader": DropInOptions,
-    "audio loader": AudioOptions}
+    "audio loader": AudioOptions, "video loader": VideoOptions}
 FIXES = {
     "packed loader": "Drop it, or pass backend='dali' for the DALI loader.",
     "audio loader": "Drop it: the audio loader (audio=) decodes clips, not images.",
+    "video loader": "Drop it: the video loader (video=) takes the transforms, fields and "
+                    "threads options only.",
     "DALI loader": "Drop it, or use the native backend (backend='auto').",
     "drop-in loader": "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
                       " or pack the images with `packdata` and pass the packed path.",
@@ -307,6 +346,7 @@ AUDIO_FIX = "Drop it, or pass audio=fastloader.Audio(...) for the audio loader o
             "audio dataset."
 PATH_WORDS = {"packed loader": "packed path", "DALI loader": "DALI loader",
               "audio loader": "audio loader of a packed audio dataset",
+              "video loader": "video loader of a packed video dataset",
               "drop-in loader": "drop-in loader of a torch Dataset"}
 
 
@@ -349,8 +389,9 @@ def take_foreign(kwargs: dict[str, object], path: str) -> None:
         if value is default or _equal(value, default):
             continue
         takers = paths_taking(name)
-        where = (f"the {takers[0]} only" if len(takers) == 1
-                 else f"the {' and the '.join(takers)} only")
+        named = [f"the {taker}" for taker in takers]
+        where = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
+        where = f"{where} only"
         fix = FIXES[path] if takers != ["audio loader"] else AUDIO_FIXES.get(path, AUDIO_FIX)
         raise invalid_argument(name, value, f"applies to {where}, not to the "
                                f"{PATH_WORDS[path]}", fix)

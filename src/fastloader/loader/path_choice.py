@@ -36,18 +36,24 @@ def is_mix(data: object) -> bool:
         isinstance(unwrap_view(v), (str, os.PathLike, PackedDataset)) for v in values)
 
 
-def path_of(data: object, backend: object, audio: object = None) -> str:
+def path_of(data: object, backend: object, audio: object = None, video: object = None) -> str:
     """The path for these arguments: the mixed loader for a list or dict of packed datasets,
-    the drop-in loader for a dataset DataLoader takes, the audio loader with audio=, the DALI
-    loader for backend="dali", the packed loader otherwise (each checks the rest of its
-    arguments)."""
+    the drop-in loader for a dataset DataLoader takes, the audio loader with audio=, the video
+    loader with video=, the DALI loader for backend="dali", the packed loader otherwise (each
+    checks the rest of its arguments)."""
     if is_mix(data):  # several packed datasets: a weighted mix (loader/mix.py)
         return "mixed loader"
     data = unwrap_view(data)  # another packed loader's `dataset`: its packed dataset
     if is_dataset(data):
         return "drop-in loader"
+    if audio is not None and video is not None:
+        raise invalid_argument("video", video, "audio= and video= choose two loaders",
+                               "Pass audio= for a dataset of clips or video= for one of "
+                               "videos, not both.")
     if audio is not None:
         return "audio loader"
+    if video is not None:
+        return "video loader"
     if backend not in BACKENDS:
         raise invalid_argument("backend", backend, f"must be one of {BACKENDS}",
                                "Use 'auto' (native decode, Pillow without the extension) "
