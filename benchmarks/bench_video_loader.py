@@ -393,6 +393,54 @@ def pack_cost(clips: list[tuple[Path, int]], root: Path, work: Path, rounds: int
             "seconds": seconds, "seconds_median": median, "s_per_hour": median / hours}
 
 
+# ---------------------------------------------------------------- where the loader's time goes
+
+
+def stage_probe(clips: list[tuple[Path, int]], rounds: int) -> None:
+    """The loader's per-clip steps on this data, one thread (ms/clip, medians of rounds), then
+    the crop-and-scale decode on 1 and on 2 threads of this process: clips/s and the cores the
+    process used (2 threads on 2 cores reach 2.0 only if the GIL lets them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastloader.decode import video
+
+    datas = [p.read_bytes() for p, _ in clips]
+    infos = [video.probe(d) for d in datas]
+    rng = np.random.default_rng(0)
+    plans = [info.pts[np.clip(int(rng.integers(0, max(1, info.frames - 31))) +
+                              STRIDE * np.arange(FRAMES), 0, info.frames - 1)] for info in infos]
+    height, width = infos[0].height, infos[0].width  # the central 80%, as a crop might take
+    view = video.FrameView((height // 10, width // 10, height * 4 // 5, width * 4 // 5),
+                           (SIZE, SIZE), True)
+    steps: dict[str, Callable[[], Any]] = {
+        "probe (demux the index)": lambda: [video.probe(d) for d in datas],
+        "decode window, whole RGB frames": lambda: [
+            video.decode_clip(d, i, p) for d, i, p in zip(datas, infos, plans, strict=True)],
+        "decode window + crop/scale/flip (FrameView)": lambda: [
+            video.decode_clip(d, i, p, view=view)
+            for d, i, p in zip(datas, infos, plans, strict=True)]}
+    for name, step in steps.items():
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - start) / len(datas) * 1e3)
+        print(f"{name}: {np.median(times):.2f} ms/clip (rounds {np.round(times, 2).tolist()})")
+    decode = steps["decode window + crop/scale/flip (FrameView)"]
+    for threads in (1, 2):
+        with ThreadPoolExecutor(threads) as pool:
+            rates, cores = [], []
+            for _ in range(rounds):
+                start, cpu = time.perf_counter(), time.process_time()
+                list(pool.map(lambda _: decode(), range(threads)))
+                wall = time.perf_counter() - start
+                rates.append(threads * len(datas) / wall)
+                cores.append((time.process_time() - cpu) / wall)
+        print(f"{threads} thread(s) decoding with crop/scale/flip: {np.median(rates):.1f} "
+              f"clips/s, {np.median(cores):.2f} cores used (rounds "
+              f"{np.round(rates, 1).tolist()})")
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -415,6 +463,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pack", action="store_true",
                         help="only the packing cost (fastloader.pack(), and the CLI with --cli)")
     parser.add_argument("--cli", action="store_true", help="with --pack: time `packdata SRC DST`")
+    parser.add_argument("--stages", action="store_true",
+                        help="only the loader's per-clip steps and their thread scaling "
+                             "(first 40 clips)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "video_loader.jsonl")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 12 tiny clips, one round, one row per kind")
@@ -436,6 +487,9 @@ def main(argv: list[str] | None = None) -> int:
     root = args.data if not args.quick else Path(tempfile.mkdtemp(prefix="vbench-")) / "video"
     try:
         clips = ensure_clips(root, spec)
+        if args.stages:
+            stage_probe(clips[:40], args.repeats)
+            return 0
         if args.pack:
             with tempfile.TemporaryDirectory(dir=root.parent) as work:
                 cost = pack_cost(clips, root, Path(work), args.repeats, args.cli)
