@@ -240,6 +240,27 @@ def fx_speech(cwd: Path) -> None:
     datasets.DatasetDict({"train": split}).save_to_disk(str(cwd / "saved"))
 
 
+def fx_video(cwd: Path) -> None:
+    """Kinetics-style class folders of MP4s, a caption table over them, WebDataset tars."""
+    pytest.importorskip("av")
+    from videogen import make_clip
+
+    rows = ["video,caption"]
+    for label, name in enumerate(("archery", "bowling")):
+        folder = cwd / "kinetics" / "train" / name
+        folder.mkdir(parents=True)
+        for k in range(2):
+            data = make_clip(frames=20 + 4 * k + label, width=64, height=48)
+            (folder / f"{k}.mp4").write_bytes(data)
+            rows.append(f"kinetics/train/{name}/{k}.mp4,{name} {k}")
+    (cwd / "captions.csv").write_text("\n".join(rows) + "\n")
+    (cwd / "shards").mkdir()
+    for i in range(4):
+        _tar(cwd / "shards" / f"clips-{i:03d}.tar",
+             {f"c{i}": {"mp4": make_clip(frames=12 + i, width=32, height=32),
+                        "txt": f"clip {i}".encode()}})
+
+
 def fx_native(cwd: Path) -> None:
     import fastloader
 
@@ -251,7 +272,7 @@ FIXTURES: dict[str, Callable[..., str | None]] = {
     "images": fx_images, "packed": fx_packed, "parts": fx_parts, "my_dataset": fx_my_dataset,
     "table": fx_table, "tars": fx_tars, "s3": fx_s3, "s3packed": fx_s3packed, "mix": fx_mix,
     "samples": fx_samples, "parquet": fx_parquet, "audio": fx_audio, "native": fx_native,
-    "speech": fx_speech,
+    "speech": fx_speech, "video": fx_video,
 }
 NEEDS_S3 = {"s3", "s3packed", "mix"}
 

@@ -5,14 +5,12 @@ would be."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from fastloader.format.kinds.audio import AudioKind
 from fastloader.loader.audio_batch import BatchDecoder
 from fastloader.loader.clips import ClipDecoder, ClipLoader
-from fastloader.loader.options import AudioOptions
+from fastloader.loader.options import AudioOptions, ClipOptions
 
 
 class AudioLoader(ClipLoader, path="audio loader"):
@@ -43,18 +41,11 @@ class AudioLoader(ClipLoader, path="audio loader"):
     """
 
     options_class = AudioOptions
+    kind_class = AudioKind
     kind_words = "audio clips"
     _path = "audio loader"
 
-    def _refusal(self, kind: object) -> tuple[str, str] | None:
-        if isinstance(kind, AudioKind):
-            return None
-        if getattr(kind, "is_image", False):
-            return ("holds images, not audio clips",
-                    "Drop audio= to load its images with the packed loader.")
-        return (f"its records are {kind} values, not audio clips",
-                "Drop audio= to load it with the loader its records take.")
-
-    def _decoder_for(self, options: Any, meta: np.ndarray) -> ClipDecoder:
+    def _decoder_for(self, options: ClipOptions, meta: np.ndarray) -> ClipDecoder:
+        assert isinstance(options, AudioOptions)  # options_class builds it
         self.audio = options.spec
         return BatchDecoder(self._data.record, meta, options.spec, options.threads)

@@ -94,7 +94,7 @@ class BatchDecoder:
         threads: decode threads.
     """
 
-    def __init__(self, read: Callable[[int], Any], meta: np.ndarray, audio: Audio,
+    def __init__(self, read: Callable[[int], memoryview], meta: np.ndarray, audio: Audio,
                  threads: int) -> None:
         self.read, self.meta, self.audio = read, meta, audio
         self.threads = threads
@@ -171,7 +171,7 @@ class BatchDecoder:
         out[:, length:] = 0
         return length
 
-    def _native_wave(self, data: Any, crop: Crop, channels: int) -> np.ndarray | None:
+    def _native_wave(self, data: memoryview, crop: Crop, channels: int) -> np.ndarray | None:
         """The crop decoded natively and mixed to the batch's channels, [frames, channels]
         (soxr's layout), or None when the clip is left to libsndfile."""
         wave = np.empty((crop.frames, channels), np.float32)
@@ -198,7 +198,7 @@ class BatchDecoder:
                 and out.flags.c_contiguous
                 and rate == (self.audio.sample_rate or rate) and frames <= out.shape[1])
 
-    def _read_into(self, data: Any, crop: Crop, out: np.ndarray, copy: bool) -> int:
+    def _read_into(self, data: memoryview, crop: Crop, out: np.ndarray, copy: bool) -> int:
         row = out.reshape(-1)  # [1, T] -> [T]: a view, the row is C-contiguous
         got = clips.decode(data, crop.start, crop.frames,
                            row[:crop.frames].reshape(crop.frames, 1), copy).shape[0]

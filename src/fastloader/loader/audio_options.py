@@ -15,7 +15,7 @@ QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")  # soxr's quality recipes
 DTYPES = ("float32", "int16")
 
 
-def _seconds(name: str, value: Any) -> float:
+def _seconds(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise invalid_type(name, value, "a number of seconds")
     if not math.isfinite(value) or value <= 0:
@@ -107,7 +107,7 @@ class Audio:
         return 1 if self.mono else (self.channels or stored)
 
 
-def check_audio(audio: Any) -> Audio | None:
+def check_audio(audio: object) -> Audio | None:
     """FastLoader's audio= argument: an Audio, or None."""
     if audio is not None and not isinstance(audio, Audio):
         raise invalid_type("audio", audio, "a fastloader.Audio(...)")

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from fastloader.errors import DecodeError, FastloaderError, ProducerError, invalid_argument
+from fastloader.format.kinds import Kind
 from fastloader.format.open import dataset_from
 from fastloader.loader.arguments import options_from
 from fastloader.loader.attributes import PackedAttributes
@@ -90,6 +91,7 @@ class ClipLoader(PackedAttributes, FastLoader):
     """The loader of a packed dataset of timed clips; subclasses give `_decoder_for`."""
 
     kind_words = "clips"
+    kind_class: type[Kind] = Kind  # the records kind this loader reads
     _path = "clip loader"  # FastLoader's path of the subclass ("audio loader", ...)
 
     options_class: type[ClipOptions] = ClipOptions
@@ -108,13 +110,20 @@ class ClipLoader(PackedAttributes, FastLoader):
             undo.pop_all()
         self._built()
 
-    def _decoder_for(self, options: Any, meta: np.ndarray) -> ClipDecoder:
+    def _decoder_for(self, options: ClipOptions, meta: np.ndarray) -> ClipDecoder:
         """This kind's batch decoder over the records' (N, len(meta)) meta column."""
         raise NotImplementedError
 
-    def _refusal(self, kind: object) -> tuple[str, str] | None:
-        """Why the records' kind is not this loader's (None: it is)."""
-        raise NotImplementedError
+    def _refusal(self, kind: Kind) -> tuple[str, str] | None:
+        """Why the records' kind is not this loader's, and the fix (None: it is)."""
+        if isinstance(kind, self.kind_class):
+            return None
+        argument = f"{self._path.split()[0]}="
+        if kind.is_image:
+            return (f"holds images, not {self.kind_words}",
+                    f"Drop {argument} to load its images with the packed loader.")
+        values, loader = kind.loaded_by or (f"{kind} values", "the loader they take")
+        return f"holds {values}, not {self.kind_words}", f"Pass {loader} instead of {argument}."
 
     def _open(self, options: ClipOptions, undo: contextlib.ExitStack) -> None:
         ds = self._data

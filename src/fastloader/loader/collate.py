@@ -36,6 +36,8 @@ import torch
 from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
 from fastloader.decode.geometry import Geometry
 from fastloader.errors import InvalidArgumentError, invalid_type
+from fastloader.format.columns import Columns
+from fastloader.format.dataset import PackedDataset
 from fastloader.format.fields import FieldSpec, is_classification, label_field
 from fastloader.loader.detection import (
     LETTERBOX_KEYS,
@@ -83,7 +85,8 @@ class FieldCollator:
         letterbox: the transforms end in ResizeFit: `scale` and `pad` join the fields.
     """
 
-    def __init__(self, dataset: Any, fields: Any, multi_hot: Any, padded: bool = False,
+    def __init__(self, dataset: PackedDataset, fields: Sequence[str] | None, multi_hot: Any,
+                 padded: bool = False,
                  images: ExtraImages | None = None,
                  min_visibility: float = DEFAULT_MIN_BOX_VISIBILITY,
                  letterbox: bool = False) -> None:
@@ -154,12 +157,18 @@ class FieldCollator:
         spec = self.specs[name]
         return spec.kind.collate(spec, self, indices, labels.device)
 
+    def _columns(self) -> Columns:
+        """The dataset's columns: a field other than the records and label is in one (v2)."""
+        columns = self.dataset.columns
+        assert columns is not None, "a v1 dataset holds no fields but its records and label"
+        return columns
+
     # what a kind's collate() asks of the batch (format/kinds/base.py's Batch)
 
     def values(self, name: str, indices: np.ndarray) -> Any:
         """The batch's stored values of field name; a per-box field without the rows of the
         boxes its boxes field dropped."""
-        values = self.dataset.columns.gather(name, indices)
+        values = self._columns().gather(name, indices)
         if name in self.owner:
             values = [v[keep] for v, keep in zip(values, self._boxes[self.owner[name]][1],
                                                  strict=True)]
@@ -186,7 +195,7 @@ class FieldCollator:
                 f"field {name!r} holds boxes, which need the crop plan the images were decoded "
                 "with; this loader does not give it. Use the packed loader (backend 'auto', "
                 "'native' or 'pillow').")
-        return self.specs[name].kind.map_batch(self.dataset.columns.gather(name, indices),
+        return self.specs[name].kind.map_batch(self._columns().gather(name, indices),
                                                geometry, self.min_visibility, device)
 
     def mask(self, name: str, device: torch.device) -> torch.Tensor:

@@ -13,11 +13,12 @@ from fastloader.decode.augment import Transform, needs_boxes
 from fastloader.decode.detect import ResizeFit
 from fastloader.decode.geometry import Geometry
 from fastloader.errors import InvalidArgumentError
+from fastloader.format.dataset import PackedDataset
 
 LETTERBOX_KEYS = ("scale", "pad")  # batch keys of ResizeFit: float32 [B, 2], int64 [B, 4]
 
 
-def plan_boxes_field(dataset: Any, transforms: Sequence[Transform]) -> str | None:
+def plan_boxes_field(dataset: PackedDataset, transforms: Sequence[Transform]) -> str | None:
     """The boxes field RandomIoUCrop reads at plan time (None without RandomIoUCrop).
 
     Raises InvalidArgumentError naming the dataset when it has no such boxes field.

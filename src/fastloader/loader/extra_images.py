@@ -8,12 +8,12 @@ about what a single-threaded decode of its images costs.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from fastloader.decode.augment import plan_geometry
+from fastloader.decode.augment import Transform, plan_geometry
 from fastloader.decode.decode import BatchDecoder, header
 from fastloader.errors import DecodeError, FastloaderError
 
@@ -21,7 +21,7 @@ from fastloader.errors import DecodeError, FastloaderError
 class ExtraImages:
     """Decodes one further image field's batch with the loader's transforms."""
 
-    def __init__(self, transforms: Any, backend: str) -> None:
+    def __init__(self, transforms: Sequence[Transform], backend: str) -> None:
         self.transforms = list(transforms or [])
         self._decoder = BatchDecoder(1, backend)
 

@@ -14,12 +14,12 @@ np.take, so this runs beside the decode threads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
 
 from fastloader.decode.geometry import Geometry
+from fastloader.format.dataset import PackedDataset
 from fastloader.gpu.planar import TensorPool
 
 
@@ -32,7 +32,7 @@ class MaskBatches:
         pin: allocate page-locked tensors (the loader's device is CUDA).
     """
 
-    def __init__(self, dataset: Any, names: Sequence[str], pin: bool) -> None:
+    def __init__(self, dataset: PackedDataset, names: Sequence[str], pin: bool) -> None:
         self.dataset = dataset
         self.names = list(names)
         self.pin = pin
@@ -76,10 +76,12 @@ class MaskBatches:
 
     def _one(self, name: str, i: int, crop: np.ndarray, flip: bool, out: np.ndarray,
              orientation: int) -> None:
+        columns = self.dataset.columns
+        assert columns is not None  # a mask field lives in a v2 dataset's columns
         try:  # a mask is stored in its image's stored pixels, turned with it
-            self.dataset.fields[name].kind.map_into(self.dataset.columns.blob(name, i),
+            self.dataset.fields[name].kind.map_into(columns.blob(name, i),
                                                     self.dataset.stored_shapes[i], crop, flip,
                                                     out, orientation)
         except ValueError as exc:  # MaskError too: the stored blob is damaged
             where = self.dataset.describe(i)  # only on failure: it builds a string
-            raise self.dataset.columns.mask_error(name, where, exc) from None
+            raise columns.mask_error(name, where, exc) from None

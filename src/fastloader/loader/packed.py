@@ -84,9 +84,11 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             **remote.open_options)
         if self._owns_dataset:
             undo.callback(self._data.close)
-        if not self._data.fields[self._data.image_field].kind.is_image:
-            raise invalid_argument("data", str(self._data.root), "holds audio clips, not images",
-                                   "Pass audio=fastloader.Audio(...) for the audio loader.")
+        records = self._data.fields[self._data.image_field].kind
+        if not records.is_image:
+            values, argument = records.loaded_by or (f"{records} values", "another loader")
+            raise invalid_argument("data", str(self._data.root), f"holds {values}, not images",
+                                   f"Pass {argument} for their loader.")
         # On the dataset, which reads the records (the producer's reads go through it). Off by
         # default: it costs ~3% of the loader's CPU on ImageNet-sized records
         # (docs/damaged-data.md).
@@ -140,7 +142,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
     def _init_fields(self, options: PackedOptions, undo: contextlib.ExitStack) -> None:
         """What each batch holds: (images, labels), a tuple of fields= or a dict."""
         extra = [n for n, s in self._data.fields.items()
-                 if s.kind == "image" and n != self._data.image_field]
+                 if s.kind.is_image and n != self._data.image_field]
         if extra and options.decode_images:
             self._extra_images = ExtraImages(self.transforms, options.backend)
             undo.callback(self._extra_images.close)

@@ -9,6 +9,7 @@ import numpy as np
 
 from fastloader.checks import int_at_least
 from fastloader.errors import invalid_argument
+from fastloader.format.dataset import PackedDataset
 from fastloader.format.remote import is_url
 from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
 from fastloader.loader.options import PackedOptions
@@ -23,7 +24,7 @@ class RemoteOptions:
     window: int | None
     open_options: dict[str, Any] = field(default_factory=dict)
 
-    def layout(self, dataset: Any) -> tuple[np.ndarray, np.ndarray, int] | None:
+    def layout(self, dataset: PackedDataset) -> tuple[np.ndarray, np.ndarray, int] | None:
         """The sampler's shard layout (starts, counts, window), or None: plain shuffle."""
         if self.window is None:
             return None
@@ -71,7 +72,7 @@ def remote_options(data: object, packed: PackedOptions) -> RemoteOptions:
     return RemoteOptions(window, options)
 
 
-def plan_shards(dataset: Any, indices: np.ndarray, start: int, num_batches: int,
+def plan_shards(dataset: PackedDataset, indices: np.ndarray, start: int, num_batches: int,
                 batch_size: int) -> None:
     """Tell a remote dataset the records this pass reads, in order, so its prefetch follows
     them (a local dataset has no plan_epoch and needs none)."""

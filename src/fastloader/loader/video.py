@@ -5,13 +5,11 @@ records' image would be."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from fastloader.format.kinds.video import VideoKind
 from fastloader.loader.clips import ClipDecoder, ClipLoader
-from fastloader.loader.options import VideoOptions
+from fastloader.loader.options import ClipOptions, VideoOptions
 from fastloader.loader.video_batch import VideoDecoder
 
 
@@ -44,16 +42,12 @@ class VideoLoader(ClipLoader, path="video loader"):
     """
 
     options_class = VideoOptions
+    kind_class = VideoKind
     kind_words = "videos"
     _path = "video loader"
 
-    def _refusal(self, kind: object) -> tuple[str, str] | None:
-        if isinstance(kind, VideoKind):
-            return None
-        return (f"its records are {kind} values, not videos",
-                "Drop video= to load it with the loader its records take.")
-
-    def _decoder_for(self, options: Any, meta: np.ndarray) -> ClipDecoder:
+    def _decoder_for(self, options: ClipOptions, meta: np.ndarray) -> ClipDecoder:
+        assert isinstance(options, VideoOptions)  # options_class builds it
         self.video = options.spec
         return VideoDecoder(self._data.record, meta, options.spec, options.decode_transforms,
                             options.threads)

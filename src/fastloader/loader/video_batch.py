@@ -74,7 +74,7 @@ class VideoDecoder:
     kind = "video"
     dtype = np.dtype(np.uint8)
 
-    def __init__(self, read: Callable[[int], Any], meta: np.ndarray, video: Video,
+    def __init__(self, read: Callable[[int], memoryview], meta: np.ndarray, video: Video,
                  transforms: Sequence[Transform], threads: int) -> None:
         self.read, self.meta, self.video = read, meta, video
         self.transforms, self.threads = tuple(transforms), threads

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from fastloader.checks import flag, positive_int
 from fastloader.errors import invalid_argument, invalid_type
@@ -80,7 +79,7 @@ class Video:
         return self.stride or 1
 
 
-def check_video(video: Any) -> Video | None:
+def check_video(video: object) -> Video | None:
     """video if it is a Video (or None); InvalidTypeError otherwise."""
     if video is None or isinstance(video, Video):
         return video

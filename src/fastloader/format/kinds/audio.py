@@ -22,6 +22,7 @@ class AudioKind(Kind):
     """Encoded audio bytes (or a path to them), decoded once at pack time to prove them whole."""
 
     records = True  # the records of a dataset without images
+    loaded_by = ("audio clips", "audio=fastloader.Audio(...)")
     meta = META
     verified = True  # with `packdata verify --decode`, each clip is decoded again
     cell_is_path = True

@@ -121,6 +121,9 @@ class Kind(str):
     records: ClassVar[bool] = False  # may be the dataset's records (stored in the shards; the
     # first such field declared is): the image kind, and kinds like audio that store their
     # bytes as given, their record shape from record_shape()
+    loaded_by: ClassVar[tuple[str, str] | None] = None  # a records kind other than image:
+    # (what its values are called, the FastLoader argument that loads them), as the other
+    # loaders name them: ("audio clips", "audio=fastloader.Audio(...)")
     meta: ClassVar[tuple[str, ...]] = ()  # names of int64 facts kept per sample beside the
     # value in an (N, len(meta)) column, read without the value (store() returns WithMeta;
     # audio: sample_rate, channels, frames); the records field keeps its meta column too

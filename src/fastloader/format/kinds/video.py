@@ -32,6 +32,7 @@ class VideoKind(Kind):
     """Encoded video bytes (or a path to them), decoded once at pack time to prove them whole."""
 
     records = True  # the records of a dataset without images
+    loaded_by = ("videos", "video=fastloader.Video(...)")
     meta = META
     verified = True  # with `packdata verify --decode`, each clip is decoded again
     cell_is_path = True
