@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from audiogen import clip
+from fastloader.format.kinds import AUDIO
 from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
 from fastloader.pack.cli.main import main
 from fastloader.pack.maintain import info as info_mod
@@ -40,7 +41,7 @@ def test_info_names_each_clips_container(clips: Path,
 
 def test_info_samples_a_large_clip_dataset_and_says_so(
         clips: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(info_mod, "_SNIFFED_CLIPS", 3)
+    monkeypatch.setattr(type(AUDIO), "codecs_read", 3)
     info = info_mod.dataset_info(clips)
     assert info["codecs_sampled"] == 3 and sum(info["codecs"].values()) == 3
     # spread over the dataset: its first and last records are among the three

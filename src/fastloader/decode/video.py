@@ -12,6 +12,8 @@ import numpy as np
 from fastloader.errors import DecodeError, OptionalDependencyError, invalid_argument
 
 EXTRA_FIX = "pip install 'fastloader[video]'"
+# the file names read as video clips (class folders, table cells, WebDataset members, advice)
+VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi")
 # swscale's bilinear filter widens its taps when it shrinks (it averages like an area filter),
 # so a downscale does not alias; of swscale's filters it is the closest to Pillow's and
 # torchvision's antialiased bilinear (MAE < 1 on the test scenes, against 1.1-2.5 for GAUSS,

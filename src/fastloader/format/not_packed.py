@@ -1,6 +1,6 @@
 """What a folder given as a packed dataset holds when it is none (an image tree, audio clips,
-tables, .tar shards): the error then says so and how to pack it elsewhere, not "pack it again"
-into the source itself."""
+videos, tables, .tar shards): the error then says so and how to pack it elsewhere, not "pack
+it again" into the source itself."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from pathlib import Path
 
 from fastloader.decode.audio import AUDIO_EXTENSIONS
 from fastloader.decode.pillow import IMAGE_EXTENSIONS
+from fastloader.decode.video import VIDEO_EXTENSIONS
 
 # a folder's files by what pack() reads them as (pack/sources/scan.py, importers.py, groups.py)
 _TABLES = {".csv", ".tsv", ".jsonl", ".parquet"}
 _TARS = {".tar", ".tgz"}
 _WHAT = {"images": "an image tree (folders of image files)",
          "clips": "a folder of audio clips",
+         "videos": "a folder of videos",
          "tables": "a folder holding a table",
          "tars": "a folder of .tar shards (WebDataset)"}
 _LOOKED_AT = 2000  # files looked at, at most: a guess, not a listing of a huge tree
@@ -26,6 +28,8 @@ def _kind(name: str) -> str | None:
         return "images"
     if suffix in AUDIO_EXTENSIONS:
         return "clips"
+    if suffix in VIDEO_EXTENSIONS:
+        return "videos"
     if suffix in _TABLES:
         return "tables"
     return "tars" if suffix in _TARS or name.lower().endswith(".tar.gz") else None

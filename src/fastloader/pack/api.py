@@ -65,7 +65,8 @@ def pack(
             column of the table or Dataset -> kind).
         source_format: force the source kind: "imagefolder", "csv", "tsv", "jsonl",
             "parquet", "files" (a folder of file groups), "tar", "coco", "audiofolder"
-            (class folders of clips), "librispeech" (audio, text, speaker, chapter),
+            (class folders of clips), "videofolder" (class folders of videos: video,
+            label), "librispeech" (audio, text, speaker, chapter),
             "commonvoice" (a split's .tsv: audio = clips/PATH, text = sentence) or
             "savedataset" (a `datasets` save_to_disk folder); None: detected (every
             registered source: fastloader.pack.sources.catalog).

@@ -127,11 +127,28 @@ class Kind(str):
     meta: ClassVar[tuple[str, ...]] = ()  # names of int64 facts kept per sample beside the
     # value in an (N, len(meta)) column, read without the value (store() returns WithMeta;
     # audio: sample_rate, channels, frames); the records field keeps its meta column too
+    codecs_read: ClassVar[int] = 0  # records `packdata info` reads at most (spread evenly)
+    # to name their codecs with codec(), for a records kind whose index keeps none
 
     @property
     def name(self) -> str:
         """The kind's name, a plain str."""
         return str.__str__(self)
+
+    # `packdata info`: a records kind's own account instead of image sizes
+
+    def summary(self, meta: np.ndarray) -> dict[str, Any] | None:
+        """The records' account from their (N, len(meta)) meta column (clips, hours ...),
+        JSON-ready, shown instead of image sizes; None: the kind has none (image sizes)."""
+        return None
+
+    def summary_lines(self, summary: dict[str, Any]) -> list[str]:
+        """summary()'s text lines."""
+        return []
+
+    def codec(self, record: bytes) -> str:
+        """The codec (or container) one stored record is in, when codecs_read > 0."""
+        return "OTHER"
 
     # declared: what a user writes and what manifest.json holds
 

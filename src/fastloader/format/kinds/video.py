@@ -7,14 +7,14 @@ field is the records (the shards)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fastloader.decode import video
 from fastloader.errors import DecodeError
-from fastloader.format.kinds.base import Bad, BadValue, Kind, Spec, StoreContext, WithMeta
+from fastloader.format.kinds.base import Spec
+from fastloader.format.kinds.encoded import EncodedKind, seconds_line, spread
 
 # per clip, int64: enough to plan a window by frame stride or by time without the file
 META = ("width", "height", "frames", "time_base_num", "time_base_den", "duration_pts",
@@ -28,68 +28,50 @@ def meta_of(info: video.VideoInfo) -> tuple[int, ...]:
             int(info.pts[0]))
 
 
-class VideoKind(Kind):
+class VideoKind(EncodedKind):
     """Encoded video bytes (or a path to them), decoded once at pack time to prove them whole."""
 
-    records = True  # the records of a dataset without images
     loaded_by = ("videos", "video=fastloader.Video(...)")
     meta = META
-    verified = True  # with `packdata verify --decode`, each clip is decoded again
-    cell_is_path = True
+    feature = "Video"
 
     def describe(self, spec: Spec) -> str:
         return "video (encoded clip)"
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> WithMeta:
-        """The bytes as given, with META from the demuxed index and a whole decode."""
-        if isinstance(value, WithMeta):  # a resumed pack's journal: checked already
-            return value
-        data = ctx.read(value)
-        try:
-            info = video.check(data)
-        except DecodeError as exc:
-            raise BadValue(str(exc)) from None
-        return WithMeta(data, meta_of(info))
+    def facts(self, data: bytes) -> tuple[int, ...]:
+        """META from the demuxed index, proven by a whole decode."""
+        return meta_of(video.check(data))
 
     def record_shape(self, spec: Spec, stored: Any) -> tuple[int, int]:
         width, height = stored.meta[0], stored.meta[1]
         return height, width
 
-    def from_member(self, spec: Spec, member: Any, read: Callable[[Any], bytes],
-                    deferred: bool) -> Any:
-        return member if deferred else read(member)
+    codecs_read = 256  # naming a clip's codec demuxes it: fewer than audio's header sniffs
 
-    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
-        """A clip path; a Hugging Face Video() cell ({"bytes", "path"}) gives its stored bytes
-        (never decoded), else its path."""
-        if isinstance(value, dict) and ("bytes" in value or "path" in value):
-            data, path = value.get("bytes"), value.get("path")
-            if data:
-                return bytes(data)
-            if isinstance(path, str) and path:
-                return path
-            raise ValueError("is a Video() cell with neither bytes nor a path")
-        return super().from_cell(spec, value, from_csv)
+    def summary(self, meta: np.ndarray) -> dict[str, Any]:
+        return summary(meta)
+
+    def summary_lines(self, clips: dict[str, Any]) -> list[str]:
+        fps = ", ".join(f"{float(k):g} fps {n}" for k, n in clips["fps"].items())
+        sizes = ", ".join(f"{k} {n}" for k, n in clips["resolutions"].items())
+        return [f"video     {clips['clips']} clips, {clips['hours']:.2f} hours, "
+                f"{clips['frames']} frames",
+                seconds_line(clips["seconds"]),
+                f"fps       {fps}",
+                f"sizes     {sizes}"]
+
+    def codec(self, record: bytes) -> str:
+        """The video stream's codec as FFmpeg names it (h264, vp9 ...), from its demuxed index;
+        "unreadable" for a clip that no longer demuxes (verify --decode says why)."""
+        try:
+            return video.probe(bytes(record)).codec
+        except DecodeError:
+            return "unreadable"
 
     def check_column(self, spec: Spec, arrays: dict[str, np.ndarray]) -> str | None:
         meta = arrays.get("meta")
         if meta is not None and meta.size and int(meta[:, :5].min()) < 1:
             return "a clip's width, height, frames or time base in its meta column is below 1"
-        return None
-
-    def load(self, spec: Spec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
-        return blob.tobytes()
-
-    def verify(self, spec: Spec, value: Any, image_size: tuple[int, int],
-               decode: Callable[[bytes], str | None] | None) -> str | None:
-        """With decode (verify --decode), why the clip does not decode whole; the image
-        decoder itself is not used."""
-        if decode is None:
-            return None
-        try:
-            video.check(bytes(value))
-        except DecodeError as exc:
-            return str(exc)
         return None
 
 
@@ -112,14 +94,11 @@ def summary(meta: np.ndarray) -> dict[str, Any]:
         pairs = sorted(zip(keys.tolist(), counts.tolist(), strict=True), key=lambda p: -p[1])
         return {str(k): int(n) for k, n in pairs}
 
-    empty = span.size == 0
     return {
         "clips": int(span.size),
         "hours": round(float(span.sum()) / 3600, 4),
         "frames": int(meta[:, 2].sum()),
-        "seconds": {"min": 0.0, "median": 0.0, "mean": 0.0, "max": 0.0} if empty else {
-            "min": round(float(span.min()), 3), "median": round(float(np.median(span)), 3),
-            "mean": round(float(span.mean()), 3), "max": round(float(span.max()), 3)},
+        "seconds": spread(span),
         "fps": histogram(fps.tolist()),
         "resolutions": histogram(sizes),
     }

@@ -71,6 +71,8 @@ SRC is any of these (detected; --source-format KIND forces one):
                        files are ignored)
   class folders of     SRC/<class>/<.wav .flac .mp3 .ogg .opus clips> (a Speech Commands
     audio clips        style tree; --source-format audiofolder)
+  class folders of     SRC/<class>/<.mp4 .m4v .mov .mkv .webm .avi clips> (a Kinetics or
+    videos             UCF101 style tree; --source-format videofolder)
   a table              .csv .tsv .jsonl .parquet: one row a sample (--image, --label,
                        --root, --field)
   WebDataset groups    x.jpg x.cls x.txt ... in a folder, or in .tar/.tgz shards
@@ -112,16 +114,16 @@ def _pack_parser() -> argparse.ArgumentParser:
               "       packdata append DST NEW | packdata merge A B [...] OUT\n"
               "       packdata plan SRC DST [options] | packdata shard DST --range I:J | "
               "packdata commit DST",
-        description="Pack images, audio clips or any table of samples (an image tree, class "
-                    "folders of clips, a CSV/TSV/JSONL/Parquet table, WebDataset tars, a COCO "
-                    "file, a Hugging Face split, or URLs to them) into a sharded LMDB or HDF5 "
-                    "dataset.",
+        description="Pack images, audio or video clips or any table of samples (an image "
+                    "tree, class folders of clips or videos, a CSV/TSV/JSONL/Parquet table, "
+                    "WebDataset tars, a COCO file, a Hugging Face split, or URLs to them) "
+                    "into a sharded LMDB or HDF5 dataset.",
         epilog=USAGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
-    add("src", metavar="SRC", help="what to pack: an image tree, class folders of clips, a "
-        "table, WebDataset tars, a COCO file, a Hugging Face split or a URL (see below)")
+    add("src", metavar="SRC", help="what to pack: an image tree, class folders of clips or "
+        "videos, a table, WebDataset tars, a COCO file, a Hugging Face split or a URL (see below)")
     add("dst", metavar="DST", help="dataset folder to create: NAME.lmdb or NAME.h5")
     add("--format", choices=("lmdb", "hdf5"), help="backend (default: from DST's suffix)")
     add("--shard-size", type=parse_size, default=DEFAULT_SHARD_SIZE, metavar="SIZE",

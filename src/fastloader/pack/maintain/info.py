@@ -1,5 +1,6 @@
-"""dataset_info(): counts, class histogram, shards, bytes, image sizes (a clip dataset's hours,
-lengths, rates and channels instead) and options of a dataset."""
+"""dataset_info(): counts, class histogram, shards, bytes, image sizes (a clip dataset's account
+by its records kind instead: hours, lengths, rates, frame rates, sizes) and options of a
+dataset."""
 
 from __future__ import annotations
 
@@ -10,15 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from fastloader.decode.audio import CONTAINER_HEAD, container
-from fastloader.format.kinds import audio
+from fastloader.format.kinds import Kind, get, names
 from fastloader.format.manifest import Codec
 from fastloader.format.open import open_dataset
 
 _SHOWN_CLASSES = 20
-# Clips whose first bytes `packdata info` reads for their containers (the index has no codec
-# for a clip): all of them up to this many, else this many spread evenly over the dataset.
-_SNIFFED_CLIPS = 4096
 
 
 def human_bytes(count: float) -> str:
@@ -72,27 +69,30 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
             "stats": manifest.stats,
             "skipped": skipped_count,
         }
-        records = ds.fields[ds.image_field]
-        if isinstance(records.kind, audio.AudioKind) and ds.columns is not None:
-            # clips, not images: their hours, lengths, rates and channels, not sizes
+        kind = ds.fields[ds.image_field].kind
+        summary = kind.summary(ds.columns.meta(ds.image_field)) if kind.meta and \
+            ds.columns is not None else None
+        if summary is not None:
+            # clips, not images: the records kind's account (hours, lengths ...), not sizes
             del info["height"], info["width"]
-            info["audio"] = audio.summary(ds.columns.meta(ds.image_field))
-            info.update(_clip_codecs(ds))
+            info[kind.name] = summary
+            info.update(_clip_codecs(ds, kind))
         return info
 
 
-def _clip_codecs(ds: Any) -> dict[str, Any]:
-    """A clip dataset's codecs (the index stores UNKNOWN for every clip) as the containers
-    their first bytes name, read from up to _SNIFFED_CLIPS records ("codecs_sampled": how many
+def _clip_codecs(ds: Any, kind: Kind) -> dict[str, Any]:
+    """A clip dataset's codecs (the index stores UNKNOWN for every clip) as kind.codec() names
+    them, read from up to kind.codecs_read records spread evenly ("codecs_sampled": how many
     when fewer than all); a remote dataset's clips are not fetched for it: no codecs."""
-    if getattr(ds, "url", None) is not None or not len(ds):
+    if getattr(ds, "url", None) is not None or not len(ds) or not kind.codecs_read:
         return {"codecs": {}, "codec_bytes": {}}
-    rows = np.unique(np.linspace(0, len(ds) - 1, min(len(ds), _SNIFFED_CLIPS)).astype(np.int64))
+    rows = np.unique(np.linspace(0, len(ds) - 1, min(len(ds), kind.codecs_read))
+                     .astype(np.int64))
     counts: dict[str, int] = {}
     sizes: dict[str, int] = {}
     for i in rows.tolist():
         record = ds.record(i, verify=False)
-        name = container(bytes(record[:CONTAINER_HEAD]))
+        name = kind.codec(record)
         counts[name] = counts.get(name, 0) + 1
         sizes[name] = sizes.get(name, 0) + len(record)
     found: dict[str, Any] = {"codecs": counts, "codec_bytes": sizes}
@@ -122,17 +122,11 @@ def _size_lines(info: dict[str, Any]) -> list[str]:
             f"width     {width['min']} min, {width['median']:g} median, {width['max']} max"]
 
 
-def _audio_lines(clips: dict[str, Any]) -> list[str]:
-    seconds = clips["seconds"]
-
-    def counts(histogram: dict[str, int], unit: str) -> str:
-        return ", ".join(f"{k}{unit} {n}" for k, n in histogram.items())
-
-    return [f"audio     {clips['clips']} clips, {clips['hours']:.2f} hours",
-            f"seconds   {seconds['min']:g} min, {seconds['median']:g} median, "
-            f"{seconds['max']:g} max",
-            f"rates     {counts(clips['sample_rates'], ' Hz')}",
-            f"channels  {counts(clips['channels'], 'ch')}"]
+def _summary_lines(info: dict[str, Any]) -> list[str] | None:
+    """The records kind's account (under its name, e.g. info["video"]) as text; None when
+    the dataset's records are images (their sizes are shown)."""
+    kind = next((get(name) for name in names() if isinstance(info.get(name), dict)), None)
+    return None if kind is None else kind.summary_lines(info[kind.name])
 
 
 def _codec_lines(info: dict[str, Any]) -> list[str]:
@@ -156,7 +150,7 @@ def format_info(info: dict[str, Any]) -> str:
         f"{human_bytes(info['total_bytes'])} on disk",
         f"record    {human_bytes(size['min'])} min, {human_bytes(size['median'])} median, "
         f"{human_bytes(size['max'])} max",
-        *(_audio_lines(info["audio"]) if "audio" in info else _size_lines(info)),
+        *(_summary_lines(info) or _size_lines(info)),
         *_codec_lines(info),
         "options   " + ", ".join(f"{k}={v}" for k, v in sorted(info["options"].items())),
         f"skipped   {info['skipped']} "

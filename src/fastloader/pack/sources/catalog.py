@@ -11,6 +11,7 @@ from fastloader.pack.sources.formats.librispeech import LibriSpeech
 from fastloader.pack.sources.formats.parquet import Parquet
 from fastloader.pack.sources.formats.saved_dataset import SavedDataset
 from fastloader.pack.sources.formats.table import Table
+from fastloader.pack.sources.formats.video_folder import VideoFolder
 from fastloader.pack.sources.registry import register
 
 register(Table("csv"))
@@ -21,6 +22,7 @@ register(Files())
 register(Tars())
 register(Coco())
 register(AudioFolder())
+register(VideoFolder())
 register(LibriSpeech())
 register(CommonVoice())
 register(SavedDataset())

@@ -5,7 +5,9 @@ like data-{000..009}.tar too; local, or at fsspec URLs: s3://bucket/train-{000..
 The key is the path up to the first dot of the file name; the rest is the extension, which
 names the field (jpg, cls, txt, json, npy, as in WebDataset).
 Kinds by extension: jpg/jpeg/png/webp/bmp image, cls int, txt text, json json, npy ndarray
-(any shape: declare it with fields= / --field EXT:ndarray:DTYPE:SHAPE), anything else bytes.
+(any shape: declare it with fields= / --field EXT:ndarray:DTYPE:SHAPE), flac/wav/mp3/ogg/opus
+audio, mp4/m4v/mov/mkv/webm/avi video (decode/video.py's VIDEO_EXTENSIONS), anything else
+bytes.
 A folder's fields are every extension found; a tar's those of its first samples. Tars are
 indexed by one walk of their headers (pack/sources/tar_index.py) and read by sample, in any order.
 A member (or file) named KEY.EXT.gz is un-gzipped when read, as WebDataset does: the field
@@ -29,9 +31,10 @@ from typing import Any
 import numpy as np
 
 from fastloader.decode.audio import AUDIO_EXTENSIONS
+from fastloader.decode.video import VIDEO_EXTENSIONS
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
-from fastloader.format.kinds import AUDIO, BYTES, IMAGE, INT, JSON, NDARRAY, TEXT, Kind
+from fastloader.format.kinds import AUDIO, BYTES, IMAGE, INT, JSON, NDARRAY, TEXT, VIDEO, Kind
 from fastloader.format.remote import is_url
 from fastloader.pack.sources import spatial
 from fastloader.pack.sources.tar_index import TarIndex
@@ -39,7 +42,8 @@ from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMe
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
 _KINDS = {"cls": INT, "txt": TEXT, "json": JSON, "npy": NDARRAY,
-          **dict.fromkeys((e.lstrip(".") for e in AUDIO_EXTENSIONS), AUDIO)}
+          **dict.fromkeys((e.lstrip(".") for e in AUDIO_EXTENSIONS), AUDIO),
+          **dict.fromkeys((e.lstrip(".") for e in VIDEO_EXTENSIONS), VIDEO)}
 _PEEK = 64  # tar samples read ahead to find the fields
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
-from fastloader.pack.sources.hf_features import Mapped, fields_of, image_path, one_label
+from fastloader.pack.sources.hf_features import Mapped, fields_of, image_path, kind_of, one_label
 from fastloader.pack.sources.values import (
     ERROR_KEY,
     PATH_KEY,
@@ -109,12 +109,13 @@ def dataset_samples(dataset: Any, fields: Any, image: str | None, label: Any, ro
     if image is not None and image not in images:
         raise PackError(f"{where}: image={image!r} is not one of its Image columns "
                         f"({images or 'none'}).")
-    clips = [c for c, m in mapped.items() if m.spec == "audio"]
+    clips = [c for c, m in mapped.items()  # Audio and Video columns: records kinds too
+             if not m.image and getattr(kind_of(m.spec), "records", False)]
     first = image or (images[0] if images else None) or (clips[0] if clips else None)
     if first is None:
-        raise PackError(f"{where} has no Image or Audio column among {list(mapped)}; a packed "
-                        "dataset stores one image (or clip) per sample: cast the column that "
-                        "holds them (dataset.cast_column(COLUMN, datasets.Image())).")
+        raise PackError(f"{where} has no Image, Audio or Video column among {list(mapped)}; "
+                        "a packed dataset stores one image (or clip) per sample: cast the "
+                        "column that holds them (dataset.cast_column(COLUMN, datasets.Image())).")
     dataset = _undecoded(dataset, images + clips)
     ordered = {first: mapped[first]} | mapped  # the records' field first
     specs = [make_spec(c, m.spec, PackError, f"{where} column {c!r}") for c, m in ordered.items()]
@@ -126,7 +127,7 @@ def dataset_samples(dataset: Any, fields: Any, image: str | None, label: Any, ro
 
 
 def _undecoded(dataset: Any, columns: list[str]) -> Any:
-    """dataset with its Image (and Audio) columns read as their stored {bytes, path} (no
+    """dataset with its Image (and Audio, Video) columns read as their stored {bytes, path} (no
     decode)."""
     for column in columns:
         feature = dataset.features[column]

@@ -7,8 +7,8 @@ Image -> image (the stored bytes, never decoded; the path only where there are n
 ClassLabel -> int with its class names, Value(string) -> text, Value(int*, uint*, bool) ->
 int, Value(float*) -> float (null: NaN), Value(binary) -> bytes, List / LargeList / Sequence
 of numbers and ArrayND -> ndarray (a fixed length, or -1), lists of anything else, dicts and
-Json -> json, Audio -> audio (the stored bytes, never decoded). Another feature type is
-refused naming the column and what to do. To map a new feature type (e.g. Video), add an
+Json -> json, Audio -> audio and Video -> video (the stored bytes, never decoded). Another
+feature type is refused naming the column and what to do. To map a new feature type, add an
 entry to FEATURES: its `_type` -> a function of the feature's JSON giving a Mapped (or None:
 not packable).
 """
@@ -72,7 +72,7 @@ def image_source(value: Any) -> Any:
 
 
 def clip_source(value: Any) -> Any:
-    """An Audio value ({bytes, path} struct, bytes or a path) as the clip's stored bytes
+    """An Audio or Video value ({bytes, path} struct, bytes or a path) as the clip's stored bytes
     (never decoded), or the path where the struct has no bytes."""
     if isinstance(value, Mapping):
         return _stored(value, "clip")
@@ -189,6 +189,7 @@ def _has_no_media(feature: Any) -> bool:
 FEATURES: dict[str, Callable[[Mapping[str, Any]], Mapped | None]] = {
     "Image": lambda feature: Mapped("image", image_source),
     "Audio": lambda feature: Mapped("audio", clip_source),
+    "Video": lambda feature: Mapped("video", clip_source),
     "ClassLabel": lambda feature: Mapped(("int", list(feature.get("names") or [])), class_id),
     "Value": _value,
     "List": _list, "LargeList": _list, "Sequence": _list,

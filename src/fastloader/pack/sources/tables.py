@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fastloader.decode.audio import AUDIO_EXTENSIONS
+from fastloader.decode.video import VIDEO_EXTENSIONS
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
 from fastloader.format.kinds.infer import infer_kind
@@ -36,7 +37,10 @@ from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, Parqu
 
 IMAGE_COLUMNS = ("path", "image", "file", "filename")
 AUDIO_COLUMNS = ("audio", "audio_filepath", "audio_path")  # NeMo manifests: audio_filepath
-CLIP_FIELD = "audio"  # a table's clips are field `audio` whatever their column is called
+VIDEO_COLUMNS = ("video", "video_path", "video_filepath")
+# A table's clips, by kind: the columns named for them and their file names. Their field is
+# the kind's name (`audio`, `video`) whatever their column is called.
+MEDIA = {"audio": (AUDIO_COLUMNS, AUDIO_EXTENSIONS), "video": (VIDEO_COLUMNS, VIDEO_EXTENSIONS)}
 _SNIFFED = 16  # a column names clips when its first cells are all clip file names
 _EMPTY = None  # an empty cell, before the column's kind says what it reads as
 
@@ -175,30 +179,43 @@ def _image_column(where: str, header: list[str], image: str | None,
                   ) -> tuple[str | None, dict[str, Any], str | None]:
     """(the records' image column, overrides, the clip column): the image column given, else
     by name, else the first Image feature or column of image bytes ({bytes, path} structs);
-    None (with the clip column declared audio in the overrides) for a table of clips."""
+    None (with the clip column declared audio or video in the overrides) for a table of
+    clips."""
     lowered = {h.lower(): h for h in header}
     found = image or next((lowered[c] for c in IMAGE_COLUMNS if c in lowered), None) or next(
         (c for c in header if c in features and features[c].image), None) or next(
         (c for c in header if c in binary), None)
-    clips = None if image else _audio_column(header, lowered, overrides, features) or next(
-        (c for c in ([found] if found in header else []) + header
-         if c not in overrides and c not in features and _names_clips(rows, c)), None)
-    if clips is not None and (found is None or found == clips or found not in header):
+    clips = None if image else _clip_column(header, lowered, overrides, features) or \
+        _sniffed_column(rows, ([found] if found in header else []) + header, overrides, features)
+    if clips is not None and (found is None or found == clips[0] or found not in header):
         # a clip dataset: its clips are the records
-        return None, {**overrides, clips: overrides.get(clips, "audio")}, clips
+        column, medium = clips
+        return None, {**overrides, column: overrides.get(column, medium)}, column
     if found is None or found not in header:
         raise PackError(f"{where}: no image column (looked for {image or ', '.join(IMAGE_COLUMNS)}"
                         f" among {header}); name it with image='COL'.")
     return found, overrides, None
 
 
-def _names_clips(rows: list[tuple[str, Any]], column: str) -> bool:
-    """Whether a column's first cells are all file names of clips (.wav, .flac, .mp3 ...), as
-    class folders tell clips by their files."""
+def _sniffed_column(rows: list[tuple[str, Any]], columns: list[str], overrides: dict[str, Any],
+                    features: dict[str, Mapped]) -> tuple[str, str] | None:
+    """(the first undeclared column of clip file names, their kind), or None."""
+    for column in columns:
+        if column not in overrides and column not in features:
+            medium = _names_clips(rows, column)
+            if medium is not None:
+                return column, medium
+    return None
+
+
+def _names_clips(rows: list[tuple[str, Any]], column: str) -> str | None:
+    """The kind ("audio", "video") whose file names (.wav, .flac ...; .mp4, .webm ...) a
+    column's first cells all are, as class folders tell clips by their files; else None."""
     cells = [r[column] for _, r in rows[:4 * _SNIFFED]
              if isinstance(r, dict) and r.get(column) is not None][:_SNIFFED]
-    return bool(cells) and all(isinstance(c, str) and PurePosixPath(c).suffix.lower()
-                               in AUDIO_EXTENSIONS for c in cells)
+    suffixes = {PurePosixPath(c).suffix.lower() if isinstance(c, str) else "" for c in cells}
+    return next((kind for kind, (_, extensions) in MEDIA.items()
+                 if suffixes and suffixes <= set(extensions)), None)
 
 
 def _label_spec(where: str, label: str, rows: list[tuple[str, Any]],
@@ -220,7 +237,8 @@ def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col
            ) -> tuple[list[FieldSpec], dict[str, str], dict[str, Callable[[Any], Any]]]:
     """(fields, field -> column, field -> converter): a column's kind is its --field, else
     its Hugging Face feature's, else a boxes/mask column's by name, else inferred. The clip
-    column's field is `audio` (CLIP_FIELD) unless another column has that name."""
+    column's field is its kind's name (`audio`, `video`) unless another column has that
+    name."""
     if label is not None and label not in header:
         raise PackError(f"{where}: no column {label!r} for label= among {header}.")
     _check_overrides(where, header, image_col, label, overrides)
@@ -240,8 +258,10 @@ def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col
             features[column].spec if column in features else
             spatial.default_kind(column, header, spatial.declares_boxes(overrides))
             or _infer(column, rows, from_csv))
-        name = CLIP_FIELD if column == clips and (
-            column == CLIP_FIELD or CLIP_FIELD not in header) else column
+        found = kind_of(kind) if column == clips else None
+        medium = found.name if found is not None else None
+        name = medium if medium is not None and (
+            column == medium or medium not in header) else column
         specs.append(make_spec(name, kind, PackError, f"{where} column {column!r}"))
         columns[name] = column
         if column in features:
@@ -270,18 +290,19 @@ def _check_overrides(where: str, header: list[str], image_col: str | None, label
                         "names: pass one of them.")
 
 
-def _audio_column(header: list[str], lowered: dict[str, str], overrides: dict[str, Any],
-                  features: dict[str, Mapped]) -> str | None:
-    """The column of clips: one declared of a records kind other than image (--field
-    COL:audio), else a Hugging Face Audio() feature's, else one named like AUDIO_COLUMNS;
-    None: not a clip table."""
+def _clip_column(header: list[str], lowered: dict[str, str], overrides: dict[str, Any],
+                 features: dict[str, Mapped]) -> tuple[str, str] | None:
+    """(the column of clips, its kind): one declared of a records kind other than image
+    (--field COL:audio, COL:video), else a Hugging Face Audio() or Video() feature's, else
+    one named like MEDIA's columns (audio_filepath, video_path ...); None: not a clip table."""
     for column in header:
         spec = overrides.get(column, features[column].spec if column in features else None)
         if spec is not None:
             kind = make_spec(column, spec, PackError, "fields=").kind
             if kind.records and not kind.is_image:
-                return column
-    return next((lowered[c] for c in AUDIO_COLUMNS if c in lowered), None)
+                return column, kind.name
+    return next(((lowered[c], kind) for kind, (columns, _) in MEDIA.items()
+                 for c in columns if c in lowered), None)
 
 
 def open_table(path: str | os.PathLike[str], kind: str, fields: Any, image: str | None,

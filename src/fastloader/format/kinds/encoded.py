@@ -1,0 +1,83 @@
+"""What the kinds of encoded media files (audio clips, videos) share: the file's bytes stored as
+given, never re-encoded, with the facts a whole decode proves (the kind's meta) beside them;
+read from a path, a tar member or a Hugging Face Audio()/Video() cell; decoded again by
+`packdata verify --decode`; told in `packdata info` by their seconds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fastloader.errors import DecodeError
+from fastloader.format.kinds.base import Bad, BadValue, Kind, Spec, StoreContext, WithMeta
+
+
+class EncodedKind(Kind):
+    """A kind of encoded files; a subclass says how its bytes are proven whole (`facts`)."""
+
+    records = True  # the records of a dataset without images
+    verified = True  # with `packdata verify --decode`, each file is decoded again
+    cell_is_path = True
+    feature: ClassVar[str] = ""  # the Hugging Face feature whose cells it takes ("Audio")
+
+    def facts(self, data: bytes) -> tuple[int, ...]:
+        """The meta row of data, from a whole decode; DecodeError saying why it is not whole."""
+        raise NotImplementedError(f"kind {self.name!r} has no facts()")
+
+    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> WithMeta:
+        """The bytes as given, with their facts."""
+        if isinstance(value, WithMeta):  # a resumed pack's journal: checked already
+            return value
+        data = ctx.read(value)
+        try:
+            return WithMeta(data, self.facts(data))
+        except DecodeError as exc:
+            raise BadValue(str(exc)) from None
+
+    def from_member(self, spec: Spec, member: Any, read: Callable[[Any], bytes],
+                    deferred: bool) -> Any:
+        return member if deferred else read(member)
+
+    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
+        """A file path; a Hugging Face Audio()/Video() cell ({"bytes", "path"}, as `datasets`
+        writes Parquet) gives its stored bytes (never decoded), else its path."""
+        if isinstance(value, dict) and ("bytes" in value or "path" in value):
+            data, path = value.get("bytes"), value.get("path")
+            if data:
+                return bytes(data)
+            if isinstance(path, str) and path:
+                return path
+            article = "an" if self.feature[:1] in "AEIOU" else "a"
+            raise ValueError(f"is {article} {self.feature}() cell with neither bytes nor a path")
+        return super().from_cell(spec, value, from_csv)
+
+    def load(self, spec: Spec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
+        return blob.tobytes()
+
+    def verify(self, spec: Spec, value: Any, image_size: tuple[int, int],
+               decode: Callable[[bytes], str | None] | None) -> str | None:
+        """With decode (verify --decode), why the file does not decode whole; the image
+        decoder itself is not used."""
+        if decode is None:
+            return None
+        try:
+            self.facts(bytes(value))
+        except DecodeError as exc:
+            return str(exc)
+        return None
+
+
+def spread(seconds: np.ndarray) -> dict[str, float]:
+    """min, median, mean and max of the files' seconds (zeros when there are none)."""
+    if seconds.size == 0:
+        return {"min": 0.0, "median": 0.0, "mean": 0.0, "max": 0.0}
+    return {"min": round(float(seconds.min()), 3), "median": round(float(np.median(seconds)), 3),
+            "mean": round(float(seconds.mean()), 3), "max": round(float(seconds.max()), 3)}
+
+
+def seconds_line(seconds: dict[str, float]) -> str:
+    """`packdata info`'s line of a spread()."""
+    return (f"seconds   {seconds['min']:g} min, {seconds['median']:g} median, "
+            f"{seconds['max']:g} max")
