@@ -62,11 +62,14 @@ def test_one_crop_and_flip_per_clip() -> None:
 
 
 def test_pack_cost_counts_hours_and_bytes(tree: list[tuple[Path, int]], tmp_path: Path) -> None:
-    cost = bench.pack_cost(tree, tree[0][0].parent.parent, tmp_path, rounds=1, cli=False)
-    assert 8.0 / 3600 <= cost["hours"] <= 12.0 / 3600
-    assert cost["source_bytes"] == sum(p.stat().st_size for p, _ in tree)
-    assert cost["stored_bytes"] >= cost["source_bytes"]  # the clips are stored as given
-    assert cost["s_per_hour"] > 0 and not any(tmp_path.iterdir())
+    costs = bench.pack_cost(tree, tree[0][0].parent.parent, tmp_path, rounds=1)
+    assert [cost["via"] for cost in costs] == ["packdata CLI", "fastloader.pack()"]
+    for cost in costs:
+        assert 8.0 / 3600 <= cost["hours"] <= 12.0 / 3600
+        assert cost["source_bytes"] == sum(p.stat().st_size for p, _ in tree)
+        assert cost["stored_bytes"] >= cost["source_bytes"]  # the clips are stored as given
+        assert cost["s_per_hour"] > 0
+    assert not any(tmp_path.iterdir())
 
 
 def test_quick_mode_runs_end_to_end(tmp_path: Path) -> None:
