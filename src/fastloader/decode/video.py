@@ -44,7 +44,8 @@ class VideoInfo:
     duration: float  # seconds, from the first frame's pts to the end of the last frame
     duration_pts: int
     pts: np.ndarray  # int64, every frame's pts in presentation order
-    keyframes: np.ndarray  # int64, the keyframes' pts, ascending
+    keyframes: np.ndarray | None  # int64, the keyframes' pts, ascending (None: not read; a
+    # decode then seeks by the container's own index)
 
     def seconds(self, pts: Any) -> np.ndarray:
         """Timestamps in seconds of pts values."""
@@ -100,6 +101,23 @@ def probe(data: bytes, what: str = "video") -> VideoInfo:
     fps = (len(order) / seconds) if seconds > 0 else 0.0
     return VideoInfo(codec, width, height, time_base, fps, len(order), seconds, span, order,
                      np.sort(np.asarray(keys, np.int64)))
+
+
+def frame_step(info: VideoInfo) -> int:
+    """The pts step between frames when every step is the same (constant frame rate), else 0."""
+    steps = np.diff(info.pts)
+    return int(steps[0]) if len(steps) and (steps == steps[0]).all() else 0
+
+
+def from_index(width: int, height: int, frames: int, time_base: Fraction, duration_pts: int,
+               first_pts: int, step: int) -> VideoInfo:
+    """A constant-frame-rate clip's VideoInfo from the facts a dataset's index keeps, without
+    the file: every pts is first_pts + k * step; its keyframes are left to the container's own
+    index (decode_clip seeks by it)."""
+    pts = first_pts + step * np.arange(frames, dtype=np.int64)
+    seconds = duration_pts * float(time_base)
+    return VideoInfo("", width, height, time_base, frames / seconds if seconds > 0 else 0.0,
+                     frames, seconds, duration_pts, pts, None)
 
 
 def check(data: bytes, what: str = "video") -> VideoInfo:
@@ -218,9 +236,14 @@ def _decode_into(data: bytes, info: VideoInfo, slots: dict[int, list[int]], out:
     """Seek, decode forward, copy wanted frames to their slots; DecodeError if one is missing."""
     av = _av()
     first, last = min(slots), max(slots)
-    # the keyframe at or before the first wanted frame, from the index: no guess by the demuxer
-    keys = info.keyframes[info.keyframes <= first]
-    seek_to = int(keys[-1]) if len(keys) else int(info.pts[0])
+    # the keyframe at or before the first wanted frame, from the index: no guess by the
+    # demuxer; without it, the container's index finds one (a B-frame GOP can make that one
+    # too late: the frames are then missing, and the caller probes the clip and retries)
+    if info.keyframes is None:
+        seek_to = first
+    else:
+        keys = info.keyframes[info.keyframes <= first]
+        seek_to = int(keys[-1]) if len(keys) else int(info.pts[0])
     container, stream = _open(av, data, what)
     stream.thread_count = threads
     stream.thread_type = thread_type

@@ -8,7 +8,6 @@ planned the same way, for its own index.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,10 +18,9 @@ import torch
 
 from fastloader.decode import audio as clips
 from fastloader.decode import audio_native
-from fastloader.errors import CorruptRecordError, DecodeError
+from fastloader.errors import DecodeError
 from fastloader.loader.audio_options import Audio
-from fastloader.loader.clips import Failure
-from fastloader.loader.skips import no_replacement, replacements
+from fastloader.loader.clips import Failure, decode_rows, replace_failed
 
 log = logging.getLogger(__name__)
 
@@ -210,38 +208,15 @@ class BatchDecoder:
 
     def decode_into(self, indices: np.ndarray, seed: int, epoch: int, out: np.ndarray
                     ) -> tuple[np.ndarray, list[Failure]]:
-        """Every clip of the batch into out [B, C, T]: (lengths int64 [B], failures).
-
-        One task per thread, not per clip: each takes the batch's next row until none is
-        left (next() on a shared iterator is atomic under the GIL), so a batch costs
-        `threads` hand-offs to the pool, and long clips still spread over the threads."""
-        rows = iter(range(len(indices)))
-        results: list[int | Failure] = [0] * len(indices)
-
-        def work() -> None:
-            for row in rows:
-                index = int(indices[row])
-                try:
-                    results[row] = self.clip(index, seed, epoch, out[row])
-                except (DecodeError, CorruptRecordError) as exc:
-                    results[row] = Failure(row, index, exc)
-
-        tasks = [self._pool.submit(work) for _ in range(min(self.threads, len(indices)))]
-        for task in tasks:
-            task.result()
-        lengths = np.array([r if isinstance(r, int) else 0 for r in results], np.int64)
-        return lengths, [r for r in results if not isinstance(r, int)]
+        """Every clip of the batch into out [B, C, T]: (lengths int64 [B], failures)."""
+        lengths, failures = decode_rows(
+            self._pool, self.threads, indices,
+            lambda row, sample: self.clip(sample, seed, epoch, out[row]))
+        return np.array([n or 0 for n in lengths], np.int64), failures
 
     def replace(self, failure: Failure, seed: int, epoch: int, out: np.ndarray
                 ) -> tuple[int, int]:
-        """on_error="skip": the next samples after the failed one tried in turn (skips.py's
-        candidates; the crop is drawn from the clip's own key, so their generators go
-        unused), the first that decodes written in its row; (its index, its length).
-        DecodeError (skips.no_replacement) if none of them does."""
-        n = len(self.meta)
-        for index, _ in itertools.islice(replacements(failure.sample, n, ()), max(0, n - 1)):
-            try:
-                return index, self.clip(index, seed, epoch, out[failure.row])
-            except (DecodeError, CorruptRecordError):
-                continue
-        raise no_replacement(f"sample {failure.sample} cannot be decoded ({failure.error})")
+        """on_error="skip": the next clip that decodes in the failed one's row; (its index,
+        its length)."""
+        return replace_failed(failure, len(self.meta),
+                              lambda sample: self.clip(sample, seed, epoch, out[failure.row]))

@@ -15,16 +15,24 @@ image would be: audio's (waveforms [B, C, T], lengths [B]), video's (frames, tim
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import queue
 import threading
-from collections.abc import Iterator
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 import torch
 
-from fastloader.errors import DecodeError, FastloaderError, ProducerError, invalid_argument
+from fastloader.errors import (
+    CorruptRecordError,
+    DecodeError,
+    FastloaderError,
+    ProducerError,
+    invalid_argument,
+)
 from fastloader.format.kinds import Kind
 from fastloader.format.open import dataset_from
 from fastloader.loader.arguments import options_from
@@ -37,7 +45,7 @@ from fastloader.loader.options import ClipOptions
 from fastloader.loader.path_choice import PackedData
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
-from fastloader.loader.skips import RAISE_FIX
+from fastloader.loader.skips import RAISE_FIX, no_replacement, replacements
 from fastloader.loader.stats import Counters, LoaderStats, Timer
 from fastloader.loader.threads import Worker
 
@@ -50,6 +58,49 @@ class Failure(NamedTuple):
     row: int
     sample: int
     error: Exception
+
+
+T = TypeVar("T")
+
+
+def decode_rows(pool: ThreadPoolExecutor, threads: int, indices: np.ndarray,
+                decode: Callable[[int, int], T]) -> tuple[list[T | None], list[Failure]]:
+    """decode(row, sample) for every row of a batch on the pool: (each row's result, None
+    where it failed; the failures, by row).
+
+    One task per thread, not per clip: each takes the batch's next row until none is left
+    (next() on a shared iterator is atomic under the GIL), so a batch costs `threads`
+    hand-offs to the pool, and long clips still spread over the threads."""
+    rows = iter(range(len(indices)))
+    results: list[T | None] = [None] * len(indices)
+    failures: list[Failure] = []
+
+    def work() -> None:
+        for row in rows:
+            sample = int(indices[row])
+            try:
+                results[row] = decode(row, sample)
+            except (DecodeError, CorruptRecordError) as exc:
+                failures.append(Failure(row, sample, exc))
+
+    tasks = [pool.submit(work) for _ in range(min(threads, len(indices)))]
+    for task in tasks:
+        task.result()
+    return results, sorted(failures, key=lambda failure: failure.row)
+
+
+def replace_failed(failure: Failure, count: int, decode: Callable[[int], T]) -> tuple[int, T]:
+    """on_error="skip": the samples after the failed one tried in turn (skips.py's
+    candidates; each clip's window and crop are drawn from its own key, so their generators go
+    unused), the first that decodes, decode(sample), written in its row; (its index, its
+    result). DecodeError (skips.no_replacement) if none of them does."""
+    for index, _ in itertools.islice(replacements(failure.sample, count, ()),
+                                     max(0, count - 1)):
+        try:
+            return index, decode(index)
+        except (DecodeError, CorruptRecordError):
+            continue
+    raise no_replacement(f"sample {failure.sample} cannot be decoded ({failure.error})")
 
 
 class ClipDecoder(Protocol):
@@ -88,7 +139,27 @@ class ClipDecoder(Protocol):
 
 
 class ClipLoader(PackedAttributes, FastLoader):
-    """The loader of a packed dataset of timed clips; subclasses give `_decoder_for`."""
+    """The loader of a packed dataset of timed clips; subclasses give `_decoder_for`.
+
+    Args (every clip loader's; each loader adds its own):
+        data: a packed dataset whose records are this loader's kind, path or PackedDataset.
+        batch_size: clips per batch.
+        shuffle: a new order each epoch, drawn from (seed, epoch).
+        seed: the seed of the order and of each clip's window and crop.
+        device: "cuda", "cuda:k" or "cpu"; default this process's CUDA device if any.
+        num_threads: decode threads ("auto"/None: the cores this rank may use).
+        prefetch: batches decoded ahead.
+        drop_last: drop the last short batch, and the batches that would make ranks uneven.
+        rank: this process's rank (default from torch.distributed).
+        world_size: the number of ranks (default likewise).
+        on_error: "raise" or "skip" (a clip that does not decode is replaced by the next).
+        verify_records: check each clip's crc32 as it is read.
+        fields: the field names each batch holds, as a tuple in that order (see FastLoader).
+
+    Raises:
+        InvalidArgumentError: an argument is out of range, or the dataset holds no such clips.
+        DecodeError: while iterating, a clip does not decode (on_error="raise").
+    """
 
     kind_words = "clips"
     kind_class: type[Kind] = Kind  # the records kind this loader reads

@@ -16,29 +16,13 @@ from fastloader.loader.video_batch import VideoDecoder
 class VideoLoader(ClipLoader, path="video loader"):
     """FastLoader's video loader: see FastLoader and fastloader.Video; docs/video.md.
 
+    It takes ClipLoader's arguments (num_threads: one FFmpeg decoder each), and these:
+
     Args:
-        data: a packed dataset of videos (its records a video field), path or PackedDataset.
-        batch_size: videos per batch.
-        shuffle: a new order each epoch, drawn from (seed, epoch).
-        seed: the seed of the order, the windows and the crops.
-        device: "cuda", "cuda:k" or "cpu"; default this process's CUDA device if any.
-        num_threads: decode threads, one FFmpeg decoder each ("auto"/None: the cores this
-            rank may use).
-        prefetch: batches decoded ahead.
-        drop_last: drop the last short batch, and the batches that would make ranks uneven.
-        rank: this process's rank (default from torch.distributed).
-        world_size: the number of ranks (default likewise).
-        on_error: "raise" or "skip" (a video that does not decode is replaced by the next).
-        verify_records: check each video's crc32 as it is read.
-        fields: the field names each batch holds, as a tuple in that order (see FastLoader).
         video: the window and output settings, a fastloader.Video.
         transforms: RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip: one crop
             and flip a video, applied to every frame of its windows; they must end in one
             size (None: frames as stored, every video of one size).
-
-    Raises:
-        InvalidArgumentError: an argument is out of range, or the dataset holds no videos.
-        DecodeError: while iterating, a video does not decode (on_error="raise").
     """
 
     options_class = VideoOptions

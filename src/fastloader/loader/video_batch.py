@@ -12,9 +12,9 @@ FFmpeg decodes and scales).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -22,10 +22,9 @@ import torch
 
 from fastloader.decode import video as clips
 from fastloader.decode.augment import Transform, output_size, plan_geometry
-from fastloader.errors import CorruptRecordError, DecodeError
+from fastloader.errors import DecodeError
 from fastloader.format.kinds.video import seconds
-from fastloader.loader.clips import Failure
-from fastloader.loader.skips import no_replacement, replacements
+from fastloader.loader.clips import Failure, decode_rows, replace_failed
 from fastloader.loader.video_options import Video
 
 _PERMUTE = {"TCHW": (0, 1, 2, 5, 3, 4), "CTHW": (0, 1, 5, 2, 3, 4), "THWC": (0, 1, 2, 3, 4, 5)}
@@ -104,13 +103,35 @@ class VideoDecoder:
         return clips.FrameView((top, left, crop_h, crop_w), self.size, bool(geometry.flips[0]))
 
     def clip(self, index: int, seed: int, epoch: int, out: np.ndarray) -> np.ndarray:
-        """Sample index's windows decoded into out [clips, T, H, W, 3]; their timestamps."""
+        """Sample index's windows decoded into out [clips, T, H, W, 3]; their timestamps.
+
+        A constant-frame-rate clip's frames are addressed from its index row, and the seek
+        left to the container's index; a variable-rate one (or one whose seek lands after a
+        window's first frame) is demuxed for its frame index first."""
         rng = np.random.Generator(np.random.PCG64([seed, epoch, index]))
         starts = plan_starts(self.meta[index], self.video, rng)
         view = self.view(index, rng)
         data = bytes(self.read(index))
         what = f"video of sample {index}"
-        info = clips.probe(data, what)
+        indexed = self._indexed(index)
+        if indexed is not None:
+            try:
+                return self._windows(data, indexed, starts, view, out, what)
+            except DecodeError:
+                pass  # a damaged clip fails again below, with the probe's own words
+        return self._windows(data, clips.probe(data, what), starts, view, out, what)
+
+    def _indexed(self, index: int) -> clips.VideoInfo | None:
+        """The clip's VideoInfo from its meta row when its frame rate is constant, else None."""
+        width, height, frames, num, den, span, _, first, step = (
+            int(v) for v in self.meta[index])
+        if step <= 0:
+            return None
+        return clips.from_index(width, height, frames, Fraction(num, den), span, first, step)
+
+    def _windows(self, data: bytes, info: clips.VideoInfo, starts: np.ndarray,
+                 view: clips.FrameView, out: np.ndarray, what: str) -> np.ndarray:
+        """Each window decoded into its row of out; their timestamps [clips, T]."""
         times = np.empty((self.video.clips, self.video.frames), np.float32)
         for k, start in enumerate(starts.tolist()):
             _, times[k] = clips.decode_clip(data, info, window_pts(info, start, self.video),
@@ -120,37 +141,19 @@ class VideoDecoder:
 
     def decode_into(self, indices: np.ndarray, seed: int, epoch: int, out: np.ndarray
                     ) -> tuple[np.ndarray, list[Failure]]:
-        """Every clip of the batch into out: (timestamps [B, clips, T], failures); one task
-        per thread, each taking the batch's next row until none is left (as audio's)."""
-        rows = iter(range(len(indices)))
-        times = np.zeros((len(indices), self.video.clips, self.video.frames), np.float32)
-        failures: list[Failure] = []
-
-        def work() -> None:
-            for row in rows:
-                index = int(indices[row])
-                try:
-                    times[row] = self.clip(index, seed, epoch, out[row])
-                except (DecodeError, CorruptRecordError) as exc:
-                    failures.append(Failure(row, index, exc))
-
-        tasks = [self._pool.submit(work) for _ in range(min(self.threads, len(indices)))]
-        for task in tasks:
-            task.result()
-        return times, sorted(failures, key=lambda failure: failure.row)
+        """Every video of the batch into out: (timestamps [B, clips, T], failures)."""
+        times, failures = decode_rows(
+            self._pool, self.threads, indices,
+            lambda row, sample: self.clip(sample, seed, epoch, out[row]))
+        empty = np.zeros((self.video.clips, self.video.frames), np.float32)
+        return np.stack([empty if t is None else t for t in times]), failures
 
     def replace(self, failure: Failure, seed: int, epoch: int, out: np.ndarray
                 ) -> tuple[int, np.ndarray]:
-        """on_error="skip": the next samples after the failed one tried in turn, the first
-        that decodes written in its row; (its index, its timestamps). DecodeError
-        (skips.no_replacement) if none of them does."""
-        n = len(self.meta)
-        for index, _ in itertools.islice(replacements(failure.sample, n, ()), max(0, n - 1)):
-            try:
-                return index, self.clip(index, seed, epoch, out[failure.row])
-            except (DecodeError, CorruptRecordError):
-                continue
-        raise no_replacement(f"sample {failure.sample} cannot be decoded ({failure.error})")
+        """on_error="skip": the next video that decodes in the failed one's row; (its index,
+        its timestamps)."""
+        return replace_failed(failure, len(self.meta),
+                              lambda sample: self.clip(sample, seed, epoch, out[failure.row]))
 
     def trimmed(self, out: np.ndarray, facts: np.ndarray) -> np.ndarray:
         return out  # every window has T frames of one size
