@@ -505,9 +505,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         packed = None
         if not args.no_fastloader:
-            packed = packed_path(root)
-            if not packed.exists():
-                print(f"packed {packed} in {pack_clips(clips, packed):.1f} s", flush=True)
+            packed = packed_path(root)  # packed afresh: a copy an older fastloader made may
+            shutil.rmtree(packed, ignore_errors=True)  # lack what this one's index holds
+            print(f"packed {packed} in {pack_clips(clips, packed):.1f} s", flush=True)
         rows = run_benchmark(args, clips, packed)
         print(table(rows))
         print(env_line(environment()))
