@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -208,9 +209,20 @@ def decode_clip(data: bytes, info: VideoInfo, pts: Any, out: np.ndarray | None =
     return out, info.seconds(wanted)
 
 
+_THREAD = threading.local()  # each thread's swscale context (one is not shared between threads)
+
+
 def _cut(frame: Any, view: FrameView) -> np.ndarray:
-    """One decoded frame as RGB24 [h, w, 3] (swscale's conversion), cut to view's crop."""
-    rgb = frame.to_ndarray(format="rgb24")
+    """One decoded frame as RGB24 [h, w, 3] (swscale's conversion), cut to view's crop.
+
+    Through this thread's own reformatter: a frame's to_ndarray() builds a swscale context
+    for every frame (0.16 against 0.095 ms a 340x256 frame here)."""
+    reformatter = getattr(_THREAD, "reformatter", None)
+    if reformatter is None:
+        from av.video.reformatter import VideoReformatter
+
+        reformatter = _THREAD.reformatter = VideoReformatter()
+    rgb = reformatter.reformat(frame, format="rgb24").to_ndarray()
     if view.crop is None:
         return rgb
     top, left, height, width = view.crop
