@@ -302,3 +302,23 @@ def test_the_video_loader_refuses_images_naming_the_packed_loader(dataset_path: 
     with pytest.raises(InvalidArgumentError, match=r"holds images, not videos\. Drop video= "
                                                    r"to load its images with the packed loader"):
         FastLoader(dataset_path, device="cpu", video=Video())
+
+
+def test_constant_rate_videos_are_addressed_from_the_index_alone(
+        videos: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A constant-frame-rate video is decoded without demuxing it first (its frames' pts from
+    its meta row, the seek by the container's index); only the variable-rate one is probed."""
+    root, _ = videos
+    from fastloader.decode import video as decode_video
+
+    probed: list[int] = []
+    real = decode_video.probe
+
+    def probe(data: bytes, what: str = "video") -> Any:
+        probed.append(int(what.split()[-1]))
+        return real(data, what)
+
+    monkeypatch.setattr(decode_video, "probe", probe)
+    got = _by_label(root, batch_size=3, video=Video(frames=4, stride=3), seed=2)
+    assert sorted(got) == list(range(6))
+    assert probed == [2]  # the VFR clip, once

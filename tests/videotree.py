@@ -54,7 +54,7 @@ def check_meta(ds: Any, field: str) -> None:
         assert meta[i].tolist() == [
             info.width, info.height, info.frames, info.time_base.numerator,
             info.time_base.denominator, info.duration_pts, len(info.keyframes),
-            int(info.pts[0])]
+            int(info.pts[0]), video.frame_step(info)]
 
 
 def packdata(*args: str) -> subprocess.CompletedProcess[str]:

@@ -41,8 +41,16 @@ MAKE = textwrap.dedent("""
 """)
 
 RUN = textwrap.dedent("""
-    import time, fastloader
+    import shutil, tempfile, time, fastloader
     row, path = {row!r}, {path!r}
+    if row == "tree pack":  # packs/s of the image tree, one process a worker
+        out = tempfile.mkdtemp()
+        start = time.perf_counter()
+        for k in range({epochs}):
+            fastloader.pack(path, out + f"/{{k}}.lmdb", workers=2)
+        print({epochs} * {images} / (time.perf_counter() - start))
+        shutil.rmtree(out)
+        raise SystemExit
     if row == "audio FLAC crops":
         kwargs = dict(batch_size=16, audio=fastloader.Audio(crop_seconds=2.0, random_crop=True))
     else:
@@ -60,12 +68,13 @@ RUN = textwrap.dedent("""
         print(count / (time.perf_counter() - start))
 """)
 
-ROWS = {"audio FLAC crops": "flac.lmdb", "JPEG": "jpeg.lmdb", "coeffs": "coeffs.lmdb"}
+ROWS = {"audio FLAC crops": "flac.lmdb", "JPEG": "jpeg.lmdb", "coeffs": "coeffs.lmdb",
+        "tree pack": "tree"}
 
 
-def measure(python: str, row: str, path: Path, epochs: int) -> float:
+def measure(python: str, row: str, path: Path, epochs: int, images: int) -> float:
     """One row's samples/s in a fresh process of that interpreter."""
-    code = RUN.format(row=row, path=str(path), epochs=epochs)
+    code = RUN.format(row=row, path=str(path), epochs=epochs, images=images)
     done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
     return float(done.stdout.strip().splitlines()[-1])
 
@@ -91,7 +100,7 @@ def main() -> int:
             order = [("A", args.a), ("B", args.b)]
             for side, python in order[::-1] if number % 2 else order:
                 rates[row][side].append(measure(python, row, args.data / ROWS[row],
-                                                args.epochs))
+                                                args.epochs, args.images))
     report = {}
     for row, sides in rates.items():
         ratios = [b / a for a, b in zip(sides["A"], sides["B"], strict=True)]

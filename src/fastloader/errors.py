@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class FastloaderError(Exception):
     """Base of every error fastloader raises on purpose."""
@@ -50,12 +48,12 @@ class OptionalDependencyError(FastloaderError, ImportError):
     """An optional package (DALI, matplotlib, ...) is needed for the asked feature."""
 
 
-def invalid_argument(name: str, value: Any, rule: str, fix: str) -> InvalidArgumentError:
+def invalid_argument(name: str, value: object, rule: str, fix: str) -> InvalidArgumentError:
     """Build an InvalidArgumentError naming the argument, the value, the rule and the fix."""
     return InvalidArgumentError(f"{name}={value!r} is invalid: {rule}. {fix}")
 
 
-def invalid_type(name: str, value: Any, expected: str) -> InvalidTypeError:
+def invalid_type(name: str, value: object, expected: str) -> InvalidTypeError:
     """Build an InvalidTypeError naming the argument, what it got and what it takes."""
     return InvalidTypeError(
         f"{name} must be {expected}, got {type(value).__name__} ({value!r:.80})."

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class _CallablePackage(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray:  # decode()'s, forwarded
         from fastloader.decode.decode import decode
 
         return decode(*args, **kwargs)

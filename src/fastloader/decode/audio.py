@@ -21,18 +21,20 @@ from __future__ import annotations
 import io
 import os
 import threading
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from fastloader.decode import audio_native
+from fastloader.decode.record import Record
 from fastloader.errors import DecodeError, OptionalDependencyError
 
 AUDIO_EXTENSIONS = (".flac", ".wav", ".mp3", ".ogg", ".opus")
 EXTRA_FIX = "pip install 'fastloader[audio]'"
 
 
-def soundfile() -> Any:
+def soundfile() -> ModuleType:
     """The soundfile module; OptionalDependencyError naming the extra if it is missing."""
     try:
         import soundfile as sf
@@ -42,7 +44,7 @@ def soundfile() -> Any:
     return sf
 
 
-def _soxr() -> Any:
+def _soxr() -> ModuleType:
     try:
         import soxr
     except ImportError as exc:
@@ -95,7 +97,7 @@ class _MemoryFile:
     def __init__(self) -> None:
         self.fd = os.memfd_create("fastloader-clip", os.MFD_CLOEXEC)
 
-    def holding(self, data: Any) -> int:
+    def holding(self, data: Record) -> int:
         """The fd, holding exactly `data`, positioned at its start (libsndfile takes the
         position it is opened at as the file's start)."""
         view = memoryview(data).cast("B")
@@ -122,7 +124,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_renew_after_fork)
 
 
-def _opened(sf: Any, data: Any, copy: bool) -> Any:
+def _opened(sf: ModuleType, data: Record, copy: bool) -> Any:  # an untyped SoundFile
     """A SoundFile over data: this thread's memory file where the OS has them and `copy`
     asks for one, else a BytesIO (Python callbacks, holding the GIL, serve libsndfile's
     reads)."""
@@ -134,7 +136,7 @@ def _opened(sf: Any, data: Any, copy: bool) -> Any:
     return sf.SoundFile(memory.holding(data), closefd=False)
 
 
-def decode(data: Any, start: int, frames: int, out: np.ndarray | None = None,
+def decode(data: Record, start: int, frames: int, out: np.ndarray | None = None,
            copy: bool = True) -> np.ndarray:
     """float32 [frames, channels] from frame `start`, seeking there (only the frames needed
     are decoded); fewer rows when the clip ends first. DecodeError if the data is damaged.

@@ -15,11 +15,11 @@ FASTLOADER_DISABLE_NATIVE=1 (or no extension) leaves every clip to soundfile.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 
 from fastloader.decode._native import native_module
+from fastloader.decode.record import Record
 from fastloader.errors import DecodeError
 
 DECODED, LEFT, DAMAGED = 0, 1, 2  # audio_decode's and audio_info's status
@@ -39,7 +39,7 @@ def _checked(status: int, why: str) -> bool:
     return status == DECODED
 
 
-def decode_into(data: Any, start: int, frames: int, out: np.ndarray, mono: bool) -> int | None:
+def decode_into(data: Record, start: int, frames: int, out: np.ndarray, mono: bool) -> int | None:
     """Frames from `start` written into out [C, >= frames] float32 (any strides; mono: the
     channels' mean, C 1; else C the clip's channels, or a mono clip repeated): how many
     (fewer when the clip ends first), or None when the clip is left to libsndfile."""
@@ -50,7 +50,7 @@ def decode_into(data: Any, start: int, frames: int, out: np.ndarray, mono: bool)
     return int(got) if _checked(status, why) else None
 
 
-def decode(data: Any, start: int, frames: int) -> np.ndarray | None:
+def decode(data: Record, start: int, frames: int) -> np.ndarray | None:
     """float32 [frames, channels] from `start` (fewer rows when the clip ends first), or None
     when the clip is left to libsndfile."""
     module = core()

@@ -4,17 +4,19 @@ flips, out, planar, tiles)."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import SupportsIndex, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from fastloader.decode.pillow import ImageHeader
+from fastloader.decode.record import Record
 from fastloader.decode.tiles import HEADER_FIELDS
 from fastloader.errors import invalid_argument, invalid_type
 
 
-def as_bytes_like(data: Any, name: str = "data") -> Any:
+def as_bytes_like(data: object, name: str = "data") -> Record:
     """`data` as a buffer the decoders read: bytes-like as it is, a uint8 array as its bytes."""
     if isinstance(data, (bytes, bytearray, memoryview)):
         return data
@@ -23,7 +25,8 @@ def as_bytes_like(data: Any, name: str = "data") -> Any:
     raise invalid_type(name, data, "bytes, bytearray, memoryview or a uint8 numpy array")
 
 
-def check_batch(records: Any, crops: Any, flips: Any, out: Any) -> tuple[Any, Any, np.ndarray]:
+def check_batch(records: object, crops: npt.ArrayLike, flips: npt.ArrayLike, out: object
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not isinstance(records, Sequence) or isinstance(records, (bytes, bytearray, memoryview)):
         raise invalid_type("records", records, "a sequence of bytes-like records")
     n = len(records)
@@ -67,7 +70,8 @@ def check_batch(records: Any, crops: Any, flips: Any, out: Any) -> tuple[Any, An
 
 
 
-def check_places(places: Any, fill: Any, out: np.ndarray) -> tuple[np.ndarray | None, int]:
+def check_places(places: npt.ArrayLike | None, fill: object, out: np.ndarray
+                 ) -> tuple[np.ndarray | None, int]:
     """(places int32 (N, 4) each inside out's (H, W) with a positive size, or None; fill)."""
     if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)) or not 0 <= fill <= 255:
         raise invalid_argument("fill", fill, "must be an int in [0, 255]", "Pass e.g. 0.")
@@ -98,7 +102,7 @@ def three(values: np.ndarray) -> tuple[float, float, float]:
     return c0, c1, c2
 
 
-def affine(name: str, value: Any) -> np.ndarray | None:
+def affine(name: str, value: object) -> np.ndarray | None:
     """3 per-channel constants as float32 (None stays None)."""
     if value is None:
         return None
@@ -112,7 +116,8 @@ def affine(name: str, value: Any) -> np.ndarray | None:
     return arr
 
 
-def check_planar(planar: Any, out: np.ndarray, scale: Any, shift: Any) -> Conversion | None:
+def check_planar(planar: object, out: np.ndarray, scale: object, shift: object
+                 ) -> Conversion | None:
     """(planar array, scale, shift) checked against out (N, H, W, 3); None without planar."""
     if planar is None:
         if scale is not None or shift is not None:
@@ -144,8 +149,8 @@ def check_planar(planar: Any, out: np.ndarray, scale: Any, shift: Any) -> Conver
     return array, scale_arr, shift_arr
 
 
-def check_normalize(src: Any, out: Any, scale: Any,
-                    shift: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
+def check_normalize(src: object, out: object, scale: object,
+                    shift: object) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
                                          np.ndarray | None]:
     """normalize_planar's arguments: (src uint8, out float32 (N, 3, H, W), scale, shift)."""
     arrays = [a.numpy() if hasattr(a, "data_ptr") and hasattr(a, "numpy") else a
@@ -159,13 +164,14 @@ def check_normalize(src: Any, out: Any, scale: Any,
                 f"{getattr(array, 'shape', None)}", f"it must be a C-contiguous {dtype.__name__} "
                 "array of shape (N, 3, H, W), src's and out's the same",
                 "Pass .contiguous() tensors (or arrays) of one shape.")
-    if not arrays[1].flags.writeable or np.may_share_memory(arrays[0], arrays[1]):
+    checked = cast("list[np.ndarray]", arrays)  # each an ndarray: the loop refused others
+    if not checked[1].flags.writeable or np.may_share_memory(checked[0], checked[1]):
         raise invalid_argument("out", "read-only or a view of src", "out must be writable and "
                                "must not overlap src", "Allocate out separately.")
-    return arrays[0], arrays[1], affine("scale", scale), affine("shift", shift)
+    return checked[0], checked[1], affine("scale", scale), affine("shift", shift)
 
 
-def check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
+def check_tiles(tiles: object, n: int) -> tuple[np.ndarray | None, ...]:
     """(headers (n, fields) int64, offsets uint32, spans (n, 2) uint64) or three Nones."""
     fields = len(HEADER_FIELDS)
     if tiles is None:
@@ -185,7 +191,8 @@ def check_tiles(tiles: Any, n: int) -> tuple[np.ndarray | None, ...]:
     return headers, offsets, spans
 
 
-def _int_tuple(name: str, value: Any, length: int, what: str) -> tuple[int, ...]:
+def _int_tuple(name: str, value: Iterable[SupportsIndex], length: int, what: str
+               ) -> tuple[int, ...]:
     try:
         items = tuple(operator.index(v) for v in value)
     except TypeError:
@@ -200,7 +207,7 @@ def _int_tuple(name: str, value: Any, length: int, what: str) -> tuple[int, ...]
     return items
 
 
-def check_crop(crop: Any, hdr: ImageHeader) -> tuple[int, int, int, int]:
+def check_crop(crop: Iterable[SupportsIndex], hdr: ImageHeader) -> tuple[int, int, int, int]:
     """decode()'s crop as (top, left, height, width) inside the image hdr describes."""
     top, left, height, width = _int_tuple("crop", crop, 4, "(top, left, height, width)")
     if top < 0 or left < 0 or height < 1 or width < 1:
@@ -220,7 +227,7 @@ def check_crop(crop: Any, hdr: ImageHeader) -> tuple[int, int, int, int]:
     return top, left, height, width
 
 
-def check_out_size(size: Any) -> tuple[int, int]:
+def check_out_size(size: Iterable[SupportsIndex]) -> tuple[int, int]:
     """decode()'s size as a positive (height, width)."""
     height, width = _int_tuple("size", size, 2, "(height, width)")
     if height < 1 or width < 1:

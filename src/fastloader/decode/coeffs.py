@@ -8,12 +8,13 @@ extension (there is no Pillow path for these records: repack with `--codec jpeg`
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 
 from fastloader.decode import _native
 from fastloader.decode.pillow import ImageHeader
+from fastloader.decode.record import Record
 from fastloader.errors import DecodeError, NativeUnavailableError
 
 __all__ = ["MAGIC", "decode_record", "encode", "header", "is_coeffs", "native_reason",
@@ -23,7 +24,7 @@ MAGIC = b"FLCOEF"
 _FIX = "repack the dataset with `packdata --codec jpeg` (or `packdata recode --codec jpeg`)"
 
 
-def is_coeffs(data: Any) -> bool:
+def is_coeffs(data: Record) -> bool:
     """Whether bytes-like data starts as a coeffs record does (it may still be damaged)."""
     return bytes(memoryview(data)[:len(MAGIC)]) == MAGIC
 
@@ -36,7 +37,7 @@ def refusal(backend: str) -> str:
             "`--codec jpeg`, the default)")
 
 
-def _core_or_none() -> Any:
+def _core_or_none() -> ModuleType | None:
     core = _native.native_module()
     return core if core is not None and hasattr(core, "coeffs_decode_into") else None
 
@@ -49,14 +50,14 @@ def native_reason() -> str:
     return f"coeffs records need the native extension, but {reason}; or {_FIX}"
 
 
-def _core() -> Any:
+def _core() -> ModuleType:
     core = _core_or_none()
     if core is None:
         raise DecodeError(f"cannot decode a coeffs record: {native_reason()}")
     return core
 
 
-def encode(jpeg: Any, *, seg_mcus: int = 4, nibble_from: int = 10) -> bytes:
+def encode(jpeg: Record, *, seg_mcus: int = 4, nibble_from: int = 10) -> bytes:
     """The coeffs record of a JPEG (its coefficients, losslessly), for `packdata --codec coeffs`.
 
     Args:
@@ -79,7 +80,7 @@ def encode(jpeg: Any, *, seg_mcus: int = 4, nibble_from: int = 10) -> bytes:
         raise DecodeError(f"cannot store this JPEG as a coeffs record: {exc}") from exc
 
 
-def to_jpeg(record: Any) -> bytes:
+def to_jpeg(record: Record) -> bytes:
     """The JPEG of a record's coefficients (and its EXIF orientation): decodes to the record's
     pixels, for `packdata recode --codec jpeg` (DALI, sharing). Not the source file's bytes:
     baseline, optimised Huffman tables, no other metadata.
@@ -94,7 +95,7 @@ def to_jpeg(record: Any) -> bytes:
                           ) from exc
 
 
-def _info(data: Any) -> tuple[int, int, int, str, str, int, int]:
+def _info(data: Record) -> tuple[int, int, int, str, str, int, int]:
     try:
         info: tuple[int, int, int, str, str, int, int] = tuple(_core().coeffs_info(data))
         return info
@@ -102,19 +103,19 @@ def _info(data: Any) -> tuple[int, int, int, str, str, int, int]:
         raise DecodeError(f"cannot read coeffs record ({len(data)} bytes): {exc}") from exc
 
 
-def header(data: Any) -> ImageHeader:
+def header(data: Record) -> ImageHeader:
     """The ImageHeader of a coeffs record (progressive is False: records have no scans)."""
     width, height, components, color, subsampling, _, _ = _info(data)
     return ImageHeader(width, height, components, color, subsampling, False)
 
 
-def orientation(data: Any) -> int:
+def orientation(data: Record) -> int:
     """The EXIF orientation (1-8) of the JPEG a record came from, 0 when it had none: records
     keep the stored pixels and this one value of the JPEG's metadata."""
     return _info(data)[6]
 
 
-def decode_record(data: Any, box: tuple[int, int, int, int] | None,
+def decode_record(data: Record, box: tuple[int, int, int, int] | None,
                   size: tuple[int, int] | None, flip: bool) -> np.ndarray:
     """Decode a coeffs record, cropped to box, resized to size and mirrored (decode()'s rules,
     DCT scaling included)."""

@@ -7,9 +7,10 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from fastloader.checks import flag, int_at_least
 from fastloader.decode import _native, coeffs
@@ -46,7 +47,10 @@ __all__ = ["BatchDecoder", "ImageHeader", "decode", "header"]
 _THREADS_FIX = "Use 1 per core you want decoding."
 
 if TYPE_CHECKING:
+    import torch
+
     from fastloader import _core
+    from fastloader.decode.tiles import TileBatch
 
 log = logging.getLogger(__name__)  # a child of the "fastloader" logger
 _BACKENDS = ("auto", "native", "pillow")
@@ -65,7 +69,7 @@ def check_size(height: int, width: int) -> tuple[int, int]:
     return max(1, height // CHECK_DIVISOR), max(1, width // CHECK_DIVISOR)
 
 
-def header(data: Any) -> ImageHeader:
+def header(data: object) -> ImageHeader:
     """Read what an image says about itself, without decoding its pixels.
 
     Args:
@@ -94,7 +98,7 @@ def header(data: Any) -> ImageHeader:
 
 
 def decode(
-    data: Any,
+    data: object,
     *,
     crop: Sequence[int] | None = None,
     size: Sequence[int] | None = None,
@@ -236,18 +240,18 @@ class BatchDecoder:
 
     def decode_into(
         self,
-        records: Sequence[Any],
-        crops: Any,
-        flips: Any,
-        out: Any,
-        tiles: Any = None,
+        records: Sequence[object],
+        crops: npt.ArrayLike,
+        flips: npt.ArrayLike,
+        out: np.ndarray | torch.Tensor,
+        tiles: TileBatch | tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         *,
-        planar: Any = None,
-        scale: Any = None,
-        shift: Any = None,
-        places: Any = None,
+        planar: np.ndarray | torch.Tensor | None = None,
+        scale: npt.ArrayLike | None = None,
+        shift: npt.ArrayLike | None = None,
+        places: npt.ArrayLike | None = None,
         fill: int = 0,
-        orientations: Any = None,
+        orientations: npt.ArrayLike | None = None,
     ) -> list[str | None]:
         """Decode records[k] cropped to crops[k], resized to out's H x W, mirrored if flips[k].
 
@@ -307,8 +311,9 @@ class BatchDecoder:
                 to_planar(array[k], dst[k], scale_arr, shift_arr)
         return list(errors)
 
-    def normalize_planar(self, src: Any, out: Any, *, scale: Any = None,
-                         shift: Any = None) -> None:
+    def normalize_planar(self, src: np.ndarray | torch.Tensor, out: np.ndarray | torch.Tensor, *,
+                         scale: npt.ArrayLike | None = None,
+                         shift: npt.ArrayLike | None = None) -> None:
         """out = src * scale[c] + shift[c]: a channel-first uint8 batch to float32 on the
         decoder's threads (GIL released), with the arithmetic of decode_into's planar output.
 
@@ -342,7 +347,7 @@ class BatchDecoder:
             out_arr += shift_arr[None, :, None, None]
 
     def _decode_pillow(
-        self, records: Sequence[Any], crops: np.ndarray, flips: np.ndarray, out: np.ndarray,
+        self, records: Sequence[object], crops: np.ndarray, flips: np.ndarray, out: np.ndarray,
         conversion: Conversion | None, places: np.ndarray | None = None, fill: int = 0,
         turns: np.ndarray | None = None,
     ) -> list[str | None]:

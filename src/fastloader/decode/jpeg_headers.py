@@ -12,10 +12,10 @@ strict parser decodes to the same pixels. Only the header is read, never the ent
 from __future__ import annotations
 
 from fastloader.decode.pillow import is_jpeg
+from fastloader.decode.record import Record
 from fastloader.errors import DecodeError
 
 _SOS = 0xDA
-Record = bytes | bytearray | memoryview  # a record as the dataset reads it
 # Markers Pillow reads without a length (SOFn 0xC8, RSTn, SOI, EOI, JPGn 0xF0-0xFD): it moves
 # on to the next byte. Every other marker from 0xC0 to 0xFE has a length and a payload.
 _BARE = frozenset({0xC8, *range(0xD0, 0xDA), *range(0xF0, 0xFE)})

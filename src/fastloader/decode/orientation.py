@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -29,7 +28,7 @@ _FLIP_Y = np.array([False] + [MOVES[o][1] for o in range(1, 9)])
 _FLIP_X = np.array([False] + [MOVES[o][2] for o in range(1, 9)])
 
 
-def check_orientations(values: Any, n: int) -> np.ndarray:
+def check_orientations(values: object, n: int) -> np.ndarray:
     """values as uint8 (n,) EXIF orientations in 1..8, or an InvalidArgumentError."""
     try:
         array = np.asarray(values).reshape(-1)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from PIL import Image, JpegImagePlugin
 
+from fastloader.decode.record import Record
 from fastloader.errors import DecodeError
 
 # The image files an image tree's scan takes (pack/sources/scan) and that a folder given as a
@@ -54,13 +54,13 @@ class ImageHeader:
     progressive: bool
 
 
-def is_jpeg(data: Any) -> bool:
+def is_jpeg(data: Record) -> bool:
     """True when the bytes start as Pillow wants a JPEG to, SOI then a marker's 0xFF (the
     native path's gate; Pillow refuses other bytes after SOI, so they go to Pillow)."""
     return bytes(memoryview(data)[:3]) == b"\xff\xd8\xff"
 
 
-def _open(data: Any) -> Image.Image:
+def _open(data: Record) -> Image.Image:
     try:
         return Image.open(io.BytesIO(data))
     except Exception as exc:  # Pillow raises many types for bad bytes
@@ -90,7 +90,7 @@ def _jpeg_subsampling(im: JpegImagePlugin.JpegImageFile) -> str:
     return _SAMPLING_NAMES.get(JpegImagePlugin.get_sampling(im), "other")
 
 
-def header_pillow(data: Any) -> ImageHeader:
+def header_pillow(data: Record) -> ImageHeader:
     """ImageHeader of any format Pillow reads (JPEG fields mirror libjpeg's view)."""
     with _open(data) as im:
         width, height = im.size
@@ -151,7 +151,7 @@ def image_orientation(image: Image.Image, warn: bool = False) -> int:
     return orientation
 
 
-def exif_orientation(data: Any) -> int:
+def exif_orientation(data: Record) -> int:
     """image_orientation of image bytes (read from the header; every pixel of a non-JPEG is
     loaded first, as exif_transpose does: a PNG may keep its EXIF after the pixels)."""
     with _open(data) as im:
@@ -201,7 +201,7 @@ def depth_note(image: Image.Image) -> str | None:
 
 
 def decode_pillow(
-    data: Any,
+    data: Record,
     crop: tuple[int, int, int, int] | None,
     size: tuple[int, int] | None,
     flip: bool,

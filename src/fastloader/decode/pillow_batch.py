@@ -4,8 +4,6 @@ raised."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from fastloader.decode import coeffs
@@ -27,7 +25,7 @@ def crop_or_none(row: np.ndarray) -> tuple[int, int, int, int] | None:
     return top, left, height, width
 
 
-def decode_slot_pillow(record: Any, crop: np.ndarray, flip: bool, slot: np.ndarray,
+def decode_slot_pillow(record: object, crop: np.ndarray, flip: bool, slot: np.ndarray,
                         place: np.ndarray | None = None, fill: int = 0,
                         orientation: int = 1) -> str | None:
     """Decode one record into slot through Pillow; a failure zero-fills it and returns why.

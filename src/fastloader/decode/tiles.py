@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -65,7 +65,7 @@ def require_extension() -> None:
         raise NativeUnavailableError(f"fastloader._core is a stale build. {_BUILD_HINT}")
 
 
-def _as_bytes_array(data: Any, name: str = "data") -> np.ndarray:
+def _as_bytes_array(data: object, name: str = "data") -> np.ndarray:
     """Zero-copy uint8 view of bytes, bytearray, memoryview or a 1-D uint8 array."""
     if isinstance(data, np.ndarray):
         if data.dtype != np.uint8 or data.ndim != 1:
@@ -157,7 +157,8 @@ class TileBatch(NamedTuple):
 
     @classmethod
     def gather(
-        cls, headers: np.ndarray, offsets: np.ndarray, starts: np.ndarray, indices: Any
+        cls, headers: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
+        indices: np.ndarray | Sequence[int]
     ) -> TileBatch:
         """The batch for `indices` from dataset-wide arrays (starts: (n+1,) prefix sums)."""
         rows = np.asarray(indices, np.int64)
@@ -210,7 +211,7 @@ def _geometry_of(table: TileTable) -> _core.TileGeometry:
     return _core.TileGeometry(**{name: int(v) for name, v in values.items()})
 
 
-def check_restart_mcus(restart_mcus: Any) -> int:
+def check_restart_mcus(restart_mcus: object) -> int:
     """The largest restart interval R to use: restart_mcus checked, None meaning the default."""
     limit = DEFAULT_RESTART_MCUS if restart_mcus is None else restart_mcus
     if isinstance(limit, bool) or not isinstance(limit, int):
@@ -224,7 +225,7 @@ def check_restart_mcus(restart_mcus: Any) -> int:
 
 
 def repack_with_reason(
-    data: Any, *, restart_mcus: int | None = None, keep_metadata: bool = False
+    data: object, *, restart_mcus: int | None = None, keep_metadata: bool = False
 ) -> tuple[TiledRecord | None, str]:
     """Repack data as a tiled record, or (None, why not) when it cannot be tiled.
 
@@ -246,13 +247,13 @@ def repack_with_reason(
 
 
 def repack(
-    data: Any, *, restart_mcus: int | None = None, keep_metadata: bool = False
+    data: object, *, restart_mcus: int | None = None, keep_metadata: bool = False
 ) -> TiledRecord | None:
     """Repack data as a tiled record; None when it cannot be tiled (keep the original bytes)."""
     return repack_with_reason(data, restart_mcus=restart_mcus, keep_metadata=keep_metadata)[0]
 
 
-def scan(data: Any) -> TileTable:
+def scan(data: object) -> TileTable:
     """Read the table of a tiled record by scanning its bytes; CorruptRecordError if not one."""
     require_extension()
     from fastloader import _core
@@ -263,7 +264,7 @@ def scan(data: Any) -> TileTable:
     return _table_from(geometry, offsets)
 
 
-def _check_crop(crop: Any, table: TileTable) -> tuple[int, int, int, int]:
+def _check_crop(crop: object, table: TileTable) -> tuple[int, int, int, int]:
     if not isinstance(crop, (tuple, list)) or len(crop) != 4:
         raise invalid_type("crop", crop, "a (top, left, height, width) tuple of ints")
     top, left, height, width = (int(v) for v in crop)
@@ -285,7 +286,8 @@ def _check_crop(crop: Any, table: TileTable) -> tuple[int, int, int, int]:
 
 
 def splice_into(
-    data: Any, table: TileTable, crop: Any, out: np.ndarray, *, context: int = UPSAMPLING_CONTEXT
+    data: object, table: TileTable, crop: Sequence[int], out: np.ndarray, *,
+    context: int = UPSAMPLING_CONTEXT,
 ) -> tuple[int, tuple[int, int, int, int]]:
     """Splice the JPEG covering crop into out (uint8, len >= len(data)).
 
@@ -307,7 +309,7 @@ def splice_into(
 
 
 def splice(
-    data: Any, table: TileTable, crop: Any, *, context: int = UPSAMPLING_CONTEXT
+    data: object, table: TileTable, crop: Sequence[int], *, context: int = UPSAMPLING_CONTEXT
 ) -> tuple[bytes, tuple[int, int]]:
     """A small valid JPEG covering crop, and its origin (y0, x0) in source pixels."""
     array = _as_bytes_array(data)
@@ -316,7 +318,8 @@ def splice(
     return out[:size].tobytes(), (y0, x0)
 
 
-def decode_crop(data: Any, table: TileTable, crop: Any, *, mode: str = "RGB") -> np.ndarray:
+def decode_crop(data: object, table: TileTable, crop: Sequence[int], *, mode: str = "RGB"
+                ) -> np.ndarray:
     """Decode only crop (top, left, height, width) of a tiled record to an HxWxC uint8 array."""
     from PIL import Image
 

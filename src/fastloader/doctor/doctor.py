@@ -11,7 +11,6 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import psutil
@@ -24,7 +23,7 @@ from fastloader.doctor.profile import (
     time_batches,
     timing_stats,
 )
-from fastloader.doctor.verdict import Verdict, diagnose
+from fastloader.doctor.verdict import Machine, Verdict, diagnose
 from fastloader.errors import FastloaderError
 from fastloader.loader.packed import PackedLoader
 from fastloader.loader.stats import LoaderStats
@@ -57,12 +56,13 @@ CUDA_LABELS = {"copy": "H2D copy+convert (GPU time)"}
 class DoctorReport:
     """A doctor run: the verdict's stats and machine facts, per-stage totals, the verdict."""
 
-    stats: dict[str, Any]
-    machine: dict[str, Any]
+    stats: dict[str, float | str]
+    machine: Machine
     verdict: Verdict
 
 
-def transforms_for(kind: str, size: int) -> tuple[Any, ...]:
+def transforms_for(kind: str, size: int
+                   ) -> tuple[RandomResizedCrop | RandomHorizontalFlip | Resize | CenterCrop, ...]:
     """The usual ImageNet train or validation decode-time transforms at `size`."""
     if kind == "train":
         return (RandomResizedCrop(size), RandomHorizontalFlip())
@@ -76,17 +76,19 @@ def _delta(after: LoaderStats, before: LoaderStats) -> dict[str, float]:
                                             "decode_s", "slot_wait_s", "copy_s", "wait_s")}
 
 
-def _stage_stats(loader: PackedLoader, grown: dict[str, float], wall_s: float) -> dict[str, Any]:
+def _stage_stats(loader: PackedLoader, grown: dict[str, float], wall_s: float
+                 ) -> dict[str, float | str]:
     batches = max(grown["batches"], 1)
     shapes = np.asarray(loader.dataset.shapes, dtype=np.float64)
     height, width = loader.image_size
-    stats: dict[str, Any] = {f"{name}_ms": grown[f"{name}_s"] * 1000.0 / batches
-                             for name in ("read", "plan", "decode", "slot_wait", "copy", "wait")}
-    stats.update({f"{name}_share": grown[f"{name}_s"] / wall_s if wall_s > 0 else 0.0
+    times: dict[str, float] = {f"{name}_ms": grown[f"{name}_s"] * 1000.0 / batches
+                               for name in ("read", "plan", "decode", "slot_wait", "copy", "wait")}
+    times.update({f"{name}_share": grown[f"{name}_s"] / wall_s if wall_s > 0 else 0.0
                   for name in ("read", "plan", "decode", "slot_wait", "copy", "wait")})
-    stats["slot_wait_fraction"] = stats["slot_wait_share"]
+    times["slot_wait_fraction"] = times["slot_wait_share"]
     # The producer thread's own rows; read and plan overlap them on the helper thread.
-    stats["producer_thread_share"] = stats["decode_share"] + stats["slot_wait_share"]
+    times["producer_thread_share"] = times["decode_share"] + times["slot_wait_share"]
+    stats: dict[str, float | str] = dict(times)
     now = loader.stats()
     stats.update(batches_per_pass=len(loader), num_threads=now.num_threads, prefetch=now.prefetch,
                  autotune_state=now.autotune_state, ring_bytes=now.ring_bytes,
@@ -97,7 +99,8 @@ def _stage_stats(loader: PackedLoader, grown: dict[str, float], wall_s: float) -
 
 
 def run_doctor(path: str, *, seconds: float = 10.0, batch_size: int = 128,
-               num_threads: Any = "auto", prefetch: Any = 2, step_ms: float | None = 120.0,
+               num_threads: int | str | None = "auto", prefetch: int | str = 2,
+               step_ms: float | None = 120.0,
                transforms: str = "train", image_size: int = 224, device: str | None = None,
                simulate_step: bool = False, memory_budget: int | None = None) -> DoctorReport:
     """Run a FastLoader over `path` for about `seconds` (after autotune settles) and judge it."""
@@ -140,7 +143,7 @@ def format_report(report: DoctorReport) -> str:
     if s["simulated_step_ms"]:
         lines.append(f"{'simulated step (sleep)':<36}{'consumer':<10}"
                      f"{s['simulated_step_ms']:>10.2f}"
-                     f"{100 * s['simulated_s'] / max(s['wall_s'], 1e-9):>14.1f}%")
+                     f"{100 * float(s['simulated_s']) / max(float(s['wall_s']), 1e-9):>14.1f}%")
     cpu = " ".join(f"{p:.0f}%" for p in m["cpu_percent"])
     mean = sum(m["cpu_percent"]) / max(len(m["cpu_percent"]), 1)
     lines += [
@@ -158,7 +161,8 @@ def format_report(report: DoctorReport) -> str:
         f"settings: num_threads={s['num_threads']} prefetch={s['prefetch']} "
         f"(autotune {s['autotune_state']}), backend={s['backend']}",
         f"CPU per core ({m['cores']} usable): {cpu} (mean {mean:.0f}%)",
-        f"memory: RSS {s['rss_bytes'] / 2**20:.0f} MiB, ring {s['ring_bytes'] / 2**20:.1f} MiB"
+        f"memory: RSS {float(s['rss_bytes']) / 2**20:.0f} MiB, "
+        f"ring {float(s['ring_bytes']) / 2**20:.1f} MiB"
         f" ({'pinned' if s['pinned'] else 'pageable'})",
         "",
         *report.verdict.lines(),

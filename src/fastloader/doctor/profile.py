@@ -6,16 +6,18 @@ import statistics
 import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 import psutil
 import torch
 
-from fastloader.doctor.verdict import Verdict, diagnose
+from fastloader.doctor.verdict import Machine, Verdict, diagnose
 from fastloader.errors import invalid_argument, invalid_type
 from fastloader.loader.sampler import usable_cores
 from fastloader.loader.stats import batch_size_of
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -34,7 +36,7 @@ class Timing:
         return len(self.waits)
 
 
-def _epochs(loader: Iterable[Any]) -> Generator[Any, None, None]:
+def _epochs(loader: Iterable[T]) -> Generator[T, None, None]:
     """Batches across passes; a one-shot iterator (or an empty loader) stops at its end."""
     while True:
         iterator = iter(loader)
@@ -51,7 +53,7 @@ def _epochs(loader: Iterable[Any]) -> Generator[Any, None, None]:
             return
 
 
-def time_batches(loader: Iterable[Any], *, steps: int | None = None,
+def time_batches(loader: Iterable[object], *, steps: int | None = None,
                  seconds: float | None = None, step_ms: float | None = None,
                  warmup: int = 1, warm_until: Callable[[], bool] | None = None,
                  warmup_s: float = 0.0, on_start: Callable[[], None] | None = None) -> Timing:
@@ -95,7 +97,7 @@ def time_batches(loader: Iterable[Any], *, steps: int | None = None,
     return timing
 
 
-def timing_stats(timing: Timing, step_ms: float | None) -> dict[str, Any]:
+def timing_stats(timing: Timing, step_ms: float | None) -> dict[str, float | str]:
     """The verdict's stats dict from a Timing (no stage counters)."""
     waits_ms = [w * 1000.0 for w in timing.waits]
     batches = max(timing.batches, 1)
@@ -112,7 +114,7 @@ def timing_stats(timing: Timing, step_ms: float | None) -> dict[str, Any]:
     }
 
 
-def machine_facts(cpu_percent: list[float]) -> dict[str, Any]:
+def machine_facts(cpu_percent: list[float]) -> Machine:
     """Cores this process may use, per-core CPU use over the run, GPU and DALI presence."""
     cores = usable_cores()
     try:
@@ -129,8 +131,8 @@ def machine_facts(cpu_percent: list[float]) -> dict[str, Any]:
 class ProfileReport:
     """profile()'s result: per-next() waits, throughput, the share spent waiting, a verdict."""
 
-    stats: dict[str, Any]
-    machine: dict[str, Any]
+    stats: dict[str, float | str]
+    machine: Machine
     verdict: Verdict
 
     def lines(self) -> list[str]:
@@ -150,7 +152,7 @@ class ProfileReport:
         return "\n".join(self.lines())
 
 
-def profile(dataloader: Iterable[Any], steps: int = 50, step_ms: float | None = None,
+def profile(dataloader: Iterable[object], steps: int = 50, step_ms: float | None = None,
             warmup: int = 1) -> ProfileReport:
     """Time steps next() calls of any loader and say whether it starves a step of step_ms.
 

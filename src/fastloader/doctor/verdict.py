@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias, TypedDict
 
 STARVING_WAIT = 0.05  # the step waits > 5% of its wall time for batches: the loader starves it
 IDLE_CORE_PERCENT = 50.0  # a core under this was mostly idle during the run
@@ -33,6 +33,20 @@ SPARE_PRODUCER = 0.8  # a producer busy under 80% of the batch time could have r
 SHORT_PASS = 20  # passes of fewer batches restart the producer often: each first batch waits
 COPY_SHARE = 0.25  # copy/normalize above 25% of the loader's time per batch is worth a tip
 BURSTY_RATIO = 3.0  # p90 wait above 3x the median: waits come in bursts
+
+
+# A run's figures by name (profile.timing_stats, doctor's stage rows): numbers, and a few
+# settings as text (backend, device, autotune_state); read with float() where counted.
+Stats: TypeAlias = Mapping[str, float | str]
+
+
+class Machine(TypedDict):
+    """The machine's facts beside a run's stats (profile.machine_facts)."""
+
+    cores: int  # the cores this process may use
+    cpu_percent: list[float]  # per core, over the run
+    cuda: bool
+    dali: bool
 
 
 @dataclass(frozen=True)
@@ -50,25 +64,25 @@ class Verdict:
         return [f"VERDICT: {self.headline}", *(f"  - {tip}" for tip in self.advice)]
 
 
-def loader_ms_per_batch(stats: Mapping[str, Any]) -> float:
+def loader_ms_per_batch(stats: Stats) -> float:
     """Consumer time per batch not spent in the (simulated) step: waits plus copy."""
     return max(0.0, float(stats["batch_ms"]) - float(stats.get("simulated_step_ms", 0.0)))
 
 
-def _feeds(stats: Mapping[str, Any], step_ms: float | None, loader_ms: float) -> bool | None:
-    if stats.get("simulated_step_ms", 0.0) > 0:
+def _feeds(stats: Stats, step_ms: float | None, loader_ms: float) -> bool | None:
+    if float(stats.get("simulated_step_ms", 0.0)) > 0:
         return float(stats.get("wait_fraction", 0.0)) <= STARVING_WAIT
     if step_ms is None:
         return None
     return loader_ms <= step_ms
 
 
-def _stage_ms(stats: Mapping[str, Any]) -> dict[str, float]:
+def _stage_ms(stats: Stats) -> dict[str, float]:
     return {name: float(stats[f"{name}_ms"]) for name in ("read", "plan", "decode", "copy")
             if f"{name}_ms" in stats}
 
 
-def _bottleneck(stats: Mapping[str, Any], feeds: bool | None) -> str:
+def _bottleneck(stats: Stats, feeds: bool | None) -> str:
     stages = _stage_ms(stats)
     if feeds and float(stats.get("slot_wait_fraction", 0.0)) > 0.5:
         return "step"  # the producer sat blocked on a full ring: the step sets the pace
@@ -91,7 +105,7 @@ def _bottleneck(stats: Mapping[str, Any], feeds: bool | None) -> str:
     return "decode"
 
 
-def producer_busy_ms(stats: Mapping[str, Any]) -> float:
+def producer_busy_ms(stats: Stats) -> float:
     """The producer's busy time per batch: decode, or the helper's read + plan when longer.
 
     The helper reads and plans batch b+1 while batch b decodes, so the two overlap; adding
@@ -102,7 +116,7 @@ def producer_busy_ms(stats: Mapping[str, Any]) -> float:
 
 
 def _headline(verdict_feeds: bool | None, bottleneck: str, loader_ms: float,
-              step_ms: float | None, stats: Mapping[str, Any]) -> str:
+              step_ms: float | None, stats: Stats) -> str:
     rate = 1000.0 / loader_ms if loader_ms > 0 else math.inf
     if bottleneck in ("none", "step"):
         if step_ms:
@@ -114,14 +128,14 @@ def _headline(verdict_feeds: bool | None, bottleneck: str, loader_ms: float,
         return (f"the loader delivers a batch every {loader_ms:.1f} ms (at most {rate:.1f} "
                 f"steps/s); bottleneck: {bottleneck}. Pass --step-ms to check your step")
     waited = float(stats.get("wait_fraction", 0.0)) * 100.0
-    if stats.get("simulated_step_ms", 0.0) > 0:
+    if float(stats.get("simulated_step_ms", 0.0)) > 0:
         return (f"the loader STARVES the step: next() took {waited:.0f}% of the time; "
                 f"bottleneck: {bottleneck}")
     return (f"the loader CANNOT feed a {step_ms:.0f} ms step: it needs {loader_ms:.1f} ms "
             f"per batch; bottleneck: {bottleneck}")
 
 
-def _cpu_advice(stats: Mapping[str, Any], machine: Mapping[str, Any]) -> list[str]:
+def _cpu_advice(stats: Stats, machine: Machine) -> list[str]:
     cores = int(machine.get("cores", 1))
     percent: Sequence[float] = machine.get("cpu_percent") or []
     threads = int(stats.get("num_threads", cores))
@@ -140,7 +154,7 @@ def _cpu_advice(stats: Mapping[str, Any], machine: Mapping[str, Any]) -> list[st
     return []
 
 
-def _decode_advice(stats: Mapping[str, Any], machine: Mapping[str, Any]) -> list[str]:
+def _decode_advice(stats: Stats, machine: Machine) -> list[str]:
     advice = _cpu_advice(stats, machine)
     source = float(stats.get("source_pixels", 0.0))
     output = float(stats.get("output_pixels", 0.0))
@@ -157,8 +171,8 @@ def _decode_advice(stats: Mapping[str, Any], machine: Mapping[str, Any]) -> list
     return advice
 
 
-def _stage_advice(bottleneck: str, stats: Mapping[str, Any],
-                  machine: Mapping[str, Any]) -> list[str]:
+def _stage_advice(bottleneck: str, stats: Stats,
+                  machine: Machine) -> list[str]:
     stages = _stage_ms(stats)
     if bottleneck == "decode":
         return _decode_advice(stats, machine)
@@ -188,12 +202,12 @@ def _stage_advice(bottleneck: str, stats: Mapping[str, Any],
     return []
 
 
-def _producer_share(stats: Mapping[str, Any]) -> float:
+def _producer_share(stats: Stats) -> float:
     batch_ms = float(stats["batch_ms"])
     return producer_busy_ms(stats) / batch_ms if batch_ms > 0 else 0.0
 
 
-def _general_advice(stats: Mapping[str, Any], step_ms: float | None, loader_ms: float,
+def _general_advice(stats: Stats, step_ms: float | None, loader_ms: float,
                     skip: str) -> list[str]:
     advice = []
     median, p90 = float(stats.get("wait_ms_median", 0.0)), float(stats.get("wait_ms_p90", 0.0))
@@ -221,7 +235,7 @@ def _general_advice(stats: Mapping[str, Any], step_ms: float | None, loader_ms: 
     return advice
 
 
-def diagnose(stats: Mapping[str, Any], machine: Mapping[str, Any],
+def diagnose(stats: Stats, machine: Machine,
              step_ms: float | None = None) -> Verdict:
     """Decide whether the loader feeds a step of `step_ms`, name the bottleneck, advise."""
     loader_ms = loader_ms_per_batch(stats)

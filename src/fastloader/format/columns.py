@@ -63,7 +63,7 @@ def encode_column(spec: FieldSpec, values: Sequence[Any],
     return out
 
 
-def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
+def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[object]:
     """encode_column's inverse: the per-sample stored values (a resumed pack's journal)."""
     values = _decode_values(spec, arrays)
     if not spec.kind.meta:
@@ -72,7 +72,7 @@ def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
     return [WithMeta(v, tuple(m)) for v, m in zip(values, meta, strict=True)]
 
 
-def _decode_values(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[Any]:
+def _decode_values(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[object]:
     names = spec.arrays()
     if not spec.variable:
         data = arrays[names["data"]]
@@ -164,7 +164,7 @@ class Columns:
         ):
             raise self._damaged(spec, "a per-sample shape disagrees with its fixed dims or size")
 
-    def value(self, name: str, i: int, where: str) -> Any:
+    def value(self, name: str, i: int, where: str) -> object:
         """Sample i's value of field name (not the records' image)."""
         spec, arrays = self.specs[name], self.arrays[name]
         if not spec.variable:
@@ -185,16 +185,23 @@ class Columns:
         return CorruptRecordError(f"{where}: mask field {name!r}: {exc}; run `packdata verify "
                                   f"{self.root}` and pack it again.")
 
-    def gather(self, name: str, indices: np.ndarray) -> Any:
+    def gather(self, name: str, indices: np.ndarray
+               ) -> np.ndarray | list[np.ndarray] | list[object]:
         """The values of indices: an array [B, ...] for fixed fields, else a list."""
         spec, arrays = self.specs[name], self.arrays[name]
         if not spec.variable:
             return np.asarray(arrays["data"][indices])
-        if spec.is_array:  # the batch's slices and shapes read at once (boxes, ndarrays)
-            rows = np.asarray(indices, np.int64)
-            offsets, values = arrays["offsets"], np.asarray(arrays["values"])  # not np.memmap
-            starts, stops = offsets[rows].tolist(), offsets[rows + 1].tolist()
-            shapes = arrays["shapes"][rows].tolist()
-            return [values[start:stop].reshape(shape)
-                    for start, stop, shape in zip(starts, stops, shapes, strict=True)]
+        if spec.is_array:
+            return self.gather_arrays(name, indices)
         return [self.value(name, int(i), f"sample {int(i)}") for i in indices]
+
+    def gather_arrays(self, name: str, indices: np.ndarray) -> list[np.ndarray]:
+        """The values of indices of a variable array field (boxes, ndarrays), one array each:
+        the batch's slices and shapes read at once."""
+        arrays = self.arrays[name]
+        rows = np.asarray(indices, np.int64)
+        offsets, values = arrays["offsets"], np.asarray(arrays["values"])  # not np.memmap
+        starts, stops = offsets[rows].tolist(), offsets[rows + 1].tolist()
+        shapes = arrays["shapes"][rows].tolist()
+        return [values[start:stop].reshape(shape)
+                for start, stop, shape in zip(starts, stops, shapes, strict=True)]

@@ -9,8 +9,9 @@ import mmap
 import operator
 import os
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 
@@ -211,7 +212,7 @@ class PackedDataset:
     def __len__(self) -> int:
         return self.manifest.num_samples
 
-    def _check_index(self, i: Any) -> int:
+    def _check_index(self, i: SupportsIndex) -> int:
         try:
             index = operator.index(i)
         except TypeError:
@@ -339,7 +340,7 @@ class PackedDataset:
         """Whether the records were packed as restart-tiled JPEGs (packdata --tiles)."""
         return "tiles" in self.manifest.options
 
-    def tile_batch(self, indices: Any) -> TileBatch | None:
+    def tile_batch(self, indices: np.ndarray | Sequence[int]) -> TileBatch | None:
         """The tile tables of records `indices` for BatchDecoder.decode_into(tiles=); None if
         the dataset is not tiled. Pure array indexing: no per-sample Python work."""
         if self._tiles is None:
@@ -392,7 +393,7 @@ class PackedDataset:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         # Spawned workers reopen from the path: handles never cross a process boundary.
         return {"root": str(self.root), "verify_records": self.verify_records}
 

@@ -86,10 +86,10 @@ class FieldSpec:
             names["shapes"] = base + ".shapes"
         return names
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The manifest entry of this field."""
-        entry: dict[str, Any] = {"name": self.name, "kind": self.kind.name,
-                                 **self.kind.to_json(self)}
+        entry: dict[str, object] = {"name": self.name, "kind": self.kind.name,
+                                    **self.kind.to_json(self)}
         if self.classes is not None:  # only a kind that takes classes has them
             entry["classes"] = list(self.classes)
         return entry
@@ -99,15 +99,15 @@ class FieldSpec:
         return self.kind.describe(self)
 
 
-def _check_name(name: Any, bad: type[Exception], where: str) -> str:
+def _check_name(name: object, bad: type[Exception], where: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise bad(f"{where}: field name {name!r:.60} is not 1-64 letters, digits, '_', '-' or "
                   "'.' (not starting with '.'); rename the field.")
     return name
 
 
-def _from_tuple(name: str, spec: tuple[Any, ...] | list[Any], bad: type[Exception],
-                where: str) -> Any:
+def _from_tuple(name: str, spec: tuple[object, ...] | list[object], bad: type[Exception],
+                where: str) -> dict[str, Any]:
     kind = kinds.find(spec[0])
     entry = None if kind is None else kind.from_tuple(spec)
     if entry is None:
@@ -161,7 +161,7 @@ def _check_per_box(specs: Sequence[FieldSpec], bad: type[Exception], where: str)
             owners[name] = spec.name
 
 
-def parse_fields(fields: Any) -> list[FieldSpec]:
+def parse_fields(fields: object) -> list[FieldSpec]:
     """pack()'s fields= mapping, in its order; InvalidArgumentError naming a bad entry."""
     if not isinstance(fields, Mapping) or not fields:
         raise InvalidArgumentError(
@@ -188,7 +188,7 @@ def check_specs(specs: Sequence[FieldSpec], bad: type[Exception], where: str) ->
     _check_per_box(specs, bad, where)
 
 
-def specs_from_manifest(raw: Any, where: str) -> list[FieldSpec]:
+def specs_from_manifest(raw: object, where: str) -> list[FieldSpec]:
     """manifest.json's sample_fields list as specs; DatasetError naming what is wrong."""
     if not isinstance(raw, list):
         raise DatasetError(f"{where}: sample_fields is not a list; the dataset is damaged: "

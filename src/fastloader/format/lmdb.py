@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import lmdb
 
@@ -58,7 +58,19 @@ def write_shard(path: Path, start: int, records: Sequence[bytes | memoryview]) -
 # transactions on it can block forever inside LMDB (seen 2 in 30 forks with a pass in flight),
 # and LMDB's rule is that a child leaves the parent's environments alone. Such an entry stays in
 # the table, reused by the child's readers, until the child exits.
-_OPEN: dict[tuple[int, int], list[Any]] = {}  # (st_dev, st_ino) -> [environment, users, inherited]
+
+
+@dataclass
+class _Open:
+    """An environment of the table, its readers in this process, and whether it came with a
+    fork (then never closed here)."""
+
+    env: lmdb.Environment
+    users: int = 0
+    inherited: bool = False
+
+
+_OPEN: dict[tuple[int, int], _Open] = {}  # (st_dev, st_ino) -> its entry
 _OPEN_LOCK = threading.Lock()
 
 
@@ -77,14 +89,14 @@ def _reinit_lock_in_child() -> None:
     global _OPEN_LOCK
     _OPEN_LOCK = threading.Lock()  # the forking thread's hold on the parent's lock is void here
     for entry in _OPEN.values():
-        entry[2] = True
+        entry.inherited = True
 
 
 os.register_at_fork(before=_lock_before_fork, after_in_parent=_unlock_in_parent,
                     after_in_child=_reinit_lock_in_child)
 
 
-def _open_env(path: Path) -> Any:
+def _open_env(path: Path) -> lmdb.Environment:
     """A read-only environment on path; DatasetError naming it when LMDB refuses the file."""
     try:
         env = lmdb.open(
@@ -116,15 +128,15 @@ def _open_env(path: Path) -> Any:
     return env
 
 
-def _acquire_env(path: Path) -> tuple[tuple[int, int], Any]:
+def _acquire_env(path: Path) -> tuple[tuple[int, int], lmdb.Environment]:
     stat = path.stat()
     key = (stat.st_dev, stat.st_ino)
     with _OPEN_LOCK:
         entry = _OPEN.get(key)
         if entry is None:
-            entry = _OPEN[key] = [_open_env(path), 0, False]
-        entry[1] += 1
-        return key, entry[0]
+            entry = _OPEN[key] = _Open(_open_env(path))
+        entry.users += 1
+        return key, entry.env
 
 
 def _release_env(key: tuple[int, int]) -> None:
@@ -132,10 +144,10 @@ def _release_env(key: tuple[int, int]) -> None:
         entry = _OPEN.get(key)
         if entry is None:
             return
-        entry[1] -= 1
-        if entry[1] <= 0 and not entry[2]:
+        entry.users -= 1
+        if entry.users <= 0 and not entry.inherited:
             del _OPEN[key]
-            entry[0].close()
+            entry.env.close()
 
 
 class Reader:
@@ -144,7 +156,7 @@ class Reader:
     def __init__(self, root: Path, shards: Sequence[ShardInfo]) -> None:
         self._paths = [root / shard.file for shard in shards]
         self._lock = threading.Lock()
-        self._envs: dict[int, Any] = {}
+        self._envs: dict[int, lmdb.Environment] = {}
         self._keys: dict[int, tuple[int, int]] = {}
         self._pid = os.getpid()
         self._local = threading.local()
@@ -161,7 +173,7 @@ class Reader:
             self._local = threading.local()
             self._lock = threading.Lock()  # a thread of the parent may have held it at fork
 
-    def _env(self, shard: int) -> Any:
+    def _env(self, shard: int) -> lmdb.Environment:
         env = self._envs.get(shard)
         if env is None:
             self._check_fork()
@@ -172,7 +184,7 @@ class Reader:
                     self._envs[shard] = env
         return env
 
-    def _txn(self, shard: int) -> Any:
+    def _txn(self, shard: int) -> lmdb.Transaction[memoryview]:
         self._check_fork()
         txns = getattr(self._local, "txns", None)
         if txns is None:

@@ -111,7 +111,7 @@ class Manifest:
     created_at: str = ""
     format: str = FORMAT_NAME
     version: int = 1
-    sample_fields: list[dict[str, Any]] = field(default_factory=list)
+    sample_fields: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -159,7 +159,7 @@ def _damaged(where: str, what: str) -> DatasetError:
     return DatasetError(f"{where}: {what}; the dataset is damaged: pack it again.")
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -168,7 +168,7 @@ _SHARD_TYPES = {"file": str, "start": int, "count": int, "bytes": int, "sha256":
 _FIELD_TYPES = {"file": str, "dtype": str, "shape": list, "sha256": str}
 
 
-def _check_entry(entry: Any, types: Mapping[str, type], where: str, what: str) -> None:
+def _check_entry(entry: object, types: Mapping[str, type], where: str, what: str) -> None:
     if not isinstance(entry, dict):
         raise _damaged(where, f"{what} is {type(entry).__name__}, not an object")
     for key, kind in types.items():
@@ -204,7 +204,7 @@ def _check_types(raw: dict[str, Any], where: str) -> None:
             raise _damaged(where, f"{key} is {type(raw[key]).__name__}, not an object")
 
 
-def _manifest_from_dict(raw: Any, where: str) -> Manifest:
+def _manifest_from_dict(raw: object, where: str) -> Manifest:
     if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
         raise DatasetError(
             f"{where} is not a fastloader manifest (format is not {FORMAT_NAME!r}); "

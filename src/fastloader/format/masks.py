@@ -15,7 +15,7 @@ import io
 import os
 import struct
 import zlib
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -105,7 +105,7 @@ def _mode_words(mode: str) -> str:
     return "not 8-bit single-channel"
 
 
-def to_mask(value: Any, read: Any = None) -> np.ndarray:
+def to_mask(value: object, read: Callable[[str], bytes] | None = None) -> np.ndarray:
     """A pack value (uint8 [H, W] array, PNG bytes, or a PNG path) as a uint8 [H, W] array.
 
     Args:

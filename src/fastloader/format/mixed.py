@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 
-from fastloader.decode.tiles import HEADER_FIELDS, TileBatch
+from fastloader.decode.tiles import HEADER_FIELDS, TileBatch, TileTable
 from fastloader.errors import InvalidArgumentError
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.fields import FieldSpec
@@ -32,7 +32,7 @@ def join_classes(class_lists: Sequence[Sequence[str]]) -> tuple[list[str], list[
     return list(joined), tables
 
 
-def _shape_of(spec: FieldSpec) -> tuple[Any, ...]:
+def _shape_of(spec: FieldSpec) -> tuple[object, ...]:
     """What two sources' field must share to mix (its classes may differ: they are joined)."""
     return (str(spec.kind), spec.dtype, spec.shape, spec.per_box)
 
@@ -77,7 +77,8 @@ class MixedColumns:
         self.mix = mix
         self.root = mix.root
 
-    def _split(self, indices: Any) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    def _split(self, indices: np.ndarray | Sequence[int]
+               ) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """(source, positions in the batch, its local indices) for each source in a batch."""
         ids = np.asarray(indices, dtype=np.int64)
         which = self.mix.source_of(ids)
@@ -94,7 +95,8 @@ class MixedColumns:
             return np.asarray(self.mix.sources[s].labels[local])
         return columns.gather(name, local)
 
-    def gather(self, name: str, indices: Any) -> Any:
+    def gather(self, name: str, indices: np.ndarray | Sequence[int]
+               ) -> np.ndarray | list[object]:
         """The batch's values of field name: an array for fixed fields, else a list; labels
         of a field with classes remapped into the joined classes."""
         parts = [(pos, self._gather(s, name, local), s)
@@ -105,13 +107,13 @@ class MixedColumns:
             for pos, values, s in parts:
                 out[pos] = values if remap is None else remap[s][values]
             return out
-        items: list[Any] = [None] * len(indices)
+        items: list[object] = [None] * len(indices)
         for pos, values, s in parts:
             for k, value in zip(pos.tolist(), values, strict=True):
                 items[k] = value if remap is None else remap[s][np.asarray(value)]
         return items
 
-    def value(self, name: str, i: int, where: str) -> Any:
+    def value(self, name: str, i: int, where: str) -> object:
         s, local = self.mix.locate(i)
         value = self._columns(s).value(name, local, where)
         remap = self.mix.class_fields.get(name)
@@ -203,7 +205,7 @@ class MixedDataset(PackedDataset):
         s = int(np.searchsorted(self.starts, index, side="right")) - 1
         return s, index - int(self.starts[s])
 
-    def _check_index(self, i: Any) -> int:
+    def _check_index(self, i: SupportsIndex) -> int:
         index = int(i)
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} is out of range for {self.root} with {len(self)} "
@@ -231,7 +233,7 @@ class MixedDataset(PackedDataset):
         remap = self.class_fields.get(name)
         return value if remap is None else remap[s][value]
 
-    def tile_batch(self, indices: Any) -> TileBatch | None:
+    def tile_batch(self, indices: np.ndarray | Sequence[int]) -> TileBatch | None:
         """The batch's tile tables, each source's rows gathered at once (its tile_batch), as
         TileBatch.from_tables builds them: offsets of the tiled records copied into one array
         in batch order (an untiled record: zeros, span (0, 0)). None when no source is tiled."""
@@ -267,7 +269,7 @@ class MixedDataset(PackedDataset):
         spans[sizes == 0] = 0
         return TileBatch(headers, offsets, spans)
 
-    def tile_table(self, i: int) -> Any:
+    def tile_table(self, i: int) -> TileTable | None:
         s, local = self.locate(i)
         return self.sources[s].tile_table(local)
 
@@ -306,7 +308,7 @@ class MixedDataset(PackedDataset):
             if owned:  # a PackedDataset the caller passed stays the caller's to close
                 source.close()
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {"sources": self.sources, "names": self.source_names,
                 "shared": list(self.fields) != list(self.sources[0].fields),
                 "verify_records": self.verify_records}

@@ -14,8 +14,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from fastloader.errors import DatasetError, DatasetNotFoundError, OptionalDependencyError
 from fastloader.format.cache import ShardCache, parse_size
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 
 _CHUNK = 4 << 20
 DEFAULT_CACHE_DIR = "~/.cache/fastloader"
+
+T = TypeVar("T")
 
 
 class HashMismatchError(DatasetError):
@@ -67,7 +70,7 @@ class Remote:
         """The URL of member `name` of the dataset."""
         return f"{self.url}/{name}"
 
-    def _attempts(self, name: str, job: Any) -> Any:
+    def _attempts(self, name: str, job: Callable[[], T]) -> T:
         for attempt in range(self.retries):
             try:
                 return job()

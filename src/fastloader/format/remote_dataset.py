@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -91,7 +91,7 @@ class RemoteDataset(PackedDataset):
         self._open: OrderedDict[int, ShardReader] = OrderedDict()
         self._keep = max(1, window) + self.prefetch
         self._pool: ThreadPoolExecutor | None = None
-        self._futures: dict[int, Future[Any]] = {}
+        self._futures: dict[int, Future[None]] = {}
         self._plan: _Plan | None = None
         self._reader = _CachedReader(self)
         _LIVE.add(self)
@@ -137,7 +137,7 @@ class RemoteDataset(PackedDataset):
         digest = hashlib.sha256(raw).hexdigest()
         local = f"{self._folder}/manifest.json"
 
-        def write(out: Any) -> None:
+        def write(out: BinaryIO) -> None:
             out.write(raw)
         self.cache.fetch(local, len(raw), write)  # pinned while open: never evicted under us
         if hashlib.sha256((self.cache.root / local).read_bytes()).hexdigest() != digest:
@@ -197,7 +197,7 @@ class RemoteDataset(PackedDataset):
         else:
             future.result()
 
-    def _fetch_settling(self, shard: int, future: Future[Any]) -> None:
+    def _fetch_settling(self, shard: int, future: Future[None]) -> None:
         """Download shard and settle its future; a failure also forgets the future, so a
         later read tries again, and is raised."""
         try:
@@ -216,7 +216,7 @@ class RemoteDataset(PackedDataset):
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max(1, self.prefetch),
                                                 thread_name_prefix="fastloader-fetch")
-            future: Future[Any] = Future()
+            future: Future[None] = Future()
             self._futures[shard] = future
         # The pool's own future swallows the re-raise: readers see the error through `future`.
         self._pool.submit(self._fetch_settling, shard, future)
@@ -316,7 +316,7 @@ class RemoteDataset(PackedDataset):
             future.set_exception(DatasetError(
                 f"{self.url} was closed before this shard's download started; open it again."))
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         # A worker process reopens it from the URL and shares the node's cache.
         return {"url": self.url, "args": self._args, "verify_records": self.verify_records}
 

@@ -6,7 +6,6 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -155,7 +154,7 @@ class DeviceStep:
         constants = normalize_constants(normalize)
         self.dtype = resolve_dtype(dtype, constants is not None)
         self.memory_format = resolve_memory_format(memory_format)
-        self.stream: Any = None
+        self.stream: torch.cuda.Stream | None = None
         self.timer: DeviceTimer | None = None
         if device.type == "cuda":
             self.stream = torch.cuda.Stream(device)
@@ -176,7 +175,8 @@ class DeviceStep:
             self.planar.pool.clear()
 
     def __call__(self, batch: torch.Tensor, labels: np.ndarray,
-                 planar: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, Any]:
+                 planar: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.cuda.Event | None]:
         """Return (images NCHW, labels int64, event or None) for a host uint8 NHWC batch.
 
         With `planar` (the batch already decoded channel-first by the producer, as asked by
@@ -191,7 +191,7 @@ class DeviceStep:
             label_tensor = torch.from_numpy(labels).to(self.device, non_blocking=True)
         return images, label_tensor, event
 
-    def _stage(self, batch: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    def _stage(self, batch: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         """The batch on the device (CUDA: copied on the side stream, guarded), and its event."""
         if self.stream is None or self.timer is None:
             return batch, None

@@ -6,7 +6,6 @@ import collections
 import queue
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -129,6 +128,6 @@ class PlanarSpec:
     def allocate(self, count: int, height: int, width: int) -> torch.Tensor:
         return self.pool.tensor((count, 3, height, width), self.dtype)
 
-    def decode_kwargs(self, images: torch.Tensor) -> dict[str, Any]:
+    def decode_kwargs(self, images: torch.Tensor) -> dict[str, np.ndarray | None]:
         """BatchDecoder.decode_into's planar/scale/shift arguments for (a slice of) images."""
         return {"planar": images.numpy(), "scale": self.scale, "shift": self.shift}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 
@@ -20,10 +19,10 @@ class DeviceTimer:
     """
 
     def __init__(self) -> None:
-        self._pending: deque[tuple[Any, Any]] = deque()
+        self._pending: deque[tuple[torch.cuda.Event, torch.cuda.Event]] = deque()
 
     @contextlib.contextmanager
-    def interval(self, stream: Any) -> Iterator[None]:
+    def interval(self, stream: torch.cuda.Stream) -> Iterator[None]:
         """Time the work enqueued on `stream` inside the with block."""
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)

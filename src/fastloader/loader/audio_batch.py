@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -120,7 +120,8 @@ class BatchDecoder:
             return np.ascontiguousarray(out[:, :, :longest])
         return out
 
-    def finish(self, clips: torch.Tensor, facts: torch.Tensor, from_ring: bool) -> Any:
+    def finish(self, clips: torch.Tensor, facts: torch.Tensor, from_ring: bool
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """(waves, lengths), cut on the device when from the ring, log-mel if asked."""
         longest = int(facts.max()) if facts.numel() else 1
         if from_ring and self.audio.crop_seconds is None and longest < clips.shape[2]:

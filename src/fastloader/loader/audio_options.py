@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from fastloader.checks import flag, positive_int
 from fastloader.errors import invalid_argument, invalid_type
@@ -114,7 +113,7 @@ def check_audio(audio: object) -> Audio | None:
     return audio
 
 
-def check_duration_args(max_batch_seconds: Any, buckets: Any, batch_size: Any) -> None:
+def check_duration_args(max_batch_seconds: object, buckets: object, batch_size: object) -> None:
     """max_batch_seconds (None, or seconds > 0), duration_buckets (>= 1), and batch_size left
     at 1 with max_batch_seconds (a duration plan sets each batch's count)."""
     positive_int("duration_buckets", buckets)

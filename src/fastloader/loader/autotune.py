@@ -302,7 +302,7 @@ class AutoTuner:
                                               for t, v in sorted(self.measured.items())}}
 
 
-def make_tuner(num_threads: Any, prefetch: Any, memory_budget: Any, max_threads: int,
+def make_tuner(num_threads: object, prefetch: object, memory_budget: object, max_threads: int,
                slot_bytes: int) -> AutoTuner:
     """Check the loader's num_threads / prefetch / memory_budget and build its tuner."""
     auto = repr(AUTO)

@@ -123,13 +123,14 @@ class ClipDecoder(Protocol):
         """Every clip of the batch into out: (per-clip facts, one row a clip; failures)."""
 
     def replace(self, failure: Failure, seed: int, epoch: int, out: np.ndarray
-                ) -> tuple[int, Any]:
+                ) -> tuple[int, int | np.ndarray]:
         """on_error="skip": another clip in the failed one's row; (its index, its facts)."""
 
     def trimmed(self, out: np.ndarray, facts: np.ndarray) -> np.ndarray:
         """The CPU batch cut to what its clips fill (a view or out itself)."""
 
-    def finish(self, clips: torch.Tensor, facts: torch.Tensor, from_ring: bool) -> Any:
+    def finish(self, clips: torch.Tensor, facts: torch.Tensor, from_ring: bool
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch's clips entry, on the device (clips there already; from_ring: the
         buffer was a ring slot, not trimmed yet)."""
 

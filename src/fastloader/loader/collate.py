@@ -126,13 +126,15 @@ class FieldCollator:
         self.mask_fields = [n for n in self.names if n in specs and specs[n].kind.raster]
         self._masks: dict[str, torch.Tensor] | None = None
 
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: np.ndarray,
+    def __call__(self, images: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+                 labels: torch.Tensor, indices: np.ndarray,
                  seeds: tuple[int, int, int, int] = (0, 0, 0, 0),
                  geometry: Geometry | None = None,
                  masks: dict[str, torch.Tensor] | None = None) -> Any:
         """The batch's output; seeds (seed, epoch, batch, rank) draw further images' crops;
         geometry is the plan the images were decoded with; masks the mask fields built with
-        that plan (loader/masks.py)."""
+        that plan (loader/masks.py). The records' entry is the images, or a clip loader's
+        pair (clips, per-clip facts)."""
         if self.classic:
             return images, labels
         self._seeds = seeds
@@ -143,8 +145,8 @@ class FieldCollator:
         values = [self._column(name, images, labels, indices) for name in self.names]
         return dict(zip(self.names, values, strict=True)) if self.as_dict else tuple(values)
 
-    def _column(self, name: str, images: torch.Tensor, labels: torch.Tensor,
-                indices: np.ndarray) -> Any:
+    def _column(self, name: str, images: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+                labels: torch.Tensor, indices: np.ndarray) -> Any:
         if name == self.dataset.image_field:
             return images
         if name == self.label:
@@ -195,7 +197,7 @@ class FieldCollator:
                 f"field {name!r} holds boxes, which need the crop plan the images were decoded "
                 "with; this loader does not give it. Use the packed loader (backend 'auto', "
                 "'native' or 'pillow').")
-        return self.specs[name].kind.map_batch(self._columns().gather(name, indices),
+        return self.specs[name].kind.map_batch(self._columns().gather_arrays(name, indices),
                                                geometry, self.min_visibility, device)
 
     def mask(self, name: str, device: torch.device) -> torch.Tensor:

@@ -18,7 +18,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +31,7 @@ from fastloader.decode.decode import BatchDecoder
 from fastloader.decode.geometry import Geometry
 from fastloader.decode.orientation import Turns
 from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError, ProducerError
+from fastloader.format.dataset import PackedDataset
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.autotune import AutoTuner, Setting
 from fastloader.loader.batch_transform import transform_planar, transform_slot
@@ -74,7 +75,7 @@ class ReadyBatch:
     count: int
     labels: np.ndarray
     samples: np.ndarray  # dataset indices actually delivered (after any skip replacement)
-    images: Any = None  # the fresh channel-first tensor when a PlanarSpec was given
+    images: torch.Tensor | None = None  # the fresh channel-first tensor with a PlanarSpec
     # the plan of the delivered samples (crops, flips, size, places): boxes follow their pixels
     geometry: Geometry | None = None
     masks: dict[str, torch.Tensor] | None = None  # mask fields, uint8 [B, H, W] (MaskBatches)
@@ -85,7 +86,7 @@ class _Prepared:
     """A batch read and planned, waiting for a ring slot and the decoder."""
 
     samples: np.ndarray
-    records: list[Any]
+    records: list[memoryview | bytes]
     failures: dict[int, FastloaderError]
     geometry: Geometry
     tiles: Any  # the batch's restart-tile tables (TileBatch), None for an untiled dataset
@@ -134,7 +135,7 @@ def producer_error(error: BaseException, stage: str, batch: int) -> BaseExceptio
     return wrapped
 
 
-def _planar_kwargs(spec: PlanarSpec | None, images: Any, start: int,
+def _planar_kwargs(spec: PlanarSpec | None, images: torch.Tensor | None, start: int,
                    stop: int) -> dict[str, Any]:
     """decode_into's arguments for writing images[start:stop] channel-first, if asked."""
     if spec is None or images is None:
@@ -147,7 +148,7 @@ class Producer:
 
     def __init__(
         self,
-        dataset: Any,
+        dataset: PackedDataset,
         transforms: Sequence[Transform],
         decoder: BatchDecoder,
         ring: BatchRing,
@@ -157,7 +158,7 @@ class Producer:
         tuner: AutoTuner | None = None,
         planar: PlanarSpec | None = None,
         max_skips: int | float | None = None,
-        batch_transform: Any = None,
+        batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
         box_field: str | None = None,
         masks: MaskBatches | None = None,
         turns: Turns | None = None,
@@ -276,8 +277,9 @@ class Producer:
 
     def _plan(self, samples: np.ndarray, rng: np.random.Generator) -> Geometry:
         """The samples' geometry; RandomIoUCrop reads their boxes from the dataset's column."""
-        boxes = (None if self.box_field is None
-                 else self.dataset.columns.gather(self.box_field, samples))
+        columns = self.dataset.columns  # a boxes field lives in a v2 dataset's columns
+        boxes = (None if self.box_field is None or columns is None
+                 else columns.gather_arrays(self.box_field, samples))
         geometry = plan_geometry(self.transforms, self.turns.shapes[samples], rng,
                                  self.turns.boxes(samples, boxes))
         return self.turns.attach(geometry, samples)
@@ -317,8 +319,9 @@ class Producer:
         return ReadyBatch(b, slot, len(samples), labels, samples, images, geometry,
                           prepared.masks)
 
-    def _read(self, samples: np.ndarray) -> tuple[list[Any], dict[int, FastloaderError]]:
-        records: list[Any] = []
+    def _read(self, samples: np.ndarray
+              ) -> tuple[list[memoryview | bytes], dict[int, FastloaderError]]:
+        records: list[memoryview | bytes] = []
         failures: dict[int, FastloaderError] = {}
         for k, i in enumerate(samples.tolist()):
             try:
@@ -329,7 +332,7 @@ class Producer:
         return records, failures
 
     def _recover(self, b: int, k: int, sample: int, error: FastloaderError,
-                 out: np.ndarray, spec: PlanarSpec | None, images: Any
+                 out: np.ndarray, spec: PlanarSpec | None, images: torch.Tensor | None
                  ) -> tuple[int, Geometry]:
         """on_error="raise": raise. "skip": decode a replacement into out[k], return its index
         and its one-sample geometry.

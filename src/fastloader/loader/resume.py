@@ -72,7 +72,7 @@ def sampler_identity(source: Any) -> str | None:
     return _digest(b"\0".join(parts))
 
 
-def _as_bytes(value: Any) -> bytes:
+def _as_bytes(value: object) -> bytes:
     if hasattr(value, "detach"):  # a torch tensor
         value = value.detach().cpu().numpy()
     if isinstance(value, (np.ndarray, list, tuple, range)):

@@ -65,7 +65,7 @@ class SkipBudget:
         )
 
 
-def check_max_skips(max_skips: Any, on_error: str) -> int | float | None:
+def check_max_skips(max_skips: object, on_error: str) -> int | float | None:
     """max_skips as given when valid: None, a count >= 0, or a fraction in [0, 1)."""
     if max_skips is None:
         return None

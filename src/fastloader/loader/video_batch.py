@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from fractions import Fraction
 
 import numpy as np
 import torch
 
 from fastloader.decode import video as clips
 from fastloader.decode.augment import Transform, output_size, plan_geometry
+from fastloader.errors import DecodeError
 from fastloader.format.kinds.video import seconds
 from fastloader.loader.clips import Failure, decode_rows, replace_failed
 from fastloader.loader.video_options import Video
@@ -101,13 +102,35 @@ class VideoDecoder:
         return clips.FrameView((top, left, crop_h, crop_w), self.size, bool(geometry.flips[0]))
 
     def clip(self, index: int, seed: int, epoch: int, out: np.ndarray) -> np.ndarray:
-        """Sample index's windows decoded into out [clips, T, H, W, 3]; their timestamps."""
+        """Sample index's windows decoded into out [clips, T, H, W, 3]; their timestamps.
+
+        A constant-frame-rate clip's frames are addressed from its index row, and the seek
+        left to the container's index; a variable-rate one (or one whose seek lands after a
+        window's first frame) is demuxed for its frame index first."""
         rng = np.random.Generator(np.random.PCG64([seed, epoch, index]))
         starts = plan_starts(self.meta[index], self.video, rng)
         view = self.view(index, rng)
         data = bytes(self.read(index))
         what = f"video of sample {index}"
-        info = clips.probe(data, what)
+        indexed = self._indexed(index)
+        if indexed is not None:
+            try:
+                return self._windows(data, indexed, starts, view, out, what)
+            except DecodeError:
+                pass  # a damaged clip fails again below, with the probe's own words
+        return self._windows(data, clips.probe(data, what), starts, view, out, what)
+
+    def _indexed(self, index: int) -> clips.VideoInfo | None:
+        """The clip's VideoInfo from its meta row when its frame rate is constant, else None."""
+        width, height, frames, num, den, span, _, first, step = (
+            int(v) for v in self.meta[index])
+        if step <= 0:
+            return None
+        return clips.from_index(width, height, frames, Fraction(num, den), span, first, step)
+
+    def _windows(self, data: bytes, info: clips.VideoInfo, starts: np.ndarray,
+                 view: clips.FrameView, out: np.ndarray, what: str) -> np.ndarray:
+        """Each window decoded into its row of out; their timestamps [clips, T]."""
         times = np.empty((self.video.clips, self.video.frames), np.float32)
         for k, start in enumerate(starts.tolist()):
             _, times[k] = clips.decode_clip(data, info, window_pts(info, start, self.video),
@@ -134,7 +157,8 @@ class VideoDecoder:
     def trimmed(self, out: np.ndarray, facts: np.ndarray) -> np.ndarray:
         return out  # every window has T frames of one size
 
-    def finish(self, frames: torch.Tensor, facts: torch.Tensor, from_ring: bool) -> Any:
+    def finish(self, frames: torch.Tensor, facts: torch.Tensor, from_ring: bool
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """(frames in the asked layout and dtype, timestamps), [B, ...] or with clips > 1
         [B, clips, ...]."""
         frames = frames.permute(*_PERMUTE[self.video.layout])

@@ -5,9 +5,11 @@ are values + offsets + shapes and a list of B tensors (padded, or multi-hot, on 
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from fastloader.errors import InvalidArgumentError
 from fastloader.format.kinds.base import Bad, BadValue, Batch, Kind, Spec, StoreContext
@@ -18,10 +20,10 @@ if TYPE_CHECKING:
 
 
 
-def check_dtype(dtype: Any, bad: type[Exception], where: str) -> str:
+def check_dtype(dtype: object, bad: type[Exception], where: str) -> str:
     """A numeric numpy dtype's name; bad naming where otherwise."""
     try:
-        parsed = np.dtype(dtype)
+        parsed = np.dtype(cast("npt.DTypeLike", dtype))  # anything is tried: TypeError says no
     except TypeError:
         parsed = np.dtype(object)
     if parsed.hasobject or parsed.kind not in "biuf" or parsed.itemsize == 0:
@@ -30,7 +32,7 @@ def check_dtype(dtype: Any, bad: type[Exception], where: str) -> str:
     return str(parsed)
 
 
-def check_shape(shape: Any, bad: type[Exception], where: str) -> tuple[int, ...]:
+def check_shape(shape: object, bad: type[Exception], where: str) -> tuple[int, ...]:
     """Up to 8 sizes >= 0 or -1 (variable); bad naming where otherwise."""
     if not isinstance(shape, (list, tuple)) or len(shape) > 8 or not all(
         isinstance(n, int) and not isinstance(n, bool) and (n >= 0 or n == -1) for n in shape
@@ -40,7 +42,7 @@ def check_shape(shape: Any, bad: type[Exception], where: str) -> tuple[int, ...]
     return tuple(shape)
 
 
-def as_array(spec: Spec, value: Any) -> np.ndarray:
+def as_array(spec: Spec, value: object) -> np.ndarray:
     """value as a contiguous array of the field's dtype and shape; BadValue if it does not fit
     (a safe cast only: 2.5 never becomes an int)."""
     if isinstance(value, (str, bytes, dict)) or value is None:
@@ -69,31 +71,33 @@ class NdarrayKind(Kind):
     is_array = True
     always_variable = False  # variable when its shape has a -1
 
-    def from_tuple(self, items: tuple[Any, ...] | list[Any]) -> dict[str, Any] | None:
+    def from_tuple(self, items: tuple[object, ...] | list[object]) -> dict[str, object] | None:
         return ({"kind": self.name, "dtype": items[1], "shape": items[2]} if len(items) == 3
                 else None)
 
-    def build(self, name: str, entry: Any, bad: type[Exception], where: str) -> dict[str, Any]:
+    def build(self, name: str, entry: Mapping[str, object], bad: type[Exception], where: str
+              ) -> dict[str, object]:
         return {"dtype": check_dtype(entry.get("dtype"), bad, f"{where}: field {name!r}"),
                 "shape": check_shape(entry.get("shape"), bad, f"{where}: field {name!r}")}
 
-    def to_json(self, spec: Spec) -> dict[str, Any]:
+    def to_json(self, spec: Spec) -> dict[str, object]:
         return {"dtype": spec.dtype, "shape": list(spec.shape or ())}
 
     def describe(self, spec: Spec) -> str:
         return f"ndarray {spec.dtype} {tuple(spec.shape or ())}"
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> np.ndarray:
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> np.ndarray:
         return as_array(spec, value)
 
     def from_bytes(self, spec: Spec, data: bytes) -> np.ndarray:
         return np.load(io.BytesIO(data), allow_pickle=False)
 
-    def load(self, spec: Spec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
+    def load(self, spec: Spec, blob: np.ndarray, shape: np.ndarray, fail: Bad) -> np.ndarray:
         return np.asarray(blob).reshape(tuple(int(d) for d in shape))
 
     def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
-                device: torch.device) -> Any:
+                device: torch.device
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | list[torch.Tensor]:
         values = batch.values(spec.name, indices)
         if not spec.variable:
             return to_tensor(values, device)

@@ -12,7 +12,7 @@ import numpy as np
 
 from fastloader.decode import audio
 from fastloader.errors import DecodeError
-from fastloader.format.kinds.base import Spec
+from fastloader.format.kinds.base import Spec, WithMeta
 from fastloader.format.kinds.encoded import EncodedKind, seconds_line, spread
 
 META = ("sample_rate", "channels", "frames")
@@ -36,7 +36,7 @@ class AudioKind(EncodedKind):
             raise DecodeError(problem)
         return tuple(info)
 
-    def record_shape(self, spec: Spec, stored: Any) -> tuple[int, int]:
+    def record_shape(self, spec: Spec, stored: WithMeta) -> tuple[int, int]:
         _, channels, frames = stored.meta
         return channels, frames
 

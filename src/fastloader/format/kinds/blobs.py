@@ -4,7 +4,6 @@ raw bytes), a list of B Python values in a batch."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import numpy as np
 
@@ -16,7 +15,7 @@ class TextKind(Kind):
 
     verified = True
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> bytes:
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> bytes:
         if not isinstance(value, str):
             raise BadValue(f"expected text (str), got {type(value).__name__} {value!r:.40}")
         try:
@@ -27,10 +26,10 @@ class TextKind(Kind):
     def from_bytes(self, spec: Spec, data: bytes) -> str:
         return data.decode("utf-8")
 
-    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
+    def from_cell(self, spec: Spec, value: object, from_csv: bool) -> object:
         return "" if value is None else value
 
-    def load(self, spec: Spec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
+    def load(self, spec: Spec, blob: np.ndarray, shape: np.ndarray | None, fail: Bad) -> object:
         return utf8(spec, blob, fail, parse=False)
 
 
@@ -39,28 +38,28 @@ class JsonKind(Kind):
 
     verified = True
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> bytes:
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> bytes:
         try:  # parsed values only; NaN and infinities are not JSON
             return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except (TypeError, ValueError, RecursionError) as exc:
             raise BadValue(f"not JSON-serializable ({exc})") from None
 
-    def from_bytes(self, spec: Spec, data: bytes) -> Any:
+    def from_bytes(self, spec: Spec, data: bytes) -> object:  # parsed JSON
         return json.loads(data.decode("utf-8"))
 
-    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
+    def from_cell(self, spec: Spec, value: object, from_csv: bool) -> object:
         if value is None:
             return None
         return json.loads(value) if from_csv and isinstance(value, str) else value
 
-    def load(self, spec: Spec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
+    def load(self, spec: Spec, blob: np.ndarray, shape: np.ndarray | None, fail: Bad) -> object:
         return utf8(spec, blob, fail, parse=True)
 
 
 class BytesKind(Kind):
     """Raw bytes per sample, as given."""
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> bytes:
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> bytes:
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise BadValue(f"expected bytes, got {type(value).__name__}")
         return bytes(value)

@@ -4,7 +4,8 @@ less visible than min_box_visibility dropped with their per-box rows."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sized
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,23 +28,24 @@ class BoxesKind(NdarrayKind):
     spatial = True
     holds_boxes = True
 
-    def from_tuple(self, items: tuple[Any, ...] | list[Any]) -> dict[str, Any] | None:
+    def from_tuple(self, items: tuple[object, ...] | list[object]) -> dict[str, object] | None:
         return {"kind": self.name, "per_box": items[1]} if len(items) == 2 else None
 
-    def build(self, name: str, entry: Any, bad: type[Exception], where: str) -> dict[str, Any]:
+    def build(self, name: str, entry: Mapping[str, object], bad: type[Exception], where: str
+              ) -> dict[str, object]:
         names = entry.get("per_box", ())
         if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
             raise bad(f"{where}: boxes field {name!r}: per_box {names!r:.60} is not a list of "
                       "field names; write e.g. ('boxes', ['box_labels']).")
         return {"dtype": BOXES_DTYPE, "shape": BOXES_SHAPE, "per_box": tuple(names)}
 
-    def to_json(self, spec: Spec) -> dict[str, Any]:
+    def to_json(self, spec: Spec) -> dict[str, object]:
         return {"per_box": list(spec.per_box)}
 
     def describe(self, spec: Spec) -> str:
         return f"boxes XYXY float32 (-1, 4), per box {list(spec.per_box)}"
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> np.ndarray:
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> np.ndarray:
         """float32 [k, 4] XYXY: finite, positive width and height (an empty list is no boxes)."""
         if isinstance(value, (list, tuple)) and len(value) == 0:
             return np.zeros((0, 4), np.float32)
@@ -56,18 +58,18 @@ class BoxesKind(NdarrayKind):
                            "source pixels with x2 > x1 and y2 > y1, all finite; fix or drop it")
         return boxes
 
-    def check_rows(self, spec: Spec, values: dict[str, Any]) -> str | None:
+    def check_rows(self, spec: Spec, values: dict[str, Sized]) -> str | None:
         for name in spec.per_box:
             if len(values[name]) != len(values[spec.name]):
                 return (f"field {name!r} has {len(values[name])} rows but {spec.name!r} has "
                         f"{len(values[spec.name])} boxes; a per-box field has one row a box")
         return None
 
-    def from_bytes(self, spec: Spec, data: bytes) -> Any:
+    def from_bytes(self, spec: Spec, data: bytes) -> np.ndarray:
         raise ValueError(f"no reader for kind {self.name!r}")
 
     def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
-                device: torch.device) -> Any:
+                device: torch.device) -> list[torch.Tensor]:
         return batch.boxes(spec.name)
 
     def map_batch(self, boxes: list[np.ndarray], geometry: Geometry, min_visibility: float,

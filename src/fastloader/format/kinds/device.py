@@ -5,7 +5,7 @@ for the device. torch is imported when a batch is built, not with the format sta
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import torch
 
 
-def to_tensor(values: Any, device: torch.device) -> torch.Tensor:
+def to_tensor(values: np.ndarray | Sequence[float], device: torch.device) -> torch.Tensor:
     """A batch of fixed-shape values ([B, ...] array or list of scalars) as one tensor."""
     import torch
 

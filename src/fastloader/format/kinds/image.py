@@ -5,7 +5,7 @@ decoded per batch with the loader's transforms (loader/extra_images.py) or given
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,23 +24,23 @@ class ImageKind(Kind):
     verified = True  # read back, and decoded with `packdata verify --decode`
     cell_is_path = True
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> bytes:
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> bytes:
         data = ctx.read(value)
         problem = ctx.check_image(data)
         if problem is not None:
             raise BadValue(problem)
         return data
 
-    def from_member(self, spec: Spec, member: Any, read: Callable[[Any], bytes],
-                    deferred: bool) -> Any:
+    def from_member(self, spec: Spec, member: object, read: Callable[[object], bytes],
+                    deferred: bool) -> object:
         return member if deferred else read(member)
 
-    def verify(self, spec: Spec, value: Any, image_size: tuple[int, int],
+    def verify(self, spec: Spec, value: bytes, image_size: tuple[int, int],
                decode: Callable[[bytes], str | None] | None) -> str | None:
         return None if decode is None else decode(value)
 
     def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
-                device: torch.device) -> Any:
+                device: torch.device) -> list[bytes] | torch.Tensor:
         records = batch.values(spec.name, indices)
         decoded = batch.decode_images(spec.name, records, indices, device)
         return records if decoded is None else decoded

@@ -5,17 +5,17 @@ cells that all parse as ints are int, as numbers float, else text; JSON values k
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import cast
 
 from fastloader.format.kinds import FLOAT, INT, JSON, TEXT, Kind
 
 
-def cell_kind(value: Any, from_csv: bool) -> Kind:
+def cell_kind(value: object, from_csv: bool) -> Kind:
     """The kind of one non-empty cell (CSV: its text)."""
     if from_csv:
         for kind, parse in ((INT, int), (FLOAT, float)):
             try:
-                parse(value)
+                parse(cast(str, value))  # a CSV cell is its text
                 return kind
             except ValueError:
                 pass
@@ -29,7 +29,7 @@ def cell_kind(value: Any, from_csv: bool) -> Kind:
     return TEXT if isinstance(value, str) else JSON
 
 
-def infer_kind(cells: Sequence[Any], from_csv: bool) -> Kind:
+def infer_kind(cells: Sequence[object], from_csv: bool) -> Kind:
     """The kind of a column from its non-empty cells, in row order."""
     kinds = {cell_kind(value, from_csv) for value in cells}
     numbers = {INT, FLOAT}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -31,16 +31,19 @@ class MaskKind(Kind):
     def describe(self, spec: Spec) -> str:
         return "mask uint8 [H, W]"
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> np.ndarray:
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> np.ndarray:
         """The uint8 [H, W] array; stored by fit_image once its image's size is known."""
         try:
             return to_mask(value, ctx.read_file)
         except MaskError as exc:
             raise BadValue(str(exc)) from None
         except ValueError as exc:  # read_file: over the size cap, not a regular file
-            raise BadValue(f"{os.fspath(value)!r}: {exc}") from None
+            # only a path is read: value is one here
+            path = os.fspath(cast("str | os.PathLike[str]", value))
+            raise BadValue(f"{path!r}: {exc}") from None
 
-    def fit_image(self, spec: Spec, value: Any, image: RecordImage) -> tuple[Any, str | None]:
+    def fit_image(self, spec: Spec, value: np.ndarray, image: RecordImage
+                  ) -> tuple[np.ndarray | bytes, str | None]:
         """Checked against its image's size and encoded (resized with the image when --max-side
         re-encoded it)."""
         size = image.source_size() if image.reencoded else (image.height, image.width)
@@ -54,17 +57,18 @@ class MaskKind(Kind):
             value = map_mask(value, whole, False, (image.height, image.width))
         return encode_mask(value), None
 
-    def from_member(self, spec: Spec, member: Any, read: Callable[[Any], bytes],
-                    deferred: bool) -> Any:
+    def from_member(self, spec: Spec, member: object, read: Callable[[object], bytes],
+                    deferred: bool) -> object:
         return member  # a path or the PNG's bytes: read by store() in the worker
 
-    def load(self, spec: Spec, blob: np.ndarray, shape: Any, fail: Bad) -> Any:
+    def load(self, spec: Spec, blob: np.ndarray, shape: np.ndarray | None, fail: Bad
+             ) -> np.ndarray:
         try:
             return decode_mask(blob.tobytes())
         except MaskError as exc:
             raise fail(f"mask field {spec.name!r}: {exc}") from None
 
-    def verify(self, spec: Spec, value: Any, image_size: tuple[int, int],
+    def verify(self, spec: Spec, value: np.ndarray, image_size: tuple[int, int],
                decode: Callable[[bytes], str | None] | None) -> str | None:
         height, width = image_size
         if value.shape != (height, width):
@@ -73,15 +77,15 @@ class MaskKind(Kind):
         return None
 
     def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
-                device: torch.device) -> Any:
+                device: torch.device) -> torch.Tensor:
         return batch.mask(spec.name, device)
 
-    def map_into(self, blob: Any, image_size: tuple[int, int], crop: np.ndarray, flip: bool,
+    def map_into(self, blob: np.ndarray, image_size: tuple[int, int], crop: np.ndarray, flip: bool,
                  out: np.ndarray, orientation: int = 1) -> None:
         """A stored mask mapped through one sample's crop and flip into out (its output size),
         turned first by its image's EXIF orientation (image_size: the stored size); ValueError
         (MaskError too) if damaged or not its image's size."""
-        values, lengths, height, width = mask_runs(blob)
+        values, lengths, height, width = mask_runs(blob.data)  # the bytes, as a memoryview
         image_h, image_w = image_size
         if height != image_h or width != image_w:
             # verify finds these too; never map a mask onto an image of another size

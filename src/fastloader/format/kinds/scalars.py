@@ -4,7 +4,6 @@ field may carry class names (the label)."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
@@ -17,7 +16,7 @@ class IntKind(Fixed):
     storage = "int64"
     takes_classes = True
 
-    def from_tuple(self, items: tuple[Any, ...] | list[Any]) -> dict[str, Any] | None:
+    def from_tuple(self, items: tuple[object, ...] | list[object]) -> dict[str, object] | None:
         return {"kind": self.name, "classes": items[1]} if len(items) == 2 else None
 
     def describe(self, spec: Spec) -> str:
@@ -31,7 +30,7 @@ class IntKind(Fixed):
             return f"a label outside 0..{len(spec.classes) - 1}"
         return None
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> int:
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> int:
         if isinstance(value, str) and spec.classes is not None and value in spec.classes:
             return spec.classes.index(value)
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -46,7 +45,7 @@ class IntKind(Fixed):
     def from_bytes(self, spec: Spec, data: bytes) -> int:
         return int(data.decode("utf-8").strip())
 
-    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
+    def from_cell(self, spec: Spec, value: object, from_csv: bool) -> object:
         value = super().from_cell(spec, value, from_csv)
         if spec.classes is not None:  # a --label column: its names become ids in store()
             return str(value)
@@ -58,7 +57,7 @@ class FloatKind(Fixed):
 
     storage = "float64"
 
-    def store(self, spec: Spec, value: Any, ctx: StoreContext) -> float:
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
             raise BadValue(f"expected a float, got {type(value).__name__} {value!r:.40}")
         return float(value)
@@ -66,7 +65,7 @@ class FloatKind(Fixed):
     def from_bytes(self, spec: Spec, data: bytes) -> float:
         return float(data.decode("utf-8").strip())
 
-    def from_cell(self, spec: Spec, value: Any, from_csv: bool) -> Any:
+    def from_cell(self, spec: Spec, value: object, from_csv: bool) -> object:
         if value is None:
             return math.nan
         if not from_csv or not isinstance(value, str):

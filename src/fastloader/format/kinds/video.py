@@ -17,15 +17,18 @@ from fastloader.format.kinds.base import Spec
 from fastloader.format.kinds.encoded import EncodedKind, seconds_line, spread
 
 # per clip, int64: enough to plan a window by frame stride or by time without the file
+# (frame_step: the pts step of a constant-frame-rate clip, whose frames the loader then
+# addresses without demuxing it; 0: variable)
 META = ("width", "height", "frames", "time_base_num", "time_base_den", "duration_pts",
-        "keyframes", "first_pts")
+        "keyframes", "first_pts", "frame_step")
 
 
 def meta_of(info: video.VideoInfo) -> tuple[int, ...]:
     """The meta row of a probed clip."""
+    keyframes = 0 if info.keyframes is None else len(info.keyframes)
     return (info.width, info.height, info.frames, info.time_base.numerator,
-            info.time_base.denominator, info.duration_pts, len(info.keyframes),
-            int(info.pts[0]))
+            info.time_base.denominator, info.duration_pts, keyframes, int(info.pts[0]),
+            video.frame_step(info))
 
 
 class VideoKind(EncodedKind):

@@ -15,9 +15,9 @@ from __future__ import annotations
 import functools
 import itertools
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 
@@ -33,15 +33,18 @@ _WINDOW_BYTES = 64 << 20  # source bytes in flight per pool window: bounds memor
 _RUN_ITEMS = 256  # at most this many items of one locality travel as one run
 _RUN_BYTES = 16 << 20  # and about this many of their bytes (a run's results come back whole)
 
+W = TypeVar("W")  # what travels to a worker for an item (ItemSource.work)
+R = TypeVar("R")  # what its job returns (a prepared item)
 
-def _run_each(job: Callable[[Any], Any], works: list[Any]) -> list[Any]:
+
+def _run_each(job: Callable[[W], R], works: list[W]) -> list[R]:
     """job over a run of works in one worker, in order."""
     return [job(work) for work in works]
 
 
-def _windows(works: Iterable[tuple[Any, int]], limit: int) -> Iterator[list[Any]]:
+def _windows(works: Iterable[tuple[W, int]], limit: int) -> Iterator[list[W]]:
     """The works in windows of at most `limit` items and about _WINDOW_BYTES of sizes."""
-    window: list[Any] = []
+    window: list[W] = []
     size = 0
     for work, weight in works:
         window.append(work)
@@ -53,14 +56,14 @@ def _windows(works: Iterable[tuple[Any, int]], limit: int) -> Iterator[list[Any]
         yield window
 
 
-def _pooled(job: Callable[[Any], Any], works: Iterable[tuple[Any, int]], workers: int,
-            fork: bool, limit: int, chunk: int | None = None) -> Iterator[Any]:
+def _pooled(job: Callable[[W], R], works: Iterable[tuple[W, int]], workers: int,
+            fork: bool, limit: int, chunk: int | None = None) -> Iterator[R]:
     """job over the works in order, by a pool holding at most two windows; each worker
     takes `chunk` works at a time (default: a share of the window). Done, failed or
     interrupted, the pool is stopped within a bound (pool.stop_pool)."""
     pool, stopping = open_pool(workers, fork)
     try:
-        pending: deque[Iterable[Any]] = deque()
+        pending: deque[Iterable[R]] = deque()
         for window in _windows(works, limit):
             share = chunk or max(1, min(32, len(window) // (4 * workers)))
             pending.append(pool.imap(functools.partial(run_job, job), window, share))
@@ -73,7 +76,7 @@ def _pooled(job: Callable[[Any], Any], works: Iterable[tuple[Any, int]], workers
 
 
 def _prepared(items: ItemSource, plan: Spans, todo: Sequence[int], workers: int
-              ) -> Generator[Any, None, None]:
+              ) -> Generator[object, None, None]:
     """The pending shards' items prepared in plan order: here when one process (or a few
     items) would do, else on a pool."""
     positions = (i for k in todo for i in range(*plan.span(k)))
@@ -93,11 +96,11 @@ def _prepared(items: ItemSource, plan: Spans, todo: Sequence[int], workers: int
             yield from prepared
 
 
-def _runs(items: ItemSource, positions: Iterable[int], locality: Callable[[int], Any]
-          ) -> Iterator[tuple[list[Any], int]]:
+def _runs(items: ItemSource, positions: Iterable[int], locality: Callable[[int], Hashable]
+          ) -> Iterator[tuple[list[object], int]]:
     """Consecutive positions of one locality as runs of works (at most _RUN_ITEMS items and
     about _RUN_BYTES), each with its size hint."""
-    run: list[Any] = []
+    run: list[object] = []
     size, key = 0, None
     for i in positions:
         here = locality(i)
@@ -111,11 +114,11 @@ def _runs(items: ItemSource, positions: Iterable[int], locality: Callable[[int],
         yield run, size
 
 
-def _write_parts(plan: Spans, todo: Sequence[int], stream: Iterator[Any],
-                 build: Callable[[int, Iterator[Any]], Any], meter: Meter) -> set[int]:
+def _write_parts(plan: Spans, todo: Sequence[int], stream: Iterator[object],
+                 build: Callable[[int, Iterator[object]], object], meter: Meter) -> set[int]:
     """build(k, items) for each shard of todo, its items taken from stream (every pending
     item prepared in plan order) and counted as they go; the shards written."""
-    def counted(lo: int, hi: int) -> Iterator[Any]:
+    def counted(lo: int, hi: int) -> Iterator[object]:
         for i in range(lo, hi):
             item = next(stream)
             note_warnings(item, i, plan.relpath)
@@ -134,13 +137,13 @@ def _write_parts(plan: Spans, todo: Sequence[int], stream: Iterator[Any],
     return written
 
 
-def note_warnings(item: Any, i: int, name: Callable[[int], str]) -> None:
+def note_warnings(item: object, i: int, name: Callable[[int], str]) -> None:
     """Log what the decoders warned about a packed item (validate.Prepared.warnings: Pillow's,
     libtiff's ...), one message per item on validate's WARNED_LOG, named by its path or
     name(i); a refused item carries them in its reason (skipped.json) instead."""
     record = getattr(item, "record", item)  # an importer's or Python sample's, or a file's
     said = getattr(record, "warnings", ())
-    if said and record.data is not None:
+    if said and getattr(record, "data", None) is not None:  # only a Prepared has warnings
         WARNED_LOG.warning("%s: %s", getattr(item, "path", None) or name(i), "; ".join(said))
 
 
@@ -153,7 +156,7 @@ def run_local(staging: Stage, plan: Spans, todo: Sequence[int], items: ItemSourc
         staging, plan, k, settings, items, prepared), meter)
 
 
-def run_stream(staging: Stage, plan: Spans, items: ItemSource, samples: Iterable[Any],
+def run_stream(staging: Stage, plan: Spans, items: ItemSource, samples: Iterable[object],
                settings: TaskSettings, workers: int, shard_samples: int, meter: Meter) -> None:
     """A plain iterable of samples read in order here, each handed to the items' job as its
     work (where, sample), a part every shard_samples samples; the plan's bounds and sizes
@@ -161,7 +164,7 @@ def run_stream(staging: Stage, plan: Spans, items: ItemSource, samples: Iterable
     works = ((f"sample {k}", s) for k, s in enumerate(samples))
     if workers == 1:
         job = items.job()
-        stream: Iterator[Any] = map(job, works)
+        stream: Iterator[object] = map(job, works)
     else:
         stream = _pooled(items.job(), ((w, 0) for w in works), workers, False, items.window)
     n = 0

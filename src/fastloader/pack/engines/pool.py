@@ -21,10 +21,25 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from multiprocessing.synchronize import Lock
+from types import FrameType
+from typing import Protocol, TypeVar
 
-_STOPPING: Any = None  # a worker's view of its pool's "stopping" flag (shared memory)
+W = TypeVar("W")
+R = TypeVar("R")
+
+
+class Flag(Protocol):
+    """A pool's shared "stopping" byte (a RawValue)."""
+
+    value: int
+
+
+_STOPPING: Flag | None = None  # a worker's view of its pool's "stopping" flag (shared memory)
 _IN_JOB = False  # whether this worker is inside an item's job (holding no queue lock)
 _PENDING = False  # its pool stopped it outside a job: it ends at its next lock-free point
 _POLL_S = 0.1  # how often a worker waiting for a queue's lock looks at _PENDING
@@ -34,7 +49,7 @@ _KILL_AFTER_S = 10.0  # then SIGKILL (a job stuck in C code that never returns t
 _SETTLE_S = 5.0  # once every worker is gone, what terminate() has left to finish
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     global _PENDING
     if _STOPPING is None or not _STOPPING.value:
         return  # from outside (a scheduler, the group): the parent decides
@@ -49,7 +64,7 @@ def _end_if_stopped() -> None:
         os._exit(128 + signal.SIGTERM)
 
 
-def worker_signals(stopping: Any) -> None:
+def worker_signals(stopping: Flag) -> None:
     """A pool worker's initializer: the worker ends when its pool stops it, never on a signal
     from outside. A scheduler's SIGTERM reaches every process of the job (SLURM) and Ctrl-C's
     SIGINT the whole process group: a worker killed there, at any point, can die holding a
@@ -65,7 +80,7 @@ def worker_signals(stopping: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def run_job(job: Callable[[Any], Any], work: Any) -> Any:
+def run_job(job: Callable[[W], R], work: W) -> R:
     """job(work) in a pool worker, marked as inside a job for _on_sigterm."""
     global _IN_JOB
     _IN_JOB = True
@@ -75,7 +90,7 @@ def run_job(job: Callable[[Any], Any], work: Any) -> Any:
         _IN_JOB = False
 
 
-def _acquire(lock: Any) -> None:
+def _acquire(lock: Lock) -> None:
     """Take a queue's lock, ending the worker instead if its pool stops it meanwhile (a
     worker waits here for good once terminate() holds the task queue's read lock)."""
     _end_if_stopped()
@@ -89,12 +104,12 @@ class GuardedQueue(multiprocessing.queues.SimpleQueue):
     result) is acted on once the lock is released, so terminate() never waits on it."""
 
     # SimpleQueue's own attributes (typeshed declares none of them)
-    _rlock: Any
-    _wlock: Any
-    _reader: Any
-    _writer: Any
+    _rlock: Lock
+    _wlock: Lock | None
+    _reader: Connection
+    _writer: Connection
 
-    def get(self) -> Any:
+    def get(self) -> object:
         _acquire(self._rlock)
         try:
             res = self._reader.recv_bytes()
@@ -103,7 +118,7 @@ class GuardedQueue(multiprocessing.queues.SimpleQueue):
         _end_if_stopped()
         return ForkingPickler.loads(res)
 
-    def put(self, obj: Any) -> None:
+    def put(self, obj: object) -> None:
         data = ForkingPickler.dumps(obj)
         assert self._wlock is not None  # None on Windows only
         _acquire(self._wlock)
@@ -117,12 +132,12 @@ class GuardedQueue(multiprocessing.queues.SimpleQueue):
 class GuardedPool(multiprocessing.pool.Pool):
     """A Pool whose task and result queues are GuardedQueues."""
 
-    _ctx: Any  # Pool's own attributes (typeshed declares none of them)
-    _pool: list[Any]
+    _ctx: BaseContext  # Pool's own attributes (typeshed declares none of them)
+    _pool: list[BaseProcess]
     _inqueue: GuardedQueue
     _outqueue: GuardedQueue
-    _quick_put: Any
-    _quick_get: Any
+    _quick_put: Callable[[object], None]
+    _quick_get: Callable[[], object]
 
     def _setup_queues(self) -> None:  # as Pool's, with the guarded class
         self._inqueue = GuardedQueue(ctx=self._ctx)
@@ -131,7 +146,7 @@ class GuardedPool(multiprocessing.pool.Pool):
         self._quick_get = self._outqueue._reader.recv
 
 
-def open_pool(workers: int, fork: bool) -> tuple[GuardedPool, Any]:
+def open_pool(workers: int, fork: bool) -> tuple[GuardedPool, Flag]:
     """A pool of `workers` (forked or the platform's default start) and its stopping flag."""
     context = multiprocessing.get_context("fork" if fork else None)
     stopping = context.RawValue("b", 0)
@@ -140,7 +155,7 @@ def open_pool(workers: int, fork: bool) -> tuple[GuardedPool, Any]:
     return pool, stopping
 
 
-def stop_pool(pool: GuardedPool, stopping: Any) -> None:
+def stop_pool(pool: GuardedPool, stopping: Flag) -> None:
     """Stop the pool (done, failed or interrupted), bounded: its workers are told (stopping)
     and signalled until gone (_watch_stop), and terminate() runs in a thread this waits for
     only until _SETTLE_S after the last worker is gone."""
@@ -158,7 +173,7 @@ def stop_pool(pool: GuardedPool, stopping: Any) -> None:
     done.set()
 
 
-def _alive(pool: GuardedPool) -> list[Any]:
+def _alive(pool: GuardedPool) -> list[BaseProcess]:
     """The pool's workers still running, told by their sentinels (readable once they exit),
     never by pid alone: a worker the pool reaped already is not signalled."""
     return [process for process in list(pool._pool)  # Pool keeps no public list
@@ -177,6 +192,8 @@ def _watch_stop(pool: GuardedPool, stopper: threading.Thread) -> threading.Event
         while stopper.is_alive() and not done.wait(_WATCH_S):
             waited += _WATCH_S
             for process in _alive(pool):
+                if process.pid is None:  # never started (Pool starts each before keeping it)
+                    continue
                 with contextlib.suppress(OSError, ValueError):
                     os.kill(process.pid, signal.SIGKILL if waited >= _KILL_AFTER_S
                             else signal.SIGTERM)

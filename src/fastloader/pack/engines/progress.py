@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Protocol
 
 from fastloader.pack.staging.journal import RESUME_LOG
 from fastloader.pack.staging.plan import Spans
@@ -13,7 +13,15 @@ from fastloader.pack.staging.plan import Spans
 Progress = Callable[[int, int, int], None]  # (items done, items total, source bytes done)
 
 
-def progress_bar(total: int, quiet: bool, initial: int = 0) -> Any:
+class Bar(Protocol):
+    """What the meter uses of tqdm's bar (tqdm itself is untyped)."""
+
+    def update(self, n: int) -> object: ...
+    def set_postfix_str(self, s: str, refresh: bool) -> None: ...
+    def close(self) -> None: ...
+
+
+def progress_bar(total: int, quiet: bool, initial: int = 0) -> Bar | None:
     """tqdm's bar on a terminal's stderr, else None."""
     if quiet or not sys.stderr.isatty():
         return None

@@ -12,7 +12,7 @@ import logging
 import pickle
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from types import ModuleType
 
 from fastloader.errors import FastloaderError, PackError
 from fastloader.pack.engines.progress import Meter
@@ -24,7 +24,7 @@ RAY_HINT = ('engine=\'ray\' needs Ray: pip install "fastloader[ray]" (or "ray>=2
             "with engine='local'.")
 
 
-def import_ray() -> Any:
+def import_ray() -> ModuleType:
     """The ray module, or PackError saying how to install it."""
     try:
         import ray
@@ -33,7 +33,7 @@ def import_ray() -> Any:
     return ray
 
 
-def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
+def _ray_failure(ray: ModuleType, exc: Exception, k: int) -> FastloaderError:
     cause = getattr(exc, "cause", None)
     if isinstance(cause, FastloaderError):  # a bad item (no --skip-bad): the task's own error
         return cause
@@ -45,7 +45,7 @@ def _ray_failure(ray: Any, exc: Exception, k: int) -> FastloaderError:
 
 def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | None,
             meter: Meter, task: Callable[..., dict[str, int]] | None = None,
-            extra: tuple[Any, ...] = ()) -> set[int]:
+            extra: tuple[object, ...] = ()) -> set[int]:
     """Run task(staging, k, *extra) (build.run_shard unless given) as one Ray task per
     pending shard; progress here on the driver.
 
@@ -75,7 +75,7 @@ def run_ray(staging: Stage, todo: Sequence[int], workers: int, address: str | No
 
 
 @contextlib.contextmanager
-def joined_ray(workers: int, address: str | None) -> Iterator[Any]:
+def joined_ray(workers: int, address: str | None) -> Iterator[ModuleType]:
     """The ray module, joined to the instance this process already joined, else to `address`,
     else to a new local one with `workers` CPUs on loopback; what it started it shuts down."""
     ray = import_ray()

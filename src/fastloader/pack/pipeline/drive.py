@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any, Protocol
+from typing import Protocol
 
 from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
@@ -43,7 +43,7 @@ class PackSource(Protocol):
         ...
 
     def listing(self, staging: AnyStaging, backend: str, options: PackOptions
-                ) -> tuple[ShardPlan | None, dict[str, Any], dict[str, Any] | None]:
+                ) -> tuple[ShardPlan | None, dict[str, object], dict[str, object] | None]:
         """List the source and cut it for this (unopened) staging: (its plan, None for a
         stream known once read; the identity plan.json keeps, what a resume compares; the run
         settings plan/settings.json keeps, None for none)."""

@@ -18,11 +18,11 @@ import json
 import os
 import shutil
 import zlib
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -202,7 +202,7 @@ def recode(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, codec: s
 
 def kept_summary(manifest: Manifest) -> str:
     """One line for the CLI: how many records were recoded and kept."""
-    stats: dict[str, Any] = manifest.stats
+    stats: Mapping[str, object] = manifest.stats
     if manifest.options["codec"] == "jpeg":
         return (f"recoded {stats.get('recoded', 0)} coeffs records to JPEG (the same pixels); "
                 "other records unchanged")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,8 @@ from fastloader.pack.staging.remote_stage import RemoteStaging
 log = logging.getLogger(__name__)
 
 
-def _identity(specs: list[FieldSpec], backend: str, source: dict[str, Any] | None,
-              options: PackOptions) -> dict[str, Any]:
+def _identity(specs: list[FieldSpec], backend: str, source: dict[str, object] | None,
+              options: PackOptions) -> dict[str, object]:
     """plan.json: what makes the parts (a resume reuses parts of the same identity only), and
     what a shard task reads as its settings."""
     identity = {"backend": backend, "fields": [s.to_json() for s in specs],
@@ -55,7 +56,7 @@ def _identity(specs: list[FieldSpec], backend: str, source: dict[str, Any] | Non
     return identity | options.plan_entries()
 
 
-def _open_staging(dst: str | Path, source: dict[str, Any] | None, options: PackOptions
+def _open_staging(dst: str | Path, source: dict[str, object] | None, options: PackOptions
                   ) -> tuple[Staging | RemoteStaging, str]:
     """dst's staging, checked but not opened, and its backend: a folder beside a path DST, or
     the hidden prefix beside a URL DST (remote_stage.py: each shard task uploads its part)."""
@@ -71,12 +72,12 @@ def _open_staging(dst: str | Path, source: dict[str, Any] | None, options: PackO
                         "pass the URL.")
     dst = Path(dst)
     backend = resolve_backend(dst, options.format)
-    src_path = Path(source["path"]).absolute() if source and "path" in source else Path("/-")
+    src_path = Path(str(source["path"])).absolute() if source and "path" in source else Path("/-")
     check_destination(dst, src_path, options.overwrite)
     return Staging(dst), backend
 
 
-def sample_options(options: PackOptions, source: dict[str, Any] | None) -> PackOptions:
+def sample_options(options: PackOptions, source: dict[str, object] | None) -> PackOptions:
     """options (checked) for these samples: shard_samples is Python samples' only (resolved
     from shard_size when not given); an importer's resume needs its source's fingerprint."""
     if source is not None and options.shard_samples is not None:
@@ -96,8 +97,8 @@ class SampleSource:
     how a task opens it again) or Python samples (a sequence read by index, or a plain
     iterable read in order); cut into a ShardPlan, committed as format v2."""
 
-    def __init__(self, samples: Any, specs: list[FieldSpec], source: dict[str, Any] | None,
-                 reopen: dict[str, Any] | None) -> None:
+    def __init__(self, samples: Any, specs: list[FieldSpec], source: dict[str, object] | None,
+                 reopen: dict[str, object] | None) -> None:
         self.samples, self.specs, self.source, self.reopen = samples, specs, source, reopen
 
     @property
@@ -123,13 +124,14 @@ class SampleSource:
         return _open_staging(target, self.source, options)
 
     def listing(self, staging: Staging | RemoteStaging, backend: str, options: PackOptions
-                ) -> tuple[ShardPlan | None, dict[str, Any], dict[str, Any] | None]:
+                ) -> tuple[ShardPlan | None, dict[str, object], dict[str, object] | None]:
         """The samples cut into a plan (a plain iterable gets none yet: its bounds are known
         once it is read), with per-item keys where an importer's items can tell them; a URL
         DST's run settings ({}: its token)."""
         identity = _identity(self.specs, backend, self.source, options)
+        fields = [s.to_json() for s in self.specs]  # as identity["fields"]
         samples = self.samples
-        run: dict[str, Any] | None = {} if isinstance(staging, RemoteStaging) else None
+        run: dict[str, object] | None = {} if isinstance(staging, RemoteStaging) else None
         if not is_sequence(samples):
             return None, identity, run
         if len(samples) == 0:
@@ -147,8 +149,8 @@ class SampleSource:
         if keys is not None:
             identity["item_keys"] = True
         plan = ShardPlan(bounds, sizes, keys=keys,
-                         fingerprint=(self.source or {}).get("fingerprint", ""),
-                         reopen=self.reopen, fields=identity["fields"])
+                         fingerprint=str((self.source or {}).get("fingerprint", "")),
+                         reopen=self.reopen, fields=fields)
         return plan, identity, run
 
     def run(self, staging: Staging | RemoteStaging, plan: ShardPlan | None,
@@ -177,9 +179,10 @@ class SampleSource:
         return plan, set(range(plan.num_shards))
 
 
-def pack_samples(samples: Any, dst: str | os.PathLike[str], fields: Any, options: PackOptions,
-                 *, source: dict[str, Any] | None = None,
-                 reopen: dict[str, Any] | None = None) -> Manifest:
+def pack_samples(samples: Any, dst: str | os.PathLike[str],
+                 fields: Mapping[str, object] | list[FieldSpec], options: PackOptions,
+                 *, source: dict[str, object] | None = None,
+                 reopen: dict[str, object] | None = None) -> Manifest:
     """Pack samples into dst as a format v2 dataset (see fastloader.pack for the options).
 
     `fields` is a dict (parsed here) or a list of FieldSpecs (from an importer); `source`

@@ -130,7 +130,7 @@ class TreeSource:
         return Staging(dst_path), backend
 
     def listing(self, staging: Staging | RemoteStaging, backend: str, options: PackOptions
-                ) -> tuple[ShardPlan, dict[str, Any], dict[str, Any]]:
+                ) -> tuple[ShardPlan, dict[str, object], dict[str, object]]:
         """The tree scanned (a bad file stops here unless skip_bad) and its listing cut."""
         result = (scan_url(self.path, options.max_file_size, options.storage_options)
                   if isinstance(self.path, str) else scan(self.path, options.max_file_size))
@@ -138,11 +138,11 @@ class TreeSource:
         if not options.skip_bad and bad:
             path, reason = bad[0]
             raise PackError(f"{result.root}/{path}: {reason}; {BAD_ITEM_FIX}")
-        identity: dict[str, Any] = {"backend": backend, "src": str(self.path),
+        identity: dict[str, object] = {"backend": backend, "src": str(self.path),
                                     "classes": result.classes,
                                     "shard_files": MAX_SHARD_FILES}
         identity |= options.plan_entries()
-        run = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
+        run: dict[str, object] = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
         return from_scan(result, options.shard_size), identity, run
 
     def run(self, staging: Staging | RemoteStaging, plan: ShardPlan | None,

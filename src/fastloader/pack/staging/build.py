@@ -35,7 +35,7 @@ from fastloader.pack.staging.plan import Spans, TaskSettings, load_plan
 
 
 def build_part(staging: Stage, plan: Spans, k: int, settings: TaskSettings,
-               items: ItemSource, prepared: Iterable[Any]) -> Part:
+               items: ItemSource, prepared: Iterable[object]) -> Part:
     """Write shard k from its items' prepared records (in plan order, kept by the source's
     rows), then its shard file, index arrays, tile columns and part-manifest (last); for a
     URL DST (remote_stage.RemoteStage) in a local temporary folder, then uploaded."""
@@ -64,14 +64,14 @@ def build_part(staging: Stage, plan: Spans, k: int, settings: TaskSettings,
     return part
 
 
-def _plan_of(stage: Stage) -> tuple[Any, TaskSettings]:
+def _plan_of(stage: Stage) -> tuple[Any, TaskSettings]:  # a ShardPlan, never named here
     """The plan and settings a task reads: from the staging folder (cached while unchanged),
     or downloaded once per process for a URL DST."""
     return load_plan(stage) if isinstance(stage, Path) else stage.load_plan()
 
 
 def run_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
-              samples: Any = None) -> dict[str, int]:
+              samples: object = None) -> dict[str, int]:
     """The task of shard k of any source, where the engine runs it (a pool's driver, a Ray
     task, `packdata shard`): read the plan, prepare its items one after another (a tree's
     files by path; an importer's samples from its source reopened, or Python samples handed

@@ -25,7 +25,7 @@ from fastloader.decode.orientation import turned_shapes
 from fastloader.errors import PackError
 from fastloader.format import index as index_mod
 from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
-from fastloader.format.manifest import Codec, Manifest, ShardInfo
+from fastloader.format.manifest import Codec, FieldInfo, Manifest, ShardInfo
 from fastloader.pack.sources import tiling
 from fastloader.pack.staging.items import items_of
 from fastloader.pack.staging.journal import JOURNAL_DIR, Staging
@@ -169,7 +169,7 @@ def _turned(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def write_staged(staging: AnyStaging, shards: list[ShardInfo], arrays: dict[str, np.ndarray],
-                 skipped: list[dict[str, str]]) -> dict[str, Any]:
+                 skipped: list[dict[str, str]]) -> dict[str, FieldInfo]:
     """Into the staging: stray shard files removed, the index written (its manifest entries
     returned) and skipped.json."""
     named = {shard.file for shard in shards}
@@ -204,10 +204,10 @@ def commit(staging: AnyStaging, plan: ShardPlan, settings: TaskSettings, overwri
     return _commit_v2(staging, parts, specs, settings, overwrite)
 
 
-def _options(settings: TaskSettings, **more: Any) -> dict[str, Any]:
+def _options(settings: TaskSettings, **more: object) -> dict[str, object]:
     """The manifest's options: the packing settings, then a format's own (more), then tiles
     and --apply-exif-orientation (manifests without them stay exactly as before)."""
-    options: dict[str, Any] = {"shard_size": settings.shard_size,
+    options: dict[str, object] = {"shard_size": settings.shard_size,
                                "max_side": settings.max_side, "quality": settings.quality,
                                **more}
     if settings.tiles is not None:

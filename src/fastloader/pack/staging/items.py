@@ -15,8 +15,8 @@ import functools
 import json
 import logging
 import multiprocessing
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeGuard, cast
 
 import numpy as np
 
@@ -40,10 +40,19 @@ _DTYPES = ("int64", "int64", "int64", "int32", "int32", "uint8", "uint32")
 _CORE_DTYPES = ("int64", "int64", "int32", "int32", "uint8", "uint32", "int64")
 # every source's bad item stops the pack unless skip_bad: the message says how to go on
 BAD_ITEM_FIX = "fix it, or pass skip_bad=True to pack the rest and list what was skipped."
-_SOURCE: Any = None  # the sequence being packed, inherited by forked workers
 
 
-def is_sequence(samples: Any) -> bool:
+class Indexable(Protocol):
+    """Samples read by index: a sequence, a Dataset (len + getitem)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int, /) -> object: ...
+
+
+_SOURCE: Indexable | None = None  # the sequence being packed, inherited by forked workers
+
+
+def is_sequence(samples: object) -> TypeGuard[Indexable]:
     """Whether samples can be read by index (len + getitem), not a plain iterable."""
     return hasattr(samples, "__len__") and hasattr(samples, "__getitem__") and not isinstance(
         samples, (dict, str, bytes))
@@ -63,8 +72,8 @@ class _FileRows:
         self.tiles = tiling.TileColumns() if tiled else None
         self.keys: bytearray | None = None  # the listing tells them (TreeItems.keys)
 
-    def add(self, i: int, prepared: Any, skip_bad: bool) -> None:
-        record: Prepared = prepared
+    def add(self, i: int, prepared: Prepared, skip_bad: bool) -> None:
+        record = prepared
         if record.data is None:
             if not skip_bad:
                 raise PackError(f"{self.plan.source(i)}: {record.error}; {BAD_ITEM_FIX}")
@@ -81,9 +90,9 @@ class _FileRows:
         if self.tiles is not None:
             self.tiles.add(record)
 
-    def arrays(self, offsets: list[int]) -> dict[str, Any]:
-        columns: list[Any] = (list(zip(*self.core, strict=True)) if self.core
-                              else [[] for _ in range(5)])
+    def arrays(self, offsets: list[int]) -> dict[str, np.ndarray]:
+        columns: list[Sequence[int]] = (list(zip(*self.core, strict=True)) if self.core
+                                        else [[] for _ in range(5)])
         arrays = {name: np.asarray(values, dtype) for name, values, dtype in
                   zip(_ARRAYS, [self.kept, offsets, *columns], _DTYPES, strict=True)}
         return with_orientations(arrays, self.orientations)
@@ -141,12 +150,12 @@ class TreeItems:
         return _FileRows(self.plan, self.settings.tiles is not None,
                          self.settings.apply_exif_orientation)
 
-    def handed(self) -> Any:
+    def handed(self) -> None:
         return None  # a task reads the listing from the plan
 
 
-def with_orientations(arrays: dict[str, Any], orientations: list[int] | None
-                      ) -> dict[str, Any]:
+def with_orientations(arrays: dict[str, np.ndarray], orientations: list[int] | None
+                      ) -> dict[str, np.ndarray]:
     """A part's arrays with its records' EXIF orientations (--apply-exif-orientation only:
     other parts stay as they were)."""
     if orientations is not None:
@@ -154,7 +163,7 @@ def with_orientations(arrays: dict[str, Any], orientations: list[int] | None
     return arrays
 
 
-def specs_of(fields: list[dict[str, Any]]) -> list[FieldSpec]:
+def specs_of(fields: Sequence[Mapping[str, object]]) -> list[FieldSpec]:
     """The field specs of a plan's manifest entries."""
     return specs_from_manifest(fields, "the shard plan")
 
@@ -165,6 +174,7 @@ def file_fields(specs: Sequence[FieldSpec]) -> frozenset[str]:
 
 
 Keyed = tuple[PreparedSample, bytes | None]  # a prepared sample, with its key when keyed
+Work = int | tuple[str, object]  # an index into the forked sequence, or a (where, sample) pair
 
 
 class _SampleRows:
@@ -181,15 +191,14 @@ class _SampleRows:
         self.data: list[bytes] = []
         self.core: list[tuple[int, ...]] = []
         self.paths: list[str] = []
-        self.columns: dict[str, list[Any]] = {s.name: [] for s in specs  # the records' meta
-                                              if s.name != self.records or s.kind.meta}
+        self.columns: dict[str, list[object]] = {s.name: [] for s in specs  # the records' meta
+                                                 if s.name != self.records or s.kind.meta}
         self.skipped: list[list[str]] = []
         self.reencoded = 0
         self.keys = bytearray() if keyed else None
 
-    def add(self, i: int, prepared: Any, skip_bad: bool) -> None:
-        keyed: Keyed = prepared
-        sample, key = keyed
+    def add(self, i: int, prepared: Keyed, skip_bad: bool) -> None:
+        sample, key = prepared
         if self.keys is not None:
             assert key is not None
             self.keys += key
@@ -213,9 +222,9 @@ class _SampleRows:
         for name, values in self.columns.items():
             values.append(sample.values[name])
 
-    def arrays(self, offsets: list[int]) -> dict[str, Any]:
-        core: list[Any] = (list(zip(*self.core, strict=True)) if self.core
-                           else [[] for _ in range(6)])
+    def arrays(self, offsets: list[int]) -> dict[str, np.ndarray]:
+        core: list[Sequence[int]] = (list(zip(*self.core, strict=True)) if self.core
+                                     else [[] for _ in range(6)])
         arrays = {name: np.asarray(values, dtype) for name, values, dtype in
                   zip(CORE, [offsets, *core], _CORE_DTYPES, strict=True)}
         arrays["path_offsets"], arrays["path_bytes"] = encode_paths(self.paths)
@@ -224,7 +233,7 @@ class _SampleRows:
         return with_orientations(arrays, self.orientations)
 
 
-def prepare_item(sample: Any, specs: Sequence[FieldSpec], where: str, settings: TaskSettings,
+def prepare_item(sample: object, specs: Sequence[FieldSpec], where: str, settings: TaskSettings,
                  files: frozenset[str] | None = None) -> Keyed:
     """One sample checked and converted (sources/values), its record then repacked as
     restart tiles when the pack is tiled (in the worker: the repack is the costly part); with
@@ -239,7 +248,7 @@ def prepare_item(sample: Any, specs: Sequence[FieldSpec], where: str, settings: 
     return prepared._replace(record=record), key
 
 
-def _read(samples: Any, i: int) -> Any:
+def _read(samples: Indexable, i: int) -> object:
     """Sample i, or the text of its __getitem__'s failure (any failure is this sample's)."""
     try:
         return samples[i]
@@ -247,20 +256,26 @@ def _read(samples: Any, i: int) -> Any:
         return f"<{type(exc).__name__}: {exc}>"
 
 
-def sample_job(work: Any, specs: Sequence[FieldSpec], settings: TaskSettings,
+def _forked() -> Indexable:
+    """The sequence a forked worker inherited (work is an index only when the pool forked,
+    after SampleItems.inherited set it)."""
+    return cast(Indexable, _SOURCE)
+
+
+def sample_job(work: Work, specs: Sequence[FieldSpec], settings: TaskSettings,
                files: frozenset[str] | None = None) -> Keyed:
     """work prepared: an index into the forked sequence (its __getitem__ runs here), or a
     (where, sample) pair; keyed when files is given."""
     if isinstance(work, int):
-        return prepare_item(_read(_SOURCE, work), specs, f"sample {work}", settings, files)
+        return prepare_item(_read(_forked(), work), specs, f"sample {work}", settings, files)
     where, sample = work
     return prepare_item(sample, specs, where, settings, files)
 
 
-def key_job(work: Any, files: frozenset[str]) -> bytes:
+def key_job(work: Work, files: frozenset[str]) -> bytes:
     """The key of the sample work names (an index into the forked sequence, or a (where,
     sample) pair), read and not prepared."""
-    sample = _read(_SOURCE, work) if isinstance(work, int) else work[1]
+    sample = _read(_forked(), work) if isinstance(work, int) else work[1]
     return sample_key(sample, files)
 
 
@@ -319,10 +334,10 @@ class SampleItems:
             return np.ascontiguousarray(plan.keys[lo:hi]).tobytes()
         return plan.fingerprint.encode()  # an importer that cannot tell its items: the whole
 
-    def key_job(self) -> Callable[[Any], bytes] | None:
+    def key_job(self) -> Callable[[Work], bytes] | None:
         return None if self.files is None else functools.partial(key_job, files=self.files)
 
-    def work(self, i: int) -> Any:
+    def work(self, i: int) -> Work:
         return i if self.forked else (f"sample {i}", self.samples[i])
 
     def locality(self) -> Callable[[int], Hashable] | None:
@@ -333,7 +348,7 @@ class SampleItems:
         samples = self.samples
         return lambda i: read_locality(samples[i])
 
-    def job(self) -> Callable[[Any], Keyed]:
+    def job(self) -> Callable[[Work], Keyed]:
         return functools.partial(sample_job, specs=self.specs, settings=self.settings,
                                  files=self.files)
 
@@ -354,12 +369,12 @@ class SampleItems:
         return _SampleRows(self.specs, self.settings.tiles is not None, self.files is not None,
                            self.settings.apply_exif_orientation)
 
-    def handed(self) -> Any:
+    def handed(self) -> object:
         return self.samples if self.reopen is None else None
 
 
 @functools.lru_cache(maxsize=2)
-def _reopened(description: str, options: str) -> tuple[Any, str]:
+def _reopened(description: str, options: str) -> tuple[Indexable, str]:
     """An importer's samples opened again from the plan's description (one per process);
     options: the fsspec storage options of a source at a URL (JSON; never in the plan)."""
     from fastloader.pack.sources.importers import reopened
@@ -371,7 +386,7 @@ def _reopened(description: str, options: str) -> tuple[Any, str]:
     return samples, fields + source["fingerprint"]
 
 
-def reopen(plan: ShardPlan, storage_options: dict[str, Any] | None = None) -> Any:
+def reopen(plan: ShardPlan, storage_options: dict[str, Any] | None = None) -> Indexable:
     """The plan's importer samples; PackError if the source is not the one planned."""
     assert plan.reopen is not None
     options = json.dumps(storage_options or {}, sort_keys=True, default=str)
@@ -383,7 +398,7 @@ def reopen(plan: ShardPlan, storage_options: dict[str, Any] | None = None) -> An
     return samples
 
 
-def items_of(plan: ShardPlan, settings: TaskSettings, samples: Any = None) -> ItemSource:
+def items_of(plan: ShardPlan, settings: TaskSettings, samples: object = None) -> ItemSource:
     """The items of a plan: a tree's files, or its samples (handed over, or else its
     importer's source, reopened with the settings' storage options when first read)."""
     if plan.path_offsets is not None:

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +37,14 @@ def _close_inherited_locks() -> None:
 os.register_at_fork(after_in_child=_close_inherited_locks)
 
 
-def same_identity(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+def same_identity(old: dict[str, object] | None, new: dict[str, object]) -> bool:
     """Whether a staged plan.json (old) is one a resume may reuse parts of: equal to new, bar
     the whole-source fingerprint when both plans keep per-item keys (each part's digest then
     tells whether its own items changed)."""
     if old is None:
         return False
     if old.get("item_keys") and new.get("item_keys"):
-        def bare(plan: dict[str, Any]) -> dict[str, Any]:
+        def bare(plan: dict[str, Any]) -> dict[str, object]:  # plan.json's: JSON
             source = {k: v for k, v in plan.get("source", {}).items() if k != "fingerprint"}
             return plan | {"source": source}
 
@@ -54,7 +55,7 @@ def same_identity(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
 RESUME_LOG = logging.getLogger("fastloader.pack.resume")  # resume's decisions (packdata shows them)
 
 
-def note_resume(dst: Any, old: dict[str, Any] | None, new: dict[str, Any], resume: bool
+def note_resume(dst: object, old: dict[str, object] | None, new: dict[str, object], resume: bool
                 ) -> None:
     """Say on RESUME_LOG why a resume starts from nothing: no staged pack, or one planned
     from another source or with other options (naming what differs), which is cleared."""
@@ -114,7 +115,7 @@ class Staging:
         self.journal = self.dir / JOURNAL_DIR
         self._lock_fd: int | None = None
 
-    def open(self, plan: dict[str, Any], resume: bool) -> None:
+    def open(self, plan: dict[str, object], resume: bool) -> None:
         """Create or reuse the folder; keep earlier shards only when resuming the same plan."""
         for _ in range(100):  # retried only while other packs finish or swap the folder
             if self._lock():
@@ -188,7 +189,7 @@ class Staging:
             else:
                 entry.unlink()
 
-    def finish(self, write_manifest: Any, overwrite: bool) -> None:
+    def finish(self, write_manifest: Callable[[Path], object], overwrite: bool) -> None:
         """Drop the journal, write the manifest (last file), rename the folder to DST.
 
         The lock file moves with the folder and is removed from DST only after the rename, so

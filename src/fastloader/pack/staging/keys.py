@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -19,8 +19,11 @@ from fastloader.format.fields import FieldSpec, primary_image
 from fastloader.pack.sources.hints import file_stamp, key_of
 from fastloader.pack.sources.values import PreparedSample, is_pil
 
+if TYPE_CHECKING:
+    from PIL import Image
 
-def sample_key(sample: Any, files: frozenset[str], known: dict[str, int] | None = None
+
+def sample_key(sample: object, files: frozenset[str], known: dict[str, int] | None = None
                ) -> bytes:
     """A Python sample's resume key (KEY_BYTES): its values, a file field's path taken as its
     path, size and mtime, bytes and arrays as their length and crc32 (a checksum, not a
@@ -35,7 +38,7 @@ def sample_key(sample: Any, files: frozenset[str], known: dict[str, int] | None 
                   ).tobytes()
 
 
-def known(sample: Any, specs: Sequence[FieldSpec], prepared: PreparedSample
+def known(sample: object, specs: Sequence[FieldSpec], prepared: PreparedSample
            ) -> dict[str, int]:
     """{image field: crc32} when the record is the field's bytes as they came (not
     re-encoded): its crc32 is theirs, so the key does not checksum them again."""
@@ -47,7 +50,7 @@ def known(sample: Any, specs: Sequence[FieldSpec], prepared: PreparedSample
     return {name: record.crc32}
 
 
-def _plain(value: Any, is_file: bool, crc32: int | None = None) -> Any:
+def _plain(value: object, is_file: bool, crc32: int | None = None) -> object:
     """value as plain types whose repr tells it whole (numpy's repr elides long arrays)."""
     if is_file and isinstance(value, (str, os.PathLike)):
         return file_stamp(value)
@@ -62,11 +65,11 @@ def _plain(value: Any, is_file: bool, crc32: int | None = None) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _plain(v, False) for k, v in value.items()}
     if is_pil(value):  # its repr holds a memory address: keyed by its pixels instead
-        return _pil(value)
+        return _pil(cast("Image.Image", value))
     return value
 
 
-def _pil(image: Any) -> list[Any]:
+def _pil(image: Image.Image) -> list[object]:
     """A PIL image by content: mode, size, its pixels' crc32 (and its palette's, which
     the pixels of a "P" image index)."""
     palette = image.getpalette() if image.mode in ("P", "PA") else None

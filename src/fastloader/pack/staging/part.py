@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from fastloader.format.manifest import ShardInfo
 from fastloader.pack.sources import tiling
 from fastloader.pack.sources.base import ItemSource
 from fastloader.pack.staging.journal import JOURNAL_DIR, file_digest, sha256_file
-from fastloader.pack.staging.plan import Spans, TaskSettings
+from fastloader.pack.staging.plan import ShardPlan, Spans, TaskSettings
 
 # a field source's part: its index arrays besides the columns (the commit joins them)
 CORE = ("offset", "length", "height", "width", "codec", "crc32", "label")
@@ -126,7 +126,7 @@ class RemoteParts(Protocol):
 
     def build(self, k: int, make: Callable[[Path], Part]) -> Part: ...
 
-    def load_plan(self) -> tuple[Any, TaskSettings]: ...
+    def load_plan(self) -> tuple[ShardPlan, TaskSettings]: ...
 
 
 Stage = Path | RemoteParts  # what the engines hand each task: a staging folder, or remote

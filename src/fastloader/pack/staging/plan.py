@@ -29,7 +29,18 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any, Literal, Protocol, Union, get_args, get_origin, get_type_hints
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Protocol,
+    TypedDict,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import numpy as np
 
@@ -38,6 +49,12 @@ from fastloader.errors import PackError
 from fastloader.format.index import encode_paths
 from fastloader.format.remote import is_url
 from fastloader.pack.staging.journal import PLAN_DIR, PLAN_NAME, write_atomic
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from fastloader.pack.sources.listing import Listing, SourceFile
+    from fastloader.pack.sources.scan import ScanResult
 
 SETTINGS_NAME = "settings.json"  # in plan/: what a run adds (skip_bad, overwrite, token)
 MAX_SHARD_FILES = 1 << 16  # bounds a task's memory and time on tiny files
@@ -62,8 +79,8 @@ class TaskSettings:
     skip_bad: bool = False
     tiles: dict[str, int] | None = None  # {version, restart_mcus}, or None untiled
     codec: str = "jpeg"  # "coeffs": JPEG records encoded as coeffs records in the tasks
-    source: dict[str, Any] | None = None  # a field source's description (manifest options)
-    fields: list[dict[str, Any]] | None = None  # a field source's specs' manifest entries
+    source: dict[str, object] | None = None  # a field source's description (manifest options)
+    fields: list[dict[str, object]] | None = None  # a field source's specs' manifest entries
     shard_samples: int | None = None  # Python samples: cut by count
     apply_exif_orientation: bool = False  # store each image's EXIF orientation, turned sizes
     overwrite: bool = False  # `packdata plan --overwrite`, for its commit
@@ -91,7 +108,7 @@ class TaskSettings:
                    and f.default is MISSING and f.default_factory is MISSING]
         if missing:
             raise PackError(f"{where} lacks the setting {missing[0]!r}; {REPLAN}")
-        values: dict[str, Any] = {k: v for k, v in raw.items() if k in hints}  # checked
+        values: dict[str, Any] = {k: v for k, v in raw.items() if k in hints}  # checked: typed
         return cls(**values)
 
 
@@ -132,6 +149,18 @@ def _fits(value: object, hint: object) -> bool:
     return isinstance(hint, type) and isinstance(value, hint)
 
 
+class ScanCounts(TypedDict, total=False):
+    """A tree's scan, as the plan keeps it for the manifest's stats and skipped.json (an
+    importer's plan has none of these keys)."""
+
+    classes: list[str]
+    ignored_hidden: int
+    ignored_non_image: int
+    ignored_outside_classes: int
+    empty_classes: list[str]
+    refused: list[list[str]]  # [relpath, reason]
+
+
 class Spans(Protocol):
     """What checking parts, counting progress and running tasks read of a plan."""
 
@@ -163,10 +192,10 @@ class ShardPlan:
     mtimes: np.ndarray | None = None  # a tree: int64 (n,) st_mtime_ns, so a resume sees edits
     keys: np.ndarray | None = None  # an importer: uint8 (n, KEY_BYTES) item identities
     root: Path | str | None = None  # a tree's folder, or its URL (a str)
-    scan: dict[str, Any] = field(default_factory=dict)  # a tree's scan counts and refusals
+    scan: ScanCounts = field(default_factory=lambda: ScanCounts())  # a tree's (else empty)
     fingerprint: str = ""  # an importer's (importers.fingerprint)
-    reopen: dict[str, Any] | None = None  # how a task opens an importer's source again
-    fields: list[dict[str, Any]] = field(default_factory=list)  # the specs' manifest entries
+    reopen: dict[str, object] | None = None  # how a task opens an importer's source again
+    fields: list[dict[str, object]] = field(default_factory=list)  # the specs' manifest entries
 
     def __len__(self) -> int:
         return int(self.sizes.size)
@@ -284,13 +313,14 @@ def count_bounds(n: int, shard_samples: int) -> np.ndarray:
     return np.append(np.arange(0, n, shard_samples, dtype=np.int64), np.int64(n))
 
 
-def _listing_arrays(files: Any) -> tuple[np.ndarray, ...]:
+def _listing_arrays(files: Sequence[SourceFile]) -> tuple[np.ndarray, ...]:
     """(path_offsets, path_bytes, labels, sizes, mtimes) of a scan's files: a Listing's own
     arrays (pack/sources/listing.py; no Python object per file), else read file by file."""
     if hasattr(files, "path_offsets"):  # a Listing: its paths are already fsencoded bytes
-        return (np.asarray(files.path_offsets, np.int64), np.asarray(files.path_bytes, np.uint8),
-                np.asarray(files.labels, np.int64), np.asarray(files.sizes, np.int64),
-                np.asarray(files.mtimes, np.int64))
+        listing = cast("Listing", files)
+        return (np.asarray(listing.path_offsets, np.int64),
+                np.asarray(listing.path_bytes, np.uint8), np.asarray(listing.labels, np.int64),
+                np.asarray(listing.sizes, np.int64), np.asarray(listing.mtimes, np.int64))
     n = len(files)
     labels, sizes, mtimes = (np.empty(n, np.int64) for _ in range(3))
     for i, source in enumerate(files):
@@ -299,14 +329,14 @@ def _listing_arrays(files: Any) -> tuple[np.ndarray, ...]:
     return path_offsets, path_bytes, labels, sizes, mtimes
 
 
-def from_scan(result: Any, shard_size: int, max_files: int = MAX_SHARD_FILES) -> ShardPlan:
+def from_scan(result: ScanResult, shard_size: int, max_files: int = MAX_SHARD_FILES) -> ShardPlan:
     """The plan of a scan's files (pack/sources/scan.ScanResult): the listing as arrays, cut.
 
     Reads the scan through a narrow interface only: a Listing's column arrays, or else
     len(files) and each file's relpath, label, size and mtime_ns, in their (sorted) order.
     """
     path_offsets, path_bytes, labels, sizes, mtimes = _listing_arrays(result.files)
-    scan = {
+    scan: ScanCounts = {
         "classes": list(result.classes),
         "ignored_hidden": result.ignored_hidden,
         "ignored_non_image": result.ignored_non_image,

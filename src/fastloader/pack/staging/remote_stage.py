@@ -157,7 +157,7 @@ class RemoteStaging:
                             f"{foreign[0]!r}), so packdata will not write there; remove them "
                             "or choose another DST.")
 
-    def open(self, identity: dict[str, Any], resume: bool, overwrite: bool) -> None:
+    def open(self, identity: dict[str, object], resume: bool, overwrite: bool) -> None:
         """Keep the remote parts only when resuming the same plan; drop an old manifest.json
         (overwrite) before any shard is uploaded, so no reader trusts a half-replaced one."""
         try:
@@ -204,7 +204,7 @@ class RemoteStaging:
         return [k for k in range(plan.num_shards)
                 if check_part(self.dir, plan, k, made_of, sizes=sizes)[0] is None]
 
-    def finish(self, write_manifest: Callable[[Path], Any], overwrite: bool) -> None:
+    def finish(self, write_manifest: Callable[[Path], object], overwrite: bool) -> None:
         """Upload index/ and skipped.json, then manifest.json (last); then delete the objects
         no manifest names (an older dataset's, an earlier plan's) and the staging prefix."""
         if MANIFEST_NAME in _listing(self.remote) and not overwrite:  # before any upload
