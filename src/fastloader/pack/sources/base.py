@@ -29,9 +29,13 @@ if TYPE_CHECKING:
 
 # what one item's work is (a path, an index, a sample): the source's own, handed back to its job
 Work = TypeVar("Work")
+# what a job makes of one item (a Prepared record; a sample's record, values and key), kept by
+# the part's rows
+Ready = TypeVar("Ready")
+ReadyIn = TypeVar("ReadyIn", contravariant=True)
 
 
-class PartRows(Protocol):
+class PartRows(Protocol[ReadyIn]):
     """What a part collects from its items' prepared records, in plan order."""
 
     data: list[bytes]  # the kept records' bytes, for the shard file
@@ -42,7 +46,7 @@ class PartRows(Protocol):
     # item's job returns its key too), in order; None: the source tells them (keys())
     keys: bytearray | None
 
-    def add(self, i: int, prepared: object, skip_bad: bool) -> None:
+    def add(self, i: int, prepared: ReadyIn, skip_bad: bool) -> None:
         """Keep item i's prepared record, or (skip_bad) list it as skipped; PackError else."""
         ...
 
@@ -51,7 +55,7 @@ class PartRows(Protocol):
         ...
 
 
-class ItemSource(Protocol[Work]):
+class ItemSource(Protocol[Work, Ready]):
     """A source as its items: listed, sized, read and prepared one at a time."""
 
     window: int  # at most this many items in flight per pool window (bounds memory)
@@ -86,11 +90,11 @@ class ItemSource(Protocol[Work]):
         None where items are read one by one (files, tar members, Python samples)."""
         ...
 
-    def job(self) -> Callable[[Work], object]:
+    def job(self) -> Callable[[Work], Ready]:
         """The picklable function from work(i) to item i's prepared record."""
         ...
 
-    def prepare(self, i: int) -> object:
+    def prepare(self, i: int) -> Ready:
         """Item i read and prepared here, in this process (a shard task's own loop)."""
         ...
 
@@ -99,7 +103,7 @@ class ItemSource(Protocol[Work]):
         pool must fork for that (work by index) or may start workers any way."""
         ...
 
-    def rows(self) -> PartRows:
+    def rows(self) -> PartRows[Ready]:
         """A new collector of one part's rows."""
         ...
 

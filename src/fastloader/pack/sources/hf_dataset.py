@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
 from fastloader.pack.sources.hf_features import Mapped, fields_of, image_path, kind_of, one_label
-from fastloader.pack.sources.types import FieldKinds, Sample
+from fastloader.pack.sources.types import FieldKinds, Indexed, Sample
 from fastloader.pack.sources.values import (
     ERROR_KEY,
     PATH_KEY,
@@ -136,14 +136,6 @@ def _undecoded(dataset: Any, columns: list[str]) -> Any:
         if getattr(feature, "decode", False):
             dataset = dataset.cast_column(column, type(feature)(decode=False))
     return dataset
-
-
-class Indexed(Protocol):
-    """Map-style samples: a sequence, or a dataset with __len__ and __getitem__."""
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, i: int) -> object: ...
 
 
 class _PilSamples(Sequence[object]):

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
+from fastloader.pack.sources.types import Indexed
 from fastloader.pack.sources.values import ParquetCell, TarMember
 
 
@@ -32,7 +33,7 @@ def size_hint(value: object) -> int:
     return 0
 
 
-def size_hints(samples: Sequence[object], image: str) -> np.ndarray:
+def size_hints(samples: Indexed, image: str) -> np.ndarray:
     """int64 size hints of an importer's samples (a sequence of dicts, read here: importer
     code, never a user's __getitem__); a sequence may give them itself (size_hints(): COCO's
     MaskedSamples, groups.TarSamples), without building each sample."""
@@ -49,7 +50,7 @@ def size_hints(samples: Sequence[object], image: str) -> np.ndarray:
 KEY_BYTES = 16  # an item's key in the plan (plan/keys.npy): a blake2b digest
 
 
-def item_keys(samples: Sequence[object], files: Iterable[str]) -> np.ndarray | None:
+def item_keys(samples: Indexed, files: Iterable[str]) -> np.ndarray | None:
     """uint8 (n, KEY_BYTES): each importer sample's identity (samples.item_keys() where the
     sequence knows it cheaper, e.g. from a tar's headers), else a hash of the sample's values
     with the fields named in `files` (image and mask paths) taken as their file's path, size
@@ -64,7 +65,7 @@ def item_keys(samples: Sequence[object], files: Iterable[str]) -> np.ndarray | N
     return keys
 
 
-def sizes_and_keys(samples: Sequence[object], image: str, files: Iterable[str]
+def sizes_and_keys(samples: Indexed, image: str, files: Iterable[str]
                    ) -> tuple[np.ndarray, np.ndarray | None]:
     """(size_hints, item_keys) of an importer's samples, in one pass where the sequence gives
     neither itself: each sample built once and each of its files stat'ed once (an image

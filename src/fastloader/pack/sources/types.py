@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 # one sample: field name -> value as the source gives it (bytes, a path, a TarMember, a
 # number ...; its kind's store() checks and converts it), plus values.WHERE_KEY / PATH_KEY /
@@ -26,3 +26,11 @@ Description = dict[str, Any]
 # a table's row: its cells by column (CSV text, JSON values, Parquet cells), or why the line
 # cannot be read ("malformed line ...")
 Row = dict[str, object] | str
+
+
+class Indexed(Protocol):
+    """Map-style samples: a sequence, or a dataset with __len__ and __getitem__."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> object: ...

@@ -28,8 +28,6 @@ from fastloader.pack.sources.validate import Prepared, prepare_data, read_source
 from fastloader.pack.sources.validate import reject as _reject
 
 if TYPE_CHECKING:
-    from typing import TypeGuard
-
     from PIL import Image
 
 WHERE_KEY = "__where__"  # importers: where the sample came from ("labels.csv line 14")
@@ -70,7 +68,7 @@ class EncodeAs(NamedTuple):
     quality: int  # JPEG's
 
 
-def is_pil(value: object) -> TypeGuard[Image.Image]:
+def is_pil(value: object) -> bool:
     """Whether value is a PIL image (Pillow imported only when it may be one)."""
     if not type(value).__module__.startswith("PIL."):
         return False
@@ -237,7 +235,7 @@ def _image_bytes(value: object, max_file_size: int) -> bytes:
     if isinstance(value, EncodeAs):
         return encode_pil(*value)
     if is_pil(value):
-        return encode_pil(value)
+        return encode_pil(cast("Image.Image", value))
     raise BadValue(f"expected image bytes, a file path or a PIL image, got "
                    f"{type(value).__name__}")
 
