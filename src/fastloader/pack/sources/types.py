@@ -1,4 +1,5 @@
-"""The shapes every source shares: a sample, pack()'s fields= overrides, a source's description."""
+"""The shapes every source shares: a sample, pack()'s fields= overrides, a source's description,
+a table's row, map-style samples, fsspec's options."""
 
 from __future__ import annotations
 
