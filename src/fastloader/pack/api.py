@@ -5,22 +5,25 @@ Hugging Face `datasets` Dataset, or Python samples."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from fastloader.errors import PackError
+from fastloader.format.fields import FieldSpec
 from fastloader.format.manifest import Manifest
 from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions
 from fastloader.pack.pipeline.samples import pack_samples
 from fastloader.pack.pipeline.tree import TreeSource
 from fastloader.pack.sources import hf_dataset, importers
+from fastloader.pack.sources.types import Description, FieldKinds, Sample, StorageOptions
 
 
 def pack(
-    src: Any,
+    src: object,
     dst: str | os.PathLike[str],
     *,
-    fields: Any = None,
+    fields: FieldKinds | None = None,
     source_format: str | None = None,
     image: str | None = None,
     label: str | None = None,
@@ -116,8 +119,8 @@ def pack(
         raise PackError(f"options={options!r} is not a PackOptions; pass "
                         "fastloader.pack.pipeline.options.PackOptions(...) or keywords.")
     packing = base.with_values(option_values, skip_bad)
-    kind = None if not isinstance(src, (str, os.PathLike)) else importers.detect(
-        src, source_format)
+    path = src if isinstance(src, (str, os.PathLike)) else None
+    kind = None if path is None else importers.detect(path, source_format)
     if skip_empty and kind != "coco":
         raise PackError("skip_empty=True applies to COCO files only.")
     if masks and kind != "coco":
@@ -126,29 +129,31 @@ def pack(
     if pil_format != "png" and (kind is not None or hf_dataset.is_hf_dataset(src)):
         raise PackError(f"pil_format={pil_format!r} applies to PIL images in Python samples; "
                         "this source's images are stored as the bytes it holds.")
-    if kind == "imagefolder":
+    if path is not None and kind == "imagefolder":
         importers.refuse_table_options(kind, fields, image, label, root)
         if packing.shard_samples is not None:
             raise PackError("shard_samples applies to Python samples only; an ImageFolder "
                             "tree is cut by its files' sizes (shard_size).")
-        return drive(TreeSource(src), dst, packing.checked())
+        return drive(TreeSource(path), dst, packing.checked())
     checked = packing.checked()
     if kind is None and hf_dataset.is_hf_dataset(src):
         samples, specs = hf_dataset.dataset_samples(src, fields, image, label, root)
         return pack_samples(samples, dst, specs, checked)
-    if kind is None:
-        samples = hf_dataset.with_pil_format(src, pil_format, checked.quality)
-        return pack_samples(samples, dst, fields, checked)
-    opener = {"fields": fields, "image": image, "label": label, "root": root,
-              "skip_empty": skip_empty, "masks": masks}
-    samples, specs, source, reopen = _importer(src, kind, opener,
+    if path is None or kind is None:
+        given = hf_dataset.with_pil_format(src, pil_format, checked.quality)
+        # fields=None reaches parse_fields, which says fields= is needed (pack_samples's
+        # annotation leaves None out)
+        return pack_samples(given, dst, fields, checked)  # type: ignore[arg-type]
+    opener: importers.OpenerArgs = {"fields": fields, "image": image, "label": label,
+                                    "root": root, "skip_empty": skip_empty, "masks": masks}
+    samples, specs, source, reopen = _importer(path, kind, opener,
                                                checked.storage_options)
     return pack_samples(samples, dst, specs, checked, source=source, reopen=reopen)
 
 
-def _importer(src: str | os.PathLike[str], kind: str, opener: dict[str, Any],
-              storage_options: dict[str, Any] | None
-              ) -> tuple[Any, Any, dict[str, Any], dict[str, Any] | None]:
+def _importer(src: str | os.PathLike[str], kind: str, opener: importers.OpenerArgs,
+              storage_options: StorageOptions | None
+              ) -> tuple[Iterable[Sample], list[FieldSpec], Description, Description | None]:
     """(samples, specs, source, reopen description) of an importer's source, opened by its
     absolute path, as a shard task reopens it (the same fingerprint)."""
     reopen = importers.reopen_description(src, kind, **opener)

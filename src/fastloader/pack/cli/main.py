@@ -12,9 +12,9 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import FastloaderError
@@ -37,6 +37,9 @@ from fastloader.pack.pipeline.tree import DEFAULT_SHARD_SIZE, SKIPPED_NAME
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE, WARNED_LOG
 from fastloader.pack.staging.journal import RESUME_LOG
 from fastloader.pack.staging.upload import download
+
+if TYPE_CHECKING:
+    from fastloader.pack.maintain.verify import VerifyReport
 
 SUBCOMMANDS = ("info", "verify", "append", "merge", "plan", "shard", "commit", "recode")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -329,7 +332,7 @@ def _run_verify(argv: Sequence[str]) -> int:
     return 1
 
 
-def _tiles_line(report: Any, with_source: bool) -> str:
+def _tiles_line(report: VerifyReport, with_source: bool) -> str:
     if report.tiles_unchecked:
         return f"tiles: not checked: {report.tiles_unchecked}"
     line = f"tiles: {report.tiles_checked} tile tables match their records"
@@ -389,7 +392,7 @@ def _going_on(args: list[str], kept: bool) -> str:
 
 
 @contextlib.contextmanager
-def _shown(log: logging.Logger, quiet: bool) -> Any:
+def _shown(log: logging.Logger, quiet: bool) -> Iterator[None]:
     """The log's messages on stderr as packdata's lines while a command runs (not --quiet)."""
     if quiet:
         yield

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from fastloader.format import kinds
 from fastloader.format.manifest import Manifest
@@ -14,7 +14,7 @@ from fastloader.pack.sources.importers import SOURCE_FORMATS
 _SHOWN_SKIPPED = 10
 
 
-def parse_field(text: str) -> tuple[str, Any]:
+def parse_field(text: str) -> tuple[str, str | tuple[str, str, tuple[int, ...]]]:
     """'caption:text' -> ('caption', 'text'); 'emb:ndarray:float32:512' and '...:3x-1' give
     ('emb', ('ndarray', 'float32', (512,)))."""
     parts = text.split(":")
@@ -54,15 +54,30 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         "in skipped.json (file, line or member, field, why) instead of stopping at the first")
 
 
-def source_options(args: argparse.Namespace) -> dict[str, Any]:
+class SourceOptions(TypedDict, total=False):
+    """pack()'s source keyword arguments, as packdata's options give them."""
+
+    source_format: str
+    image: str
+    label: str
+    root: str
+    fields: dict[str, object]
+    skip_empty: bool
+    masks: bool
+
+
+def source_options(args: argparse.Namespace) -> SourceOptions:
     """pack()'s keyword arguments from the importer options (--skip-bad, a pack option, is
     mapped with the others in cli/options.py)."""
-    options: dict[str, Any] = {}
+    options: SourceOptions = {}
     if args.source_format is not None:
         options["source_format"] = args.source_format
-    for name in ("image", "label", "root"):
-        if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
+    if args.image is not None:
+        options["image"] = args.image
+    if args.label is not None:
+        options["label"] = args.label
+    if args.root is not None:
+        options["root"] = args.root
     if args.field:
         options["fields"] = dict(args.field)
     if args.skip_empty:

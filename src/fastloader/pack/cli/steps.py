@@ -16,12 +16,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.remote import is_url
 from fastloader.pack.cli.options import pack_options
-from fastloader.pack.cli.sources import source_options
+from fastloader.pack.cli.sources import SourceOptions, source_options
 from fastloader.pack.engines.local import run_local
 from fastloader.pack.engines.progress import Meter
 from fastloader.pack.pipeline.options import PackOptions, check_sizes
@@ -121,7 +120,7 @@ def _plan_samples(args: argparse.Namespace) -> int:
     return 0
 
 
-def _opener(options: dict[str, Any]) -> dict[str, Any]:
+def _opener(options: SourceOptions) -> importers.OpenerArgs:
     """open_source's keyword arguments from packdata's source options."""
     return {"fields": options.get("fields"), "image": options.get("image"),
             "label": options.get("label"), "root": options.get("root"),

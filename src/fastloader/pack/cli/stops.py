@@ -8,8 +8,8 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from types import FrameType
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a process killed by SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM  # ... and by SIGTERM: a requeueing scheduler sees it
@@ -29,7 +29,8 @@ class Stop:
         self.signum: int | None = None
 
 
-def main_process_only(error: type[BaseException], stop: Stop) -> Callable[[int, Any], None]:
+def main_process_only(error: type[BaseException], stop: Stop
+                      ) -> Callable[[int, FrameType | None], None]:
     """A handler raising error in this process only (and noting the signal in stop): a pool
     worker forked from it inherits the handler until its initializer
     (engines/pool.worker_signals) installs its own, and a signal landing in that moment must
@@ -37,7 +38,7 @@ def main_process_only(error: type[BaseException], stop: Stop) -> Callable[[int, 
     its watchdog signals it again)."""
     owner = os.getpid()
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         if os.getpid() == owner:
             stop.signum = signum
             raise error()
@@ -46,7 +47,7 @@ def main_process_only(error: type[BaseException], stop: Stop) -> Callable[[int, 
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt(stop: Stop) -> Any:
+def sigterm_as_interrupt(stop: Stop) -> Iterator[None]:
     """While packdata runs, SIGTERM stops it as SIGINT does (signal handlers belong to the main
     thread: elsewhere, e.g. main() called from a thread, nothing is installed)."""
     if threading.current_thread() is not threading.main_thread():

@@ -25,7 +25,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from fastloader.errors import PackError
 from fastloader.format import index as index_mod
 from fastloader.format.backends import backend_module
 from fastloader.format.dataset import PackedDataset
-from fastloader.format.manifest import MANIFEST_NAME, Manifest, ShardInfo
+from fastloader.format.manifest import MANIFEST_NAME, FieldInfo, Manifest, ShardInfo
 from fastloader.pack.maintain.grow_fields import ExtraColumns, check_extra, warn_joined
 from fastloader.pack.maintain.shard_copy import copy_checked, rekey_lmdb
 from fastloader.pack.staging.commit import SKIPPED_NAME
@@ -166,8 +166,8 @@ def _stats(datasets: Sequence[PackedDataset]) -> dict[str, Any]:
     return stats
 
 
-def _skipped(roots: Sequence[Path]) -> list[Any]:
-    found: list[Any] = []
+def _skipped(roots: Sequence[Path]) -> list[object]:
+    found: list[object] = []
     for root in roots:
         path = root / SKIPPED_NAME
         if path.is_file():
@@ -176,7 +176,7 @@ def _skipped(roots: Sequence[Path]) -> list[Any]:
 
 
 def _manifest(datasets: Sequence[PackedDataset], combined: _Combined, classes: list[str],
-              fields: dict[str, Any]) -> Manifest:
+              fields: dict[str, FieldInfo]) -> Manifest:
     from fastloader import __version__
 
     first = datasets[0].manifest
@@ -257,7 +257,7 @@ def merge(
 
 
 @contextlib.contextmanager
-def _append_lock(root: Path) -> Any:
+def _append_lock(root: Path) -> Iterator[None]:
     fd = os.open(root / _LOCK_NAME, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
     try:
         try:

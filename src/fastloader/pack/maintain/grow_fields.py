@@ -10,8 +10,7 @@ like the labels (the first input's ids kept) and its values remapped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -25,7 +24,7 @@ log = logging.getLogger("fastloader")
 ClassJoin = Callable[[Sequence[Sequence[str]]], tuple[list[str], list[np.ndarray]]]
 
 
-def _field_shape(entry: dict[str, Any]) -> dict[str, Any]:
+def _field_shape(entry: Mapping[str, object]) -> dict[str, object]:
     """A declared field's manifest entry without its classes (which may differ: joined)."""
     return {k: v for k, v in entry.items() if k != "classes"}
 

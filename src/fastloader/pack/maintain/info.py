@@ -11,11 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.format.dataset import PackedDataset
 from fastloader.format.kinds import Kind, get, names
 from fastloader.format.manifest import Codec
 from fastloader.format.open import open_dataset
 
 _SHOWN_CLASSES = 20
+
+# dataset_info()'s JSON-ready summary (what --json prints). Its values stay untyped: the kind's
+# account sits under the kind's own name (info["audio"]), which no TypedDict can declare
+Info = dict[str, Any]
 
 
 def human_bytes(count: float) -> str:
@@ -36,7 +41,7 @@ def _spread(values: np.ndarray) -> dict[str, float]:
     }
 
 
-def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
+def dataset_info(path: str | os.PathLike[str]) -> Info:
     """A JSON-ready summary of the dataset at path (DatasetNotFoundError if it is not one)."""
     with open_dataset(path) as ds:
         manifest = ds.manifest
@@ -80,7 +85,7 @@ def dataset_info(path: str | os.PathLike[str]) -> dict[str, Any]:
         return info
 
 
-def _clip_codecs(ds: Any, kind: Kind) -> dict[str, Any]:
+def _clip_codecs(ds: PackedDataset, kind: Kind) -> dict[str, object]:
     """A clip dataset's codecs (the index stores UNKNOWN for every clip) as kind.codec() names
     them, read from up to kind.codecs_read records spread evenly ("codecs_sampled": how many
     when fewer than all); a remote dataset's clips are not fetched for it: no codecs."""
@@ -92,10 +97,11 @@ def _clip_codecs(ds: Any, kind: Kind) -> dict[str, Any]:
     sizes: dict[str, int] = {}
     for i in rows.tolist():
         record = ds.record(i, verify=False)
-        name = kind.codec(record)
+        # the kinds' codec() take a memoryview too (bytes(record[...])); format/kinds says bytes
+        name = kind.codec(record)  # type: ignore[arg-type]
         counts[name] = counts.get(name, 0) + 1
         sizes[name] = sizes.get(name, 0) + len(record)
-    found: dict[str, Any] = {"codecs": counts, "codec_bytes": sizes}
+    found: dict[str, object] = {"codecs": counts, "codec_bytes": sizes}
     if len(rows) < len(ds):
         found["codecs_sampled"] = len(rows)
     return found
@@ -116,20 +122,20 @@ def _class_lines(counts: dict[str, int]) -> list[str]:
     return lines
 
 
-def _size_lines(info: dict[str, Any]) -> list[str]:
+def _size_lines(info: Info) -> list[str]:
     height, width = info["height"], info["width"]
     return [f"height    {height['min']} min, {height['median']:g} median, {height['max']} max",
             f"width     {width['min']} min, {width['median']:g} median, {width['max']} max"]
 
 
-def _summary_lines(info: dict[str, Any]) -> list[str] | None:
+def _summary_lines(info: Info) -> list[str] | None:
     """The records kind's account (under its name, e.g. info["video"]) as text; None when
     the dataset's records are images (their sizes are shown)."""
     kind = next((get(name) for name in names() if isinstance(info.get(name), dict)), None)
     return None if kind is None else kind.summary_lines(info[kind.name])
 
 
-def _codec_lines(info: dict[str, Any]) -> list[str]:
+def _codec_lines(info: Info) -> list[str]:
     if not info["codecs"]:  # a remote clip dataset: its clips were not read
         return []
     sampled = info.get("codecs_sampled")
@@ -138,7 +144,7 @@ def _codec_lines(info: dict[str, Any]) -> list[str]:
             + (f" (of {sampled} records sampled evenly)" if sampled else "")]
 
 
-def format_info(info: dict[str, Any]) -> str:
+def format_info(info: Info) -> str:
     """Human-readable text for dataset_info()'s result."""
     shards = info["shards"]
     size = info["record_bytes"]

@@ -9,7 +9,7 @@ must decode.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 from fastloader.errors import FastloaderError
 from fastloader.format.dataset import PackedDataset
@@ -17,7 +17,14 @@ from fastloader.format.dataset import PackedDataset
 _SHOWN = 20  # problems listed per field; all are counted in bad_records
 
 
-def check_fields(ds: PackedDataset, report: Any, decode: bool) -> int:
+class Report(Protocol):
+    """What check_fields adds its problems to (verify.VerifyReport)."""
+
+    problems: list[str]
+    bad_records: list[int]
+
+
+def check_fields(ds: PackedDataset, report: Report, decode: bool) -> int:
     """Read every text, json, mask and further image value; add problems to report; return how
     many were read (numeric columns were range-checked when the dataset opened)."""
     if ds.columns is None:

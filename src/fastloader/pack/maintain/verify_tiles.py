@@ -16,7 +16,6 @@ from __future__ import annotations
 import io
 import zlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -33,7 +32,7 @@ def native_available() -> bool:
     return True
 
 
-def _pixels(data: Any) -> np.ndarray:
+def _pixels(data: bytes | memoryview) -> np.ndarray:
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as image:
@@ -50,7 +49,7 @@ def _random_crop(table: tiles.TileTable, seed: int) -> tuple[int, int, int, int]
     return top, left, height, width
 
 
-def table_problem(data: Any, table: tiles.TileTable) -> str | None:
+def table_problem(data: bytes | memoryview, table: tiles.TileTable) -> str | None:
     """Why the stored table does not describe the record's bytes, or None."""
     try:
         scanned = tiles.scan(data)
@@ -65,7 +64,7 @@ def table_problem(data: Any, table: tiles.TileTable) -> str | None:
     return None
 
 
-def decode_problem(data: Any, table: tiles.TileTable, seed: int) -> str | None:
+def decode_problem(data: bytes | memoryview, table: tiles.TileTable, seed: int) -> str | None:
     """Why a spliced random crop differs from the full decode's crop, or None."""
     top, left, height, width = box = _random_crop(table, seed)
     try:
@@ -79,7 +78,8 @@ def decode_problem(data: Any, table: tiles.TileTable, seed: int) -> str | None:
     return None
 
 
-def source_problem(data: Any, source: Path, source_crc32: int) -> tuple[bool, str | None]:
+def source_problem(data: bytes | memoryview, source: Path, source_crc32: int
+                   ) -> tuple[bool, str | None]:
     """(compared, problem): the record's pixels against the packed source file's."""
     try:
         original = source.read_bytes()

@@ -20,30 +20,42 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from fastloader.pack.sources.tiling import TileColumns
+
+# what one item's work is (a path, an index, a sample): the source's own, handed back to its job
+Work = TypeVar("Work")
+# what a job makes of one item (a Prepared record; a sample's record, values and key), kept by
+# the part's rows
+Ready = TypeVar("Ready")
+ReadyIn = TypeVar("ReadyIn", contravariant=True)
 
 
-class PartRows(Protocol):
+class PartRows(Protocol[ReadyIn]):
     """What a part collects from its items' prepared records, in plan order."""
 
     data: list[bytes]  # the kept records' bytes, for the shard file
     skipped: list[list[str]]  # [name, reason] of each bad item skipped
     reencoded: int  # records re-encoded (max_side)
-    tiles: Any  # sources/tiling.TileColumns of a tiled pack, else None
+    tiles: TileColumns | None  # a tiled pack's tile columns
     # the items' keys as their tasks computed them while preparing (Python samples: each
     # item's job returns its key too), in order; None: the source tells them (keys())
     keys: bytearray | None
 
-    def add(self, i: int, prepared: Any, skip_bad: bool) -> None:
+    def add(self, i: int, prepared: ReadyIn, skip_bad: bool) -> None:
         """Keep item i's prepared record, or (skip_bad) list it as skipped; PackError else."""
         ...
 
-    def arrays(self, offsets: list[int]) -> dict[str, Any]:
+    def arrays(self, offsets: list[int]) -> dict[str, np.ndarray]:
         """The part's index arrays, its records at these shard offsets."""
         ...
 
 
-class ItemSource(Protocol):
+class ItemSource(Protocol[Work, Ready]):
     """A source as its items: listed, sized, read and prepared one at a time."""
 
     window: int  # at most this many items in flight per pool window (bounds memory)
@@ -62,13 +74,13 @@ class ItemSource(Protocol):
         """
         ...
 
-    def key_job(self) -> Callable[[Any], bytes] | None:
+    def key_job(self) -> Callable[[Work], bytes] | None:
         """The picklable function from work(i) to item i's key where telling it means reading
         the item (Python samples), so a resume's check can read them on the pool; None where
         keys() reads only the plan."""
         ...
 
-    def work(self, i: int) -> Any:
+    def work(self, i: int) -> Work:
         """What a worker needs to prepare item i (picklable)."""
         ...
 
@@ -78,11 +90,11 @@ class ItemSource(Protocol):
         None where items are read one by one (files, tar members, Python samples)."""
         ...
 
-    def job(self) -> Callable[[Any], Any]:
+    def job(self) -> Callable[[Work], Ready]:
         """The picklable function from work(i) to item i's prepared record."""
         ...
 
-    def prepare(self, i: int) -> Any:
+    def prepare(self, i: int) -> Ready:
         """Item i read and prepared here, in this process (a shard task's own loop)."""
         ...
 
@@ -91,11 +103,11 @@ class ItemSource(Protocol):
         pool must fork for that (work by index) or may start workers any way."""
         ...
 
-    def rows(self) -> PartRows:
+    def rows(self) -> PartRows[Ready]:
         """A new collector of one part's rows."""
         ...
 
-    def handed(self) -> Any:
+    def handed(self) -> object:
         """What a task on another machine is handed (the samples, pickled); None when the
         task opens the source itself (a tree's listing, an importer's description, from the
         plan)."""

@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from fastloader.errors import PackError
-from fastloader.format.fields import make_spec
+from fastloader.format.fields import FieldSpec, make_spec
 from fastloader.pack.sources import coco_masks
-from fastloader.pack.sources.rasterize import IGNORE
+from fastloader.pack.sources.rasterize import IGNORE, Instance
+from fastloader.pack.sources.types import Description, Sample
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY
 
 COCO_KEYS = ("images", "annotations", "categories")
@@ -32,7 +34,18 @@ FIELDS = {"image": "image", "boxes": ("boxes", ["box_labels", "iscrowd"]),
           "image_id": "int"}
 
 
-def _load(path: Path) -> dict[str, Any]:
+class _Image(TypedDict):
+    """One image's entry and what its annotations gave, gathered before its sample is made."""
+
+    entry: dict[str, Any]  # the COCO JSON entry, as read (id and file_name checked)
+    boxes: list[list[float]]
+    labels: list[int]
+    crowd: list[int]
+    instances: list[Instance]
+    error: str | None
+
+
+def _load(path: Path) -> dict[str, Any]:  # the COCO JSON, as read (its lists checked)
     try:
         data = json.loads(path.read_text("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -44,7 +57,7 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
-def _categories(path: Path, raw: list[Any]) -> dict[int, int]:
+def _categories(path: Path, raw: list[object]) -> dict[int, int]:
     """COCO category id -> contiguous id (ascending COCO ids)."""
     ids = []
     for entry in raw:
@@ -56,7 +69,7 @@ def _categories(path: Path, raw: list[Any]) -> dict[int, int]:
     return {cid: k for k, cid in enumerate(sorted(ids))}
 
 
-def _box(path: Path, ann: dict[str, Any]) -> list[float] | str:
+def _box(path: Path, ann: Mapping[str, object]) -> list[float] | str:
     """XYXY of an annotation's XYWH bbox, or why it is bad."""
     bbox = ann.get("bbox")
     if not isinstance(bbox, list) or len(bbox) != 4 or not all(
@@ -70,8 +83,9 @@ def _box(path: Path, ann: dict[str, Any]) -> list[float] | str:
     return [x, y, x + w, y + h]
 
 
-def open_coco(src: Any, root: Any, skip_empty: bool, masks: bool = False
-              ) -> tuple[Sequence[dict[str, Any]], Any, dict[str, Any]]:
+def open_coco(src: str | os.PathLike[str], root: str | os.PathLike[str] | None,
+              skip_empty: bool, masks: bool = False
+              ) -> tuple[Sequence[Sample], list[FieldSpec], Description]:
     """(samples, specs, source) of a COCO file; images under root (default: its folder);
     with masks a `mask` field too."""
     path = Path(src).expanduser()
@@ -80,7 +94,7 @@ def open_coco(src: Any, root: Any, skip_empty: bool, masks: bool = False
     ids = _categories(path, data["categories"])
     if masks:
         coco_masks.check_classes(path, len(ids))
-    images: dict[Any, dict[str, Any]] = {}
+    images: dict[int, _Image] = {}
     for entry in data["images"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), int) or not \
                 isinstance(entry.get("file_name"), str):
@@ -113,7 +127,7 @@ def open_coco(src: Any, root: Any, skip_empty: bool, masks: bool = False
         image["crowd"].append(1 if ann.get("iscrowd") else 0)
     kept = [(image_id, image) for image_id, image in images.items()
             if image["boxes"] or image["error"] or not skip_empty]
-    samples: Sequence[dict[str, Any]] = [_sample(path, folder, image_id, image)
+    samples: Sequence[Sample] = [_sample(path, folder, image_id, image)
                                          for image_id, image in kept]
     specs = [make_spec(name, spec) for name, spec in FIELDS.items()]
     if masks:
@@ -121,7 +135,7 @@ def open_coco(src: Any, root: Any, skip_empty: bool, masks: bool = False
                                            [image["instances"] for _, image in kept])
         specs.append(make_spec("mask", "mask"))
     categories = sorted(data["categories"], key=lambda c: c["id"])
-    source: dict[str, Any] = {
+    source: Description = {
         "kind": "coco", "path": str(path), "images": str(folder),
         "categories": [{"id": c["id"], "name": str(c.get("name", c["id"]))} for c in categories]}
     if masks:  # what a mask pixel means, beside the category names
@@ -130,7 +144,7 @@ def open_coco(src: Any, root: Any, skip_empty: bool, masks: bool = False
     return samples, specs, source
 
 
-def _sample(path: Path, folder: Path, image_id: int, image: dict[str, Any]) -> dict[str, Any]:
+def _sample(path: Path, folder: Path, image_id: int, image: _Image) -> Sample:
     file = folder / image["entry"]["file_name"]
     where = f"{path}: image id {image_id} ({file})"
     if image["error"]:

@@ -8,14 +8,15 @@ sample is bad (named by file and image id): a mask drawn in the wrong frame woul
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.pack.sources.rasterize import MAX_CLASSES, BadSegmentation, Instance, semantic_mask
+from fastloader.pack.sources.types import Sample
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY
 
 
@@ -27,7 +28,7 @@ def check_classes(path: Path, count: int) -> None:
                         "with masks=False.")
 
 
-def instance(path: Path, ann: dict[str, Any], label: int) -> Instance | str:
+def instance(path: Path, ann: Mapping[str, object], label: int) -> Instance | str:
     """The annotation to paint, or why it cannot be (no segmentation)."""
     segmentation = ann.get("segmentation")
     if not isinstance(segmentation, (list, dict)):
@@ -49,9 +50,9 @@ def _image_size(file: str) -> tuple[int, int] | None:
         return None
 
 
-def _frame(sample: dict[str, Any], entry: dict[str, Any]) -> tuple[int, int] | str:
+def _frame(sample: Sample, entry: dict[str, Any]) -> tuple[int, int] | str:
     """(height, width) to rasterize in, or why the entry and its image disagree."""
-    real = _image_size(sample["image"])
+    real = _image_size(cast(str, sample["image"]))  # coco._sample's str(file)
     given = entry.get("height"), entry.get("width")
     if given == (None, None):
         return real if real is not None else "cannot read the image's size for its mask"
@@ -66,10 +67,10 @@ def _frame(sample: dict[str, Any], entry: dict[str, Any]) -> tuple[int, int] | s
     return height, width
 
 
-class MaskedSamples(Sequence[dict[str, Any]]):
+class MaskedSamples(Sequence[Sample]):
     """COCO samples with a `mask` painted on access (in the worker that reads the sample)."""
 
-    def __init__(self, samples: list[dict[str, Any]], entries: list[dict[str, Any]],
+    def __init__(self, samples: list[Sample], entries: list[dict[str, Any]],  # entries: JSON
                  instances: list[list[Instance]]) -> None:
         self._samples, self._entries, self._instances = samples, entries, instances
 
@@ -90,11 +91,12 @@ class MaskedSamples(Sequence[dict[str, Any]]):
         keys = np.empty((len(self), KEY_BYTES), np.uint8)
         for i, sample in enumerate(self._samples):
             image = sample.get("image")
-            keys[i] = key_of([sample | {"image": file_stamp(image) if image else None},
+            stamp = file_stamp(cast(str, image)) if image else None  # coco._sample's str(file)
+            keys[i] = key_of([sample | {"image": stamp},
                               self._entries[i], self._instances[i]])
         return keys
 
-    def __getitem__(self, index: int) -> Any:  # type: ignore[override]
+    def __getitem__(self, index: int) -> Sample:  # type: ignore[override]  # no slices
         sample = self._samples[index]
         if ERROR_KEY in sample:
             return sample

@@ -26,7 +26,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import SupportsIndex, cast
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from fastloader.format.kinds import AUDIO, BYTES, IMAGE, INT, JSON, NDARRAY, TEX
 from fastloader.format.remote import is_url
 from fastloader.pack.sources import spatial
 from fastloader.pack.sources.tar_index import TarIndex
+from fastloader.pack.sources.types import Description, FieldKinds, Sample, StorageOptions
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
@@ -90,7 +91,7 @@ def _kind(ext: str) -> Kind:
     return IMAGE if _is_image(inner) else _KINDS.get(inner.rpartition(".")[2], BYTES)
 
 
-def _specs(exts: list[str], overrides: dict[str, Any], where: str) -> list[FieldSpec]:
+def _specs(exts: list[str], overrides: dict[str, object], where: str) -> list[FieldSpec]:
     unknown = set(overrides) - set(exts)
     if unknown:
         raise PackError(f"{where}: fields= names {sorted(unknown)}, extensions no sample has "
@@ -109,11 +110,11 @@ def _specs(exts: list[str], overrides: dict[str, Any], where: str) -> list[Field
     return specs
 
 
-def _sample(key: str, members: dict[str, Any], specs: list[FieldSpec], where: str,
-            read: Any) -> dict[str, Any]:
+def _sample(key: str, members: dict[str, object], specs: list[FieldSpec], where: str,
+            read: Callable[[object], bytes]) -> Sample:
     if isinstance(members.get(ERROR_KEY), str):  # a malformed .boxes.json
         return {WHERE_KEY: where, ERROR_KEY: members[ERROR_KEY]}
-    sample: dict[str, Any] = {WHERE_KEY: where, PATH_KEY: key}
+    sample: Sample = {WHERE_KEY: where, PATH_KEY: key}
     for ext, member in members.items():
         spec = next((s for s in specs if s.name == ext), None)
         if spec is None:
@@ -131,26 +132,26 @@ def _sample(key: str, members: dict[str, Any], specs: list[FieldSpec], where: st
     return sample
 
 
-def _fit_ndarrays(specs: list[FieldSpec], first: list[dict[str, Any]]) -> list[FieldSpec]:
+def _fit_ndarrays(specs: list[FieldSpec], first: list[Sample]) -> list[FieldSpec]:
     """An undeclared npy field takes the dtype of its first value, every dim variable."""
     out = []
     for spec in specs:
         if spec.is_array and spec.shape == (-1,):
-            value = next((s[spec.name] for s in first if isinstance(s.get(spec.name),
-                                                                    np.ndarray)), None)
+            value = next((v for s in first if isinstance(v := s.get(spec.name), np.ndarray)),
+                         None)
             if value is not None:
                 spec = dataclasses.replace(spec, dtype=str(value.dtype), shape=(-1,) * value.ndim)
         out.append(spec)
     return out
 
 
-def open_folder(path: Path, fields: Any) -> tuple[list[dict[str, Any]], list[FieldSpec],
-                                                    dict[str, Any]]:
+def open_folder(path: Path, fields: FieldKinds | None
+                ) -> tuple[list[Sample], list[FieldSpec], Description]:
     """(samples, fields, source) of a folder of file groups."""
     files = sorted(p.relative_to(path).as_posix() for p in path.rglob("*")
                    if p.is_file() and not any(part.startswith(".") for part in
                                               p.relative_to(path).parts))
-    groups: dict[str, dict[str, Any]] = {}
+    groups: dict[str, dict[str, object]] = {}
     for name in files:
         key, ext = split_key(name)
         group = groups.setdefault(key, {})
@@ -162,8 +163,8 @@ def open_folder(path: Path, fields: Any) -> tuple[list[dict[str, Any]], list[Fie
         except (OSError, EOFError) as exc:
             group[ERROR_KEY] = f"{name} is not readable gzip ({exc})"
 
-    def read(value: Any) -> bytes:
-        return value if isinstance(value, bytes) else Path(value).read_bytes()
+    def read(value: object) -> bytes:  # a folder's members: decompressed bytes, or paths
+        return value if isinstance(value, bytes) else Path(cast(Path, value)).read_bytes()
 
     groups = {key: spatial.expand_group(group, read) for key, group in groups.items()}
     exts = sorted({ext for group in groups.values() for ext in group if ext != ERROR_KEY})
@@ -174,7 +175,16 @@ def open_folder(path: Path, fields: Any) -> tuple[list[dict[str, Any]], list[Fie
     return samples, specs, {"kind": "files", "path": str(path)}
 
 
-class TarSamples(Sequence[dict[str, Any]]):
+def _already_read(data: object) -> bytes:
+    """A tar group's member, read with its group: its bytes as they are."""
+    return cast(bytes, data)
+
+
+# a group as TarSamples.group() finds it: (where, key, its members), or its error sample
+Found = Sample | tuple[str, str, dict[str, object]]
+
+
+class TarSamples(Sequence[Sample]):
     """The samples of WebDataset .tar shards by index, in tar order, from a TarIndex (one
     header walk). sample k reads its group's non-image members by offset in the calling
     process (each process opens its own file descriptors); image members stay TarMember refs,
@@ -188,20 +198,19 @@ class TarSamples(Sequence[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self.tar_index)
 
-    def __getitem__(self, k: Any) -> dict[str, Any]:  # type: ignore[override]
+    def __getitem__(self, k: SupportsIndex) -> Sample:  # type: ignore[override]  # no slices
         k = operator.index(k)
         if not -len(self) <= k < len(self):
             raise IndexError(f"sample {k} of {len(self)}")
         k %= len(self)
         return self.sample_of(self.group(k))
 
-    def sample_of(self, found: dict[str, Any] | tuple[str, str, dict[str, Any]]
-                  ) -> dict[str, Any]:
+    def sample_of(self, found: Found) -> Sample:
         """The sample of a group (group()'s result) under the current specs."""
         if isinstance(found, dict):  # a damaged tar or an unreadable member
             return found
         where, key, group = found
-        return _sample(key, group, self.specs, where, lambda data: data)
+        return _sample(key, group, self.specs, where, _already_read)
 
     def size_hints(self) -> np.ndarray:
         """Per sample (int64), the bytes its members hold in the tar: image and sidecars
@@ -212,7 +221,7 @@ class TarSamples(Sequence[dict[str, Any]]):
         """Each group's identity from the tar headers (TarIndex.item_keys)."""
         return self.tar_index.item_keys()
 
-    def group(self, k: int) -> dict[str, Any] | tuple[str, str, dict[str, Any]]:
+    def group(self, k: int) -> Found:
         """(where, key, members expanded by spatial.expand_group) of group k, or its error
         sample."""
         tar = self.tar_index.tars[int(self.tar_index.group_tar[k])]
@@ -220,7 +229,7 @@ class TarSamples(Sequence[dict[str, Any]]):
             return {WHERE_KEY: tar, ERROR_KEY: self.tar_index.errors[k]}
         key, tar_number = self.tar_index.key(k), int(self.tar_index.group_tar[k])
         members = self.tar_index.members(k)
-        group: dict[str, Any] = {}
+        group: dict[str, object] = {}
         try:
             read = self._reader(tar_number, members)
         except OSError as exc:
@@ -245,7 +254,7 @@ class TarSamples(Sequence[dict[str, Any]]):
             except (OSError, EOFError) as exc:
                 return {WHERE_KEY: f"{tar} member {key}", ERROR_KEY: f"member {key + suffix} "
                         f"is not readable gzip ({exc})"}
-        return f"{tar} member {key}", key, spatial.expand_group(group, lambda data: data)
+        return f"{tar} member {key}", key, spatial.expand_group(group, _already_read)
 
     def _reader(self, tar: int, members: list[tuple[str, int, int]]
                 ) -> Callable[[int, int], bytes]:
@@ -277,7 +286,7 @@ def tar_files(pattern: str) -> list[str]:
     return expand_braces(pattern)
 
 
-def _tar_paths(pattern: str, storage_options: dict[str, Any] | None) -> list[str]:
+def _tar_paths(pattern: str, storage_options: StorageOptions | None) -> list[str]:
     """The tars a pattern names (local paths made absolute, URLs as given); PackError naming
     the missing ones."""
     if is_url(pattern):
@@ -298,8 +307,9 @@ def _tar_paths(pattern: str, storage_options: dict[str, Any] | None) -> list[str
     return paths
 
 
-def open_tars(pattern: str, fields: Any, storage_options: dict[str, Any] | None = None
-              ) -> tuple[TarSamples, list[FieldSpec], dict[str, Any]]:
+def open_tars(pattern: str, fields: FieldKinds | None,
+              storage_options: StorageOptions | None = None
+              ) -> tuple[TarSamples, list[FieldSpec], Description]:
     """(samples by index, fields, source) of WebDataset .tar shards (local paths, or fsspec
     URLs read with storage_options); the fields are those of the first _PEEK groups."""
     paths = _tar_paths(pattern, storage_options)
@@ -316,8 +326,9 @@ def open_tars(pattern: str, fields: Any, storage_options: dict[str, Any] | None 
     return samples, samples.specs, {"kind": "tar", "path": pattern}
 
 
-def open_groups(src: str | os.PathLike[str], kind: str, fields: Any,
-                storage_options: dict[str, Any] | None = None) -> Any:
+def open_groups(src: str | os.PathLike[str], kind: str, fields: FieldKinds | None,
+                storage_options: StorageOptions | None = None
+                ) -> tuple[Sequence[Sample], list[FieldSpec], Description]:
     """Dispatch: a folder of groups or tar shards."""
     if kind == "files":
         return open_folder(Path(src).expanduser().absolute(), fields)

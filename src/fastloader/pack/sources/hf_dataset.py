@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, cast
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
 from fastloader.pack.sources.hf_features import Mapped, fields_of, image_path, kind_of, one_label
+from fastloader.pack.sources.types import FieldKinds, Indexed, Sample
 from fastloader.pack.sources.values import (
     ERROR_KEY,
     PATH_KEY,
@@ -28,35 +29,35 @@ from fastloader.pack.sources.values import (
 log = logging.getLogger(__name__)
 
 
-def _is_datasets(value: Any, names: tuple[str, ...]) -> bool:
+def _is_datasets(value: object, names: tuple[str, ...]) -> bool:
     return any(c.__module__.split(".")[0] == "datasets" and c.__name__ in names
                for c in type(value).__mro__)
 
 
-def is_hf_dataset(src: Any) -> bool:
+def is_hf_dataset(src: object) -> bool:
     """Whether src is a datasets Dataset, IterableDataset or DatasetDict."""
     return _is_datasets(src, ("Dataset", "IterableDataset", "DatasetDict",
                               "IterableDatasetDict"))
 
 
-class DatasetSamples(Sequence[dict[str, Any]]):
+class DatasetSamples(Sequence[Sample]):
     """A Dataset's rows as samples (read by index in the forked workers), each column's value
     converted to its field's (hf_features), an image struct's path kept as the sample's."""
 
     def __init__(self, dataset: Any, fields: dict[str, Mapped], image: str) -> None:
-        self.dataset, self.fields, self.image = dataset, fields, image
+        self.dataset, self.fields, self.image = dataset, fields, image  # a datasets Dataset
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, i: Any) -> dict[str, Any]:  # type: ignore[override]
+    def __getitem__(self, i: int) -> Sample:  # type: ignore[override]  # no slices
         return converted(self.dataset[i], self.fields, self.image, f"dataset row {i}")
 
 
-def converted(row: Mapping[str, Any], fields: dict[str, Mapped], image: str,
-              where: str) -> dict[str, Any]:
+def converted(row: Mapping[str, object], fields: dict[str, Mapped], image: str,
+              where: str) -> Sample:
     """A row as a sample of these fields; a value that does not fit: the row's error."""
-    sample: dict[str, Any] = {WHERE_KEY: where}
+    sample: Sample = {WHERE_KEY: where}
     path = image_path(row.get(image))
     if path is not None:
         sample[PATH_KEY] = path
@@ -74,13 +75,14 @@ class _Stream:
     def __init__(self, dataset: Any, fields: dict[str, Mapped], image: str) -> None:
         self.dataset, self.fields, self.image = dataset, fields, image
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Sample]:
         for k, row in enumerate(self.dataset):
             yield converted(row, self.fields, self.image, f"dataset row {k}")
 
 
-def dataset_samples(dataset: Any, fields: Any, image: str | None, label: Any, root: Any
-                    ) -> tuple[Any, list[FieldSpec]]:
+def dataset_samples(dataset: Any, fields: FieldKinds | None, image: str | None,
+                    label: str | None, root: str | os.PathLike[str] | None
+                    ) -> tuple[Iterable[Sample], list[FieldSpec]]:
     """(samples, field specs) of a datasets Dataset or IterableDataset: fields from its
     features (`fields` overrides kinds by column), `image` naming the records' column (else
     the first Image feature)."""
@@ -136,28 +138,28 @@ def _undecoded(dataset: Any, columns: list[str]) -> Any:
     return dataset
 
 
-class _PilSamples(Sequence[Any]):
+class _PilSamples(Sequence[object]):
     """Samples whose PIL images are stored in another format (EncodeAs, encoded by the
     worker)."""
 
-    def __init__(self, samples: Any, format: str, quality: int) -> None:
+    def __init__(self, samples: Indexed, format: str, quality: int) -> None:
         self.samples, self.format, self.quality = samples, format, quality
 
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, i: Any) -> Any:
+    def __getitem__(self, i: int) -> object:  # type: ignore[override]  # no slices
         return marked(self.samples[i], self.format, self.quality)
 
 
-def marked(sample: Any, format: str, quality: int) -> Any:
+def marked(sample: object, format: str, quality: int) -> object:
     """sample with each PIL image value as EncodeAs(image, format, quality)."""
     if not isinstance(sample, Mapping) or not any(is_pil(v) for v in sample.values()):
         return sample
     return {k: EncodeAs(v, format, quality) if is_pil(v) else v for k, v in sample.items()}
 
 
-def with_pil_format(samples: Any, pil_format: str, quality: int) -> Any:
+def with_pil_format(samples: object, pil_format: str, quality: int) -> object:
     """Python samples whose PIL images are encoded as pil_format ("png": as they are; the
     workers encode PIL images as PNG); says once that PIL images are encoded."""
     if pil_format not in PIL_FORMATS:
@@ -168,13 +170,14 @@ def with_pil_format(samples: Any, pil_format: str, quality: int) -> Any:
     if isinstance(samples, Mapping) or not hasattr(samples, "__iter__"):
         return samples  # pack_samples says what it takes
     if hasattr(samples, "__getitem__") and hasattr(samples, "__len__"):
-        if _first_has_pil(samples):
+        indexed = cast(Indexed, samples)  # as the hasattr above found it
+        if _first_has_pil(indexed):
             _say(pil_format, quality)
-        return samples if pil_format == "png" else _PilSamples(samples, pil_format, quality)
-    return _pil_stream(samples, pil_format, quality)
+        return samples if pil_format == "png" else _PilSamples(indexed, pil_format, quality)
+    return _pil_stream(cast(Iterable[object], samples), pil_format, quality)  # has __iter__
 
 
-def _first_has_pil(samples: Any) -> bool:
+def _first_has_pil(samples: Indexed) -> bool:
     try:
         first = samples[0] if len(samples) else None
     except Exception:  # the user's __getitem__: its failure is sample 0's, reported there
@@ -182,7 +185,8 @@ def _first_has_pil(samples: Any) -> bool:
     return isinstance(first, Mapping) and any(is_pil(v) for v in first.values())
 
 
-def _pil_stream(samples: Any, pil_format: str, quality: int) -> Iterator[Any]:
+def _pil_stream(samples: Iterable[object], pil_format: str, quality: int
+                ) -> Iterator[object]:
     said = False
     for sample in samples:
         if not said and isinstance(sample, Mapping) and any(is_pil(v) for v in sample.values()):

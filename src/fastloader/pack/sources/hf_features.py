@@ -22,14 +22,17 @@ from typing import Any, NamedTuple
 from fastloader.errors import PackError
 from fastloader.format.kinds import Kind, find
 
+# one feature's JSON (datasets' to_dict(), or a Parquet file's metadata) as read: unchecked
+FeatureJson = Mapping[str, Any]
 
-def kind_of(spec: Any) -> Kind | None:
+
+def kind_of(spec: object) -> Kind | None:
     """The registered kind of a field as fields= writes it ("image", ("int", NAMES), ...);
     None for an unknown one (make_spec says what is wrong with it)."""
     return find(spec[0] if isinstance(spec, (tuple, list)) and spec else spec)
 
 
-def is_image(spec: Any) -> bool:
+def is_image(spec: object) -> bool:
     """Whether a field written as fields= writes it is of an image kind."""
     kind = kind_of(spec)
     return kind is not None and kind.is_image
@@ -40,8 +43,8 @@ class Mapped(NamedTuple):
     module-level function, so samples holding it pickle; ValueError: the value does not
     fit, said in words that name no bytes)."""
 
-    spec: Any
-    convert: Callable[[Any], Any]
+    spec: object  # as fields= writes it: a kind's name, ("int", NAMES), ...
+    convert: Callable[[object], object]
 
     @property
     def image(self) -> bool:
@@ -49,7 +52,7 @@ class Mapped(NamedTuple):
         return is_image(self.spec)
 
 
-def _stored(value: Any, what: str) -> Any:
+def _stored(value: FeatureJson, what: str) -> bytes | str:
     """A media struct ({bytes, path}) as its stored bytes, else its path; ValueError naming
     what it lacks."""
     if value.get("bytes") is not None:
@@ -59,7 +62,7 @@ def _stored(value: Any, what: str) -> Any:
     raise ValueError(f"has neither bytes nor a path (an empty {what})")
 
 
-def image_source(value: Any) -> Any:
+def image_source(value: object) -> object:
     """An Image value ({bytes, path} struct, bytes or a path) as image bytes, or the path
     where the struct has no bytes."""
     if isinstance(value, Mapping):
@@ -71,7 +74,7 @@ def image_source(value: Any) -> Any:
     return value  # a PIL image, an ndarray...: store() says whether it is one
 
 
-def clip_source(value: Any) -> Any:
+def clip_source(value: object) -> object:
     """An Audio or Video value ({bytes, path} struct, bytes or a path) as the clip's stored bytes
     (never decoded), or the path where the struct has no bytes."""
     if isinstance(value, Mapping):
@@ -81,14 +84,14 @@ def clip_source(value: Any) -> Any:
     return value
 
 
-def image_path(value: Any) -> str | None:
+def image_path(value: object) -> str | None:
     """The source path an Image value names (its struct's path), or None."""
     if isinstance(value, Mapping) and isinstance(value.get("path"), str) and value["path"]:
         return str(value["path"])
     return None
 
 
-def class_id(value: Any) -> Any:
+def class_id(value: object) -> object:
     """A ClassLabel value: its id (an int), or a name store() maps to its id."""
     if value is None:
         raise ValueError("is empty (no label)")
@@ -98,26 +101,26 @@ def class_id(value: Any) -> Any:
     return value
 
 
-def as_int(value: Any) -> Any:
+def as_int(value: object) -> object:
     if value is None:
         raise ValueError("is empty; an int needs a value (declare the column float to read "
                          "nulls as NaN)")
     return int(value) if isinstance(value, bool) else value
 
 
-def as_float(value: Any) -> Any:
+def as_float(value: object) -> object:
     return math.nan if value is None else value
 
 
-def as_text(value: Any) -> Any:
+def as_text(value: object) -> object:
     return "" if value is None else value
 
 
-def as_is(value: Any) -> Any:
+def as_is(value: object) -> object:
     return value
 
 
-def as_array(value: Any) -> Any:
+def as_array(value: object) -> object:
     """A list or array value; null: an empty one."""
     return [] if value is None else value
 
@@ -133,11 +136,11 @@ _VALUES: dict[str, Mapped] = {
 _NUMPY = {"double": "float64", "float": "float32"}
 
 
-def _value(feature: Mapping[str, Any]) -> Mapped | None:
+def _value(feature: FeatureJson) -> Mapped | None:
     return _VALUES.get(str(feature.get("dtype")))
 
 
-def _numeric(feature: Any) -> tuple[str, list[int]] | None:
+def _numeric(feature: object) -> tuple[str, list[int]] | None:
     """(dtype, shape) of a feature that is a number or a (nested) list of numbers."""
     if isinstance(feature, list) and len(feature) == 1:  # the old JSON form of a list
         feature = {"_type": "List", "feature": feature[0]}
@@ -157,20 +160,20 @@ def _numeric(feature: Any) -> tuple[str, list[int]] | None:
     return None
 
 
-def _list(feature: Mapping[str, Any]) -> Mapped | None:
+def _list(feature: FeatureJson) -> Mapped | None:
     numeric = _numeric(feature)
     if numeric is not None:
         return Mapped(("ndarray", numeric[0], tuple(numeric[1])), as_array)
     return Mapped("json", as_is) if _has_no_media(feature.get("feature")) else None
 
 
-def _array(feature: Mapping[str, Any]) -> Mapped | None:
+def _array(feature: FeatureJson) -> Mapped | None:
     shape = tuple(-1 if n is None else int(n) for n in feature.get("shape", ()))
     dtype = str(feature.get("dtype"))
     return Mapped(("ndarray", _NUMPY.get(dtype, dtype), shape), as_array)
 
 
-def _has_no_media(feature: Any) -> bool:
+def _has_no_media(feature: object) -> bool:
     """Whether a nested feature holds no image or other bytes-valued media (JSON holds it)."""
     if isinstance(feature, list):
         return all(_has_no_media(f) for f in feature)
@@ -186,7 +189,7 @@ def _has_no_media(feature: Any) -> bool:
 
 
 # feature `_type` -> its field; extend here to pack another feature type
-FEATURES: dict[str, Callable[[Mapping[str, Any]], Mapped | None]] = {
+FEATURES: dict[str, Callable[[FeatureJson], Mapped | None]] = {
     "Image": lambda feature: Mapped("image", image_source),
     "Audio": lambda feature: Mapped("audio", clip_source),
     "Video": lambda feature: Mapped("video", clip_source),
@@ -200,7 +203,7 @@ FEATURES: dict[str, Callable[[Mapping[str, Any]], Mapped | None]] = {
 }
 
 
-def describe(feature: Any) -> str:
+def describe(feature: object) -> str:
     """A feature's JSON as datasets prints it, short: Value('timestamp[s]'), Audio, ..."""
     if isinstance(feature, Mapping) and "_type" in feature:
         dtype = feature.get("dtype")
@@ -208,7 +211,7 @@ def describe(feature: Any) -> str:
     return "a dict of features" if isinstance(feature, Mapping) else "a list"
 
 
-def mapped(column: str, feature: Any, where: str) -> Mapped:
+def mapped(column: str, feature: object, where: str) -> Mapped:
     """The field of one column's feature; PackError naming the column and the way out."""
     if isinstance(feature, list):
         feature = {"_type": "List", "feature": feature[0] if feature else None}
@@ -216,7 +219,7 @@ def mapped(column: str, feature: Any, where: str) -> Mapped:
         found: Mapped | None = Mapped("json", as_is) if _has_no_media(feature) else None
     else:
         make = FEATURES.get(str(feature.get("_type"))) if isinstance(feature, Mapping) else None
-        found = make(feature) if make is not None else None
+        found = make(feature) if make is not None and isinstance(feature, Mapping) else None
     if found is None:
         raise PackError(
             f"{where}: column {column!r} is a {describe(feature)} feature, which no fastloader "
@@ -226,8 +229,8 @@ def mapped(column: str, feature: Any, where: str) -> Mapped:
     return found
 
 
-def fields_of(features: Mapping[str, Any], where: str,
-              overrides: Mapping[str, Any]) -> dict[str, Mapped]:
+def fields_of(features: Mapping[str, object], where: str,
+              overrides: Mapping[str, object]) -> dict[str, Mapped]:
     """column -> Mapped of every feature (the JSON of datasets.Features), in column order; a
     column in `overrides` takes that kind (fields= / --field), its values converted as its
     feature's where that maps, else as they are."""

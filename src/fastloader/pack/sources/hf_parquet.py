@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from fastloader.errors import PackError
 from fastloader.pack.sources.parquet_pages import value_ranges
+from fastloader.pack.sources.types import Row
 from fastloader.pack.sources.values import ParquetCell, pyarrow_parquet
 
 _SHARD = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet$")
@@ -83,7 +84,7 @@ class ParquetTable(NamedTuple):
 
     files: list[Path]
     header: list[str]
-    features: dict[str, Any]
+    features: dict[str, object]
     binary: frozenset[str]  # {bytes, path} struct or binary columns
 
 
@@ -99,7 +100,7 @@ def open_table(src: str | os.PathLike[str]) -> ParquetTable:
                             f"{files[0].name}'s ({', '.join(schema.names)}); the files of one "
                             "table must have the same columns and types.")
     metadata = (schema.metadata or {}).get(b"huggingface")
-    features: dict[str, Any] = {}
+    features: dict[str, object] = {}
     if metadata:
         try:
             features = dict(json.loads(metadata)["info"]["features"])
@@ -128,11 +129,11 @@ def _holds_bytes(kind: Any) -> bool:
     return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
 
 
-def read_rows(table: ParquetTable, lazy: set[str], base: Path) -> list[tuple[str, Any]]:
+def read_rows(table: ParquetTable, lazy: set[str], base: Path) -> list[tuple[str, Row]]:
     """(where, row dict) of every row of every file, in order: the lazy columns' cells as
     ParquetCells, the others' values as pyarrow gives them."""
     pq = pyarrow_parquet(table.files[0])
-    rows: list[tuple[str, Any]] = []
+    rows: list[tuple[str, Row]] = []
     folder = str(base)  # one string for every cell (a split can have millions)
     for file in table.files:
         handle = pq.ParquetFile(file)

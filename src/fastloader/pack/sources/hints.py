@@ -9,14 +9,14 @@ import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from fastloader.pack.sources.types import Indexed
 from fastloader.pack.sources.values import ParquetCell, TarMember
 
 
-def size_hint(value: Any) -> int:
+def size_hint(value: object) -> int:
     """A sample's records value's size (an image's, a clip's) known without reading it: 0
     when unknown (a missing file)."""
     if isinstance(value, (TarMember, ParquetCell)):  # a Parquet cell: its row group's per row
@@ -33,7 +33,7 @@ def size_hint(value: Any) -> int:
     return 0
 
 
-def size_hints(samples: Any, image: str) -> np.ndarray:
+def size_hints(samples: Indexed, image: str) -> np.ndarray:
     """int64 size hints of an importer's samples (a sequence of dicts, read here: importer
     code, never a user's __getitem__); a sequence may give them itself (size_hints(): COCO's
     MaskedSamples, groups.TarSamples), without building each sample."""
@@ -50,7 +50,7 @@ def size_hints(samples: Any, image: str) -> np.ndarray:
 KEY_BYTES = 16  # an item's key in the plan (plan/keys.npy): a blake2b digest
 
 
-def item_keys(samples: Any, files: Iterable[str]) -> np.ndarray | None:
+def item_keys(samples: Indexed, files: Iterable[str]) -> np.ndarray | None:
     """uint8 (n, KEY_BYTES): each importer sample's identity (samples.item_keys() where the
     sequence knows it cheaper, e.g. from a tar's headers), else a hash of the sample's values
     with the fields named in `files` (image and mask paths) taken as their file's path, size
@@ -65,7 +65,7 @@ def item_keys(samples: Any, files: Iterable[str]) -> np.ndarray | None:
     return keys
 
 
-def sizes_and_keys(samples: Any, image: str, files: Iterable[str]
+def sizes_and_keys(samples: Indexed, image: str, files: Iterable[str]
                    ) -> tuple[np.ndarray, np.ndarray | None]:
     """(size_hints, item_keys) of an importer's samples, in one pass where the sequence gives
     neither itself: each sample built once and each of its files stat'ed once (an image
@@ -82,18 +82,19 @@ def sizes_and_keys(samples: Any, image: str, files: Iterable[str]
         if isinstance(sample, dict):
             value = sample.get(image)
             stamped = image in names and isinstance(value, (str, Path))
-            sizes[i] = (plain[image][1] or 0) if stamped else size_hint(value)
+            stamp = plain[image] if stamped and isinstance(plain, dict) else None
+            sizes[i] = (stamp[1] or 0) if isinstance(stamp, list) else size_hint(value)
     return sizes, keys
 
 
-def key_of(value: Any) -> np.ndarray:
+def key_of(value: object) -> np.ndarray:
     """The KEY_BYTES key of a value of plain types (its repr: an importer builds its samples
     in a fixed order, so the same item always reads the same; cheaper than sorted JSON)."""
     digest = hashlib.blake2b(repr(value).encode(), digest_size=KEY_BYTES).digest()
     return np.frombuffer(digest, np.uint8)
 
 
-def file_stamp(path: str | os.PathLike[str]) -> list[Any]:
+def file_stamp(path: str | os.PathLike[str]) -> list[str | int | None]:
     """[path, size, mtime_ns] of a file, or [path, None] when it cannot be stat'ed."""
     try:
         info = os.stat(path)
@@ -102,14 +103,14 @@ def file_stamp(path: str | os.PathLike[str]) -> list[Any]:
     return [os.fspath(path), info.st_size, info.st_mtime_ns]
 
 
-def _canonical(sample: Any, files: frozenset[str]) -> Any:
+def _canonical(sample: object, files: frozenset[str]) -> str | dict[str, object]:
     """A sample as plain values: files (by name) stamped, bytes and arrays hashed."""
     if not isinstance(sample, dict):
         return repr(sample)
     return {str(name): _value(value, name in files) for name, value in sample.items()}
 
 
-def _value(value: Any, is_file: bool) -> Any:
+def _value(value: object, is_file: bool) -> object:
     if isinstance(value, TarMember):
         return [*value, *file_stamp(value.tar)[1:]]
     if is_file and isinstance(value, (str, Path)):

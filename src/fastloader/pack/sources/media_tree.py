@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fastloader.decode.audio import AUDIO_EXTENSIONS
 from fastloader.decode.pillow import IMAGE_EXTENSIONS
@@ -17,6 +16,7 @@ from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec
 from fastloader.pack.sources.probe import Probe
 from fastloader.pack.sources.registry import Opened, Opening, Source
+from fastloader.pack.sources.types import Description, FieldKinds, Sample
 from fastloader.pack.sources.values import PATH_KEY, WHERE_KEY
 
 
@@ -59,9 +59,10 @@ def is_media_tree(folder: Path, medium: Medium, limit: int = 2000) -> bool:
     return medium in seen
 
 
-def open_media_tree(src: str | os.PathLike[str], medium: Medium, fields: Any, image: Any,
-                    label: Any, root: Any
-                    ) -> tuple[list[dict[str, Any]], list[FieldSpec], dict[str, Any]]:
+def open_media_tree(src: str | os.PathLike[str], medium: Medium, fields: FieldKinds | None,
+                    image: str | None, label: str | None,
+                    root: str | os.PathLike[str] | None
+                    ) -> tuple[list[Sample], list[FieldSpec], Description]:
     """(samples, fields, source description) of a folder of class sub-folders of the
     medium's files."""
     if fields or image or label or root:

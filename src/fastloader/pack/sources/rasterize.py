@@ -18,8 +18,8 @@ count two before it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,8 +37,8 @@ class Instance(NamedTuple):
 
     label: int
     crowd: bool
-    segmentation: Any
-    ann_id: Any
+    segmentation: object  # COCO's polygon list or RLE dict, as read; checked when painted
+    ann_id: object  # for messages
 
 
 def string_to_counts(text: str | bytes) -> np.ndarray:
@@ -92,7 +92,7 @@ def mask_to_counts(mask: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], runs]) if flat.size and flat[0] else runs
 
 
-def decode_rle(rle: Any, height: int, width: int) -> np.ndarray:
+def decode_rle(rle: Mapping[str, object], height: int, width: int) -> np.ndarray:
     """A COCO RLE dict {"counts": [..] or "...", "size": [h, w]} -> bool [h, w];
     BadSegmentation if it does not fit the image or its counts are malformed."""
     size = rle.get("size")
@@ -117,7 +117,7 @@ def decode_rle(rle: Any, height: int, width: int) -> np.ndarray:
     return np.repeat(values, counts).reshape(width, height).T
 
 
-def _part(raw: Any) -> np.ndarray:
+def _part(raw: object) -> np.ndarray:
     """One polygon part [x1, y1, x2, y2, ...] as float64 [k, 2]."""
     try:
         array = np.asarray(raw) if isinstance(raw, (list, tuple)) else None
@@ -149,7 +149,7 @@ def _crossings(points: np.ndarray, height: int) -> tuple[np.ndarray, np.ndarray]
     return rows, xs
 
 
-def _polygon_rows(parts: Sequence[Any], height: int, width: int
+def _polygon_rows(parts: Sequence[object], height: int, width: int
                   ) -> tuple[int, np.ndarray] | None:
     """(top row, bool [rows, width] block from it) of united polygon parts; None if empty."""
     rows_all, starts_all, stops_all = [], [], []
@@ -180,7 +180,7 @@ def _polygon_rows(parts: Sequence[Any], height: int, width: int
     return top, block.reshape(bottom - top, width)
 
 
-def polygons_to_mask(parts: Sequence[Any], height: int, width: int) -> np.ndarray:
+def polygons_to_mask(parts: Sequence[object], height: int, width: int) -> np.ndarray:
     """COCO polygon parts (flat [x1, y1, ...] lists) -> bool [height, width], parts united."""
     mask = np.zeros((height, width), bool)
     block = _polygon_rows(parts, height, width)
@@ -189,20 +189,20 @@ def polygons_to_mask(parts: Sequence[Any], height: int, width: int) -> np.ndarra
     return mask
 
 
-def segmentation_to_mask(segmentation: Any, height: int, width: int) -> np.ndarray:
+def segmentation_to_mask(segmentation: object, height: int, width: int) -> np.ndarray:
     """One annotation's segmentation (polygon list or RLE dict) -> bool [height, width]."""
     return _rows_of(segmentation, height, width)[1] if isinstance(segmentation, dict) else (
         polygons_to_mask(_polygons(segmentation), height, width))
 
 
-def _polygons(segmentation: Any) -> list[Any]:
+def _polygons(segmentation: object) -> list[object]:
     if not isinstance(segmentation, list):
         raise BadSegmentation(f"segmentation is {type(segmentation).__name__}; COCO writes a "
                               "list of polygons or an RLE object {\"counts\", \"size\"}")
     return segmentation
 
 
-def _rows_of(segmentation: Any, height: int, width: int) -> tuple[int, np.ndarray]:
+def _rows_of(segmentation: object, height: int, width: int) -> tuple[int, np.ndarray]:
     """(top row, bool block) of one annotation's pixels (an empty block: none)."""
     if isinstance(segmentation, dict):
         return 0, decode_rle(segmentation, height, width)

@@ -13,13 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fastloader.errors import PackError
+from fastloader.format.fields import FieldSpec
 from fastloader.format.remote import is_url
 from fastloader.pack.sources.probe import Probe
+from fastloader.pack.sources.types import Description, FieldKinds, Sample, StorageOptions
 
 IMAGEFOLDER = "imagefolder"  # the tree's own lane (pipeline/tree.py), chosen when none claims
 
@@ -29,16 +31,17 @@ class Opening:
     """What pack() and packdata pass on to a source's opener (each source refuses those it
     does not take, in pack()'s argument names)."""
 
-    fields: Any = None
+    fields: FieldKinds | None = None
     image: str | None = None
     label: str | None = None
-    root: Any = None
+    root: str | os.PathLike[str] | None = None
     skip_empty: bool = False
     masks: bool = False
-    storage_options: dict[str, Any] | None = None
+    storage_options: StorageOptions | None = None
 
 
-Opened = tuple[Any, Any, dict[str, Any]]  # (samples, field specs, source description)
+# (samples, field specs, source description)
+Opened = tuple[Iterable[Sample], list[FieldSpec], Description]
 
 
 class Source:
@@ -60,14 +63,14 @@ class Source:
         """The files whose names, sizes and mtimes are the source's fingerprint."""
         return [Path(path)]
 
-    def fingerprint(self, path: str, storage_options: dict[str, Any] | None) -> str:
+    def fingerprint(self, path: str, storage_options: StorageOptions | None) -> str:
         """sha256 of the source files' names, sizes and mtimes: a resumed pack must read the
         same source (a table's media files are not included: verify --decode checks them)."""
         stats = [(str(f), f.stat()) for f in self.files(path)]  # one stat a file
         entries = [[name, st.st_size, st.st_mtime_ns] for name, st in stats]
         return digest(entries)
 
-    def reopen(self, src: str | os.PathLike[str], opening: Opening) -> dict[str, Any] | None:
+    def reopen(self, src: str | os.PathLike[str], opening: Opening) -> Description | None:
         """How a shard task opens this source again: JSON of the opener's arguments with
         absolute paths; None when fields are not JSON (the samples then travel pickled). A URL
         stays as given; storage_options are never written (a task reads its own)."""
@@ -86,7 +89,7 @@ class Source:
             return None
 
 
-def digest(entries: list[list[Any]]) -> str:
+def digest(entries: Sequence[Sequence[object]]) -> str:
     return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
 
 

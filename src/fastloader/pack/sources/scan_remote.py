@@ -20,6 +20,7 @@ from fastloader.errors import PackError
 from fastloader.format.remote import Remote
 from fastloader.pack.sources.listing import Listing, ListingBuilder
 from fastloader.pack.sources.scan import IMAGE_EXTENSIONS, ScanResult
+from fastloader.pack.sources.types import StorageOptions
 
 
 def stamp(info: dict[str, Any]) -> int:
@@ -46,17 +47,18 @@ def _objects(remote: Remote) -> dict[str, dict[str, Any]]:
             if info.get("type", "file") != "directory" and not path.endswith("/")}
 
 
-_Entry = tuple[str, str, str, Any, Any]  # class, folder, name, then size+stamp or reason
+_Kept = tuple[str, str, str, int, int]  # class, folder, name, size, stamp
+_Refused = tuple[str, str, str, str, None]  # class, folder, name, reason
 
 
 def _classify(objects: dict[str, dict[str, Any]], result: ScanResult, max_file_size: int
-              ) -> tuple[set[str], list[_Entry], list[_Entry]]:
+              ) -> tuple[set[str], list[_Kept], list[_Refused]]:
     """scan.py's rules on each object: the classes seen, the files kept (size, stamp) and the
     refused ones (reason); hidden, non-image and outside-class counts go into result."""
     hidden: set[tuple[str, ...]] = set()
     classes: set[str] = set()
-    kept: list[_Entry] = []
-    refused: list[_Entry] = []
+    kept: list[_Kept] = []
+    refused: list[_Refused] = []
     for relpath, info in objects.items():
         parts = relpath.split("/")
         if parts[0].startswith("."):
@@ -82,7 +84,7 @@ def _classify(objects: dict[str, dict[str, Any]], result: ScanResult, max_file_s
     return classes, kept, refused
 
 
-def scan_url(url: str, max_file_size: int, storage_options: dict[str, Any] | None = None
+def scan_url(url: str, max_file_size: int, storage_options: StorageOptions | None = None
              ) -> ScanResult:
     """The ScanResult of the tree at url (result.root is the URL, without a trailing /)."""
     remote = Remote(url, storage_options)
@@ -95,7 +97,7 @@ def scan_url(url: str, max_file_size: int, storage_options: dict[str, Any] | Non
     result.classes = sorted(classes)
     label = {name: k for k, name in enumerate(result.classes)}
 
-    def order(entry: _Entry) -> tuple[int, str, str]:  # class, then folder, then name
+    def order(entry: _Kept | _Refused) -> tuple[int, str, str]:  # class, then folder, then name
         return label[entry[0]], entry[1], entry[2]
 
     builder = ListingBuilder()

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,18 +23,19 @@ from fastloader.format.fields import FieldSpec
 from fastloader.pack.sources.values import ERROR_KEY, BadValue, TarMember, read_member
 
 BOXES, MASK = "boxes", "mask"
-PER_BOX: dict[str, Any] = {"box_labels": ("ndarray", "int64", (-1,)),
-                           "iscrowd": ("ndarray", "uint8", (-1,))}
+PER_BOX: dict[str, tuple[str, str, tuple[int, ...]]] = {"box_labels": ("ndarray", "int64", (-1,)),
+                                                       "iscrowd": ("ndarray", "uint8", (-1,))}
 MASK_MEMBER, BOXES_MEMBER = "mask.png", "boxes.json"
 
 
-def declares_boxes(overrides: dict[str, Any]) -> bool:
+def declares_boxes(overrides: Mapping[str, object]) -> bool:
     """Whether --field / fields= declares a boxes field."""
     return any(v == BOXES or (isinstance(v, (tuple, list)) and v[:1] in ([BOXES], (BOXES,)))
                for v in overrides.values())
 
 
-def default_kind(name: str, names: Sequence[str], boxes: bool = False) -> Any:
+def default_kind(name: str, names: Sequence[str], boxes: bool = False
+                 ) -> str | tuple[object, ...] | None:
     """The kind a column or group field takes by its name (None: inferred as before); boxes:
     another column is declared boxes."""
     if name == BOXES:
@@ -57,7 +57,7 @@ def with_per_box(specs: list[FieldSpec]) -> list[FieldSpec]:
         if s.kind.holds_boxes and not s.per_box else s for s in specs]
 
 
-def typed(value: Any, spec: FieldSpec) -> Any:
+def typed(value: object, spec: FieldSpec) -> object:
     """An empty list as an empty array of the field's dtype (no boxes, no labels); anything
     else as it is (pack/sources/values.py checks it)."""
     if not isinstance(value, list) or not spec.is_array:
@@ -72,7 +72,7 @@ def typed(value: Any, spec: FieldSpec) -> Any:
     return value
 
 
-def cell_array(value: Any, spec: FieldSpec) -> Any:
+def cell_array(value: object, spec: FieldSpec) -> object:
     """A table cell of an array column: JSON text (CSV) parsed, empty = no rows; ValueError
     (malformed JSON) becomes that row's error."""
     if value is None:
@@ -86,7 +86,8 @@ def cell_array(value: Any, spec: FieldSpec) -> Any:
     return typed(value, spec)
 
 
-def expand_group(group: dict[str, Any], read: Callable[[Any], bytes]) -> dict[str, Any]:
+def expand_group(group: dict[str, object], read: Callable[[object], bytes]
+                 ) -> dict[str, object]:
     """A file group's members with `mask.png` renamed to `mask` and `boxes.json` split into its
     fields; {ERROR_KEY: why} if the boxes member is malformed."""
     if MASK_MEMBER not in group and BOXES_MEMBER not in group:
@@ -123,5 +124,5 @@ class Parsed:
 
     __slots__ = ("value",)
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: object) -> None:
         self.value = value

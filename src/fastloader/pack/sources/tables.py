@@ -24,7 +24,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from fastloader.decode.audio import AUDIO_EXTENSIONS
 from fastloader.decode.video import VIDEO_EXTENSIONS
@@ -33,6 +32,7 @@ from fastloader.format.fields import FieldSpec, check_specs, make_spec
 from fastloader.format.kinds.infer import infer_kind
 from fastloader.pack.sources import hf_parquet, spatial
 from fastloader.pack.sources.hf_features import Mapped, fields_of, is_image, kind_of, one_label
+from fastloader.pack.sources.types import Description, FieldKinds, Row, Sample
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, ParquetCell
 
 IMAGE_COLUMNS = ("path", "image", "file", "filename")
@@ -45,9 +45,9 @@ _SNIFFED = 16  # a column names clips when its first cells are all clip file nam
 _EMPTY = None  # an empty cell, before the column's kind says what it reads as
 
 
-def _csv_rows(path: Path, delimiter: str) -> tuple[list[str], list[tuple[int, Any]]]:
+def _csv_rows(path: Path, delimiter: str) -> tuple[list[str], list[tuple[int, Row]]]:
     """(header, [(line, row dict or an error string)])."""
-    rows: list[tuple[int, Any]] = []
+    rows: list[tuple[int, Row]] = []
     with open(path, newline="", encoding="utf-8", errors="strict") as handle:
         reader = csv.reader(handle, delimiter=delimiter, strict=True)
         try:
@@ -75,9 +75,9 @@ def _csv_rows(path: Path, delimiter: str) -> tuple[list[str], list[tuple[int, An
     return header, rows
 
 
-def _jsonl_rows(path: Path) -> tuple[list[str], list[tuple[int, Any]]]:
+def _jsonl_rows(path: Path) -> tuple[list[str], list[tuple[int, Row]]]:
     header: dict[str, None] = {}
-    rows: list[tuple[int, Any]] = []
+    rows: list[tuple[int, Row]] = []
     with open(path, encoding="utf-8", errors="surrogateescape") as handle:
         for line_no, line in enumerate(handle, 1):
             if not line.strip():
@@ -95,12 +95,12 @@ def _jsonl_rows(path: Path) -> tuple[list[str], list[tuple[int, Any]]]:
     return list(header), rows
 
 
-def _infer(column: str, rows: list[tuple[str, Any]], from_csv: bool) -> str:
+def _infer(column: str, rows: list[tuple[str, Row]], from_csv: bool) -> str:
     return infer_kind([r[column] for _, r in rows
                        if isinstance(r, dict) and r.get(column) is not None], from_csv)
 
 
-def _convert(spec: FieldSpec, value: Any, from_csv: bool) -> Any:
+def _convert(spec: FieldSpec, value: object, from_csv: bool) -> object:
     """A cell as its field's value; ValueError saying why not."""
     if spec.is_array and (value is not None or spec.kind.holds_boxes or
                           spec.name in spatial.PER_BOX):  # JSON lists; empty: no boxes
@@ -108,7 +108,7 @@ def _convert(spec: FieldSpec, value: Any, from_csv: bool) -> Any:
     return spec.kind.from_cell(spec, value, from_csv)
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """A cell for an error message, never cut mid-value: short text and numbers as they are,
     bytes, structs and long values by what they are."""
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -129,9 +129,9 @@ class _Reading:
     columns: dict[str, str]
     base: Path
     from_csv: bool
-    converters: dict[str, Callable[[Any], Any]]
+    converters: dict[str, Callable[[object], object]]
 
-    def value(self, spec: FieldSpec, cell: Any, sample: dict[str, Any]) -> Any:
+    def value(self, spec: FieldSpec, cell: object, sample: Sample) -> object:
         """A cell as its field's value (an image's source: bytes, a path under base, or a
         ParquetCell the worker reads); ValueError saying why not."""
         if isinstance(cell, ParquetCell):
@@ -152,11 +152,11 @@ class _Reading:
         return str(self.base / cell)
 
 
-def _row_sample(where: str, row: Any, specs: list[FieldSpec], reading: _Reading
-                ) -> dict[str, Any]:
+def _row_sample(where: str, row: Row, specs: list[FieldSpec], reading: _Reading
+                ) -> Sample:
     if not isinstance(row, dict):
         return {WHERE_KEY: where, ERROR_KEY: row}
-    sample: dict[str, Any] = {WHERE_KEY: where}
+    sample: Sample = {WHERE_KEY: where}
     for spec in specs:
         column = reading.columns[spec.name]
         if column not in row:  # JSONL: a key other records have (not a null)
@@ -175,8 +175,8 @@ def _row_sample(where: str, row: Any, specs: list[FieldSpec], reading: _Reading
 
 def _image_column(where: str, header: list[str], image: str | None,
                   features: dict[str, Mapped], binary: frozenset[str],
-                  overrides: dict[str, Any], rows: list[tuple[str, Any]]
-                  ) -> tuple[str | None, dict[str, Any], str | None]:
+                  overrides: dict[str, object], rows: list[tuple[str, Row]]
+                  ) -> tuple[str | None, dict[str, object], str | None]:
     """(the records' image column, overrides, the clip column): the image column given, else
     by name, else the first Image feature or column of image bytes ({bytes, path} structs);
     None (with the clip column declared audio or video in the overrides) for a table of
@@ -197,7 +197,7 @@ def _image_column(where: str, header: list[str], image: str | None,
     return found, overrides, None
 
 
-def _sniffed_column(rows: list[tuple[str, Any]], columns: list[str], overrides: dict[str, Any],
+def _sniffed_column(rows: list[tuple[str, Row]], columns: list[str], overrides: dict[str, object],
                     features: dict[str, Mapped]) -> tuple[str, str] | None:
     """(the first undeclared column of clip file names, their kind), or None."""
     for column in columns:
@@ -208,7 +208,7 @@ def _sniffed_column(rows: list[tuple[str, Any]], columns: list[str], overrides: 
     return None
 
 
-def _names_clips(rows: list[tuple[str, Any]], column: str) -> str | None:
+def _names_clips(rows: list[tuple[str, Row]], column: str) -> str | None:
     """The kind ("audio", "video") whose file names (.wav, .flac ...; .mp4, .webm ...) a
     column's first cells all are, as class folders tell clips by their files; else None."""
     cells = [r[column] for _, r in rows[:4 * _SNIFFED]
@@ -218,8 +218,8 @@ def _names_clips(rows: list[tuple[str, Any]], column: str) -> str | None:
                  if suffixes and suffixes <= set(extensions)), None)
 
 
-def _label_spec(where: str, label: str, rows: list[tuple[str, Any]],
-                features: dict[str, Mapped]) -> tuple[FieldSpec, Callable[[Any], Any] | None]:
+def _label_spec(where: str, label: str, rows: list[tuple[str, Row]],
+                features: dict[str, Mapped]) -> tuple[FieldSpec, Callable[[object], object] | None]:
     """--label's field: a ClassLabel's names (and ids), else the column's sorted names."""
     mapped = features.get(label)
     kind = kind_of(mapped.spec) if mapped is not None else None
@@ -231,10 +231,10 @@ def _label_spec(where: str, label: str, rows: list[tuple[str, Any]],
     return FieldSpec("label", "int", classes=tuple(names)), None
 
 
-def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col: str | None,
-           label: str | None, overrides: dict[str, Any], from_csv: bool,
+def _specs(where: str, header: list[str], rows: list[tuple[str, Row]], image_col: str | None,
+           label: str | None, overrides: dict[str, object], from_csv: bool,
            features: dict[str, Mapped], clips: str | None = None
-           ) -> tuple[list[FieldSpec], dict[str, str], dict[str, Callable[[Any], Any]]]:
+           ) -> tuple[list[FieldSpec], dict[str, str], dict[str, Callable[[object], object]]]:
     """(fields, field -> column, field -> converter): a column's kind is its --field, else
     its Hugging Face feature's, else a boxes/mask column's by name, else inferred. The clip
     column's field is its kind's name (`audio`, `video`) unless another column has that
@@ -273,7 +273,7 @@ def _specs(where: str, header: list[str], rows: list[tuple[str, Any]], image_col
 
 
 def _check_overrides(where: str, header: list[str], image_col: str | None, label: str | None,
-                     overrides: dict[str, Any]) -> None:
+                     overrides: dict[str, object]) -> None:
     """--field names columns, and keeps the image column an image and the label a label."""
     unknown = set(overrides) - set(header)
     if unknown:
@@ -290,7 +290,7 @@ def _check_overrides(where: str, header: list[str], image_col: str | None, label
                         "names: pass one of them.")
 
 
-def _clip_column(header: list[str], lowered: dict[str, str], overrides: dict[str, Any],
+def _clip_column(header: list[str], lowered: dict[str, str], overrides: dict[str, object],
                  features: dict[str, Mapped]) -> tuple[str, str] | None:
     """(the column of clips, its kind): one declared of a records kind other than image
     (--field COL:audio, COL:video), else a Hugging Face Audio() or Video() feature's, else
@@ -305,9 +305,9 @@ def _clip_column(header: list[str], lowered: dict[str, str], overrides: dict[str
                  for c in columns if c in lowered), None)
 
 
-def open_table(path: str | os.PathLike[str], kind: str, fields: Any, image: str | None,
-               label: str | None, root: str | os.PathLike[str] | None
-               ) -> tuple[list[dict[str, Any]], list[FieldSpec], dict[str, Any]]:
+def open_table(path: str | os.PathLike[str], kind: str, fields: FieldKinds | None,
+               image: str | None, label: str | None, root: str | os.PathLike[str] | None
+               ) -> tuple[list[Sample], list[FieldSpec], Description]:
     """(samples, fields, source description) of a table."""
     if kind == "parquet":
         return _open_parquet(path, fields, image, label, root)
@@ -325,9 +325,10 @@ def open_table(path: str | os.PathLike[str], kind: str, fields: Any, image: str 
     return samples, specs, {"kind": kind, "path": str(table), "root": str(base)}
 
 
-def table_samples(where: str, header: list[str], rows: list[tuple[str, Any]], fields: Any,
-                  image: str | None, label: str | None, base: Path, from_csv: bool
-                  ) -> tuple[list[dict[str, Any]], list[FieldSpec]]:
+def table_samples(where: str, header: list[str], rows: list[tuple[str, Row]],
+                  fields: FieldKinds | None, image: str | None, label: str | None, base: Path,
+                  from_csv: bool
+                  ) -> tuple[list[Sample], list[FieldSpec]]:
     """(samples, fields) of a table's rows ([(where, row dict or an error string)]), its
     media paths under base: a table importer's reading, for every table-shaped source."""
     image_col, overrides, clips = _image_column(where, header, image, {}, frozenset(),
@@ -338,9 +339,9 @@ def table_samples(where: str, header: list[str], rows: list[tuple[str, Any]], fi
     return [_row_sample(w, row, specs, reading) for w, row in rows], specs
 
 
-def _open_parquet(path: str | os.PathLike[str], fields: Any, image: str | None,
+def _open_parquet(path: str | os.PathLike[str], fields: FieldKinds | None, image: str | None,
                   label: str | None, root: str | os.PathLike[str] | None
-                  ) -> tuple[list[dict[str, Any]], list[FieldSpec], dict[str, Any]]:
+                  ) -> tuple[list[Sample], list[FieldSpec], Description]:
     """A Parquet file, brace pattern or folder of one split's files: its Hugging Face
     features' kinds (with --field over them), image cells read by the workers."""
     table = hf_parquet.open_table(path)

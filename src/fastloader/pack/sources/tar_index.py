@@ -29,23 +29,36 @@ import weakref
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Protocol
 
 import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.remote import is_url
 from fastloader.pack.sources import tar_url
+from fastloader.pack.sources.types import StorageOptions
 
 _OPEN_MAX = 16  # tar file descriptors kept open per process (least recently used closed)
 # A URL tar is read ahead this much per request, and the block kept (one per process): a
 # shard task reads consecutive groups, so they share requests instead of one each.
 _READ_BLOCK = 4 << 20
 _BLOCK = 512  # a tar header; an archive ends with zero blocks
+class _Decompressor(Protocol):
+    """zlib's, bz2's and lzma's incremental decompressors, as _decompressed uses them."""
+
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, /) -> bytes: ...
+
+
 # a compressed stream's first bytes -> its name; a name -> a new incremental decompressor
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
           b"\x28\xb5\x2f\xfd": "zstd"}
-_DECOMPRESSORS: dict[str, Callable[[], Any]] = {
+_DECOMPRESSORS: dict[str, Callable[[], _Decompressor]] = {
     "gzip": lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), "bzip2": bz2.BZ2Decompressor,
     "xz": lzma.LZMADecompressor}
 
@@ -90,7 +103,7 @@ class _Walk:
         self.end_group(tar, "")
 
 
-def _walk_tar(walk: _Walk, tar_index: int, source: Path | Any, size: int,
+def _walk_tar(walk: _Walk, tar_index: int, source: Path | IO[bytes], size: int,
               split_key: Callable[[str], tuple[str, str]], cut: str = "") -> None:
     """Index one tar: a local path, or a URL's open file (the same checks, the same errors).
     A tar that ends before its end-of-archive block is truncated, and its last group is
@@ -135,7 +148,7 @@ class _Cut(Exception):
     """The walk found a member past the end of the file."""
 
 
-def _block_at(source: Path | Any, offset: int) -> bytes:
+def _block_at(source: Path | IO[bytes], offset: int) -> bytes:
     if isinstance(source, Path):
         with open(source, "rb") as handle:
             return os.pread(handle.fileno(), _BLOCK, offset)
@@ -197,7 +210,7 @@ class TarIndex:
     copy), and their reads by offset."""
 
     def __init__(self, paths: list[Path] | list[str], split_key: Callable[[str], tuple[str, str]],
-                 storage_options: dict[str, Any] | None = None) -> None:
+                 storage_options: StorageOptions | None = None) -> None:
         """Walk every tar's headers once (data is skipped by seeking); split_key(name) gives
         a member's (key, extension). paths: local paths, or fsspec URLs (all of them)."""
         self.tars = [str(p) for p in paths]

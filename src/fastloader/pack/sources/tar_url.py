@@ -13,19 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 from fastloader.format.remote import Remote
+from fastloader.pack.sources.types import StorageOptions
 
 # The walk reads ahead this much per request: the headers between members smaller than this
 # arrive together (a shard of 100 KiB images: one request per 4 MiB, not one per header).
 WALK_BLOCK = 4 << 20
 
-def filesystem(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
+def filesystem(url: str, storage_options: StorageOptions | None) -> tuple[Any, str]:
     """(this process's file system for url's scheme and the options, url's path in it):
     format/remote.Remote's, so the missing-package errors are the dataset reader's."""
     remote = Remote(url, storage_options)  # fsspec's instance cache: one per process
     return remote.fs, remote.path
 
 
-def stat_tars(urls: list[str], storage_options: dict[str, Any] | None
+def stat_tars(urls: list[str], storage_options: StorageOptions | None
               ) -> list[dict[str, Any] | None]:
     """fs.info of each URL (one request each, never a cached listing); None where there is
     no such object."""
@@ -41,13 +42,14 @@ def stat_tars(urls: list[str], storage_options: dict[str, Any] | None
     return found
 
 
-def open_for_walk(url: str, storage_options: dict[str, Any] | None) -> Any:
-    """url as a seekable binary file reading ahead WALK_BLOCK bytes a request."""
+def open_for_walk(url: str, storage_options: StorageOptions | None) -> Any:
+    """url as a seekable binary file reading ahead WALK_BLOCK bytes a request (fsspec's
+    AbstractBufferedFile: untyped, and its .size is no IO[bytes]'s)."""
     fs, path = filesystem(url, storage_options)
     return fs.open(path, "rb", block_size=WALK_BLOCK, cache_type="readahead")
 
 
-def read_range(url: str, offset: int, size: int, storage_options: dict[str, Any] | None
+def read_range(url: str, offset: int, size: int, storage_options: StorageOptions | None
                ) -> bytes:
     """size bytes at offset of the object at url, one ranged request (fewer bytes if it
     shrank); a storage client's own errors become OSError."""

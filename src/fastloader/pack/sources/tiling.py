@@ -13,13 +13,13 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from fastloader.decode import tiles
 from fastloader.errors import NativeUnavailableError, PackError, invalid_type
 from fastloader.format.manifest import Codec
+from fastloader.pack.sources.types import StorageOptions
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE, Prepared, prepare
 
 TILES_VERSION = 1
@@ -27,7 +27,7 @@ INDEX_FIELDS = ("tiles_header", "tiles_offsets", "tiles_start", "source_crc32")
 SHARD_SUFFIX = ".tiles.npz"  # per-shard tile columns in the staging journal
 
 
-def check_tiles_option(tiles_on: Any, restart_mcus: Any) -> dict[str, int] | None:
+def check_tiles_option(tiles_on: object, restart_mcus: object) -> dict[str, int] | None:
     """The manifest's tiles option for pack(tiles=..., restart_mcus=...), or None when off.
 
     Raises PackError naming how to build the extension when tiles are asked without it.
@@ -47,7 +47,7 @@ def check_tiles_option(tiles_on: Any, restart_mcus: Any) -> dict[str, int] | Non
 def prepare_tiled(
     path: str, max_side: int | None = None, quality: int = 90,
     restart_mcus: int = tiles.DEFAULT_RESTART_MCUS, max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    storage_options: dict[str, Any] | None = None, apply_exif_orientation: bool = False,
+    storage_options: StorageOptions | None = None, apply_exif_orientation: bool = False,
 ) -> Prepared:
     """prepare(), then a lossless restart-tile repack of JPEG records (others stay as they are;
     the EXIF orientation is read from the source, as the repack keeps no EXIF)."""

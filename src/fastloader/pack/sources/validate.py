@@ -12,7 +12,7 @@ import tempfile
 import warnings
 import zlib
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from PIL import Image, UnidentifiedImageError
 
@@ -22,6 +22,10 @@ from fastloader.decode.pillow import BitDepthWarning, depth_note, image_orientat
 from fastloader.errors import DecodeError
 from fastloader.format.manifest import Codec
 from fastloader.format.remote import is_url
+from fastloader.pack.sources.types import StorageOptions
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Largest source file read (packdata --max-file-size): bounds each pool worker's memory, and a
 # huge file (a 6 GB sparse "image") is listed in skipped.json instead of exhausting it.
@@ -44,8 +48,9 @@ class Prepared(NamedTuple):
     error: str | None
     reencoded: bool
     # Set by pack/sources/tiling.py's prepare_tiled (tiled packs only).
-    tile_header: Any = None  # int64[9] in tiles.HEADER_FIELDS order, None: not tiled
-    tile_offsets: Any = None  # uint32 segment offsets
+    # int64[9] in tiles.HEADER_FIELDS order, None: not tiled
+    tile_header: np.ndarray | None = None
+    tile_offsets: np.ndarray | None = None  # uint32 segment offsets
     source_crc32: int = 0  # crc32 of the bytes that were repacked
     orientation: int = 1  # EXIF orientation (read with --apply-exif-orientation only)
     warnings: tuple[str, ...] = ()  # what the decoders warned about while checking it
@@ -122,7 +127,7 @@ def reencode(data: bytes, max_side: int, quality: int) -> tuple[bytes, int, int]
     return buffer.getvalue(), size[1], size[0]
 
 
-def read_url(url: str, max_bytes: int, storage_options: dict[str, Any] | None) -> bytes:
+def read_url(url: str, max_bytes: int, storage_options: StorageOptions | None) -> bytes:
     """The bytes of the object at url (fsspec), at most max_bytes; OSError/ValueError otherwise.
 
     One ranged read of max_bytes + 1 bytes (one request; the listing already refused objects
@@ -153,7 +158,7 @@ def read_url(url: str, max_bytes: int, storage_options: dict[str, Any] | None) -
 
 def prepare(
     path: str, max_side: int | None = None, quality: int = 90,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE, storage_options: dict[str, Any] | None = None,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE, storage_options: StorageOptions | None = None,
     apply_exif_orientation: bool = False,
 ) -> Prepared:
     """Read the file at path (or the object at a URL) and return its record; never raises for

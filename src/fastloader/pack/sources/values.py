@@ -15,7 +15,8 @@ import io
 import os
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from fastloader.decode.pillow import to_rgb
 from fastloader.errors import OptionalDependencyError
@@ -25,6 +26,9 @@ from fastloader.format.manifest import Codec
 from fastloader.pack.sources.hf_features import image_source
 from fastloader.pack.sources.validate import Prepared, prepare_data, read_source
 from fastloader.pack.sources.validate import reject as _reject
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 WHERE_KEY = "__where__"  # importers: where the sample came from ("labels.csv line 14")
 PATH_KEY = "__path__"  # importers: the source path kept in the index (else WHERE_KEY)
@@ -59,12 +63,12 @@ class EncodeAs(NamedTuple):
     """A PIL image to be stored in another format than PNG (pack(pil_format=...)), encoded
     by the worker that checks it."""
 
-    image: Any
+    image: Image.Image
     format: str  # one of PIL_FORMATS
     quality: int  # JPEG's
 
 
-def is_pil(value: Any) -> bool:
+def is_pil(value: object) -> bool:
     """Whether value is a PIL image (Pillow imported only when it may be one)."""
     if not type(value).__module__.startswith("PIL."):
         return False
@@ -73,7 +77,7 @@ def is_pil(value: Any) -> bool:
     return isinstance(value, Image.Image)
 
 
-def encode_pil(image: Any, format: str = "png", quality: int = 90) -> bytes:
+def encode_pil(image: Image.Image, format: str = "png", quality: int = 90) -> bytes:
     """A PIL image encoded once: PNG (lossless; modes PNG cannot hold, such as CMYK, as RGB)
     or JPEG at quality (RGB or grey)."""
     buffer = io.BytesIO()
@@ -105,7 +109,7 @@ class ParquetCell(NamedTuple):
     length: int = -1
 
 
-def pyarrow_parquet(where: Any) -> Any:
+def pyarrow_parquet(where: object) -> ModuleType:
     """pyarrow.parquet, or OptionalDependencyError naming where it was needed."""
     try:
         import pyarrow.parquet as pq  # type: ignore[import-not-found, import-untyped, unused-ignore]
@@ -115,8 +119,9 @@ def pyarrow_parquet(where: Any) -> Any:
     return pq
 
 
-_LAST: dict[str, Any] = {}  # this process's last row group read: its key and arrays
-_FILES: dict[tuple[Any, ...], Any] = {}  # this process's open Parquet files
+# this process's last row group read: its key and arrays (pyarrow's, which has no stubs)
+_LAST: dict[str, Any] = {}
+_FILES: dict[tuple[str, tuple[int, int], int], Any] = {}  # open pyarrow ParquetFiles
 
 
 def _row_group(cell: ParquetCell) -> dict[str, Any]:
@@ -150,7 +155,7 @@ def _row_group(cell: ParquetCell) -> dict[str, Any]:
     return _LAST
 
 
-def read_locality(sample: Any) -> tuple[str, int] | None:
+def read_locality(sample: object) -> tuple[str, int] | None:
     """The (file, row group) of a sample's first Parquet cell read through pyarrow
     (_row_group decodes a group's column whole, so its cells are read cheapest by one
     worker), or None without one (a located cell is one pread, like any file)."""
@@ -189,18 +194,21 @@ def read_cell(cell: ParquetCell) -> bytes | str:
         names = group["path"] if data is None else None
         path = names[cell.row].as_py() if names is not None else None
         value = image_source({"bytes": data, "path": path})
-    return os.path.join(cell.base, value) if isinstance(value, str) else value
+    if isinstance(value, str):
+        return os.path.join(cell.base, value)
+    return cast(bytes, value)  # a binary cell or a struct's bytes: pyarrow reads them as bytes
 
 
 class PreparedSample(NamedTuple):
     """One sample's record (its first image field) and its other fields' stored values."""
 
     record: Prepared
+    # each kind's store() result (untyped in format/kinds), read by staging/items.py
     values: dict[str, Any]
     path: str
 
 
-def _image_bytes(value: Any, max_file_size: int) -> bytes:
+def _image_bytes(value: object, max_file_size: int) -> bytes:
     if isinstance(value, ParquetCell):
         cell = value
         try:
@@ -227,7 +235,7 @@ def _image_bytes(value: Any, max_file_size: int) -> bytes:
     if isinstance(value, EncodeAs):
         return encode_pil(*value)
     if is_pil(value):
-        return encode_pil(value)
+        return encode_pil(cast("Image.Image", value))
     raise BadValue(f"expected image bytes, a file path or a PIL image, got "
                    f"{type(value).__name__}")
 
@@ -246,7 +254,7 @@ class _Store:
     def __init__(self, max_file_size: int) -> None:
         self.max_file_size = max_file_size
 
-    def read(self, value: Any) -> bytes:
+    def read(self, value: object) -> bytes:
         return _image_bytes(value, self.max_file_size)
 
     def read_file(self, path: str) -> bytes:
@@ -271,7 +279,7 @@ class _Record:
         return self._size
 
 
-def _fit_record(specs: Sequence[FieldSpec], values: dict[str, Any], source: bytes,
+def _fit_record(specs: Sequence[FieldSpec], values: dict[str, object], source: bytes,
                 record: Prepared) -> str | None:
     """Each value checked against the other fields' (per-box rows) and then its image (a
     mask's size: stored resized with the image when --max-side re-encoded it); why not, or
@@ -291,7 +299,8 @@ def _fit_record(specs: Sequence[FieldSpec], values: dict[str, Any], source: byte
 
 def _kind_record(spec: FieldSpec, stored: Any) -> Prepared:
     """The record of a records kind other than image (audio): its stored bytes as given, its
-    kind's shape row; the stored value (its meta) stays among the values."""
+    kind's shape row; the stored value (its meta) stays among the values. (stored: store()'s
+    result, untyped in format/kinds.)"""
     data = stored.value if spec.kind.meta else stored
     height, width = spec.kind.record_shape(spec, stored)
     return Prepared(data, height, width, int(Codec.UNKNOWN), zlib.crc32(data), None, False)
@@ -313,7 +322,7 @@ class Limits(Protocol):
     def apply_exif_orientation(self) -> bool: ...
 
 
-def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
+def prepare_sample(sample: object, specs: Sequence[FieldSpec], where: str,
                    settings: Limits) -> PreparedSample:
     """Check and convert one sample; never raises: a bad one comes back rejected, its reason
     naming where, the field and what is wrong."""
@@ -330,7 +339,7 @@ def prepare_sample(sample: Any, specs: Sequence[FieldSpec], where: str,
         return PreparedSample(_reject(f"{where}: has field {extra[0]!r}, which the dataset "
                                       f"does not declare ({sorted(names)}); declare it or drop "
                                       "it"), {}, path)
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     records = primary_image(specs).name
     store = _Store(settings.max_file_size)
     record: Prepared | None = None

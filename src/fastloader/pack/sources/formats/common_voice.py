@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.pack.sources.probe import Probe
 from fastloader.pack.sources.registry import Opened, Opening, Source
+from fastloader.pack.sources.types import FieldKinds, Row
 
 CLIPS = "clips"
 RENAMED = {"path": "audio", "sentence": "text"}  # Common Voice's column -> its field
@@ -65,17 +65,17 @@ class CommonVoice(Source):
                                 "root": str(table.parent / CLIPS)}
 
 
-def fields_of(fields: Any) -> dict[str, Any]:
+def fields_of(fields: FieldKinds | None) -> dict[str, object]:
     """fields= by field name (audio, text, or another column), the clips declared audio."""
     return {"audio": "audio", **dict(fields or {})}
 
 
-def _rows(table: Path) -> tuple[list[str], list[tuple[str, Any]]]:
+def _rows(table: Path) -> tuple[list[str], list[tuple[str, Row]]]:
     """(header with path -> audio and sentence -> text, [(where, row)])."""
     with open(table, newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = [RENAMED.get(c, c) for c in next(reader, [])]
-        rows: list[tuple[str, Any]] = []
+        rows: list[tuple[str, Row]] = []
         for cells in reader:
             where = f"{table} line {reader.line_num}"
             if not cells:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.remote import is_url
 from fastloader.pack.sources.probe import Probe
 from fastloader.pack.sources.registry import Opened, Opening, Source, digest
+from fastloader.pack.sources.types import StorageOptions
 
 
 def _refuse_table_options(opening: Opening) -> None:
@@ -58,7 +58,7 @@ class Tars(Source):
 
         return [Path(p) for p in tar_files(path)]
 
-    def fingerprint(self, path: str, storage_options: dict[str, Any] | None) -> str:
+    def fingerprint(self, path: str, storage_options: StorageOptions | None) -> str:
         if not is_url(path):
             return super().fingerprint(path, storage_options)
         from fastloader.pack.sources.groups import expand_braces

@@ -6,12 +6,12 @@ speaker's or chapter's folder."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec
 from fastloader.pack.sources.probe import Probe
 from fastloader.pack.sources.registry import Opened, Opening, Source
+from fastloader.pack.sources.types import Sample
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY
 
 TRANS = ".trans.txt"
@@ -63,10 +63,10 @@ def _one_split(top: Path, transcripts: list[Path]) -> None:
                         f"split at a time, e.g. {top / splits[0]}.")
 
 
-def _chapter(top: Path, trans: Path) -> list[dict[str, Any]]:
+def _chapter(top: Path, trans: Path) -> list[Sample]:
     """One chapter's samples: a line of its transcript each (a missing clip is a bad
     sample), then its clips that no line names (bad samples too: never dropped unsaid)."""
-    samples: list[dict[str, Any]] = []
+    samples: list[Sample] = []
     named: set[str] = set()
     for number, line in enumerate(trans.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
