@@ -322,3 +322,26 @@ def test_constant_rate_videos_are_addressed_from_the_index_alone(
     got = _by_label(root, batch_size=3, video=Video(frames=4, stride=3), seed=2)
     assert sorted(got) == list(range(6))
     assert probed == [2]  # the VFR clip, once
+
+
+def test_a_twenty_second_video_and_a_one_second_one(tmp_path: Path) -> None:
+    """The lengths the issue names, 1-20 s: windows reach the end of a 20 s video (its last
+    frames, by stride and by time) bit-exactly, and a 1 s one repeats its last frame."""
+    long, short = (make_clip("libx264", frames=80, width=32, height=32, rate=4, gop=16),
+                   make_clip("libx264", frames=4, width=32, height=32, rate=4))
+    root = tmp_path / "lengths.lmdb"
+    fastloader.pack([{"video": long, "label": 0}, {"video": short, "label": 1}], root,
+                    fields=FIELDS)
+    seconds = {}
+    for video in (Video(frames=8, stride=10, layout="THWC", random=False),
+                  Video(frames=8, fps=0.4, layout="THWC", random=False)):
+        with _loader(root, batch_size=2, video=video, transforms=None) as loader:
+            (frames, times), _ = next(iter(loader))
+        for k, data in enumerate((long, short)):
+            np.testing.assert_array_equal(frames[k].numpy(), _frames_at(data, times[k].numpy()))
+        seconds[video.fps] = times.numpy()
+    # by stride: 71 frames spanned, centred in 80: from frame 4 to 74 (18.5 s)
+    np.testing.assert_allclose(seconds[None][0], (4 + 10 * np.arange(8)) / 4)
+    # by time: 8 frames 2.5 s apart span 20 s, the whole video: from 0 s
+    np.testing.assert_allclose(seconds[0.4][0], 2.5 * np.arange(8))
+    np.testing.assert_allclose(seconds[None][1], np.minimum(10 * np.arange(8), 3) / 4)

@@ -5,7 +5,7 @@ both alike; reports each row's median samples/s and the median of the same-round
 A and B are Python interpreters whose `fastloader` is the checkout to compare (e.g. a venv
 per git worktree). The datasets are made once, by B's interpreter, under --data.
 
-    python tools/loader_ab.py A/.venv/bin/python B/.venv/bin/python --rounds 7
+    python tools/loader_ab.py A/.venv/bin/python B/.venv/bin/python --rounds 7 --seconds 4
 """
 
 from __future__ import annotations
@@ -44,11 +44,12 @@ RUN = textwrap.dedent("""
     import shutil, tempfile, time, fastloader
     row, path = {row!r}, {path!r}
     if row == "tree pack":  # packs/s of the image tree, one process a worker
-        out = tempfile.mkdtemp()
+        out, k = tempfile.mkdtemp(), 0
         start = time.perf_counter()
-        for k in range({epochs}):
+        while k == 0 or time.perf_counter() - start < {seconds}:
             fastloader.pack(path, out + f"/{{k}}.lmdb", workers=2)
-        print({epochs} * {images} / (time.perf_counter() - start))
+            k += 1
+        print(k * {images} / (time.perf_counter() - start))
         shutil.rmtree(out)
         raise SystemExit
     if row == "audio FLAC crops":
@@ -60,9 +61,10 @@ RUN = textwrap.dedent("""
                                **kwargs) as loader:
         for _ in loader:  # a warm pass: threads, caches
             pass
-        count, start = 0, time.perf_counter()
-        for epoch in range(1, {epochs} + 1):
+        count, epoch, start = 0, 1, time.perf_counter()
+        while time.perf_counter() - start < {seconds}:  # whole epochs, at least this long
             loader.set_epoch(epoch)
+            epoch += 1
             for batch in loader:
                 count += len(batch[1])
         print(count / (time.perf_counter() - start))
@@ -72,9 +74,9 @@ ROWS = {"audio FLAC crops": "flac.lmdb", "JPEG": "jpeg.lmdb", "coeffs": "coeffs.
         "tree pack": "tree"}
 
 
-def measure(python: str, row: str, path: Path, epochs: int, images: int) -> float:
+def measure(python: str, row: str, path: Path, seconds: float, images: int) -> float:
     """One row's samples/s in a fresh process of that interpreter."""
-    code = RUN.format(row=row, path=str(path), epochs=epochs, images=images)
+    code = RUN.format(row=row, path=str(path), seconds=seconds, images=images)
     done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
     return float(done.stdout.strip().splitlines()[-1])
 
@@ -84,7 +86,8 @@ def main() -> int:
     parser.add_argument("a", help="A's python (the baseline)")
     parser.add_argument("b", help="B's python (the change)")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=4.0,
+                        help="each measurement runs whole epochs (packs) for at least this long")
     parser.add_argument("--clips", type=int, default=200)
     parser.add_argument("--images", type=int, default=400)
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
@@ -100,7 +103,7 @@ def main() -> int:
             order = [("A", args.a), ("B", args.b)]
             for side, python in order[::-1] if number % 2 else order:
                 rates[row][side].append(measure(python, row, args.data / ROWS[row],
-                                                args.epochs, args.images))
+                                                args.seconds, args.images))
     report = {}
     for row, sides in rates.items():
         ratios = [b / a for a, b in zip(sides["A"], sides["B"], strict=True)]
