@@ -141,9 +141,8 @@ def pack(
         return pack_samples(samples, dst, specs, checked)
     if path is None or kind is None:
         given = hf_dataset.with_pil_format(src, pil_format, checked.quality)
-        # fields=None reaches parse_fields, which says fields= is needed (pack_samples's
-        # annotation leaves None out)
-        return pack_samples(given, dst, fields, checked)  # type: ignore[arg-type]
+        # fields=None reaches parse_fields, which says fields= is needed
+        return pack_samples(given, dst, fields, checked)
     opener: importers.OpenerArgs = {"fields": fields, "image": image, "label": label,
                                     "root": root, "skip_empty": skip_empty, "masks": masks}
     samples, specs, source, reopen = _importer(path, kind, opener,

@@ -54,7 +54,7 @@ class AudioKind(EncodedKind):
                 f"rates     {counts(clips['sample_rates'], ' Hz')}",
                 f"channels  {counts(clips['channels'], 'ch')}"]
 
-    def codec(self, record: bytes) -> str:
+    def codec(self, record: bytes | memoryview) -> str:
         """The container (and, in Ogg, the codec) its first bytes name."""
         return audio.container(bytes(record[:audio.CONTAINER_HEAD]))
 

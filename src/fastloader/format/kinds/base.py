@@ -146,7 +146,7 @@ class Kind(str):
         """summary()'s text lines."""
         return []
 
-    def codec(self, record: bytes) -> str:
+    def codec(self, record: bytes | memoryview) -> str:
         """The codec (or container) one stored record is in, when codecs_read > 0."""
         return "OTHER"
 

@@ -63,7 +63,7 @@ class VideoKind(EncodedKind):
                 f"fps       {fps}",
                 f"sizes     {sizes}"]
 
-    def codec(self, record: bytes) -> str:
+    def codec(self, record: bytes | memoryview) -> str:
         """The video stream's codec as FFmpeg names it (h264, vp9 ...), from its demuxed index;
         "unreadable" for a clip that no longer demuxes (verify --decode says why)."""
         try:

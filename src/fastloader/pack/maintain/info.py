@@ -97,8 +97,7 @@ def _clip_codecs(ds: PackedDataset, kind: Kind) -> dict[str, object]:
     sizes: dict[str, int] = {}
     for i in rows.tolist():
         record = ds.record(i, verify=False)
-        # the kinds' codec() take a memoryview too (bytes(record[...])); format/kinds says bytes
-        name = kind.codec(record)  # type: ignore[arg-type]
+        name = kind.codec(record)
         counts[name] = counts.get(name, 0) + 1
         sizes[name] = sizes.get(name, 0) + len(record)
     found: dict[str, object] = {"codecs": counts, "codec_bytes": sizes}

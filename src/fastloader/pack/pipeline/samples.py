@@ -180,13 +180,14 @@ class SampleSource:
 
 
 def pack_samples(samples: Any, dst: str | os.PathLike[str],
-                 fields: Mapping[str, object] | list[FieldSpec], options: PackOptions,
+                 fields: Mapping[str, object] | list[FieldSpec] | None, options: PackOptions,
                  *, source: dict[str, object] | None = None,
                  reopen: dict[str, object] | None = None) -> Manifest:
     """Pack samples into dst as a format v2 dataset (see fastloader.pack for the options).
 
-    `fields` is a dict (parsed here) or a list of FieldSpecs (from an importer); `source`
-    describes where an importer read from, kept in the manifest's options; resume=True
+    `fields` is a dict (parsed here; None is refused there, naming fields=) or a list of
+    FieldSpecs (from an importer); `source` describes where an importer read from, kept in
+    the manifest's options; resume=True
     reuses the parts an interrupted pack of the same source and options finished: each one
     whose items are unchanged (their keys, sources/hints.item_keys; Python samples read by
     index are read again and keyed as their tasks keyed them, staging/items.sample_key), or,
