@@ -123,9 +123,10 @@ class BatchDecoder:
     def finish(self, clips: torch.Tensor, facts: torch.Tensor, from_ring: bool
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """(waves, lengths), cut on the device when from the ring, log-mel if asked."""
-        longest = int(facts.max()) if facts.numel() else 1
-        if from_ring and self.audio.crop_seconds is None and longest < clips.shape[2]:
-            clips = clips[:, :, :longest].contiguous()
+        if from_ring and self.audio.crop_seconds is None:  # a torch reduction costs ~0.1 ms
+            longest = int(facts.max()) if facts.numel() else 1
+            if longest < clips.shape[2]:
+                clips = clips[:, :, :longest].contiguous()
         if self.audio.log_mel is not None:  # on the device, after the copy
             return self.audio.log_mel(clips, facts)
         return clips, facts
