@@ -194,3 +194,21 @@ def test_closed_dataset_and_unknown_field(packed) -> None:
     ds.close()
     with pytest.raises(DatasetError, match="closed"):
         ds.record(0)
+
+
+def test_two_datasets_on_one_file_outlive_each_other(packed) -> None:
+    """Two open datasets of one folder share each LMDB environment (LMDB allows one a process
+    and file): closing one leaves the other reading, in either order."""
+    dst, _ = packed
+    for first_closed in (0, 1):
+        pair = [open_dataset(dst), open_dataset(dst)]
+        want = bytes(pair[0].record(0))
+        assert bytes(pair[1].record(0)) == want
+        pair[first_closed].close()
+        other = pair[1 - first_closed]
+        assert bytes(other.record(0)) == want
+        assert bytes(other.record(len(other) - 1)) == bytes(other.record(len(other) - 1))
+        other.close()
+    again = open_dataset(dst)  # the environment was released: a fresh one opens
+    assert bytes(again.record(0)) == want
+    again.close()
