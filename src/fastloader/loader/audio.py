@@ -9,7 +9,8 @@ import numpy as np
 
 from fastloader.format.kinds.audio import AudioKind
 from fastloader.loader.audio_batch import BatchDecoder
-from fastloader.loader.clips import ClipDecoder, ClipLoader
+from fastloader.loader.clip_decoding import ClipDecoder
+from fastloader.loader.clips import ClipLoader
 from fastloader.loader.options import AudioOptions, ClipOptions
 
 

@@ -20,7 +20,7 @@ from fastloader.decode import audio as clips
 from fastloader.decode import audio_native
 from fastloader.errors import DecodeError
 from fastloader.loader.audio_options import Audio
-from fastloader.loader.clips import Failure, decode_rows, replace_failed
+from fastloader.loader.clip_decoding import Failure, decode_rows, replace_failed
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from fastloader.format.kinds.video import VideoKind
-from fastloader.loader.clips import ClipDecoder, ClipLoader
+from fastloader.loader.clip_decoding import ClipDecoder
+from fastloader.loader.clips import ClipLoader
 from fastloader.loader.options import ClipOptions, VideoOptions
 from fastloader.loader.video_batch import VideoDecoder
 

@@ -23,7 +23,7 @@ from fastloader.decode import video as clips
 from fastloader.decode.augment import Transform, output_size, plan_geometry
 from fastloader.errors import DecodeError
 from fastloader.format.kinds.video import seconds
-from fastloader.loader.clips import Failure, decode_rows, replace_failed
+from fastloader.loader.clip_decoding import Failure, decode_rows, replace_failed
 from fastloader.loader.video_options import Video
 
 _PERMUTE = {"TCHW": (0, 1, 2, 5, 3, 4), "CTHW": (0, 1, 5, 2, 3, 4), "THWC": (0, 1, 2, 3, 4, 5)}
