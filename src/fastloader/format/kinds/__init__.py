@@ -19,6 +19,7 @@ from fastloader.format.kinds.base import (
 )
 from fastloader.format.kinds.blobs import BytesKind, JsonKind, TextKind
 from fastloader.format.kinds.boxes import BoxesKind
+from fastloader.format.kinds.encoded import EncodedKind, encoded_kinds
 from fastloader.format.kinds.image import ImageKind
 from fastloader.format.kinds.mask import MaskKind
 from fastloader.format.kinds.scalars import FloatKind, IntKind
@@ -38,5 +39,6 @@ AUDIO = register(AudioKind("audio"))
 VIDEO = register(VideoKind("video"))
 
 __all__ = ["AUDIO", "BOXES", "BYTES", "FLOAT", "IMAGE", "INT", "JSON", "MASK", "NDARRAY",
-           "TEXT", "VIDEO", "BadValue", "Batch", "Kind", "RecordImage", "StoreContext", "WithMeta",
-           "find", "get", "names", "register", "unregister"]
+           "TEXT", "VIDEO", "BadValue", "Batch", "EncodedKind", "Kind", "RecordImage",
+           "StoreContext", "WithMeta", "encoded_kinds", "find", "get", "names", "register",
+           "unregister"]

@@ -24,6 +24,8 @@ class AudioKind(EncodedKind):
     loaded_by = ("audio clips", "audio=fastloader.Audio(...)")
     meta = META
     feature = "Audio"
+    extensions = audio.AUDIO_EXTENSIONS
+    columns = ("audio", "audio_filepath", "audio_path")  # NeMo manifests: audio_filepath
 
     def describe(self, spec: Spec) -> str:
         return "audio (encoded clip)"

@@ -11,7 +11,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fastloader.errors import DecodeError
-from fastloader.format.kinds.base import Bad, BadValue, Kind, Spec, StoreContext, WithMeta
+from fastloader.format.kinds.base import (
+    Bad,
+    BadValue,
+    Kind,
+    Spec,
+    StoreContext,
+    WithMeta,
+    find,
+    names,
+)
 
 
 class EncodedKind(Kind):
@@ -21,6 +30,9 @@ class EncodedKind(Kind):
     verified = True  # with `packdata verify --decode`, each file is decoded again
     cell_is_path = True
     feature: ClassVar[str] = ""  # the Hugging Face feature whose cells it takes ("Audio")
+    extensions: ClassVar[tuple[str, ...]] = ()  # its files' suffixes (".flac"): a WebDataset
+    # member or a table column of such files is of this kind
+    columns: ClassVar[tuple[str, ...]] = ()  # table column names that hold its files
 
     def facts(self, data: bytes) -> tuple[int, ...]:
         """The meta row of data, from a whole decode; DecodeError saying why it is not whole."""
@@ -81,3 +93,9 @@ def seconds_line(seconds: dict[str, float]) -> str:
     """`packdata info`'s line of a spread()."""
     return (f"seconds   {seconds['min']:g} min, {seconds['median']:g} median, "
             f"{seconds['max']:g} max")
+
+
+def encoded_kinds() -> list[EncodedKind]:
+    """The registered kinds of encoded files, in registration order (the importers' tables of
+    extensions, column names and Hugging Face features are read from them)."""
+    return [kind for kind in (find(name) for name in names()) if isinstance(kind, EncodedKind)]

@@ -37,6 +37,8 @@ class VideoKind(EncodedKind):
     loaded_by = ("videos", "video=fastloader.Video(...)")
     meta = META
     feature = "Video"
+    extensions = video.VIDEO_EXTENSIONS
+    columns = ("video", "video_path", "video_filepath")
 
     def describe(self, spec: Spec) -> str:
         return "video (encoded clip)"

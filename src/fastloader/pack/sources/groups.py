@@ -30,11 +30,9 @@ from typing import SupportsIndex, cast
 
 import numpy as np
 
-from fastloader.decode.audio import AUDIO_EXTENSIONS
-from fastloader.decode.video import VIDEO_EXTENSIONS
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
-from fastloader.format.kinds import AUDIO, BYTES, IMAGE, INT, JSON, NDARRAY, TEXT, VIDEO, Kind
+from fastloader.format.kinds import BYTES, IMAGE, INT, JSON, NDARRAY, TEXT, Kind, encoded_kinds
 from fastloader.format.remote import is_url
 from fastloader.pack.sources import spatial
 from fastloader.pack.sources.tar_index import TarIndex
@@ -42,9 +40,17 @@ from fastloader.pack.sources.types import Description, FieldKinds, Sample, Stora
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
-_KINDS = {"cls": INT, "txt": TEXT, "json": JSON, "npy": NDARRAY,
-          **dict.fromkeys((e.lstrip(".") for e in AUDIO_EXTENSIONS), AUDIO),
-          **dict.fromkeys((e.lstrip(".") for e in VIDEO_EXTENSIONS), VIDEO)}
+_KINDS: dict[str, Kind] = {"cls": INT, "txt": TEXT, "json": JSON, "npy": NDARRAY}
+
+
+def _kind_of_extension(extension: str) -> Kind:
+    """The kind of a member with this extension: WebDataset's own, else the registered kind of
+    encoded files whose extensions it is (.flac, .mp4 ...), else bytes."""
+    found = _KINDS.get(extension)
+    if found is not None:
+        return found
+    suffix = "." + extension
+    return next((kind for kind in encoded_kinds() if suffix in kind.extensions), BYTES)
 _PEEK = 64  # tar samples read ahead to find the fields
 
 
@@ -88,7 +94,7 @@ def _is_image(ext: str) -> bool:
 
 def _kind(ext: str) -> Kind:
     inner = _plain_ext(ext)
-    return IMAGE if _is_image(inner) else _KINDS.get(inner.rpartition(".")[2], BYTES)
+    return IMAGE if _is_image(inner) else _kind_of_extension(inner.rpartition(".")[2])
 
 
 def _specs(exts: list[str], overrides: dict[str, object], where: str) -> list[FieldSpec]:

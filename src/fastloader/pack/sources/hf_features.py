@@ -7,10 +7,11 @@ Image -> image (the stored bytes, never decoded; the path only where there are n
 ClassLabel -> int with its class names, Value(string) -> text, Value(int*, uint*, bool) ->
 int, Value(float*) -> float (null: NaN), Value(binary) -> bytes, List / LargeList / Sequence
 of numbers and ArrayND -> ndarray (a fixed length, or -1), lists of anything else, dicts and
-Json -> json, Audio -> audio and Video -> video (the stored bytes, never decoded). Another
-feature type is refused naming the column and what to do. To map a new feature type, add an
-entry to FEATURES: its `_type` -> a function of the feature's JSON giving a Mapped (or None:
-not packable).
+Json -> json, and a registered kind of encoded files by its feature (Audio -> audio, Video ->
+video: the stored bytes, never decoded). Another feature type is refused naming the column and
+what to do. To map a new feature type, add an entry to FEATURES: its `_type` -> a function of
+the feature's JSON giving a Mapped (or None: not packable); a new kind of encoded files names
+its feature itself (EncodedKind.feature).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from fastloader.errors import PackError
-from fastloader.format.kinds import Kind, find
+from fastloader.format.kinds import Kind, encoded_kinds, find
 
 # one feature's JSON (datasets' to_dict(), or a Parquet file's metadata) as read: unchecked
 FeatureJson = Mapping[str, Any]
@@ -191,8 +192,6 @@ def _has_no_media(feature: object) -> bool:
 # feature `_type` -> its field; extend here to pack another feature type
 FEATURES: dict[str, Callable[[FeatureJson], Mapped | None]] = {
     "Image": lambda feature: Mapped("image", image_source),
-    "Audio": lambda feature: Mapped("audio", clip_source),
-    "Video": lambda feature: Mapped("video", clip_source),
     "ClassLabel": lambda feature: Mapped(("int", list(feature.get("names") or [])), class_id),
     "Value": _value,
     "List": _list, "LargeList": _list, "Sequence": _list,
@@ -201,6 +200,16 @@ FEATURES: dict[str, Callable[[FeatureJson], Mapped | None]] = {
     "Translation": lambda feature: Mapped("json", as_is),
     "TranslationVariableLanguages": lambda feature: Mapped("json", as_is),
 }
+
+
+def _mapper(type_name: str) -> Callable[[FeatureJson], Mapped | None] | None:
+    """The mapping of a feature `_type`: FEATURES', else the registered kind of encoded files
+    it names (Audio, Video): its cells' stored bytes, never decoded."""
+    found = FEATURES.get(type_name)
+    if found is not None:
+        return found
+    kind = next((k for k in encoded_kinds() if k.feature == type_name), None)
+    return None if kind is None else (lambda feature: Mapped(kind.name, clip_source))
 
 
 def describe(feature: object) -> str:
@@ -218,7 +227,7 @@ def mapped(column: str, feature: object, where: str) -> Mapped:
     if isinstance(feature, Mapping) and "_type" not in feature:  # a struct of features
         found: Mapped | None = Mapped("json", as_is) if _has_no_media(feature) else None
     else:
-        make = FEATURES.get(str(feature.get("_type"))) if isinstance(feature, Mapping) else None
+        make = _mapper(str(feature.get("_type"))) if isinstance(feature, Mapping) else None
         found = make(feature) if make is not None and isinstance(feature, Mapping) else None
     if found is None:
         raise PackError(

@@ -25,10 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from fastloader.decode.audio import AUDIO_EXTENSIONS
-from fastloader.decode.video import VIDEO_EXTENSIONS
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
+from fastloader.format.kinds import encoded_kinds
 from fastloader.format.kinds.infer import infer_kind
 from fastloader.pack.sources import hf_parquet, spatial
 from fastloader.pack.sources.hf_features import Mapped, fields_of, is_image, kind_of, one_label
@@ -36,13 +35,15 @@ from fastloader.pack.sources.types import Description, FieldKinds, Row, Sample
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, ParquetCell
 
 IMAGE_COLUMNS = ("path", "image", "file", "filename")
-AUDIO_COLUMNS = ("audio", "audio_filepath", "audio_path")  # NeMo manifests: audio_filepath
-VIDEO_COLUMNS = ("video", "video_path", "video_filepath")
-# A table's clips, by kind: the columns named for them and their file names. Their field is
-# the kind's name (`audio`, `video`) whatever their column is called.
-MEDIA = {"audio": (AUDIO_COLUMNS, AUDIO_EXTENSIONS), "video": (VIDEO_COLUMNS, VIDEO_EXTENSIONS)}
 _SNIFFED = 16  # a column names clips when its first cells are all clip file names
 _EMPTY = None  # an empty cell, before the column's kind says what it reads as
+
+
+def media() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """A table's clips, by kind: the columns named for them and their file names, as each
+    registered kind of encoded files declares them. Their field is the kind's name (`audio`,
+    `video`) whatever their column is called."""
+    return {kind.name: (kind.columns, kind.extensions) for kind in encoded_kinds()}
 
 
 def _csv_rows(path: Path, delimiter: str) -> tuple[list[str], list[tuple[int, Row]]]:
@@ -214,7 +215,7 @@ def _names_clips(rows: list[tuple[str, Row]], column: str) -> str | None:
     cells = [r[column] for _, r in rows[:4 * _SNIFFED]
              if isinstance(r, dict) and r.get(column) is not None][:_SNIFFED]
     suffixes = {PurePosixPath(c).suffix.lower() if isinstance(c, str) else "" for c in cells}
-    return next((kind for kind, (_, extensions) in MEDIA.items()
+    return next((kind for kind, (_, extensions) in media().items()
                  if suffixes and suffixes <= set(extensions)), None)
 
 
@@ -294,14 +295,14 @@ def _clip_column(header: list[str], lowered: dict[str, str], overrides: dict[str
                  features: dict[str, Mapped]) -> tuple[str, str] | None:
     """(the column of clips, its kind): one declared of a records kind other than image
     (--field COL:audio, COL:video), else a Hugging Face Audio() or Video() feature's, else
-    one named like MEDIA's columns (audio_filepath, video_path ...); None: not a clip table."""
+    one named like media()'s columns (audio_filepath, video_path ...); None: not a clip table."""
     for column in header:
         spec = overrides.get(column, features[column].spec if column in features else None)
         if spec is not None:
             kind = make_spec(column, spec, PackError, "fields=").kind
             if kind.records and not kind.is_image:
                 return column, kind.name
-    return next(((lowered[c], kind) for kind, (columns, _) in MEDIA.items()
+    return next(((lowered[c], kind) for kind, (columns, _) in media().items()
                  for c in columns if c in lowered), None)
 
 
