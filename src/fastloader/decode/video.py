@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from fastloader.decode.record import Record
 from fastloader.errors import DecodeError, OptionalDependencyError, invalid_argument
 
 EXTRA_FIX = "pip install 'fastloader[video]'"
@@ -48,7 +49,7 @@ class VideoInfo:
         return np.asarray(pts, np.int64) * float(self.time_base)
 
 
-def _open(av: Any, data: bytes, what: str) -> tuple[Any, Any]:
+def _open(av: Any, data: Record, what: str) -> tuple[Any, Any]:
     """The container and its first video stream; DecodeError naming what is wrong."""
     try:
         container = av.open(io.BytesIO(data), mode="r")
@@ -61,7 +62,7 @@ def _open(av: Any, data: bytes, what: str) -> tuple[Any, Any]:
     return container, container.streams.video[0]
 
 
-def probe(data: bytes, what: str = "video") -> VideoInfo:
+def probe(data: Record, what: str = "video") -> VideoInfo:
     """The first video stream's frame index, by demuxing packets only (no decode)."""
     av = _av()
     container, stream = _open(av, data, what)
@@ -116,7 +117,7 @@ def from_index(width: int, height: int, frames: int, time_base: Fraction, durati
                      frames, seconds, duration_pts, pts, None)
 
 
-def check(data: bytes, what: str = "video") -> VideoInfo:
+def check(data: Record, what: str = "video") -> VideoInfo:
     """probe(), then decode every frame once (the pack-time check); DecodeError if any is bad."""
     info = probe(data, what)
     seen = _decode_pts(data, what)
@@ -128,7 +129,7 @@ def check(data: bytes, what: str = "video") -> VideoInfo:
     return info
 
 
-def _decode_pts(data: bytes, what: str) -> np.ndarray:
+def _decode_pts(data: Record, what: str) -> np.ndarray:
     """The pts of every frame a full decode gives, sorted; DecodeError on a decoder error."""
     av = _av()
     container, stream = _open(av, data, what)
@@ -179,7 +180,7 @@ class FrameView:
     flip: bool = False
 
 
-def decode_clip(data: bytes, info: VideoInfo, pts: Any, out: np.ndarray | None = None,
+def decode_clip(data: Record, info: VideoInfo, pts: Any, out: np.ndarray | None = None,
                 size: tuple[int, int] | None = None, threads: int = 1,
                 thread_type: str = "SLICE", what: str = "video",
                 view: FrameView | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -255,7 +256,7 @@ def _seek_target(info: VideoInfo, first: int) -> int:
     return int(keys[-1]) if len(keys) else int(info.pts[0])
 
 
-def _decode_into(data: bytes, info: VideoInfo, slots: dict[int, list[int]], out: np.ndarray,
+def _decode_into(data: Record, info: VideoInfo, slots: dict[int, list[int]], out: np.ndarray,
                  view: FrameView, threads: int, thread_type: str, what: str) -> None:
     """Seek, decode forward, copy wanted frames to their slots; DecodeError if one is missing.
 

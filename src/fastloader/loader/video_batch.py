@@ -110,7 +110,7 @@ class VideoDecoder:
         rng = np.random.Generator(np.random.PCG64([seed, epoch, index]))
         starts = plan_starts(self.meta[index], self.video, rng)
         view = self.view(index, rng)
-        data = bytes(self.read(index))
+        data = self.read(index)  # a view of the shard: the container reader copies it once
         what = f"video of sample {index}"
         indexed = self._indexed(index)
         if indexed is not None:
@@ -128,7 +128,7 @@ class VideoDecoder:
             return None
         return clips.from_index(width, height, frames, Fraction(num, den), span, first, step)
 
-    def _windows(self, data: bytes, info: clips.VideoInfo, starts: np.ndarray,
+    def _windows(self, data: memoryview, info: clips.VideoInfo, starts: np.ndarray,
                  view: clips.FrameView, out: np.ndarray, what: str) -> np.ndarray:
         """Each window decoded into its row of out; their timestamps [clips, T]."""
         times = np.empty((self.video.clips, self.video.frames), np.float32)

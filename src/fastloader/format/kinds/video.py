@@ -69,7 +69,7 @@ class VideoKind(EncodedKind):
         """The video stream's codec as FFmpeg names it (h264, vp9 ...), from its demuxed index;
         "unreadable" for a clip that no longer demuxes (verify --decode says why)."""
         try:
-            return video.probe(bytes(record)).codec
+            return video.probe(record).codec
         except DecodeError:
             return "unreadable"
 
