@@ -7,7 +7,7 @@ BASE_STAMP := $(VENV)/.base-installed
 DEPS_STAMP := $(VENV)/.deps-installed
 BUILD_STAMP := $(VENV)/.fastloader-built
 FULL_STAMP := $(VENV)/.extras-installed
-NATIVE_SOURCES := $(wildcard csrc/*.cpp csrc/*.h) CMakeLists.txt pyproject.toml
+NATIVE_SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/video/*.cpp csrc/video/*.h) CMakeLists.txt pyproject.toml
 
 .PHONY: install install-full test test-native test-fallback test-slow lint docs demo bench clean wheel
 
@@ -37,6 +37,9 @@ $(DEPS_STAMP): $(BASE_STAMP)
 	# why, where it cannot (no wheel for this platform, no network). `make test` lists the
 	# skips at its end, and CI (FASTLOADER_EXPECT_DALI=1) fails when DALI is missing.
 	$(PIP) install -q nvidia-dali-cuda120 || echo "WARNING: NVIDIA DALI could not be installed: its tests will be SKIPPED" >&2
+	# FFmpeg's headers for fastloader._video (tools/ffmpeg_dev.sh: apt as root, else a warning);
+	# the editable install of $(FULL_STAMP) then builds the module.
+	bash tools/ffmpeg_dev.sh
 	touch $@
 
 # The extras on top, once (pip keeps what is there; a later source change rebuilds through

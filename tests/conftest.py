@@ -31,6 +31,7 @@ def _own_cache_folder(tmp_path_factory: pytest.TempPathFactory):
 NATIVE_DISABLED = os.environ.get("FASTLOADER_DISABLE_NATIVE", "") not in ("", "0")
 # Set by .ci/run where DALI must be installed: its tests then may not quietly become skips.
 DALI_EXPECTED = os.environ.get("FASTLOADER_EXPECT_DALI", "") not in ("", "0")
+VIDEO_NATIVE_EXPECTED = os.environ.get("FASTLOADER_EXPECT_VIDEO_NATIVE", "") not in ("", "0")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -43,6 +44,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if VIDEO_NATIVE_EXPECTED and not NATIVE_DISABLED:
+        from fastloader.decode import video_native
+
+        if video_native.module() is None:
+            raise pytest.UsageError(
+                "FASTLOADER_EXPECT_VIDEO_NATIVE=1 but fastloader._video is not built: its tests "
+                "would be skipped. Install FFmpeg's headers (bash tools/ffmpeg_dev.sh) and "
+                "rebuild (make install), or unset FASTLOADER_EXPECT_VIDEO_NATIVE.")
     if not DALI_EXPECTED:
         return
     from fastloader.loader.dali_pipeline import dali_available
