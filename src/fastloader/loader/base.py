@@ -1,10 +1,12 @@
 """FastLoader: the loaders' public class, its signature (one typing.overload per path), and
 the factory that builds the loader of the path its arguments choose (loader/path_choice.py).
 
-The loaders (loader/packed.py, mix.py, dali.py, audio.py, dropin.py) subclass FastLoader here
-and register under their path's name; what they implement is loader/interface.py's
-LoaderInterface. loader/loader.py, the module `fastloader.FastLoader` is read from, imports
-them all, so this module never imports them.
+The loaders (loader/packed.py, mix.py, dali.py, dropin.py, audio.py, video.py) subclass
+FastLoader here and register under their path's name; what they implement is
+loader/interface.py's LoaderInterface. loader/loader.py, the module `fastloader.FastLoader` is
+read from, imports the paths of their own; a loader its own argument chooses (audio=, video=)
+is imported by name from loader/outputs.py when its path is first chosen, so this module never
+imports a loader.
 """
 from __future__ import annotations
 
@@ -162,8 +164,9 @@ class FastLoader(LoaderInterface):
             and flip of `transforms` a video (docs/video.md).
         **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
 
-    Which path takes which argument is read from the options classes of
-    fastloader.loader.options (PackedOptions, DaliOptions, DropInOptions). An argument of
+    Which path takes which argument is read from the options classes (PackedOptions,
+    DaliOptions, DropInOptions of fastloader.loader.options; AudioOptions, VideoOptions beside
+    fastloader.Audio and fastloader.Video) by fastloader.loader.option_paths. An argument of
     another path is taken at FastLoader's default (so one set of keyword arguments serves every
     path) and refused, naming the path it belongs to, at any other value. Every argument is
     checked before a file is opened or a thread started.
