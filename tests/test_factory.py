@@ -12,21 +12,16 @@ import torch
 import fastloader
 from fastloader.loader import base, packed
 from fastloader.loader.audio import AudioLoader
+from fastloader.loader.audio_options import AudioOptions
 from fastloader.loader.dali import DaliLoader
 from fastloader.loader.dropin import DropInLoader
 from fastloader.loader.loader import FastLoader
 from fastloader.loader.mix import MixLoader
-from fastloader.loader.options import (
-    PATHS,
-    AudioOptions,
-    DaliOptions,
-    DropInOptions,
-    PackedOptions,
-    VideoOptions,
-    option_defaults,
-)
+from fastloader.loader.option_paths import option_defaults, paths
+from fastloader.loader.options import DaliOptions, DropInOptions, PackedOptions
 from fastloader.loader.packed import PackedLoader
 from fastloader.loader.video import VideoLoader
+from fastloader.loader.video_options import VideoOptions
 from treegen import make_flat_tree
 
 CROP = [fastloader.CenterCrop(16)]
@@ -166,7 +161,7 @@ def test_each_loader_shows_its_own_signature() -> None:
 def test_every_option_belongs_to_a_path() -> None:
     names = set(inspect.signature(fastloader.FastLoader).parameters) - {"data",
                                                                          "dataloader_kwargs"}
-    assert names == set().union(*(option_defaults(o) for o in PATHS.values()))
+    assert names == set().union(*(option_defaults(o) for o in paths().values()))
 
 
 def test_an_option_of_another_path_is_refused_naming_the_paths(packed_path: Path) -> None:
@@ -210,8 +205,24 @@ def spelled(annotation: str) -> str:
     return ast.unparse(ast.parse(annotation, mode="eval"))
 
 
+# The default of a keyword an overload unpacks from its path's TypedDict (typing.Unpack):
+# optional there, its default the options class's.
+UNPACKED = "unpacked"
+
+
+def unpacked(function: ast.FunctionDef) -> type | None:
+    """The TypedDict an overload's **kwargs unpacks (`**options: Unpack[PackedArgs]`), or None."""
+    rest = function.args.kwarg
+    annotation = rest.annotation if rest is not None else None
+    if not (isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value) == "Unpack"):
+        return None
+    keywords: type = vars(base)[ast.unparse(annotation.slice)]
+    return keywords
+
+
 def overload_options(function: ast.FunctionDef) -> dict[str, tuple[str, str, object]]:
-    """name -> (kind, annotation, default) of an overload's arguments after `data`."""
+    """name -> (kind, annotation, default) of an overload's arguments after `data`: those it
+    writes out, and the keywords it unpacks (each optional: UNPACKED)."""
     args = function.args
     positional = args.args[2:]  # not cls, data
     defaults = dict(zip([a.arg for a in positional], args.defaults[-len(positional):],
@@ -221,10 +232,19 @@ def overload_options(function: ast.FunctionDef) -> dict[str, tuple[str, str, obj
     kinds = {a.arg: "positional" for a in positional} | {a.arg: "keyword"
                                                           for a in args.kwonlyargs}
     namespace = vars(base)
-    return {a.arg: (kinds[a.arg], spelled(ast.unparse(a.annotation)),  # type: ignore[arg-type]
-                    eval(ast.unparse(defaults[a.arg]), namespace) if a.arg in defaults
-                    else "required")
-            for a in positional + args.kwonlyargs}
+    written: dict[str, tuple[str, str, object]] = {
+        a.arg: (kinds[a.arg], spelled(ast.unparse(a.annotation)),  # type: ignore[arg-type]
+                eval(ast.unparse(defaults[a.arg]), namespace) if a.arg in defaults
+                else "required")
+        for a in positional + args.kwonlyargs}
+    keywords = unpacked(function)
+    if keywords is not None:
+        assert not keywords.__required_keys__, f"{keywords.__name__}: every key optional"
+        for name, annotation in keywords.__annotations__.items():
+            assert name not in written, f"{name} is written out and unpacked"
+            written[name] = ("keyword", spelled(getattr(annotation, "__forward_arg__",
+                                                        annotation)), UNPACKED)
+    return written
 
 
 def class_options(options: type) -> dict[str, tuple[str, str, object]]:
@@ -239,34 +259,39 @@ def class_options(options: type) -> dict[str, tuple[str, str, object]]:
 
 def test_fastloader_has_an_overload_per_path() -> None:
     assert len(overloads()) == len(OVERLOAD_PATHS)
-    assert set(OVERLOAD_PATHS) == set(PATHS) | {"mixed loader"}
+    assert set(OVERLOAD_PATHS) == set(paths()) | {"mixed loader"}
 
 
-@pytest.mark.parametrize("path", [p for p in OVERLOAD_PATHS if p in PATHS])
+@pytest.mark.parametrize("path", [p for p in OVERLOAD_PATHS if p in paths()])
 def test_each_overload_types_exactly_its_path_options(path: str) -> None:
     """An option added to (or changed in) an options class and not to FastLoader's overload
     of that path, or the other way round, fails here: the overloads are what mypy checks a
     call against, the classes what the loaders take."""
     written = overload_options(overloads()[OVERLOAD_PATHS.index(path)])
-    declared = class_options(PATHS[path])
+    declared = class_options(paths()[path])
     selector = SELECTORS.get(path)
     if selector is not None:  # the argument that chooses the path has no default there
         assert written.pop(selector)[2] == "required"
         declared.pop(selector)
-    assert written == declared
+    assert {n: w[:2] for n, w in written.items()} == {n: d[:2] for n, d in declared.items()}
+    assert {n: w[2] for n, w in written.items() if w[2] != UNPACKED} == {
+        n: declared[n][2] for n, w in written.items() if w[2] != UNPACKED}
 
 
 def test_the_mix_overload_names_the_mixed_loaders_own_arguments() -> None:
-    written = overload_options(overloads()[OVERLOAD_PATHS.index("mixed loader")])
+    mix = overloads()[OVERLOAD_PATHS.index("mixed loader")]
+    written = {n for n, w in overload_options(mix).items() if w[2] != UNPACKED}
     own = {n for n, p in inspect.signature(MixLoader).parameters.items()
            if p.kind is p.KEYWORD_ONLY}
-    assert set(written) - {"batch_size", "shuffle"} == own
+    assert written - {"batch_size", "shuffle"} == own
+    # the rest, as MixLoader passes them on: every packed loader option
+    assert unpacked(mix) is unpacked(overloads()[OVERLOAD_PATHS.index("packed loader")])
 
 
 def test_each_loader_signature_is_its_options_in_order() -> None:
     """A loader's signature (inspect, the docs) lists its options class's fields, batch_size
     and shuffle positional after data, typed as the class types them."""
-    for path, options in PATHS.items():
+    for path, options in paths().items():
         loader = FastLoader._loader_of(path)
         parameters = inspect.signature(loader).parameters
         assert list(parameters)[:3] == ["data", "batch_size", "shuffle"]

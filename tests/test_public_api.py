@@ -123,6 +123,10 @@ with fastloader.FastLoader("data.lmdb", backend="dali", roi_decode=False) as dal
     batches: int = len(dali)
 loader.set_epoch(1)
 state: dict = loader.state_dict()
+clips = fastloader.FastLoader("clips.lmdb", 8, audio=fastloader.Audio(), max_batch_seconds=None,
+                              device="cpu")
+videos = fastloader.FastLoader("videos.lmdb", video=fastloader.Video(), batch_size=4,
+                               transforms=[fastloader.CenterCrop(64)], prefetch="auto")
 """,
     "bad.py": """
 import fastloader
@@ -131,13 +135,17 @@ fastloader.FastLoader("data.lmdb", batch_size="64")
 fastloader.FastLoader("data.lmdb", num_threads="all")
 fastloader.FastLoader("data.lmdb", backend="dali", verify_records=True)
 fastloader.FastLoader("data.lmdb").set_epoch("2")
+fastloader.FastLoader("clips.lmdb", audio=fastloader.Audio(), duration_buckets="8")
+fastloader.FastLoader("videos.lmdb", video=fastloader.Video(), max_batch_seconds=2.0)
+fastloader.FastLoader("data.lmdb", prefetch_shard=4)
 """,
 }
 
 
 def test_mypy_reads_the_types_of_a_users_call(tmp_path: Path) -> None:
     """mypy on a user's script (fastloader found as an installed package) flags a wrong
-    argument type, a wrong choice and an argument of another path, and passes a good call."""
+    argument type, a wrong choice, an argument of another path (audio's and video's too) and a
+    misspelt one, and passes good calls of the packed, DALI, audio and video loaders."""
     pytest.importorskip("mypy", reason="mypy is in the test extra")
     for name, text in USER_SCRIPTS.items():
         (tmp_path / name).write_text(text)
@@ -146,5 +154,5 @@ def test_mypy_reads_the_types_of_a_users_call(tmp_path: Path) -> None:
          "--python-executable", sys.executable, "--no-error-summary", "good.py", "bad.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert sorted({line.split(":")[0] + ":" + line.split(":")[1] for line in errors}) == [
-        "bad.py:4", "bad.py:5", "bad.py:6", "bad.py:7"], result.stdout
+    assert sorted({line.split(":")[0] + ":" + line.split(":")[1] for line in errors}) == sorted(
+        f"bad.py:{line}" for line in range(4, 11)), result.stdout

@@ -1,6 +1,7 @@
-"""FastLoader's arguments read from the options classes (loader/options.py), where each path's
-options are declared once: each loader's options built from what it was given, and the
-signatures (FastLoader's and each loader's) derived from those classes' fields."""
+"""FastLoader's arguments read from the options classes (loader/options.py, and each output's of
+loader/outputs.py), where each path's options are declared once: each loader's options built
+from what it was given, and the signatures (FastLoader's and each loader's) derived from those
+classes' fields."""
 
 from __future__ import annotations
 
@@ -8,15 +9,14 @@ import functools
 import inspect
 from typing import Any, TypeVar
 
-from fastloader.loader.options import (
-    PATHS,
-    DecodeOptions,
-    LoaderOptions,
+from fastloader.loader.option_paths import (
     factory_defaults,
     option_defaults,
+    paths,
     refuse_unknown,
     take_foreign,
 )
+from fastloader.loader.options import DecodeOptions, LoaderOptions
 
 Options = TypeVar("Options", bound=LoaderOptions)
 Parameter = inspect.Parameter
@@ -51,7 +51,7 @@ def _annotations(options: type[LoaderOptions]) -> dict[str, str]:
 def loader_signature(path: str) -> inspect.Signature:
     """The signature of `path`'s loader: data, its options, and the **dataloader_kwargs it
     takes (drop-in) or refuses by name (the others)."""
-    options = PATHS[path]
+    options = paths()[path]
     data = Parameter("data", Parameter.POSITIONAL_OR_KEYWORD,
                      annotation=DATA.get(path, PACKED_DATA))
     rest = Parameter(REST, Parameter.VAR_KEYWORD, annotation="Any")
@@ -64,10 +64,11 @@ def factory_signature() -> inspect.Signature:
     (options.factory_defaults) and typed as the widest class declaring it spells it (the base
     of every path, then the packed and DALI loaders' shared base, then the paths in turn)."""
     annotations: dict[str, str] = {}
-    for owner in (*PATHS.values(), DecodeOptions, LoaderOptions):  # the widest last: it wins
+    every = paths()
+    for owner in (*every.values(), DecodeOptions, LoaderOptions):  # the widest last: it wins
         annotations.update(_annotations(owner))
     defaults = factory_defaults()
-    order = {name: None for options in PATHS.values() for name in option_defaults(options)}
+    order = {name: None for options in every.values() for name in option_defaults(options)}
     data = Parameter("data", Parameter.POSITIONAL_OR_KEYWORD, default=None,
                      annotation=FACTORY_DATA)
     rest = Parameter(REST, Parameter.VAR_KEYWORD, annotation="Any")

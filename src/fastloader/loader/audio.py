@@ -9,9 +9,10 @@ import numpy as np
 
 from fastloader.format.kinds.audio import AudioKind
 from fastloader.loader.audio_batch import BatchDecoder
+from fastloader.loader.audio_options import AudioOptions
 from fastloader.loader.clip_decoding import ClipDecoder
 from fastloader.loader.clips import ClipLoader
-from fastloader.loader.options import AudioOptions, ClipOptions
+from fastloader.loader.options import ClipOptions
 
 
 class AudioLoader(ClipLoader, path="audio loader"):

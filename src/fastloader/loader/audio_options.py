@@ -1,5 +1,6 @@
 """fastloader.Audio: how the audio loader turns stored clips into a batch (rate, channels, crop),
-and the duration-batching arguments' checks; both checked before anything is opened."""
+the duration-batching arguments' checks, and the audio loader's options (AudioOptions, and
+AudioArgs for FastLoader's typed overload); all checked before anything is opened."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from fastloader.checks import flag, positive_int
 from fastloader.errors import invalid_argument, invalid_type
 from fastloader.gpu.mel import LogMel
+from fastloader.loader.keywords import ClipArgs
+from fastloader.loader.options import ClipOptions
 
 QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")  # soxr's quality recipes
 DTYPES = ("float32", "int16")
@@ -124,3 +127,27 @@ def check_duration_args(max_batch_seconds: object, buckets: object, batch_size: 
         raise invalid_argument("batch_size", batch_size,
                                "cannot be set with max_batch_seconds (the duration plan "
                                "chooses each batch's size)", "Drop batch_size=.")
+
+
+@dataclass
+class AudioOptions(ClipOptions):
+    """The audio loader's options (FastLoader(..., audio=fastloader.Audio(...)), a packed
+    dataset of clips): `audio` and the duration plan's arguments, checked here."""
+
+    audio: Audio | None = None
+    max_batch_seconds: float | None = None
+    duration_buckets: int = 8
+
+    def _check_own(self) -> None:
+        self.spec = check_audio(self.audio) or Audio()
+        check_duration_args(self.max_batch_seconds, self.duration_buckets, self.batch_size)
+
+    def plan_limits(self) -> tuple[float | None, int]:
+        return self.max_batch_seconds, self.duration_buckets
+
+
+class AudioArgs(ClipArgs, total=False):
+    """The audio loader's keywords besides audio= (AudioOptions), for FastLoader's overload."""
+
+    max_batch_seconds: float | None
+    duration_buckets: int

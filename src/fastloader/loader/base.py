@@ -1,36 +1,33 @@
 """FastLoader: the loaders' public class, its signature (one typing.overload per path), and
 the factory that builds the loader of the path its arguments choose (loader/path_choice.py).
 
-The loaders (loader/packed.py, mix.py, dali.py, audio.py, dropin.py) subclass FastLoader here
-and register under their path's name; what they implement is loader/interface.py's
-LoaderInterface. loader/loader.py, the module `fastloader.FastLoader` is read from, imports
-them all, so this module never imports them.
+The loaders (loader/packed.py, mix.py, dali.py, dropin.py, audio.py, video.py) subclass
+FastLoader here and register under their path's name; what they implement is
+loader/interface.py's LoaderInterface. loader/loader.py, the module `fastloader.FastLoader` is
+read from, imports the paths of their own; a loader its own argument chooses (audio=, video=)
+is imported by name from loader/outputs.py when its path is first chosen, so this module never
+imports a loader.
 """
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 import torch
 
-from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY
 from fastloader.errors import FastloaderError
-from fastloader.format.remote_dataset import DEFAULT_PREFETCH_SHARDS
 from fastloader.loader.arguments import factory_signature, loader_signature
-from fastloader.loader.audio_options import Audio
+from fastloader.loader.audio_options import Audio, AudioArgs
 from fastloader.loader.interface import LoaderInterface
-from fastloader.loader.options import (
-    PATHS,
-    BatchTransform,
-    GpuTransforms,
-    Normalize,
-    Sampler,
-    Transforms,
-)
+from fastloader.loader.keywords import DaliArgs, PackedArgs
+from fastloader.loader.option_paths import paths
+from fastloader.loader.outputs import output_of
 from fastloader.loader.path_choice import PackedData, path_of
-from fastloader.loader.video_options import Video
+from fastloader.loader.video_options import Video, VideoArgs
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; the overloads' annotations are not run
+    from typing_extensions import Unpack
 
 
 class FastLoader(LoaderInterface):
@@ -167,8 +164,9 @@ class FastLoader(LoaderInterface):
             and flip of `transforms` a video (docs/video.md).
         **dataloader_kwargs: the drop-in loader only: torch DataLoader arguments.
 
-    Which path takes which argument is read from the options classes of
-    fastloader.loader.options (PackedOptions, DaliOptions, DropInOptions). An argument of
+    Which path takes which argument is read from the options classes (PackedOptions,
+    DaliOptions, DropInOptions of fastloader.loader.options; AudioOptions, VideoOptions beside
+    fastloader.Audio and fastloader.Video) by fastloader.loader.option_paths. An argument of
     another path is taken at FastLoader's default (so one set of keyword arguments serves every
     path) and refused, naming the path it belongs to, at any other value. Every argument is
     checked before a file is opened or a thread started.
@@ -194,151 +192,44 @@ class FastLoader(LoaderInterface):
 
     # The factory: FastLoader(...) builds the loader of its path (loader/path_choice.py). Its
     # six faces (packed, DALI, audio, video, a weighted mix: loader/mix.py, drop-in) are the
-    # overloads below, the packed loader's first, for type checkers; each path's options are
-    # declared once, in its class of loader/options.py, which the tests hold the overloads to.
-    # At run time the signature (inspect.signature, help()) is derived from those classes
-    # (loader/arguments.py), and each loader's __init__ binds what type.__call__ passes on to
-    # its options class (`data` defaults to None only so that copy and pickle may call
-    # __new__ bare).
+    # overloads below, the packed loader's first, for type checkers: each names the argument
+    # that chooses its path and unpacks its path's keywords, a TypedDict (loader/keywords.py,
+    # and each output's beside its settings) written once and held to its options class
+    # (loader/options.py) by tests/test_factory.py. At run time the signature (inspect.signature,
+    # help()) is derived from those classes (loader/arguments.py), and each loader's __init__
+    # binds what type.__call__ passes on to its options class (`data` defaults to None only so
+    # that copy and pickle may call __new__ bare).
 
     @overload
-    def __new__(
-        cls,
-        data: PackedData,
-        batch_size: int = 1,
-        shuffle: bool = False,
-        *,
-        seed: int = 0,
-        transforms: Transforms = None,
-        normalize: Normalize = None,
-        dtype: torch.dtype | None = None,
-        device: str | torch.device | None = None,
-        num_threads: int | Literal["auto"] | None = "auto",
-        prefetch: int | Literal["auto"] = 2,
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-        on_error: Literal["raise", "skip"] = "raise",
-        max_skips: int | float | None = None,
-        backend: Literal["auto", "native", "pillow"] = "auto",
-        memory_budget: int | None = None,
-        gpu_transforms: GpuTransforms = None,
-        memory_format: torch.memory_format | None = None,
-        sampler: Sampler = None,
-        batch_transform: BatchTransform = None,
-        verify_records: bool = False,
-        fields: Sequence[str] | None = None,
-        multi_hot: int | Mapping[str, int] | None = None,
-        padded: bool = False,
-        min_box_visibility: float = DEFAULT_MIN_BOX_VISIBILITY,
-        decode_images: bool = True,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        shuffle_window: int | None = None,
-        prefetch_shards: int = DEFAULT_PREFETCH_SHARDS,
-        apply_exif_orientation: bool | None = None,
-    ) -> FastLoader: ...
+    def __new__(cls, data: PackedData, batch_size: int = 1, shuffle: bool = False,
+                **options: Unpack[PackedArgs]) -> FastLoader: ...
 
     @overload
-    def __new__(
-        cls,
-        data: PackedData,
-        batch_size: int = 1,
-        shuffle: bool = False,
-        *,
-        backend: Literal["dali"],
-        seed: int = 0,
-        transforms: Transforms = None,
-        normalize: Normalize = None,
-        dtype: torch.dtype | None = None,
-        device: str | torch.device | None = None,
-        num_threads: int | Literal["auto"] | None = None,
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-        prefetch: int = 2,
-        gpu_transforms: GpuTransforms = None,
-        roi_decode: bool = True,
-        on_error: Literal["raise", "skip"] = "raise",
-        max_skips: int | float | None = None,
-        memory_budget: None = None,
-        memory_format: torch.memory_format | None = None,
-        apply_exif_orientation: bool | None = None,
-    ) -> FastLoader: ...
+    def __new__(cls, data: PackedData, batch_size: int = 1, shuffle: bool = False, *,
+                backend: Literal["dali"], **options: Unpack[DaliArgs]) -> FastLoader: ...
 
     @overload
-    def __new__(
-        cls,
-        data: PackedData,
-        batch_size: int = 1,
-        shuffle: bool = False,
-        *,
-        audio: Audio,
-        seed: int = 0,
-        device: str | torch.device | None = None,
-        num_threads: int | Literal["auto"] | None = "auto",
-        prefetch: int | Literal["auto"] = 2,
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-        on_error: Literal["raise", "skip"] = "raise",
-        verify_records: bool = False,
-        fields: Sequence[str] | None = None,
-        max_batch_seconds: float | None = None,
-        duration_buckets: int = 8,
-    ) -> FastLoader: ...
+    def __new__(cls, data: PackedData, batch_size: int = 1, shuffle: bool = False, *,
+                audio: Audio, **options: Unpack[AudioArgs]) -> FastLoader: ...
 
     @overload
-    def __new__(
-        cls,
-        data: PackedData,
-        batch_size: int = 1,
-        shuffle: bool = False,
-        *,
-        video: Video,
-        seed: int = 0,
-        device: str | torch.device | None = None,
-        num_threads: int | Literal["auto"] | None = "auto",
-        prefetch: int | Literal["auto"] = 2,
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-        on_error: Literal["raise", "skip"] = "raise",
-        verify_records: bool = False,
-        fields: Sequence[str] | None = None,
-        transforms: Transforms = None,
-    ) -> FastLoader: ...
+    def __new__(cls, data: PackedData, batch_size: int = 1, shuffle: bool = False, *,
+                video: Video, **options: Unpack[VideoArgs]) -> FastLoader: ...
 
     @overload
-    def __new__(
-        cls,
-        data: list[PackedData] | tuple[PackedData, ...] | Mapping[str, PackedData],
-        batch_size: int = 1,
-        shuffle: bool = False,
-        *,
-        weights: Sequence[float] | Mapping[str, float] | None = None,
-        epoch_size: int | str | None = None,
-        replacement: bool = False,
-        source_index: bool = False,
-        shared_fields: bool = False,
-        **options: Any,
-    ) -> FastLoader: ...
+    def __new__(cls, data: list[PackedData] | tuple[PackedData, ...] | Mapping[str, PackedData],
+                batch_size: int = 1, shuffle: bool = False, *,
+                weights: Sequence[float] | Mapping[str, float] | None = None,
+                epoch_size: int | str | None = None, replacement: bool = False,
+                source_index: bool = False, shared_fields: bool = False,
+                **options: Unpack[PackedArgs]) -> FastLoader: ...
 
     @overload
-    def __new__(
-        cls,
-        data: torch.utils.data.Dataset[Any],
-        batch_size: int | None = 1,
-        shuffle: bool = False,
-        *,
-        seed: int = 0,
-        device: str | torch.device | None = None,
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-        **dataloader_kwargs: Any,
-    ) -> FastLoader: ...
+    def __new__(cls, data: torch.utils.data.Dataset[Any], batch_size: int | None = 1,
+                shuffle: bool = False, *, seed: int = 0,
+                device: str | torch.device | None = None, drop_last: bool = False,
+                rank: int | None = None, world_size: int | None = None,
+                **dataloader_kwargs: Any) -> FastLoader: ...
 
     def __new__(
         cls,
@@ -350,8 +241,7 @@ class FastLoader(LoaderInterface):
         # Its signature, every path's options together, is derived from the options classes
         # (set below); the loader chosen checks the arguments.
         if cls is FastLoader:  # the factory: a subclass builds itself
-            cls = FastLoader._loader_of(path_of(data, options.get("backend", "auto"),
-                                                options.get("audio"), options.get("video")))
+            cls = FastLoader._loader_of(path_of(data, options))
         return super().__new__(cls)
 
     # Each loader's class, by path ("packed loader", "DALI loader", "drop-in loader"): filled
@@ -364,7 +254,7 @@ class FastLoader(LoaderInterface):
             FastLoader._paths[path] = cls
         # A loader's signature is its own, not the factory's (inspect, Sphinx): its path's
         # options (loader/arguments.py), or else its own __init__'s (the mixed loader's).
-        if path in PATHS:
+        if path in paths():
             cls.__signature__ = loader_signature(path)  # type: ignore[attr-defined]
         elif "__init__" in cls.__dict__:
             signature = inspect.signature(cls.__init__)
@@ -374,6 +264,9 @@ class FastLoader(LoaderInterface):
 
     @staticmethod
     def _loader_of(path: str) -> type[FastLoader]:
+        output = output_of(path)
+        if path not in FastLoader._paths and output is not None:
+            output.import_loader()  # its class registers the path as it is defined
         loader = FastLoader._paths.get(path)
         if loader is None:
             raise FastloaderError(f"the {path} was not imported: build loaders through "

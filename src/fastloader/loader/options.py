@@ -1,5 +1,7 @@
-"""The loaders' options as typed dataclasses, checked in full before anything is opened, and
-which path (packed, DALI, drop-in) takes which option, read from those dataclasses' fields.
+"""The loaders' options as typed dataclasses, checked in full before anything is opened: what
+every path shares, the packed, DALI and drop-in paths', and what the clip loaders share (each
+clip loader's own is beside its kind's settings: loader/audio_options.py, video_options.py).
+Which path takes which option is read from their fields by loader/option_paths.py.
 
 Building an options object checks every argument that can be checked without the dataset
 (its fields and image sizes are checked once it is open), raising InvalidArgumentError or
@@ -9,11 +11,9 @@ starts a thread, so a bad argument never leaves half a loader behind.
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -34,7 +34,6 @@ from fastloader.gpu.device import (
 )
 from fastloader.gpu.ops import GpuCompose, device_ops
 from fastloader.gpu.tensors import GpuTransform
-from fastloader.loader.audio_options import Audio, check_audio, check_duration_args
 from fastloader.loader.autotune import AUTO
 from fastloader.loader.batch_transform import check_batch_transform
 from fastloader.loader.sampler import (
@@ -44,7 +43,6 @@ from fastloader.loader.sampler import (
     threads_per_rank,
 )
 from fastloader.loader.skips import check_max_skips
-from fastloader.loader.video_options import Video, check_video
 
 BACKENDS = ("auto", "native", "pillow", "dali")
 MAX_THREADS = 1024  # far above any core count; more only fails in pthread_create
@@ -282,146 +280,8 @@ class ClipOptions(LoaderOptions):
         return None, 1
 
 
-@dataclass
-class AudioOptions(ClipOptions):
-    """The audio loader's options (FastLoader(..., audio=fastloader.Audio(...)), a packed
-    dataset of clips): loader/audio_options.py checks `audio` and the duration plan's."""
-
-    audio: Audio | None = None
-    max_batch_seconds: float | None = None
-    duration_buckets: int = 8
-
-    def _check_own(self) -> None:
-        self.spec = check_audio(self.audio) or Audio()
-        check_duration_args(self.max_batch_seconds, self.duration_buckets, self.batch_size)
-
-    def plan_limits(self) -> tuple[float | None, int]:
-        return self.max_batch_seconds, self.duration_buckets
-
-
-@dataclass
-class VideoOptions(ClipOptions):
-    """The video loader's options (FastLoader(..., video=fastloader.Video(...)), a packed
-    dataset of videos): loader/video_options.py checks `video`; the transforms give one crop
-    and flip a clip."""
-
-    video: Video | None = None
-    transforms: Transforms = None
-
-    def _check_own(self) -> None:
-        self.spec = check_video(self.video) or Video()
-        self.decode_transforms = check_transforms(self.transforms)
-        refuse_detection(self.decode_transforms, "the video loader",
-                         "Use RandomResizedCrop, Resize, CenterCrop and RandomHorizontalFlip.")
-
-
 def check_order(options: DecodeOptions, source: Sampler) -> None:
     """Check seed, rank, world_size, shuffle and sampler as the loader's sampler will (it needs
     the dataset's length, unknown until the dataset is open: 0 here, only the checks matter)."""
     EpochSampler.for_loader(0, options.seed, options.rank, options.world_size, options.shuffle,
                             options.drop_last, source)
-
-
-# -- which path takes which option ------------------------------------------------------------
-
-PATHS: dict[str, type[LoaderOptions]] = {
-    "packed loader": PackedOptions, "DALI loader": DaliOptions, "drop-in loader": DropInOptions,
-    "audio loader": AudioOptions, "video loader": VideoOptions}
-FIXES = {
-    "packed loader": "Drop it, or pass backend='dali' for the DALI loader.",
-    "audio loader": "Drop it: the audio loader (audio=) decodes clips, not images.",
-    "video loader": "Drop it: the video loader (video=) takes the transforms, fields and "
-                    "threads options only.",
-    "DALI loader": "Drop it, or use the native backend (backend='auto').",
-    "drop-in loader": "Apply transforms inside the Dataset and use num_workers=/prefetch_factor=,"
-                      " or pack the images with `packdata` and pass the packed path.",
-}
-# The fix for an option that only the audio loader takes, given to another path: load clips.
-AUDIO_FIXES = {
-    "drop-in loader": "Decode the clips inside the Dataset and use num_workers=/"
-                      "prefetch_factor=, or pack the audio dataset with `packdata` and pass "
-                      "the packed path with audio=fastloader.Audio(...).",
-}
-AUDIO_FIX = "Drop it, or pass audio=fastloader.Audio(...) for the audio loader of a packed " \
-            "audio dataset."
-PATH_WORDS = {"packed loader": "packed path", "DALI loader": "DALI loader",
-              "audio loader": "audio loader of a packed audio dataset",
-              "video loader": "video loader of a packed video dataset",
-              "drop-in loader": "drop-in loader of a torch Dataset"}
-
-
-def option_defaults(options: type[LoaderOptions]) -> dict[str, object]:
-    """A path's options and their defaults, in field order."""
-    return {f.name: f.default for f in fields(options) if f.init and f.default is not MISSING}
-
-
-def factory_defaults() -> dict[str, object]:
-    """Every FastLoader option with FastLoader's default: the packed loader's where it has the
-    option, else the first other path's that does."""
-    merged: dict[str, object] = {}
-    for options in reversed(list(PATHS.values())):
-        merged.update(option_defaults(options))
-    packed = option_defaults(PackedOptions)
-    return {name: packed.get(name, default) for name, default in merged.items()}
-
-
-def paths_taking(name: str) -> list[str]:
-    """The paths whose options include `name`."""
-    return [path for path, options in PATHS.items() if name in option_defaults(options)]
-
-
-# torch DataLoader's keyword arguments, read from its signature; those that are not FastLoader
-# options too (batch_size, shuffle, drop_last) have no meaning on the packed paths.
-DATALOADER_ARGS = tuple(name for name in inspect.signature(torch.utils.data.DataLoader).parameters
-                        if name != "dataset")
-DATALOADER_ONLY = tuple(n for n in DATALOADER_ARGS if n not in option_defaults(LoaderOptions))
-
-
-def take_foreign(kwargs: dict[str, object], path: str) -> None:
-    """Take out of kwargs the FastLoader options `path` does not take: at FastLoader's default
-    they are dropped (so one set of keyword arguments serves every path), any other value is
-    refused naming the path(s) that take it. The drop-in path's DataLoader arguments stay."""
-    own = option_defaults(PATHS[path])
-    keep = DATALOADER_ARGS if path == "drop-in loader" else ()
-    defaults = factory_defaults()
-    for name in [n for n in kwargs if n in defaults and n not in own and n not in keep]:
-        value, default = kwargs.pop(name), defaults[name]
-        if value is default or _equal(value, default):
-            continue
-        takers = paths_taking(name)
-        named = [f"the {taker}" for taker in takers]
-        where = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
-        where = f"{where} only"
-        fix = FIXES[path] if takers != ["audio loader"] else AUDIO_FIXES.get(path, AUDIO_FIX)
-        raise invalid_argument(name, value, f"applies to {where}, not to the "
-                               f"{PATH_WORDS[path]}", fix)
-
-
-def _equal(value: object, default: object) -> bool:
-    try:
-        return bool(value == default)
-    except Exception:  # an array or tensor compared to a default: not equal
-        return False
-
-
-def refuse_unknown(kwargs: dict[str, object], path: str) -> None:
-    """The packed paths take no other keyword: name the first one given.
-
-    A DataLoader argument says so; a name that is no DataLoader argument either is a typo:
-    say so, and name the closest argument this path does take.
-    """
-    if not kwargs:
-        return
-    name = sorted(kwargs)[0]
-    words = PATH_WORDS[path]
-    if name in DATALOADER_ONLY:
-        raise invalid_argument(
-            name, kwargs[name], f"is a DataLoader argument the {words} does not take",
-            "Drop it; use num_threads= for parallelism and prefetch= for depth.")
-    accepted = list(option_defaults(PATHS[path]))
-    close = difflib.get_close_matches(name, accepted, n=1)
-    hint = f"Did you mean {close[0]}=?" if close else (
-        f"The arguments it takes are: {', '.join(sorted(accepted))}.")
-    raise invalid_argument(name, kwargs[name], f"is not an argument of FastLoader's {words}",
-                           hint)
-

@@ -1,5 +1,6 @@
-"""Which loader path FastLoader's arguments choose (packed, DALI, audio, mixed, drop-in), and
-what `data` the packed paths take."""
+"""Which loader path FastLoader's arguments choose (packed, DALI, mixed, drop-in, or the loader
+of an output whose argument is given: audio=, video=, read from loader/outputs.py), and what
+`data` the packed paths take."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from fastloader.errors import invalid_argument
 from fastloader.format.dataset import PackedDataset
 from fastloader.loader.options import BACKENDS
+from fastloader.loader.outputs import OUTPUTS
 from fastloader.loader.pass_dataset import PassDataset, unwrap_view
 
 # What the packed paths take as `data`.
@@ -36,24 +38,28 @@ def is_mix(data: object) -> bool:
         isinstance(unwrap_view(v), (str, os.PathLike, PackedDataset)) for v in values)
 
 
-def path_of(data: object, backend: object, audio: object = None, video: object = None) -> str:
-    """The path for these arguments: the mixed loader for a list or dict of packed datasets,
-    the drop-in loader for a dataset DataLoader takes, the audio loader with audio=, the video
-    loader with video=, the DALI loader for backend="dali", the packed loader otherwise (each
-    checks the rest of its arguments)."""
+def path_of(data: object, options: Mapping[str, object]) -> str:
+    """The path for these arguments (`options`: FastLoader's keyword arguments): the mixed
+    loader for a list or dict of packed datasets, the drop-in loader for a dataset DataLoader
+    takes, the loader whose argument is given for one of loader/outputs.py (audio=, video=),
+    the DALI loader for backend="dali", the packed loader otherwise (each checks the rest of
+    its arguments)."""
     if is_mix(data):  # several packed datasets: a weighted mix (loader/mix.py)
         return "mixed loader"
     data = unwrap_view(data)  # another packed loader's `dataset`: its packed dataset
     if is_dataset(data):
         return "drop-in loader"
-    if audio is not None and video is not None:
-        raise invalid_argument("video", video, "audio= and video= choose two loaders",
-                               "Pass audio= for a dataset of clips or video= for one of "
-                               "videos, not both.")
-    if audio is not None:
-        return "audio loader"
-    if video is not None:
-        return "video loader"
+    chosen = [output for output in OUTPUTS.values() if options.get(output.argument) is not None]
+    if len(chosen) > 1:  # the first two named: one refusal at a time
+        first, second = chosen[:2]
+        raise invalid_argument(
+            second.argument, options[second.argument],
+            f"{first.argument}= and {second.argument}= choose two loaders",
+            f"Pass {first.argument}= for a dataset of {first.records} or {second.argument}= "
+            f"for one of {second.records}, not both.")
+    if chosen:
+        return chosen[0].path
+    backend = options.get("backend", "auto")
     if backend not in BACKENDS:
         raise invalid_argument("backend", backend, f"must be one of {BACKENDS}",
                                "Use 'auto' (native decode, Pillow without the extension) "

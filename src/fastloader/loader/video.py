@@ -10,8 +10,9 @@ import numpy as np
 from fastloader.format.kinds.video import VideoKind
 from fastloader.loader.clip_decoding import ClipDecoder
 from fastloader.loader.clips import ClipLoader
-from fastloader.loader.options import ClipOptions, VideoOptions
+from fastloader.loader.options import ClipOptions
 from fastloader.loader.video_batch import VideoDecoder
+from fastloader.loader.video_options import VideoOptions
 
 
 class VideoLoader(ClipLoader, path="video loader"):

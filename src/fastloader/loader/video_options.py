@@ -1,5 +1,6 @@
 """fastloader.Video: how the video loader draws windows of frames from stored clips and lays them
-out in a batch; checked before anything is opened."""
+out in a batch, and the video loader's options (VideoOptions, and VideoArgs for FastLoader's
+typed overload); checked before anything is opened."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import math
 from dataclasses import dataclass
 
 from fastloader.checks import flag, positive_int
+from fastloader.decode.augment import check_transforms, refuse_detection
 from fastloader.errors import invalid_argument, invalid_type
+from fastloader.loader.keywords import ClipArgs
+from fastloader.loader.options import ClipOptions, Transforms
 
 LAYOUTS = ("TCHW", "CTHW", "THWC")
 DTYPES = ("uint8", "float32")
@@ -84,3 +88,24 @@ def check_video(video: object) -> Video | None:
     if video is None or isinstance(video, Video):
         return video
     raise invalid_type("video", video, "a fastloader.Video(...)")
+
+
+@dataclass
+class VideoOptions(ClipOptions):
+    """The video loader's options (FastLoader(..., video=fastloader.Video(...)), a packed
+    dataset of videos): `video`, and the transforms, one crop and flip a clip."""
+
+    video: Video | None = None
+    transforms: Transforms = None
+
+    def _check_own(self) -> None:
+        self.spec = check_video(self.video) or Video()
+        self.decode_transforms = check_transforms(self.transforms)
+        refuse_detection(self.decode_transforms, "the video loader",
+                         "Use RandomResizedCrop, Resize, CenterCrop and RandomHorizontalFlip.")
+
+
+class VideoArgs(ClipArgs, total=False):
+    """The video loader's keywords besides video= (VideoOptions), for FastLoader's overload."""
+
+    transforms: Transforms
