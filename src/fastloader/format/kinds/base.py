@@ -1,12 +1,15 @@
 """The Kind of a field: everything one kind of value means, in one class, and their registry.
 
 A Kind is a str (its name: "image", "boxes", ...), so a FieldSpec's `kind` still equals and
-hashes as the name and is written to manifest.json as it; its attributes and methods say how a
-value of that kind is validated and stored at pack time, decoded from its column, verified,
-collated into a batch and moved to the device. The pack and loader stages call these and pass
-what only they hold (reading files, decoding images; the batch being collated) through the
-small protocols below, so format/ imports neither. register() adds a kind; get() resolves a
-name. Adding a kind is one module: see ARCHITECTURE.md, "How to add a field kind".
+hashes as the name and is written to manifest.json as it. Its methods are an encoder and a
+decoder: at pack time how a value is checked and stored and what goes in the index (variable,
+storage_dtype), at open and load time how it is read from its column, verified, collated into a
+batch and moved to the device. What only some kinds can do (boxes that follow the crop plan,
+clips with their own loader ...) is a capability, a protocol of capabilities.py the kind meets
+by having its members. The pack and loader stages call these and pass what only they hold
+(reading files, decoding images; the batch being collated) through the small protocols below,
+so format/ imports neither. register() adds a kind; get() resolves a name. Adding a kind is one
+module: see ARCHITECTURE.md, "How to add a field kind".
 """
 
 from __future__ import annotations
@@ -102,7 +105,8 @@ class Batch(Protocol):
 
 
 class Kind(str):
-    """One field kind. Subclass it, set the attributes, override what differs, register()."""
+    """One field kind. Subclass it, override what differs, add the members of the capabilities
+    it has, register()."""
 
     # What a kind can do beyond the methods below is a capability (capabilities.py:
     # EncodedImage, Clips, Facts, Arrays, HoldsBoxes, Raster): it has the protocol's members,

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 _ANSWERS: dict[tuple[type, type], bool] = {}  # (capability, kind class) -> has it
 
 
-class _Capability(_ProtocolMeta):
+class _Capability(_ProtocolMeta):  # typing's metaclass of protocols (typeshed declares it)
     """A runtime protocol whose isinstance answer is kept per class (a kind's members are its
-    class's)."""
+    class's: a kind instance sets none of its own)."""
 
     def __instancecheck__(cls, instance: object) -> bool:
         key = (cls, type(instance))
