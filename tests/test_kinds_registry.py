@@ -4,7 +4,6 @@ here) goes through pack -> open -> verify -> collate with no other module knowin
 
 from __future__ import annotations
 
-import ast
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,39 +20,11 @@ from fastloader.format import kinds
 from fastloader.format.kinds.base import BadValue, Fixed
 from fastloader.pack.maintain.verify import verify
 from imagegen import encode, photo_like
+from kind_names import kind_comparisons
 
 PACKAGE = Path(fastloader.__file__).parent
 KINDS_PACKAGE = PACKAGE / "format" / "kinds"
 BUDGET = 15  # issue 26: at most 15 string comparisons of kinds outside format/kinds/
-NAMES = set(kinds.names())
-CONSTANTS = {name.upper() for name in NAMES}  # kinds.BOXES, spatial.BOXES = "boxes", ...
-
-
-def _names_a_kind(node: ast.expr) -> bool:
-    """A kind's name as a literal or a constant, alone or in a tuple / list / set."""
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, str) and node.value in NAMES
-    if isinstance(node, ast.Name):
-        return node.id in CONSTANTS
-    if isinstance(node, ast.Attribute):
-        return node.attr in CONSTANTS
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return any(_names_a_kind(e) for e in node.elts)
-    return False
-
-
-def kind_comparisons(root: Path, skip: Path | None = None) -> list[str]:
-    """'path:line: source' of every comparison (==, !=, in, is, <= ...) with a kind's name."""
-    found = []
-    for path in sorted(root.rglob("*.py")):
-        if skip is not None and path.is_relative_to(skip):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Compare) and any(
-                    _names_a_kind(o) for o in (node.left, *node.comparators)):
-                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
-    return found
-
 
 def test_few_kind_comparisons_remain_outside_the_kinds_package() -> None:
     found = kind_comparisons(PACKAGE, skip=KINDS_PACKAGE)

@@ -17,7 +17,7 @@ import numpy as np
 
 from fastloader.errors import CorruptRecordError, DatasetError
 from fastloader.format.fields import FieldSpec
-from fastloader.format.kinds.base import WithMeta
+from fastloader.format.kinds import Facts, WithMeta
 
 Loader = Callable[[str], np.ndarray]
 
@@ -42,7 +42,7 @@ def encode_column(spec: FieldSpec, values: Sequence[Any],
     records: the field is the records (its values are in the shards: its meta only)."""
     names = spec.arrays(records)
     out: dict[str, np.ndarray] = {}
-    if spec.kind.meta:
+    if isinstance(spec.kind, Facts):
         meta = np.asarray([v.meta for v in values], np.int64).reshape(len(values),
                                                                       len(spec.kind.meta))
         out[names["meta"]] = meta
@@ -66,7 +66,7 @@ def encode_column(spec: FieldSpec, values: Sequence[Any],
 def decode_column(spec: FieldSpec, arrays: dict[str, np.ndarray]) -> list[object]:
     """encode_column's inverse: the per-sample stored values (a resumed pack's journal)."""
     values = _decode_values(spec, arrays)
-    if not spec.kind.meta:
+    if not isinstance(spec.kind, Facts):
         return values
     meta = arrays[spec.arrays()["meta"]].tolist()
     return [WithMeta(v, tuple(m)) for v, m in zip(values, meta, strict=True)]
@@ -102,8 +102,8 @@ class Columns:
         self.metas: dict[str, np.ndarray] = {}
         for spec in specs:
             arrays = {role: load(name) for role, name in spec.arrays(spec.name == records).items()}
-            if spec.kind.meta:
-                self._check_meta(spec, arrays.pop("meta"))
+            if isinstance(spec.kind, Facts):
+                self._check_meta(spec, spec.kind, arrays.pop("meta"))
             if spec.name != records:
                 self._check(spec, arrays)
                 self.arrays[spec.name] = arrays
@@ -136,8 +136,8 @@ class Columns:
         if problem is not None:
             raise self._damaged(spec, problem)
 
-    def _check_meta(self, spec: FieldSpec, meta: np.ndarray) -> None:
-        want = (self.count, len(spec.kind.meta))
+    def _check_meta(self, spec: FieldSpec, kind: Facts, meta: np.ndarray) -> None:
+        want = (self.count, len(kind.meta))
         if meta.shape != want or meta.dtype != np.int64:
             raise self._damaged(spec, f"its meta column is {meta.dtype} {meta.shape}, "
                                 f"expected int64 {want}")

@@ -20,7 +20,7 @@ from typing import Any
 
 from fastloader.errors import DatasetError, InvalidArgumentError
 from fastloader.format import kinds
-from fastloader.format.kinds import Kind
+from fastloader.format.kinds import Arrays, EncodedImage, Facts, HoldsBoxes, Kind, is_records
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
 FIELD_PREFIX = "field."  # index array names of the columns: field.NAME[.values|.offsets|.shapes]
@@ -58,25 +58,23 @@ class FieldSpec:
     @property
     def is_array(self) -> bool:
         """A numeric array per sample (ndarray, boxes)."""
-        return self.kind.is_array
+        return isinstance(self.kind, Arrays)
 
     @property
     def variable(self) -> bool:
         """Stored as values + offsets (text, bytes, json, image, mask, arrays with a -1 dim)."""
-        return self.kind.always_variable or (self.kind.is_array and -1 in (self.shape or ()))
+        return self.kind.variable(self)
 
     @property
     def storage_dtype(self) -> str:
         """The dtype of the stored values."""
-        if self.kind.storage is not None:
-            return self.kind.storage
-        return self.dtype if self.is_array and self.dtype else "uint8"
+        return self.kind.storage_dtype(self)
 
     def arrays(self, records: bool = False) -> dict[str, str]:
         """Role ("data", "values", "offsets", "shapes", "meta") -> index array name; records:
         this field is the dataset's records (its values are in the shards: its meta only)."""
         base = FIELD_PREFIX + self.name
-        names = {"meta": base + ".meta"} if self.kind.meta else {}
+        names = {"meta": base + ".meta"} if isinstance(self.kind, Facts) else {}
         if records:
             return names
         if not self.variable:
@@ -150,7 +148,7 @@ def _check_per_box(specs: Sequence[FieldSpec], bad: type[Exception], where: str)
     for spec in specs:
         for name in spec.per_box:
             other = by_name.get(name)
-            if other is None or not other.is_array or other.kind.holds_boxes or (
+            if other is None or not other.is_array or isinstance(other.kind, HoldsBoxes) or (
                     (other.shape or (0,))[:1] != (-1,)):
                 raise bad(f"{where}: boxes field {spec.name!r} lists per-box field {name!r}, "
                           "which must be a declared ndarray field variable in its first "
@@ -179,8 +177,8 @@ def check_specs(specs: Sequence[FieldSpec], bad: type[Exception], where: str) ->
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise bad(f"{where}: a field name appears twice in {names}; names must be unique.")
-    if not any(s.kind.records for s in specs):
-        kinds_named = " or ".join(repr(k) for k in kinds.names() if kinds.get(k).records)
+    if not any(is_records(s.kind) for s in specs):
+        kinds_named = " or ".join(repr(k) for k in kinds.names() if is_records(kinds.get(k)))
         raise bad(f"{where}: no field of kind {kinds_named} among {names}; a packed dataset "
                   "stores one image (or clip) per sample (its records): declare one.")
     if sum(s.classes is not None for s in specs) > 1:
@@ -206,8 +204,8 @@ def specs_from_manifest(raw: object, where: str) -> list[FieldSpec]:
 def primary_image(specs: Sequence[FieldSpec]) -> FieldSpec:
     """The field stored as the records: the first image field declared, else the first of
     another records kind (an audio clip in a dataset without images)."""
-    return next((s for s in specs if s.kind.is_image),
-                next(s for s in specs if s.kind.records))
+    return next((s for s in specs if isinstance(s.kind, EncodedImage)),
+                next(s for s in specs if is_records(s.kind)))
 
 
 def label_field(specs: Sequence[FieldSpec]) -> FieldSpec | None:

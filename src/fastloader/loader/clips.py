@@ -30,7 +30,7 @@ from fastloader.errors import (
     ProducerError,
     invalid_argument,
 )
-from fastloader.format.kinds import Kind
+from fastloader.format.kinds import Clips, EncodedImage, Kind
 from fastloader.format.open import dataset_from
 from fastloader.loader.arguments import options_from
 from fastloader.loader.attributes import PackedAttributes
@@ -102,10 +102,11 @@ class ClipLoader(PackedAttributes, FastLoader):
         if isinstance(kind, self.kind_class):
             return None
         argument = f"{self._path.split()[0]}="
-        if kind.is_image:
+        if isinstance(kind, EncodedImage):
             return (f"holds images, not {self.kind_words}",
                     f"Drop {argument} to load its images with the packed loader.")
-        values, loader = kind.loaded_by or (f"{kind} values", "the loader they take")
+        values, loader = (kind.loaded_by if isinstance(kind, Clips) else None) or (
+            f"{kind} values", "the loader they take")
         return f"holds {values}, not {self.kind_words}", f"Pass {loader} instead of {argument}."
 
     def _open(self, options: ClipOptions, undo: contextlib.ExitStack) -> None:

@@ -39,6 +39,7 @@ from fastloader.errors import InvalidArgumentError, invalid_type
 from fastloader.format.columns import Columns
 from fastloader.format.dataset import PackedDataset
 from fastloader.format.fields import FieldSpec, is_classification, label_field
+from fastloader.format.kinds import HoldsBoxes, Raster
 from fastloader.loader.detection import (
     LETTERBOX_KEYS,
     check_letterbox_names,
@@ -121,9 +122,10 @@ class FieldCollator:
         # per-box field -> its boxes field; the boxes fields whose keep masks a batch needs
         self.owner = {n: s.name for s in specs.values() for n in s.per_box}
         self.box_fields = sorted({self.owner.get(n, n) for n in self.names if n in self.owner
-                                  or (n in specs and specs[n].kind.holds_boxes)})
+                                  or (n in specs and isinstance(specs[n].kind, HoldsBoxes))})
         self._boxes: dict[str, tuple[list[torch.Tensor], list[np.ndarray]]] = {}
-        self.mask_fields = [n for n in self.names if n in specs and specs[n].kind.raster]
+        self.mask_fields = [n for n in self.names if n in specs
+                            and isinstance(specs[n].kind, Raster)]
         self._masks: dict[str, torch.Tensor] | None = None
 
     def __call__(self, images: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
@@ -197,8 +199,10 @@ class FieldCollator:
                 f"field {name!r} holds boxes, which need the crop plan the images were decoded "
                 "with; this loader does not give it. Use the packed loader (backend 'auto', "
                 "'native' or 'pillow').")
-        return self.specs[name].kind.map_batch(self._columns().gather_arrays(name, indices),
-                                               geometry, self.min_visibility, device)
+        kind = self.specs[name].kind
+        assert isinstance(kind, HoldsBoxes)  # only box_fields are mapped
+        return kind.map_batch(self._columns().gather_arrays(name, indices), geometry,
+                              self.min_visibility, device)
 
     def mask(self, name: str, device: torch.device) -> torch.Tensor:
         """Mask field name of the batch, uint8 [B, H, W] on device."""

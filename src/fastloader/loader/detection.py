@@ -14,6 +14,7 @@ from fastloader.decode.detect import ResizeFit
 from fastloader.decode.geometry import Geometry
 from fastloader.errors import InvalidArgumentError
 from fastloader.format.dataset import PackedDataset
+from fastloader.format.kinds import HoldsBoxes
 
 LETTERBOX_KEYS = ("scale", "pad")  # batch keys of ResizeFit: float32 [B, 2], int64 [B, 4]
 
@@ -27,7 +28,7 @@ def plan_boxes_field(dataset: PackedDataset, transforms: Sequence[Transform]) ->
     if not ops:
         return None
     specs = dataset.fields
-    boxes = [name for name, spec in specs.items() if spec.kind.holds_boxes]
+    boxes = [name for name, spec in specs.items() if isinstance(spec.kind, HoldsBoxes)]
     wanted = {op.field for op in ops}
     if len(wanted) > 1:
         raise InvalidArgumentError(

@@ -11,6 +11,7 @@ from typing import Any
 from fastloader.decode.augment import output_size
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import FastloaderError, InvalidArgumentError, invalid_argument
+from fastloader.format.kinds import Clips, EncodedImage
 from fastloader.format.open import dataset_from
 from fastloader.gpu.device import DeviceStep
 from fastloader.gpu.ops import gpu_rng
@@ -85,8 +86,9 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         if self._owns_dataset:
             undo.callback(self._data.close)
         records = self._data.fields[self._data.image_field].kind
-        if not records.is_image:
-            values, argument = records.loaded_by or (f"{records} values", "another loader")
+        if not isinstance(records, EncodedImage):
+            values, argument = (records.loaded_by if isinstance(records, Clips) else None) or (
+                f"{records} values", "another loader")
             raise invalid_argument("data", str(self._data.root), f"holds {values}, not images",
                                    f"Pass {argument} for their loader.")
         # On the dataset, which reads the records (the producer's reads go through it). Off by
@@ -142,7 +144,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
     def _init_fields(self, options: PackedOptions, undo: contextlib.ExitStack) -> None:
         """What each batch holds: (images, labels), a tuple of fields= or a dict."""
         extra = [n for n, s in self._data.fields.items()
-                 if s.kind.is_image and n != self._data.image_field]
+                 if isinstance(s.kind, EncodedImage) and n != self._data.image_field]
         if extra and options.decode_images:
             self._extra_images = ExtraImages(self.transforms, options.backend)
             undo.callback(self._extra_images.close)

@@ -1,4 +1,5 @@
-"""Field kinds, one class each (base.py says what a Kind knows), registered in this order."""
+"""Field kinds, one class each (base.py says what a Kind knows, capabilities.py what some can
+do besides), registered in this order."""
 
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ from fastloader.format.kinds.base import (
 )
 from fastloader.format.kinds.blobs import BytesKind, JsonKind, TextKind
 from fastloader.format.kinds.boxes import BoxesKind
+from fastloader.format.kinds.capabilities import (
+    Arrays,
+    Clips,
+    EncodedImage,
+    Facts,
+    HoldsBoxes,
+    Raster,
+    is_records,
+)
 from fastloader.format.kinds.encoded import EncodedKind, encoded_kinds
 from fastloader.format.kinds.image import ImageKind
 from fastloader.format.kinds.mask import MaskKind
@@ -39,6 +49,6 @@ AUDIO = register(AudioKind("audio"))
 VIDEO = register(VideoKind("video"))
 
 __all__ = ["AUDIO", "BOXES", "BYTES", "FLOAT", "IMAGE", "INT", "JSON", "MASK", "NDARRAY",
-           "TEXT", "VIDEO", "BadValue", "Batch", "EncodedKind", "Kind", "RecordImage",
-           "StoreContext", "WithMeta", "encoded_kinds", "find", "get", "names", "register",
-           "unregister"]
+           "TEXT", "VIDEO", "Arrays", "BadValue", "Batch", "Clips", "EncodedImage", "EncodedKind",
+           "Facts", "HoldsBoxes", "Kind", "Raster", "RecordImage", "StoreContext", "WithMeta",
+           "encoded_kinds", "find", "get", "is_records", "names", "register", "unregister"]

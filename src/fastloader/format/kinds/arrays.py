@@ -68,9 +68,6 @@ def as_array(spec: Spec, value: object) -> np.ndarray:
 class NdarrayKind(Kind):
     """A numeric array per sample: ("ndarray", DTYPE, SHAPE)."""
 
-    is_array = True
-    always_variable = False  # variable when its shape has a -1
-
     def from_tuple(self, items: tuple[object, ...] | list[object]) -> dict[str, object] | None:
         return ({"kind": self.name, "dtype": items[1], "shape": items[2]} if len(items) == 3
                 else None)
@@ -86,8 +83,21 @@ class NdarrayKind(Kind):
     def describe(self, spec: Spec) -> str:
         return f"ndarray {spec.dtype} {tuple(spec.shape or ())}"
 
-    def store(self, spec: Spec, value: object, ctx: StoreContext) -> np.ndarray:
+    def bare(self) -> str | tuple[object, ...]:
+        """float64 with one variable dim: pack/sources/groups.py takes the dtype and ndim of
+        the field's first value."""
+        return (self.name, "float64", (-1,))
+
+    def variable(self, spec: Spec) -> bool:
+        return -1 in (spec.shape or ())
+
+    def as_array(self, spec: Spec, value: object) -> np.ndarray:
+        """value as a contiguous array of the field's dtype and shape; BadValue if it does not
+        fit (a safe cast only)."""
         return as_array(spec, value)
+
+    def store(self, spec: Spec, value: object, ctx: StoreContext) -> np.ndarray:
+        return self.as_array(spec, value)
 
     def from_bytes(self, spec: Spec, data: bytes) -> np.ndarray:
         return np.load(io.BytesIO(data), allow_pickle=False)

@@ -1,12 +1,15 @@
 """The Kind of a field: everything one kind of value means, in one class, and their registry.
 
 A Kind is a str (its name: "image", "boxes", ...), so a FieldSpec's `kind` still equals and
-hashes as the name and is written to manifest.json as it; its attributes and methods say how a
-value of that kind is validated and stored at pack time, decoded from its column, verified,
-collated into a batch and moved to the device. The pack and loader stages call these and pass
-what only they hold (reading files, decoding images; the batch being collated) through the
-small protocols below, so format/ imports neither. register() adds a kind; get() resolves a
-name. Adding a kind is one module: see ARCHITECTURE.md, "How to add a field kind".
+hashes as the name and is written to manifest.json as it. Its methods are an encoder and a
+decoder: at pack time how a value is checked and stored and what goes in the index (variable,
+storage_dtype), at open and load time how it is read from its column, verified, collated into a
+batch and moved to the device. What only some kinds can do (boxes that follow the crop plan,
+clips with their own loader ...) is a capability, a protocol of capabilities.py the kind meets
+by having its members. The pack and loader stages call these and pass what only they hold
+(reading files, decoding images; the batch being collated) through the small protocols below,
+so format/ imports neither. register() adds a kind; get() resolves a name. Adding a kind is one
+module: see ARCHITECTURE.md, "How to add a field kind".
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ from fastloader.format.kinds.device import to_tensor
 
 if TYPE_CHECKING:
     import torch
-
-    from fastloader.decode.geometry import Geometry
 
 
 Bad = Callable[[str], Exception]
@@ -104,29 +105,17 @@ class Batch(Protocol):
 
 
 class Kind(str):
-    """One field kind. Subclass it, set the attributes, override what differs, register()."""
+    """One field kind. Subclass it, override what differs, add the members of the capabilities
+    it has, register()."""
 
-    is_array: ClassVar[bool] = False  # a numeric array per sample (values + offsets + shapes
-    # when its shape has a -1)
-    always_variable: ClassVar[bool] = True  # stored as values + offsets (bytes per sample)
-    storage: ClassVar[str | None] = None  # the stored dtype when fixed by the kind
-    spatial: ClassVar[bool] = False  # follows the first image's crop, resize and flip
-    is_image: ClassVar[bool] = False  # an encoded image: the records, or a further image
+    # What a kind can do beyond the methods below is a capability (capabilities.py:
+    # EncodedImage, Clips, Facts, Arrays, HoldsBoxes, Raster): it has the protocol's members,
+    # and callers ask isinstance(kind, HoldsBoxes) where they need it.
     takes_classes: ClassVar[bool] = False  # may carry class names (a label)
-    holds_boxes: ClassVar[bool] = False  # XYXY boxes: RandomIoUCrop plans from them, and
-    # their per-box fields drop the rows of the boxes a crop drops
-    raster: ClassVar[bool] = False  # a label image mapped by the producer's mask thread
     verified: ClassVar[bool] = False  # `packdata verify` reads every value back
     cell_is_path: ClassVar[bool] = False  # a table cell holds a file path (relative)
-    records: ClassVar[bool] = False  # may be the dataset's records (stored in the shards; the
-    # first such field declared is): the image kind, and kinds like audio that store their
-    # bytes as given, their record shape from record_shape()
-    loaded_by: ClassVar[tuple[str, str] | None] = None  # a records kind other than image:
-    # (what its values are called, the FastLoader argument that loads them), as the other
-    # loaders name them: ("audio clips", "audio=fastloader.Audio(...)")
-    meta: ClassVar[tuple[str, ...]] = ()  # names of int64 facts kept per sample beside the
-    # value in an (N, len(meta)) column, read without the value (store() returns WithMeta;
-    # audio: sample_rate, channels, frames); the records field keeps its meta column too
+    meta: ClassVar[tuple[str, ...]] = ()  # a Facts kind's meta column names (() for every
+    # other kind: kept for the callers that still read it; ask isinstance(kind, Facts))
     codecs_read: ClassVar[int] = 0  # records `packdata info` reads at most (spread evenly)
     # to name their codecs with codec(), for a records kind whose index keeps none
 
@@ -169,17 +158,28 @@ class Kind(str):
         """'ndarray float32 (512,)', 'text', ..."""
         return self.name
 
-    # pack time
+    def bare(self) -> str | tuple[Any, ...]:
+        """What a field given by this kind's bare name stands for where its values are read
+        before its declaration is final (a WebDataset's members): the name itself."""
+        return self.name
+
+    # pack time: what goes in the index
+
+    def variable(self, spec: Spec) -> bool:
+        """Stored as values + offsets (a run of bytes or array items per sample), not as one
+        (N, ...) array."""
+        return True
+
+    def storage_dtype(self, spec: Spec) -> str:
+        """The dtype of the stored values: the field's declared dtype, else bytes."""
+        return spec.dtype or "uint8"
+
+    # pack time: a value
 
     def store(self, spec: Spec, value: Any, ctx: StoreContext) -> Any:
         """value in its stored form (int, float, an ndarray of the field's dtype, or bytes);
         BadValue if it does not fit."""
         raise BadValue(f"kind {self.name} stores no values")  # pragma: no cover
-
-    def record_shape(self, spec: Spec, stored: Any) -> tuple[int, int]:
-        """A records kind other than image: the index's (N, 2) shape row of its stored value
-        (each >= 1; audio: channels, frames)."""
-        raise NotImplementedError(f"kind {self.name!r} sets records but has no record_shape")
 
     def check_rows(self, spec: Spec, values: dict[str, Any]) -> str | None:
         """Why the sample's stored values disagree with this field's (None: they agree)."""
@@ -231,24 +231,12 @@ class Kind(str):
         """The batch's column of field spec: a tensor on device, or a list of values."""
         return batch.values(spec.name, indices)
 
-    # spatial kinds: what the flags above promise (holds_boxes: map_batch; raster: map_into)
-
-    def map_batch(self, boxes: list[np.ndarray], geometry: Geometry, min_visibility: float,
-                  device: torch.device) -> tuple[list[torch.Tensor], list[np.ndarray]]:
-        """A batch's boxes in output pixels on device, and each sample's keep mask."""
-        raise NotImplementedError(f"kind {self.name!r} sets holds_boxes but has no map_batch")
-
-    def map_into(self, blob: Any, image_size: tuple[int, int], crop: np.ndarray, flip: bool,
-                 out: np.ndarray, orientation: int = 1) -> None:
-        """A stored raster mapped through one sample's crop and flip into out (turned first by
-        its image's EXIF orientation)."""
-        raise NotImplementedError(f"kind {self.name!r} sets raster but has no map_into")
-
 
 class Fixed(Kind):
     """A kind stored as one (N, ...) array of a fixed dtype and collated to a tensor."""
 
-    always_variable = False
+    def variable(self, spec: Spec) -> bool:
+        return False
 
     def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
                 device: torch.device) -> Any:

@@ -25,9 +25,6 @@ BOXES_DTYPE, BOXES_SHAPE = "float32", (-1, 4)  # XYXY in source pixels, one row 
 class BoxesKind(NdarrayKind):
     """("boxes", PER_BOX_FIELDS): XYXY boxes, and the fields that hold one row per box."""
 
-    spatial = True
-    holds_boxes = True
-
     def from_tuple(self, items: tuple[object, ...] | list[object]) -> dict[str, object] | None:
         return {"kind": self.name, "per_box": items[1]} if len(items) == 2 else None
 
@@ -38,6 +35,9 @@ class BoxesKind(NdarrayKind):
             raise bad(f"{where}: boxes field {name!r}: per_box {names!r:.60} is not a list of "
                       "field names; write e.g. ('boxes', ['box_labels']).")
         return {"dtype": BOXES_DTYPE, "shape": BOXES_SHAPE, "per_box": tuple(names)}
+
+    def bare(self) -> str | tuple[object, ...]:
+        return self.name  # ("boxes", ()): per-box fields are found by name
 
     def to_json(self, spec: Spec) -> dict[str, object]:
         return {"per_box": list(spec.per_box)}

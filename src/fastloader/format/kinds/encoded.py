@@ -26,13 +26,18 @@ from fastloader.format.kinds.base import (
 class EncodedKind(Kind):
     """A kind of encoded files; a subclass says how its bytes are proven whole (`facts`)."""
 
-    records = True  # the records of a dataset without images
     verified = True  # with `packdata verify --decode`, each file is decoded again
     cell_is_path = True
     feature: ClassVar[str] = ""  # the Hugging Face feature whose cells it takes ("Audio")
     extensions: ClassVar[tuple[str, ...]] = ()  # its files' suffixes (".flac"): a WebDataset
     # member or a table column of such files is of this kind
     columns: ClassVar[tuple[str, ...]] = ()  # table column names that hold its files
+    loaded_by: ClassVar[tuple[str, str] | None] = None  # (what its values are called, the
+    # FastLoader argument that loads them) in the other loaders' refusals: capabilities.Clips
+
+    def record_shape(self, spec: Spec, stored: Any) -> tuple[int, int]:
+        """The index's (N, 2) shape row of a stored value as the records (each >= 1)."""
+        raise NotImplementedError(f"kind {self.name!r} has no record_shape()")
 
     def facts(self, data: bytes) -> tuple[int, ...]:
         """The meta row of data, from a whole decode; DecodeError saying why it is not whole."""

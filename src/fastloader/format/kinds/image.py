@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fastloader.errors import FastloaderError
 from fastloader.format.kinds.base import BadValue, Batch, Kind, Spec, StoreContext
 
 if TYPE_CHECKING:
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 class ImageKind(Kind):
     """Encoded image bytes, checked to decode when packed."""
 
-    is_image = True
-    records = True
     verified = True  # read back, and decoded with `packdata verify --decode`
     cell_is_path = True
 
@@ -38,6 +37,22 @@ class ImageKind(Kind):
     def verify(self, spec: Spec, value: bytes, image_size: tuple[int, int],
                decode: Callable[[bytes], str | None] | None) -> str | None:
         return None if decode is None else decode(value)
+
+    def decode_problem(self, data: bytes | memoryview, shape: tuple[int, int]) -> str | None:
+        """Decoded as the loader does (its decoder, its rules: the native core when built, where
+        a libjpeg warning that damages pixels is an error), at 1/8 scale: every scan is still
+        entropy-decoded, so damage anywhere in the data is found."""
+        from fastloader.decode import decode as decoder
+
+        try:
+            hdr = decoder.header(data)
+            if (hdr.height, hdr.width) == shape:
+                decoder.decode(data, size=decoder.check_size(hdr.height, hdr.width))
+        except FastloaderError as exc:  # DecodeError, or a bomb/argument refusal of the header
+            return f"does not decode with the loader's decoder ({exc})"
+        if (hdr.height, hdr.width) != shape:
+            return f"decodes to {hdr.height}x{hdr.width}, the index says {shape[0]}x{shape[1]}"
+        return None
 
     def collate(self, spec: Spec, batch: Batch, indices: np.ndarray,
                 device: torch.device) -> list[bytes] | torch.Tensor:

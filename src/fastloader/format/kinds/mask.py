@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 class MaskKind(Kind):
     """A label image: PNG bytes or path, or a uint8 / small-int [H, W] array."""
 
-    spatial = True
-    raster = True
     verified = True
     cell_is_path = True
 

@@ -13,8 +13,10 @@ from fastloader.format.kinds.base import BadValue, Fixed, Spec, StoreContext
 class IntKind(Fixed):
     """An int64 per sample; with class names, value k is classes[k] (a name is taken too)."""
 
-    storage = "int64"
     takes_classes = True
+
+    def storage_dtype(self, spec: Spec) -> str:
+        return "int64"
 
     def from_tuple(self, items: tuple[object, ...] | list[object]) -> dict[str, object] | None:
         return {"kind": self.name, "classes": items[1]} if len(items) == 2 else None
@@ -55,7 +57,8 @@ class IntKind(Fixed):
 class FloatKind(Fixed):
     """A float64 per sample; an empty table cell is NaN."""
 
-    storage = "float64"
+    def storage_dtype(self, spec: Spec) -> str:
+        return "float64"
 
     def store(self, spec: Spec, value: object, ctx: StoreContext) -> float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from fastloader.format.dataset import PackedDataset
-from fastloader.format.kinds import Kind, get, names
+from fastloader.format.kinds import Facts, Kind, get, names
 from fastloader.format.manifest import Codec
 from fastloader.format.open import open_dataset
 
@@ -75,8 +75,8 @@ def dataset_info(path: str | os.PathLike[str]) -> Info:
             "skipped": skipped_count,
         }
         kind = ds.fields[ds.image_field].kind
-        summary = kind.summary(ds.columns.meta(ds.image_field)) if kind.meta and \
-            ds.columns is not None else None
+        summary = kind.summary(ds.columns.meta(ds.image_field)) if isinstance(kind, Facts) \
+            and ds.columns is not None else None
         if summary is not None:
             # clips, not images: the records kind's account (hours, lengths ...), not sizes
             del info["height"], info["width"]

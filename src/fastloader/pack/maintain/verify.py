@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from fastloader.decode import coeffs
-from fastloader.decode import decode as decoder
-from fastloader.errors import DatasetError, FastloaderError
+from fastloader.errors import DatasetError
 from fastloader.format import index as index_mod
 from fastloader.format.dataset import PackedDataset
+from fastloader.format.kinds import EncodedImage
 from fastloader.format.manifest import Codec, Manifest, member_path, read_manifest
 from fastloader.pack.maintain import verify_tiles
 from fastloader.pack.maintain.verify_fields import check_fields
@@ -194,22 +194,13 @@ def _tile_problem(
 
 
 def _decode_problem(ds: PackedDataset, data: memoryview, shape: tuple[int, ...]) -> str | None:
-    """Decode as the loader does (its decoder, its rules: the native core when built, where a
-    libjpeg warning that damages pixels is an error), at 1/8 scale: every scan is still
-    entropy-decoded, so damage anywhere in the data is found. Records of another kind (audio)
-    are decoded by their kind."""
+    """Decode as the loader does: an image with the loader's image decoder (the kind's
+    decode_problem); records of another kind (audio) by their kind."""
     spec = ds.fields[ds.image_field]
-    if not spec.kind.is_image:
-        return spec.kind.verify(spec, bytes(data), (shape[0], shape[1]), lambda _: None)
-    try:
-        hdr = decoder.header(data)
-        if (hdr.height, hdr.width) == shape:
-            decoder.decode(data, size=decoder.check_size(hdr.height, hdr.width))
-    except FastloaderError as exc:  # DecodeError, or a bomb/argument refusal of the header
-        return f"does not decode with the loader's decoder ({exc})"
-    if (hdr.height, hdr.width) != shape:
-        return f"decodes to {hdr.height}x{hdr.width}, the index says {shape[0]}x{shape[1]}"
-    return None
+    size = (shape[0], shape[1])
+    if isinstance(spec.kind, EncodedImage):
+        return spec.kind.decode_problem(data, size)
+    return spec.kind.verify(spec, bytes(data), size, lambda _: None)
 
 
 def _isolated_problems(

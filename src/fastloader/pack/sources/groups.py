@@ -32,7 +32,18 @@ import numpy as np
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
-from fastloader.format.kinds import BYTES, IMAGE, INT, JSON, NDARRAY, TEXT, Kind, encoded_kinds
+from fastloader.format.kinds import (
+    BYTES,
+    IMAGE,
+    INT,
+    JSON,
+    NDARRAY,
+    TEXT,
+    EncodedImage,
+    Kind,
+    encoded_kinds,
+    find,
+)
 from fastloader.format.remote import is_url
 from fastloader.pack.sources import spatial
 from fastloader.pack.sources.tar_index import TarIndex
@@ -105,12 +116,13 @@ def _specs(exts: list[str], overrides: dict[str, object], where: str) -> list[Fi
     specs = []
     for ext in exts:
         spec = overrides.get(ext) or spatial.default_kind(ext, exts) or _kind(ext)
-        if spec == "ndarray":
-            spec = ("ndarray", "float64", (-1,))  # replaced by the first sample's dtype/ndim
+        named = find(spec)
+        if named is not None:  # a bare name: an ndarray's dtype and ndim are its first value's
+            spec = named.bare()
         specs.append(make_spec(ext, spec, PackError, where))
-    images = sorted((s for s in specs if s.kind.is_image),
+    images = sorted((s for s in specs if isinstance(s.kind, EncodedImage)),
                     key=lambda s: not _is_image(s.name) or s.name not in ("jpg", "jpeg"))
-    rest = [s for s in specs if not s.kind.is_image]
+    rest = [s for s in specs if not isinstance(s.kind, EncodedImage)]
     specs = spatial.with_per_box(images + rest)  # a jpg first: the fused-decode records
     check_specs(specs, PackError, where)
     return specs

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
+from fastloader.format.kinds import Clips
 from fastloader.pack.sources.hf_features import Mapped, fields_of, image_path, kind_of, one_label
 from fastloader.pack.sources.types import FieldKinds, Indexed, Sample
 from fastloader.pack.sources.values import (
@@ -112,7 +113,7 @@ def dataset_samples(dataset: Any, fields: FieldKinds | None, image: str | None,
         raise PackError(f"{where}: image={image!r} is not one of its Image columns "
                         f"({images or 'none'}).")
     clips = [c for c, m in mapped.items()  # Audio and Video columns: records kinds too
-             if not m.image and getattr(kind_of(m.spec), "records", False)]
+             if not m.image and isinstance(kind_of(m.spec), Clips)]
     first = image or (images[0] if images else None) or (clips[0] if clips else None)
     if first is None:
         raise PackError(f"{where} has no Image, Audio or Video column among {list(mapped)}; "

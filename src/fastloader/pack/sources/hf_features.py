@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from fastloader.errors import PackError
-from fastloader.format.kinds import Kind, encoded_kinds, find
+from fastloader.format.kinds import EncodedImage, Kind, encoded_kinds, find
 
 # one feature's JSON (datasets' to_dict(), or a Parquet file's metadata) as read: unchecked
 FeatureJson = Mapping[str, Any]
@@ -35,8 +35,7 @@ def kind_of(spec: object) -> Kind | None:
 
 def is_image(spec: object) -> bool:
     """Whether a field written as fields= writes it is of an image kind."""
-    kind = kind_of(spec)
-    return kind is not None and kind.is_image
+    return isinstance(kind_of(spec), EncodedImage)
 
 
 class Mapped(NamedTuple):

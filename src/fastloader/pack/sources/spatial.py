@@ -19,10 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from fastloader.format import kinds
 from fastloader.format.fields import FieldSpec
+from fastloader.format.kinds import HoldsBoxes
 from fastloader.pack.sources.values import ERROR_KEY, BadValue, TarMember, read_member
 
-BOXES, MASK = "boxes", "mask"
+# the field (column, member, key) names that take the boxes and mask kinds undeclared
+BOXES_NAME, MASK_NAME = "boxes", "mask"
 PER_BOX: dict[str, tuple[str, str, tuple[int, ...]]] = {"box_labels": ("ndarray", "int64", (-1,)),
                                                        "iscrowd": ("ndarray", "uint8", (-1,))}
 MASK_MEMBER, BOXES_MEMBER = "mask.png", "boxes.json"
@@ -30,20 +33,20 @@ MASK_MEMBER, BOXES_MEMBER = "mask.png", "boxes.json"
 
 def declares_boxes(overrides: Mapping[str, object]) -> bool:
     """Whether --field / fields= declares a boxes field."""
-    return any(v == BOXES or (isinstance(v, (tuple, list)) and v[:1] in ([BOXES], (BOXES,)))
-               for v in overrides.values())
+    return any(isinstance(kinds.find(v[0] if isinstance(v, (tuple, list)) and v else v),
+                          HoldsBoxes) for v in overrides.values())
 
 
 def default_kind(name: str, names: Sequence[str], boxes: bool = False
                  ) -> str | tuple[object, ...] | None:
     """The kind a column or group field takes by its name (None: inferred as before); boxes:
     another column is declared boxes."""
-    if name == BOXES:
-        return (BOXES, [n for n in PER_BOX if n in names])
-    if name in PER_BOX and (boxes or BOXES in names):
+    if name == BOXES_NAME:
+        return (kinds.BOXES.name, [n for n in PER_BOX if n in names])
+    if name in PER_BOX and (boxes or BOXES_NAME in names):
         return PER_BOX[name]
-    if name == MASK:
-        return MASK
+    if name == MASK_NAME:
+        return kinds.MASK.name
     return None
 
 
@@ -54,7 +57,7 @@ def with_per_box(specs: list[FieldSpec]) -> list[FieldSpec]:
     owned = {n for s in specs for n in s.per_box}
     return [dataclasses.replace(s, per_box=tuple(
         n for n in PER_BOX if n in names and n not in owned and names[n].is_array))
-        if s.kind.holds_boxes and not s.per_box else s for s in specs]
+        if isinstance(s.kind, HoldsBoxes) and not s.per_box else s for s in specs]
 
 
 def typed(value: object, spec: FieldSpec) -> object:
@@ -93,14 +96,14 @@ def expand_group(group: dict[str, object], read: Callable[[object], bytes]
     if MASK_MEMBER not in group and BOXES_MEMBER not in group:
         return group
     out = {k: v for k, v in group.items() if k not in (MASK_MEMBER, BOXES_MEMBER)}
-    clash = {MASK, *PER_BOX, BOXES} & set(out)
+    clash = {MASK_NAME, *PER_BOX, BOXES_NAME} & set(out)
     if clash:
         return {ERROR_KEY: f"has both {sorted(clash)[0]!r} and a .{MASK_MEMBER} or "
                            f".{BOXES_MEMBER} member naming the same field; keep one"}
     if MASK_MEMBER in group:
         member = group[MASK_MEMBER]
         try:
-            out[MASK] = read_member(member) if isinstance(member, TarMember) else member
+            out[MASK_NAME] = read_member(member) if isinstance(member, TarMember) else member
         except (BadValue, OSError) as exc:
             return {ERROR_KEY: f".{MASK_MEMBER} cannot be read ({exc})"}
     if BOXES_MEMBER in group:
@@ -109,9 +112,9 @@ def expand_group(group: dict[str, object], read: Callable[[object], bytes]
         except (ValueError, UnicodeDecodeError) as exc:
             return {ERROR_KEY: f".{BOXES_MEMBER} is not JSON ({exc})"}
         if isinstance(parsed, list):
-            parsed = {BOXES: parsed}
-        if not isinstance(parsed, dict) or BOXES not in parsed or set(parsed) - {BOXES,
-                                                                                *PER_BOX}:
+            parsed = {BOXES_NAME: parsed}
+        if not isinstance(parsed, dict) or BOXES_NAME not in parsed or set(parsed) - {
+                BOXES_NAME, *PER_BOX}:
             return {ERROR_KEY: f".{BOXES_MEMBER} is {json.dumps(parsed)[:60]}; write a list "
                                "of [x1, y1, x2, y2] or an object with 'boxes' and optionally "
                                "'box_labels' and 'iscrowd' lists"}

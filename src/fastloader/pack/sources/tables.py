@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec, check_specs, make_spec
-from fastloader.format.kinds import encoded_kinds
+from fastloader.format.kinds import Clips, HoldsBoxes, encoded_kinds, is_records
 from fastloader.format.kinds.infer import infer_kind
 from fastloader.pack.sources import hf_parquet, spatial
 from fastloader.pack.sources.hf_features import Mapped, fields_of, is_image, kind_of, one_label
@@ -103,7 +103,7 @@ def _infer(column: str, rows: list[tuple[str, Row]], from_csv: bool) -> str:
 
 def _convert(spec: FieldSpec, value: object, from_csv: bool) -> object:
     """A cell as its field's value; ValueError saying why not."""
-    if spec.is_array and (value is not None or spec.kind.holds_boxes or
+    if spec.is_array and (value is not None or isinstance(spec.kind, HoldsBoxes) or
                           spec.name in spatial.PER_BOX):  # JSON lists; empty: no boxes
         return spatial.cell_array(value, spec)
     return spec.kind.from_cell(spec, value, from_csv)
@@ -144,11 +144,11 @@ class _Reading:
             cell = value  # a struct's path: under base, as a path cell's
         elif not spec.kind.cell_is_path:
             return _convert(spec, cell, self.from_csv)
-        if isinstance(cell, (bytes, bytearray)) and spec.kind.records:  # the file's bytes
+        if isinstance(cell, (bytes, bytearray)) and is_records(spec.kind):  # the file's bytes
             return bytes(cell)
         if not isinstance(cell, str) or not cell:  # an image's or a mask PNG's path
             raise ValueError(f"has no {spec.kind} path")
-        if spec.kind.records:  # the records' source path
+        if is_records(spec.kind):  # the records' source path
             sample.setdefault(PATH_KEY, cell)
         return str(self.base / cell)
 
@@ -300,7 +300,7 @@ def _clip_column(header: list[str], lowered: dict[str, str], overrides: dict[str
         spec = overrides.get(column, features[column].spec if column in features else None)
         if spec is not None:
             kind = make_spec(column, spec, PackError, "fields=").kind
-            if kind.records and not kind.is_image:
+            if isinstance(kind, Clips):
                 return column, kind.name
     return next(((lowered[c], kind) for kind, (columns, _) in media().items()
                  for c in columns if c in lowered), None)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from fastloader.decode.pillow import to_rgb
 from fastloader.errors import OptionalDependencyError
 from fastloader.format.fields import FieldSpec, primary_image
-from fastloader.format.kinds import BadValue
+from fastloader.format.kinds import BadValue, Clips, EncodedImage, Facts
 from fastloader.format.manifest import Codec
 from fastloader.pack.sources.hf_features import image_source
 from fastloader.pack.sources.validate import Prepared, prepare_data, read_source
@@ -297,12 +297,12 @@ def _fit_record(specs: Sequence[FieldSpec], values: dict[str, object], source: b
     return None
 
 
-def _kind_record(spec: FieldSpec, stored: Any) -> Prepared:
-    """The record of a records kind other than image (audio): its stored bytes as given, its
-    kind's shape row; the stored value (its meta) stays among the values. (stored: store()'s
-    result, untyped in format/kinds.)"""
-    data = stored.value if spec.kind.meta else stored
-    height, width = spec.kind.record_shape(spec, stored)
+def _kind_record(spec: FieldSpec, kind: Clips, stored: Any) -> Prepared:
+    """The record of clips (audio): its stored bytes as given, its kind's shape row; the stored
+    value (its meta) stays among the values. (stored: store()'s result, untyped in
+    format/kinds.)"""
+    data = stored.value if isinstance(kind, Facts) else stored
+    height, width = kind.record_shape(spec, stored)
     return Prepared(data, height, width, int(Codec.UNKNOWN), zlib.crc32(data), None, False)
 
 
@@ -350,7 +350,7 @@ def prepare_sample(sample: object, specs: Sequence[FieldSpec], where: str,
                                           "samples have (every declared field is needed)"),
                                   {}, path)
         try:
-            if record is None and spec.kind.is_image:
+            if record is None and isinstance(spec.kind, EncodedImage):
                 data = source = _image_bytes(sample[spec.name], settings.max_file_size)
                 record = prepare_data(data, settings.max_side, settings.quality,
                                       settings.apply_exif_orientation)
@@ -358,8 +358,8 @@ def prepare_sample(sample: object, specs: Sequence[FieldSpec], where: str,
                     raise BadValue(record.error or "not a decodable image")
                 continue
             values[spec.name] = spec.kind.store(spec, sample[spec.name], store)
-            if record is None and spec.kind.records and spec.name == records:
-                record = _kind_record(spec, values[spec.name])
+            if record is None and spec.name == records and isinstance(spec.kind, Clips):
+                record = _kind_record(spec, spec.kind, values[spec.name])
         except BadValue as exc:
             return PreparedSample(_reject(f"{where}: field {spec.name!r} ({spec.describe()}): "
                                           f"{exc}"), {}, path)
