@@ -3,6 +3,8 @@
 // guess what the headers of MP4/MKV/WebM already say), a seek, a forward decode, swscale.
 #include "video_decode.h"
 
+#include "../resize.h"
+
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -59,6 +61,7 @@ std::string error_text(int code) {
 struct Converter {
     SwsContext *sws = nullptr;
     std::vector<uint8_t> rows;
+    fl::RowResizer resizer;
     ~Converter() { sws_freeContext(sws); }
 };
 thread_local Converter converter;
@@ -72,13 +75,13 @@ bool allocated(const AVFrame *frame, const uint8_t *start, const uint8_t *end) {
     return false;
 }
 
-// The crop of one frame as RGB24 into dst. swscale converts whole groups of 8 pixels and pairs
+// The crop of one frame as RGB24, scaled and flipped into its slot of out. swscale converts whole groups of 8 pixels and pairs
 // of rows only (the x86 yuv2rgb of FFmpeg <= 6 leaves a narrower tail black, and an odd row
 // count shifts the chroma rows), so the conversion runs over the crop's rows from an even row
 // and column (4:2:0 chroma sits on pairs) at a width rounded up to 8 and a height rounded up
-// to 2, reading into the frame's padding where its buffers hold it; only the crop is copied
-// out. Bit-identical to converting the whole frame. False where the padding is not there.
-bool convert(const AVFrame *frame, const Crop &crop, uint8_t *dst) {
+// to 2, reading into the frame's padding where its buffers hold it; only the crop goes
+// on, to the resizer or copied. Bit-identical to converting the whole frame. False where the padding is not there.
+bool convert(const AVFrame *frame, const Crop &crop, const WindowOut &out, uint8_t *dst) {
     const auto format = static_cast<AVPixelFormat>(frame->format);
     const AVPixFmtDescriptor *desc = av_pix_fmt_desc_get(format);
     if (desc == nullptr || (desc->flags & AV_PIX_FMT_FLAG_HWACCEL)) return false;
@@ -125,13 +128,26 @@ bool convert(const AVFrame *frame, const Crop &crop, uint8_t *dst) {
     uint8_t *rows[4] = {converter.rows.data(), nullptr, nullptr, nullptr};
     const int row_size[4] = {width * 3, 0, 0, 0};
     sws_scale(converter.sws, planes, frame->linesize, 0, height, rows, row_size);
-    const size_t skip = static_cast<size_t>(crop.left - x0) * 3;
-    const size_t copied = static_cast<size_t>(crop.width) * 3;
-    for (int y = 0; y < crop.height; ++y)
-        std::memcpy(dst + y * copied,
-                    converter.rows.data() + static_cast<size_t>(crop.top - y0 + y) * width * 3 +
-                        skip,
-                    copied);
+    const size_t line = static_cast<size_t>(width) * 3;
+    const int cx = crop.left - x0, cy = crop.top - y0;
+    if (out.height == crop.height && out.width == crop.width) {
+        for (int y = 0; y < crop.height; ++y)
+            fl::copy_row(converter.rows.data() + (cy + y) * line + cx * 3,
+                         dst + static_cast<size_t>(y) * crop.width * 3, crop.width, out.flip);
+        return true;
+    }
+    fl::RowResizer &resizer = converter.resizer;
+    const fl::ResizeTarget target{dst, out.height, out.width,
+                                  static_cast<std::ptrdiff_t>(out.width) * 3, out.flip};
+    // The crop alone is the resizer's image: its edges clamp the taps, as a cut frame's do
+    // (never the pixels around it, nor the padding the conversion read).
+    resizer.plan(crop.width, 0.0f, static_cast<float>(crop.width), crop.height, 0.0f,
+                 static_cast<float>(crop.height), target);
+    resizer.start(line, static_cast<size_t>(cx) * 3);
+    for (int y = resizer.first_row(); y < resizer.end_row(); ++y) {
+        std::memcpy(resizer.row_buffer(), converter.rows.data() + (cy + y) * line, line);
+        resizer.push_row();
+    }
     return true;
 }
 
@@ -202,7 +218,7 @@ Result decode_window(const uint8_t *data, size_t size, int64_t seek_pts, const i
     std::unique_ptr<AVFrame, FrameCloser> frame(av_frame_alloc());
     const int64_t *end = pts + count;
     const int64_t last = pts[count - 1];
-    const size_t frame_bytes = static_cast<size_t>(crop.height) * crop.width * 3;
+    const size_t frame_bytes = static_cast<size_t>(out.height) * out.width * 3;
     size_t found = 0, sent = 0;  // sent: packets of wanted frames given to the decoder
     bool past = false, flushed = false;
     while (!past && found < count && !flushed) {
@@ -233,7 +249,7 @@ Result decode_window(const uint8_t *data, size_t size, int64_t seek_pts, const i
                 const size_t k = static_cast<size_t>(slot - pts);
                 if (crop.top + crop.height > frame->height || crop.left + crop.width > frame->width)
                     return fail("a frame is smaller than the index says: the index is stale");
-                if (!convert(frame.get(), crop, out.frames + k * frame_bytes))
+                if (!convert(frame.get(), crop, out, out.frames + k * frame_bytes))
                     return left("a frame's pixel format or padding is not one this path converts");
                 out.found[k] = 1;
                 ++found;

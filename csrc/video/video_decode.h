@@ -14,9 +14,11 @@ struct Crop {  // of the RGB frame, in pixels; the caller checks it lies inside 
     int top, left, height, width;
 };
 
-struct WindowOut {  // uint8 [count, crop.height, crop.width, 3], C-contiguous
+struct WindowOut {  // uint8 [count, height, width, 3], C-contiguous
     uint8_t *frames;
     uint8_t *found;  // [count]: 1 where the frame with pts[k] was decoded into slot k
+    int height, width;  // each crop scaled to this (Pillow's bilinear, antialiased), or kept
+    bool flip;          // mirrored left to right
 };
 
 enum Status { kDecoded = 0, kDamaged = 1, kLeft = 2 };  // kLeft: a frame this path cannot

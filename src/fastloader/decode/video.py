@@ -266,26 +266,27 @@ def _seek_target(info: VideoInfo, first: int) -> int:
 
 def _decode_into(data: Record, info: VideoInfo, slots: dict[int, list[int]], out: np.ndarray,
                  view: FrameView, threads: int, thread_type: str, what: str) -> None:
-    """Decode the wanted frames, cut (decode/video_native: in one native call with the GIL
-    released, where fastloader._video is built; PyAV otherwise), then scale, flip and copy
-    each to its slots; DecodeError naming what if one is missing."""
+    """Decode the wanted frames, cut, scale and flip them (decode/video_native: in one native
+    call with the GIL released, where fastloader._video is built; PyAV and torch otherwise),
+    then copy each to its slots; DecodeError naming what if one is missing."""
     order = sorted(slots)
     wanted = np.asarray(order, np.int64)
     seek_to = _seek_target(info, order[0])
     crop = view.crop if view.crop is not None else (0, 0, info.height, info.width)
-    native = video_native.decode_window(data, seek_to, wanted, crop, threads, thread_type, what)
+    native = video_native.decode_window(data, seek_to, wanted, crop, out.shape[1:3], view.flip,
+                                        threads, thread_type, what)
     if native is not None:
-        cuts, found = native
+        done, found = native
         left = set(wanted[~found].tolist())
     else:
         decoded = _decode_pyav(data, info, slots, seek_to, view, threads, thread_type, what)
         left = set(slots) - set(decoded)
-        cuts = np.stack([decoded[p] for p in order]) if not left else np.empty(0)
     if left:
         raise DecodeError(f"{what}: {len(left)} wanted frames did not decode (pts"
                           f" {sorted(left)[:3]}); the file is damaged or the index is stale:"
                           " repack it")
-    done = _finish(cuts, view)
+    if native is None:
+        done = _finish(np.stack([decoded[p] for p in order]), view)
     for row, pts in enumerate(order):
         out[slots[pts]] = done[row]
 

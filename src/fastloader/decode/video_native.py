@@ -41,18 +41,21 @@ def module() -> ModuleType | None:
 
 
 def decode_window(data: Record, seek_pts: int, pts: np.ndarray,
-                  crop: tuple[int, int, int, int], threads: int, thread_type: str,
-                  what: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """The frames of ascending distinct `pts`, each cut to crop as RGB24 [U, h, w, 3], and
-    which of them were found; None where this path leaves the stream to PyAV (or is not
-    built); DecodeError naming `what` where the bytes are damaged."""
+                  crop: tuple[int, int, int, int], size: tuple[int, int], flip: bool,
+                  threads: int, thread_type: str, what: str
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The frames of ascending distinct `pts`, each cut to crop as RGB24, scaled to size
+    (Pillow's bilinear, antialiased, within one level) and flipped if asked: uint8
+    [U, height, width, 3], and which of them were found; None where this path leaves the
+    stream to PyAV (or is not built); DecodeError naming `what` where the bytes are damaged."""
     native = module()
     if native is None:
         return None
-    out = np.empty((len(pts), crop[2], crop[3], 3), np.uint8)
+    out = np.empty((len(pts), size[0], size[1], 3), np.uint8)
     found = np.zeros(len(pts), np.uint8)
     status, why = native.decode_window(data, seek_pts, np.ascontiguousarray(pts, np.int64),
-                                       crop, threads, THREAD_TYPE_CODES[thread_type], out, found)
+                                       crop, flip, threads, THREAD_TYPE_CODES[thread_type], out,
+                                       found)
     if status == DAMAGED:
         raise DecodeError(f"{what}: {why} near pts {seek_pts}..{int(pts[-1])}; the file is "
                           "damaged: re-encode or drop it")
