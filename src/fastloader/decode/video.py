@@ -287,8 +287,12 @@ def _decode_into(data: Record, info: VideoInfo, slots: dict[int, list[int]], out
                           " repack it")
     if native is None:
         done = _finish(np.stack([decoded[p] for p in order]), view)
+    # one whole-window copy (out may be a strided view of a batch in another layout: row by
+    # row, numpy's transposing copy costs 5x more)
+    row_of = np.empty(len(out), np.intp)
     for row, pts in enumerate(order):
-        out[slots[pts]] = done[row]
+        row_of[slots[pts]] = row
+    out[...] = done if (row_of == np.arange(len(out))).all() else done[row_of]
 
 
 def _decode_pyav(data: Record, info: VideoInfo, slots: dict[int, list[int]], seek_to: int,

@@ -20,12 +20,15 @@ import numpy as np
 import torch
 
 from fastloader.decode import video as clips
+from fastloader.decode import video_native
 from fastloader.decode.augment import Transform, output_size, plan_geometry
 from fastloader.errors import DecodeError
 from fastloader.format.kinds.video import seconds
 from fastloader.loader.clip_decoding import Failure, decode_rows, replace_failed
 from fastloader.loader.video_options import Video
 
+# each layout's axes of a batch [B, clips, T, H, W, 3] (as FFmpeg gives RGB): the buffer is laid
+# out so, and each frame is written through a [T, H, W, 3] view of it, on the decode threads
 _PERMUTE = {"TCHW": (0, 1, 2, 5, 3, 4), "CTHW": (0, 1, 5, 2, 3, 4), "THWC": (0, 1, 2, 3, 4, 5)}
 
 
@@ -58,8 +61,10 @@ def window_pts(info: clips.VideoInfo, start: float, video: Video) -> np.ndarray:
 
 class VideoDecoder:
     """Decodes a batch's clips on `threads` threads: the clip producer's ClipDecoder for video.
-    Its buffer is uint8 [B, clips, T, H, W, 3] (as FFmpeg writes RGB); its facts per clip are
-    the frames' timestamps, float32 [B, clips, T]; finish() lays them out as Video asks.
+    Its buffer is uint8 [B, clips, ...] in the layout Video asks ([T, C, H, W], [C, T, H, W]
+    or [T, H, W, C]), each frame written into it through a [T, H, W, 3] view by the thread
+    that decoded it (so no thread permutes the whole batch after); its facts per clip are the
+    frames' timestamps, float32 [B, clips, T].
 
     Args:
         read: sample index -> its stored bytes (a zero-copy view of the shard).
@@ -76,7 +81,9 @@ class VideoDecoder:
                  transforms: Sequence[Transform], threads: int) -> None:
         self.read, self.meta, self.video = read, meta, video
         self.transforms, self.threads = tuple(transforms), threads
-        self.backend = "pyav"
+        self.backend = "native" if video_native.module() is not None else "pyav"
+        layout = _PERMUTE[video.layout][1:]
+        self._rows_view = tuple(int(a) for a in np.argsort([axis - 1 for axis in layout]))
         shapes = meta[:, [1, 0]].astype(np.int64)  # (height, width)
         self.size = output_size(self.transforms, shapes) if len(shapes) else (1, 1)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="fastloader-video")
@@ -85,7 +92,8 @@ class VideoDecoder:
         return seconds(self.meta)
 
     def shape(self, indices: np.ndarray) -> tuple[int, ...]:
-        return (len(indices), self.video.clips, self.video.frames, *self.size, 3)
+        frames = (len(indices), self.video.clips, self.video.frames, *self.size, 3)
+        return tuple(frames[axis] for axis in _PERMUTE[self.video.layout])
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -143,7 +151,7 @@ class VideoDecoder:
         """Every video of the batch into out: (timestamps [B, clips, T], failures)."""
         times, failures = decode_rows(
             self._pool, self.threads, indices,
-            lambda row, sample: self.clip(sample, seed, epoch, out[row]))
+            lambda row, sample: self.clip(sample, seed, epoch, self._frames(out[row])))
         empty = np.zeros((self.video.clips, self.video.frames), np.float32)
         return np.stack([empty if t is None else t for t in times]), failures
 
@@ -152,7 +160,12 @@ class VideoDecoder:
         """on_error="skip": the next video that decodes in the failed one's row; (its index,
         its timestamps)."""
         return replace_failed(failure, len(self.meta),
-                              lambda sample: self.clip(sample, seed, epoch, out[failure.row]))
+                              lambda sample: self.clip(sample, seed, epoch,
+                                                       self._frames(out[failure.row])))
+
+    def _frames(self, row: np.ndarray) -> np.ndarray:
+        """A batch row of the buffer as [clips, T, H, W, 3] (a view in the buffer's layout)."""
+        return row.transpose(self._rows_view)
 
     def trimmed(self, out: np.ndarray, facts: np.ndarray) -> np.ndarray:
         return out  # every window has T frames of one size
@@ -161,9 +174,6 @@ class VideoDecoder:
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """(frames in the asked layout and dtype, timestamps), [B, ...] or with clips > 1
         [B, clips, ...]."""
-        frames = frames.permute(*_PERMUTE[self.video.layout])
-        if self.video.layout != "THWC":
-            frames = frames.contiguous()
         if self.video.dtype == "float32":
             frames = frames.to(torch.float32).div_(255.0)
         if self.video.clips == 1:
