@@ -44,8 +44,12 @@ class VideoKind(EncodedKind):
         return "video (encoded clip)"
 
     def facts(self, data: bytes) -> tuple[int, ...]:
-        """META from the demuxed index, proven by a whole decode."""
-        return meta_of(video.check(data))
+        """META from the demuxed index, proven by a whole decode; DecodeError saying why not
+        (without decode/video's own "video: " lead: the refusal already names the field)."""
+        try:
+            return meta_of(video.check(data))
+        except DecodeError as exc:
+            raise DecodeError(str(exc).removeprefix("video: ")) from None
 
     def record_shape(self, spec: Spec, stored: Any) -> tuple[int, int]:
         width, height = stored.meta[0], stored.meta[1]
