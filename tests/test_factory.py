@@ -7,7 +7,6 @@ import inspect
 from pathlib import Path
 
 import pytest
-import torch
 
 import fastloader
 from fastloader.loader import base, packed
@@ -22,17 +21,10 @@ from fastloader.loader.options import DaliOptions, DropInOptions, PackedOptions
 from fastloader.loader.packed import PackedLoader
 from fastloader.loader.video import VideoLoader
 from fastloader.loader.video_options import VideoOptions
+from tiny_dataset import Numbers
 from treegen import make_flat_tree
 
 CROP = [fastloader.CenterCrop(16)]
-
-
-class Numbers(torch.utils.data.Dataset):
-    def __len__(self) -> int:
-        return 4
-
-    def __getitem__(self, i: int) -> int:
-        return i
 
 
 @pytest.fixture(scope="module")

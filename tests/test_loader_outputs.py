@@ -10,23 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import fastloader
 from fastloader.loader.base import FastLoader
 from fastloader.loader.loader import FastLoader as Factory
 from fastloader.loader.outputs import OUTPUTS
+from tiny_dataset import Numbers
 from toyoutput import TOY, Toy
 
 CROP = [fastloader.CenterCrop(16)]
-
-
-class Numbers(torch.utils.data.Dataset):
-    def __len__(self) -> int:
-        return 4
-
-    def __getitem__(self, i: int) -> int:
-        return i
 
 
 @pytest.fixture
