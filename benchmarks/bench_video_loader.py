@@ -288,6 +288,17 @@ def fastloader_config(path: Path, threads: int, args: argparse.Namespace,
     return run
 
 
+def video_decoder() -> str:
+    """Which decoder the FastLoader rows' windows go through: the extension's module (and the
+    FFmpeg it links) or PyAV."""
+    from fastloader.decode import video_native
+
+    native = video_native.module()
+    if native is None:
+        return f"PyAV {av.__version__}"
+    return f"fastloader._video ({native.libavcodec_version})"
+
+
 def fastloader_module() -> Any:
     import fastloader
 
@@ -510,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"packed {packed} in {pack_clips(clips, packed):.1f} s", flush=True)
         rows = run_benchmark(args, clips, packed)
         print(table(rows))
-        print(env_line(environment()))
+        print(env_line(environment()) + f", video windows by {video_decoder()}")
     finally:
         if args.quick:
             shutil.rmtree(root.parent, ignore_errors=True)
