@@ -107,6 +107,27 @@ def test_a_truncated_file_is_refused_by_name() -> None:
         video.check(data[: len(data) * 2 // 3], what="clip_7.mp4")
 
 
+def test_a_webm_cluster_the_demuxer_skips_is_refused_by_name() -> None:
+    """A damaged Matroska cluster is resynced past with no error: its frames are simply gone
+    (probe and decode agree on the rest). Only FFmpeg's log says so, and check() reads it."""
+    data = make_clip("libvpx-vp9", frames=40, width=64, height=48)
+    damaged = None
+    for at in range(len(data) // 3, len(data) * 3 // 4, 97):
+        candidate = data[:at] + bytes(200) + data[at + 200:]
+        try:
+            if video.probe(candidate).frames < 40:  # a cluster dropped without an error
+                damaged = candidate
+                break
+        except DecodeError:
+            continue
+    assert damaged is not None
+    with pytest.raises(DecodeError, match=r"clip_5\.webm: FFmpeg's matroska,webm reports damage"
+                                          r" \(.*EBML.*\); the file is damaged"):
+        video.check(damaged, what="clip_5.webm")
+    assert av.logging.get_level() is None  # FFmpeg's log is off again, as PyAV leaves it
+    assert video.check(data).frames == 40  # the whole clip passes
+
+
 def test_a_truncated_stream_is_refused_by_check_and_decode(tmp_path: Path) -> None:
     # the index first, then the frames: the cut keeps the index and loses the later frames
     data = make_clip("libx264", frames=40, faststart_path=str(tmp_path / "fast.mp4"))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -119,15 +121,37 @@ def from_index(width: int, height: int, frames: int, time_base: Fraction, durati
 
 
 def check(data: Record, what: str = "video") -> VideoInfo:
-    """probe(), then decode every frame once (the pack-time check); DecodeError if any is bad."""
-    info = probe(data, what)
-    seen = _decode_pts(data, what)
+    """probe(), then decode every frame once (the pack-time check); DecodeError if any is bad,
+    or if FFmpeg reports damage it worked around (a demuxer that resyncs past a broken
+    cluster drops its frames without an error: their loss is said only in its log)."""
+    with _damage_reports(_av()) as reports:
+        info = probe(data, what)
+        seen = _decode_pts(data, what)
+    if reports:
+        _, source, message = reports[0]
+        raise DecodeError(f"{what}: FFmpeg's {source or 'reader'} reports damage ("
+                          f"{message.strip()}); the file is damaged: re-encode or drop it")
     if not np.array_equal(seen, info.pts):
         missing = np.setdiff1d(info.pts, seen)
         raise DecodeError(f"{what}: {len(missing)} of {info.frames} frames do not decode (first"
                           f" missing pts {missing[:3].tolist()}); the file is damaged: re-encode"
                           " or drop it")
     return info
+
+
+@contextlib.contextmanager
+def _damage_reports(av: Any) -> Iterator[list[tuple[int, str, str]]]:
+    """FFmpeg's error-level log lines of this thread while the block runs: (level, source,
+    message). PyAV leaves FFmpeg's log off; it is raised to ERROR for the block alone."""
+    before = av.logging.get_level()
+    av.logging.set_level(av.logging.ERROR)
+    try:
+        with av.logging.Capture(True) as captured:
+            reports: list[tuple[int, str, str]] = []
+            yield reports
+            reports.extend(line for line in captured if line[0] <= av.logging.ERROR)
+    finally:
+        av.logging.set_level(before)
 
 
 def _decode_pts(data: Record, what: str) -> np.ndarray:
