@@ -113,12 +113,14 @@ def test_an_odd_size_with_subsampled_chroma_is_left_to_pyav() -> None:
     np.testing.assert_array_equal(frames, np.stack([ref[p] for p in info.pts[:4].tolist()]))
 
 
-def test_damaged_bytes_are_named() -> None:
+def test_damaged_bytes_are_named(capfd: pytest.CaptureFixture[str]) -> None:
     data = make_clip("libx264", frames=40, width=64, height=48)
     info = video.probe(data)
+    capfd.readouterr()
     with pytest.raises(DecodeError, match=r"clip_9\.mp4: not a readable video container"):
         video_native.decode_window(b"\x00" * 500, 0, info.pts[:2], (0, 0, 48, 64), (48, 64),
                                    False, 1, "SLICE", "clip_9.mp4")
+    assert capfd.readouterr().err == ""  # the error says it; FFmpeg's own line does not too
     # the frames' bytes cut off: the window's frames are missing, and decode_clip says so
     cut = data[:len(data) // 3]
     with pytest.raises(DecodeError, match=r"clip_9\.mp4: .*(did not decode|damaged)"):

@@ -15,6 +15,7 @@
 
 extern "C" {
 #include <libavcodec/avcodec.h>
+#include <libavutil/log.h>
 }
 
 namespace nb = nanobind;
@@ -57,6 +58,11 @@ std::tuple<int, std::string> decode_window(nb::handle data, int64_t seek_pts, Pt
 }  // namespace
 
 NB_MODULE(_video, m) {
+    // What goes wrong reaches the caller as a DecodeError naming the clip; FFmpeg's own lines
+    // ("moov atom not found", concealment notes) would otherwise go to stderr from the
+    // loader's threads, once per damaged window. The level is that of the FFmpeg this module
+    // links (the system's), not of PyAV's bundled copy.
+    av_log_set_level(AV_LOG_QUIET);
     m.attr("__version__") = FASTLOADER_VERSION;
     m.attr("libavcodec_version") = LIBAVCODEC_IDENT;
     m.def("decode_window", &decode_window, nb::arg("data"), nb::arg("seek_pts"), nb::arg("pts"),
