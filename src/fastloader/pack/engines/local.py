@@ -141,6 +141,8 @@ def note_warnings(item: object, i: int, name: Callable[[int], str]) -> None:
     """Log what the decoders warned about a packed item (validate.Prepared.warnings: Pillow's,
     libtiff's ...), one message per item on validate's WARNED_LOG, named by its path or
     name(i); a refused item carries them in its reason (skipped.json) instead."""
+    if type(item) is tuple:  # a keyed sample (staging/items.Keyed): the sample
+        item = item[0]
     record = getattr(item, "record", item)  # an importer's or Python sample's, or a file's
     said = getattr(record, "warnings", ())
     if said and getattr(record, "data", None) is not None:  # only a Prepared has warnings

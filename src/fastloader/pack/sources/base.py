@@ -18,9 +18,10 @@ engine hands each such run to one worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -112,3 +113,33 @@ class ItemSource(Protocol[Work, Ready]):
         task opens the source itself (a tree's listing, an importer's description, from the
         plan)."""
         ...
+
+
+class ListedPlan(NamedTuple):
+    """What the shard plan keeps of a source whose samples are a listing of files (an
+    ImageFolder tree, sources/formats/image_folder.py), so its tasks read the samples from
+    the plan and its commit names them by path: the listing's compact columns, its root, its
+    counts (manifest stats; `refused`: [path, reason] of files listed in skipped.json) and
+    the refusals that are data not packed (a pack stops at the first unless skip_bad)."""
+
+    path_offsets: np.ndarray  # int64 (n + 1,)
+    path_bytes: np.ndarray  # uint8, the relative paths' file-system bytes
+    labels: np.ndarray  # int64 (n,)
+    mtimes: np.ndarray  # int64 (n,)
+    root: Path | str  # the folder, or its URL
+    counts: dict[str, Any]
+    bad: list[list[str]]
+
+
+class Listed(Protocol):
+    """A plan as a listed source reads its samples back from it (staging/plan.ShardPlan)."""
+
+    sizes: np.ndarray
+    path_offsets: np.ndarray | None
+    path_bytes: np.ndarray | None
+    labels: np.ndarray | None
+    mtimes: np.ndarray | None
+    root: Path | str | None
+
+    @property
+    def scan(self) -> Mapping[str, Any]: ...

@@ -21,7 +21,6 @@ from fastloader.decode import decode as decoder
 from fastloader.decode.pillow import BitDepthWarning, depth_note, image_orientation, to_rgb
 from fastloader.errors import DecodeError
 from fastloader.format.manifest import Codec
-from fastloader.format.remote import is_url
 from fastloader.pack.sources.types import StorageOptions
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ class Prepared(NamedTuple):
     crc32: int
     error: str | None
     reencoded: bool
-    # Set by pack/sources/tiling.py's prepare_tiled (tiled packs only).
+    # Set by pack/sources/tiling.py's tile_record (tiled packs only).
     # int64[9] in tiles.HEADER_FIELDS order, None: not tiled
     tile_header: np.ndarray | None = None
     tile_offsets: np.ndarray | None = None  # uint32 segment offsets
@@ -154,25 +153,6 @@ def read_url(url: str, max_bytes: int, storage_options: StorageOptions | None) -
     if len(data) > max_bytes:  # grew since the listing
         raise ValueError(f"more than {max_bytes} bytes, over the --max-file-size cap")
     return data
-
-
-def prepare(
-    path: str, max_side: int | None = None, quality: int = 90,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE, storage_options: StorageOptions | None = None,
-    apply_exif_orientation: bool = False,
-) -> Prepared:
-    """Read the file at path (or the object at a URL) and return its record; never raises for
-    a bad file."""
-    try:
-        if is_url(path):
-            data = read_url(path, max_file_size, storage_options)
-        else:
-            data = read_source(path, max_file_size)
-    except OSError as exc:
-        return reject(f"cannot read: {exc.strerror or exc}")
-    except ValueError as exc:
-        return reject(str(exc))
-    return prepare_data(data, max_side, quality, apply_exif_orientation)
 
 
 class _Sink:

@@ -23,8 +23,10 @@ from fastloader.errors import OptionalDependencyError
 from fastloader.format.fields import FieldSpec, primary_image
 from fastloader.format.kinds import BadValue
 from fastloader.format.manifest import Codec
+from fastloader.format.remote import is_url
 from fastloader.pack.sources.hf_features import image_source
-from fastloader.pack.sources.validate import Prepared, prepare_data, read_source
+from fastloader.pack.sources.types import StorageOptions
+from fastloader.pack.sources.validate import Prepared, prepare_data, read_source, read_url
 from fastloader.pack.sources.validate import reject as _reject
 
 if TYPE_CHECKING:
@@ -53,6 +55,27 @@ def read_member(member: TarMember) -> bytes:
         raise BadValue(f"{member.tar} member {member.name}: truncated ({len(data)} of "
                        f"{member.size} bytes)")
     return data
+
+
+class ListedFile(NamedTuple):
+    """A listed tree's file (sources/formats/image_folder.py): its path, or its URL (read with
+    the pack's storage options), read by the worker that checks it."""
+
+    location: str
+
+
+def read_listed(file: ListedFile, max_file_size: int,
+                storage_options: StorageOptions | None) -> bytes:
+    """The file's bytes; BadValue saying why not in the listing's words (a tree's
+    skipped.json reason: "cannot read: ...", or the size cap)."""
+    try:
+        if is_url(file.location):
+            return read_url(file.location, max_file_size, storage_options)
+        return read_source(file.location, max_file_size)
+    except OSError as exc:
+        raise BadValue(f"cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
 
 
 PIL_FORMATS = ("png", "jpeg")  # what PIL images are encoded as (png: lossless, the default)
@@ -208,7 +231,8 @@ class PreparedSample(NamedTuple):
     path: str
 
 
-def _image_bytes(value: object, max_file_size: int) -> bytes:
+def _image_bytes(value: object, max_file_size: int,
+                 storage_options: StorageOptions | None = None) -> bytes:
     if isinstance(value, ParquetCell):
         cell = value
         try:
@@ -220,6 +244,8 @@ def _image_bytes(value: object, max_file_size: int) -> bytes:
             raise BadValue(f"column {cell.column!r} {exc}") from None
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
+    if isinstance(value, ListedFile):
+        return read_listed(value, max_file_size, storage_options)
     if isinstance(value, TarMember):
         try:
             return read_member(value)
@@ -321,6 +347,9 @@ class Limits(Protocol):
     @property
     def apply_exif_orientation(self) -> bool: ...
 
+    @property
+    def storage_options(self) -> StorageOptions | None: ...
+
 
 def prepare_sample(sample: object, specs: Sequence[FieldSpec], where: str,
                    settings: Limits) -> PreparedSample:
@@ -351,7 +380,8 @@ def prepare_sample(sample: object, specs: Sequence[FieldSpec], where: str,
                                   {}, path)
         try:
             if record is None and spec.kind.is_image:
-                data = source = _image_bytes(sample[spec.name], settings.max_file_size)
+                data = source = _image_bytes(sample[spec.name], settings.max_file_size,
+                                             settings.storage_options)
                 record = prepare_data(data, settings.max_side, settings.quality,
                                       settings.apply_exif_orientation)
                 if record.data is None:
@@ -361,8 +391,10 @@ def prepare_sample(sample: object, specs: Sequence[FieldSpec], where: str,
             if record is None and spec.kind.records and spec.name == records:
                 record = _kind_record(spec, values[spec.name])
         except BadValue as exc:
-            return PreparedSample(_reject(f"{where}: field {spec.name!r} ({spec.describe()}): "
-                                          f"{exc}"), {}, path)
+            # a listed file is the sample itself: its reason names the file, not a field
+            field = "" if isinstance(sample[spec.name], ListedFile) else \
+                f"field {spec.name!r} ({spec.describe()}): "
+            return PreparedSample(_reject(f"{where}: {field}{exc}"), {}, path)
     assert record is not None  # check_specs: an image field is declared
     mismatch = _fit_record(specs, values, source, record)
     if mismatch is not None:
