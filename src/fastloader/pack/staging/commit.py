@@ -19,7 +19,6 @@ import json
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -277,9 +276,7 @@ def _skipped(plan: ShardPlan, parts: list[Part]) -> list[dict[str, str]]:
 def _own(plan: ShardPlan, path: str, reason: str) -> str:
     """A listed file's reason without its location, which its entry names already (a
     sample's reason starts with where it came from: the file's path or URL)."""
-    root = plan.root
-    where = f"{root}/{path}" if isinstance(root, str) else str(Path(root or ".") / path)
-    return reason.removeprefix(f"{where}: ")
+    return reason.removeprefix(f"{plan.located(path)}: ")
 
 
 def _listing_stats(plan: ShardPlan, parts: list[Part]) -> dict[str, object]:

@@ -212,11 +212,11 @@ class ShardPlan:
         start, stop = int(self.path_offsets[i]), int(self.path_offsets[i + 1])
         return bytes(self.path_bytes[start:stop]).decode("utf-8", "surrogateescape")
 
-    def source(self, i: int) -> str:
-        """Where a tree's file i is read from: its path, or its URL."""
+    def located(self, relpath: str) -> str:
+        """Where a listed file is read from: its path under the root, or its URL."""
         if isinstance(self.root, str):
-            return f"{self.root}/{self.relpath(i)}"
-        return str(Path(self.root or ".") / self.relpath(i))
+            return f"{self.root}/{relpath}"
+        return str(Path(self.root or ".") / relpath)
 
     def paths_of(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, bytes) of the paths of these listing positions, gathered without strings
