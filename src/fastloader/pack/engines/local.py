@@ -3,8 +3,8 @@
 The items of every pending shard are prepared in plan order on a process pool (so even one
 shard uses every core), and each part is written here when its last item is in (the same
 part a Ray task writes, pack/staging/build.py). What travels to a worker is the source's
-work for an item (pack/sources/base.ItemSource: a tree's file path, an index into a sequence
-the forked workers inherit, or a sample); windows of items bound what is in flight. A plain
+work for an item (pack/sources/base.ItemSource: an index into a sequence the forked workers
+inherit, or a sample); windows of items bound what is in flight. A plain
 iterable of samples is read in order here and cut every shard_samples samples, each chunk a
 part. Items the source groups by locality (a Parquet row group's cells) travel as runs, each
 prepared by one worker, so no group is decoded by two.
