@@ -1,4 +1,5 @@
-"""Per-file packing work (runs in pool workers): read, validate with Pillow, maybe re-encode."""
+"""Per-file packing work (runs in pool workers): read (a path, a URL, a listed tree's file),
+validate with the loader's decoder or Pillow, maybe re-encode."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from fastloader.decode import _native
 from fastloader.decode import decode as decoder
 from fastloader.decode.pillow import BitDepthWarning, depth_note, image_orientation, to_rgb
 from fastloader.errors import DecodeError
+from fastloader.format.kinds import BadValue
 from fastloader.format.manifest import Codec
+from fastloader.format.remote import is_url
 from fastloader.pack.sources.types import StorageOptions
 
 if TYPE_CHECKING:
@@ -153,6 +156,28 @@ def read_url(url: str, max_bytes: int, storage_options: StorageOptions | None) -
     if len(data) > max_bytes:  # grew since the listing
         raise ValueError(f"more than {max_bytes} bytes, over the --max-file-size cap")
     return data
+
+
+class ListedFile(NamedTuple):
+    """A listed tree's file (sources/formats/image_folder.py): its path, or its URL (read with
+    the pack's storage options), read by the worker that checks it."""
+
+    location: str
+
+
+def read_listed(file: ListedFile, max_file_size: int,
+                storage_options: StorageOptions | None) -> bytes:
+    """The file's bytes; BadValue saying why not in the listing's words (a tree's
+    skipped.json reason: "cannot read: ...", or the size cap)."""
+    try:
+        if is_url(file.location):
+            return read_url(file.location, max_file_size, storage_options)
+        return read_source(file.location, max_file_size)
+    except OSError as exc:
+        raise BadValue(f"cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
+
 
 
 class _Sink:

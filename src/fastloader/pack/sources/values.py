@@ -23,10 +23,15 @@ from fastloader.errors import OptionalDependencyError
 from fastloader.format.fields import FieldSpec, primary_image
 from fastloader.format.kinds import BadValue
 from fastloader.format.manifest import Codec
-from fastloader.format.remote import is_url
 from fastloader.pack.sources.hf_features import image_source
 from fastloader.pack.sources.types import StorageOptions
-from fastloader.pack.sources.validate import Prepared, prepare_data, read_source, read_url
+from fastloader.pack.sources.validate import (
+    ListedFile,
+    Prepared,
+    prepare_data,
+    read_listed,
+    read_source,
+)
 from fastloader.pack.sources.validate import reject as _reject
 
 if TYPE_CHECKING:
@@ -55,27 +60,6 @@ def read_member(member: TarMember) -> bytes:
         raise BadValue(f"{member.tar} member {member.name}: truncated ({len(data)} of "
                        f"{member.size} bytes)")
     return data
-
-
-class ListedFile(NamedTuple):
-    """A listed tree's file (sources/formats/image_folder.py): its path, or its URL (read with
-    the pack's storage options), read by the worker that checks it."""
-
-    location: str
-
-
-def read_listed(file: ListedFile, max_file_size: int,
-                storage_options: StorageOptions | None) -> bytes:
-    """The file's bytes; BadValue saying why not in the listing's words (a tree's
-    skipped.json reason: "cannot read: ...", or the size cap)."""
-    try:
-        if is_url(file.location):
-            return read_url(file.location, max_file_size, storage_options)
-        return read_source(file.location, max_file_size)
-    except OSError as exc:
-        raise BadValue(f"cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise BadValue(str(exc)) from None
 
 
 PIL_FORMATS = ("png", "jpeg")  # what PIL images are encoded as (png: lossless, the default)

@@ -30,7 +30,8 @@ from fastloader.pack.sources.registry import Opened, Opening, Source
 from fastloader.pack.sources.scan import NOT_DATA, ScanResult, scan
 from fastloader.pack.sources.scan_remote import scan_url
 from fastloader.pack.sources.types import Description, Sample, StorageOptions
-from fastloader.pack.sources.values import PATH_KEY, WHERE_KEY, ListedFile
+from fastloader.pack.sources.validate import ListedFile
+from fastloader.pack.sources.values import PATH_KEY, WHERE_KEY
 
 IMAGE, LABEL = "image", "label"  # the tree's fields
 _KEY_BLOCK = 1024  # listing entries keyed at a time (bounds the temporaries)
