@@ -126,9 +126,12 @@ def _child(tree: Path, dst: Path, phase: str, workers: int, shard_size: int) -> 
 
     from fastloader.pack.engines.local import pending_shards
     from fastloader.pack.pipeline import tree as write_mod
-    from fastloader.pack.sources import scan as scan_mod
+    from fastloader.pack.pipeline.samples import importer_plan
+    from fastloader.pack.sources.formats.image_folder import open_tree
+    from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
     from fastloader.pack.staging import plan as plan_mod
-    from fastloader.pack.staging.items import TreeItems
+    from fastloader.pack.staging.items import items_of
+    from fastloader.pack.staging.journal import Staging
     from fastloader.pack.staging.part import identity
 
     gc.collect()
@@ -140,14 +143,16 @@ def _child(tree: Path, dst: Path, phase: str, workers: int, shard_size: int) -> 
         sampler.stop()
         files = manifest.num_samples
     else:
-        result = scan_mod.scan(tree)
-        files = len(result.files)
-        plan = plan_mod.from_scan(result, shard_size)  # the listing as arrays, then cut
-        staging = write_mod.Staging(dst)
+        samples, specs, source = open_tree(str(tree), DEFAULT_MAX_FILE_SIZE, None)
+        files = len(samples)
+        # the listing's arrays, keyed and cut
+        plan = importer_plan(samples, specs, source, {"kind": "imagefolder"}, shard_size, True)
+        staging = Staging(dst)
         staging.open({"listing": True}, resume=False)
         plan.save(staging.dir)
-        settings = plan_mod.TaskSettings("lmdb", shard_size, None, 90, 1 << 30)
-        keys = identity(TreeItems(plan, settings), plan)  # what each part must be made of
+        settings = plan_mod.TaskSettings("lmdb", shard_size, None, 90, 1 << 30,
+                                         fields=plan.fields)
+        keys = identity(items_of(plan, settings), plan)  # what each part must be made of
         pending_shards(staging.dir, plan, True, keys)  # the resume check over every shard
         staging.release()
         shutil.rmtree(staging.dir)

@@ -43,6 +43,24 @@ def packed_tree(root: Path, classes: int = 3, per_class: int = 8, **pack_options
     return root / "data.lmdb"
 
 
+def as_format_v1(dst: Path) -> Path:
+    """Rewrite a packed image + label dataset (a tree's, format v2) in place as the format v1
+    dataset earlier fastloaders packed a tree into: the same shards and core index arrays,
+    its manifest of version 1 (no sample_fields), without the label column a v2 index adds.
+    fastloader no longer writes v1; its readers still read it (tests of that build it here)."""
+    import json
+
+    manifest = json.loads((dst / "manifest.json").read_text())
+    assert [f["name"] for f in manifest["sample_fields"]] == ["image", "label"], manifest
+    for name in [n for n in manifest["fields"] if n.startswith("field.")]:
+        (dst / manifest["fields"].pop(name)["file"]).unlink()
+    manifest["version"] = 1
+    del manifest["sample_fields"]
+    manifest["stats"].pop("skipped_samples", None)
+    (dst / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return dst
+
+
 def collect(loader: Any) -> list[tuple[Any, Any]]:
     """One pass of a loader, each batch cloned (ring slots and pooled buffers are reused)."""
     return [(images.clone(), labels.clone()) for images, labels in loader]

@@ -19,7 +19,7 @@ from fastloader.errors import DatasetError, InvalidArgumentError, PackError
 from fastloader.format.manifest import read_manifest
 from fastloader.pack.maintain.info import dataset_info, format_info
 from fastloader.pack.maintain.verify import verify
-from helpers import packed_tree
+from helpers import as_format_v1, packed_tree
 from imagegen import encode, photo_like
 
 FIELDS: dict[str, Any] = {
@@ -98,7 +98,7 @@ def test_iterables_and_map_style_datasets_pack_in_order(tmp_path: Path, how: str
 
 
 def test_v1_imagefolder_datasets_still_load(tmp_path: Path) -> None:
-    dst = packed_tree(tmp_path, classes=2, per_class=3)
+    dst = as_format_v1(packed_tree(tmp_path, classes=2, per_class=3))  # as trees once packed
     manifest = json.loads((dst / "manifest.json").read_text())
     assert manifest["version"] == 1 and "sample_fields" not in manifest
     with open_dataset(dst) as ds:

@@ -98,7 +98,8 @@ def test_manifest_json_round_trip_and_rejects_unknown_versions(packed) -> None:
     assert Manifest.from_json(manifest.to_json()) == manifest
     assert manifest.num_samples == sum(s.count for s in manifest.shards)
     assert all(len(s.sha256) == 64 and s.bytes > 0 for s in manifest.shards)
-    newer = manifest.to_json().replace('"version": 1', '"version": 99')
+    newer = manifest.to_json().replace(f'"version": {manifest.version}', '"version": 99')
+    assert newer != manifest.to_json()
     with pytest.raises(DatasetError, match="upgrade fastloader"):
         Manifest.from_json(newer)
     with pytest.raises(DatasetError, match="not valid JSON"):

@@ -17,6 +17,7 @@ from fastloader.pack.cli.main import main
 from fastloader.pack.maintain.grow import append, merge, merged_classes
 from fastloader.pack.maintain.verify import verify
 from fastloader.pack.pipeline.tree import pack
+from helpers import as_format_v1
 from treegen import make_flat_tree
 
 SHARD = 2048  # small shards: several per input
@@ -107,6 +108,20 @@ def test_append_tree_in_place_keeps_ids_and_old_readers(tmp_path: Path, two) -> 
                 ] == before
     finally:
         old_reader.close()
+
+
+def test_a_tree_appended_to_a_v1_dataset_joins_it_as_v1(tmp_path: Path, two) -> None:
+    """A dataset packed by an earlier fastloader (format v1) grows in its own format: the
+    tree (packed v2 now) joins it without its label column, the samples as a v2 append's."""
+    a = as_format_v1(_packed(tmp_path, "A", two[0]))
+    v2 = _packed(tmp_path, "A2", two[0])
+    before = _samples(a)
+    manifest = append(a, two[1], workers=1)
+    assert manifest.version == 1 and manifest.sample_fields == []
+    assert not any(name.startswith("field.") for name in manifest.fields)
+    append(v2, two[1], workers=1)  # the same append to the v2 pack of the same tree
+    assert _samples(a) == _samples(v2) and _samples(a)[: len(before)] == before
+    assert manifest.classes == ["c00", "c01", "c02"] and verify(a, decode=True).ok
 
 
 @pytest.mark.parametrize("suffix", [".lmdb", ".h5"])

@@ -204,7 +204,9 @@ def test_a_folder_of_file_groups(tmp_path: Path) -> None:
     assert main([str(tmp_path / "src"), str(tmp_path / "p.lmdb"), "--source-format",
                  "imagefolder", "--quiet"]) == 0  # forced: classes a and b, sidecars ignored
     with open_dataset(tmp_path / "p.lmdb") as ds:
-        assert ds.classes == ["a", "b"] and ds.manifest.version == 1
+        # the tree's reading (a v2 dataset since the tree is an importer: issue 36)
+        assert ds.classes == ["a", "b"] and ds.manifest.version == 2
+        assert [f["name"] for f in ds.manifest.sample_fields] == ["image", "label"]
 
 
 def write_tar(path: Path, groups: list[dict[str, bytes]], start: int) -> Path:

@@ -98,10 +98,8 @@ def test_random_iou_crop_plans_from_a_kind_only_if_it_holds_boxes(
     assert [m.tolist() for m in marks] == [[[0.0, 0.0, float(OUT), float(OUT)]]] * 4
 
 
-# left to the modules of other changes: the CLI's --field NAME:ndarray:DTYPE:SHAPE syntax, and
-# the staging lane's file kinds (isinstance(s.kind, EncodedImage | Raster) replaces it)
-LEFT = {"pack/cli/sources.py: parts[1] == 'ndarray'", "pack/cli/sources.py: k != 'ndarray'",
-        "pack/staging/items.py: s.kind in ('image', 'mask')"}
+# the CLI's own syntax, --field NAME:ndarray:DTYPE:SHAPE, reads a kind's name as typed
+LEFT = {"pack/cli/sources.py: parts[1] == 'ndarray'", "pack/cli/sources.py: k != 'ndarray'"}
 
 
 def test_no_other_module_compares_kind_names() -> None:

@@ -73,7 +73,7 @@ def test_all_files_broken_is_an_error(tmp_path: Path) -> None:
 def test_parallel_pack_is_identical_to_serial(
     tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("fastloader.pack.staging.items.TreeItems.window", 7)  # many pool windows
+    monkeypatch.setattr("fastloader.pack.staging.items.SampleItems.window", 7)  # many pool windows
     make_flat_tree(tmp_path / "src", classes=3, per_class=30)
     calls: list[tuple[int, int, int]] = []
     serial = pack(tmp_path / "src", tmp_path / f"one{suffix}", workers=1, shard_size=20_000)

@@ -17,26 +17,31 @@ from typing import Any
 
 import pytest
 
+from fastloader.format.fields import FieldSpec
 from fastloader.format.index import write_index
 from fastloader.format.open import open_dataset
+from fastloader.pack.pipeline.samples import importer_plan
 from fastloader.pack.pipeline.tree import pack
+from fastloader.pack.sources.formats.image_folder import TreeSamples, open_tree
 from fastloader.pack.sources.listing import Listing, SourceFile
-from fastloader.pack.sources.scan import ScanResult, scan
-from fastloader.pack.sources.validate import Prepared
+from fastloader.pack.sources.scan import scan
+from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE, Prepared
+from fastloader.pack.sources.values import PreparedSample
 from fastloader.pack.staging.build import build_part
-from fastloader.pack.staging.commit import _index, check_parts, commit
-from fastloader.pack.staging.items import TreeItems
+from fastloader.pack.staging.commit import _sample_index, check_parts, commit
+from fastloader.pack.staging.items import items_of
 from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.part import identity
-from fastloader.pack.staging.plan import ShardPlan, TaskSettings, from_scan
+from fastloader.pack.staging.plan import ShardPlan, TaskSettings
 from imagegen import encode, photo_like
 
 FILES = 20_000
 # Bytes a file may cost. The compact listing is ~28 bytes plus the path (~22 here); the old
 # one, a frozen dataclass with a str and two ints per file, was ~290.
 LISTING_BOUND = 100
-# The shard plan over a Listing: its arrays as they are, labels widened to int64 and the
-# cut's cumulative sizes (~16 bytes a file); a str, bytes or SourceFile per file is ~60-290.
+# The shard plan over a Listing: its arrays as they are, labels widened to int64, each file's
+# 16-byte key and the cut's cumulative sizes (~40 bytes a file); a str, bytes or SourceFile
+# per file is ~60-290.
 PLAN_PEAK_BOUND = 48
 # The commit's peak per file: the parts' index arrays and the index columns built from them
 # (numbers and path bytes: 91 bytes measured); a str path per sample makes it ~173.
@@ -80,14 +85,15 @@ def test_the_listing_of_many_files_holds_a_few_dozen_bytes_each(tmp_path: Path) 
 
 def test_the_shard_plan_reads_the_listing_arrays_without_objects(tmp_path: Path) -> None:
     _empty_files(tmp_path / "src", 20, FILES // 20)
-    result = scan(tmp_path / "src")
-    plan, held, peak = _traced(lambda: from_scan(result, 4096, max_files=1000))
+    samples, specs, source = open_tree(str(tmp_path / "src"), DEFAULT_MAX_FILE_SIZE, None)
+    plan, held, peak = _traced(lambda: importer_plan(samples, specs, source, None, 4096, False,
+                                                     max_files=1000))
     # A Listing's arrays are taken as they are (labels widened to int64): no str, bytes or
     # SourceFile per file, even for a moment.
     assert peak / FILES < PLAN_PEAK_BOUND, f"planning peaked at {peak / FILES:.0f} B a file"
     assert held / FILES < PLAN_PEAK_BOUND, f"the plan adds {held / FILES:.0f} B a file"
     assert len(plan) == FILES and plan.num_shards == FILES // 1000
-    listing = result.files
+    listing = samples.listing
     assert [plan.relpath(i) for i in (0, 4321, FILES - 1)] == [
         listing.relpath(i) for i in (0, 4321, FILES - 1)]
     assert plan.labels.tolist() == listing.labels.tolist()
@@ -104,17 +110,22 @@ def _planned(folder: Path, count: int) -> tuple[Staging, ShardPlan, TaskSettings
     by build_part from made-up records (no image is decoded: only the commit is measured)."""
     files = Listing.from_files([SourceFile(f"class_{k % 100:03d}/img_{k:06d}.jpg", k % 100,
                                            12, k) for k in range(count)])
-    result = ScanResult(folder, [f"class_{c:03d}" for c in range(100)], files)
-    plan = from_scan(result, 40_000)  # 3,333 files a shard
+    classes = [f"class_{c:03d}" for c in range(100)]
+    samples = TreeSamples(files, folder, {"classes": classes, "refused": []})
+    specs = [FieldSpec("image", "image"), FieldSpec("label", "int", classes=tuple(classes))]
+    plan = importer_plan(samples, specs, {"kind": "imagefolder", "fingerprint": "x"},
+                         {"kind": "imagefolder", "src": str(folder)}, 40_000, False)
     identity: dict[str, Any] = {"backend": "lmdb", "shard_size": 40_000, "max_side": None,
-                                "quality": 90, "max_file_size": 1 << 30}
+                                "quality": 90, "max_file_size": 1 << 30,
+                                "fields": plan.fields}  # 3,333 files a shard
     settings = TaskSettings.of(identity)
     staging = Staging(folder / "out.lmdb")
     staging.open(identity, resume=False)
     plan.save(staging.dir)
     for k in range(plan.num_shards):
-        build_part(staging.dir, plan, k, settings, TreeItems(plan, settings),
-                   (_prepared(i) for i in range(*plan.span(k))))
+        made = ((PreparedSample(_prepared(i), {"label": i % 100}, files.relpath(i)), None)
+                for i in range(*plan.span(k)))
+        build_part(staging.dir, plan, k, settings, items_of(plan, settings), made)
     return staging, plan, settings
 
 
@@ -124,9 +135,10 @@ def _index_traced(folder: Path, count: int) -> int:
     folder.mkdir()
     staging, plan, settings = _planned(folder, count)
     try:
-        parts = check_parts(staging, plan, identity(TreeItems(plan, settings), plan))
+        parts = check_parts(staging, plan, identity(items_of(plan, settings), plan))
+        specs = items_of(plan, settings).specs
         _, _, peak = _traced(lambda: write_index(
-            staging.dir, _index(staging, plan, parts, "lmdb", False)[0]))
+            staging.dir, _sample_index(staging, plan, parts, specs, "lmdb", False)[0]))
     finally:
         staging.release()
     return peak

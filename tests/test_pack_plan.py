@@ -96,6 +96,25 @@ def test_plan_shard_commit_in_separate_processes_equal_a_one_shot_pack(tmp_path:
     assert not staging_path(dst).exists()
 
 
+def test_shard_runs_read_a_trees_files_from_its_plan_not_a_new_listing(tmp_path: Path,
+                                                                       capsys) -> None:
+    """The plan keeps the tree's listing (an importer whose samples are a listing): a file
+    added after `packdata plan` is not packed, and no shard run lists the tree again (a run
+    that did would find another source than the one planned, and refuse)."""
+    written = broken_tree(tmp_path / "src")
+    dst = tmp_path / "out.lmdb"
+    assert main(["plan", "--skip-bad", str(tmp_path / "src"), str(dst), "--shard-size",
+                 str(SHARD), "--quiet"]) == 0
+    shards = int(capsys.readouterr().out)
+    late = tmp_path / "src" / "c00" / "zz_late.jpg"
+    late.write_bytes(next(iter(written.values())))
+    assert main(["shard", str(dst), "--range", f"0:{shards}", "--workers", "1",
+                 "--quiet"]) == 0
+    assert main(["commit", str(dst), "--quiet"]) == 0
+    with open_dataset(dst) as ds:
+        assert sorted(ds.paths) == sorted(written) and len(ds) == len(written)
+
+
 def test_commit_refuses_missing_and_damaged_parts_naming_the_fix(tmp_path: Path, capsys) -> None:
     broken_tree(tmp_path / "src")
     dst = tmp_path / "out.h5"

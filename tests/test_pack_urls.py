@@ -16,7 +16,7 @@ from fastloader.pack.engines.local import run_local
 from fastloader.pack.engines.progress import Meter
 from fastloader.pack.pipeline.drive import plan_source
 from fastloader.pack.pipeline.options import PackOptions
-from fastloader.pack.pipeline.tree import TreeSource, pack
+from fastloader.pack.pipeline.tree import pack, tree_source
 from fastloader.pack.staging.commit import commit
 from fastloader.pack.staging.items import items_of
 from fastloader.pack.staging.part import identity
@@ -65,8 +65,8 @@ def test_a_pack_to_s3_equals_the_local_pack_and_loads(s3, local: Path) -> None:
 
 def _planned(src: Path) -> tuple[RemoteStaging, object, dict]:
     """A URL pack's plan with every part uploaded by the local engine, not committed."""
-    staging, plan, settings = plan_source(TreeSource(src), URL,
-                                          PackOptions(shard_size=SHARD, skip_bad=True).checked())
+    options = PackOptions(shard_size=SHARD, skip_bad=True).checked()
+    staging, plan, settings = plan_source(tree_source(src, options), URL, options)
     assert isinstance(staging, RemoteStaging)
     items = items_of(plan, settings)
     todo = staging.pending(plan, False, identity(items, plan))
@@ -146,8 +146,9 @@ def test_a_tree_at_an_s3_url_packs_the_same_dataset(s3, local: Path, tmp_path: P
 def test_an_object_gone_after_the_listing_is_skipped_and_listed(s3, local: Path,
                                                                  tmp_path: Path) -> None:
     upload_tree(local / "src", "s3://bucket/tree")
-    staging, plan, settings = plan_source(TreeSource("s3://bucket/tree"), tmp_path / "x.lmdb",
-                                          PackOptions(shard_size=SHARD, skip_bad=True).checked())
+    options = PackOptions(shard_size=SHARD, skip_bad=True).checked()
+    staging, plan, settings = plan_source(tree_source("s3://bucket/tree", options),
+                                          tmp_path / "x.lmdb", options)
     try:
         s3.rm_file("bucket/tree/c02/img_0003.jpg")
         todo = list(range(plan.num_shards))

@@ -35,7 +35,8 @@ def test_class_folders_of_dotted_names_are_an_imagefolder_tree(tmp_path: Path) -
     assert detect(src, None) == "imagefolder"
     assert main([str(src), str(tmp_path / "o.lmdb"), "--quiet", "--workers", "1"]) == 0
     with open_dataset(tmp_path / "o.lmdb") as ds:
-        assert ds.manifest.version == 1 and ds.classes == ["cats", "dogs"]
+        assert ds.manifest.version == 2 and ds.classes == ["cats", "dogs"]
+        assert [f["name"] for f in ds.manifest.sample_fields] == ["image", "label"]
         assert ds.labels.tolist() == [0, 0, 1]
         assert [bytes(ds.record(k)) for k in range(3)] == written
 
@@ -89,9 +90,11 @@ def test_a_folder_read_two_ways_is_refused_in_the_words_of_each_interface(
     assert "read two ways" in err and "source_format" not in err
     assert "--source-format imagefolder" in err and "--source-format files" in err
     assert not (tmp_path / "o.lmdb").exists()
-    for kind, version in (("imagefolder", 1), ("files", 2)):
+    tree = ["image", "label"]  # the tree's fields (both readings write format v2: issue 36)
+    for kind, is_tree in (("imagefolder", True), ("files", False)):
         dst = tmp_path / f"{kind}.lmdb"
         assert main([str(src), str(dst), "--quiet", "--workers", "1",
                      "--source-format", kind]) == 0
         with open_dataset(dst) as ds:
-            assert ds.manifest.version == version and len(ds) == 3
+            names = [f["name"] for f in ds.manifest.sample_fields]
+            assert ds.manifest.version == 2 and (names == tree) == is_tree and len(ds) == 3

@@ -11,12 +11,10 @@ from typing import Any
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec
 from fastloader.format.manifest import Manifest
-from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions
-from fastloader.pack.pipeline.samples import pack_samples
-from fastloader.pack.pipeline.tree import TreeSource
+from fastloader.pack.pipeline.samples import pack_samples, refuse_inside
 from fastloader.pack.sources import hf_dataset, importers
-from fastloader.pack.sources.types import Description, FieldKinds, Sample, StorageOptions
+from fastloader.pack.sources.types import Description, FieldKinds, Sample
 
 
 def pack(
@@ -37,7 +35,7 @@ def pack(
 ) -> Manifest:
     """Pack src into the dataset folder dst (NAME.lmdb or NAME.h5), atomically.
 
-    src is an ImageFolder tree (format v1: image + label, as packdata always made), a table
+    src is an ImageFolder tree (image + label: its class folders, sorted), a table
     (.csv, .tsv, .jsonl, .parquet; Parquet also as a brace pattern of files or a folder of one
     split's files, as the Hugging Face Hub stores them: train-00000-of-00042.parquet ...),
     WebDataset-style files grouped by basename (a folder, a .tar, or a brace pattern of .tar
@@ -45,8 +43,8 @@ def pack(
     clips), a `datasets` save_to_disk folder, a Hugging Face `datasets` Dataset or
     IterableDataset (one split: a DatasetDict is
     refused, naming its splits), or Python samples: a sequence or map-style dataset of dicts
-    (read by index in parallel workers) or any iterable of dicts (in order). All but the first
-    make a format v2 dataset with declared fields (docs/fields.md).
+    (read by index in parallel workers) or any iterable of dicts (in order). Each makes a
+    format v2 dataset with declared fields (docs/fields.md).
 
     A Parquet file written by `datasets` and a Dataset take their fields from their features:
     Image -> image (its stored bytes, never decoded or re-encoded), ClassLabel -> int with its
@@ -129,12 +127,6 @@ def pack(
     if pil_format != "png" and (kind is not None or hf_dataset.is_hf_dataset(src)):
         raise PackError(f"pil_format={pil_format!r} applies to PIL images in Python samples; "
                         "this source's images are stored as the bytes it holds.")
-    if path is not None and kind == "imagefolder":
-        importers.refuse_table_options(kind, fields, image, label, root)
-        if packing.shard_samples is not None:
-            raise PackError("shard_samples applies to Python samples only; an ImageFolder "
-                            "tree is cut by its files' sizes (shard_size).")
-        return drive(TreeSource(path), dst, packing.checked())
     checked = packing.checked()
     if kind is None and hf_dataset.is_hf_dataset(src):
         samples, specs = hf_dataset.dataset_samples(src, fields, image, label, root)
@@ -143,19 +135,20 @@ def pack(
         given = hf_dataset.with_pil_format(src, pil_format, checked.quality)
         # fields=None reaches parse_fields, which says fields= is needed
         return pack_samples(given, dst, fields, checked)
+    refuse_inside(path, dst)
     opener: importers.OpenerArgs = {"fields": fields, "image": image, "label": label,
                                     "root": root, "skip_empty": skip_empty, "masks": masks}
-    samples, specs, source, reopen = _importer(path, kind, opener,
-                                               checked.storage_options)
+    samples, specs, source, reopen = _importer(path, kind, opener, checked)
     return pack_samples(samples, dst, specs, checked, source=source, reopen=reopen)
 
 
 def _importer(src: str | os.PathLike[str], kind: str, opener: importers.OpenerArgs,
-              storage_options: StorageOptions | None
+              options: PackOptions
               ) -> tuple[Iterable[Sample], list[FieldSpec], Description, Description | None]:
     """(samples, specs, source, reopen description) of an importer's source, opened by its
     absolute path, as a shard task reopens it (the same fingerprint)."""
     reopen = importers.reopen_description(src, kind, **opener)
     samples, specs, source = importers.open_source(
-        reopen["src"] if reopen else src, kind, **opener, storage_options=storage_options)
+        reopen["src"] if reopen else src, kind, **opener,
+        storage_options=options.storage_options, max_file_size=options.max_file_size)
     return samples, specs, source, reopen

@@ -114,8 +114,6 @@ class Kind(str):
     takes_classes: ClassVar[bool] = False  # may carry class names (a label)
     verified: ClassVar[bool] = False  # `packdata verify` reads every value back
     cell_is_path: ClassVar[bool] = False  # a table cell holds a file path (relative)
-    meta: ClassVar[tuple[str, ...]] = ()  # a Facts kind's meta column names (() for every
-    # other kind: kept for the callers that still read it; ask isinstance(kind, Facts))
     codecs_read: ClassVar[int] = 0  # records `packdata info` reads at most (spread evenly)
     # to name their codecs with codec(), for a records kind whose index keeps none
 

@@ -28,6 +28,7 @@ class EncodedKind(Kind):
 
     verified = True  # with `packdata verify --decode`, each file is decoded again
     cell_is_path = True
+    meta: ClassVar[tuple[str, ...]] = ()  # the facts' names: the meta column's (capabilities.Facts)
     feature: ClassVar[str] = ""  # the Hugging Face feature whose cells it takes ("Audio")
     extensions: ClassVar[tuple[str, ...]] = ()  # its files' suffixes (".flac"): a WebDataset
     # member or a table column of such files is of this kind

@@ -237,8 +237,8 @@ def _run_pack(argv: Sequence[str]) -> int:
     if not args.quiet:
         seconds = time.perf_counter() - began
         where = dst if is_url(dst) else Path(dst).expanduser().absolute()
-        text = (_summary(manifest.stats, seconds, where) if manifest.version == 1
-                else samples_summary(manifest, seconds, where))
+        text = (_summary(manifest.stats, seconds, where) if "files_found" in manifest.stats
+                else samples_summary(manifest, seconds, where))  # a tree's files, or samples
         print("\n".join([text, *warned.lines()]), file=sys.stderr)
     return 0
 

@@ -56,9 +56,6 @@ def _refuse_url(dst: str) -> None:
 
 
 def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
-    from fastloader.pack.pipeline.drive import plan_source
-    from fastloader.pack.pipeline.tree import TreeSource
-
     pack_parser.prog = "packdata plan"
     pack_parser.usage = "packdata plan SRC DST [options of packdata SRC DST]"
     pack_parser.description = ("List SRC once and write the shard plan into DST's staging "
@@ -69,14 +66,7 @@ def _run_plan(argv: Sequence[str], pack_parser: argparse.ArgumentParser) -> int:
     if args.engine != "local" or args.ray_address:
         raise PackError("packdata plan takes no --engine: the shard runs are yours to "
                         "schedule.")
-    if importers.detect(args.src, args.source_format) != "imagefolder":
-        return _plan_samples(args)
-    staging, plan, _ = plan_source(TreeSource(args.src), args.dst,
-                                   _plan_options(args).checked())
-    staging.release()
-    assert plan is not None
-    _planned(args, len(plan), plan.num_shards, staging.dir)
-    return 0
+    return _plan_samples(args)
 
 
 def _plan_options(args: argparse.Namespace) -> PackOptions:
@@ -95,8 +85,9 @@ def _planned(args: argparse.Namespace, count: int, shards: int, folder: Path,
 
 
 def _plan_samples(args: argparse.Namespace) -> int:
-    """plan of a table, file groups, .tar shards or a COCO file: its source description goes
-    into the plan, so each `packdata shard` run opens it again."""
+    """plan of any source (an ImageFolder tree, a table, file groups, .tar shards, a COCO
+    file ...): its source description goes into the plan, so each `packdata shard` run opens
+    it again (or reads it back from the listing the plan keeps: a tree's)."""
     from fastloader.pack.pipeline.drive import plan_source
     from fastloader.pack.pipeline.samples import SampleSource, sample_options
 
@@ -104,10 +95,13 @@ def _plan_samples(args: argparse.Namespace) -> int:
     kind = importers.detect(args.src, options.pop("source_format", None))
     reopen = importers.reopen_description(args.src, kind, **_opener(options))
     assert reopen is not None  # packdata's options are JSON
-    samples, specs, source = importers.open_source(reopen["src"], kind, **_opener(options))
+    planning = _plan_options(args).checked()
+    samples, specs, source = importers.open_source(
+        reopen["src"], kind, **_opener(options), storage_options=planning.storage_options,
+        max_file_size=planning.max_file_size)
     if not hasattr(samples, "__getitem__"):
         samples = list(samples)
-    checked = sample_options(_plan_options(args).checked(), source)
+    checked = sample_options(planning, source)
     dst = Path(args.dst).expanduser().absolute()
     staging, plan, _ = plan_source(SampleSource(samples, specs, source, reopen), dst, checked)
     try:
@@ -116,7 +110,8 @@ def _plan_samples(args: argparse.Namespace) -> int:
     finally:
         staging.release()
     assert plan is not None
-    _planned(args, len(plan), plan.num_shards, staging.dir, "samples")
+    noun = "samples" if plan.path_offsets is None else "files"  # a listing's items are files
+    _planned(args, len(plan), plan.num_shards, staging.dir, noun)
     return 0
 
 

@@ -3,8 +3,8 @@
 The items of every pending shard are prepared in plan order on a process pool (so even one
 shard uses every core), and each part is written here when its last item is in (the same
 part a Ray task writes, pack/staging/build.py). What travels to a worker is the source's
-work for an item (pack/sources/base.ItemSource: a tree's file path, an index into a sequence
-the forked workers inherit, or a sample); windows of items bound what is in flight. A plain
+work for an item (pack/sources/base.ItemSource: an index into a sequence the forked workers
+inherit, or a sample); windows of items bound what is in flight. A plain
 iterable of samples is read in order here and cut every shard_samples samples, each chunk a
 part. Items the source groups by locality (a Parquet row group's cells) travel as runs, each
 prepared by one worker, so no group is decoded by two.
@@ -141,6 +141,8 @@ def note_warnings(item: object, i: int, name: Callable[[int], str]) -> None:
     """Log what the decoders warned about a packed item (validate.Prepared.warnings: Pillow's,
     libtiff's ...), one message per item on validate's WARNED_LOG, named by its path or
     name(i); a refused item carries them in its reason (skipped.json) instead."""
+    if type(item) is tuple:  # a keyed sample (staging/items.Keyed): the sample
+        item = item[0]
     record = getattr(item, "record", item)  # an importer's or Python sample's, or a file's
     said = getattr(record, "warnings", ())
     if said and getattr(record, "data", None) is not None:  # only a Prepared has warnings

@@ -315,6 +315,22 @@ def _append_into(root: Path, new_roots: Sequence[Path]) -> Manifest:
             ds.close()
 
 
+def _as_v1(folder: Path) -> None:
+    """A tree's pack (image + label, format v2) in the layout of the format v1 dataset it is
+    appended to (the same shards and core index arrays; no label column, no sample_fields):
+    a v1 dataset grows in its own format."""
+    from fastloader.format.fields import specs_from_manifest
+    from fastloader.format.manifest import read_manifest
+
+    manifest = read_manifest(folder)
+    label = specs_from_manifest(manifest.sample_fields, str(folder))[1]
+    for name in label.arrays().values():  # its column: the core label array holds it too
+        (folder / manifest.fields.pop(name).file).unlink()
+    manifest.version, manifest.sample_fields = 1, []
+    manifest.stats.pop("skipped_samples", None)
+    manifest.write(folder)
+
+
 def append(
     dst: str | os.PathLike[str], new: str | os.PathLike[str], **pack_options: Any
 ) -> Manifest:
@@ -362,6 +378,8 @@ def append(
         temp = root.parent / f".{root.name}.append-{os.getpid()}"
         try:
             pack(source, temp, **settings)
+            if current.version == 1:  # dst was packed by an earlier fastloader
+                _as_v1(temp)
             return _append_into(root, [temp])
         finally:  # the packed copy, or what a failed pack of it left
             shutil.rmtree(temp, ignore_errors=True)

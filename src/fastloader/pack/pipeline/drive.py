@@ -1,10 +1,10 @@
 """The one packing pipeline: a source protocol and the driver every source goes through.
 
-A PackSource (an ImageFolder tree, local or at a URL: pipeline/tree.TreeSource; a table, file
-groups, .tar shards, a COCO file or Python samples: pipeline/samples.SampleSource) says how it
+A PackSource (pipeline/samples.SampleSource: an importer's samples (an ImageFolder tree, local
+or at a URL, a table, file groups, .tar shards, a COCO file ...) or Python samples) says how it
 is planned into the staging (what it lists and its identity for resume, in plan.json) and how
-its pending shards run on the engine; one commit joins the parts of any source (format v2
-where the source declares fields, v1 for a tree's image + label records). drive() runs plan,
+its pending shards run on the engine; one commit joins the parts of any source (format v2,
+the fields the source declares). drive() runs plan,
 run and commit for every source, with one rule for a failure: a source that can be
 recognised again keeps its staging for --resume once a shard has finished (and the error says
 so); one that cannot (a plain iterable of Python samples, read once), or a failure before any

@@ -1,13 +1,13 @@
 """Pack samples (dicts of field values) into a format v2 dataset: independent shard tasks.
 
-The Python API (`fastloader.pack(samples, dst, fields=...)`) and every importer but the
-ImageFolder one come here. The samples are cut into a shard plan by a rule of the samples alone
-(staging/plan.py), each shard is one task writing its shard file and part (staging/build.py;
-run by engines/ on forked processes or Ray), and the commit step joins the parts
-(staging/commit.py). A URL DST is staged remotely (staging/remote_stage.py), as an ImageFolder
-pack's is. The first image field becomes the records (shards, as in v1); every other field
-becomes columns under index/ (format/columns.py). A bad sample stops the pack with its reason
-(where, field, what), unless skip_bad, which packs the rest and lists it.
+The Python API (`fastloader.pack(samples, dst, fields=...)`) and every importer (the
+ImageFolder tree's too: {image, label} samples over its listing) come here. The samples are
+cut into a shard plan by a rule of the samples alone (staging/plan.py), each shard is one
+task writing its shard file and part (staging/build.py; run by engines/ on forked processes
+or Ray), and the commit step joins the parts (staging/commit.py). A URL DST is staged
+remotely (staging/remote_stage.py). The first image field becomes the records (shards); every
+other field becomes columns under index/ (format/columns.py). A bad sample stops the pack
+with its reason (where, field, what), unless skip_bad, which packs the rest and lists it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -28,11 +28,19 @@ from fastloader.format.remote import is_url
 from fastloader.pack.pipeline.drive import drive
 from fastloader.pack.pipeline.options import PackOptions, check_destination, resolve_backend
 from fastloader.pack.pipeline.run import run_pending
+from fastloader.pack.sources.base import ListedPlan
 from fastloader.pack.sources.hints import sizes_and_keys
-from fastloader.pack.staging.items import SampleItems, file_fields, is_sequence
+from fastloader.pack.staging.items import (
+    BAD_ITEM_FIX,
+    Indexable,
+    SampleItems,
+    file_fields,
+    is_sequence,
+)
 from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.plan import (
     MAX_SHARD_FILES,
+    ScanCounts,
     ShardPlan,
     TaskSettings,
     check_shard_samples,
@@ -60,21 +68,39 @@ def _open_staging(dst: str | Path, source: dict[str, object] | None, options: Pa
                   ) -> tuple[Staging | RemoteStaging, str]:
     """dst's staging, checked but not opened, and its backend: a folder beside a path DST, or
     the hidden prefix beside a URL DST (remote_stage.py: each shard task uploads its part)."""
+    src = str((source or {}).get("path", ""))
     if is_url(dst):
         backend = resolve_backend(str(dst), options.format)
+        if is_url(src) and str(dst).startswith(src.rstrip("/") + "/"):
+            raise PackError(f"DST {dst} is inside SRC {src}; write the dataset outside the "
+                            "source.")
         remote = RemoteStaging(str(dst), options.storage_options)
         remote.check_destination(options.overwrite)
         return remote, backend
-    if options.storage_options is not None and not (
-            source and is_url(str(source.get("path", "")))):
+    if options.storage_options is not None and not is_url(src):
         raise PackError(f"storage_options applies to a URL SRC or DST (s3://..., gs://...), "
                         f"and neither the source nor the folder {dst} is one; drop it, or "
                         "pass the URL.")
     dst = Path(dst)
     backend = resolve_backend(dst, options.format)
-    src_path = Path(str(source["path"])).absolute() if source and "path" in source else Path("/-")
+    src_path: Path | str = src if is_url(src) else Path(src or "/-").absolute()
     check_destination(dst, src_path, options.overwrite)
     return Staging(dst), backend
+
+
+def refuse_inside(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """PackError when DST lies inside SRC (checked before SRC is read: a source listed with
+    its own destination inside would pack it, or find it empty)."""
+    if is_url(src) or is_url(dst):
+        top, target = str(src), str(dst)
+        inside = is_url(src) and target.startswith(top.rstrip("/") + "/")
+    else:
+        top_path, target_path = (Path(p).expanduser().absolute() for p in (src, dst))
+        inside = target_path == top_path or top_path in target_path.parents
+        top, target = str(top_path), str(target_path)
+    if inside:
+        raise PackError(f"DST {target} is inside SRC {top}; write the dataset outside the "
+                        "source.")
 
 
 def sample_options(options: PackOptions, source: dict[str, object] | None) -> PackOptions:
@@ -89,6 +115,39 @@ def sample_options(options: PackOptions, source: dict[str, object] | None) -> Pa
                         "resume.")
     return replace(options, shard_samples=check_shard_samples(options.shard_samples,
                                                               options.shard_size))
+
+
+def _listed(samples: object, skip_bad: bool) -> ListedPlan | None:
+    """What the plan keeps of samples that are a listing of files (sources/base.ListedPlan),
+    None for others; PackError at the first file the listing refused that is data (an
+    unreadable or special file, one over max_file_size) unless skip_bad (then skipped.json
+    lists it)."""
+    listed = getattr(samples, "listed", None)
+    if listed is None:
+        return None
+    kept: ListedPlan = listed()
+    if kept.bad and not skip_bad:
+        path, reason = kept.bad[0]
+        raise PackError(f"{kept.root}/{path}: {reason}; {BAD_ITEM_FIX}")
+    return kept
+
+
+def importer_plan(samples: Indexable, specs: list[FieldSpec], source: dict[str, object],
+                  reopen: dict[str, object] | None, shard_size: int, skip_bad: bool,
+                  max_files: int = MAX_SHARD_FILES) -> ShardPlan:
+    """An importer's samples cut by their size hints, with their keys (got in one pass), and
+    the listing the plan keeps where the samples are one (a tree's: its tasks read their
+    samples back from it, the commit its counts)."""
+    listed = _listed(samples, skip_bad)
+    sizes, keys = sizes_and_keys(samples, primary_image(specs).name, file_fields(specs))
+    plan = ShardPlan(cut(sizes, shard_size, max_files), sizes, keys=keys,
+                     fingerprint=str(source.get("fingerprint", "")), reopen=reopen,
+                     fields=[s.to_json() for s in specs])
+    if listed is not None:
+        plan.path_offsets, plan.path_bytes = listed.path_offsets, listed.path_bytes
+        plan.labels, plan.mtimes, plan.root = listed.labels, listed.mtimes, listed.root
+        plan.scan = cast(ScanCounts, listed.counts)
+    return plan
 
 
 class SampleSource:
@@ -137,20 +196,15 @@ class SampleSource:
         if len(samples) == 0:
             raise PackError(f"no sample could be packed into {staging.dst} (0 "
                             "skipped): the source has no samples.")
-        keys = None  # an importer's items' identities: --resume rebuilds the changed shards
         if self.source is not None:  # cut by size hints, got with the keys in one pass
-            sizes, keys = sizes_and_keys(samples, primary_image(self.specs).name,
-                                         file_fields(self.specs))
-            bounds = cut(sizes, options.shard_size)
+            plan = importer_plan(samples, self.specs, self.source, self.reopen,
+                                 options.shard_size, options.skip_bad)
         else:  # Python samples, cut by count: their keys are their tasks'
             assert options.shard_samples is not None
-            bounds = count_bounds(len(samples), options.shard_samples)
-            sizes = np.zeros(len(samples), np.int64)
-        if keys is not None:
+            plan = ShardPlan(count_bounds(len(samples), options.shard_samples),
+                             np.zeros(len(samples), np.int64), fields=fields)
+        if plan.keys is not None:
             identity["item_keys"] = True
-        plan = ShardPlan(bounds, sizes, keys=keys,
-                         fingerprint=str((self.source or {}).get("fingerprint", "")),
-                         reopen=self.reopen, fields=fields)
         return plan, identity, run
 
     def run(self, staging: Staging | RemoteStaging, plan: ShardPlan | None,

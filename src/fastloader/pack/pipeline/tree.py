@@ -1,45 +1,25 @@
 """pack(): turn an image tree into a packed dataset; parallel, atomic and resumable.
 
-scan the tree -> a shard plan (staging/plan.py: the sorted listing cut by a rule of the files
-alone) in the staging folder -> one task per shard (staging/build.py; run by engines/: local
-processes or Ray) -> the commit step (staging/commit.py) checks every part and writes the
-index and manifest.json (format v1) last, then renames the folder to DST. `packdata
-plan/shard/commit` run these steps apart.
+The tree is an importer of {image, label} samples over its listing (sources/formats/
+image_folder.py), packed through the one lane every source takes (pipeline/samples.py): its
+sorted listing cut into a shard plan by the files' sizes, one task per shard, the commit
+writing format v2 (image + label) last. This module is the tree's typed entry point.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from fastloader.errors import PackError
 from fastloader.format.manifest import Manifest
-from fastloader.format.remote import is_url
 from fastloader.pack.engines.progress import Progress
-from fastloader.pack.pipeline.drive import drive
-from fastloader.pack.pipeline.options import (
-    DEFAULT_SHARD_SIZE,
-    PackOptions,
-    check_destination,
-    resolve_backend,
-)
-from fastloader.pack.pipeline.run import run_pending
-from fastloader.pack.sources import tiling
-from fastloader.pack.sources.scan import scan
-from fastloader.pack.sources.scan_remote import scan_url
+from fastloader.pack.pipeline.options import DEFAULT_SHARD_SIZE, PackOptions
+from fastloader.pack.pipeline.samples import SampleSource, pack_samples, refuse_inside
+from fastloader.pack.sources import importers, tiling
+from fastloader.pack.sources.formats.image_folder import ImageFolder
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
 from fastloader.pack.staging.commit import SKIPPED_NAME
-from fastloader.pack.staging.items import BAD_ITEM_FIX, TreeItems
-from fastloader.pack.staging.journal import Staging, staging_path
-from fastloader.pack.staging.plan import (
-    MAX_SHARD_FILES,
-    ShardPlan,
-    TaskSettings,
-    from_scan,
-)
-from fastloader.pack.staging.remote_stage import RemoteStaging
+from fastloader.pack.staging.journal import staging_path
 
 
 def pack(
@@ -68,10 +48,11 @@ def pack(
     """Pack the ImageFolder tree at src into a sharded dataset folder dst; the Manifest
     written (also dst/manifest.json).
 
-    Records keep the original bytes unless max_side is set and an image is larger (then JPEG at
-    quality). An unreadable image stops the pack (naming it) unless skip_bad, which packs the
-    rest and lists it in dst/skipped.json. dst appears only when complete (built in a hidden
-    staging folder, renamed last).
+    A format v2 dataset of the fields image and label (the class folders, sorted, its
+    classes). Records keep the original bytes unless max_side is set and an image is larger
+    (then JPEG at quality). An unreadable image stops the pack (naming it) unless skip_bad,
+    which packs the rest and lists it in dst/skipped.json. dst appears only when complete
+    (built in a hidden staging folder, renamed last).
 
     Args:
         src: the image tree, src/<class>/<images> (found recursively; hidden and non-image files
@@ -96,62 +77,32 @@ def pack(
         quiet=quiet, progress=progress, tiles=tiles, restart_mcus=restart_mcus,
         max_file_size=max_file_size, engine=engine, ray_address=ray_address,
         storage_options=storage_options, apply_exif_orientation=apply_exif_orientation).checked()
-    return drive(TreeSource(src), dst, options)
+    return pack_tree(src, dst, options)
 
 
-class TreeSource:
-    """An ImageFolder tree (a folder, or its URL) as the pipeline's source: listed by the scan,
-    cut into a ShardPlan, each file read by the tasks (staging/items.TreeItems), committed as
-    format v1; its identity for resume is each file's path, label, size and mtime
-    (TreeItems.keys)."""
-
-    resumable = True
-
-    def __init__(self, src: str | os.PathLike[str]) -> None:
-        self.src = src
-        self.path: Path | str = str(src) if is_url(src) else Path(src).expanduser().absolute()
-
-    def open_staging(self, dst: str | os.PathLike[str], options: PackOptions
-                     ) -> tuple[Staging | RemoteStaging, str]:
-        """dst's staging, checked but not opened, and its backend: a folder beside a path
-        DST, or the remote staging of a URL DST (remote_stage.py; each task uploads its
-        part)."""
-        if is_url(dst):
-            backend = resolve_backend(str(dst), options.format)
-            if isinstance(self.path, str) and str(dst).startswith(self.path.rstrip("/") + "/"):
-                raise PackError(f"DST {dst} is inside SRC {self.path}; write the dataset "
-                                "outside the source.")
-            remote = RemoteStaging(str(dst), options.storage_options)
-            remote.check_destination(options.overwrite)
-            return remote, backend
-        dst_path = Path(dst).expanduser().absolute()
-        backend = resolve_backend(dst_path, options.format)
-        check_destination(dst_path, self.path, options.overwrite)
-        return Staging(dst_path), backend
-
-    def listing(self, staging: Staging | RemoteStaging, backend: str, options: PackOptions
-                ) -> tuple[ShardPlan, dict[str, object], dict[str, object]]:
-        """The tree scanned (a bad file stops here unless skip_bad) and its listing cut."""
-        result = (scan_url(self.path, options.max_file_size, options.storage_options)
-                  if isinstance(self.path, str) else scan(self.path, options.max_file_size))
-        bad = result.bad_data()  # a folder link's refusal is listed, not a reason to stop
-        if not options.skip_bad and bad:
-            path, reason = bad[0]
-            raise PackError(f"{result.root}/{path}: {reason}; {BAD_ITEM_FIX}")
-        identity: dict[str, object] = {"backend": backend, "src": str(self.path),
-                                    "classes": result.classes,
-                                    "shard_files": MAX_SHARD_FILES}
-        identity |= options.plan_entries()
-        run: dict[str, object] = {"skip_bad": options.skip_bad, "overwrite": options.overwrite}
-        return from_scan(result, options.shard_size), identity, run
-
-    def run(self, staging: Staging | RemoteStaging, plan: ShardPlan | None,
-            settings: TaskSettings, options: PackOptions) -> tuple[ShardPlan, set[int]]:
-        assert isinstance(plan, ShardPlan)
-        # a URL source's storage options: never saved
-        task = replace(settings, storage_options=options.storage_options)
-        return plan, run_pending(staging, plan, TreeItems(plan, task), task, options)
+def tree_source(src: str | os.PathLike[str], options: PackOptions) -> SampleSource:
+    """The tree at src as the pipeline's source: the ImageFolder importer's {image, label}
+    samples (sources/formats/image_folder.py), opened by the tree's absolute path (or URL)
+    as a shard task reads them."""
+    kind = ImageFolder.name
+    reopen = importers.reopen_description(src, kind, fields=None, image=None, label=None,
+                                          root=None, skip_empty=False, masks=False)
+    assert reopen is not None  # the tree's description is JSON
+    samples, specs, source = importers.open_source(
+        reopen["src"], kind, fields=None, image=None, label=None, root=None,
+        storage_options=options.storage_options, max_file_size=options.max_file_size)
+    return SampleSource(samples, specs, source, reopen)
 
 
-__all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "TreeSource", "pack",
-           "staging_path"]
+def pack_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], options: PackOptions
+              ) -> Manifest:
+    """Pack the tree at src into dst with checked options, through the one lane every source
+    takes (pipeline/samples.py)."""
+    refuse_inside(src, dst)
+    tree = tree_source(src, options)
+    return pack_samples(tree.samples, dst, tree.specs, options, source=tree.source,
+                        reopen=tree.reopen)
+
+
+__all__ = ["DEFAULT_SHARD_SIZE", "SKIPPED_NAME", "pack", "pack_tree", "staging_path",
+           "tree_source"]

@@ -1,26 +1,28 @@
 """The item-level source contract: what the plan, the part builder and the engines read of any
-source (an ImageFolder tree's files, an importer's samples, Python samples), never asking which.
+source (an importer's samples, an ImageFolder tree's files among them; Python samples), never
+asking which.
 
 A source's items are positions 0..len-1 of its plan. Each one has a size hint (what the cut
-and the progress weigh), a piece of `work` that travels to a worker (a path, an index into a
-sequence the forked workers inherit, or the sample itself) and a picklable `job` that turns
-that work into a prepared record. The source says how its part's rows are kept (`rows`: a
-tree's v1 index columns, or the v2 columns of its declared `fields`), what a task on another
-machine is handed (`handed`: Python samples travel to the tasks; None when the task opens the
-source again itself, from the plan), and each item's identity for resume (`keys`: what the
-item is made of, told without preparing it; a part records its items' keys, and --resume
-reuses it only while they are the same). A source whose keys can only be told by reading its
-items (Python samples) has its tasks compute them as they prepare each item (`PartRows.keys`),
-so a pack reads it once. Items that are cheapest read together by one worker (the cells of
-one Parquet row group, which a worker decodes whole) say so through `locality`, and the local
-engine hands each such run to one worker.
+and the progress weigh), a piece of `work` that travels to a worker (an index into a sequence
+the forked workers inherit, or the sample itself) and a picklable `job` that turns that work
+into a prepared record. The source says how its part's rows are kept (`rows`: the v2 columns
+of its declared `fields`), what a task on another machine is handed (`handed`: Python samples
+travel to the tasks; None when the task opens the source again itself, from the plan), and
+each item's identity for resume (`keys`: what the item is made of, told without preparing it;
+a part records its items' keys, and --resume reuses it only while they are the same). A
+source whose keys can only be told by reading its items (Python samples) has its tasks
+compute them as they prepare each item (`PartRows.keys`), so a pack reads it once. Items that
+are cheapest read together by one worker (the cells of one Parquet row group, which a worker
+decodes whole) say so through `locality`, and the local engine hands each such run to one
+worker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -112,3 +114,33 @@ class ItemSource(Protocol[Work, Ready]):
         task opens the source itself (a tree's listing, an importer's description, from the
         plan)."""
         ...
+
+
+class ListedPlan(NamedTuple):
+    """What the shard plan keeps of a source whose samples are a listing of files (an
+    ImageFolder tree, sources/formats/image_folder.py), so its tasks read the samples from
+    the plan and its commit names them by path: the listing's compact columns, its root, its
+    counts (manifest stats; `refused`: [path, reason] of files listed in skipped.json) and
+    the refusals that are data not packed (a pack stops at the first unless skip_bad)."""
+
+    path_offsets: np.ndarray  # int64 (n + 1,)
+    path_bytes: np.ndarray  # uint8, the relative paths' file-system bytes
+    labels: np.ndarray  # int64 (n,)
+    mtimes: np.ndarray  # int64 (n,)
+    root: Path | str  # the folder, or its URL
+    counts: dict[str, Any]
+    bad: list[list[str]]
+
+
+class Listed(Protocol):
+    """A plan as a listed source reads its samples back from it (staging/plan.ShardPlan)."""
+
+    sizes: np.ndarray
+    path_offsets: np.ndarray | None
+    path_bytes: np.ndarray | None
+    labels: np.ndarray | None
+    mtimes: np.ndarray | None
+    root: Path | str | None
+
+    @property
+    def scan(self) -> Mapping[str, Any]: ...

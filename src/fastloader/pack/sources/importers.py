@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 from typing import TypedDict
 
-from fastloader.errors import PackError
 from fastloader.pack.sources import catalog as _catalog  # noqa: F401 (registers every source)
 from fastloader.pack.sources import registry
+from fastloader.pack.sources.base import Listed
 from fastloader.pack.sources.registry import Opened, Opening
-from fastloader.pack.sources.types import Description, FieldKinds, StorageOptions
+from fastloader.pack.sources.types import Description, FieldKinds, Indexed, StorageOptions
+from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
 
 SOURCE_FORMATS = registry.names()
 
@@ -31,19 +32,8 @@ class OpenerArgs(TypedDict):
 def detect(src: str | os.PathLike[str], forced: str | None) -> str:
     """The source kind of src: `forced` if given, else the first registered source that
     claims it (tar shards, a table by suffix, a folder by what it holds: folder_kind's rule,
-    PackError when both readings fit); else an ImageFolder tree."""
+    PackError when both readings fit); the ImageFolder tree, asked last, claims the rest."""
     return registry.detect(src, forced)
-
-
-def refuse_table_options(kind: str, fields: FieldKinds | None, image: str | None,
-                         label: str | None, root: str | os.PathLike[str] | None) -> None:
-    """An ImageFolder tree takes none of the table and field options."""
-    given = [f"{name}=" for name, value in (("fields", fields), ("image", image),
-                                            ("label", label), ("root", root)) if value]
-    if given:
-        raise PackError(f"{', '.join(given)} do not apply to an ImageFolder tree (its classes "
-                        'are its folders, its images the files); pass source_format="files" '
-                        "if it is a folder of file groups.")
 
 
 def fingerprint(kind: str, path: str, storage_options: StorageOptions | None = None) -> str:
@@ -55,13 +45,17 @@ def fingerprint(kind: str, path: str, storage_options: StorageOptions | None = N
 def open_source(src: str | os.PathLike[str], kind: str, *, fields: FieldKinds | None,
                 image: str | None, label: str | None, root: str | os.PathLike[str] | None,
                 skip_empty: bool = False, masks: bool = False,
-                storage_options: StorageOptions | None = None
-                ) -> Opened:
-    """(samples, field specs, source description with its fingerprint) of a registered
-    source; storage_options: fsspec's, for .tar shards at URLs."""
+                storage_options: StorageOptions | None = None,
+                max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> Opened:
+    """(samples, field specs, source description with its fingerprint: the one its opener
+    gave, else the source's) of a registered source; storage_options: fsspec's, for sources
+    at URLs; max_file_size: the largest file a listed tree keeps."""
     source = registry.get(kind)
-    opening = Opening(fields, image, label, root, skip_empty, masks, storage_options)
+    opening = Opening(fields, image, label, root, skip_empty, masks, storage_options,
+                      max_file_size)
     samples, specs, described = source.open(os.fspath(src), opening)
+    if described.get("fingerprint"):
+        return samples, specs, described
     return samples, specs, described | {
         "fingerprint": source.fingerprint(described["path"], storage_options)}
 
@@ -75,6 +69,12 @@ def reopen_description(src: str | os.PathLike[str], kind: str, *, fields: FieldK
     JSON, and the samples then travel to the tasks pickled)."""
     return registry.get(kind).reopen(src, Opening(fields, image, label, root, skip_empty,
                                                   masks))
+
+
+def planned(description: Description, plan: Listed) -> Indexed | None:
+    """The samples of a plan whose source keeps its listing in the plan (read from there);
+    None: the source is opened again (reopened)."""
+    return registry.get(description["kind"]).planned(plan)
 
 
 def reopened(description: Description, storage_options: StorageOptions | None) -> Opened:

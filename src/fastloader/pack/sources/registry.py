@@ -2,10 +2,12 @@
 groups, .tar shards, a COCO file, a speech corpus ...), each in a module of its own under
 pack/sources/formats/, and registered by one line in pack/sources/catalog.py.
 
-A Source says whether a path is its kind (`detect`, asked in rank order; the first yes wins,
-an ImageFolder tree when none says yes), opens it as samples (`open`), names the files whose
-stats make the fingerprint a resumed pack compares (`files`, or `fingerprint` itself for
-sources at URLs), and writes how a shard task opens it again (`reopen`: the plan's JSON).
+A Source says whether a path is its kind (`detect`, asked in rank order; the first yes wins;
+the ImageFolder tree is asked last and claims any path), opens it as samples (`open`), names
+the files whose stats make the fingerprint a resumed pack compares (`files`, or `fingerprint`
+itself for sources at URLs; or `open` gives it), and writes how a shard task opens it again
+(`reopen`: the plan's JSON; or `planned`: its samples read back from the plan that keeps its
+listing).
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ from pathlib import Path
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec
 from fastloader.format.remote import is_url
+from fastloader.pack.sources.base import Listed
 from fastloader.pack.sources.probe import Probe
-from fastloader.pack.sources.types import Description, FieldKinds, Sample, StorageOptions
-
-IMAGEFOLDER = "imagefolder"  # the tree's own lane (pipeline/tree.py), chosen when none claims
+from fastloader.pack.sources.types import (
+    Description,
+    FieldKinds,
+    Indexed,
+    Sample,
+    StorageOptions,
+)
+from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class Opening:
     skip_empty: bool = False
     masks: bool = False
     storage_options: StorageOptions | None = None
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE  # a listed tree refuses larger files
 
 
 # (samples, field specs, source description)
@@ -70,6 +79,11 @@ class Source:
         entries = [[name, st.st_size, st.st_mtime_ns] for name, st in stats]
         return digest(entries)
 
+    def planned(self, plan: Listed) -> Indexed | None:
+        """The samples of a plan that keeps this source's listing (read from the plan, not
+        the source); None: the task opens the source again (reopen)."""
+        return None
+
     def reopen(self, src: str | os.PathLike[str], opening: Opening) -> Description | None:
         """How a shard task opens this source again: JSON of the opener's arguments with
         absolute paths; None when fields are not JSON (the samples then travel pickled). A URL
@@ -98,7 +112,7 @@ _SOURCES: dict[str, Source] = {}
 
 def register(source: Source) -> Source:
     """Add a source (its name must be new); returned, so a module may keep it."""
-    if not source.name or source.name in _SOURCES or source.name == IMAGEFOLDER:
+    if not source.name or source.name in _SOURCES:
         raise ValueError(f"source name {source.name!r} is empty or taken")
     _SOURCES[source.name] = source
     return source
@@ -110,8 +124,8 @@ def unregister(name: str) -> None:
 
 
 def names() -> tuple[str, ...]:
-    """Every source_format, the ImageFolder tree first, then in registration order."""
-    return (IMAGEFOLDER, *_SOURCES)
+    """Every source_format, in registration order (the ImageFolder tree first)."""
+    return tuple(_SOURCES)
 
 
 def get(name: str) -> Source:
@@ -124,13 +138,14 @@ def get(name: str) -> Source:
 
 def detect(src: str | os.PathLike[str], forced: str | None) -> str:
     """The source kind of src: `forced` if given (checked), else the first registered source,
-    in rank order, that claims it; else an ImageFolder tree (whose scan says what is wrong)."""
+    in rank order, that claims it (the ImageFolder tree, asked last, claims any: its scan
+    says what is wrong)."""
     if forced is not None:
-        if forced != IMAGEFOLDER:
-            get(forced)
+        get(forced)
         return forced
     probe = Probe(src)
     for source in sorted(_SOURCES.values(), key=lambda s: s.rank):
         if source.detect(probe):
             return source.name
-    return IMAGEFOLDER
+    raise PackError(f"no source format reads {src}; force one with source_format= "
+                    f"({', '.join(names())}).")

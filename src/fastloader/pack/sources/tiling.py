@@ -19,8 +19,7 @@ import numpy as np
 from fastloader.decode import tiles
 from fastloader.errors import NativeUnavailableError, PackError, invalid_type
 from fastloader.format.manifest import Codec
-from fastloader.pack.sources.types import StorageOptions
-from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE, Prepared, prepare
+from fastloader.pack.sources.validate import Prepared
 
 TILES_VERSION = 1
 INDEX_FIELDS = ("tiles_header", "tiles_offsets", "tiles_start", "source_crc32")
@@ -42,19 +41,6 @@ def check_tiles_option(tiles_on: object, restart_mcus: object) -> dict[str, int]
     except NativeUnavailableError as exc:
         raise PackError(f"tiles=True needs the native extension: {exc}") from None
     return {"version": TILES_VERSION, "restart_mcus": limit}
-
-
-def prepare_tiled(
-    path: str, max_side: int | None = None, quality: int = 90,
-    restart_mcus: int = tiles.DEFAULT_RESTART_MCUS, max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    storage_options: StorageOptions | None = None, apply_exif_orientation: bool = False,
-) -> Prepared:
-    """prepare(), then a lossless restart-tile repack of JPEG records (others stay as they are;
-    the EXIF orientation is read from the source, as the repack keeps no EXIF)."""
-    prepared = prepare(path, max_side=max_side, quality=quality, max_file_size=max_file_size,
-                       storage_options=storage_options,
-                       apply_exif_orientation=apply_exif_orientation)
-    return tile_record(prepared, restart_mcus)
 
 
 def tile_record(prepared: Prepared, restart_mcus: int = tiles.DEFAULT_RESTART_MCUS

@@ -1,4 +1,5 @@
-"""Per-file packing work (runs in pool workers): read, validate with Pillow, maybe re-encode."""
+"""Per-file packing work (runs in pool workers): read (a path, a URL, a listed tree's file),
+validate with the loader's decoder or Pillow, maybe re-encode."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from fastloader.decode import _native
 from fastloader.decode import decode as decoder
 from fastloader.decode.pillow import BitDepthWarning, depth_note, image_orientation, to_rgb
 from fastloader.errors import DecodeError
+from fastloader.format.kinds import BadValue
 from fastloader.format.manifest import Codec
 from fastloader.format.remote import is_url
 from fastloader.pack.sources.types import StorageOptions
@@ -47,7 +49,7 @@ class Prepared(NamedTuple):
     crc32: int
     error: str | None
     reencoded: bool
-    # Set by pack/sources/tiling.py's prepare_tiled (tiled packs only).
+    # Set by pack/sources/tiling.py's tile_record (tiled packs only).
     # int64[9] in tiles.HEADER_FIELDS order, None: not tiled
     tile_header: np.ndarray | None = None
     tile_offsets: np.ndarray | None = None  # uint32 segment offsets
@@ -156,23 +158,26 @@ def read_url(url: str, max_bytes: int, storage_options: StorageOptions | None) -
     return data
 
 
-def prepare(
-    path: str, max_side: int | None = None, quality: int = 90,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE, storage_options: StorageOptions | None = None,
-    apply_exif_orientation: bool = False,
-) -> Prepared:
-    """Read the file at path (or the object at a URL) and return its record; never raises for
-    a bad file."""
+class ListedFile(NamedTuple):
+    """A listed tree's file (sources/formats/image_folder.py): its path, or its URL (read with
+    the pack's storage options), read by the worker that checks it."""
+
+    location: str
+
+
+def read_listed(file: ListedFile, max_file_size: int,
+                storage_options: StorageOptions | None) -> bytes:
+    """The file's bytes; BadValue saying why not in the listing's words (a tree's
+    skipped.json reason: "cannot read: ...", or the size cap)."""
     try:
-        if is_url(path):
-            data = read_url(path, max_file_size, storage_options)
-        else:
-            data = read_source(path, max_file_size)
+        if is_url(file.location):
+            return read_url(file.location, max_file_size, storage_options)
+        return read_source(file.location, max_file_size)
     except OSError as exc:
-        return reject(f"cannot read: {exc.strerror or exc}")
+        raise BadValue(f"cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:
-        return reject(str(exc))
-    return prepare_data(data, max_side, quality, apply_exif_orientation)
+        raise BadValue(str(exc)) from None
+
 
 
 class _Sink:

@@ -24,7 +24,14 @@ from fastloader.format.fields import FieldSpec, primary_image
 from fastloader.format.kinds import BadValue, Clips, EncodedImage, Facts
 from fastloader.format.manifest import Codec
 from fastloader.pack.sources.hf_features import image_source
-from fastloader.pack.sources.validate import Prepared, prepare_data, read_source
+from fastloader.pack.sources.types import StorageOptions
+from fastloader.pack.sources.validate import (
+    ListedFile,
+    Prepared,
+    prepare_data,
+    read_listed,
+    read_source,
+)
 from fastloader.pack.sources.validate import reject as _reject
 
 if TYPE_CHECKING:
@@ -208,7 +215,8 @@ class PreparedSample(NamedTuple):
     path: str
 
 
-def _image_bytes(value: object, max_file_size: int) -> bytes:
+def _image_bytes(value: object, max_file_size: int,
+                 storage_options: StorageOptions | None = None) -> bytes:
     if isinstance(value, ParquetCell):
         cell = value
         try:
@@ -220,6 +228,8 @@ def _image_bytes(value: object, max_file_size: int) -> bytes:
             raise BadValue(f"column {cell.column!r} {exc}") from None
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
+    if isinstance(value, ListedFile):
+        return read_listed(value, max_file_size, storage_options)
     if isinstance(value, TarMember):
         try:
             return read_member(value)
@@ -321,6 +331,9 @@ class Limits(Protocol):
     @property
     def apply_exif_orientation(self) -> bool: ...
 
+    @property
+    def storage_options(self) -> StorageOptions | None: ...
+
 
 def prepare_sample(sample: object, specs: Sequence[FieldSpec], where: str,
                    settings: Limits) -> PreparedSample:
@@ -351,7 +364,8 @@ def prepare_sample(sample: object, specs: Sequence[FieldSpec], where: str,
                                   {}, path)
         try:
             if record is None and isinstance(spec.kind, EncodedImage):
-                data = source = _image_bytes(sample[spec.name], settings.max_file_size)
+                data = source = _image_bytes(sample[spec.name], settings.max_file_size,
+                                             settings.storage_options)
                 record = prepare_data(data, settings.max_side, settings.quality,
                                       settings.apply_exif_orientation)
                 if record.data is None:
@@ -361,8 +375,10 @@ def prepare_sample(sample: object, specs: Sequence[FieldSpec], where: str,
             if record is None and spec.name == records and isinstance(spec.kind, Clips):
                 record = _kind_record(spec, spec.kind, values[spec.name])
         except BadValue as exc:
-            return PreparedSample(_reject(f"{where}: field {spec.name!r} ({spec.describe()}): "
-                                          f"{exc}"), {}, path)
+            # a listed file is the sample itself: its reason names the file, not a field
+            field = "" if isinstance(sample[spec.name], ListedFile) else \
+                f"field {spec.name!r} ({spec.describe()}): "
+            return PreparedSample(_reject(f"{where}: {field}{exc}"), {}, path)
     assert record is not None  # check_specs: an image field is declared
     mismatch = _fit_record(specs, values, source, record)
     if mismatch is not None:

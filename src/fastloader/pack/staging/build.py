@@ -1,8 +1,8 @@
 """The part builder: one shard task of any source, from its items to its part.
 
 A task prepares its items lo..hi in order (the ItemSource contract, pack/sources/base.py; a
-plan's items from staging/items.items_of: an ImageFolder tree's files, or a field source's
-samples), writes the shard file (part.write_shard), then journal/NNNNN.part.npz (the index
+plan's items from staging/items.items_of: a source's samples, an ImageFolder tree's files
+among them), writes the shard file (part.write_shard), then journal/NNNNN.part.npz (the index
 arrays its source's rows keep) and, last, its part-manifest. An importer's source is reopened
 in the task from the plan's description (cached per process); Python samples are handed to
 it. With a URL DST the task gets a remote_stage.RemoteStage: the part is built in a local
@@ -73,10 +73,10 @@ def _plan_of(stage: Stage) -> tuple[Any, TaskSettings]:  # a ShardPlan, never na
 def run_shard(staging: str | os.PathLike[str] | RemoteParts, k: int,
               samples: object = None) -> dict[str, int]:
     """The task of shard k of any source, where the engine runs it (a pool's driver, a Ray
-    task, `packdata shard`): read the plan, prepare its items one after another (a tree's
-    files by path; an importer's samples from its source reopened, or Python samples handed
-    over), write the part (in the staging folder, or uploaded to a URL DST's). Returns
-    {files, bytes, packed} for the progress."""
+    task, `packdata shard`): read the plan, prepare its items one after another (an importer's
+    samples from its source reopened or, a tree's, read back from the listing the plan keeps;
+    or Python samples handed over), write the part (in the staging folder, or uploaded to a
+    URL DST's). Returns {files, bytes, packed} for the progress."""
     folder: Stage = Path(staging) if isinstance(staging, (str, os.PathLike)) else staging
     plan, settings = _plan_of(folder)
     if not 0 <= k < plan.num_shards:  # (a RemoteStage's repr would show storage_options)

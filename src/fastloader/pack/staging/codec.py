@@ -1,5 +1,5 @@
 """The records' codec hook of a pack's tasks: `--codec coeffs` encodes each JPEG record as a
-coeffs record where its item is prepared (a tree's file, any source's sample), in the worker.
+coeffs record where its item (any source's sample) is prepared, in the worker.
 
 Other images keep their bytes, and so does a JPEG the codec refuses (a progressive file whose
 scans stop early, which libjpeg block-smooths): such a record stays JPEG, as `recode` keeps it.
@@ -10,12 +10,11 @@ their bytes. A "jpeg" pack never comes here, so its records are the bytes they a
 from __future__ import annotations
 
 import zlib
-from typing import Any
 
 from fastloader.decode import coeffs
 from fastloader.errors import DecodeError
 from fastloader.format.manifest import Codec
-from fastloader.pack.sources.validate import Prepared, prepare
+from fastloader.pack.sources.validate import Prepared
 
 
 def encode_record(prepared: Prepared, codec: str) -> Prepared:
@@ -29,7 +28,3 @@ def encode_record(prepared: Prepared, codec: str) -> Prepared:
         return prepared
     return prepared._replace(data=record, codec=int(Codec.COEFFS), crc32=zlib.crc32(record))
 
-
-def prepare_coded(path: str, codec: str, **limits: Any) -> Prepared:
-    """A tree's file prepared (sources/validate.prepare with limits), its record in codec."""
-    return encode_record(prepare(path, **limits), codec)

@@ -2,12 +2,14 @@
 (last), and rename the staging folder to DST, atomically (for a URL DST, upload them over the
 downloaded parts: remote_stage.RemoteStaging.finish).
 
-One commit for every source: the settings say the format: a source that declares its fields
-(an importer, Python samples) makes a v2 dataset (every part's index arrays and encoded columns
-joined: fixed columns and variable values concatenated, offsets shifted), one that does not
-(an ImageFolder tree: image + label records) a v1 one. A part is refused when its part-manifest is
-missing or unreadable, was made from other items, or its shard file or index arrays do not
-have the size and sha256 it recorded; the message names each such shard and the command that
+One commit for every source, and one format: a v2 dataset of the declared fields (every part's
+index arrays and encoded columns joined: fixed columns and variable values concatenated,
+offsets shifted). A source whose plan keeps a listing of files (an ImageFolder tree) adds
+its listing's counts to the stats and its refusals to skipped.json, each skipped file named
+by its path. Writing format v1 has ended (v1 datasets are still read: format/). A part is
+refused when its part-manifest is missing or unreadable, was made from other items, or its
+shard file or index arrays do not have the size and sha256 it recorded; the message names
+each such shard and the command that
 rebuilds it.
 """
 
@@ -30,7 +32,7 @@ from fastloader.pack.sources import tiling
 from fastloader.pack.staging.items import items_of
 from fastloader.pack.staging.journal import JOURNAL_DIR, Staging
 from fastloader.pack.staging.part import CORE, Identity, Part, check_part, identity, load_arrays
-from fastloader.pack.staging.plan import ShardPlan, Spans, TaskSettings
+from fastloader.pack.staging.plan import REPLAN, ShardPlan, Spans, TaskSettings
 from fastloader.pack.staging.remote_stage import RemoteStaging
 
 SKIPPED_NAME = "skipped.json"
@@ -125,39 +127,6 @@ def _tile_columns(staging: AnyStaging, parts: list[Part]) -> list[dict[str, np.n
     return tiles
 
 
-def _index(staging: AnyStaging, plan: ShardPlan, parts: list[Part], backend: str, tiled: bool
-           ) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
-    """The dataset's index arrays and shard entries (each shard given its sample range)."""
-    shards, arrays = placed_shards(staging, parts, backend)
-    tiles = _tile_columns(staging, parts) if tiled else []
-    if not shards:
-        raise PackError(f"no file under {plan.root} could be decoded ({len(plan)} tried); see "
-                        "why by packing with skip_bad=False (it stops at the first), or check "
-                        "the files are images.")
-
-    def column(name: str) -> np.ndarray:
-        return np.concatenate([a[name] for a in arrays])
-
-    kept = column("kept")
-    assert plan.labels is not None  # a tree's plan: its listing
-    path_offsets, path_bytes = plan.paths_of(kept)
-    extra = tiling.index_fields(tiles) if tiled else {}
-    if index_mod.ORIENTATION in arrays[0]:  # --apply-exif-orientation
-        extra[index_mod.ORIENTATION] = column(index_mod.ORIENTATION)
-    counts = np.asarray([s.count for s in shards], np.int64)
-    return _turned(extra | {
-        "shard": np.repeat(np.arange(len(shards), dtype=np.int32), counts),
-        "offset": column("offset").astype(np.int64),
-        "length": column("length").astype(np.int64),
-        "label": np.asarray(plan.labels[kept], np.int64),
-        "shape": np.stack([column("height"), column("width")], 1).astype(np.int32),
-        "codec": column("codec").astype(np.uint8),
-        "crc32": column("crc32").astype(np.uint32),
-        "path_offsets": path_offsets,
-        "path_bytes": path_bytes,
-    }), shards
-
-
 def _turned(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """With the records' EXIF orientations (--apply-exif-orientation), each "shape" is the
     turned image's (height, width) (format/index.py's ORIENTATION); else as it is."""
@@ -195,13 +164,14 @@ def publish(staging: AnyStaging, overwrite: bool, **entries: Any) -> Manifest:
 def commit(staging: AnyStaging, plan: ShardPlan, settings: TaskSettings, overwrite: bool,
            trusted: Collection[int] = ()) -> Manifest:
     """Check every part, write index/, skipped.json and manifest.json, rename to DST: format
-    v2 with the fields the settings declare, else v1. trusted: shards whose parts need not be
-    checked again (written or checked by this run)."""
+    v2 with the fields the settings declare. trusted: shards whose parts need not be checked
+    again (written or checked by this run)."""
+    if settings.fields is None:  # a plan staged by a fastloader that wrote format v1
+        raise PackError(f"{staging.dst}'s shard plan was made by an older fastloader; "
+                        f"{REPLAN}")
     parts = check_parts(staging, plan, identity(items_of(plan, settings), plan), trusted)
-    if settings.fields is None:
-        return _commit_v1(staging, plan, parts, settings, overwrite)
     specs = specs_from_manifest(settings.fields, "the shard plan")
-    return _commit_v2(staging, parts, specs, settings, overwrite)
+    return _commit_v2(staging, plan, parts, specs, settings, overwrite)
 
 
 def _options(settings: TaskSettings, **more: object) -> dict[str, object]:
@@ -228,29 +198,6 @@ def _codec_stats(settings: TaskSettings, codecs: np.ndarray) -> dict[str, int]:
             "kept_jpeg": int(np.count_nonzero(codecs == Codec.JPEG))}
 
 
-def _commit_v1(staging: AnyStaging, plan: ShardPlan, parts: list[Part],
-               settings: TaskSettings, overwrite: bool) -> Manifest:
-    """An image + label dataset (format v1) of a tree's parts."""
-    tiled = settings.tiles is not None
-    arrays, shards = _index(staging, plan, parts, settings.backend, tiled)
-    refusals = plan.scan["refused"] + [s for p in parts for s in p.skipped]  # scan's first
-    skipped = [{"path": path, "reason": reason} for path, reason in refusals]
-    fields = write_staged(staging, shards, arrays, skipped)
-    options = _options(settings)
-    packed = int(arrays["shard"].size)
-    stats = {
-        "files_found": len(plan), "packed": packed, "skipped": len(skipped),
-        "reencoded": sum(p.reencoded for p in parts),
-        **{name: plan.scan[name] for name in ("ignored_hidden", "ignored_non_image",
-                                              "ignored_outside_classes", "empty_classes")},
-        "source_bytes": int(plan.sizes.sum()), "record_bytes": int(arrays["length"].sum()),
-    }
-    return publish(staging, overwrite, backend=settings.backend, num_samples=packed,
-                   classes=plan.scan["classes"], shards=shards, fields=fields,
-                   options=options, stats=stats | (tiling.tile_stats(arrays) if tiled else {})
-                   | _codec_stats(settings, arrays["codec"]))
-
-
 def _shifted(offsets: list[np.ndarray]) -> np.ndarray:
     """Per-part (count + 1,) offsets joined into one (total + 1,) array."""
     out, base = [np.zeros(1, np.int64)], 0
@@ -262,22 +209,35 @@ def _shifted(offsets: list[np.ndarray]) -> np.ndarray:
 
 def _join(specs: Sequence[FieldSpec], parts: list[dict[str, np.ndarray]]
           ) -> dict[str, np.ndarray]:
-    """Every part's core arrays and columns as one dataset's (offsets shifted)."""
-    joined = {name: np.concatenate([p[name] for p in parts]) for name in CORE
-              + ((index_mod.ORIENTATION,) if index_mod.ORIENTATION in parts[0] else ())}
-    joined["path_offsets"] = _shifted([p["path_offsets"] for p in parts])
-    joined["path_bytes"] = np.concatenate([p["path_bytes"] for p in parts]).astype(np.uint8)
+    """Every part's core arrays and columns as one dataset's (offsets shifted). The parts'
+    arrays are taken out as they are joined, so each is let go once its column is built (the
+    peak is the parts and one column, not the parts twice)."""
+    def take(name: str) -> list[np.ndarray]:
+        return [p.pop(name) for p in parts]
+
     records = primary_image(specs).name
-    for spec in specs:
-        for role, name in spec.arrays(spec.name == records).items():
-            pieces = [p[name] for p in parts]
-            joined[name] = _shifted(pieces) if role == "offsets" else np.concatenate(pieces)
+    columns = {name: role for spec in specs
+               for role, name in spec.arrays(spec.name == records).items()}
+    extra = (index_mod.ORIENTATION,) if index_mod.ORIENTATION in parts[0] else ()
+    empty = np.zeros(0)  # a core array a column builds (the label field's): its place kept
+    joined = {name: empty if name in columns else np.concatenate(take(name))
+              for name in CORE + extra}
+    joined["path_offsets"] = _shifted(take("path_offsets"))
+    joined["path_bytes"] = np.concatenate(take("path_bytes")).astype(np.uint8)
+    for name, role in columns.items():
+        pieces = take(name)
+        joined[name] = _shifted(pieces) if role == "offsets" else np.concatenate(pieces)
     return joined
 
 
-def _sample_index(staging: AnyStaging, parts: list[Part], specs: Sequence[FieldSpec],
-                  backend: str, tiled: bool) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
+def _sample_index(staging: AnyStaging, plan: ShardPlan, parts: list[Part],
+                  specs: Sequence[FieldSpec], backend: str, tiled: bool
+                  ) -> tuple[dict[str, np.ndarray], list[ShardInfo]]:
     shards, arrays = placed_shards(staging, parts, backend)
+    if not shards and plan.path_offsets is not None:  # a listing of files
+        raise PackError(f"no file under {plan.root} could be decoded ({len(plan)} tried); see "
+                        "why by packing with skip_bad=False (it stops at the first), or check "
+                        "the files are images.")
     if not shards:
         skipped = sum(len(p.skipped) for p in parts)
         raise PackError(f"no sample could be packed into {staging.dst} ({skipped} skipped); "
@@ -304,20 +264,50 @@ def _classes(specs: Sequence[FieldSpec], labels: np.ndarray) -> list[str]:
     return [str(k) for k in range(int(labels.max(initial=-1)) + 1)]
 
 
-def _commit_v2(staging: AnyStaging, parts: list[Part], specs: Sequence[FieldSpec],
-               settings: TaskSettings, overwrite: bool) -> Manifest:
-    """A dataset of declared fields (format v2) of a field source's parts."""
+def _skipped(plan: ShardPlan, parts: list[Part]) -> list[dict[str, str]]:
+    """skipped.json's entries: each bad sample where it came from, and why; a listing's files
+    (its own refusals first) by their paths."""
+    if plan.path_offsets is None:
+        return [{"sample": where, "reason": why} for p in parts for where, why in p.skipped]
+    refusals = list(plan.scan.get("refused", [])) + [s for p in parts for s in p.skipped]
+    return [{"path": path, "reason": _own(plan, path, reason)} for path, reason in refusals]
+
+
+def _own(plan: ShardPlan, path: str, reason: str) -> str:
+    """A listed file's reason without its location, which its entry names already (a
+    sample's reason starts with where it came from: the file's path or URL)."""
+    return reason.removeprefix(f"{plan.located(path)}: ")
+
+
+def _listing_stats(plan: ShardPlan, parts: list[Part]) -> dict[str, object]:
+    """A listed source's counts (files found, ignored, empty classes, their bytes, how many
+    were re-encoded); none for other sources."""
+    if plan.path_offsets is None:
+        return {}
+    return {"files_found": len(plan), "reencoded": sum(p.reencoded for p in parts),
+            **{name: plan.scan[name] for name in (
+                "ignored_hidden", "ignored_non_image", "ignored_outside_classes",
+                "empty_classes") if name in plan.scan},
+            "source_bytes": int(plan.sizes.sum())}
+
+
+def _commit_v2(staging: AnyStaging, plan: ShardPlan, parts: list[Part],
+               specs: Sequence[FieldSpec], settings: TaskSettings, overwrite: bool) -> Manifest:
+    """A dataset of declared fields (format v2) of a source's parts."""
     tiled = settings.tiles is not None
-    arrays, shards = _sample_index(staging, parts, specs, settings.backend, tiled)
+    arrays, shards = _sample_index(staging, plan, parts, specs, settings.backend, tiled)
     classes = _classes(specs, arrays["label"])
-    skipped = [{"sample": where, "reason": why} for p in parts for where, why in p.skipped]
+    skipped = _skipped(plan, parts)
     index_fields = write_staged(staging, shards, arrays, skipped)
     packed = int(arrays["shard"].size)
     by_count = {} if settings.shard_samples is None else {  # Python samples: cut by count
         "shard_samples": settings.shard_samples}
-    options = _options(settings, source=settings.source, **by_count)
+    # a listing's files are named by their paths under its root, and where the root was is no
+    # part of the dataset: a tree packs the same dataset from a folder or from its URL
+    source = {} if plan.path_offsets is not None else {"source": settings.source}
+    options = _options(settings, **source, **by_count)
     stats = {"packed": packed, "skipped": len(skipped), "skipped_samples": skipped,
-             "record_bytes": int(arrays["length"].sum())}
+             **_listing_stats(plan, parts), "record_bytes": int(arrays["length"].sum())}
     if tiled:
         stats |= tiling.tile_stats(arrays)
     stats |= _codec_stats(settings, arrays["codec"])

@@ -1,11 +1,11 @@
-"""The two item sources (pack/sources/base.ItemSource) every plan's tasks read: an ImageFolder
-tree's files (TreeItems, over a ShardPlan) and declared-field samples (SampleItems: an
-importer's, reopened in a task from the plan's description, or Python samples handed over).
+"""The item source (pack/sources/base.ItemSource) every plan's tasks read: declared-field
+samples (SampleItems: an importer's, an ImageFolder tree's included, reopened in a task from
+the plan's description or read back from the listing the plan keeps; or Python samples handed
+over).
 
 items_of is the one place that turns a plan into its items; the part builder (build.py) and
-the engines (engines/) then read the ItemSource contract only. Each source keeps its own part
-rows: a tree's v1 index columns (listing positions kept, records), a field source's v2 columns
-(records with labels, paths, every other declared field encoded).
+the engines (engines/) then read the ItemSource contract only. A part's rows are the v2
+columns (records with labels, paths, every other declared field encoded).
 """
 
 from __future__ import annotations
@@ -24,19 +24,16 @@ from fastloader.errors import PackError
 from fastloader.format.columns import encode_column
 from fastloader.format.fields import FieldSpec, label_field, primary_image, specs_from_manifest
 from fastloader.format.index import ORIENTATION, encode_paths
+from fastloader.format.kinds import EncodedImage, Facts, Raster
 from fastloader.pack.sources import tiling
 from fastloader.pack.sources.base import ItemSource
-from fastloader.pack.sources.validate import Prepared
 from fastloader.pack.sources.values import PreparedSample, prepare_sample, read_locality
 from fastloader.pack.staging.codec import encode_record
-from fastloader.pack.staging.file_job import prepare_job
 from fastloader.pack.staging.keys import known, sample_key
 from fastloader.pack.staging.part import CORE
 from fastloader.pack.staging.plan import ShardPlan, TaskSettings
 
 log = logging.getLogger(__name__)
-_ARRAYS = ("kept", "offset", "length", "height", "width", "codec", "crc32")
-_DTYPES = ("int64", "int64", "int64", "int32", "int32", "uint8", "uint32")
 _CORE_DTYPES = ("int64", "int64", "int32", "int32", "uint8", "uint32", "int64")
 # every source's bad item stops the pack unless skip_bad: the message says how to go on
 BAD_ITEM_FIX = "fix it, or pass skip_bad=True to pack the rest and list what was skipped."
@@ -58,102 +55,6 @@ def is_sequence(samples: object) -> TypeGuard[Indexable]:
         samples, (dict, str, bytes))
 
 
-class _FileRows:
-    """What a tree's part collects from its files' prepared records, in listing order."""
-
-    def __init__(self, plan: ShardPlan, tiled: bool, exif: bool = False) -> None:
-        self.plan = plan
-        self.orientations: list[int] | None = [] if exif else None  # --apply-exif-orientation
-        self.data: list[bytes] = []
-        self.kept: list[int] = []
-        self.core: list[tuple[int, int, int, int, int]] = []
-        self.skipped: list[list[str]] = []
-        self.reencoded = 0
-        self.tiles = tiling.TileColumns() if tiled else None
-        self.keys: bytearray | None = None  # the listing tells them (TreeItems.keys)
-
-    def add(self, i: int, prepared: Prepared, skip_bad: bool) -> None:
-        record = prepared
-        if record.data is None:
-            if not skip_bad:
-                raise PackError(f"{self.plan.source(i)}: {record.error}; {BAD_ITEM_FIX}")
-            self.skipped.append([self.plan.relpath(i), record.error or "unknown error"])
-            log.warning("pack: skipped %s: %s", self.skipped[-1][0], self.skipped[-1][1])
-            return
-        self.data.append(record.data)
-        self.kept.append(i)
-        self.core.append((len(record.data), record.height, record.width, record.codec,
-                          record.crc32))
-        self.reencoded += record.reencoded
-        if self.orientations is not None:
-            self.orientations.append(record.orientation)
-        if self.tiles is not None:
-            self.tiles.add(record)
-
-    def arrays(self, offsets: list[int]) -> dict[str, np.ndarray]:
-        columns: list[Sequence[int]] = (list(zip(*self.core, strict=True)) if self.core
-                                        else [[] for _ in range(5)])
-        arrays = {name: np.asarray(values, dtype) for name, values, dtype in
-                  zip(_ARRAYS, [self.kept, offsets, *columns], _DTYPES, strict=True)}
-        return with_orientations(arrays, self.orientations)
-
-
-class TreeItems:
-    """An ImageFolder tree's files as items: each read by path (local or at a URL) in the
-    worker; the v1 index columns in its parts."""
-
-    window = 2048  # files in flight per pool window (with the engine's byte bound)
-
-    def __init__(self, plan: ShardPlan, settings: TaskSettings) -> None:
-        self.plan, self.settings = plan, settings
-
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def size(self, i: int) -> int:
-        return int(self.plan.sizes[i])
-
-    def work(self, i: int) -> str:
-        return self.plan.source(i)
-
-    def keys(self, lo: int, hi: int) -> bytes:
-        """Files lo..hi's listing entries: their paths, labels, sizes and mtimes (a changed
-        or renamed file changes its shard's keys)."""
-        plan = self.plan
-        assert plan.path_offsets is not None and plan.path_bytes is not None
-        assert plan.labels is not None and plan.mtimes is not None
-        paths = plan.path_bytes[plan.path_offsets[lo]:plan.path_offsets[hi]].tobytes()
-        relative = plan.path_offsets[lo:hi + 1] - plan.path_offsets[lo]
-        numbers = (relative, plan.labels[lo:hi], plan.sizes[lo:hi], plan.mtimes[lo:hi])
-        return paths + b"".join(np.ascontiguousarray(a, np.int64).tobytes() for a in numbers)
-
-    def key_job(self) -> None:
-        return None  # the listing tells the keys
-
-    def locality(self) -> None:
-        return None  # each file is read on its own
-
-    def job(self) -> Callable[[str], Prepared]:
-        return self._job
-
-    @functools.cached_property
-    def _job(self) -> Callable[[str], Prepared]:
-        return prepare_job(self.settings)  # once: prepare() runs it for every file
-
-    def prepare(self, i: int) -> Prepared:
-        return self._job(self.work(i))
-
-    def inherited(self) -> contextlib.AbstractContextManager[bool]:
-        return contextlib.nullcontext(False)  # a path travels as it is
-
-    def rows(self) -> _FileRows:
-        return _FileRows(self.plan, self.settings.tiles is not None,
-                         self.settings.apply_exif_orientation)
-
-    def handed(self) -> None:
-        return None  # a task reads the listing from the plan
-
-
 def with_orientations(arrays: dict[str, np.ndarray], orientations: list[int] | None
                       ) -> dict[str, np.ndarray]:
     """A part's arrays with its records' EXIF orientations (--apply-exif-orientation only:
@@ -170,7 +71,7 @@ def specs_of(fields: Sequence[Mapping[str, object]]) -> list[FieldSpec]:
 
 def file_fields(specs: Sequence[FieldSpec]) -> frozenset[str]:
     """The fields whose value may name a file (images and masks): an item's key stamps it."""
-    return frozenset(s.name for s in specs if s.kind in ("image", "mask"))
+    return frozenset(s.name for s in specs if isinstance(s.kind, (EncodedImage, Raster)))
 
 
 Keyed = tuple[PreparedSample, bytes | None]  # a prepared sample, with its key when keyed
@@ -191,8 +92,8 @@ class _SampleRows:
         self.data: list[bytes] = []
         self.core: list[tuple[int, ...]] = []
         self.paths: list[str] = []
-        self.columns: dict[str, list[object]] = {s.name: [] for s in specs  # the records' meta
-                                                 if s.name != self.records or s.kind.meta}
+        self.columns: dict[str, list[object]] = {  # the records' own column: their meta
+            s.name: [] for s in specs if s.name != self.records or isinstance(s.kind, Facts)}
         self.skipped: list[list[str]] = []
         self.reencoded = 0
         self.keys = bytearray() if keyed else None
@@ -387,8 +288,14 @@ def _reopened(description: str, options: str) -> tuple[Indexable, str]:
 
 
 def reopen(plan: ShardPlan, storage_options: dict[str, Any] | None = None) -> Indexable:
-    """The plan's importer samples; PackError if the source is not the one planned."""
+    """The plan's importer samples: read back from the listing the plan keeps (a tree's), else
+    its source opened again; PackError if that source is not the one planned."""
+    from fastloader.pack.sources.importers import planned
+
     assert plan.reopen is not None
+    kept = planned(plan.reopen, plan)
+    if kept is not None:
+        return kept
     options = json.dumps(storage_options or {}, sort_keys=True, default=str)
     samples, identity = _reopened(json.dumps(plan.reopen, sort_keys=True), options)
     if identity != json.dumps(plan.fields, sort_keys=True) + plan.fingerprint:
@@ -399,8 +306,6 @@ def reopen(plan: ShardPlan, storage_options: dict[str, Any] | None = None) -> In
 
 
 def items_of(plan: ShardPlan, settings: TaskSettings, samples: object = None) -> ItemSource:
-    """The items of a plan: a tree's files, or its samples (handed over, or else its
-    importer's source, reopened with the settings' storage options when first read)."""
-    if plan.path_offsets is not None:
-        return TreeItems(plan, settings)
+    """The items of a plan: its samples (handed over, or else its importer's source, read back
+    from the plan or reopened with the settings' storage options when first read)."""
     return SampleItems(samples, specs_of(plan.fields), settings, plan)

@@ -2,8 +2,8 @@
 reading it, when --resume checks a finished part (staging/items.SampleItems.keys): what the
 sample is made of, never its prepared record, so the check prepares nothing.
 
-An importer's items are keyed at planning instead (pack/sources/hints.item_keys), and a
-tree's files by their listing entries (staging/items.TreeItems.keys).
+An importer's items are keyed at planning instead (pack/sources/hints.item_keys; a tree's
+files by their listing entries: sources/formats/image_folder.TreeSamples.item_keys).
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ One plan for every source (ShardPlan): shard k holds items bounds[k]..bounds[k+1
 weighing its size hint (sizes: what the cut and the progress count). Items are added while
 their bytes fit in shard_size (at least one a shard) and at most MAX_SHARD_FILES. What a
 source adds is kept beside the bounds as compact arrays, never a Python object per item:
-- an ImageFolder tree: its sorted listing (path bytes and offsets, labels, mtimes) and root,
-  with the scan's counts;
-- an importer's samples (a table, file groups, .tar shards, COCO): their item keys (what a
-  resume compares, pack/sources/hints.item_keys) or the source's fingerprint, and how a task
-  opens the source again (reopen);
+- an importer's samples (a table, file groups, .tar shards, COCO, an ImageFolder tree): their
+  item keys (what a resume compares, pack/sources/hints.item_keys) or the source's
+  fingerprint, and how a task opens the source again (reopen); an importer whose samples are a
+  listing of files (a tree) keeps the listing too (path bytes and offsets, labels, mtimes),
+  with its root and counts, and its tasks read their samples back from it;
 - Python samples: nothing more. Their __getitem__ would have to run on the driver for a size
   hint, so they are cut by count alone (every shard_samples samples, default shard_size /
   128 KiB), and their keys are computed by the tasks as they prepare them.
@@ -30,13 +30,11 @@ from dataclasses import MISSING, dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import (
-    TYPE_CHECKING,
     Any,
     Literal,
     Protocol,
     TypedDict,
     Union,
-    cast,
     get_args,
     get_origin,
     get_type_hints,
@@ -46,15 +44,8 @@ import numpy as np
 
 from fastloader.checks import int_at_least
 from fastloader.errors import PackError
-from fastloader.format.index import encode_paths
 from fastloader.format.remote import is_url
 from fastloader.pack.staging.journal import PLAN_DIR, PLAN_NAME, write_atomic
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from fastloader.pack.sources.listing import Listing, SourceFile
-    from fastloader.pack.sources.scan import ScanResult
 
 SETTINGS_NAME = "settings.json"  # in plan/: what a run adds (skip_bad, overwrite, token)
 MAX_SHARD_FILES = 1 << 16  # bounds a task's memory and time on tiny files
@@ -221,11 +212,11 @@ class ShardPlan:
         start, stop = int(self.path_offsets[i]), int(self.path_offsets[i + 1])
         return bytes(self.path_bytes[start:stop]).decode("utf-8", "surrogateescape")
 
-    def source(self, i: int) -> str:
-        """Where a tree's file i is read from: its path, or its URL."""
+    def located(self, relpath: str) -> str:
+        """Where a listed file is read from: its path under the root, or its URL."""
         if isinstance(self.root, str):
-            return f"{self.root}/{self.relpath(i)}"
-        return str(Path(self.root or ".") / self.relpath(i))
+            return f"{self.root}/{relpath}"
+        return str(Path(self.root or ".") / relpath)
 
     def paths_of(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, bytes) of the paths of these listing positions, gathered without strings
@@ -311,41 +302,6 @@ def cut(sizes: np.ndarray, shard_size: int, max_files: int = MAX_SHARD_FILES) ->
 def count_bounds(n: int, shard_samples: int) -> np.ndarray:
     """Every shard_samples samples (the last shard may be shorter)."""
     return np.append(np.arange(0, n, shard_samples, dtype=np.int64), np.int64(n))
-
-
-def _listing_arrays(files: Sequence[SourceFile]) -> tuple[np.ndarray, ...]:
-    """(path_offsets, path_bytes, labels, sizes, mtimes) of a scan's files: a Listing's own
-    arrays (pack/sources/listing.py; no Python object per file), else read file by file."""
-    if hasattr(files, "path_offsets"):  # a Listing: its paths are already fsencoded bytes
-        listing = cast("Listing", files)
-        return (np.asarray(listing.path_offsets, np.int64),
-                np.asarray(listing.path_bytes, np.uint8), np.asarray(listing.labels, np.int64),
-                np.asarray(listing.sizes, np.int64), np.asarray(listing.mtimes, np.int64))
-    n = len(files)
-    labels, sizes, mtimes = (np.empty(n, np.int64) for _ in range(3))
-    for i, source in enumerate(files):
-        labels[i], sizes[i], mtimes[i] = source.label, source.size, source.mtime_ns
-    path_offsets, path_bytes = encode_paths([source.relpath for source in files])
-    return path_offsets, path_bytes, labels, sizes, mtimes
-
-
-def from_scan(result: ScanResult, shard_size: int, max_files: int = MAX_SHARD_FILES) -> ShardPlan:
-    """The plan of a scan's files (pack/sources/scan.ScanResult): the listing as arrays, cut.
-
-    Reads the scan through a narrow interface only: a Listing's column arrays, or else
-    len(files) and each file's relpath, label, size and mtime_ns, in their (sorted) order.
-    """
-    path_offsets, path_bytes, labels, sizes, mtimes = _listing_arrays(result.files)
-    scan: ScanCounts = {
-        "classes": list(result.classes),
-        "ignored_hidden": result.ignored_hidden,
-        "ignored_non_image": result.ignored_non_image,
-        "ignored_outside_classes": result.ignored_outside_classes,
-        "empty_classes": list(result.empty_classes),
-        "refused": [list(r) for r in result.refused],
-    }
-    return ShardPlan(cut(sizes, shard_size, max_files), sizes, path_offsets, path_bytes,
-                     labels, mtimes, root=result.root, scan=scan)
 
 
 def check_shard_samples(shard_samples: object, shard_size: int) -> int:
