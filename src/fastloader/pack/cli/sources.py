@@ -16,20 +16,23 @@ _SHOWN_SKIPPED = 10
 
 def parse_field(text: str) -> tuple[str, str | tuple[str, str, tuple[int, ...]]]:
     """'caption:text' -> ('caption', 'text'); 'emb:ndarray:float32:512' and '...:3x-1' give
-    ('emb', ('ndarray', 'float32', (512,)))."""
+    ('emb', ('ndarray', 'float32', (512,))): a kind whose bare name does not say it all
+    (kinds.Kind.bare: an array's dtype and shape) is declared NAME:KIND:DTYPE:SHAPE."""
     parts = text.split(":")
-    simple = [k for k in kinds.names() if k != "ndarray"]  # ndarray: NAME:ndarray:DTYPE:SHAPE
+    simple = [k for k in kinds.names() if isinstance(kinds.get(k).bare(), str)]
+    typed = [k for k in kinds.names() if k not in simple]
     if len(parts) == 2 and parts[1] in simple:
         return parts[0], parts[1]
-    if len(parts) == 4 and parts[1] == "ndarray":
+    if len(parts) == 4 and parts[1] in typed:
         try:
             shape = tuple(int(n) for n in parts[3].split("x")) if parts[3] else ()
-            return parts[0], ("ndarray", parts[2], shape)
+            return parts[0], (parts[1], parts[2], shape)
         except ValueError:
             pass
+    forms = " or ".join(f"NAME:{k}:DTYPE:SHAPE (e.g. emb:{k}:float32:512, seq:{k}:int32:-1)"
+                        for k in typed)
     raise argparse.ArgumentTypeError(
-        f"{text!r} is not NAME:KIND (KIND one of {', '.join(simple)})"
-        " or NAME:ndarray:DTYPE:SHAPE (e.g. emb:ndarray:float32:512, seq:ndarray:int32:-1)")
+        f"{text!r} is not NAME:KIND (KIND one of {', '.join(simple)}) or {forms}")
 
 
 def add_source_options(parser: argparse.ArgumentParser) -> None:
