@@ -14,7 +14,6 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import FastloaderError
@@ -23,23 +22,21 @@ from fastloader.format.remote import is_url
 from fastloader.pack.api import pack
 from fastloader.pack.cli import steps as cli_plan
 from fastloader.pack.cli.options import pack_options
-from fastloader.pack.cli.sources import add_source_options, samples_summary, source_options
+from fastloader.pack.cli.sources import add_source_options, source_options
 from fastloader.pack.cli.stops import (
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     Stop,
     sigterm_as_interrupt,
 )
+from fastloader.pack.cli.summaries import samples_summary, tiles_line, tree_summary
 from fastloader.pack.cli.words import cli_words, flags
-from fastloader.pack.maintain.info import dataset_info, format_info, human_bytes
+from fastloader.pack.maintain.info import dataset_info, format_info
 from fastloader.pack.pipeline.drive import staging_kept
-from fastloader.pack.pipeline.tree import DEFAULT_SHARD_SIZE, SKIPPED_NAME
+from fastloader.pack.pipeline.tree import DEFAULT_SHARD_SIZE
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE, WARNED_LOG
 from fastloader.pack.staging.journal import RESUME_LOG
 from fastloader.pack.staging.upload import download
-
-if TYPE_CHECKING:
-    from fastloader.pack.maintain.verify import VerifyReport
 
 SUBCOMMANDS = ("info", "verify", "append", "merge", "plan", "shard", "commit", "recode")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -183,46 +180,6 @@ def _sub_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _skipped_list(dst: Path | str) -> list[dict[str, str]]:
-    if isinstance(dst, str):  # a URL
-        from fastloader.format.remote import Remote
-
-        return list(json.loads(Remote(dst).read_bytes(SKIPPED_NAME)))
-    return list(json.loads((dst / SKIPPED_NAME).read_text()))
-
-
-def _summary(manifest_stats: dict, seconds: float, dst: Path | str) -> str:
-    stats = manifest_stats
-    rate = stats["files_found"] / max(seconds, 1e-9)
-    mbps = stats["source_bytes"] / max(seconds, 1e-9) / 1e6
-    lines = [
-        f"packed {stats['packed']} images into {dst} in {seconds:.1f} s "
-        f"({rate:.0f} files/s, {mbps:.1f} MB/s, {human_bytes(stats['record_bytes'])} of records)"
-    ]
-    ignored = stats["ignored_hidden"] + stats["ignored_non_image"]
-    ignored += stats["ignored_outside_classes"]
-    if ignored:
-        lines.append(
-            f"ignored {ignored} files: {stats['ignored_hidden']} hidden, "
-            f"{stats['ignored_non_image']} not images, "
-            f"{stats['ignored_outside_classes']} outside class folders"
-        )
-    if stats["empty_classes"]:
-        lines.append(f"empty class folders (kept as classes): {stats['empty_classes']}")
-    if "tiled" in stats:
-        lines.append(
-            f"tiled {stats['tiled']} JPEGs losslessly; {stats['untiled']} records kept their "
-            "bytes (not tileable: non-JPEG, arithmetic-coded, lossless or 12-bit)"
-        )
-    if stats["reencoded"]:
-        lines.append(f"re-encoded {stats['reencoded']} images larger than --max-side")
-    if stats["skipped"]:
-        lines.append(f"skipped {stats['skipped']} unreadable files (all in {dst}/{SKIPPED_NAME}):")
-        skipped = _skipped_list(dst)
-        lines += [f"  {s['path']}: {s['reason']}" for s in skipped[:_SHOWN_SKIPPED]]
-    return "\n".join(lines)
-
-
 def _run_pack(argv: Sequence[str]) -> int:
     args = _pack_parser().parse_args(argv)
     began = time.perf_counter()
@@ -237,7 +194,7 @@ def _run_pack(argv: Sequence[str]) -> int:
     if not args.quiet:
         seconds = time.perf_counter() - began
         where = dst if is_url(dst) else Path(dst).expanduser().absolute()
-        text = (_summary(manifest.stats, seconds, where) if "files_found" in manifest.stats
+        text = (tree_summary(manifest.stats, seconds, where) if "files_found" in manifest.stats
                 else samples_summary(manifest, seconds, where))  # a tree's files, or samples
         print("\n".join([text, *warned.lines()]), file=sys.stderr)
     return 0
@@ -322,7 +279,7 @@ def _run_verify(argv: Sequence[str]) -> int:
                       if report.values_checked else "")
             print(f"OK: {report.root}: {report.records_checked} {what}{values}, all intact")
             if report.tiles_checked or report.tiles_unchecked:
-                print(_tiles_line(report, args.source is not None))
+                print(tiles_line(report, args.source is not None))
         return 0
     print(
         f"DAMAGED: {report.root}: {len(report.problems)} problems, "
@@ -330,18 +287,6 @@ def _run_verify(argv: Sequence[str]) -> int:
         file=sys.stderr,
     )
     return 1
-
-
-def _tiles_line(report: VerifyReport, with_source: bool) -> str:
-    if report.tiles_unchecked:
-        return f"tiles: not checked: {report.tiles_unchecked}"
-    line = f"tiles: {report.tiles_checked} tile tables match their records"
-    if with_source:
-        line += (
-            f"; {report.sources_compared} records equal their source pixels, "
-            f"{report.sources_unavailable} sources gone or changed (not compared)"
-        )
-    return line
 
 
 def main(argv: Sequence[str] | None = None) -> int:

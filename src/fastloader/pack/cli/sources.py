@@ -1,17 +1,13 @@
 """packdata's options for tables and file groups (--source-format, --image, --label, --root,
---field, --skip-bad) and the summary of a fields (v2) pack."""
+--field, --skip-bad)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TypedDict
 
 from fastloader.format import kinds
-from fastloader.format.manifest import Manifest
 from fastloader.pack.sources.importers import SOURCE_FORMATS
-
-_SHOWN_SKIPPED = 10
 
 
 def parse_field(text: str) -> tuple[str, str | tuple[str, str, tuple[int, ...]]]:
@@ -88,18 +84,3 @@ def source_options(args: argparse.Namespace) -> SourceOptions:
     if args.masks:
         options["masks"] = True
     return options
-
-
-def samples_summary(manifest: Manifest, seconds: float, dst: Path | str) -> str:
-    """What a fields (v2) pack made, and what it skipped."""
-    stats = manifest.stats
-    fields = ", ".join(f"{f['name']} ({f['kind']})" for f in manifest.sample_fields)
-    lines = [f"packed {stats['packed']} samples into {dst} in {seconds:.1f} s "
-             f"({stats['packed'] / max(seconds, 1e-9):.0f} samples/s); fields: {fields}"]
-    skipped = stats.get("skipped_samples", [])
-    if skipped:
-        noun = "sample" if len(skipped) == 1 else "samples"
-        lines.append(f"skipped {len(skipped)} bad {noun} (all in the manifest and "
-                     f"{dst}/skipped.json):")
-        lines += [f"  {s['sample']}: {s['reason']}" for s in skipped[:_SHOWN_SKIPPED]]
-    return "\n".join(lines)
