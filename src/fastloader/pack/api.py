@@ -11,8 +11,8 @@ from typing import Any
 from fastloader.errors import PackError
 from fastloader.format.fields import FieldSpec
 from fastloader.format.manifest import Manifest
-from fastloader.pack.pipeline.options import PackOptions
-from fastloader.pack.pipeline.samples import pack_samples, refuse_inside
+from fastloader.pack.pipeline.options import PackOptions, refuse_inside
+from fastloader.pack.pipeline.samples import pack_samples
 from fastloader.pack.sources import hf_dataset, importers
 from fastloader.pack.sources.types import Description, FieldKinds, Sample
 

@@ -19,6 +19,7 @@ from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
 from fastloader.errors import PackError, invalid_argument, invalid_type
 from fastloader.format.backends import backend_for_suffix
 from fastloader.format.manifest import BACKENDS
+from fastloader.format.remote import is_url
 from fastloader.pack.engines.progress import Progress
 from fastloader.pack.sources import tiling
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
@@ -223,6 +224,21 @@ def resolve_backend(dst: Path | str, format: str | None) -> str:
     return chosen
 
 
+def refuse_inside(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """PackError when DST lies inside SRC (checked before SRC is read: a source listed with
+    its own destination inside would pack it, or find it empty)."""
+    if is_url(src) or is_url(dst):
+        top, target = str(src), str(dst)
+        inside = is_url(src) and target.startswith(top.rstrip("/") + "/")
+    else:
+        top_path, target_path = (Path(p).expanduser().absolute() for p in (src, dst))
+        inside = target_path == top_path or top_path in target_path.parents
+        top, target = str(top_path), str(target_path)
+    if inside:
+        raise PackError(f"DST {target} is inside SRC {top}; write the dataset outside the "
+                        "source.")
+
+
 def check_destination(dst: Path, src: Path | str, overwrite: bool) -> None:
     """PackError unless dst can be created (or, with overwrite, replaced) outside src."""
     if not dst.parent.is_dir():
@@ -230,8 +246,7 @@ def check_destination(dst: Path, src: Path | str, overwrite: bool) -> None:
             f"cannot create {dst}: its parent folder {dst.parent} does not exist; create it "
             "first or choose another DST."
         )
-    if dst == src or src in dst.parents:
-        raise PackError(f"DST {dst} is inside SRC {src}; write the dataset outside the source.")
+    refuse_inside(src, dst)
     if not (dst.exists() or dst.is_symlink()):
         return
     if not overwrite:

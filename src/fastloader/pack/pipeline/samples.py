@@ -26,7 +26,12 @@ from fastloader.format.fields import FieldSpec, parse_fields, primary_image
 from fastloader.format.manifest import Manifest
 from fastloader.format.remote import is_url
 from fastloader.pack.pipeline.drive import drive
-from fastloader.pack.pipeline.options import PackOptions, check_destination, resolve_backend
+from fastloader.pack.pipeline.options import (
+    PackOptions,
+    check_destination,
+    refuse_inside,
+    resolve_backend,
+)
 from fastloader.pack.pipeline.run import run_pending
 from fastloader.pack.sources.base import ListedPlan
 from fastloader.pack.sources.hints import sizes_and_keys
@@ -71,9 +76,8 @@ def _open_staging(dst: str | Path, source: dict[str, object] | None, options: Pa
     src = str((source or {}).get("path", ""))
     if is_url(dst):
         backend = resolve_backend(str(dst), options.format)
-        if is_url(src) and str(dst).startswith(src.rstrip("/") + "/"):
-            raise PackError(f"DST {dst} is inside SRC {src}; write the dataset outside the "
-                            "source.")
+        if src:
+            refuse_inside(src, dst)
         remote = RemoteStaging(str(dst), options.storage_options)
         remote.check_destination(options.overwrite)
         return remote, backend
@@ -86,21 +90,6 @@ def _open_staging(dst: str | Path, source: dict[str, object] | None, options: Pa
     src_path: Path | str = src if is_url(src) else Path(src or "/-").absolute()
     check_destination(dst, src_path, options.overwrite)
     return Staging(dst), backend
-
-
-def refuse_inside(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    """PackError when DST lies inside SRC (checked before SRC is read: a source listed with
-    its own destination inside would pack it, or find it empty)."""
-    if is_url(src) or is_url(dst):
-        top, target = str(src), str(dst)
-        inside = is_url(src) and target.startswith(top.rstrip("/") + "/")
-    else:
-        top_path, target_path = (Path(p).expanduser().absolute() for p in (src, dst))
-        inside = target_path == top_path or top_path in target_path.parents
-        top, target = str(top_path), str(target_path)
-    if inside:
-        raise PackError(f"DST {target} is inside SRC {top}; write the dataset outside the "
-                        "source.")
 
 
 def sample_options(options: PackOptions, source: dict[str, object] | None) -> PackOptions:

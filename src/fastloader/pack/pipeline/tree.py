@@ -13,8 +13,8 @@ from typing import Any
 
 from fastloader.format.manifest import Manifest
 from fastloader.pack.engines.progress import Progress
-from fastloader.pack.pipeline.options import DEFAULT_SHARD_SIZE, PackOptions
-from fastloader.pack.pipeline.samples import SampleSource, pack_samples, refuse_inside
+from fastloader.pack.pipeline.options import DEFAULT_SHARD_SIZE, PackOptions, refuse_inside
+from fastloader.pack.pipeline.samples import SampleSource, pack_samples
 from fastloader.pack.sources import importers, tiling
 from fastloader.pack.sources.formats.image_folder import ImageFolder
 from fastloader.pack.sources.validate import DEFAULT_MAX_FILE_SIZE
