@@ -261,6 +261,12 @@ def test_a_damaged_video_is_named_or_skipped(tmp_path: Path) -> None:
     with pytest.raises(DecodeError, match=r"sample 2 .*on_error='skip'"), \
             _loader(root, batch_size=2, video=video) as loader:
         list(loader)
+    with pytest.raises(DecodeError) as caught, \
+            _loader(root, batch_size=2, video=video, verify_records=True) as loader:
+        list(loader)
+    said = str(caught.value)  # the record's checksum fails: named once, one full stop
+    assert said.count("record 2 (") == 1 and "fails its crc32 check" in said
+    assert ".." not in said
     with _loader(root, batch_size=2, video=video, on_error="skip") as loader:
         labels = [label for _, batch in loader for label in batch.tolist()]
         assert loader.stats().skipped == 1

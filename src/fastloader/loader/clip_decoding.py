@@ -23,6 +23,12 @@ class Failure(NamedTuple):
     sample: int
     error: Exception
 
+    def named(self, where: str) -> str:
+        """Why it failed, led by which sample and record it is (where), unless the dataset's
+        own error names the record already (a record that fails its checksum)."""
+        text = str(self.error).rstrip(".")
+        return text if isinstance(self.error, CorruptRecordError) else f"{where}: {text}"
+
 
 T = TypeVar("T")
 

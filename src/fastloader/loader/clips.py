@@ -334,7 +334,7 @@ class _Pass:
             if loader.on_error != "skip":
                 if slot is not None:
                     loader._ring.release(slot)  # type: ignore[union-attr]
-                raise DecodeError(f"batch {number}: {where}: {failure.error}. {RAISE_FIX}")
+                raise DecodeError(f"batch {number}: {failure.named(where)}. {RAISE_FIX}")
             index, facts[failure.row] = decoder.replace(failure, seed, self.epoch, out)
             indices[failure.row] = index
             loader._counters.add_skip(where)
@@ -393,4 +393,3 @@ class _Pass:
 
 class _Halted(Exception):
     """The pass was stopped while the producer waited for a slot."""
-
