@@ -22,7 +22,7 @@ import torch
 
 from fastloader import FastLoader, RandomHorizontalFlip, RandomResizedCrop
 from fastloader.gpu.planar import PlanarSpec
-from fastloader.loader import pipeline
+from fastloader.loader import image_batches
 from fastloader.loader.batch_transform import run_batch_transform
 from fastloader.pack.pipeline.tree import pack
 from make_images import ensure_tree
@@ -74,7 +74,7 @@ VARIANTS: dict[str, Callable[[torch.Tensor], torch.Tensor] | None] = {
 
 def images_per_s(path: Path, transform: object, batch: int, threads: int) -> float:
     if isinstance(transform, TorchNormalized):
-        with patch.object(pipeline, "transform_planar", torch_normalize):
+        with patch.object(image_batches, "transform_planar", torch_normalize):
             return images_per_s(path, lambda images: images, batch, threads)
     with FastLoader(path, batch_size=batch, shuffle=True, device="cpu", num_threads=threads,
                     transforms=[RandomResizedCrop(224), RandomHorizontalFlip()],

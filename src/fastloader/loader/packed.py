@@ -22,6 +22,7 @@ from fastloader.loader.base import FastLoader
 from fastloader.loader.collate import FieldCollator
 from fastloader.loader.detection import letterboxed, plan_boxes_field
 from fastloader.loader.extra_images import ExtraImages
+from fastloader.loader.image_batches import EpochPlan, ImageBatches, PreparedImages, ReadyBatch
 from fastloader.loader.masks import MaskBatches
 from fastloader.loader.memory import BatchRing, pinned_nbytes
 from fastloader.loader.mix_order import MixOrder
@@ -29,11 +30,13 @@ from fastloader.loader.options import PackedOptions, Sampler, exif_turns
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.passes import EpochPasses
 from fastloader.loader.path_choice import PackedData
-from fastloader.loader.pipeline import EpochPlan, Producer
+from fastloader.loader.producer import Producer, Tuning
 from fastloader.loader.remote import RemoteOptions, plan_shards, remote_options
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.stats import Counters, LoaderStats
+
+ImageProducer = Producer[PreparedImages, ReadyBatch]
 
 
 def _check_memory(batch_size: int, image_size: tuple[int, int], slot_bytes: int) -> None:
@@ -136,7 +139,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         self._max_threads = options.max_threads
         self._extra_images: ExtraImages | None = None
         self._ring: BatchRing | None = None
-        self._active: Producer | None = None
+        self._active: ImageProducer | None = None
         self._resume_batch = 0
         self._batches_done = 0
         self._counters = Counters()
@@ -195,15 +198,18 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         # chance to apply it: take its setting here so a settled count is never left unapplied.
         self._decoder.num_threads = self._tuner.setting().threads
         tuner = self._tuner if self._tuner.state == "measuring" else None
-        producer = Producer(self._data, self.transforms, self._decoder, self._ring,
-                            self._counters, self.on_error, epoch_plan, tuner,
-                            self._step.planar, self.max_skips, self.batch_transform,
-                            self._box_field, self._masks, self._turns).start()
+        batches = ImageBatches(self._data, self.transforms, self._decoder, self._ring,
+                               self._counters, self.on_error, epoch_plan, self._step.planar,
+                               self.max_skips, self.batch_transform, self._box_field,
+                               self._masks, self._turns)
+        tuning = None if tuner is None else Tuning(tuner, batches.apply)
+        producer = Producer(batches, self._ring, self._counters, batches.batches,
+                            tuning).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)
 
-    def _consume(self, producer: Producer, epoch_plan: EpochPlan) -> Iterator[Any]:
+    def _consume(self, producer: ImageProducer, epoch_plan: EpochPlan) -> Iterator[Any]:
         clock = time.perf_counter  # a local: the finally may run at exit, module globals gone
         started = clock()
         finished = False
