@@ -1,5 +1,5 @@
 """AudioLoader: batches of a packed audio dataset (FastLoader(path, audio=fastloader.Audio())):
-the clip producer (loader/clips.py) with the audio decoder (loader/audio_batch.py). Each
+the clip loader (loader/clips.py) with the audio decoder (loader/audio_batch.py). Each
 batch's audio is the pair (waveforms [B, C, T], lengths int64 [B]) where the records' image
 would be."""
 

@@ -83,7 +83,7 @@ def batch_shape(shapes: ClipShapes, indices: np.ndarray, audio: Audio) -> tuple[
 
 class BatchDecoder:
     """Decodes a batch's clips on `threads` threads (libsndfile and soxr release the GIL): the
-    clip producer's ClipDecoder for audio; its facts per clip are the lengths, int64 [B].
+    clip loader's ClipDecoder for audio; its facts per clip are the lengths, int64 [B].
 
     Args:
         read: sample index -> its stored bytes (a zero-copy view of the shard).

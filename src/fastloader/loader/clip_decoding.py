@@ -1,4 +1,4 @@
-"""What a timed kind's batch decoder is to the clip producer (loader/clips.py): the ClipDecoder
+"""What a timed kind's batch decoder is to the clip loader (loader/clips.py): the ClipDecoder
 protocol, a failed clip, and the two loops every such decoder shares: a batch's rows decoded on
 its threads (decode_rows) and a failed clip replaced under on_error="skip" (replace_failed)."""
 

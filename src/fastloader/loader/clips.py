@@ -1,8 +1,8 @@
-"""ClipLoader: the producer of a packed dataset whose records are timed clips (audio, video):
-each loader of them (loader/audio.py, loader/video.py) is this producer with its kind's
-ClipDecoder.
+"""ClipLoader: the loader of a packed dataset whose records are timed clips (audio, video):
+each loader of them (loader/audio.py, loader/video.py) is this loader with its kind's
+ClipDecoder, and its batches are made by the one producer (loader/producer.py) with ClipBatches.
 
-A producer thread runs `prefetch` batches ahead over the pass's batch plan
+The producer runs `prefetch` batches ahead over the pass's batch plan
 (loader/duration_batches.py: fixed counts, or by duration with max_batch_seconds); per batch
 the decoder's threads read each clip's bytes zero-copy from the shard, decode only its window
 and write it into the batch buffer: a slot of the page-locked ring (loader/memory.BatchRing) on
@@ -16,20 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import queue
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from fastloader.errors import (
-    DecodeError,
-    FastloaderError,
-    ProducerError,
-    invalid_argument,
-)
+from fastloader.errors import DecodeError, FastloaderError, invalid_argument
 from fastloader.format.kinds import Clips, EncodedImage, Kind
 from fastloader.format.open import dataset_from
 from fastloader.loader.arguments import options_from
@@ -40,17 +34,16 @@ from fastloader.loader.collate import FieldCollator
 from fastloader.loader.duration_batches import BatchPlan
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.options import ClipOptions
+from fastloader.loader.passes import EpochPasses
 from fastloader.loader.path_choice import PackedData
+from fastloader.loader.producer import Producer
 from fastloader.loader.resume import dataset_identity
 from fastloader.loader.sampler import EpochSampler
 from fastloader.loader.skips import RAISE_FIX
 from fastloader.loader.stats import Counters, LoaderStats, Timer
-from fastloader.loader.threads import Worker
-
-_END = object()
 
 
-class ClipLoader(PackedAttributes, FastLoader):
+class ClipLoader(EpochPasses, PackedAttributes, FastLoader):
     """The loader of a packed dataset of timed clips; subclasses give `_decoder_for`.
 
     Args (every clip loader's; each loader adds its own):
@@ -128,10 +121,9 @@ class ClipLoader(PackedAttributes, FastLoader):
                                options.batch_size, max_seconds, buckets, options.drop_last)
         self._collate = FieldCollator(ds, options.fields, None)
         self._ring: BatchRing | None = None
-        self._slot_bytes = 0
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self._active: _Pass | None = None
-        self._resume = 0  # where the next pass starts (BatchPlan.rank_batches' start)
+        self._active: ClipProducer | None = None
+        self._resume_batch = 0  # where the next pass starts (BatchPlan.rank_batches' start)
         self._batches_done = 0
         self.dataset = ds
         self._identity = dataset_identity(ds)  # the manifest's hash: fixed while open
@@ -140,7 +132,7 @@ class ClipLoader(PackedAttributes, FastLoader):
 
     def _rank_batches(self, epoch: int) -> list[np.ndarray]:
         return self._plan.rank_batches(epoch, self.sampler.rank, self.sampler.world_size,
-                                       self._resume)
+                                       self._resume_batch)
 
     def __len__(self) -> int:
         self.sampler.refresh()
@@ -155,12 +147,64 @@ class ClipLoader(PackedAttributes, FastLoader):
         self._stop_pass()
         epoch = self.sampler.begin_pass()
         batches = self._rank_batches(epoch)
-        self._global_start = self._resume  # spent at the first batch (_first_batch_out)
+        self._global_start = self._resume_batch  # spent at the first batch (_first_batch_out)
         self._batches_done = 0
         self._epoch = epoch
         self._ensure_ring(batches)
-        self._active = _Pass(self, batches, epoch)
-        return self._active.run()
+        filler = ClipBatches(self._decoder, self._ring, batches, self._plan.seed, epoch,
+                             self._counters, self._data.describe, self.on_error)
+        producer = Producer(filler, self._ring, self._counters, range(len(batches)),
+                            depth=self._prefetch).start()
+        self._active = producer
+        return self._consume(producer, epoch)
+
+    def _consume(self, producer: ClipProducer, epoch: int) -> Iterator[Any]:
+        finished = False
+        try:
+            with Timer(self._counters, "active"):
+                while True:
+                    if self._active is not producer:
+                        raise FastloaderError(
+                            "this iterator was ended because a newer pass over the same "
+                            "loader started, or it was closed; start a new pass with "
+                            "iter(loader)")
+                    batch = producer.get(self._counters)
+                    if batch is None:
+                        finished = True
+                        return
+                    entry = self._hand_over(batch)
+                    if self._batches_done == 0:
+                        self._first_batch_out()
+                    self._batches_done += 1
+                    self._counters.add_batch(batch.count)
+                    yield entry
+        finally:
+            if self._active is producer:
+                self._stop_pass()
+            if finished:
+                self._pass_finished(epoch)
+
+    def _hand_over(self, batch: ClipBatch) -> Any:
+        """The batch on the device, its clips entry finished and the other fields collated."""
+        clips, slot = batch.clips, batch.slot
+        with Timer(self._counters, "copy"):
+            if slot is not None and self._stream is not None and self._ring is not None:
+                current = torch.cuda.current_stream(self.device)
+                self._stream.wait_stream(current)
+                with torch.cuda.stream(self._stream):
+                    moved = clips.to(self.device, non_blocking=True)
+                    event = torch.cuda.Event()
+                    event.record(self._stream)
+                current.wait_stream(self._stream)
+                moved.record_stream(current)
+                self._ring.release(slot, event)
+                clips = moved
+            else:
+                clips = clips.to(self.device)
+        facts = torch.from_numpy(batch.facts).to(self.device)
+        entry = self._decoder.finish(clips, facts, slot is not None)
+        labels = torch.from_numpy(np.asarray(self._data.labels[batch.samples], np.int64))
+        return self._collate(entry, labels.to(self.device), batch.samples)
 
     def _ensure_ring(self, batches: list[np.ndarray]) -> None:
         """A page-locked ring whose slots hold this pass's largest batch (CUDA only)."""
@@ -168,34 +212,18 @@ class ClipLoader(PackedAttributes, FastLoader):
             return
         size = self._decoder.dtype.itemsize
         need = max(math.prod(self._decoder.shape(b)) * size for b in batches)
-        if self._ring is None or need > self._slot_bytes:
-            self._ring = BatchRing(self._prefetch + 1, 1, 1, -(-need // 3), pin=True)
-            self._slot_bytes = -(-need // 3) * 3
+        if self._ring is None or need > self._ring.slot_nbytes:
+            self._ring = BatchRing.of_bytes(self._prefetch + 1, need, pin=True)
 
     def _stop_pass(self) -> None:
-        if self._active is not None:
-            self._active.stop()
-            self._active = None
+        producer, self._active = self._active, None
+        if producer is not None:
+            producer.shutdown()
             if self._ring is not None:  # the queued batches' and a cut-short put's slots
                 self._ring.reset()
 
-    def _first_batch_out(self) -> None:
-        """As EpochPasses': a pending resume is spent, and the next pass reads the next
-        epoch (an iter() that yields nothing, as Lightning's probe, leaves both)."""
-        self._resume = 0
-        self.sampler.mark_used()
-
-    def _pass_finished(self, epoch: int) -> None:
-        """As EpochPasses': a pass of `epoch` ran to its end; the next reads epoch + 1."""
-        self._batches_done = 0
-        self._resume = 0
-        self.sampler.set_epoch(epoch + 1)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch of the next pass (a pending resume of that same epoch is kept)."""
-        if epoch != self.sampler.epoch:
-            self._resume = 0
-        self.sampler.set_epoch(epoch)
+    def _end_active_pass(self) -> None:
+        self._stop_pass()
 
     def state_dict(self) -> dict[str, Any]:
         """A global checkpoint (loader/resume.py's rule): `position` the samples of the epoch's
@@ -206,7 +234,7 @@ class ClipLoader(PackedAttributes, FastLoader):
         if self._active is not None:
             epoch, done, start = self._epoch, self._batches_done, self._global_start
         else:
-            epoch, done, start = self.sampler.next_epoch(), 0, self._resume
+            epoch, done, start = self.sampler.next_epoch(), 0, self._resume_batch
         resume, position = self._plan.after(epoch, start, done * self.sampler.world_size)
         return {"version": 2, "epoch": epoch, "batches_done": done,
                 "pass_start": resume, "position": position,
@@ -247,12 +275,12 @@ class ClipLoader(PackedAttributes, FastLoader):
         self.sampler.set_epoch(int(state["epoch"]))
         if version == 1:  # global batches taken, of this batch size
             taken = int(state["global_batches_done"])
-            self._resume = self._plan.after(int(state["epoch"]), 0, taken)[0]
+            self._resume_batch = self._plan.after(int(state["epoch"]), 0, taken)[0]
         else:
-            self._resume = int(state["pass_start"])
+            self._resume_batch = int(state["pass_start"])
 
     def stats(self) -> LoaderStats:
-        depth = self._active.queue.qsize() if self._active is not None else 0
+        depth = self._active.queue_depth() if self._active is not None else 0
         ring = self._ring
         return self._counters.snapshot(
             queue_depth=depth, prefetch=self._prefetch,
@@ -276,120 +304,64 @@ class ClipLoader(PackedAttributes, FastLoader):
             self._data.close()
 
 
-class _Pass:
-    """One pass: the producer thread and the consumer's generator."""
 
-    def __init__(self, loader: ClipLoader, batches: list[np.ndarray], epoch: int) -> None:
-        self.loader, self.batches, self.epoch = loader, batches, epoch
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=loader._prefetch)
-        self.halt = threading.Event()
-        self.thread = Worker(self._produce, f"fastloader-{loader._decoder.kind}-producer")
 
-    def stop(self) -> None:
-        self.halt.set()
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self.queue.get_nowait()
-        self.thread.join()
+@dataclass(frozen=True)
+class ClipBatch:
+    """A batch of clips as the producer queues it: the buffer (a ring slot's view on CUDA,
+    else its own array, cut to what its clips fill), the per-clip facts, the samples
+    delivered (after any skip replacement) and the slot."""
 
-    def _put(self, item: Any) -> None:
-        while not self.halt.is_set():
-            with contextlib.suppress(queue.Full):
-                self.queue.put(item, timeout=0.05)
-                return
+    clips: torch.Tensor
+    facts: np.ndarray
+    samples: np.ndarray
+    slot: int | None
 
-    def _produce(self) -> None:
-        counters = self.loader._counters
-        try:
-            with Timer(counters, "producer"):
-                for number, indices in enumerate(self.batches):
-                    if self.halt.is_set():
-                        return
-                    self._put(self._batch(number, indices))
-        except BaseException as exc:  # handed to the consumer, which raises it
-            self._put(exc)
-        self._put(_END)
+    @property
+    def count(self) -> int:
+        return len(self.samples)
 
-    def _batch(self, number: int, indices: np.ndarray) -> tuple[Any, ...]:
-        loader = self.loader
-        decoder = loader._decoder
+
+class ClipBatches:
+    """The batches of one pass of a clip loader, for the producer: each batch's clips decoded
+    by the kind's ClipDecoder into a ring slot (CUDA) or a fresh array (CPU).
+
+    Nothing is read ahead: the decoder's threads read each clip's bytes as they decode it, so
+    `prepare` only hands over the batch's indices."""
+
+    def __init__(self, decoder: ClipDecoder, ring: BatchRing | None, batches: list[np.ndarray],
+                 seed: int, epoch: int, counters: Counters, describe: Callable[[int], str],
+                 on_error: str) -> None:
+        self.decoder, self.ring, self.batches = decoder, ring, batches
+        self.seed, self.epoch, self.counters = seed, epoch, counters
+        self.describe, self.on_error = describe, on_error
+
+    def prepare(self, b: int) -> np.ndarray:
+        return self.batches[b]
+
+    def fill(self, b: int, slot: int | None, indices: np.ndarray) -> ClipBatch:
+        """Batch b's clips into the slot (None: a fresh array); a clip that does not decode
+        is raised naming it, or (on_error="skip") replaced by the decoder."""
+        decoder = self.decoder
         shape = decoder.shape(indices)
-        slot = None
-        if loader._ring is not None:
-            with Timer(loader._counters, "slot_wait"):
-                slot = loader._ring.acquire(self.halt)
-            if slot is None:
-                raise _Halted
-            count = math.prod(shape)
-            flat = loader._ring.arrays[slot].reshape(-1)[: count * decoder.dtype.itemsize]
-            out = flat.view(decoder.dtype).reshape(shape)
+        if slot is not None and self.ring is not None:
+            out = self.ring.shaped(slot, shape, decoder.dtype)
         else:
             out = np.empty(shape, decoder.dtype)
-        seed = loader._plan.seed
-        with Timer(loader._counters, "decode"):
-            facts, failures = decoder.decode_into(indices, seed, self.epoch, out)
+        with Timer(self.counters, "decode"):
+            facts, failures = decoder.decode_into(indices, self.seed, self.epoch, out)
         indices = indices.copy()
         for failure in failures:
-            where = f"sample {failure.sample} ({loader._data.describe(failure.sample)})"
-            if loader.on_error != "skip":
-                if slot is not None:
-                    loader._ring.release(slot)  # type: ignore[union-attr]
-                raise DecodeError(f"batch {number}: {failure.named(where)}. {RAISE_FIX}")
-            index, facts[failure.row] = decoder.replace(failure, seed, self.epoch, out)
+            where = f"sample {failure.sample} ({self.describe(failure.sample)})"
+            if self.on_error != "skip":
+                raise DecodeError(f"batch {b}: {failure.named(where)}. {RAISE_FIX}")
+            index, facts[failure.row] = decoder.replace(failure, self.seed, self.epoch, out)
             indices[failure.row] = index
-            loader._counters.add_skip(where)
+            self.counters.add_skip(where)
         if slot is None:
             # cut here, in numpy (torch's intra-op pool may be unusable in a forked child)
             out = decoder.trimmed(out, facts)
-        return torch.from_numpy(out), facts, indices, slot
-
-    def run(self) -> Iterator[Any]:
-        loader = self.loader
-        while True:
-            with Timer(loader._counters, "wait"):
-                item = self.queue.get()
-            if item is _END or isinstance(item, _Halted):
-                if item is _END and loader._active is self:  # ended: state_dict says so
-                    self.thread.join()
-                    loader._active = None
-                    loader._pass_finished(self.epoch)
-                return
-            if isinstance(item, BaseException):
-                if isinstance(item, FastloaderError):
-                    raise item
-                raise ProducerError(f"{loader._path}: producing batch {loader._batches_done} "
-                                    f"failed: {item!r}") from item
-            with Timer(loader._counters, "active"):
-                batch = self._hand_over(*item)
-            if loader._batches_done == 0:
-                loader._first_batch_out()
-            loader._batches_done += 1
-            loader._counters.add_batch(len(item[2]))
-            yield batch
-
-    def _hand_over(self, clips: torch.Tensor, facts: np.ndarray, indices: np.ndarray,
-                   slot: int | None) -> Any:
-        loader = self.loader
-        with Timer(loader._counters, "copy"):
-            if slot is not None and loader._stream is not None and loader._ring is not None:
-                current = torch.cuda.current_stream(loader.device)
-                loader._stream.wait_stream(current)
-                with torch.cuda.stream(loader._stream):
-                    moved = clips.to(loader.device, non_blocking=True)
-                    event = torch.cuda.Event()
-                    event.record(loader._stream)
-                current.wait_stream(loader._stream)
-                moved.record_stream(current)
-                loader._ring.release(slot, event)
-                clips = moved
-            else:
-                clips = clips.to(loader.device)
-        facts_t = torch.from_numpy(facts).to(loader.device)
-        entry = loader._decoder.finish(clips, facts_t, slot is not None)
-        labels = torch.from_numpy(np.asarray(loader._data.labels[indices], np.int64)).to(
-            loader.device)
-        return loader._collate(entry, labels, indices)
+        return ClipBatch(torch.from_numpy(out), facts, indices, slot)
 
 
-class _Halted(Exception):
-    """The pass was stopped while the producer waited for a slot."""
+ClipProducer = Producer[np.ndarray, ClipBatch]

@@ -88,6 +88,17 @@ class BatchRing:
                 self._allocate()
         self.grow(slots)
 
+    @classmethod
+    def of_bytes(cls, slots: int, nbytes: int, pin: bool) -> BatchRing:
+        """A ring of `slots` buffers of at least `nbytes` each, for batches of any shape and
+        dtype (shaped()): a clip kind's, whose batch shape varies."""
+        return cls(slots, 1, 1, -(-nbytes // 3), pin)
+
+    @property
+    def slot_nbytes(self) -> int:
+        """The bytes of each slot."""
+        return int(np.prod(self._shape))
+
     def _allocate(self) -> None:
         count = int(np.prod(self._shape))
         if self.pinned:
@@ -157,6 +168,14 @@ class BatchRing:
         """Give a slot back; `event` (a CUDA event) must complete before it is reused."""
         self._events[slot] = event
         self._free.put(slot)
+
+    def shaped(self, slot: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A slot's first bytes as an array of `shape` and `dtype` (they must fit)."""
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        if nbytes > self.slot_nbytes:
+            raise FastloaderError(f"internal: a batch of {nbytes} bytes does not fit a ring "
+                                  f"slot of {self.slot_nbytes}")
+        return self.arrays[slot].reshape(-1)[:nbytes].view(dtype).reshape(shape)
 
     def view(self, slot: int, count: int) -> tuple[torch.Tensor, np.ndarray]:
         """The first `count` images of a slot, as a tensor and a numpy array sharing memory."""

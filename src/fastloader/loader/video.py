@@ -1,5 +1,5 @@
 """VideoLoader: batches of a packed video dataset (FastLoader(path, video=fastloader.Video())):
-the clip producer (loader/clips.py) with the video decoder (loader/video_batch.py). Each
+the clip loader (loader/clips.py) with the video decoder (loader/video_batch.py). Each
 batch's video is the pair (frames [B, T, C, H, W], timestamps float32 [B, T]) where the
 records' image would be."""
 

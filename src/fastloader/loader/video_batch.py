@@ -60,7 +60,7 @@ def window_pts(info: clips.VideoInfo, start: float, video: Video) -> np.ndarray:
 
 
 class VideoDecoder:
-    """Decodes a batch's clips on `threads` threads: the clip producer's ClipDecoder for video.
+    """Decodes a batch's clips on `threads` threads: the clip loader's ClipDecoder for video.
     Its buffer is uint8 [B, clips, ...] in the layout Video asks ([T, C, H, W], [C, T, H, W]
     or [T, H, W, C]), each frame written into it through a [T, H, W, 3] view by the thread
     that decoded it (so no thread permutes the whole batch after); its facts per clip are the
