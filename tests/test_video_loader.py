@@ -267,6 +267,7 @@ def test_a_damaged_video_is_named_or_skipped(tmp_path: Path) -> None:
     said = str(caught.value)  # the record's checksum fails: named once, one full stop
     assert said.count("record 2 (") == 1 and "fails its crc32 check" in said
     assert ".." not in said
+    assert "[fastloader producer: stage 'decode', batch 1]" in said  # the one producer's
     with _loader(root, batch_size=2, video=video, on_error="skip") as loader:
         labels = [label for _, batch in loader for label in batch.tolist()]
         assert loader.stats().skipped == 1

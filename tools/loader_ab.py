@@ -28,6 +28,7 @@ MAKE = textwrap.dedent("""
     import fastloader
     from audiogen import clip
     from make_images import ensure_tree
+    from videogen import make_clip
     data = Path({data!r})
     if not (data / "flac.lmdb").exists():
         clips = [clip(16000, 2.0 + (k % 7), 1, "flac", seed=k) for k in range({clips})]
@@ -38,6 +39,11 @@ MAKE = textwrap.dedent("""
         fastloader.pack(str(data / "tree"), data / "jpeg.lmdb")
     if not (data / "coeffs.lmdb").exists():
         fastloader.pack(str(data / "tree"), data / "coeffs.lmdb", codec="coeffs")
+    if not (data / "video.lmdb").exists():  # H.264, 320x240, 48 frames, a keyframe every 12
+        videos = [make_clip(frames=48, width=320, height=240, rate=24, gop=12)
+                  for _ in range({clips} // 4)]
+        fastloader.pack([{{"video": v, "label": k % 5}} for k, v in enumerate(videos)],
+                        data / "video.lmdb", fields={{"video": "video", "label": "int"}})
 """)
 
 RUN = textwrap.dedent("""
@@ -54,6 +60,10 @@ RUN = textwrap.dedent("""
         raise SystemExit
     if row == "audio FLAC crops":
         kwargs = dict(batch_size=16, audio=fastloader.Audio(crop_seconds=2.0, random_crop=True))
+    elif row == "video":
+        kwargs = dict(batch_size=8, video=fastloader.Video(frames=8, stride=2),
+                      transforms=[fastloader.RandomResizedCrop(112),
+                                  fastloader.RandomHorizontalFlip()])
     else:
         kwargs = dict(batch_size=32, transforms=[fastloader.RandomResizedCrop(224),
                                                  fastloader.RandomHorizontalFlip()])
@@ -71,7 +81,7 @@ RUN = textwrap.dedent("""
 """)
 
 ROWS = {"audio FLAC crops": "flac.lmdb", "JPEG": "jpeg.lmdb", "coeffs": "coeffs.lmdb",
-        "tree pack": "tree"}
+        "video": "video.lmdb", "tree pack": "tree"}
 
 
 def measure(python: str, row: str, path: Path, seconds: float, images: int) -> float:
