@@ -35,8 +35,9 @@ class Toy:
 class ToyBatches:
     """Batch b is the number b, written into its slot's first byte."""
 
-    def __init__(self, ring: BatchRing | None, fail: dict[int, str] | None = None) -> None:
-        self.ring, self.fail = ring, fail or {}
+    def __init__(self, ring: BatchRing | None, fail: dict[int, str] | None = None,
+                 read_ahead: bool = True) -> None:
+        self.ring, self.fail, self.read_ahead = ring, fail or {}, read_ahead
         self.filled: list[int] = []
 
     def prepare(self, b: int) -> str:
@@ -65,14 +66,17 @@ def _wait_until(condition: object, seconds: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def test_a_fillers_batches_come_in_order_each_prepared_on_the_helper() -> None:
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_a_fillers_batches_come_in_order_each_prepared_where_it_asks(read_ahead: bool) -> None:
     ring = BatchRing(3, 1, 1, 1, pin=False)
-    filler = ToyBatches(ring)
+    filler = ToyBatches(ring, read_ahead=read_ahead)
     producer = Producer(filler, ring, Counters(), range(2, 7)).start()
     got = []
     while (batch := producer.get(Counters())) is not None:
         assert ring.arrays[batch.slot].reshape(-1)[0] == batch.number  # type: ignore[index]
-        assert batch.prepared_on.startswith("fastloader-prepare-")
+        # on the helper thread, one batch ahead; or on the producer's own
+        assert batch.prepared_on.startswith(
+            "fastloader-prepare-" if read_ahead else "fastloader-producer-")
         got.append(batch.number)
         ring.release(batch.slot)  # type: ignore[arg-type]
     assert got == [2, 3, 4, 5, 6]
@@ -97,11 +101,13 @@ def test_the_ring_or_else_the_queue_holds_it_back_and_a_stop_is_prompt(
     assert producer.queue_depth() == 0
 
 
+@pytest.mark.parametrize("read_ahead", [True, False])
 @pytest.mark.parametrize(("stage", "error"), [("plan", ProducerError), ("decode", DecodeError)])
 def test_a_failure_names_its_stage_and_batch_and_gives_the_slot_back(
-        stage: str, error: type[Exception]) -> None:
+        stage: str, error: type[Exception], read_ahead: bool) -> None:
     ring = BatchRing(2, 1, 1, 1, pin=False)
-    producer = Producer(ToyBatches(ring, {1: stage}), ring, Counters(), range(4)).start()
+    producer = Producer(ToyBatches(ring, {1: stage}, read_ahead), ring, Counters(),
+                        range(4)).start()
     first = producer.get(Counters())
     assert first is not None and first.number == 0
     ring.release(first.slot)  # type: ignore[arg-type]

@@ -329,6 +329,8 @@ class ClipBatches:
     Nothing is read ahead: the decoder's threads read each clip's bytes as they decode it, so
     `prepare` only hands over the batch's indices."""
 
+    read_ahead = False
+
     def __init__(self, decoder: ClipDecoder, ring: BatchRing | None, batches: list[np.ndarray],
                  seed: int, epoch: int, counters: Counters, describe: Callable[[int], str],
                  on_error: str) -> None:

@@ -96,6 +96,8 @@ def _planar_kwargs(spec: PlanarSpec | None, images: torch.Tensor | None, start: 
 class ImageBatches:
     """The batches of one pass over an EpochPlan, for the producer: read, plan, decode."""
 
+    read_ahead = True  # records read and crops planned on the helper while a batch decodes
+
     def __init__(
         self,
         dataset: PackedDataset,
