@@ -127,8 +127,10 @@ class Producer(Generic[Prepared, Batch]):
         self.batches = batches
         self.tuning = tuning
         self._where = ("start", batches.start)  # (stage, batch) the producer is in
-        # With a ring its slots hold the producer back; without one, the queue's depth does.
-        self.ready: queue.Queue[Batch | _Done] = queue.Queue(0 if ring is not None else depth)
+        # With a ring its slots hold the producer back (and the lighter SimpleQueue will do);
+        # without one, the queue's depth does.
+        self.ready: queue.SimpleQueue[Batch | _Done] | queue.Queue[Batch | _Done] = (
+            queue.SimpleQueue() if ring is not None else queue.Queue(depth))
         self.stop_event = threading.Event()
         self.name = f"fastloader-producer-{next(_thread_ids)}"
         self.thread: Worker | None = None
