@@ -9,12 +9,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import fastloader
 from audiogen import clip
 from fastloader import Audio, FastLoader
-from fastloader.errors import DecodeError, ProducerError
+from fastloader.errors import DecodeError, FastloaderError, ProducerError
 from fastloader.loader.autotune import Setting
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.producer import Producer, StageError
@@ -123,6 +124,17 @@ def test_a_failure_names_its_stage_and_batch_and_gives_the_slot_back(
     assert None not in held
     # both slots free: the failed batch's was given back
     assert sorted(h for h in held if h is not None) == [0, 1]
+
+
+def test_a_ring_slot_is_seen_in_any_shape_and_dtype_and_refuses_what_does_not_fit() -> None:
+    ring = BatchRing.of_bytes(2, 100, pin=False)  # a clip kind's: batches of varying shape
+    ring.arrays[0][:] = 0  # the slots are not cleared when allocated
+    batch = ring.shaped(1, (5, 5), np.dtype(np.float32))
+    batch[:] = 1.5
+    assert ring.arrays[1].reshape(-1)[:100].view(np.float32).sum() == 37.5  # in the slot
+    assert not ring.arrays[0].any()
+    with pytest.raises(FastloaderError, match="does not fit a ring slot"):
+        ring.shaped(0, (26,), np.dtype(np.float32))
 
 
 def _producer_threads() -> list[str]:
