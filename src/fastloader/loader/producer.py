@@ -115,7 +115,7 @@ def producer_error(error: BaseException, stage: str, batch: int) -> BaseExceptio
 
 
 class Producer(Generic[Prepared, Batch]):
-    """Batches first..end - 1 of one pass, filled by `filler`, on a thread named
+    """The batches numbered `batches` of one pass, filled by `filler`, on a thread named
     fastloader-producer-N (its helper: fastloader-prepare-N)."""
 
     def __init__(self, filler: BatchFiller[Prepared, Batch], ring: BatchRing | None,
@@ -144,7 +144,8 @@ class Producer(Generic[Prepared, Batch]):
         started = time.perf_counter()
         outcome = _Done()
         # A filler with nothing to read ahead prepares inline: a hop to the helper and back
-        # costs two GIL hand-offs a batch, about 4% of the audio loader's throughput.
+        # costs two GIL hand-offs a batch, about 2% of the audio loader's throughput
+        # (BENCHMARKS.md).
         helper = (ThreadPoolExecutor(1, thread_name_prefix=self.name.replace("producer",
                                                                              "prepare"))
                   if self.filler.read_ahead else None)
