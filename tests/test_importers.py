@@ -299,6 +299,20 @@ def test_parquet_needs_pyarrow_or_reads_back(tmp_path: Path) -> None:
         assert [ds.sample(k)["n"] for k in range(2)] == [3, 4]
 
 
+def test_the_summary_names_a_skipped_sample_once(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow reads .parquet tables")
+    import pyarrow as pa  # type: ignore[import-not-found]
+
+    table = tmp_path / "t.parquet"  # image bytes in the table: the row is the only location
+    pq.write_table(pa.table({"image": [jpeg(0), b"garbage", jpeg(1)], "n": [0, 1, 2]}), table)
+    assert main([str(table), str(tmp_path / "o.lmdb"), "--workers", "1", "--skip-bad"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 1 bad sample (" in err
+    said = [line for line in err.splitlines() if "garbage" in line or "Pillow" in line]
+    assert len(said) == 1 and said[0].count("t.parquet line 2") == 1, err
+
+
 def test_named_classes_from_python_and_bad_field_options(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     samples = [{"image": jpeg(k), "kind": ["owl", "cat"][k % 2]} for k in range(4)]

@@ -54,10 +54,18 @@ def tree_summary(manifest_stats: dict, seconds: float, dst: Path | str) -> str:
     if stats["reencoded"]:
         lines.append(f"re-encoded {stats['reencoded']} images larger than --max-side")
     if stats["skipped"]:
-        lines.append(f"skipped {stats['skipped']} unreadable files (all in {dst}/{SKIPPED_NAME}):")
+        noun = "file" if stats["skipped"] == 1 else "files"
+        lines.append(f"skipped {stats['skipped']} unreadable {noun} (all in "
+                     f"{dst}/{SKIPPED_NAME}):")
         skipped = _skipped_list(dst)
         lines += [f"  {s['path']}: {s['reason']}" for s in skipped[:_SHOWN_SKIPPED]]
     return "\n".join(lines)
+
+
+def _named(sample: str, reason: str) -> str:
+    """A skipped sample's line: its reason, led by where it came from unless the reason is
+    (a sample's error names its location first)."""
+    return reason if reason.startswith(f"{sample}: ") else f"{sample}: {reason}"
 
 
 def samples_summary(manifest: Manifest, seconds: float, dst: Path | str) -> str:
@@ -71,7 +79,7 @@ def samples_summary(manifest: Manifest, seconds: float, dst: Path | str) -> str:
         noun = "sample" if len(skipped) == 1 else "samples"
         lines.append(f"skipped {len(skipped)} bad {noun} (all in the manifest and "
                      f"{dst}/skipped.json):")
-        lines += [f"  {s['sample']}: {s['reason']}" for s in skipped[:_SHOWN_SKIPPED]]
+        lines += [f"  {_named(s['sample'], s['reason'])}" for s in skipped[:_SHOWN_SKIPPED]]
     return "\n".join(lines)
 
 
