@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from fastloader.errors import DecodeError, FastloaderError, invalid_argument
-from fastloader.format.kinds import Clips, EncodedImage, Kind
+from fastloader.format.kinds import EncodedImage, Kind, loaded_by
 from fastloader.format.open import dataset_from
 from fastloader.loader.arguments import options_from
 from fastloader.loader.attributes import PackedAttributes
@@ -98,8 +98,7 @@ class ClipLoader(EpochPasses, PackedAttributes, FastLoader):
         if isinstance(kind, EncodedImage):
             return (f"holds images, not {self.kind_words}",
                     f"Drop {argument} to load its images with the packed loader.")
-        values, loader = (kind.loaded_by if isinstance(kind, Clips) else None) or (
-            f"{kind} values", "the loader they take")
+        values, loader = loaded_by(kind, "the loader they take")
         return f"holds {values}, not {self.kind_words}", f"Pass {loader} instead of {argument}."
 
     def _open(self, options: ClipOptions, undo: contextlib.ExitStack) -> None:

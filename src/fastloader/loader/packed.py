@@ -11,7 +11,7 @@ from typing import Any
 from fastloader.decode.augment import output_size
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import FastloaderError, InvalidArgumentError, invalid_argument
-from fastloader.format.kinds import Clips, EncodedImage
+from fastloader.format.kinds import EncodedImage, loaded_by
 from fastloader.format.open import dataset_from
 from fastloader.gpu.device import DeviceStep
 from fastloader.gpu.ops import gpu_rng
@@ -90,8 +90,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             undo.callback(self._data.close)
         records = self._data.fields[self._data.image_field].kind
         if not isinstance(records, EncodedImage):
-            values, argument = (records.loaded_by if isinstance(records, Clips) else None) or (
-                f"{records} values", "another loader")
+            values, argument = loaded_by(records, "another loader")
             raise invalid_argument("data", str(self._data.root), f"holds {values}, not images",
                                    f"Pass {argument} for their loader.")
         # On the dataset, which reads the records (the producer's reads go through it). Off by

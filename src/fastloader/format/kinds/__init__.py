@@ -28,6 +28,7 @@ from fastloader.format.kinds.capabilities import (
     HoldsBoxes,
     Raster,
     is_records,
+    loaded_by,
 )
 from fastloader.format.kinds.encoded import EncodedKind, encoded_kinds
 from fastloader.format.kinds.image import ImageKind
@@ -51,4 +52,5 @@ VIDEO = register(VideoKind("video"))
 __all__ = ["AUDIO", "BOXES", "BYTES", "FLOAT", "IMAGE", "INT", "JSON", "MASK", "NDARRAY",
            "TEXT", "VIDEO", "Arrays", "BadValue", "Batch", "Clips", "EncodedImage", "EncodedKind",
            "Facts", "HoldsBoxes", "Kind", "Raster", "RecordImage", "StoreContext", "WithMeta",
-           "encoded_kinds", "find", "get", "is_records", "names", "register", "unregister"]
+           "encoded_kinds", "find", "get", "is_records", "loaded_by", "names", "register",
+           "unregister"]

@@ -106,3 +106,11 @@ def is_records(kind: object) -> bool:
     """Whether a field of this kind may be the dataset's records (stored in the shards, one a
     sample): an image, or clips in a dataset without images."""
     return isinstance(kind, (EncodedImage, Clips))
+
+
+def loaded_by(kind: object, otherwise: str) -> tuple[str, str]:
+    """(what a records kind's values are called, the FastLoader argument that loads them), as
+    a loader that does not read them names them in its refusal; a kind no loader argument
+    reads is "<kind> values", loaded by `otherwise`."""
+    named = kind.loaded_by if isinstance(kind, Clips) else None
+    return named or (f"{kind} values", otherwise)
