@@ -28,7 +28,7 @@ from fastloader.loader.memory import BatchRing, pinned_nbytes
 from fastloader.loader.mix_order import MixOrder
 from fastloader.loader.options import PackedOptions, Sampler, exif_turns
 from fastloader.loader.pass_dataset import PassDataset, collate_rows, unwrap_view
-from fastloader.loader.passes import EpochPasses
+from fastloader.loader.passes import EpochPasses, ended_pass
 from fastloader.loader.path_choice import PackedData
 from fastloader.loader.producer import Producer, Tuning
 from fastloader.loader.remote import RemoteOptions, plan_shards, remote_options
@@ -219,10 +219,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         try:
             while True:
                 if self._active is not producer:
-                    raise FastloaderError("this iterator was ended because a newer pass over "
-                                          "the same FastLoader started, or it was closed, or "
-                                          "this process was forked from the one that began "
-                                          "it; start a new pass with iter(loader)")
+                    raise ended_pass()
                 asked = time.perf_counter()
                 if taken:  # the training loop's own time on the batch it had
                     self._tuner.record_consume(waited, asked - taken)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastloader.errors import FastloaderError
 from fastloader.loader.sampler import EpochSampler
+
+
+def ended_pass() -> FastloaderError:
+    """The error of an iterator whose pass is no longer the loader's active one."""
+    return FastloaderError("this iterator was ended because a newer pass over the same "
+                           "FastLoader started, or it was closed, or this process was forked "
+                           "from the one that began it; start a new pass with iter(loader)")
 
 
 class EpochPasses:
