@@ -34,7 +34,7 @@ from fastloader.loader.collate import FieldCollator
 from fastloader.loader.duration_batches import BatchPlan
 from fastloader.loader.memory import BatchRing
 from fastloader.loader.options import ClipOptions
-from fastloader.loader.passes import EpochPasses
+from fastloader.loader.passes import EpochPasses, ended_pass
 from fastloader.loader.path_choice import PackedData
 from fastloader.loader.producer import Producer
 from fastloader.loader.resume import dataset_identity
@@ -163,10 +163,7 @@ class ClipLoader(EpochPasses, PackedAttributes, FastLoader):
             with Timer(self._counters, "active"):
                 while True:
                     if self._active is not producer:
-                        raise FastloaderError(
-                            "this iterator was ended because a newer pass over the same "
-                            "loader started, or it was closed; start a new pass with "
-                            "iter(loader)")
+                        raise ended_pass()
                     batch = producer.get(self._counters)
                     if batch is None:
                         finished = True
@@ -351,7 +348,8 @@ class ClipBatches:
             out = np.empty(shape, decoder.dtype)
         with Timer(self.counters, "decode"):
             facts, failures = decoder.decode_into(indices, self.seed, self.epoch, out)
-        indices = indices.copy()
+        if failures:  # replacements change the batch's samples, not the pass's plan
+            indices = indices.copy()
         for failure in failures:
             where = f"sample {failure.sample} ({self.describe(failure.sample)})"
             if self.on_error != "skip":

@@ -100,7 +100,7 @@ class BatchRing:
         return int(np.prod(self._shape))
 
     def _allocate(self) -> None:
-        count = int(np.prod(self._shape))
+        count = self.slot_nbytes
         if self.pinned:
             pinned = PinnedBuffer(count, self._events)
             self._pinned.append(pinned)

@@ -214,13 +214,9 @@ class Producer(Generic[Prepared, Batch]):
     def _prepare_later(self, helper: ThreadPoolExecutor | None, b: int
                        ) -> Future[Prepared] | None:
         """Batch b's preparation, started on the helper (None: no helper, b is prepared when
-        its turn comes)."""
-        if helper is None:
+        its turn comes; or b is past the pass's end)."""
+        if helper is None or b >= self.batches.stop:
             return None
-        if b >= self.batches.stop:
-            done: Future[Prepared] = Future()
-            done.set_exception(IndexError(f"batch {b} is past the end of the pass"))
-            return done
         return helper.submit(self.filler.prepare, b)
 
     def _apply(self, setting: Setting) -> None:
