@@ -19,7 +19,7 @@ from fastloader.errors import DecodeError, OptionalDependencyError, invalid_argu
 EXTRA_FIX = "pip install 'fastloader[video]'"
 # the file names read as video clips (class folders, table cells, WebDataset members, advice)
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi")
-THREAD_TYPES = ("SLICE", "FRAME", "AUTO")
+THREAD_TYPES = tuple(video_native.THREAD_TYPE_CODES)  # "SLICE", "FRAME", "AUTO"
 
 
 def _av() -> Any:
@@ -228,10 +228,9 @@ def decode_clip(data: Record, info: VideoInfo, pts: Any, out: np.ndarray | None 
                                "pass an array of the window's shape or out=None")
     if thread_type not in THREAD_TYPES:
         raise invalid_argument("thread_type", thread_type, f"one of {THREAD_TYPES}", "pass 'SLICE'")
-    slots: dict[int, list[int]] = {}
-    for slot, value in enumerate(wanted.tolist()):
-        slots.setdefault(value, []).append(slot)
-    _decode_into(data, info, slots, out, view, threads, thread_type, what)
+    order, row_of = np.unique(wanted, return_inverse=True)  # the distinct pts, each row's
+    _decode_into(data, info, order.astype(np.int64, copy=False), row_of.reshape(-1), out,
+                 view, threads, thread_type, what)
     return out, info.seconds(wanted)
 
 
@@ -288,14 +287,14 @@ def _seek_target(info: VideoInfo, first: int) -> int:
     return int(keys[-1]) if len(keys) else int(info.pts[0])
 
 
-def _decode_into(data: Record, info: VideoInfo, slots: dict[int, list[int]], out: np.ndarray,
-                 view: FrameView, threads: int, thread_type: str, what: str) -> None:
-    """Decode the wanted frames, cut, scale and flip them (decode/video_native: in one native
-    call with the GIL released, where fastloader._video is built; PyAV and torch otherwise),
-    then copy each to its slots; DecodeError naming what if one is missing."""
-    order = sorted(slots)
-    wanted = np.asarray(order, np.int64)
-    seek_to = _seek_target(info, order[0])
+def _decode_into(data: Record, info: VideoInfo, wanted: np.ndarray, row_of: np.ndarray,
+                 out: np.ndarray, view: FrameView, threads: int, thread_type: str,
+                 what: str) -> None:
+    """Decode the wanted frames (their distinct pts, ascending), cut, scale and flip them
+    (decode/video_native: in one native call with the GIL released, where fastloader._video is
+    built; PyAV and torch otherwise), then copy them to out's rows (out[k] shows
+    wanted[row_of[k]]); DecodeError naming what if one is missing."""
+    seek_to = _seek_target(info, int(wanted[0]))
     crop = view.crop if view.crop is not None else (0, 0, info.height, info.width)
     native = video_native.decode_window(data, seek_to, wanted, crop, out.shape[1:3], view.flip,
                                         threads, thread_type, what)
@@ -303,25 +302,22 @@ def _decode_into(data: Record, info: VideoInfo, slots: dict[int, list[int]], out
         done, found = native
         left = set(wanted[~found].tolist())
     else:
-        decoded = _decode_pyav(data, info, slots, seek_to, view, threads, thread_type, what)
-        left = set(slots) - set(decoded)
+        pts = set(wanted.tolist())
+        decoded = _decode_pyav(data, pts, seek_to, view, threads, thread_type, what)
+        left = pts - set(decoded)
     if left:
         raise DecodeError(f"{what}: {len(left)} wanted frames did not decode (pts"
                           f" {sorted(left)[:3]}); the file is damaged or the index is stale:"
                           " repack it")
     if native is None:
-        done = _finish(np.stack([decoded[p] for p in order]), view)
+        done = _finish(np.stack([decoded[p] for p in wanted.tolist()]), view)
     # one whole-window copy (out may be a strided view of a batch in another layout: row by
     # row, numpy's transposing copy costs 5x more)
-    row_of = np.empty(len(out), np.intp)
-    for row, pts in enumerate(order):
-        row_of[slots[pts]] = row
     out[...] = done if (row_of == np.arange(len(out))).all() else done[row_of]
 
 
-def _decode_pyav(data: Record, info: VideoInfo, slots: dict[int, list[int]], seek_to: int,
-                 view: FrameView, threads: int, thread_type: str,
-                 what: str) -> dict[int, np.ndarray]:
+def _decode_pyav(data: Record, slots: set[int], seek_to: int, view: FrameView, threads: int,
+                 thread_type: str, what: str) -> dict[int, np.ndarray]:
     """Seek, decode forward through PyAV, cut each wanted frame: pts -> [h, w, 3].
 
     A packet whose frame is not wanted is decoded only if other frames reference it
