@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from fastloader.errors import DatasetError, InvalidArgumentError
@@ -55,12 +56,14 @@ class FieldSpec:
                            ("shape", shape), ("classes", classes), ("per_box", per_box)):
             object.__setattr__(self, key, value)
 
-    @property
+    # is_array and variable follow from kind and shape, fixed at construction: worked out once
+    # (a reader asks them for every sample it reads), kept out of the compared fields
+    @cached_property
     def is_array(self) -> bool:
         """A numeric array per sample (ndarray, boxes)."""
         return isinstance(self.kind, Arrays)
 
-    @property
+    @cached_property
     def variable(self) -> bool:
         """Stored as values + offsets (text, bytes, json, image, mask, arrays with a -1 dim)."""
         return self.kind.variable(self)
