@@ -181,6 +181,36 @@ def test_reads_from_a_fork_pool_and_after_pickling(packed) -> None:
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
+def test_a_dataset_freed_while_another_opens_does_not_deadlock(
+        packed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """lmdb.open runs Python code while the open table is locked; garbage collection there may
+    free a loader, whose dataset releases its environments on the same thread."""
+    import threading
+
+    from fastloader.format import lmdb as lmdb_reader
+
+    path, _ = packed
+    if path.suffix != ".lmdb":
+        pytest.skip("the LMDB reader's table of open environments")
+    other = tmp_path / path.name
+    shutil.copytree(path, other)
+    first = open_dataset(path)
+    opening = lmdb_reader._open_env
+
+    def open_while_freeing(shard: Path) -> object:
+        first.close()  # what a collected loader's finalizer does at this point
+        return opening(shard)
+
+    monkeypatch.setattr(lmdb_reader, "_open_env", open_while_freeing)
+    opened: list[PackedDataset] = []
+    worker = threading.Thread(target=lambda: opened.append(open_dataset(other)), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "opening a dataset deadlocked on the open table's lock"
+    assert len(opened) == 1 and len(opened[0]) == len(first)
+    opened[0].close()
+
+
 def test_record_outside_its_shard_is_refused_at_open(packed, tmp_path: Path) -> None:
     dst, _ = packed
     copy = tmp_path / dst.name

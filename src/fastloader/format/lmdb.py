@@ -71,7 +71,11 @@ class _Open:
 
 
 _OPEN: dict[tuple[int, int], _Open] = {}  # (st_dev, st_ino) -> its entry
-_OPEN_LOCK = threading.Lock()
+# Re-entrant: lmdb.open runs Python code under the lock, where garbage collection may free a
+# loader whose dataset then releases its environments on this same thread; a plain Lock
+# deadlocked there (seen in a full test run). The nested release touches another entry only:
+# the one being opened is not in the table yet.
+_OPEN_LOCK = threading.RLock()
 
 
 # The table is held across fork(): no thread is then half-way through opening or closing an
@@ -87,7 +91,7 @@ def _unlock_in_parent() -> None:
 
 def _reinit_lock_in_child() -> None:
     global _OPEN_LOCK
-    _OPEN_LOCK = threading.Lock()  # the forking thread's hold on the parent's lock is void here
+    _OPEN_LOCK = threading.RLock()  # the forking thread's hold on the parent's is void here
     for entry in _OPEN.values():
         entry.inherited = True
 
