@@ -23,7 +23,7 @@ import soxr
 import torch
 
 from fastloader import Audio, FastLoader, pack
-from fastloader.loader.audio_batch import plan_crop
+from fastloader.loader.clips.audio_batch import plan_crop
 from harness import gil_kept
 
 RATES = (16000, 44100, 22050, 48000)  # three of four clips are resampled to 16 kHz

@@ -22,8 +22,8 @@ import torch
 
 from fastloader import FastLoader, RandomHorizontalFlip, RandomResizedCrop
 from fastloader.gpu.planar import PlanarSpec
-from fastloader.loader import image_batches
-from fastloader.loader.batch_transform import run_batch_transform
+from fastloader.loader.images import batches as image_batches
+from fastloader.loader.images.batch_transform import run_batch_transform
 from fastloader.pack.pipeline.tree import pack
 from make_images import ensure_tree
 

@@ -24,7 +24,7 @@ from harness import env_line, environment, spread_text, summarize
 
 CHILD = """
 import json, sys, time
-from fastloader.loader.sampler import EpochSampler
+from fastloader.loader.order.sampler import EpochSampler
 
 def status(field):
     with open("/proc/self/status") as f:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fastloader.loader.shard_shuffle import shard_epoch_indices
+from fastloader.loader.order.shard_shuffle import shard_epoch_indices
 from make_images import ensure_tree
 
 

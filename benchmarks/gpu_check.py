@@ -73,7 +73,7 @@ def sync(device: str) -> None:
 def report_environment(dry_run: bool) -> dict[str, Any]:
     """What runs; on the device a missing extension or GPU ends the check here, loudly."""
     import fastloader
-    from fastloader.loader.dali_pipeline import dali_available
+    from fastloader.loader.dali.pipeline import dali_available
 
     facts = {"torch": torch.__version__, "cuda": torch.cuda.is_available(),
              "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

@@ -54,7 +54,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 "rebuild (make install), or unset FASTLOADER_EXPECT_VIDEO_NATIVE.")
     if not DALI_EXPECTED:
         return
-    from fastloader.loader.dali_pipeline import dali_available
+    from fastloader.loader.dali.pipeline import dali_available
 
     if not dali_available():
         raise pytest.UsageError(

@@ -14,8 +14,8 @@ import pytest
 from audiogen import clip
 from fastloader import Audio, FastLoader
 from fastloader.errors import InvalidArgumentError
-from fastloader.loader.duration_batches import BatchPlan, deal
-from fastloader.loader.memory import BatchRing
+from fastloader.loader.order.duration_batches import BatchPlan, deal
+from fastloader.loader.pipeline.memory import BatchRing
 from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
 
 

@@ -18,7 +18,7 @@ import fastloader
 from audiogen import clip
 from fastloader import Audio, FastLoader
 from fastloader.errors import DecodeError, InvalidArgumentError
-from fastloader.loader.audio_batch import plan_crop
+from fastloader.loader.clips.audio_batch import plan_crop
 from fastloader.pack.api import pack  # `from fastloader import pack` first hides the package
 
 sf = pytest.importorskip("soundfile", reason="soundfile (the audio extra) is a test dependency")

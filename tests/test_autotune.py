@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
-from fastloader.loader.autotune import (
+from fastloader.loader.loader import FastLoader
+from fastloader.loader.order.sampler import threads_per_rank
+from fastloader.loader.pipeline.autotune import (
     EXPLORE_AFTER,
     MEASURE_BATCHES,
     PROBE_BATCHES,
@@ -22,8 +24,6 @@ from fastloader.loader.autotune import (
     max_prefetch_for,
     thread_ladder,
 )
-from fastloader.loader.loader import FastLoader
-from fastloader.loader.sampler import threads_per_rank
 from helpers import TRAIN, packed_tree
 
 # Epochs of 12 batches: one more than AutoTuner.max_batches_to_settle(cores, 5) needs.

@@ -18,9 +18,9 @@ import torch
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
 from fastloader.errors import FastloaderError
 from fastloader.format.dataset import PackedDataset
-from fastloader.loader.dali_pipeline import dali_available
+from fastloader.loader.dali.pipeline import dali_available
+from fastloader.loader.factory.pass_dataset import PassDataset
 from fastloader.loader.loader import FastLoader
-from fastloader.loader.pass_dataset import PassDataset
 from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 

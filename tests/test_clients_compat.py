@@ -10,8 +10,8 @@ import torch
 
 from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from fastloader.errors import FastloaderError
+from fastloader.loader.factory.pass_dataset import collate_rows
 from fastloader.loader.loader import FastLoader
-from fastloader.loader.pass_dataset import collate_rows
 from fastloader.pack.pipeline.tree import pack
 from fastloader.pack.sources.scan import scan
 from imagegen import make_tree
@@ -152,7 +152,7 @@ def test_demo_tree_has_no_file_that_packdata_ignores(tmp_path: Path) -> None:
 
 def test_threads_are_shared_by_the_ranks_a_launcher_announced(
         packed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fastloader.loader.sampler import usable_cores
+    from fastloader.loader.order.sampler import usable_cores
 
     monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets them, before the group exists
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")

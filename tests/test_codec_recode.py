@@ -150,7 +150,7 @@ def test_the_loader_gives_the_jpeg_datasets_batches(mixed, name: str, normalize)
 
 
 def test_dali_refuses_a_coeffs_dataset_naming_codec_jpeg(mixed) -> None:
-    from fastloader.loader.dali_pipeline import dali_available
+    from fastloader.loader.dali.pipeline import dali_available
 
     if not dali_available():
         pytest.skip('NVIDIA DALI is not importable here: pip install "fastloader[dali]"')
@@ -238,7 +238,7 @@ def test_recode_back_to_jpeg_keeps_the_pixels(mixed, tmp_path) -> None:
     options = {"batch_size": 4, "transforms": TRANSFORMS["train"], "seed": 2, "num_threads": 1}
     with FastLoader(src, **options) as x, FastLoader(back, **options) as y:
         assert all(torch.equal(p[0], q[0]) for p, q in zip(collect(x), collect(y), strict=True))
-    from fastloader.loader.dali_pipeline import dali_available
+    from fastloader.loader.dali.pipeline import dali_available
 
     if dali_available():  # DALI takes the converted dataset
         FastLoader(back, batch_size=2, backend="dali", device="cpu",

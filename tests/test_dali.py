@@ -24,8 +24,8 @@ from fastloader.format.dataset import PackedDataset
 from fastloader.format.open import open_dataset
 from fastloader.gpu.ops import GpuRandomHorizontalFlip
 from fastloader.gpu.pixel_ops import GpuColorJitter
-from fastloader.loader.dali_pipeline import dali_available
-from fastloader.loader.sampler import epoch_indices
+from fastloader.loader.dali.pipeline import dali_available
+from fastloader.loader.order.sampler import epoch_indices
 from fastloader.pack.pipeline.tree import pack
 from helpers import MEAN, STD, collect
 from imagegen import make_tree
@@ -55,7 +55,7 @@ def dataset(packed: Path) -> Any:
 
 
 def dali_loader(path: Path | PackedDataset, **kwargs: Any) -> Any:
-    from fastloader.loader.dali import DaliLoader
+    from fastloader.loader.dali.loader import DaliLoader
 
     options: dict[str, Any] = {"batch_size": 4, "device": "cpu", "num_threads": 1}
     return DaliLoader(path, **{**options, **kwargs})
@@ -195,7 +195,7 @@ def test_missing_dali_names_the_install_command(packed: Path,
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_dali)
-    from fastloader.loader.dali import DaliLoader
+    from fastloader.loader.dali.loader import DaliLoader
 
     with pytest.raises(OptionalDependencyError, match=r'pip install "fastloader\[dali\]"'):
         DaliLoader(packed, batch_size=2, device="cpu")

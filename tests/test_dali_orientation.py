@@ -17,7 +17,7 @@ from PIL import Image
 
 from fastloader.decode.augment import RandomResizedCrop
 from fastloader.format.open import open_dataset
-from fastloader.loader.dali_pipeline import dali_available
+from fastloader.loader.dali.pipeline import dali_available
 from fastloader.pack.pipeline.tree import pack
 from imagegen import photo_like
 
@@ -86,7 +86,7 @@ def test_dali_and_native_ignore_exif_orientation_alike(oriented: Any) -> None:
 
 def test_decoder_arguments_on_cpu_and_gpu() -> None:
     """One orientation rule on both devices; unpinned decoder threads on the GPU."""
-    from fastloader.loader.dali_pipeline import GraphSpec, decoder_args
+    from fastloader.loader.dali.pipeline import GraphSpec, decoder_args
 
     spec = GraphSpec(batch_size=2, num_threads=1, device_id=None, prefetch=2, out_size=(8, 8),
                      mean=None, std=None, dali_float16=False, seed=0)

@@ -15,7 +15,7 @@ from fastloader.decode.augment import CenterCrop
 from fastloader.decode.jpeg_headers import pillow_framed
 from fastloader.errors import DecodeError
 from fastloader.format.open import open_dataset
-from fastloader.loader.dali_pipeline import dali_available
+from fastloader.loader.dali.pipeline import dali_available
 from fastloader.loader.loader import FastLoader
 from fastloader.pack.pipeline.tree import pack
 from jpeg_edits import REFUSED, WARNINGS, bases
@@ -127,7 +127,7 @@ def test_reframing_only_drops_what_pillow_skips() -> None:
 
 @needs_dali
 def test_dali_alone_names_what_it_refuses() -> None:
-    from fastloader.loader.dali_pipeline import dali_refuses
+    from fastloader.loader.dali.pipeline import dali_refuses
 
     assert dali_refuses(BASES["gray-base"]) is None
     assert dali_refuses(CASES["gray-base-truncated-at-50%-of-data"][0])

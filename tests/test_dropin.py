@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from fastloader.errors import FastloaderError, InvalidArgumentError
-from fastloader.loader.dropin import DropInLoader
+from fastloader.loader.dropin.loader import DropInLoader
 from fastloader.loader.loader import FastLoader
 
 
@@ -120,7 +120,7 @@ class Stream(torch.utils.data.IterableDataset):
 
 
 def test_dropin_takes_iterable_datasets() -> None:
-    from fastloader.loader.sampler import threads_per_rank
+    from fastloader.loader.order.sampler import threads_per_rank
 
     # a torch IterableDataset gets DataLoader's default: no workers, so each item comes once
     loader = FastLoader(Stream(), batch_size=5)

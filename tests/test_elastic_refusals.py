@@ -1,5 +1,5 @@
 """What a checkpoint must match to resume (dataset, seed, shuffle, sampler weights, the shuffle
-window) is checked and named (loader/resume.py)."""
+window) is checked and named (loader/order/resume.py)."""
 
 from __future__ import annotations
 

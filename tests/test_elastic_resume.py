@@ -1,5 +1,5 @@
 """Elastic resume in one process: ranks given as rank=/world_size=, a checkpoint of 4 ranks taken
-mid-epoch resumed on other world sizes, batch sizes and drop_last (loader/resume.py).
+mid-epoch resumed on other world sizes, batch sizes and drop_last (loader/order/resume.py).
 
 Real gloo processes: tests/test_elastic_ddp.py. Refused states: tests/test_elastic_refusals.py.
 """
@@ -16,7 +16,7 @@ import torch
 from fastloader import FastLoader
 from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomResizedCrop
 from fastloader.format.open import open_dataset
-from fastloader.loader.dali_pipeline import dali_available
+from fastloader.loader.dali.pipeline import dali_available
 from fastloader.pack.pipeline.tree import pack
 from helpers import same_batches
 from imagegen import make_tree
@@ -149,7 +149,7 @@ def test_a_version_1_state_still_loads_and_moves(named: Path) -> None:
 
 @pytest.mark.skipif(not dali_available(), reason="NVIDIA DALI is not importable here")
 def test_the_dali_loader_resumes_a_packed_checkpoint_on_another_shape(named: Path) -> None:
-    from fastloader.loader.dali import DaliLoader
+    from fastloader.loader.dali.loader import DaliLoader
 
     _, state = stopped(named, 4, 3, steps=2)
     packed = [[lab for _, labels in rank for lab in labels.tolist()]

@@ -1,6 +1,6 @@
 """Elastic resume under the shard-aware shuffle (shuffle_window): another batch size on the same
 world continues each rank's own order; another world size mid-epoch reads, strided, what each
-old rank had left, rank after rank (loader/resume.py)."""
+old rank had left, rank after rank (loader/order/resume.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The epoch order of large datasets: a seeded bijection evaluated at a rank's positions only,
-with the sharding, padding and resume rules of the permutation (loader/epoch_order.py)."""
+with the sharding, padding and resume rules of the permutation (loader/order/epoch_order.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fastloader.loader.epoch_order import (
+from fastloader.loader.order.epoch_order import (
     BIJECTION,
     ORDER_LIMIT,
     PERMUTATION,
@@ -16,7 +16,7 @@ from fastloader.loader.epoch_order import (
     rank_share,
     shard,
 )
-from fastloader.loader.sampler import EpochSampler, epoch_indices
+from fastloader.loader.order.sampler import EpochSampler, epoch_indices
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 64, 1000, 4097, 65537])

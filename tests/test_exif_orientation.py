@@ -313,7 +313,7 @@ def test_loader_orientation_choice(packed: dict[str, Path]) -> None:
 
 
 def test_dali_loads_a_turned_pack_as_stored_only_when_told(packed: dict[str, Path]) -> None:
-    from fastloader.loader.dali_pipeline import dali_available
+    from fastloader.loader.dali.pipeline import dali_available
 
     if not dali_available():
         pytest.skip('NVIDIA DALI is not importable here: pip install "fastloader[dali]"')

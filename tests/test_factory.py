@@ -9,18 +9,19 @@ from pathlib import Path
 import pytest
 
 import fastloader
-from fastloader.loader import base, packed
-from fastloader.loader.audio import AudioLoader
-from fastloader.loader.audio_options import AudioOptions
-from fastloader.loader.dali import DaliLoader
-from fastloader.loader.dropin import DropInLoader
+from fastloader.loader.clips.audio import AudioLoader
+from fastloader.loader.clips.video import VideoLoader
+from fastloader.loader.dali.loader import DaliLoader
+from fastloader.loader.dropin.loader import DropInLoader
+from fastloader.loader.factory import base
+from fastloader.loader.factory.audio_options import AudioOptions
+from fastloader.loader.factory.option_paths import option_defaults, paths
+from fastloader.loader.factory.options import DaliOptions, DropInOptions, PackedOptions
+from fastloader.loader.factory.video_options import VideoOptions
 from fastloader.loader.loader import FastLoader
-from fastloader.loader.mix import MixLoader
-from fastloader.loader.option_paths import option_defaults, paths
-from fastloader.loader.options import DaliOptions, DropInOptions, PackedOptions
-from fastloader.loader.packed import PackedLoader
-from fastloader.loader.video import VideoLoader
-from fastloader.loader.video_options import VideoOptions
+from fastloader.loader.mix.loader import MixLoader
+from fastloader.loader.packed import loader as packed
+from fastloader.loader.packed.loader import PackedLoader
 from tiny_dataset import Numbers
 from treegen import make_flat_tree
 
@@ -186,7 +187,7 @@ SELECTORS = {"DALI loader": "backend", "audio loader": "audio", "video loader": 
 
 
 def overloads() -> list[ast.FunctionDef]:
-    """FastLoader.__new__'s @overload definitions, as written in loader/base.py."""
+    """FastLoader.__new__'s @overload definitions, as written in loader/factory/base.py."""
     tree = ast.parse(inspect.getsource(base))
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "FastLoader")
     return [f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__new__"

@@ -16,7 +16,7 @@ from fastloader.decode.augment import CenterCrop, RandomHorizontalFlip, RandomRe
 from fastloader.format.open import open_dataset
 from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, GpuRandomResizedCrop, gpu_rng
 from fastloader.gpu.pixel_ops import GpuColorJitter, GpuCutMix, GpuMixUp
-from fastloader.loader.dali_pipeline import dali_available
+from fastloader.loader.dali.pipeline import dali_available
 from fastloader.pack.pipeline.tree import pack
 from helpers import MEAN, STD
 from imagegen import make_tree
@@ -55,7 +55,7 @@ def test_normalize_on_device_matches_cpu(packed: Path, tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not dali_available(), reason='DALI missing: pip install "fastloader[dali]"')
 def test_dali_mixed_decode_matches_the_cpu_pipeline(packed: Path) -> None:
-    from fastloader.loader.dali import DaliLoader
+    from fastloader.loader.dali.loader import DaliLoader
 
     dataset = open_dataset(packed)
     options: dict[str, Any] = {"batch_size": 16, "shuffle": True, "seed": 3,

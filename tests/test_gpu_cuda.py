@@ -17,7 +17,7 @@ import torch
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
 from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, GpuRandomResizedCrop, gpu_rng
 from fastloader.gpu.pixel_ops import GpuColorJitter, GpuCutMix, GpuMixUp
-from fastloader.loader.memory import pinned_nbytes
+from fastloader.loader.pipeline.memory import pinned_nbytes
 from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 

@@ -19,7 +19,7 @@ from fastloader.errors import InvalidArgumentError
 from fastloader.gpu.device import DeviceStep, cuda_index, resolve_memory_format
 from fastloader.gpu.ops import GpuNormalize, GpuRandomResizedCrop, gpu_rng, resized_crop
 from fastloader.gpu.pixel_ops import GpuColorJitter, soft_targets
-from fastloader.loader.memory import BatchRing, pinned_nbytes
+from fastloader.loader.pipeline.memory import BatchRing, pinned_nbytes
 from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 
@@ -181,7 +181,7 @@ def test_loader_channels_last_output_equals_the_default_layout(packed: Path,
 
 def test_dali_channels_last_output(packed: Path) -> None:
     from fastloader.format.open import open_dataset
-    from fastloader.loader.dali_pipeline import dali_available
+    from fastloader.loader.dali.pipeline import dali_available
 
     if not dali_available():
         pytest.skip('NVIDIA DALI is not importable here: pip install "fastloader[dali]"')

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from fastloader.decode.augment import CenterCrop
-from fastloader.loader.dali_pipeline import dali_available
+from fastloader.loader.dali.pipeline import dali_available
 from fastloader.loader.loader import FastLoader
 from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree

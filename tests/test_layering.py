@@ -94,10 +94,11 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(path.read_text())
     ops = copy / "gpu" / "ops.py"
-    ops.write_text(ops.read_text() + "\n\ndef _f():\n    from fastloader.loader import stats\n")
+    lazy = "\n\ndef _f():\n    from fastloader.loader.pipeline import stats\n"
+    ops.write_text(ops.read_text() + lazy)
     found = upward_imports(copy)
     assert found and all(line.startswith("gpu/ops.py:") for line in found)
-    assert any("imports fastloader.loader.stats (loader)" in line for line in found)
+    assert any("imports fastloader.loader.pipeline.stats (loader)" in line for line in found)
 
 
 def module_of(name: str, modules: set[str]) -> str | None:
@@ -238,3 +239,94 @@ def test_the_builder_and_engines_never_ask_which_source(tmp_path: Path) -> None:
     asking.write_text((PACKAGE / _SOURCE_BLIND[0]).read_text()
                       + "\n\ndef _f(plan):\n    return isinstance(plan, ShardPlan)\n")
     assert source_names(asking) == {"ShardPlan"}
+
+
+# loader/'s sub-packages (loader/__init__.py draws them): each may import the ones listed, and
+# none imports a sibling or anything above it. loader/loader.py, the factory's module, sits on
+# top and may import them all.
+LOADER_ALLOWED: dict[str, set[str]] = {
+    "order": set(),
+    "pipeline": set(),
+    "images": {"pipeline"},
+    "factory": {"order", "pipeline", "images"},
+    "packed": {"factory", "images", "pipeline", "order"},
+    "clips": {"factory", "images", "pipeline", "order"},
+    "dali": {"factory", "images", "pipeline", "order"},
+    "dropin": {"factory", "pipeline", "order"},
+    "mix": {"packed", "factory", "images", "pipeline", "order"},
+}
+
+
+def loader_part(module: str) -> str | None:
+    """The loader sub-package of a dotted module name ("top" for loader/'s own modules)."""
+    parts = module.split(".")
+    if parts[:2] != ["fastloader", "loader"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in LOADER_ALLOWED else "top"
+
+
+def loader_upward(package: Path) -> list[str]:
+    """Every import inside loader/ from a sub-package to one it may not use."""
+    bad = []
+    for path in sorted((package / "loader").rglob("*.py")):
+        own = loader_part(module_name(path, package))
+        if own in (None, "top"):
+            continue
+        for line, target in imported_modules(path, package):
+            other = loader_part(target)
+            if other is not None and other != own and other not in LOADER_ALLOWED[own]:
+                bad.append(f"{path.relative_to(package)}:{line} ({own}) imports {target}")
+    return bad
+
+
+def test_loader_sub_packages_are_known_and_documented() -> None:
+    found = {p.name for p in (PACKAGE / "loader").iterdir() if (p / "__init__.py").exists()}
+    assert found == set(LOADER_ALLOWED)
+    for name in sorted(found):
+        assert ast.get_docstring(ast.parse((PACKAGE / "loader" / name / "__init__.py")
+                                           .read_text())), name
+    # every module of loader/ lives in a sub-package but the factory's module and the package
+    assert sorted(p.name for p in (PACKAGE / "loader").glob("*.py")) == ["__init__.py",
+                                                                        "loader.py"]
+
+
+def test_loader_sub_packages_import_only_downwards(tmp_path: Path) -> None:
+    """A copy of the package where the order (the bottom) imports the factory is caught, so the
+    rule can fail."""
+    assert loader_upward(PACKAGE) == []
+    copy = tmp_path / "fastloader"
+    for path in PACKAGE.rglob("*.py"):
+        target = copy / path.relative_to(PACKAGE)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    sampler = copy / "loader" / "order" / "sampler.py"
+    lazy = "\n\ndef _f():\n    from fastloader.loader.factory import options\n"
+    sampler.write_text(sampler.read_text() + lazy)
+    found = loader_upward(copy)
+    assert found and all(line.startswith("loader/order/sampler.py:") for line in found)
+    assert any(line.endswith("(order) imports fastloader.loader.factory.options")
+               for line in found)
+
+
+def test_the_flat_layouts_module_paths_still_import() -> None:
+    """Each module path of the flat loader/ layout imports as the module it moved to (the same
+    object), and the documented classes are where the docs say."""
+    import importlib
+
+    from fastloader.loader import MOVED
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(f"fastloader.loader.{old}") is importlib.import_module(
+            f"fastloader.loader.{new}"), old
+    from fastloader.loader.audio import AudioLoader
+    from fastloader.loader.clips import ClipLoader
+    from fastloader.loader.dali import DaliLoader
+    from fastloader.loader.dropin import DropInLoader
+    from fastloader.loader.mix import MixLoader
+    from fastloader.loader.packed import PackedLoader
+    from fastloader.loader.video import VideoLoader
+
+    assert {cls.__name__ for cls in (AudioLoader, ClipLoader, DaliLoader, DropInLoader,
+                                     MixLoader, PackedLoader, VideoLoader)} == {
+        "AudioLoader", "ClipLoader", "DaliLoader", "DropInLoader", "MixLoader", "PackedLoader",
+        "VideoLoader"}

@@ -10,7 +10,7 @@ import torch
 from fastloader.decode.augment import RandomResizedCrop
 from fastloader.errors import InvalidArgumentError
 from fastloader.gpu.ops import GpuNormalize, GpuRandomHorizontalFlip, gpu_rng
-from fastloader.loader.dali_pipeline import dali_available
+from fastloader.loader.dali.pipeline import dali_available
 from fastloader.loader.loader import FastLoader
 from helpers import MEAN, STD, collect
 

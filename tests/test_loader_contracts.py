@@ -14,8 +14,8 @@ import torch
 from fastloader.decode.augment import RandomResizedCrop
 from fastloader.errors import InvalidArgumentError
 from fastloader.loader.loader import FastLoader
-from fastloader.loader.sampler import threads_per_rank, usable_cores
-from fastloader.loader.stats import Counters
+from fastloader.loader.order.sampler import threads_per_rank, usable_cores
+from fastloader.loader.pipeline.stats import Counters
 from helpers import MEAN, STD, TRAIN, collect, same_batches
 
 OPTIONS = {"batch_size": 4, "shuffle": True, "seed": 11, "transforms": TRAIN, "device": "cpu",

@@ -1,5 +1,5 @@
 """A loader its own keyword argument chooses (audio=, video=) is declared once, in
-loader/outputs.py: a toy one registered by the test is built by FastLoader(path, toy=Toy()),
+loader/factory/paths.py: a toy one registered by the test is built by FastLoader(path, toy=Toy()),
 its loader imported on first use, its argument refused elsewhere in FastLoader's words, with
 no edit to path_choice, option_paths or the factory."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import fastloader
-from fastloader.loader.base import FastLoader
+from fastloader.loader.factory.base import FastLoader
+from fastloader.loader.factory.paths import PATHS
 from fastloader.loader.loader import FastLoader as Factory
-from fastloader.loader.outputs import OUTPUTS
 from tiny_dataset import Numbers
 from toyoutput import TOY, Toy
 
@@ -25,7 +25,7 @@ CROP = [fastloader.CenterCrop(16)]
 def toy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The toy output registered for one test: its registry line, and a FastLoader that has
     not seen its loader (imported again, afresh, when its path is first chosen)."""
-    monkeypatch.setitem(OUTPUTS, "toy", TOY)
+    monkeypatch.setitem(PATHS, "toy loader", TOY)
     monkeypatch.setattr(FastLoader, "_paths", dict(FastLoader._paths))
     monkeypatch.delitem(sys.modules, "toyloader", raising=False)
 
@@ -78,7 +78,7 @@ def test_a_registered_outputs_argument_is_refused_elsewhere(dataset_path: Path,
 def test_the_registry_is_left_as_it_was() -> None:
     """The toy lives for its tests only (the fixture's monkeypatch): FastLoader's paths and
     signature are the library's own."""
-    assert "toy" not in OUTPUTS and "toy loader" not in FastLoader._paths
+    assert "toy loader" not in PATHS and "toy loader" not in FastLoader._paths
     assert "toy" not in inspect.signature(fastloader.FastLoader).parameters
 
 

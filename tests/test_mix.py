@@ -18,9 +18,9 @@ from fastloader import FastLoader
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop, Resize
 from fastloader.errors import InvalidArgumentError
 from fastloader.format.open import open_dataset
-from fastloader.loader.epoch_order import BIJECTION, PERMUTATION
-from fastloader.loader.mix import MixLoader
-from fastloader.loader.mix_order import MixOrder, epoch_length, shares
+from fastloader.loader.mix.loader import MixLoader
+from fastloader.loader.order.epoch_order import BIJECTION, PERMUTATION
+from fastloader.loader.order.mix_order import MixOrder, epoch_length, shares
 from fastloader.pack.pipeline.tree import pack
 from helpers import same_batches, upload_tree
 from imagegen import encode, make_tree, photo_like

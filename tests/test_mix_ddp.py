@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from fastloader.format.open import open_dataset
-from fastloader.loader.mix_order import MixOrder
+from fastloader.loader.order.mix_order import MixOrder
 from fastloader.pack.pipeline.tree import pack
 from imagegen import make_tree
 

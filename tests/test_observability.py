@@ -12,8 +12,8 @@ import pytest
 from fastloader.decode import _native
 from fastloader.decode.decode import BatchDecoder
 from fastloader.errors import DecodeError, InvalidArgumentError, InvalidTypeError, ProducerError
-from fastloader.loader.autotune import AutoTuner
 from fastloader.loader.loader import FastLoader
+from fastloader.loader.pipeline.autotune import AutoTuner
 from helpers import BAD, TRAIN, damaged
 
 OPTIONS = {"batch_size": 4, "transforms": TRAIN, "device": "cpu", "num_threads": 1}

@@ -1,5 +1,5 @@
-"""The one producer (loader/producer.py) with a filler of its own: what any kind's batches get
-from it (order, read-ahead, the ring or the queue holding it back, a prompt stop, errors named
+"""The one producer (loader/pipeline/producer.py) with a filler of its own: what any kind's batches
+get from it (order, read-ahead, the ring or the queue holding it back, a prompt stop, errors named
 by stage and batch, slots given back on a failure), and that the clip loaders run on it."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import fastloader
 from audiogen import clip
 from fastloader import Audio, FastLoader
 from fastloader.errors import DecodeError, FastloaderError, ProducerError
-from fastloader.loader.autotune import Setting
-from fastloader.loader.memory import BatchRing
-from fastloader.loader.producer import Producer, StageError
-from fastloader.loader.stats import Counters
+from fastloader.loader.pipeline.autotune import Setting
+from fastloader.loader.pipeline.memory import BatchRing
+from fastloader.loader.pipeline.producer import Producer, StageError
+from fastloader.loader.pipeline.stats import Counters
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import torch
 from fastloader import FastLoader
 from fastloader.gpu import planar
 from fastloader.gpu.planar import TensorPool
-from fastloader.loader import packed
+from fastloader.loader.packed import loader as packed
 from helpers import TRAIN
 
 
@@ -69,7 +69,7 @@ def test_a_pass_finalized_after_its_modules_is_quiet(
 
 def test_a_loader_dropped_after_its_modules_is_quiet(
         dataset_path: Path, monkeypatch: pytest.MonkeyPatch, unraisable: list[Any]) -> None:
-    from fastloader.loader import interface
+    from fastloader.loader.factory import interface
 
     loader = FastLoader(dataset_path, batch_size=4, transforms=TRAIN, device="cpu")
     for name, value in list(vars(interface).items()):  # what interpreter exit does to a module

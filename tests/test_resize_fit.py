@@ -167,7 +167,7 @@ def test_the_device_ops_refuse_resize_fit() -> None:
     [fastloader.ResizeFit(64)], [fastloader.RandomIoUCrop(), fastloader.Resize((32, 32))]])
 def test_the_dali_backend_refuses_the_detection_transforms_naming_the_native_one(
         letterbox_dataset: tuple[Path, list[dict]], transforms: list) -> None:
-    from fastloader.loader.dali_pipeline import dali_available
+    from fastloader.loader.dali.pipeline import dali_available
 
     if not dali_available():
         pytest.skip('NVIDIA DALI is not importable here: pip install "fastloader[dali]"')

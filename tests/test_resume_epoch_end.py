@@ -10,7 +10,7 @@ import pytest
 
 from fastloader import FastLoader
 from fastloader.format.open import open_dataset
-from fastloader.loader.dali_pipeline import dali_available
+from fastloader.loader.dali.pipeline import dali_available
 from helpers import TRAIN, collect, same_batches
 
 OPTIONS: dict[str, Any] = {"batch_size": 5, "shuffle": True, "seed": 11, "transforms": TRAIN,
@@ -63,7 +63,7 @@ def test_mid_epoch_checkpoints_are_unchanged(dataset_path: Path) -> None:
 @pytest.mark.skipif(not dali_available(), reason="NVIDIA DALI is not importable here")
 def test_dali_loader_resumes_an_epoch_end_checkpoint_at_the_next_epoch(
         dataset_path: Path) -> None:
-    from fastloader.loader.dali import DaliLoader
+    from fastloader.loader.dali.loader import DaliLoader
 
     dataset = open_dataset(dataset_path)  # the DALI tests' rule: one open dataset per process
     try:

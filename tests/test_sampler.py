@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
-from fastloader.loader.sampler import EpochSampler, epoch_indices
+from fastloader.loader.order.sampler import EpochSampler, epoch_indices
 
 
 def test_shuffled_epoch_is_a_permutation_that_changes_with_epoch() -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fastloader.errors import InvalidArgumentError
-from fastloader.loader.shard_shuffle import assign_shards, shard_epoch_indices
+from fastloader.loader.order.shard_shuffle import assign_shards, shard_epoch_indices
 
 COUNTS = np.array([10, 12, 9, 11, 10, 8, 13, 10, 10, 7], dtype=np.int64)
 STARTS = np.concatenate([[0], np.cumsum(COUNTS)[:-1]])

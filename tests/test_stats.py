@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fastloader.loader.loader import FastLoader
-from fastloader.loader.stats import Counters, Timer
+from fastloader.loader.pipeline.stats import Counters, Timer
 from helpers import TRAIN
 
 

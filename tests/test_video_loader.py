@@ -19,7 +19,7 @@ import fastloader
 from fastloader import FastLoader, Video
 from fastloader.decode.video import probe
 from fastloader.errors import DecodeError, InvalidArgumentError, InvalidTypeError
-from fastloader.loader.video_batch import plan_starts
+from fastloader.loader.clips.video_batch import plan_starts
 from videogen import make_clip, reference
 
 FIELDS = {"video": "video", "label": "int"}

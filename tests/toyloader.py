@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import torch
 
 from fastloader.format.open import dataset_from
-from fastloader.loader.arguments import options_from
-from fastloader.loader.base import FastLoader
+from fastloader.loader.factory.arguments import options_from
+from fastloader.loader.factory.base import FastLoader
 from toyoutput import ToyOptions
 
 

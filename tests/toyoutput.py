@@ -1,5 +1,5 @@
 """A toy loader output for tests/test_loader_outputs.py: its settings (Toy, what `toy=` takes)
-and its path's options, as a kind's settings module declares them (loader/audio_options.py);
+and its path's options, as a kind's settings module declares them (loader/factory/audio_options.py);
 its loader is tests/toyloader.py, imported by FastLoader when its path is first chosen."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastloader.errors import invalid_type
-from fastloader.loader.options import LoaderOptions
-from fastloader.loader.outputs import LoaderOutput
+from fastloader.loader.factory.options import LoaderOptions
+from fastloader.loader.factory.paths import LoaderPath
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,6 @@ class ToyOptions(LoaderOptions):
             raise invalid_type("toy", self.toy, "a Toy(...)")
 
 
-# Its registry line, as loader/outputs.py's OUTPUTS would hold it.
-TOY = LoaderOutput("toy", "toy loader", "toyoutput:ToyOptions", "toyloader", "records",
-                   "toy loader of a packed dataset", "Drop it: the toy loader takes toy= only.")
+# Its registry line, as loader/factory/paths.py's PATHS would hold it.
+TOY = LoaderPath("toy loader", ToyOptions, "toyloader", "toy loader of a packed dataset",
+                 "Drop it: the toy loader takes toy= only.", argument="toy", records="records")

@@ -21,11 +21,11 @@ logging.getLogger("fastloader").addHandler(logging.NullHandler())
 
 # Public name -> module that defines it.
 _EXPORTS: dict[str, str] = {
-    "Audio": "fastloader.loader.audio_options",
+    "Audio": "fastloader.loader.factory.audio_options",
     "BatchDecoder": "fastloader.decode.decode",
     "CenterCrop": "fastloader.decode.augment",
     "CorruptRecordError": "fastloader.errors",
-    "DaliLoader": "fastloader.loader.dali",
+    "DaliLoader": "fastloader.loader.dali.loader",
     "DatasetError": "fastloader.errors",
     "DatasetNotFoundError": "fastloader.errors",
     "DecodeError": "fastloader.errors",
@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "ImageHeader": "fastloader.decode.pillow",
     "InvalidArgumentError": "fastloader.errors",
     "InvalidTypeError": "fastloader.errors",
-    "LoaderStats": "fastloader.loader.stats",
+    "LoaderStats": "fastloader.loader.pipeline.stats",
     "LogMel": "fastloader.gpu.mel",
     "Manifest": "fastloader.format.manifest",
     "NativeUnavailableError": "fastloader.errors",
@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "RandomResizedCrop": "fastloader.decode.augment",
     "Resize": "fastloader.decode.augment",
     "ResizeFit": "fastloader.decode.detect",
-    "Video": "fastloader.loader.video_options",
+    "Video": "fastloader.loader.factory.video_options",
     "decode": "fastloader.decode.decode",
     "header": "fastloader.decode.decode",
     "native_available": "fastloader.decode._native",
@@ -105,11 +105,11 @@ if TYPE_CHECKING:  # let type checkers see the real objects
         GpuCutMix,
         GpuMixUp,
     )
-    from fastloader.loader.audio_options import Audio
-    from fastloader.loader.dali import DaliLoader
+    from fastloader.loader.dali.loader import DaliLoader
+    from fastloader.loader.factory.audio_options import Audio
+    from fastloader.loader.factory.video_options import Video
     from fastloader.loader.loader import FastLoader
-    from fastloader.loader.stats import LoaderStats
-    from fastloader.loader.video_options import Video
+    from fastloader.loader.pipeline.stats import LoaderStats
     from fastloader.pack.api import pack
 
 

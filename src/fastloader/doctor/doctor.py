@@ -25,8 +25,8 @@ from fastloader.doctor.profile import (
 )
 from fastloader.doctor.verdict import Machine, Verdict, diagnose
 from fastloader.errors import FastloaderError
-from fastloader.loader.packed import PackedLoader
-from fastloader.loader.stats import LoaderStats
+from fastloader.loader.packed.loader import PackedLoader
+from fastloader.loader.pipeline.stats import LoaderStats
 
 __all__ = ["DoctorReport", "ProfileReport", "diagnose", "main", "profile", "run_doctor"]
 

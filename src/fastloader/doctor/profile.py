@@ -14,8 +14,8 @@ import torch
 
 from fastloader.doctor.verdict import Machine, Verdict, diagnose
 from fastloader.errors import invalid_argument, invalid_type
-from fastloader.loader.sampler import usable_cores
-from fastloader.loader.stats import batch_size_of
+from fastloader.loader.order.sampler import usable_cores
+from fastloader.loader.pipeline.stats import batch_size_of
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """The image kind: an encoded image per sample (JPEG, PNG, ...). The first image field is the
 dataset's records (the shards, decoded by the fused path); a further one is a bytes column,
-decoded per batch with the loader's transforms (loader/extra_images.py) or given as bytes."""
+decoded per batch with the loader's transforms (loader/images/extra_images.py) or given as bytes."""
 
 from __future__ import annotations
 

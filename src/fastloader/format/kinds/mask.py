@@ -1,7 +1,7 @@
 """The mask kind: a uint8 [H, W] label image the size of the sample's first image, stored as a
 compressed blob of runs (format/masks.py); in a batch a uint8 [B, H, W] tensor mapped through
 each sample's crop plan with nearest neighbour (decode/masks.py) by the producer's helper
-thread (loader/masks.py)."""
+thread (loader/images/masks.py)."""
 
 from __future__ import annotations
 
