@@ -330,3 +330,16 @@ def test_the_flat_layouts_module_paths_still_import() -> None:
                                      MixLoader, PackedLoader, VideoLoader)} == {
         "AudioLoader", "ClipLoader", "DaliLoader", "DropInLoader", "MixLoader", "PackedLoader",
         "VideoLoader"}
+
+
+def long_modules(package: Path, limit: int = 400) -> list[str]:
+    """The package's modules over `limit` lines, with their length."""
+    return [f"{path.relative_to(package)}: {n}" for path in sorted(package.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > limit]
+
+
+def test_no_module_is_over_400_lines(tmp_path: Path) -> None:
+    """Modules stay under ~400 lines (DEVELOPERS.md); a 401-line module is named."""
+    assert long_modules(PACKAGE) == []
+    (tmp_path / "big.py").write_text("x = 1\n" * 401)
+    assert long_modules(tmp_path) == ["big.py: 401"]

@@ -192,15 +192,10 @@ class PackedDataset:
         # cache shares all three between loader processes.
         headers, offsets, starts = (
             self._arrays[name] for name in ("tiles_header", "tiles_offsets", "tiles_start"))
-        if (
-            headers.shape != (count, len(HEADER_FIELDS))
-            or headers.dtype != np.int64
-            or starts.shape != (count + 1,)
-            or starts.dtype != np.uint64
-            or offsets.ndim != 1
-            or offsets.dtype != np.uint32
-            or (count and int(starts[-1]) != offsets.size)
-        ):
+        fits = (headers.shape == (count, len(HEADER_FIELDS)) and headers.dtype == np.int64
+                and starts.shape == (count + 1,) and starts.dtype == np.uint64
+                and offsets.ndim == 1 and offsets.dtype == np.uint32)
+        if not fits or (count and int(starts[-1]) != offsets.size):
             raise DatasetError(
                 f"{self.root}: the tile index (tiles_header, tiles_offsets, tiles_start) does "
                 f"not fit {count} records; the dataset is damaged: pack it again with --tiles."
