@@ -1,12 +1,11 @@
 """FastLoader: the loaders' public class, its signature (one typing.overload per path), and
-the factory that builds the loader of the path its arguments choose (loader/factory/path_choice.py).
+the factory that builds the loader of the path its arguments choose (path_choice.py).
 
-The loaders (loader/packed/loader.py, mix.py, dali.py, dropin.py, audio.py, video.py) subclass
-FastLoader here and register under their path's name; what they implement is
-loader/factory/interface.py's LoaderInterface. loader/loader.py, the module `fastloader.FastLoader`
-is read from, imports the paths of their own; a loader its own argument chooses (audio=, video=)
-is imported by name from loader/factory/paths.py when its path is first chosen, so this module never
-imports a loader.
+The loaders (loader/packed/, mix/, dali/, dropin/, and clips/audio.py, clips/video.py) subclass
+FastLoader here and register under their path's name; what they implement is interface.py's
+LoaderInterface. loader/loader.py, the module `fastloader.FastLoader` is read from, imports the
+paths of their own; every path's loader module is named in paths.py, and the factory imports it
+there the first time its path is chosen (audio=, video=), so this module never imports a loader.
 """
 from __future__ import annotations
 
