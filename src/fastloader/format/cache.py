@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from fastloader.errors import DatasetError, invalid_argument
+from fastloader.format.disk_space import cache_disk_full, is_no_space
 
 _PART = re.compile(r"\.part-(\d+)-(\d+)$")
 # The stamps of verified index versions (format/stamps.py) live in this subfolder of the default
@@ -134,6 +135,7 @@ class ShardCache:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self.downloads = 0  # files this process downloaded (for stats and tests)
+        self.least = 0  # the bytes its reader holds at once (RemoteDataset sets it)
 
     # -- pins ---------------------------------------------------------------------------
 
@@ -296,7 +298,8 @@ class ShardCache:
         """name's path, downloaded first if missing or changed, pinned until unpin(name).
 
         `download(file)` writes the whole verified content (it raises if the bytes are wrong);
-        it runs at most once per node for concurrent callers.
+        it runs at most once per node for concurrent callers. A full disk raises
+        CacheDiskFullError (disk_space.cache_disk_full).
         """
         self.pin(name)
         try:
@@ -311,8 +314,10 @@ class ShardCache:
                     _unlock(dl)
             os.utime(path.with_name(path.name + ".lock"))  # LRU: last use
             return path
-        except BaseException:
+        except BaseException as exc:
             self.unpin(name)
+            if is_no_space(exc):  # the cache's disk filled: say so, with what would fit
+                raise cache_disk_full(self, name, size) from exc
             raise
 
     def _download(self, name: str, size: int, download: Callable[[BinaryIO], None]) -> None:

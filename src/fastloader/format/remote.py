@@ -4,7 +4,8 @@ The manifest is fetched first and its sha256 names the cache folder of this vers
 dataset: a dataset rewritten remotely gets a new folder, so the versions are never mixed. The
 index files and each shard are downloaded whole, hashed while they stream, and trusted only
 when the hash matches manifest.json. Network errors retry with backoff, then fail naming the
-file and URL; a hash mismatch is fetched once more, then fails naming it.
+file and URL; a hash mismatch is fetched once more, then fails naming it; a full cache disk
+fails at once (CacheDiskFullError: cache_dir, its free space and cache_limit).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from fastloader.errors import DatasetError, DatasetNotFoundError, OptionalDependencyError
 from fastloader.format.cache import ShardCache, parse_size
+from fastloader.format.disk_space import is_no_space
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,8 @@ class Remote:
             except (FileNotFoundError, HashMismatchError):
                 raise
             except Exception as exc:  # network errors: retried, then reported with the URL
+                if is_no_space(exc):  # the local disk, not the network: no retry (the cache
+                    raise  # names its folder, free space and limit: cache.ShardCache.fetch)
                 if attempt + 1 == self.retries:
                     raise DatasetError(
                         f"{name}: downloading {self.url_of(name)} failed {self.retries} times "

@@ -116,16 +116,17 @@ class RemoteDataset(PackedDataset):
         return meta_bytes + sum(reserved_bytes(size) for size in sizes[:shards_at_once])
 
     def _check_limit(self, manifest: Manifest, raw: bytes, window: int) -> None:
+        """cache_limit holds the index and the shards read at once; the cache keeps that
+        least (a full disk's error names it: disk_space.cache_disk_full)."""
         limit = self.cache.limit
-        if limit is None:
-            return
         self.manifest = manifest
         meta = reserved_bytes(len(raw)) + sum(
             reserved_bytes(int(np.prod(f.shape)) * np.dtype(f.dtype).itemsize + 4096)
             for f in manifest.fields.values())
         at_once = min(max(1, window) + self.prefetch, len(manifest.shards))
         need = self.min_cache_limit(at_once, meta)
-        if limit < need:
+        self.cache.least = need
+        if limit is not None and limit < need:
             raise invalid_argument(
                 "cache_limit", limit,
                 f"cannot hold the index and the {at_once} largest shards that are read at once "

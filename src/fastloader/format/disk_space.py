@@ -1,0 +1,85 @@
+"""A disk's free space, sizes in words, whether an error is a full disk, and the shard cache's
+full-disk error (naming cache_dir, the free space and cache_limit, and the limit that would
+have kept the cache on its disk)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fastloader.errors import CacheDiskFullError, DiskFullError
+
+if TYPE_CHECKING:  # cache.py imports this module
+    from fastloader.format.cache import ShardCache
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # the disk, or the user's quota on it, is full
+
+
+def free_bytes(folder: str | os.PathLike[str]) -> int:
+    """The bytes a write in folder (or its nearest existing parent) can still use."""
+    path = Path(folder).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    stat = os.statvfs(path)
+    return stat.f_bavail * stat.f_frsize
+
+
+def in_words(size: int) -> str:
+    """A byte count as people read it: 0 B, 812 B, 412.0 KiB, 1.2 MiB, 3.4 GiB."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def errors_of(exc: BaseException) -> list[BaseException]:
+    """exc and the exceptions it was raised from or while handling (a bounded walk)."""
+    chain: list[BaseException] = []
+    at: BaseException | None = exc
+    while at is not None and at not in chain and len(chain) < 16:
+        chain.append(at)
+        at = at.__cause__ or at.__context__
+    return chain
+
+
+def is_no_space(exc: BaseException) -> bool:
+    """Whether exc is (or came from) an OSError saying the disk or the quota is full (not one
+    of fastloader's DiskFullErrors: those have said so already)."""
+    if isinstance(exc, DiskFullError):
+        return False
+    return any(isinstance(e, OSError) and e.errno in NO_SPACE for e in errors_of(exc))
+
+
+def cache_disk_full(cache: ShardCache, name: str, size: int) -> CacheDiskFullError:
+    """The error for a cache whose disk filled while `name` (size bytes) was cached in it,
+    naming cache_dir, the free space and cache_limit; where a cache_limit would have kept the
+    cache within its disk (none set, or one larger than the disk leaves it), it says which,
+    and where the disk cannot hold even what the reader holds at once (cache.least), that."""
+    root, limit, usage = cache.root, cache.limit, cache.usage()
+    free = free_bytes(root)
+    room = usage + free  # what this disk leaves the cache now
+    suggest = f'cache_limit="{in_words(max(size, cache.least, int(room * 0.9)))}"'
+    elsewhere = "free space on that disk, or pass a cache_dir on a bigger disk"
+    if room < cache.least:
+        fix = (f"this disk leaves the cache {in_words(room)}, less than the "
+               f"{in_words(cache.least)} its reader holds at once (the index and the shards "
+               f"of its shuffle window and prefetch), so no cache_limit fits: {elsewhere}")
+    elif limit is None:
+        fix = (f"no cache_limit is set, so the cache grows until its disk is full: pass "
+               f"{suggest} (it would have evicted older shards instead), {elsewhere}")
+    elif limit > room:
+        fix = (f"cache_limit={in_words(limit)} is more than this disk leaves the cache "
+               f"({in_words(room)}): pass {suggest} (it would have evicted older shards "
+               f"instead), {elsewhere}")
+    else:
+        fix = f"cache_limit={in_words(limit)} fits this disk, but other files took its room: " \
+              f"{elsewhere}"
+    return CacheDiskFullError(
+        f"{root}: the disk of the shard cache (cache_dir={root}) is full: caching {name} needs "
+        f"{in_words(size)} and {in_words(free)} is free (the cache holds {in_words(usage)}, "
+        f"cache_limit={'None' if limit is None else in_words(limit)}); {fix}.",
+        root, size, free, cache_limit=limit, name=name)
