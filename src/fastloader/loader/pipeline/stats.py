@@ -143,11 +143,17 @@ class Timer:
 
 
 def batch_size_of(batch: Any) -> int:
-    """Images in a batch: the length of its first tensor/array (tuples, lists, dicts)."""
+    """Samples in a batch as torch's collate makes it: the length of its first tensor or array
+    (a nested tensor's first size too), looking into tuples, lists and dicts; a list of strings
+    or bytes (how default_collate batches them) counts its items; anything else is one."""
     if isinstance(batch, (tuple, list)) and batch:
+        if isinstance(batch[0], (str, bytes)):
+            return len(batch)
         return batch_size_of(batch[0])
     if isinstance(batch, Mapping) and batch:
         return batch_size_of(next(iter(batch.values())))
-    if isinstance(batch, (torch.Tensor, np.ndarray)) and batch.ndim > 0:
+    if isinstance(batch, torch.Tensor) and batch.dim() > 0:
+        return int(batch.size(0))  # .shape raises on a nested tensor; size(0) does not
+    if isinstance(batch, np.ndarray) and batch.ndim > 0:
         return int(batch.shape[0])
     return 1
