@@ -5,19 +5,28 @@ through DataLoader with better defaults."""
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
-from fastloader.errors import FastloaderError, invalid_argument
+from fastloader.errors import FastloaderError
+from fastloader.loader.dropin.arguments import (
+    FIXED_ATTRIBUTES,
+    drop_none_samplers,
+    given_arguments,
+    is_datapipe,
+    iterable_shuffle,
+    refuse_assignment,
+    refuse_contradictions,
+)
+from fastloader.loader.dropin.iterator import DropInIterator
+from fastloader.loader.dropin.sending import SendGuard, users_collate_fn
 from fastloader.loader.factory.arguments import options_from
 from fastloader.loader.factory.base import FastLoader
 from fastloader.loader.factory.options import DropInOptions
 from fastloader.loader.order.sampler import planned_world, resolve_rank_world, threads_per_rank
-from fastloader.loader.pipeline.stats import Counters, LoaderStats, batch_size_of
+from fastloader.loader.pipeline.stats import Counters, LoaderStats
 
 DEFAULT_PREFETCH_FACTOR = 4  # torch's 2 leaves workers idle behind a slow step more often
 log = logging.getLogger(__name__)
@@ -39,20 +48,6 @@ def _iterable_workers(data: object, threads: int) -> int:
     return 0
 
 
-def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
-    """Move every tensor inside a (nested) batch to device; other values pass through."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, Mapping):
-        moved = {k: to_device(v, device, non_blocking) for k, v in batch.items()}
-        return moved if type(batch) is dict else type(batch)(moved)  # type: ignore[call-arg]
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(to_device(v, device, non_blocking) for v in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device, non_blocking) for v in batch)
-    return batch
-
-
 class DropInLoader(FastLoader, path="drop-in loader"):
     """torch.utils.data.DataLoader with tuned defaults and a `device=` transfer.
 
@@ -65,8 +60,14 @@ class DropInLoader(FastLoader, path="drop-in loader"):
     DataLoader keyword is accepted and wins over a default; FastLoader's packed-only
     arguments (transforms, normalize, ...) are refused with the way to get them.
 
-    An iterable dataset yields in its own order (shuffle=True is refused: shuffle it itself,
-    e.g. datasets' dataset.shuffle(seed=..., buffer_size=...)). A datasets.IterableDataset
+    Otherwise it keeps DataLoader's contract: the arguments and assignments DataLoader refuses
+    are refused (arguments.py); iter() starts the pass and a batch that raised does not end
+    it (iterator.py); a worker's batch that cannot be pickled is an error, not a hang
+    (sending.py). docs/loading.md lists where it differs, and why.
+
+    An iterable dataset yields in its own order (shuffle=True is refused, as DataLoader refuses
+    it: shuffle it itself, e.g. datasets' dataset.shuffle(seed=..., buffer_size=...)); a
+    datapipe is shuffled as DataLoader shuffles it, seeded by `seed`. A datasets.IterableDataset
     gets a worker per shard (up to the cores) and, under torch.distributed, its rank's part
     (datasets.distributed.split_dataset_by_node); set_epoch reaches its own set_epoch. A
     torch IterableDataset gets DataLoader's defaults (no workers, every rank reading the
@@ -76,13 +77,14 @@ class DropInLoader(FastLoader, path="drop-in loader"):
     def __init__(self, data: Any, *args: object, **kwargs: object) -> None:
         # FastLoader's options of the packed paths: taken at their defaults, refused otherwise;
         # what is left is DataLoader's.
+        given = given_arguments(args, kwargs)
         options, dataloader_kwargs = options_from(DropInOptions, "drop-in loader", args, kwargs)
-        if isinstance(data, IterableDataset) and options.shuffle:
-            raise invalid_argument(
-                "shuffle", options.shuffle, "does not apply to an iterable dataset "
-                f"({type(data).__name__}), which yields in its own order", "Shuffle the "
-                "dataset itself (datasets: dataset.shuffle(seed=..., buffer_size=...)) and "
-                "pass shuffle=False.")
+        drop_none_samplers(dataloader_kwargs)
+        shuffle: bool | None = options.shuffle
+        if isinstance(data, IterableDataset):
+            shuffle = iterable_shuffle(data, options.shuffle, given)
+        refuse_contradictions(options.batch_size, options.shuffle, options.drop_last,
+                              dataloader_kwargs)
         self.device = options.target
         rank, world = options.rank_world
         self.seed = options.seed
@@ -91,8 +93,7 @@ class DropInLoader(FastLoader, path="drop-in loader"):
         self._follow_distributed = (options.world_size is None
                                     and "sampler" not in dataloader_kwargs
                                     and "batch_sampler" not in dataloader_kwargs)
-        self._args = (data, options.batch_size, options.shuffle, options.drop_last,
-                      dataloader_kwargs)
+        self._args = (data, options.batch_size, shuffle, options.drop_last, dataloader_kwargs)
         self._built_for = (rank, world)
         self._counters = Counters()
         self._build(rank, world)
@@ -102,18 +103,35 @@ class DropInLoader(FastLoader, path="drop-in loader"):
         """The DataLoader for this rank and world (a DistributedSampler when world > 1)."""
         dataset, batch_size, shuffle, drop_last, kwargs = self._args
         kwargs = dict(kwargs)
-        self._generator: torch.Generator | None = None
         iterable = isinstance(dataset, IterableDataset)
         if iterable:
             dataset = self._iterable_part(dataset, rank, world)
         elif world > 1 and "sampler" not in kwargs and "batch_sampler" not in kwargs:
             kwargs["sampler"] = DistributedSampler(dataset, num_replicas=world, rank=rank,
-                                                   shuffle=shuffle, seed=self.seed,
+                                                   shuffle=bool(shuffle), seed=self.seed,
                                                    drop_last=drop_last)
             shuffle = False
-        elif shuffle and "generator" not in kwargs and "sampler" not in kwargs:
+        self._generator: torch.Generator | None = None
+        # seeded: a shuffle's order, and a datapipe's Shuffler (DataLoader seeds it from here)
+        if ((shuffle or is_datapipe(dataset)) and "generator" not in kwargs
+                and "sampler" not in kwargs):
             self._generator = torch.Generator().manual_seed(self.seed)
             kwargs["generator"] = self._generator
+        self._worker_defaults(dataset, kwargs, iterable, world)
+        if "batch_sampler" in kwargs:  # DataLoader forbids these next to a batch_sampler
+            loader = DataLoader(dataset, **kwargs)
+        else:
+            loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
+                                drop_last=drop_last, **kwargs)
+        if loader.num_workers > 0:  # a batch that cannot be pickled: an error, not a hang
+            loader.collate_fn = SendGuard(loader.collate_fn)
+        self.loader = loader
+        self._non_blocking = bool(loader.pin_memory)
+        self._built_for = (rank, world)
+
+    def _worker_defaults(self, dataset: Any, kwargs: dict[str, Any], iterable: bool,
+                         world: int) -> None:
+        """The drop-in's defaults of DataLoader's worker arguments, where not given."""
         threads = threads_per_rank(
             world if world > 1 or not self._follow_distributed else planned_world(None, None))
         workers = kwargs.setdefault("num_workers", _iterable_workers(dataset, threads)
@@ -123,13 +141,6 @@ class DropInLoader(FastLoader, path="drop-in loader"):
             kwargs.setdefault("prefetch_factor", DEFAULT_PREFETCH_FACTOR)
         on_cuda = self.device is not None and self.device.type == "cuda"
         kwargs.setdefault("pin_memory", on_cuda)
-        if "batch_sampler" in kwargs:  # DataLoader forbids these next to a batch_sampler
-            self.loader = DataLoader(dataset, **kwargs)
-        else:
-            self.loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
-                                     drop_last=drop_last, **kwargs)
-        self._non_blocking = bool(self.loader.pin_memory)
-        self._built_for = (rank, world)
 
     def _iterable_part(self, dataset: Any, rank: int, world: int) -> Any:
         """This rank's part of an iterable dataset: a datasets.IterableDataset split by node;
@@ -167,8 +178,15 @@ class DropInLoader(FastLoader, path="drop-in loader"):
 
     def __getattr__(self, name: str) -> Any:
         if name in DropInLoader._FORWARDED and "loader" in self.__dict__:
-            return getattr(self._follow(), name)
+            value = getattr(self._follow(), name)
+            return users_collate_fn(value) if name == "collate_fn" else value
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # DataLoader refuses these once built; setting them here would change nothing either
+        if name in FIXED_ATTRIBUTES and "loader" in self.__dict__:
+            raise refuse_assignment(name, value)
+        super().__setattr__(name, value)
 
     def __len__(self) -> int:
         return len(self._follow())
@@ -188,26 +206,10 @@ class DropInLoader(FastLoader, path="drop-in loader"):
         if self._generator is not None:
             self._generator.manual_seed(self.seed + epoch)
 
-    def __iter__(self) -> Iterator[Any]:
-        started = time.perf_counter()
-        iterator = iter(self._follow())
-        try:
-            while True:
-                wait_start = time.perf_counter()
-                try:
-                    batch = next(iterator)
-                except StopIteration:
-                    return
-                finally:
-                    self._counters.add_time("wait", time.perf_counter() - wait_start)
-                if self.device is not None:
-                    copy_start = time.perf_counter()
-                    batch = to_device(batch, self.device, self._non_blocking)
-                    self._counters.add_time("copy", time.perf_counter() - copy_start)
-                self._counters.add_batch(batch_size_of(batch))
-                yield batch
-        finally:
-            self._counters.add_time("active", time.perf_counter() - started)
+    def __iter__(self) -> DropInIterator:
+        """A pass, started now (workers, DataLoader's warnings), as iter(DataLoader) starts."""
+        loader = self._follow()
+        return DropInIterator(self, loader, self._counters, self.device, self._non_blocking)
 
     def state_dict(self) -> dict[str, Any]:
         raise FastloaderError(
