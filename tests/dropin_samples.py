@@ -170,3 +170,22 @@ def refusal(build: Callable[[], Any]) -> type[BaseException] | None:
     if close is not None:
         close()
     return None
+
+
+class Offset(Dataset):
+    """Item i is i + the offset its worker's worker_init_fn (offset_by_worker) set."""
+
+    offset = 0
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> int:
+        return i + self.offset
+
+
+def offset_by_worker(worker_id: int) -> None:
+    """A worker_init_fn: worker k's copy of an Offset dataset adds 100 * (k + 1)."""
+    info = get_worker_info()
+    assert info is not None
+    info.dataset.offset = 100 * (worker_id + 1)

@@ -15,11 +15,13 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 
 from dropin_samples import (
     Numbers,
+    Offset,
     Ragged,
     Samples,
     SizedStream,
     Stream,
     nest,
+    offset_by_worker,
     outcomes,
     refusal,
     same_outcomes,
@@ -41,7 +43,7 @@ def side_by_side(dataset: Callable[[], Any], arguments: Callable[[], dict[str, A
                     **arguments()) as loader:
         ours = outcomes(loader)
     options = arguments()
-    if options.get("shuffle"):
+    if options.get("shuffle") and "generator" not in options:
         options["generator"] = torch.Generator().manual_seed(SEED)
     theirs = outcomes(DataLoader(dataset(), num_workers=workers, **context, **options))
     return ours, theirs
@@ -208,3 +210,21 @@ def test_sample_kinds(kind: str, workers: int) -> None:
     assert ours and same_outcomes(ours, theirs), (ours, theirs)
     if kind == "nested_default_collate":  # default_collate refuses batches of nested tensors
         assert set(ours) == {"RuntimeError"}
+
+
+# -- worker_init_fn, in_order, generator ----------------------------------------------------------
+
+
+def test_worker_init_fn_and_generator_as_in_dataloader() -> None:
+    ours, theirs = side_by_side(Offset, lambda: {"batch_size": 2,
+                                                 "worker_init_fn": offset_by_worker}, 2)
+    assert same_outcomes(ours, theirs) and min(int(b.min()) for b in ours) >= 100
+    ours, theirs = side_by_side(Numbers, lambda: {  # a generator of its own each: it is drawn
+        "batch_size": 3, "shuffle": True, "generator": torch.Generator().manual_seed(11)}, 1)
+    assert same_outcomes(ours, theirs), (ours, theirs)
+
+
+def test_out_of_order_gives_the_same_batches() -> None:
+    ours, theirs = side_by_side(Numbers, lambda: {"batch_size": 2, "in_order": False}, 2)
+    assert sorted(b.tolist() for b in ours) == sorted(b.tolist() for b in theirs)
+    assert len(ours) == 5
