@@ -317,7 +317,8 @@ class ShardCache:
         except BaseException as exc:
             self.unpin(name)
             if is_no_space(exc):  # the cache's disk filled: say so, with what would fit
-                raise cache_disk_full(self, name, size) from exc
+                raise cache_disk_full(self.root, self.limit, self.usage(), self.least, name,
+                                      size) from exc
             raise
 
     def _download(self, name: str, size: int, download: Callable[[BinaryIO], None]) -> None:

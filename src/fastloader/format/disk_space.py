@@ -7,23 +7,29 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fastloader.errors import CacheDiskFullError, DiskFullError
-
-if TYPE_CHECKING:  # cache.py imports this module
-    from fastloader.format.cache import ShardCache
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # the disk, or the user's quota on it, is full
 
 
+def _statvfs(folder: str | os.PathLike[str]) -> os.statvfs_result:
+    path = Path(folder).absolute()
+    while not path.exists() and path != path.parent:  # its nearest existing parent's
+        path = path.parent
+    return os.statvfs(path)
+
+
 def free_bytes(folder: str | os.PathLike[str]) -> int:
     """The bytes a write in folder (or its nearest existing parent) can still use."""
-    path = Path(folder).absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    stat = os.statvfs(path)
+    stat = _statvfs(folder)
     return stat.f_bavail * stat.f_frsize
+
+
+def is_disk(folder: str | os.PathLike[str]) -> bool:
+    """Whether folder's file system tells a size (/proc, /sys and the like tell none: their
+    writes fail for other reasons, which their writers tell)."""
+    return _statvfs(folder).f_blocks > 0
 
 
 def in_words(size: int) -> str:
@@ -54,19 +60,20 @@ def is_no_space(exc: BaseException) -> bool:
     return any(isinstance(e, OSError) and e.errno in NO_SPACE for e in errors_of(exc))
 
 
-def cache_disk_full(cache: ShardCache, name: str, size: int) -> CacheDiskFullError:
-    """The error for a cache whose disk filled while `name` (size bytes) was cached in it,
+def cache_disk_full(root: Path, limit: int | None, usage: int, least: int, name: str,
+                    size: int) -> CacheDiskFullError:
+    """The error for a shard cache (at root, under limit, holding usage bytes, whose reader
+    holds `least` at once) whose disk filled while `name` (size bytes) was cached in it,
     naming cache_dir, the free space and cache_limit; where a cache_limit would have kept the
     cache within its disk (none set, or one larger than the disk leaves it), it says which,
-    and where the disk cannot hold even what the reader holds at once (cache.least), that."""
-    root, limit, usage = cache.root, cache.limit, cache.usage()
+    and where the disk cannot hold even what the reader holds at once, that."""
     free = free_bytes(root)
     room = usage + free  # what this disk leaves the cache now
-    suggest = f'cache_limit="{in_words(max(size, cache.least, int(room * 0.9)))}"'
+    suggest = f'cache_limit="{in_words(max(size, least, int(room * 0.9)))}"'
     elsewhere = "free space on that disk, or pass a cache_dir on a bigger disk"
-    if room < cache.least:
+    if room < least:
         fix = (f"this disk leaves the cache {in_words(room)}, less than the "
-               f"{in_words(cache.least)} its reader holds at once (the index and the shards "
+               f"{in_words(least)} its reader holds at once (the index and the shards "
                f"of its shuffle window and prefetch), so no cache_limit fits: {elsewhere}")
     elif limit is None:
         fix = (f"no cache_limit is set, so the cache grows until its disk is full: pass "
