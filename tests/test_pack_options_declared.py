@@ -21,7 +21,8 @@ from fastloader.pack.staging.plan import TaskSettings, read_settings
 _FLAGS = ["--format", "hdf5", "--shard-size", "1M", "--workers", "3", "--max-side", "64",
           "--quality", "80", "--overwrite", "--resume", "--strict", "--skip-bad", "--quiet",
           "--tiles", "--restart-mcus", "7", "--max-file-size", "2M", "--engine", "ray",
-          "--ray-address", "auto", "--apply-exif-orientation", "--codec", "coeffs"]
+          "--ray-address", "auto", "--apply-exif-orientation", "--codec", "coeffs",
+          "--skip-space-check"]
 
 
 def test_every_option_has_a_flag_or_says_why_not() -> None:

@@ -98,7 +98,9 @@ def pack(
             image field repacked as restart tiles; see fastloader.pack.pipeline.tree.pack),
             codec: "jpeg" (default: the bytes as they are), "tiles" (= tiles=True) or
             "coeffs" (every source: each JPEG record encoded as a coeffs record in the
-            pack's workers; see fastloader.pack.pipeline.options.PackOptions).
+            pack's workers; see fastloader.pack.pipeline.options.PackOptions),
+            skip_space_check (pack even when the output's estimate is clearly larger than
+            the free space where dst goes).
             Shards of an importer's
             samples are cut by their image sizes (shard_size bytes); Python samples by count:
             shard_samples samples a shard (default shard_size / 128 KiB, i.e. 2048 for
@@ -111,6 +113,10 @@ def pack(
         PackError: a bad source or destination, or (skip_bad=False) a bad item: the message
             names the file, the line or member, and the field.
         InvalidArgumentError: an option or a field declaration is invalid.
+        PackDiskFullError: (a PackError) the disk where dst goes is too small for the
+            estimate (refused before anything is written), or filled mid-way; its folder,
+            needed and free say by how much, and kept whether resume=True finishes the pack
+            from the finished shards once there is room.
     """
     base = PackOptions() if options is None else options
     if not isinstance(base, PackOptions):

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from fastloader.decode.tiles import DEFAULT_RESTART_MCUS
-from fastloader.errors import FastloaderError
+from fastloader.errors import DiskFullError, FastloaderError
 from fastloader.format.manifest import Manifest
 from fastloader.format.remote import is_url
 from fastloader.pack.api import pack
@@ -91,7 +91,9 @@ A source folder literally named like a command ("info", "verify", "append", "mer
 exit codes: 0 ok, 1 verify found damage or an I/O failure, 2 bad input, 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM: what SLURM and Kubernetes send on preemption); after 130 or
 143 the finished shards, if any, are kept and the same command with --resume goes on from
-them (the message says which)."""
+them (the message says which). A full disk (1) is refused before the pack starts when the
+estimate is clearly larger than the free space (--skip-space-check packs anyway); one that
+fills mid-way keeps the finished shards, and --resume finishes the pack once there is room."""
 
 def parse_size(text: str) -> int:
     """'256M' -> 268435456 (K, M, G are powers of 1024; a plain number is bytes)."""
@@ -134,6 +136,8 @@ def _pack_parser() -> argparse.ArgumentParser:
     add("--quality", type=int, default=90, metavar="Q", help="JPEG quality for --max-side")
     add("--overwrite", action="store_true", help="replace DST if it is a packed dataset")
     add("--resume", action="store_true", help="reuse the finished shards of an interrupted pack")
+    add("--skip-space-check", action="store_true", help="pack even when the output's estimate "
+        "is clearly (1.1x) larger than the free space at DST, which is refused otherwise")
     add("--strict", action="store_true", help="stop at the first bad item (the default, "
         "said explicitly; the opposite of --skip-bad)")
     add("--quiet", action="store_true", help="no progress bar and no summary")
@@ -307,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _stopped(args, stop.signum == signal.SIGTERM, staging_kept(exc))
         if isinstance(exc, FastloaderError):
             print(f"packdata: error: {_words(exc)}", file=sys.stderr)
-            return 2
+            return 1 if isinstance(exc, DiskFullError) else 2  # an I/O failure: a full disk
         if isinstance(exc, OSError):  # disk full, permission lost mid-way...: one line
             again = " with --resume" if staging_kept(exc) else ""
             print(f"packdata: error: {_words(exc)}; fix it and rerun{again}", file=sys.stderr)

@@ -36,4 +36,5 @@ def pack_options(args: argparse.Namespace) -> PackOptions:
         ray_address=args.ray_address,
         apply_exif_orientation=args.apply_exif_orientation,
         codec=args.codec,
+        skip_space_check=args.skip_space_check,
     )

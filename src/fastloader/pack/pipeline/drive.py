@@ -8,7 +8,9 @@ the fields the source declares). drive() runs plan,
 run and commit for every source, with one rule for a failure: a source that can be
 recognised again keeps its staging for --resume once a shard has finished (and the error says
 so); one that cannot (a plain iterable of Python samples, read once), or a failure before any
-shard finished, leaves nothing behind.
+shard finished, leaves nothing behind. A full disk where the pack writes is a
+PackDiskFullError (staging/space.py): refused before the pack starts when the plan's estimate
+is clearly larger than the free space, else told when a write fails, with the same rule.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import shutil
 from typing import Protocol
 
 from fastloader.errors import PackError
+from fastloader.format.disk_space import is_no_space
 from fastloader.format.manifest import Manifest
 from fastloader.pack.pipeline.options import PackOptions
+from fastloader.pack.staging import space
 from fastloader.pack.staging.commit import commit
 from fastloader.pack.staging.journal import PLAN_DIR, Staging, write_atomic
 from fastloader.pack.staging.plan import SETTINGS_NAME, ShardPlan, TaskSettings
@@ -66,6 +70,8 @@ def plan_source(source: PackSource, dst: str | os.PathLike[str], options: PackOp
     staging; the settings are what every shard task reads."""
     staging, backend = source.open_staging(dst, options)
     plan, identity, run = source.listing(staging, backend, options)
+    if isinstance(staging, Staging) and not options.skip_space_check:
+        space.check_room(staging, plan, backend, options.codec, options.resume)
     try:
         if isinstance(staging, RemoteStaging):
             staging.open(identity, options.resume, options.overwrite)
@@ -78,8 +84,10 @@ def plan_source(source: PackSource, dst: str | os.PathLike[str], options: PackOp
                              json.dumps(run, sort_keys=True))
             if isinstance(staging, RemoteStaging):  # the run settings: this pack's token
                 staging.publish_plan(SETTINGS_NAME)
-    except BaseException:
+    except BaseException as exc:
         staging.release()
+        if isinstance(staging, Staging) and is_no_space(exc):  # too full for the plan itself
+            raise space.disk_full_error(staging, plan, backend, options.codec, False) from exc
         raise
     return staging, plan, TaskSettings.of(identity | (run or {}))
 
@@ -105,8 +113,15 @@ def drive(source: PackSource, dst: str | os.PathLike[str], options: PackOptions)
             raise
         raise _noted(PackError(f"{exc} ({RESUME_HINT})"), kept) from exc
     except BaseException as exc:  # a stop signal, a full disk, a bug: the same rule
-        setattr(exc, _KEPT, _fail(staging, source.resumable and _finished(staging)))
-        raise
+        full = isinstance(staging, Staging) and space.disk_filled(
+            exc, staging, plan, settings.backend, options.codec)
+        kept = _fail(staging, source.resumable and _finished(staging))
+        setattr(exc, _KEPT, kept)
+        if not full:
+            raise
+        assert isinstance(staging, Staging)
+        raise _noted(space.disk_full_error(staging, plan, settings.backend, options.codec,
+                                           kept), kept) from exc
     staging.release()
     return manifest
 

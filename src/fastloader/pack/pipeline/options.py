@@ -40,6 +40,7 @@ RUN_ONLY = {
     "overwrite": "plan/settings.json", "skip_bad": "a source puts it in plan.json or "
     "plan/settings.json", "restart_mcus": "inside plan.json's tiles entry",
     "shard_samples": "Python samples' plans only (samples.py adds it)",
+    "skip_space_check": "this run's check of the free space before it starts",
 }
 
 
@@ -85,6 +86,10 @@ class PackOptions:
             coefficients as a coeffs record, encoded where the item is prepared; needs the
             native extension; other images, and JPEGs records do not hold, keep their bytes)
             or "tiles" (= tiles=True; `checked()` turns it into that).
+        skip_space_check: pack even when the output's estimate (from the plan's size hints)
+            is clearly larger than the free space where dst goes, which is refused otherwise
+            (PackDiskFullError). A disk that fills mid-way is the same error either way, and
+            the finished shards are kept for resume.
     """
 
     format: str | None = None
@@ -107,6 +112,7 @@ class PackOptions:
     shard_samples: int | None = None
     apply_exif_orientation: bool = False
     codec: str = "jpeg"
+    skip_space_check: bool = False
 
     def checked(self) -> PackOptions:
         """These options with every value checked and workers resolved (None: every usable
@@ -114,7 +120,7 @@ class PackOptions:
         shard_size, workers, max_side, quality = check_sizes(
             self.shard_size, self.workers, self.max_side, self.quality)
         for name in ("overwrite", "resume", "strict", "skip_bad", "quiet", "tiles",
-                     "apply_exif_orientation"):
+                     "apply_exif_orientation", "skip_space_check"):
             if not isinstance(getattr(self, name), bool):
                 raise invalid_type(name, getattr(self, name), "a bool")
         if self.strict and self.skip_bad:

@@ -93,9 +93,13 @@ def write_shard(staging: Path, k: int, lo: int, data: list[bytes], backend: str
     module = backend_module(backend)
     name = f"shard-{k:05d}{module.SHARD_SUFFIX}"
     tmp = part_path(staging, k, f".tmp-{os.getpid()}{module.SHARD_SUFFIX}")
-    layout = module.write_shard(tmp, lo, data)
-    size, sha256 = file_digest(tmp)
-    os.replace(tmp, staging / name)
+    try:
+        layout = module.write_shard(tmp, lo, data)
+        size, sha256 = file_digest(tmp)
+        os.replace(tmp, staging / name)
+    except BaseException:  # a full disk, a stop: no half-written shard left taking room
+        tmp.unlink(missing_ok=True)
+        raise
     # start is given at commit; lo stands in for it (and is the LMDB key of the first record)
     info = ShardInfo(name, lo, len(data), size, sha256, layout.data_offset, lo)
     return info, list(layout.offsets)
