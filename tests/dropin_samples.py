@@ -189,3 +189,11 @@ def offset_by_worker(worker_id: int) -> None:
     info = get_worker_info()
     assert info is not None
     info.dataset.offset = 100 * (worker_id + 1)
+
+
+class WithLambda(Numbers):
+    """A dataset holding a lambda: it cannot be pickled to a spawned worker."""
+
+    def __init__(self) -> None:
+        super().__init__(4)
+        self.transform = lambda x: x

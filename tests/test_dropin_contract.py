@@ -20,6 +20,7 @@ from dropin_samples import (
     Samples,
     Stream,
     Unpicklable,
+    WithLambda,
     nest,
     outcomes,
     same_outcomes,
@@ -153,6 +154,16 @@ def test_a_worker_that_dies_ends_the_pass_with_an_error_in_a_bound() -> None:
           pytest.raises(RuntimeError, match="exited unexpectedly")):
         list(loader)
     assert time.monotonic() - started < 20
+
+
+def test_a_dataset_that_cannot_cross_to_a_spawned_worker_is_an_error_at_iter() -> None:
+    import pickle
+
+    # pickled in this process before any worker starts: DataLoader's error names the lambda
+    with FastLoader(WithLambda(), batch_size=2, num_workers=1,
+                    multiprocessing_context="spawn") as loader, pytest.raises(
+            (pickle.PicklingError, AttributeError), match=r"(?i)can't pickle.*lambda"):
+        iter(loader)
 
 
 # -- 6: shuffle of iterable datasets: datapipes shuffle as in torch; a plain one is refused --
