@@ -108,6 +108,7 @@ def test_shuffle_beside_a_sampler_is_refused() -> None:
 # -- 4: nested tensors (and any batch torch collates) count in stats -------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_nested_tensor_batches_count() -> None:
     nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
     assert batch_size_of(nested) == 2
