@@ -26,7 +26,6 @@ from fastloader.errors import (
     CacheDiskFullError,
     DatasetError,
     DiskFullError,
-    FastloaderError,
     PackDiskFullError,
     PackError,
 )
@@ -198,13 +197,12 @@ def test_a_full_cache_disk_fails_at_once_naming_cache_dir_free_and_limit(
     pytest.importorskip("aiohttp", reason="aiohttp (fsspec's http://) is not installed")
     url, state, tmp = served
     with tmpfs(tmp / "cachedisk", "224k") as disk:
-        with pytest.raises(FastloaderError) as info:
+        with pytest.raises(CacheDiskFullError) as info:
             _cached_pass(url, disk / "cache", limit)
-        # the loader's producer re-raises a FastloaderError it can rebuild from its message
-        # alone; this one's facts travel as the cause of its ProducerError
-        err = next(e for e in (info.value, info.value.__cause__)
-                   if isinstance(e, CacheDiskFullError))
-        text = str(info.value)
+        # the loader's producer re-raises it with its type and facts, naming stage and batch
+        err = info.value
+        text = str(err)
+        assert "[fastloader producer: stage" in text
         assert isinstance(err, DatasetError) and isinstance(err, DiskFullError)
         assert state["gets"][f"data.lmdb/{err.name.rsplit('/', 1)[1]}"] == 1  # no retries
         assert "check the network" not in text

@@ -16,6 +16,7 @@ A filler with no ring (a clip batch on the CPU, handed to the user as it is writ
 
 from __future__ import annotations
 
+import copy
 import itertools
 import queue
 import threading
@@ -103,15 +104,28 @@ def producer_error(error: BaseException, stage: str, batch: int) -> BaseExceptio
         return error
     where = f"[fastloader producer: stage {stage!r}, batch {batch}]"
     if isinstance(error, FastloaderError):
-        try:
-            wrapped: Exception = type(error)(f"{error} {where}")
-        except Exception:  # a subclass with another constructor
-            wrapped = ProducerError(f"{type(error).__name__}: {error} {where}")
+        wrapped: Exception = _with_message(error, f"{error} {where}")
     else:
         wrapped = ProducerError(f"{type(error).__name__}: {error} {where}. The dataset or a "
                                 "transform raised it while a batch was prepared.")
     wrapped.__cause__ = error
     return wrapped
+
+
+def _with_message(error: FastloaderError, message: str) -> Exception:
+    """`error` again, its type and facts kept (a DiskFullError's folder and sizes), saying
+    `message`: built from the message where its class takes one argument, else a copy (its
+    own __reduce__) whose message is replaced; a ProducerError where neither works."""
+    try:
+        return type(error)(message)
+    except Exception:  # a subclass with another constructor
+        pass
+    try:
+        copied = copy.copy(error)
+    except Exception:
+        return ProducerError(f"{type(error).__name__}: {message}")
+    copied.args = (message,)
+    return copied
 
 
 class Producer(Generic[Prepared, Batch]):
