@@ -23,12 +23,14 @@ logging.getLogger("fastloader").addHandler(logging.NullHandler())
 _EXPORTS: dict[str, str] = {
     "Audio": "fastloader.loader.factory.audio_options",
     "BatchDecoder": "fastloader.decode.decode",
+    "CacheDiskFullError": "fastloader.errors",
     "CenterCrop": "fastloader.decode.augment",
     "CorruptRecordError": "fastloader.errors",
     "DaliLoader": "fastloader.loader.dali.loader",
     "DatasetError": "fastloader.errors",
     "DatasetNotFoundError": "fastloader.errors",
     "DecodeError": "fastloader.errors",
+    "DiskFullError": "fastloader.errors",
     "FastLoader": "fastloader.loader.loader",
     "FastloaderError": "fastloader.errors",
     "GpuColorJitter": "fastloader.gpu.pixel_ops",
@@ -46,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "Manifest": "fastloader.format.manifest",
     "NativeUnavailableError": "fastloader.errors",
     "OptionalDependencyError": "fastloader.errors",
+    "PackDiskFullError": "fastloader.errors",
     "PackError": "fastloader.errors",
     "PackedDataset": "fastloader.format.dataset",
     "ProducerError": "fastloader.errors",
@@ -78,15 +81,18 @@ if TYPE_CHECKING:  # let type checkers see the real objects
     from fastloader.decode.pillow import ImageHeader
     from fastloader.doctor.doctor import profile
     from fastloader.errors import (
+        CacheDiskFullError,
         CorruptRecordError,
         DatasetError,
         DatasetNotFoundError,
         DecodeError,
+        DiskFullError,
         FastloaderError,
         InvalidArgumentError,
         InvalidTypeError,
         NativeUnavailableError,
         OptionalDependencyError,
+        PackDiskFullError,
         PackError,
         ProducerError,
     )
