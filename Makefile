@@ -9,7 +9,7 @@ BUILD_STAMP := $(VENV)/.fastloader-built
 FULL_STAMP := $(VENV)/.extras-installed
 NATIVE_SOURCES := $(wildcard csrc/*.cpp csrc/*.h csrc/video/*.cpp csrc/video/*.h) CMakeLists.txt pyproject.toml
 
-.PHONY: install install-full test test-native test-fallback test-slow lint docs demo bench clean wheel
+.PHONY: install install-full test test-native test-fallback test-quick test-slow lint docs demo bench clean wheel
 
 # Two layers, each with its stamp, so `make demo` then `make test` installs only what is missing:
 # `install` (what the demo needs: torch, the package with no extras, its build tools; ~1 GB) and
@@ -44,21 +44,35 @@ $(DEPS_STAMP): $(BASE_STAMP)
 
 # The extras on top, once (pip keeps what is there; a later source change rebuilds through
 # $(BUILD_STAMP) alone).
-$(FULL_STAMP): $(DEPS_STAMP) | $(BUILD_STAMP)
+$(FULL_STAMP): $(DEPS_STAMP) pyproject.toml | $(BUILD_STAMP)
 	$(PIP) install -q --no-build-isolation -e '.[test,bench]'
 	touch $@
+
+# pytest's options for every pass. -rs lists each skipped test with its reason (conftest.py
+# sums the skips up by reason); XDIST runs the tests on every core (pytest-xdist, `make test
+# XDIST=` for one process). A shared fixture is built once per worker.
+PYTEST := $(PY) -m pytest -q -rs -p no:cacheprovider
+XDIST ?= -n auto --dist worksteal
 
 test: install-full
 	$(MAKE) --no-print-directory test-native
 	$(MAKE) --no-print-directory test-fallback
 
-# -rs lists each skipped test with its reason; conftest.py sums the skips up by reason.
+# Every test but the slow ones, with the C++ extension.
 test-native: install-full
-	$(PY) -m pytest -q -rs -p no:cacheprovider tests
+	$(PYTEST) $(XDIST) tests
 
-# The same suite through the Pillow/numpy fallback, as if the extension had not been built.
+# Again through the Pillow/numpy fallback, as if the extension had not been built: the tests
+# whose outcome can depend on it. Those marked native need the extension; those marked
+# native_neutral assert nothing the fallback changes (conftest.py fails one whose own process
+# asks for the extension): both are left out. See pyproject.toml's markers.
 test-fallback: install-full
-	FASTLOADER_DISABLE_NATIVE=1 $(PY) -m pytest -q -rs -p no:cacheprovider tests
+	FASTLOADER_DISABLE_NATIVE=1 $(PYTEST) $(XDIST) -m "not slow and not native and not native_neutral" tests
+
+# The edit loop (a few minutes): the tests with the extension but those marked heavy (that
+# start processes, servers or clusters, or run for seconds); `make test` runs all of them.
+test-quick: install-full
+	$(PYTEST) $(XDIST) -m "not slow and not heavy" tests
 
 # The `slow`-marked tests (soak and speed runs that print their figures), excluded from
 # `make test`; .ci/run runs them too. -s shows what they print.

@@ -1,7 +1,17 @@
-"""Shared pytest set-up: session-scoped data fixtures, native-only skips, the DALI expectation.
+"""Shared pytest set-up: session-scoped data fixtures, native-only skips, the DALI expectation,
+and the checks that keep the passes' markers honest (pyproject.toml's `markers`).
 
 Fixtures here build each dataset once per session; tests that modify a dataset copy it first
-(shutil.copytree into tmp_path), because every other test reads the same files.
+(shutil.copytree into tmp_path), because every other test reads the same files. Under
+pytest-xdist (`make test` runs `-n auto`) each worker builds them once.
+
+The passes (Makefile, tools/wheel.sh) select by marker, and these checks fail loudly where a
+marker would make a pass drop a test silently:
+- `native_neutral` (deselected by `make test-fallback`): a marked test whose own process asks
+  whether the extension is usable fails, on every run, saying so; so does one also marked
+  `native` (collection stops).
+- `wheel` and `installed` (the tests `make wheel` runs against the installed wheel): when the
+  fastloader under test is not this checkout's (the wheel's check), such a test that skips fails.
 """
 
 from __future__ import annotations
@@ -35,6 +45,12 @@ VIDEO_NATIVE_EXPECTED = os.environ.get("FASTLOADER_EXPECT_VIDEO_NATIVE", "") not
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    both = [item.nodeid for item in items
+            if "native" in item.keywords and "native_neutral" in item.keywords]
+    if both:
+        raise pytest.UsageError(
+            "marked both native (needs the extension) and native_neutral (the same without it), "
+            "which contradict each other; drop one:\n  " + "\n  ".join(both))
     if not NATIVE_DISABLED:
         return
     skip = pytest.mark.skip(reason="FASTLOADER_DISABLE_NATIVE=1: this test needs the extension")
@@ -119,3 +135,114 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.write_sep("=", f"skipped {mode}: {len(skipped)}")
     for reason, count in sorted(reasons.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{count:5d}  {reason}")
+
+
+# --- The markers' checks -------------------------------------------------------------------
+# Every question "may the extension be used?" goes through fastloader.decode._native's
+# _disabled_by_env (native_module, native_available, require_native, unavailable_reason; the
+# video and audio decoders and the pack-time check through native_module). A probe around it
+# counts the questions asked while a test's own code runs: its call and its function-scoped
+# fixtures. Shared (module or session) fixtures are left out: which test first builds one
+# depends on the order, and with xdist on the worker.
+class _SwitchProbe:
+    def __init__(self) -> None:
+        self.recording = False
+        self.asked = 0
+
+    def install(self) -> None:
+        from fastloader.decode import _native
+
+        original = _native._disabled_by_env
+
+        def probed() -> bool:
+            if self.recording:
+                self.asked += 1
+            return original()
+
+        _native._disabled_by_env = probed
+
+
+_PROBE = _SwitchProbe()
+_CHECKOUT_SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def _wheel_check() -> bool:
+    """Whether the fastloader under test is installed from elsewhere than this checkout's src/
+    (tools/wheel.sh's check of the installed wheel)."""
+    import fastloader
+
+    return _CHECKOUT_SRC not in Path(fastloader.__file__).resolve().parents
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _PROBE.install()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    _PROBE.asked = 0
+    _PROBE.recording = True
+    yield
+    _PROBE.recording = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
+    recording = _PROBE.recording
+    if fixturedef.scope != "function":
+        _PROBE.recording = False
+    try:
+        yield
+    finally:
+        _PROBE.recording = recording
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    _PROBE.recording = True
+    try:
+        yield
+    finally:
+        _PROBE.recording = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":  # --junitxml keeps it: which tests could carry native_neutral
+        item.user_properties.append(("asked_native_switch", str(_PROBE.asked)))
+    if report.when == "call" and report.passed and _PROBE.asked \
+            and item.get_closest_marker("native_neutral"):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} is marked native_neutral (make test-fallback leaves it out), but "
+            f"it asked {_PROBE.asked} time(s) whether the extension may be used "
+            "(fastloader.decode._native): what it checks may differ without the extension. "
+            "Remove the marker, or move the asking part to a test without it.")
+    if report.skipped and (item.get_closest_marker("wheel") or item.get_closest_marker(
+            "installed")) and _wheel_check():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} is marked wheel or installed, so the wheel's check must run it, "
+            f"but it was skipped ({reason}): give the check's venv what it needs "
+            "(tools/wheel.sh) or drop the marker.")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """A module the wheel's check must run, skipped whole (a module-level importorskip): its
+    markers are not known once it is skipped, so its text is read for them."""
+    outcome = yield
+    report = outcome.get_result()
+    if not (report.skipped and isinstance(collector, pytest.Module) and _wheel_check()):
+        return
+    text = collector.path.read_text(encoding="utf-8")
+    if "pytest.mark.wheel" in text or "pytest.mark.installed" in text:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{collector.nodeid} holds tests marked wheel or installed, so the wheel's check must "
+            f"run it, but it was skipped whole ({reason}): give the check's venv what it needs "
+            "(tools/wheel.sh) or drop the marker.")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.native
+pytestmark = [pytest.mark.native, pytest.mark.wheel]
 pytest.importorskip("soundfile", reason="soundfile (the audio extra) is a test dependency")
 
 # Runs in the child: a crash (segfault, abort) there fails the test instead of pytest.

@@ -17,7 +17,7 @@ from fastloader.decode import audio_native
 from fastloader.errors import DecodeError
 
 sf = pytest.importorskip("soundfile", reason="soundfile (the audio extra) is a test dependency")
-pytestmark = pytest.mark.native
+pytestmark = [pytest.mark.native, pytest.mark.wheel]
 
 BLOCK = 4096  # libsndfile's FLAC encoder's block size
 

@@ -20,6 +20,9 @@ from fastloader.errors import InvalidArgumentError, InvalidTypeError
 SHAPES = np.array([[48, 64], [375, 500], [500, 375], [10, 300], [224, 224]] * 40)
 
 
+pytestmark = pytest.mark.native_neutral
+
+
 def _inside(crops: np.ndarray, shapes: np.ndarray) -> bool:
     top, left, h, w = crops.T
     return bool(

@@ -18,7 +18,7 @@ from fastloader.decode.detect import ResizeFit
 from fastloader.decode.pillow import decode_pillow
 from pixel_corpus import corpus
 
-pytestmark = pytest.mark.native
+pytestmark = [pytest.mark.native, pytest.mark.wheel]
 
 BOUND = 2.0  # the README's promise: mean absolute difference per image, 0-255 scale
 CORPUS = corpus()

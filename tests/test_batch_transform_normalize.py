@@ -20,6 +20,9 @@ from imagegen import make_tree
 NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 
+pytestmark = pytest.mark.wheel
+
+
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bt_norm")

@@ -65,12 +65,16 @@ def assert_one_clear_line(result: subprocess.CompletedProcess, *extra: str) -> N
     assert "Call Stack" not in output, output
 
 
+@pytest.mark.native_neutral
+@pytest.mark.heavy
 def test_no_headers_stops_with_one_line(tmp_path: Path) -> None:
     result = configure(tmp_path, {}, *no_system_headers(tmp_path))
     fetch = "FASTLOADER_JPEG_ROOT=$(python tools/fetch_libjpeg.py) pip install ."
     assert_one_clear_line(result, "jpeglib.h", fetch)
 
 
+@pytest.mark.native_neutral
+@pytest.mark.heavy
 def test_empty_jpeg_root_stops_with_one_line(tmp_path: Path) -> None:
     empty_root = tmp_path / "jpeg-root"
     empty_root.mkdir()
@@ -78,6 +82,8 @@ def test_empty_jpeg_root_stops_with_one_line(tmp_path: Path) -> None:
     assert_one_clear_line(result, f"FASTLOADER_JPEG_ROOT={empty_root} lacks")
 
 
+@pytest.mark.native_neutral
+@pytest.mark.heavy
 def test_disable_native_configures_without_headers(tmp_path: Path) -> None:
     result = configure(tmp_path, {"FASTLOADER_DISABLE_NATIVE": "1"}, *no_system_headers(tmp_path))
     output = result.stdout + result.stderr

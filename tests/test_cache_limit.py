@@ -15,6 +15,9 @@ from fastloader.format.cache import CacheFullError, ShardCache
 SIZE = 10_000
 
 
+pytestmark = pytest.mark.native_neutral
+
+
 def _disk_bytes(root: Path) -> int:
     """What the folder holds, every file counted (as `du --apparent-size` does)."""
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())

@@ -69,6 +69,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+pytestmark = pytest.mark.heavy
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

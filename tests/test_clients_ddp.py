@@ -58,6 +58,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+pytestmark = [pytest.mark.heavy, pytest.mark.native_neutral]
+
+
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ddp")

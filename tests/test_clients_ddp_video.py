@@ -60,6 +60,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+pytestmark = pytest.mark.heavy
+
+
 @pytest.fixture(scope="module")
 def videos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ddp_video") / "v.lmdb"

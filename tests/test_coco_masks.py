@@ -23,6 +23,9 @@ CATEGORIES = [{"id": 7, "name": "zebra"}, {"id": 1, "name": "person"}, {"id": 3,
 VALUE = {7: 3, 1: 1, 3: 2}  # mask value: contiguous id (ascending COCO ids) + 1
 
 
+pytestmark = pytest.mark.native_neutral
+
+
 def _runs(mask: np.ndarray) -> list[int]:
     """COCO run lengths, the obvious way: column-major, starting with a run of 0s."""
     runs, value, count = [], False, 0

@@ -12,7 +12,7 @@ from fastloader.errors import DecodeError
 from imagegen import encode, photo_like
 from jpeg_writer import first_scans, write_jpeg
 
-pytestmark = pytest.mark.native
+pytestmark = [pytest.mark.native, pytest.mark.wheel]
 
 CORPUS = corpus()
 

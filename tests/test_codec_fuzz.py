@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.native
+pytestmark = [pytest.mark.native, pytest.mark.wheel]
 
 # Runs in the child: a crash (segfault, abort) there fails the test instead of pytest.
 CHILD = textwrap.dedent(

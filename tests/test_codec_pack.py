@@ -209,6 +209,7 @@ def test_packdata_plan_shard_commit_with_codec_coeffs(tmp_path: Path, capsys) ->
         assert (np.asarray(a.codecs) == Codec.COEFFS).all()
 
 
+@pytest.mark.heavy
 def test_a_url_dst_gets_the_local_packs_bytes(tmp_path: Path, s3) -> None:
     src, options = _table(tmp_path / "in")
     local = tmp_path / "local.lmdb"
@@ -251,6 +252,7 @@ def test_without_the_extension_codec_coeffs_is_refused_naming_why(tmp_path: Path
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.heavy
 def test_ray_tasks_encode_as_the_local_engine_does(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install "
                               "'fastloader[ray]')")

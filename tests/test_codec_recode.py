@@ -172,6 +172,7 @@ except DecodeError as exc:
 """
 
 
+@pytest.mark.heavy
 def test_without_the_extension_a_coeffs_dataset_fails_clearly(mixed) -> None:
     """The env switch is read at import, so the check runs in a child with it set."""
     _, dst = mixed

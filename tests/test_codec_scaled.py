@@ -12,7 +12,7 @@ import fastloader
 from codec_corpus import corpus, kernel_set
 from fastloader.decode import coeffs
 
-pytestmark = pytest.mark.native
+pytestmark = [pytest.mark.native, pytest.mark.wheel]
 
 DENOMINATORS = (2, 4, 8)
 # Odd and MCU-aligned sizes big enough for 1/8 (24 pixels a side at least); 1-pixel and

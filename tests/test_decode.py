@@ -16,6 +16,9 @@ from jpeg_corpus import corpus, photo_jpeg, psnr, random_boxes
 CORPUS = corpus()
 
 
+pytestmark = pytest.mark.wheel
+
+
 @pytest.mark.parametrize("image", CORPUS, ids=lambda im: im.name)
 def test_header_describes_the_corpus(image):
     got = header(image.data)

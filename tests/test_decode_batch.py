@@ -15,6 +15,9 @@ from jpeg_corpus import corpus, photo_jpeg
 OUT = (48, 40)
 
 
+pytestmark = pytest.mark.wheel
+
+
 def test_batch_matches_single_decodes():
     records, crops, flips = make_batch(12)
     out = np.full((12, *OUT, 3), 7, np.uint8)

@@ -34,6 +34,9 @@ AGREED = [case for case in CASES if not case.values[1].damaged]
 CROPS = np.array([[0, 0, 0, 0], [5, 7, 40, 50], [20, 10, 41, 73], [0, 0, 61, 83]], np.int32)
 
 
+pytestmark = pytest.mark.wheel
+
+
 def _pillow_decodes(data: bytes) -> bool:
     try:
         with Image.open(io.BytesIO(data)) as image:

@@ -36,6 +36,9 @@ FENCE = re.compile(
 )
 
 
+pytestmark = pytest.mark.heavy
+
+
 @dataclass(frozen=True)
 class Snippet:
     page: str
@@ -298,7 +301,10 @@ ALL = snippets()
 
 
 def _param(s: Snippet) -> object:
-    marks = []
+    # A block runs in its own processes, on the extension or on the fallback alike: one that
+    # needs the extension says so (`fixture native`); the others check what the page says,
+    # which the fallback does not change (its paths have their own tests).
+    marks = [pytest.mark.native if "native" in s.fixtures else pytest.mark.native_neutral]
     if s.skip:
         marks.append(pytest.mark.skip(reason=s.skip))
     if s.xfail:

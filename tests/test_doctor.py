@@ -134,6 +134,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["doctor", str(tmp_path), "--num-threads", "many"]) == 2
 
 
+@pytest.mark.heavy
 def test_python_m_runs_the_doctor(dataset_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "fastloader.doctor.doctor", str(dataset_path), "--seconds", "0.3",

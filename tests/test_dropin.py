@@ -13,6 +13,8 @@ from fastloader.errors import FastloaderError, InvalidArgumentError
 from fastloader.loader.dropin.loader import DropInLoader
 from fastloader.loader.loader import FastLoader
 
+pytestmark = pytest.mark.native_neutral
+
 
 class Squares(Dataset):
     """Item i is (a 2x2 float tensor filled with i, the label i % 3)."""

@@ -21,6 +21,9 @@ SAMPLES = 38  # one image per class: a label names its sample
 STOP_WORLD, STOP_BATCH, STOP_STEPS = 4, 3, 2  # 24 samples delivered before the stop
 
 
+pytestmark = [pytest.mark.heavy, pytest.mark.native_neutral]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -82,6 +82,9 @@ _fit: dict[str, Any] = {}
 exec(compile(FIT, "elastic_lightning_fit", "exec"), _fit)
 
 
+pytestmark = pytest.mark.heavy
+
+
 @pytest.fixture(scope="module")
 def named(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("elastic_lightning")

@@ -95,6 +95,7 @@ def test_another_batch_size_on_the_same_world_keeps_each_rank_s_order(sharded: P
     assert after["epoch"] == 1
 
 
+@pytest.mark.heavy
 def test_a_url_dataset_resumes_on_another_world_size(sharded: Path, s3: Any,
                                                      tmp_path: Path) -> None:
     pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")

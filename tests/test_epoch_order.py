@@ -18,6 +18,8 @@ from fastloader.loader.order.epoch_order import (
 )
 from fastloader.loader.order.sampler import EpochSampler, epoch_indices
 
+pytestmark = pytest.mark.native_neutral
+
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 64, 1000, 4097, 65537])
 def test_the_bijection_is_a_permutation_drawn_from_seed_and_epoch(n: int) -> None:

@@ -57,6 +57,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_exit_with_a_live_iterator_is_clean_20_times(packed: dict[str, Path],
                                                      tmp_path: Path) -> None:
     script = tmp_path / "exit_live.py"

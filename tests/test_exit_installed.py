@@ -28,7 +28,7 @@ import pytest
 import fastloader
 from imagegen import make_tree
 
-pytestmark = pytest.mark.installed
+pytestmark = [pytest.mark.installed, pytest.mark.heavy]
 
 LOADERS = """
 import sys

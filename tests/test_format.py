@@ -27,6 +27,9 @@ PILLOW_CODEC = {"JPEG": Codec.JPEG, "PNG": Codec.PNG, "GIF": Codec.GIF, "BMP": C
 PILLOW_CODEC["WEBP"] = Codec.WEBP
 
 
+pytestmark = pytest.mark.native_neutral
+
+
 @pytest.fixture(scope="module", params=["lmdb", "hdf5"])
 def packed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
            mixed_tree: tuple[Path, dict[str, bytes]]):

@@ -161,6 +161,7 @@ def _load_all(root: Path, labels: list[int]) -> None:
     assert got == labels
 
 
+@pytest.mark.heavy
 def test_random_edits_give_original_data_or_one_fastloader_error(
     original: tuple[Path, list[bytes], list[int]], tmp_path: Path
 ) -> None:

@@ -23,6 +23,8 @@ from fastloader.gpu.ops import (
 from fastloader.gpu.pixel_ops import GpuColorJitter, GpuCutMix, GpuMixUp
 from helpers import MEAN, STD
 
+pytestmark = pytest.mark.native_neutral
+
 
 def batch(n: int = 6, h: int = 20, w: int = 28, seed: int = 0) -> torch.Tensor:
     """A uint8 NCHW batch of smooth, distinct images (smooth so bilinear errors stay small)."""

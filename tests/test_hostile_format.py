@@ -76,6 +76,7 @@ def _run(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 # -- item 1: a truncated shard -----------------------------------------------------------------
 
+@pytest.mark.heavy
 def test_truncated_shard_is_refused_by_verify_and_loader_without_sigbus(copy: Path) -> None:
     last = sorted(copy.glob("shard-*"))[-1]
     os.truncate(last, last.stat().st_size - 4096)  # an interrupted copy

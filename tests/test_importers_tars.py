@@ -18,6 +18,8 @@ from fastloader.pack.sources.groups import TarSamples, open_tars
 from fastloader.pack.sources.values import ERROR_KEY, PATH_KEY, WHERE_KEY, TarMember
 from helpers import run_in_fork
 
+pytestmark = pytest.mark.native_neutral
+
 
 def write_members(path: Path, members: list[tuple[str, bytes]]) -> Path:
     with tarfile.open(path, "w") as tar:
@@ -91,6 +93,7 @@ def test_pickle_and_fork(two_tars: tuple[str, list[Path]]) -> None:
     assert list(samples) == in_order  # and the parent's descriptors are untouched
 
 
+@pytest.mark.heavy
 def test_the_index_is_compact(tmp_path: Path) -> None:
     n = 20_000
     members = [(f"s{k:06d}.{ext}", b"1") for k in range(n) for ext in ("jpg", "cls")]

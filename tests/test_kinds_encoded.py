@@ -23,6 +23,9 @@ from fastloader.pack.maintain.verify import verify
 MAGIC = b"MESH"
 
 
+pytestmark = pytest.mark.native_neutral
+
+
 class MeshKind(EncodedKind):
     """A toy file format: MAGIC, then a vertex count byte, then 3 bytes a vertex."""
 

@@ -26,6 +26,9 @@ ALLOWED: dict[str, set[str]] = {
 BASE_MODULES = {"errors", "checks"}
 
 
+pytestmark = pytest.mark.native_neutral
+
+
 def stage_of(module: str) -> str | None:
     """The stage of a dotted fastloader module name (None for the package root)."""
     parts = module.split(".")

@@ -177,6 +177,7 @@ its decode threads (native ones too) run until it is closed."""
     assert _new_fds(private_path, fds) == {}
 
 
+@pytest.mark.native_neutral
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"prefetch": "auto"}, "prefetch must be"),
     ({"max_skips": 3}, "max_skips=3 is invalid: is the budget of on_error='skip'"),

@@ -21,6 +21,9 @@ from toyoutput import TOY, Toy
 CROP = [fastloader.CenterCrop(16)]
 
 
+pytestmark = pytest.mark.native_neutral
+
+
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The toy output registered for one test: its registry line, and a FastLoader that has

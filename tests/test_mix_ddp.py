@@ -23,6 +23,9 @@ SIZES = (12, 26)  # a: 12 classes x 1, b: 26 classes x 1 (distinct names: a labe
 STOP_WORLD, STOP_BATCH, STOP_STEPS = 2, 3, 2  # 12 of 38 samples delivered before the stop
 
 
+pytestmark = pytest.mark.heavy
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

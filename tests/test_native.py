@@ -14,6 +14,8 @@ from fastloader.errors import NativeUnavailableError
 from helpers import make_batch, pillow_reference
 from jpeg_corpus import corpus, photo_jpeg, random_boxes
 
+pytestmark = pytest.mark.wheel
+
 
 @pytest.fixture
 def fresh_loader(monkeypatch):

@@ -12,7 +12,7 @@ from fastloader.decode import _native, tiles
 from helpers import make_batch
 from imagegen import encode, photo_like
 
-pytestmark = pytest.mark.native
+pytestmark = [pytest.mark.native, pytest.mark.wheel]
 STUB = Path(__file__).resolve().parent.parent / "src" / "fastloader" / "_core.pyi"
 
 

@@ -15,6 +15,8 @@ from fastloader.gpu.planar import TensorPool
 from fastloader.loader.loader import FastLoader
 from helpers import MEAN, STD, TRAIN, collect, damaged, decode_planar
 
+pytestmark = pytest.mark.wheel
+
 
 def step_reference(nhwc: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The consumer-side conversion FastLoader used before: DeviceStep on a uint8 NHWC batch."""

@@ -153,6 +153,7 @@ def _shard_inodes(folder: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.glob("shard-*")}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("suffix", [".lmdb", ".h5"])
 def test_killed_pack_leaves_no_dataset_and_resume_finishes_it(tmp_path: Path, suffix: str) -> None:
     make_flat_tree(tmp_path / "src", classes=2, per_class=40)

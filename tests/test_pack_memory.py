@@ -48,6 +48,9 @@ PLAN_PEAK_BOUND = 48
 COMMIT_BOUND = 150
 
 
+pytestmark = pytest.mark.heavy
+
+
 def _traced(make: Callable[[], Any]) -> tuple[Any, int, int]:
     """(make()'s result, bytes it still holds, peak bytes while it ran), from tracemalloc."""
     tracemalloc.start()
@@ -70,6 +73,7 @@ def _empty_files(src: Path, classes: int, per_class: int) -> None:
             os.close(os.open(folder / f"img_{k:06d}.jpg", os.O_WRONLY | os.O_CREAT, 0o644))
 
 
+@pytest.mark.native_neutral
 def test_the_listing_of_many_files_holds_a_few_dozen_bytes_each(tmp_path: Path) -> None:
     _empty_files(tmp_path / "src", 20, FILES // 20)
     result, held, peak = _traced(lambda: scan(tmp_path / "src"))
@@ -83,6 +87,7 @@ def test_the_listing_of_many_files_holds_a_few_dozen_bytes_each(tmp_path: Path) 
     assert listing.labels.tolist() == [k // 1000 for k in range(FILES)]
 
 
+@pytest.mark.native_neutral
 def test_the_shard_plan_reads_the_listing_arrays_without_objects(tmp_path: Path) -> None:
     _empty_files(tmp_path / "src", 20, FILES // 20)
     samples, specs, source = open_tree(str(tmp_path / "src"), DEFAULT_MAX_FILE_SIZE, None)
@@ -144,6 +149,7 @@ def _index_traced(folder: Path, count: int) -> int:
     return peak
 
 
+@pytest.mark.native_neutral
 def test_the_commit_builds_the_index_from_arrays(tmp_path: Path) -> None:
     # Two sizes: the growth between them is what the commit holds per file (fixed buffers,
     # such as the paths gathered a block at a time, cancel out).
@@ -203,6 +209,7 @@ def test_hostile_names_are_listed_packed_and_skipped_as_before(tmp_path: Path,
     assert manifest.stats["files_found"] == len(packed)
 
 
+@pytest.mark.native_neutral
 def test_bench_pack_memory_mode_reports_bytes_per_file(tmp_path: Path) -> None:
     bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_pack.py"
     out = tmp_path / "pack.jsonl"

@@ -76,6 +76,7 @@ def test_a_shard_of_skipped_files_only_leaves_no_shard_file(tmp_path: Path, caps
     assert verify(tmp_path / "out.lmdb").ok and manifest.stats["skipped"] == 2
 
 
+@pytest.mark.heavy
 def test_plan_shard_commit_in_separate_processes_equal_a_one_shot_pack(tmp_path: Path) -> None:
     broken_tree(tmp_path / "src")
     dst = tmp_path / "steps.lmdb"

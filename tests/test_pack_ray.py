@@ -37,6 +37,9 @@ _ENV = {"RAY_AUTH_MODE": "disabled",  # a loopback test instance: no token under
         "RAY_USAGE_STATS_ENABLED": "0"}
 
 
+pytestmark = pytest.mark.heavy
+
+
 @pytest.fixture(scope="module")
 def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A local Ray instance (2 CPUs) for this module; yields a folder for the kill fault's
@@ -74,6 +77,7 @@ def test_ray_and_local_engines_write_the_same_dataset(tmp_path: Path, ray_instan
         pack(tmp_path / "src", tmp_path / "strict.lmdb", engine="ray", strict=True)
 
 
+@pytest.mark.native_neutral
 def test_a_task_killed_mid_shard_is_retried_into_a_correct_dataset(
     tmp_path: Path, ray_instance: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -87,6 +91,7 @@ def test_a_task_killed_mid_shard_is_retried_into_a_correct_dataset(
     assert verify(tmp_path / "ray.h5").ok
 
 
+@pytest.mark.native_neutral
 def test_packdata_engine_ray_starts_and_stops_its_own_instance(tmp_path: Path) -> None:
     broken_tree(tmp_path / "src", classes=2, per_class=10)
     argv = [str(tmp_path / "src"), str(tmp_path / "ray.lmdb"), "--engine", "ray",
@@ -163,6 +168,7 @@ def test_python_samples_keyed_by_ray_tasks_resume_locally(tmp_path: Path,
     assert dataset_bytes(dst) == dataset_bytes(tmp_path / "fresh.lmdb")
 
 
+@pytest.mark.native_neutral
 def test_a_sample_task_killed_mid_shard_is_retried(tmp_path: Path, ray_instance: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     table = sample_table(tmp_path / "src", 30)

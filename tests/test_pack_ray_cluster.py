@@ -30,6 +30,9 @@ _ENV = {"RAY_AUTH_MODE": "disabled",  # a loopback test instance: no token under
         "RAY_USAGE_STATS_ENABLED": "0"}
 
 
+pytestmark = pytest.mark.heavy
+
+
 @dataclass
 class RayCluster:
     address: str

@@ -21,6 +21,9 @@ from imagegen import make_tree
 BOUND_S = 60  # a hang guard, not a timing: the stop is bounded by seconds
 
 
+pytestmark = [pytest.mark.heavy, pytest.mark.native_neutral]
+
+
 @pytest.fixture
 def bad_tree(tmp_path: Path) -> Path:
     src = make_tree(tmp_path / "src", classes=2, per_class=20, size=(24, 32))

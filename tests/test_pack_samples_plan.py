@@ -175,6 +175,7 @@ def test_a_pil_image_is_keyed_by_its_pixels() -> None:
     assert key(EncodeAs(image(5), "jpeg", 90)) != key(EncodeAs(image(6), "jpeg", 90))
 
 
+@pytest.mark.heavy
 def test_plan_shard_commit_as_processes_match_a_one_shot_pack(tmp_path: Path) -> None:
     coco = coco_file(tmp_path / "coco")
     dst = tmp_path / "steps.lmdb"

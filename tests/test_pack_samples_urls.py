@@ -30,6 +30,9 @@ URL = "s3://bucket/table.lmdb"
 TABLE = {"label": "species", "skip_bad": True, "shard_size": 4 << 10}  # 30 rows: 5+ shards
 
 
+pytestmark = pytest.mark.heavy
+
+
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A table with a bad row and a COCO file, and their local packs (the references)."""

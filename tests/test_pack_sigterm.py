@@ -35,6 +35,8 @@ sys.exit(main(sys.argv[1:]))
 """
 FILES = 240
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def src(tmp_path_factory: pytest.TempPathFactory) -> Path:

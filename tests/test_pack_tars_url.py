@@ -31,6 +31,9 @@ PATTERN = "data-{000..002}.tar"
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}  # a loopback instance
 
 
+pytestmark = pytest.mark.heavy
+
+
 def write_tar(path: Path, start: int, n: int) -> Path:
     """n groups of a JPEG, a class and a text."""
     with tarfile.open(path, "w") as tar:
@@ -66,6 +69,7 @@ def same_dataset(dst: Path) -> dict[str, Any]:
     return found
 
 
+@pytest.mark.native_neutral
 def test_tars_at_s3_pack_as_the_local_tars(s3: Any, tars: Path, tmp_path: Path) -> None:
     upload(s3, tars)
     local = fastloader.pack(str(tars / PATTERN), tmp_path / "local.lmdb", workers=2)
@@ -77,6 +81,7 @@ def test_tars_at_s3_pack_as_the_local_tars(s3: Any, tars: Path, tmp_path: Path) 
     assert same_dataset(tmp_path / "cli.lmdb") == same_dataset(tmp_path / "local.lmdb")
 
 
+@pytest.mark.native_neutral
 def test_a_missing_shard_is_named(s3: Any, tars: Path, tmp_path: Path) -> None:
     upload(s3, tars, ["data-000.tar", "data-002.tar"])
     with pytest.raises(PackError, match=r"s3://bucket/data-001.tar: no such tar shard \(1 of "
@@ -102,6 +107,7 @@ def test_a_truncated_object_gives_the_local_error_sample(s3: Any, tmp_path: Path
                                          f"'shard/s00002.cls' needs bytes {at}..{at + 2}")]
 
 
+@pytest.mark.native_neutral
 def test_url_samples_survive_pickle_and_fork(s3: Any, tars: Path) -> None:
     upload(s3, tars)
     samples = open_tars(f"s3://bucket/{PATTERN}", None)[0]
@@ -119,6 +125,7 @@ def test_url_samples_survive_pickle_and_fork(s3: Any, tars: Path) -> None:
     assert list(samples) == in_order  # the parent's file system still works
 
 
+@pytest.mark.native_neutral
 def test_the_header_walk_reads_ahead(s3: Any, tmp_path: Path,
                                      caplog: pytest.LogCaptureFixture) -> None:
     """900 headers of a small tar come in one GET (moto's server logs each request), not one
@@ -143,6 +150,7 @@ def test_the_header_walk_reads_ahead(s3: Any, tmp_path: Path,
     assert sum("GET /bucket/many.tar" in r.getMessage() for r in caplog.records) == 1
 
 
+@pytest.mark.native_neutral
 def test_packdata_engine_ray_reopens_the_url_tars_in_its_tasks(s3: Any, tars: Path,
                                                                tmp_path: Path) -> None:
     """The issue's command: each Ray task opens the tars again from the plan's description
@@ -160,6 +168,7 @@ def test_packdata_engine_ray_reopens_the_url_tars_in_its_tasks(s3: Any, tars: Pa
     assert same_dataset(tmp_path / "ray.lmdb") == same_dataset(tmp_path / "local.lmdb")
 
 
+@pytest.mark.native_neutral
 def test_storage_options_reach_the_walk_the_reads_and_the_fingerprint(
         s3: Any, tars: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     upload(s3, tars)
@@ -176,6 +185,7 @@ def test_storage_options_reach_the_walk_the_reads_and_the_fingerprint(
     assert source["fingerprint"] == fingerprint("tar", url, options)
 
 
+@pytest.mark.native_neutral
 def test_the_fingerprint_follows_each_objects_etag(s3: Any, tars: Path) -> None:
     """What --resume and the Ray tasks compare: a tar rewritten with its size unchanged."""
     upload(s3, tars)
@@ -188,6 +198,7 @@ def test_the_fingerprint_follows_each_objects_etag(s3: Any, tars: Path) -> None:
     assert fingerprint("tar", url) != before
 
 
+@pytest.mark.native_neutral
 def test_pack_takes_storage_options_for_url_tars(
         s3: Any, tars: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # fastloader.pack passes them to the importer (walk, reads in the forked workers,

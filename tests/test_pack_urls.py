@@ -29,6 +29,9 @@ URL = "s3://bucket/train.lmdb"
 SHARD = 20_000  # bytes: the 94-file tree makes 5 shards
 
 
+pytestmark = pytest.mark.heavy
+
+
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tree (src/) and its local pack (local.lmdb), the reference for every URL pack."""

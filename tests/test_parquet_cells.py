@@ -25,6 +25,9 @@ pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is a test dependency
 STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 
 
+pytestmark = pytest.mark.native_neutral
+
+
 def png(k: int) -> bytes:
     array = np.random.default_rng(k).integers(0, 256, (6 + k % 5, 9, 3), np.uint8)
     buffer = io.BytesIO()

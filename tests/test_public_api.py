@@ -18,7 +18,10 @@ import pytest
 
 import fastloader
 
+pytestmark = pytest.mark.native_neutral
 
+
+@pytest.mark.wheel
 @pytest.mark.parametrize("name", fastloader.__all__)
 def test_every_public_name_resolves(name: str) -> None:
     value = getattr(fastloader, name)
@@ -29,6 +32,7 @@ def test_every_public_name_resolves(name: str) -> None:
         assert value.__doc__, f"{name} has no docstring"
 
 
+@pytest.mark.wheel
 def test_dir_lists_all_and_unknown_names_raise() -> None:
     assert sorted(dir(fastloader)) == sorted(fastloader.__all__)
     with pytest.raises(AttributeError, match="no_such_name"):
@@ -41,6 +45,8 @@ def _run(code: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.heavy
+@pytest.mark.wheel
 def test_import_fastloader_does_not_import_torch() -> None:
     # The packdata CLI and the pack path must not pay for torch (or DALI).
     code = ("import sys, fastloader, fastloader.pack.cli.main, fastloader.format.open; "
@@ -49,6 +55,8 @@ def test_import_fastloader_does_not_import_torch() -> None:
     assert _run(code) == "[]"
 
 
+@pytest.mark.heavy
+@pytest.mark.wheel
 def test_touching_a_loader_name_imports_torch() -> None:
     # The check above could pass by never importing anything: this one shows it can fail.
     assert _run("import sys, fastloader; fastloader.GpuNormalize; print('torch' in sys.modules)") \
@@ -87,6 +95,7 @@ def test_the_api_reference_lists_every_public_name() -> None:
             assert re.search(rf"fastloader\.(\w+\.)*{name}\b", text), name
 
 
+@pytest.mark.wheel
 def test_the_installed_package_is_marked_typed() -> None:
     """py.typed (PEP 561) lies in the fastloader that imports, so type checkers read its types."""
     marker = importlib.resources.files("fastloader").joinpath("py.typed")
@@ -97,6 +106,7 @@ def test_the_installed_package_is_marked_typed() -> None:
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.heavy
 def test_the_wheel_ships_py_typed(tmp_path: Path) -> None:
     """What the wheel build packs (without the extension: seconds, not minutes)."""
     for tool in ("scikit_build_core", "nanobind", "cmake", "ninja"):
@@ -142,6 +152,8 @@ fastloader.FastLoader("data.lmdb", prefetch_shard=4)
 }
 
 
+@pytest.mark.heavy
+@pytest.mark.wheel
 def test_mypy_reads_the_types_of_a_users_call(tmp_path: Path) -> None:
     """mypy on a user's script (fastloader found as an installed package) flags a wrong
     argument type, a wrong choice, an argument of another path (audio's and video's too) and a

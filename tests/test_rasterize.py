@@ -20,6 +20,8 @@ from fastloader.pack.sources.rasterize import (
     string_to_counts,
 )
 
+pytestmark = pytest.mark.native_neutral
+
 
 def _shape(rng: np.random.Generator, height: int, width: int, radius: tuple[float, float]
            ) -> list[float]:

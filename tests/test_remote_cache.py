@@ -26,6 +26,9 @@ TESTS = Path(__file__).parent
 
 
 
+pytestmark = pytest.mark.heavy
+
+
 def all_records(ds) -> list[bytes]:
     return [bytes(ds.record(i)) for i in range(len(ds))]
 

@@ -20,6 +20,9 @@ pytest.importorskip("fsspec", reason="fsspec is not installed (the [s3] extra)")
 URL = "s3://bucket/train.lmdb"
 
 
+pytestmark = pytest.mark.heavy
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("s3tree") / "tree"

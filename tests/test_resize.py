@@ -13,6 +13,8 @@ import pytest
 from fastloader.decode import _native
 from helpers import RESIZE_CASES, kernel_outputs, native_resizes, pillow_reference, resize_photo
 
+pytestmark = pytest.mark.wheel
+
 
 @pytest.fixture(scope="module")
 def photo() -> bytes:
@@ -48,6 +50,7 @@ def test_upscale_is_pillow_but_for_rare_one_level_steps(photo):
         assert np.count_nonzero(diff) <= 0.01 * diff.size
 
 
+@pytest.mark.heavy
 @pytest.mark.native
 def test_simd_and_scalar_kernels_give_identical_bytes(tmp_path: Path):
     # FASTLOADER_RESIZE_SCALAR (read once per process) forces the scalar resize and normalize

@@ -8,6 +8,8 @@ import pytest
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
 from fastloader.loader.order.sampler import EpochSampler, epoch_indices
 
+pytestmark = pytest.mark.native_neutral
+
 
 def test_shuffled_epoch_is_a_permutation_that_changes_with_epoch() -> None:
     first = epoch_indices(100, epoch=0, seed=3)

@@ -14,6 +14,9 @@ STARTS = np.concatenate([[0], np.cumsum(COUNTS)[:-1]])
 SHARD_OF = np.repeat(np.arange(len(COUNTS)), COUNTS)
 
 
+pytestmark = pytest.mark.native_neutral
+
+
 def order(epoch=0, seed=0, rank=0, world=1, window=3, shuffle=True, drop_last=False):
     return shard_epoch_indices(STARTS, COUNTS, epoch, seed, rank, world, window, shuffle,
                                drop_last)

@@ -23,6 +23,8 @@ from fastloader.pack.sources.probe import Probe
 from fastloader.pack.sources.registry import Opened, Opening, Source
 from fastloader.pack.sources.values import WHERE_KEY
 
+pytestmark = pytest.mark.native_neutral
+
 
 def png(path: Path, seed: int) -> bytes:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from fastloader.decode import tiles
 from helpers import pillow_pixels
 from imagegen import encode, photo_like
 
-pytestmark = pytest.mark.native
+pytestmark = [pytest.mark.native, pytest.mark.wheel]
 
 # name -> (height, width, encode options); every subsampling Pillow writes, plus colour models.
 VARIANTS: dict[str, tuple[int, int, dict[str, object]]] = {

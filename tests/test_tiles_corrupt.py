@@ -14,7 +14,7 @@ from fastloader.decode import tiles
 from fastloader.errors import CorruptRecordError, InvalidArgumentError, InvalidTypeError
 from imagegen import encode, photo_like
 
-pytestmark = pytest.mark.native
+pytestmark = [pytest.mark.native, pytest.mark.wheel]
 
 CROP = (10, 20, 30, 40)
 

@@ -72,6 +72,7 @@ def test_pack_cost_counts_hours_and_bytes(tree: list[tuple[Path, int]], tmp_path
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.heavy
 def test_quick_mode_runs_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "video.jsonl"
     assert bench.main(["--quick", "--out", str(out)]) == 0

@@ -22,6 +22,9 @@ from videotree import make_clips, packdata, write_tree
 av = pytest.importorskip("av", reason="PyAV (the video extra) is a test dependency")
 
 
+pytestmark = pytest.mark.native_neutral
+
+
 @pytest.fixture(scope="module")
 def clips() -> dict[str, bytes]:
     return make_clips()

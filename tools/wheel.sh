@@ -8,9 +8,12 @@
 #   3. The check: a fresh venv (torch==2.13.0 from local disk, the wheel, pytest), then, in a
 #      mount namespace where every system libjpeg is masked by /dev/null, tools/wheel_smoke.py
 #      (the mask holds, the module's libjpeg is the wheel's, a JPEG decodes like Pillow's) and
-#      the tests marked native, all against the installed wheel; then the tests marked
-#      installed (exits and Ctrl-C in subprocesses, their soaks too), as module teardown
-#      differs between an installed package and an editable one.
+#      the tests marked wheel (those whose outcome depends on how the package is built and
+#      installed: the extension's decode against Pillow's, codecs, tiles, resize kernels,
+#      package data, the public import surface), all against the installed wheel; then the
+#      tests marked installed (exits and Ctrl-C in subprocesses, their soaks too), as module
+#      teardown differs between an installed package and an editable one. conftest.py fails a
+#      test of either kind that skips there: the venv must hold what they need.
 # `tools/wheel.sh build` does 1-2, `tools/wheel.sh check` reruns 3 on the wheel in dist/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,7 +64,10 @@ check_wheel() {
     rm -rf "$CHECK"
     "$PYTHON" -m venv "$CHECK"
     "$CHECK/bin/python" -m pip install -q torch==2.13.0   # the CPU build on local disk
-    "$CHECK/bin/python" -m pip install -q "$wheel" "pytest>=7.4" "pytest-timeout>=2.2"
+    # [audio]: soundfile, the reference of the extension's FLAC and WAV decoders; mypy reads
+    # the installed package's types (tests/test_public_api.py).
+    "$CHECK/bin/python" -m pip install -q "$wheel[audio]" "pytest>=7.4" "pytest-timeout>=2.2" \
+        "pytest-xdist>=3.5" "mypy>=1.8"
     # shellcheck disable=SC2016  # $MASKED is expanded inside the namespace
     run_masked bash -c '"$0" tools/wheel_smoke.py --masked $MASKED' "$CHECK/bin/python"
     # The src layout keeps the checkout's fastloader off sys.path: the tests import the wheel's.
@@ -70,7 +76,7 @@ check_wheel() {
     # codecs' dozens; PyAV decodes video there): CI's expectations of both (for make test) do
     # not apply here.
     run_masked env -u FASTLOADER_EXPECT_DALI -u FASTLOADER_EXPECT_VIDEO_NATIVE "$CHECK/bin/python" -m pytest -q -p no:cacheprovider \
-        -m "native and not slow and not gpu" tests
+        -n auto --dist worksteal -m "wheel and not slow and not gpu" tests
     run_masked env -u FASTLOADER_EXPECT_DALI -u FASTLOADER_EXPECT_VIDEO_NATIVE "$CHECK/bin/python" -m pytest -q -s -p no:cacheprovider \
         -m "installed and not gpu" tests
     echo "make wheel: $wheel built and checked"
