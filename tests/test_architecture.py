@@ -11,6 +11,8 @@ import pytest
 
 import fastloader
 
+pytestmark = pytest.mark.native_neutral  # reads the page and the tree
+
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "ARCHITECTURE.md"
 # the package as the tests import it: the checkout's src/, or an installed wheel's site-packages

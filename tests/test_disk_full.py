@@ -31,6 +31,9 @@ from fastloader.errors import (
 )
 from imagegen import encode
 
+# tmpfs mounts, packdata processes, an HTTP server
+pytestmark = pytest.mark.heavy
+
 SHARD = "100K"  # five shards of ~110 KB (LMDB) from the tree below
 SMALL = "256k"  # holds two of them: the pack fails on its third shard
 

@@ -29,6 +29,9 @@ from fastloader import FastLoader
 from fastloader.errors import InvalidArgumentError, ProducerError
 from fastloader.loader.pipeline.stats import batch_size_of
 
+# the drop-in over torch datasets: nothing the extension decodes
+pytestmark = pytest.mark.native_neutral
+
 # -- 1: an error in a batch does not end the pass ------------------------------------------------
 
 
@@ -157,6 +160,7 @@ def test_a_worker_that_dies_ends_the_pass_with_an_error_in_a_bound() -> None:
     assert time.monotonic() - started < 20
 
 
+@pytest.mark.heavy  # a spawned worker imports torch
 def test_a_dataset_that_cannot_cross_to_a_spawned_worker_is_an_error_at_iter() -> None:
     import pickle
 
@@ -233,6 +237,7 @@ assert [next(i).shape for i in sys._unfinished] == [(2, 2), (2, 2)]
 """
 
 
+@pytest.mark.heavy  # a fresh interpreter
 def test_an_unfinished_iterator_is_quiet_at_exit() -> None:
     done = subprocess.run([sys.executable, "-c", QUIET_EXIT], capture_output=True, text=True,
                           timeout=120)

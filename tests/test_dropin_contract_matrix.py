@@ -32,7 +32,9 @@ from fastloader.errors import InvalidArgumentError
 SEED = 7
 WORKERS = [0, 1, 2]
 
-pytestmark = pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+# the drop-in over torch datasets: nothing the extension decodes
+pytestmark = [pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors"),
+              pytest.mark.native_neutral]
 
 
 def side_by_side(dataset: Callable[[], Any], arguments: Callable[[], dict[str, Any]],
@@ -159,6 +161,7 @@ def test_an_iterable_dataset_that_raises_as_in_dataloader(workers: int) -> None:
 # -- multiprocessing contexts ----------------------------------------------------------------------
 
 
+@pytest.mark.heavy  # spawned workers import torch: seconds each
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
 def test_multiprocessing_contexts(context: str) -> None:
     """One worker under each start method; the reference is DataLoader's (fork, the same
