@@ -95,7 +95,8 @@ def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture()
 def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """An empty bucket `bucket` on a fresh moto S3 server on 127.0.0.1 (AWS_* set for it);
+    """An empty bucket `bucket` on an emptied moto S3 server on 127.0.0.1 (one per process,
+    servers.s3_server; AWS_* set for it);
     yields its s3fs file system. The loader's cache goes under tmp_path, never ~/.cache."""
     from servers import s3_server
 
