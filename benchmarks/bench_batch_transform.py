@@ -54,7 +54,7 @@ class TorchNormalized:
 
 def torch_normalize(transform: object, staged: torch.Tensor, images: torch.Tensor,
                     spec: PlanarSpec, decoder: object) -> torch.Tensor:
-    """The former loader/batch_transform.transform_planar, for the same-round comparison."""
+    """The former loader/images/batch_transform.transform_planar, for the same-round comparison."""
     result = run_batch_transform(transform, staged)
     images.copy_(result)
     scale = torch.from_numpy(np.asarray(spec.scale, np.float32)).view(1, 3, 1, 1)

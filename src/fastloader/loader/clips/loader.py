@@ -5,9 +5,9 @@ with ClipBatches.
 
 The producer runs `prefetch` batches ahead over the pass's batch plan
 (loader/order/duration_batches.py: fixed counts, or by duration with max_batch_seconds); per batch
-the decoder's threads read each clip's bytes zero-copy from the shard, decode only its window
-and write it into the batch buffer: a slot of the page-locked ring (loader/memory.BatchRing) on
-CUDA, copied non_blocking on a side stream (the slot is reused only after the copy's event), or
+the decoder's threads read each clip's bytes zero-copy from the shard, decode only its window and
+write it into the batch buffer: a slot of the page-locked ring (loader/pipeline/memory.BatchRing)
+on CUDA, copied non_blocking on a side stream (the slot is reused only after the copy's event), or
 a fresh array on the CPU. The other fields come from the collator the packed loader uses
 (loader/images/collate.py). Each batch's clips are the pair (clips, per-clip facts) where the
 records' image would be: audio's (waveforms [B, C, T], lengths [B]), video's (frames, timestamps).

@@ -3,7 +3,7 @@ and plans its crops (on the producer's helper thread, while the batch before it 
 decodes them natively into a ring slot.
 
 Per batch: the records, zero-copy from the shards; the geometry (decode/augment.plan_geometry,
-RandomIoUCrop over the boxes column); the mask fields' batch (loader/masks), built with the
+RandomIoUCrop over the boxes column); the mask fields' batch (loader/images/masks), built with the
 same geometry; the decode into the slot (decode/decode.BatchDecoder, GIL released), channel-first
 into a planar tensor as well on the CPU target, then the user's batch_transform. A sample that
 fails is raised with where it is, or (on_error="skip") replaced by the next records in turn.

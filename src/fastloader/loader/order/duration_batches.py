@@ -8,7 +8,7 @@ padded seconds (count x its longest clip) stay within the limit, and the batches
 together. Padded seconds bound the batch tensor itself: B x T <= max_batch_seconds x rate (plus
 one frame a clip for rounding). A clip longer than the limit is a batch of its own.
 
-The order is loader/sampler.epoch_indices' permutation for world size 1 (the same for every
+The order is loader/order/sampler.epoch_indices' permutation for world size 1 (the same for every
 rank); the global batches are dealt round-robin, rank r taking batches r, r + W, ..., so every
 rank gets the same count (the tail wraps to the start, or is dropped with drop_last, as
 DistributedSampler does with samples). Because the global plan does not depend on the world

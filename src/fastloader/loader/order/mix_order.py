@@ -95,7 +95,7 @@ class MixOrder:
     for a rank's share (rank_share) rather than iterating it.
 
     `weights` (fractions), `num_samples` (the epoch size) and `replacement` are the attributes
-    a checkpoint's sampler fingerprint reads (loader/resume.sampler_identity).
+    a checkpoint's sampler fingerprint reads (loader/order/resume.sampler_identity).
     """
 
     def __init__(self, sizes: Sequence[int], weights: Sequence[float], num_samples: int,
@@ -181,7 +181,7 @@ class MixOrder:
         return strided_share(lambda positions: self.at(seed, epoch, positions),
                              self.num_samples, start, rank, world_size, drop_last)
 
-    # a sized iterable of indices, as sampler= takes (loader/sampler.EpochSampler.for_loader)
+    # a sized iterable of indices, as sampler= takes (loader/order/sampler.EpochSampler.for_loader)
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch = epoch

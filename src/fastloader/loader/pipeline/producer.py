@@ -1,13 +1,13 @@
 """The one batch producer of every packed loader: a thread that, per batch, takes a ring slot,
 has the records kind's filler fill it, and queues the result for the consumer.
 
-What differs by kind is the filler (BatchFiller): images' (loader/image_batches.ImageBatches:
-the planned crops decoded natively, masks built beside them) and timed clips'
-(loader/clips.ClipBatches: audio, video). What every kind shares is here: the read-ahead helper
-thread (the filler's `prepare` of batch b + 1 runs while batch b fills), the slot wait on the
-ring (loader/memory.BatchRing, page-locked on CUDA), an AutoTuner's setting applied between
-batches, a prompt stop, and one error rule: a failure ends the pass, and the consumer's next()
-raises it chained to the original, naming the stage ("read", "plan", "masks", "decode",
+What differs by kind is the filler (BatchFiller): images' (loader/images/batches.ImageBatches: the
+planned crops decoded natively, masks built beside them) and timed clips'
+(loader/clips/loader.ClipBatches: audio, video). What every kind shares is here: the read-ahead
+helper thread (the filler's `prepare` of batch b + 1 runs while batch b fills), the slot wait on
+the ring (loader/pipeline/memory.BatchRing, page-locked on CUDA), an AutoTuner's setting applied
+between batches, a prompt stop, and one error rule: a failure ends the pass, and the consumer's
+next() raises it chained to the original, naming the stage ("read", "plan", "masks", "decode",
 "slot wait", "tune") and the batch.
 
 A filler with no ring (a clip batch on the CPU, handed to the user as it is written) is held
