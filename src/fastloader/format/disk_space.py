@@ -1,6 +1,6 @@
-"""A disk's free space, sizes in words, whether an error is a full disk, and the shard cache's
-full-disk error (naming cache_dir, the free space and cache_limit, and the limit that would
-have kept the cache on its disk)."""
+"""A disk's free space, byte counts as people read them, whether an error is a full disk, and
+the shard cache's full-disk error (naming cache_dir, the free space and cache_limit, and the
+limit that would have kept the cache on its disk)."""
 
 from __future__ import annotations
 
@@ -32,14 +32,13 @@ def is_disk(folder: str | os.PathLike[str]) -> bool:
     return _statvfs(folder).f_blocks > 0
 
 
-def in_words(size: int) -> str:
-    """A byte count as people read it: 0 B, 812 B, 412.0 KiB, 1.2 MiB, 3.4 GiB."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+def human_bytes(count: float) -> str:
+    """A byte count as people read it: 812 -> '812 B', 1536 -> '1.5 KiB' (up to TiB)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024:
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"
 
 
 def errors_of(exc: BaseException) -> list[BaseException]:
@@ -69,24 +68,25 @@ def cache_disk_full(root: Path, limit: int | None, usage: int, least: int, name:
     and where the disk cannot hold even what the reader holds at once, that."""
     free = free_bytes(root)
     room = usage + free  # what this disk leaves the cache now
-    suggest = f'cache_limit="{in_words(max(size, least, int(room * 0.9)))}"'
+    suggest = f'cache_limit="{human_bytes(max(size, least, int(room * 0.9)))}"'
     elsewhere = "free space on that disk, or pass a cache_dir on a bigger disk"
     if room < least:
-        fix = (f"this disk leaves the cache {in_words(room)}, less than the "
-               f"{in_words(least)} its reader holds at once (the index and the shards "
+        fix = (f"this disk leaves the cache {human_bytes(room)}, less than the "
+               f"{human_bytes(least)} its reader holds at once (the index and the shards "
                f"of its shuffle window and prefetch), so no cache_limit fits: {elsewhere}")
     elif limit is None:
         fix = (f"no cache_limit is set, so the cache grows until its disk is full: pass "
                f"{suggest} (it would have evicted older shards instead), {elsewhere}")
     elif limit > room:
-        fix = (f"cache_limit={in_words(limit)} is more than this disk leaves the cache "
-               f"({in_words(room)}): pass {suggest} (it would have evicted older shards "
+        fix = (f"cache_limit={human_bytes(limit)} is more than this disk leaves the cache "
+               f"({human_bytes(room)}): pass {suggest} (it would have evicted older shards "
                f"instead), {elsewhere}")
     else:
-        fix = f"cache_limit={in_words(limit)} fits this disk, but other files took its room: " \
+        fix = f"cache_limit={human_bytes(limit)} fits this disk, but other files took its room: " \
               f"{elsewhere}"
+    shown = "None" if limit is None else human_bytes(limit)
     return CacheDiskFullError(
         f"{root}: the disk of the shard cache (cache_dir={root}) is full: caching {name} needs "
-        f"{in_words(size)} and {in_words(free)} is free (the cache holds {in_words(usage)}, "
-        f"cache_limit={'None' if limit is None else in_words(limit)}); {fix}.",
+        f"{human_bytes(size)} and {human_bytes(free)} is free (the cache holds "
+        f"{human_bytes(usage)}, cache_limit={shown}); {fix}.",
         root, size, free, cache_limit=limit, name=name)

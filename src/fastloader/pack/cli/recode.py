@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from fastloader.pack.maintain.info import human_bytes
+from fastloader.format.disk_space import human_bytes
 from fastloader.pack.pipeline.recode import CODECS, kept_summary, recode
 
 

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fastloader.format.disk_space import human_bytes
 from fastloader.format.manifest import Manifest
-from fastloader.pack.maintain.info import human_bytes
 from fastloader.pack.pipeline.tree import SKIPPED_NAME
 
 if TYPE_CHECKING:

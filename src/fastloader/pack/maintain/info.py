@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from fastloader.format.dataset import PackedDataset
+from fastloader.format.disk_space import human_bytes
 from fastloader.format.kinds import Facts, Kind, get, names
 from fastloader.format.manifest import Codec
 from fastloader.format.open import open_dataset
@@ -21,15 +22,6 @@ _SHOWN_CLASSES = 20
 # dataset_info()'s JSON-ready summary (what --json prints). Its values stay untyped: the kind's
 # account sits under the kind's own name (info["audio"]), which no TypedDict can declare
 Info = dict[str, Any]
-
-
-def human_bytes(count: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} TiB"  # pragma: no cover - the loop returns first
 
 
 def _spread(values: np.ndarray) -> dict[str, float]:

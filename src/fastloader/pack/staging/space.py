@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from fastloader.errors import PackDiskFullError
-from fastloader.format.disk_space import errors_of, free_bytes, in_words, is_disk, is_no_space
+from fastloader.format.disk_space import errors_of, free_bytes, human_bytes, is_disk, is_no_space
 from fastloader.pack.staging.journal import JOURNAL_DIR, Staging
 from fastloader.pack.staging.plan import ShardPlan
 
@@ -82,8 +82,8 @@ def check_room(staging: Staging, plan: ShardPlan | None, backend: str, codec: st
     source = int(plan.sizes.sum()) if plan is not None else 0
     raise PackDiskFullError(
         f"{staging.dst}: not enough free space in {folder}: the pack needs about "
-        f"{in_words(needed)} there (an estimate from the source's {in_words(source)} in "
-        f"{plan.sizes.size if plan is not None else 0} items) and {in_words(free)} is free; "
+        f"{human_bytes(needed)} there (an estimate from the source's {human_bytes(source)} in "
+        f"{plan.sizes.size if plan is not None else 0} items) and {human_bytes(free)} is free; "
         "free some space or choose a DST on a bigger disk, or pass skip_space_check=True to "
         "pack anyway (if the disk fills, the finished shards are kept and resume=True "
         "finishes the pack once there is room).",
@@ -124,12 +124,12 @@ def disk_full_error(staging: Staging, plan: ShardPlan | None, backend: str, code
     resume=True) or removed: the folder, about how much more it needs, what is free."""
     folder, free = staging.dir.parent, free_bytes(staging.dir.parent)
     needed = _still_needed(staging, plan, backend, codec)
-    need = (f"the pack needs about {in_words(needed)} more in {folder}" if needed is not None
+    need = (f"the pack needs about {human_bytes(needed)} more in {folder}" if needed is not None
             else f"the pack needs more room in {folder}")
     after = (f"the finished shards are kept in {staging.dir}: free some space there, then "
              "rerun with resume=True to finish the pack from them" if kept else
              "no shard had finished, so nothing is kept: free some space there (or choose a "
              "DST on a bigger disk), then rerun")
     return PackDiskFullError(
-        f"{staging.dst}: the disk is full: {need} and {in_words(free)} is free there; {after}.",
+        f"{staging.dst}: the disk is full: {need} and {human_bytes(free)} is free there; {after}.",
         folder, needed, free, dst=staging.dst, staging=staging.dir, kept=kept)
