@@ -28,12 +28,10 @@ class AudioLoader(ClipLoader, path="audio loader"):
         duration_buckets: the duration plan's buckets by clip length.
     """
 
-    options_class = AudioOptions
     kind_class = AudioKind
     kind_words = "audio clips"
-    _path = "audio loader"
 
     def _decoder_for(self, options: ClipOptions, meta: np.ndarray) -> ClipDecoder:
-        assert isinstance(options, AudioOptions)  # options_class builds it
+        assert isinstance(options, AudioOptions)  # its path's options class builds it
         self.audio = options.spec
         return BatchDecoder(self._data.record, meta, options.spec, options.threads)

@@ -19,7 +19,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from fastloader.loader.factory.attributes import PackedAttributes
 from fastloader.loader.factory.base import FastLoader
 from fastloader.loader.factory.options import ClipOptions
 from fastloader.loader.factory.path_choice import PackedData
+from fastloader.loader.factory.paths import PATHS
 from fastloader.loader.images.collate import FieldCollator
 from fastloader.loader.order.duration_batches import BatchPlan
 from fastloader.loader.order.passes import EpochPasses, ended_pass
@@ -69,9 +70,15 @@ class ClipLoader(EpochPasses, PackedAttributes, FastLoader):
 
     kind_words = "clips"
     kind_class: type[Kind] = Kind  # the records kind this loader reads
-    _path = "clip loader"  # FastLoader's path of the subclass ("audio loader", ...)
+    _path = "clip loader"  # each subclass's is its own (class AudioLoader(..., path=...))
+    options_class: ClassVar[type[ClipOptions]] = ClipOptions
 
-    options_class: type[ClipOptions] = ClipOptions
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls._path in PATHS:  # its path's options class, declared once in factory/paths.py
+            options = PATHS[cls._path].options
+            assert issubclass(options, ClipOptions), options
+            cls.options_class = options
 
     def __init__(self, data: PackedData, *args: object, **kwargs: object) -> None:
         options = options_from(self.options_class, self._path, args, kwargs)[0]

@@ -27,13 +27,11 @@ class VideoLoader(ClipLoader, path="video loader"):
             size (None: frames as stored, every video of one size).
     """
 
-    options_class = VideoOptions
     kind_class = VideoKind
     kind_words = "videos"
-    _path = "video loader"
 
     def _decoder_for(self, options: ClipOptions, meta: np.ndarray) -> ClipDecoder:
-        assert isinstance(options, VideoOptions)  # options_class builds it
+        assert isinstance(options, VideoOptions)  # its path's options class builds it
         self.video = options.spec
         return VideoDecoder(self._data.record, meta, options.spec, options.decode_transforms,
                             options.threads)

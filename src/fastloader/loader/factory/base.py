@@ -247,11 +247,13 @@ class FastLoader(LoaderInterface):
     # Each loader's class, by path ("packed loader", "DALI loader", "drop-in loader"): filled
     # as each subclass is defined (class PackedLoader(FastLoader, path="packed loader")).
     _paths: ClassVar[dict[str, type[FastLoader]]] = {}
+    _path: ClassVar[str] = ""  # a subclass's own path, as its class statement names it
 
     def __init_subclass__(cls, path: str | None = None, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if path is not None:
             FastLoader._paths[path] = cls
+            cls._path = path
         # A loader's signature is its own, not the factory's (inspect, Sphinx): its path's
         # options (loader/factory/arguments.py), or else its own __init__'s (the mixed loader's).
         if path in paths():
