@@ -113,13 +113,9 @@ def producer_error(error: BaseException, stage: str, batch: int) -> BaseExceptio
 
 
 def _with_message(error: FastloaderError, message: str) -> Exception:
-    """`error` again, its type and facts kept (a DiskFullError's folder and sizes), saying
-    `message`: built from the message where its class takes one argument, else a copy (its
-    own __reduce__) whose message is replaced; a ProducerError where neither works."""
-    try:
-        return type(error)(message)
-    except Exception:  # a subclass with another constructor
-        pass
+    """`error` again, saying `message`: a copy (through its own __reduce__, so a subclass with
+    another constructor keeps its type and facts, a DiskFullError its folder and sizes) whose
+    message is replaced; a ProducerError where it cannot be copied."""
     try:
         copied = copy.copy(error)
     except Exception:
