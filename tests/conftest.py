@@ -16,7 +16,9 @@ marker would make a pass drop a test silently:
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -123,14 +125,18 @@ def served(tmp_path: Path):
         yield f"{url}/data.lmdb", state, tmp_path
 
 
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    """Why a skipped test or module was skipped, as pytest reported it."""
+    longrepr = report.longrepr
+    return str(longrepr[2] if isinstance(longrepr, tuple) else longrepr)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """Say at the end how many tests were skipped and why, one line per reason."""
     skipped = terminalreporter.stats.get("skipped", [])
     reasons: dict[str, int] = {}
     for report in skipped:
-        longrepr = report.longrepr
-        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-        reason = reason.removeprefix("Skipped: ")
+        reason = _skip_reason(report).removeprefix("Skipped: ")
         reasons[reason] = reasons.get(reason, 0) + 1
     mode = "without the extension" if NATIVE_DISABLED else "with the extension"
     terminalreporter.write_sep("=", f"skipped {mode}: {len(skipped)}")
@@ -149,6 +155,15 @@ class _SwitchProbe:
     def __init__(self) -> None:
         self.recording = False
         self.asked = 0
+
+    @contextlib.contextmanager
+    def recording_while(self, on: bool) -> Iterator[None]:
+        """Count the questions asked in the block (on) or not, as before after it."""
+        before, self.recording = self.recording, on
+        try:
+            yield
+        finally:
+            self.recording = before
 
     def install(self) -> None:
         from fastloader.decode import _native
@@ -182,29 +197,20 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
     _PROBE.asked = 0
-    _PROBE.recording = True
-    yield
-    _PROBE.recording = False
+    with _PROBE.recording_while(True):
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
-    recording = _PROBE.recording
-    if fixturedef.scope != "function":
-        _PROBE.recording = False
-    try:
+    with _PROBE.recording_while(_PROBE.recording and fixturedef.scope == "function"):
         yield
-    finally:
-        _PROBE.recording = recording
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    _PROBE.recording = True
-    try:
+    with _PROBE.recording_while(True):
         yield
-    finally:
-        _PROBE.recording = False
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -223,7 +229,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             "Remove the marker, or move the asking part to a test without it.")
     if report.skipped and (item.get_closest_marker("wheel") or item.get_closest_marker(
             "installed")) and _wheel_check():
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        reason = _skip_reason(report)
         report.outcome = "failed"
         report.longrepr = (
             f"{item.nodeid} is marked wheel or installed, so the wheel's check must run it, "
@@ -241,7 +247,7 @@ def pytest_make_collect_report(collector: pytest.Collector):
         return
     text = collector.path.read_text(encoding="utf-8")
     if "pytest.mark.wheel" in text or "pytest.mark.installed" in text:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        reason = _skip_reason(report)
         report.outcome = "failed"
         report.longrepr = (
             f"{collector.nodeid} holds tests marked wheel or installed, so the wheel's check must "
