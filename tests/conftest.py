@@ -192,6 +192,7 @@ def _wheel_check() -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     _PROBE.install()
+    config.pluginmanager.register(_SharedFixturesUnprobed(), "fastloader-shared-fixtures")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -201,10 +202,16 @@ def pytest_runtest_setup(item: pytest.Item):
         yield
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
-    with _PROBE.recording_while(_PROBE.recording and fixturedef.scope == "function"):
-        yield
+class _SharedFixturesUnprobed:
+    """Stops the probe while a shared (module, session) fixture is built. A plugin registered
+    at configure time, not a conftest hook: pytest asks a session fixture's hooks of the
+    session's folder, above tests/, so a hook here never saw them and a test that happened to
+    build dataset_path first was charged with its pack's questions."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
+        with _PROBE.recording_while(_PROBE.recording and fixturedef.scope == "function"):
+            yield
 
 
 @pytest.hookimpl(hookwrapper=True)
