@@ -18,7 +18,7 @@ import numpy as np
 
 from fastloader.errors import PackDiskFullError
 from fastloader.format.disk_space import errors_of, free_bytes, human_bytes, is_disk, is_no_space
-from fastloader.pack.staging.journal import JOURNAL_DIR, Staging
+from fastloader.pack.staging.journal import Staging
 from fastloader.pack.staging.plan import ShardPlan
 
 MARGIN = 1.1  # the estimate may be this much over the free space before a pack is refused
@@ -63,10 +63,6 @@ def staged_bytes(folder: Path) -> int:
     return total
 
 
-def _kept(staging: Staging) -> bool:
-    return any((staging.dir / JOURNAL_DIR).glob("*.json"))
-
-
 def check_room(staging: Staging, plan: ShardPlan | None, backend: str, codec: str,
                resume: bool) -> None:
     """Refuse a pack whose estimated output is clearly (MARGIN) larger than the free space
@@ -88,7 +84,7 @@ def check_room(staging: Staging, plan: ShardPlan | None, backend: str, codec: st
         "pack anyway (if the disk fills, the finished shards are kept and resume=True "
         "finishes the pack once there is room).",
         folder, needed, free, dst=staging.dst, staging=staging.dir,
-        kept=resume and _kept(staging))
+        kept=resume and any(staging.journal.glob("*.json")))
 
 
 def disk_filled(exc: BaseException, staging: Staging, plan: ShardPlan | None, backend: str,
