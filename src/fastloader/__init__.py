@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "Resize": "fastloader.decode.augment",
     "ResizeFit": "fastloader.decode.detect",
     "Video": "fastloader.loader.factory.video_options",
+    "View": "fastloader.loader.factory.view_options",
     "decode": "fastloader.decode.decode",
     "header": "fastloader.decode.decode",
     "native_available": "fastloader.decode._native",
@@ -114,6 +115,7 @@ if TYPE_CHECKING:  # let type checkers see the real objects
     from fastloader.loader.dali.loader import DaliLoader
     from fastloader.loader.factory.audio_options import Audio
     from fastloader.loader.factory.video_options import Video
+    from fastloader.loader.factory.view_options import View
     from fastloader.loader.loader import FastLoader
     from fastloader.loader.pipeline.stats import LoaderStats
     from fastloader.pack.api import pack

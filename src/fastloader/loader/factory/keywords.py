@@ -18,6 +18,7 @@ from fastloader.loader.factory.options import (
     Sampler,
     Transforms,
 )
+from fastloader.loader.factory.view_options import PixelOpsOn, View
 
 # Every key is optional (total=False): the options classes give the defaults. A key the paths
 # type differently (prefetch, backend, memory_budget) is declared by each path's own dict.
@@ -66,6 +67,8 @@ class PackedArgs(DecodeArgs, total=False):
     storage_options: Mapping[str, Any] | None
     shuffle_window: int | None
     prefetch_shards: int
+    views: Sequence[View] | None
+    pixel_ops_on: PixelOpsOn
 
 
 class DaliArgs(DecodeArgs, total=False):

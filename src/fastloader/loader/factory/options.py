@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from fastloader.checks import flag, int_at_least, positive_int
-from fastloader.decode.augment import Transform, check_transforms, refuse_detection
+from fastloader.decode.augment import Transform, refuse_detection
 from fastloader.decode.boxes import DEFAULT_MIN_BOX_VISIBILITY, check_min_visibility
 from fastloader.decode.orientation import Turns
 from fastloader.errors import invalid_argument
@@ -34,6 +34,13 @@ from fastloader.gpu.device import (
 )
 from fastloader.gpu.ops import GpuCompose, device_ops
 from fastloader.gpu.tensors import GpuTransform
+from fastloader.loader.factory.view_options import (
+    PixelOpsOn,
+    View,
+    check_views,
+    refuse_pixel_ops,
+    split_transforms,
+)
 from fastloader.loader.images.batch_transform import check_batch_transform
 from fastloader.loader.order.sampler import (
     EpochSampler,
@@ -83,7 +90,8 @@ class DecodeOptions(LoaderOptions):
     """What the packed and DALI loaders share: decode, transforms, output and prefetch.
 
     Checked at construction; the resolved values are attributes that are not fields:
-    `decode_transforms` (the checked tuple), `target` (the torch.device), `constants`
+    `decode_transforms` (the checked geometric ones), `pixel_ops` (the pixel ops of
+    `transforms`: decode/pixels), `target` (the torch.device), `constants`
     (normalize's mean and std in the 0-255 scale), `out_dtype`, `layout` (the memory format),
     `gpu_ops` (the device ops, normalize last) and `max_threads` (this rank's cores).
     """
@@ -111,7 +119,7 @@ class DecodeOptions(LoaderOptions):
         if self.on_error not in ("raise", "skip"):
             raise invalid_argument("on_error", self.on_error, "must be 'raise' or 'skip'",
                                    "Pass on_error='skip' to replace undecodable samples.")
-        self.decode_transforms = check_transforms(self.transforms)
+        self.decode_transforms, self.pixel_ops = split_transforms(self.transforms)
         self.target = resolve_device(self.device, default_cuda=True)
         self.constants = normalize_constants(self.normalize)
         self.out_dtype = resolve_dtype(self.dtype, self.constants is not None)
@@ -139,6 +147,8 @@ class PackedOptions(DecodeOptions):
     storage_options: Mapping[str, Any] | None = None
     shuffle_window: int | None = None
     prefetch_shards: int = DEFAULT_PREFETCH_SHARDS
+    views: Sequence[View] | None = None
+    pixel_ops_on: PixelOpsOn = "auto"
 
     def __post_init__(self) -> None:
         self.max_skips = check_max_skips(self.max_skips, self.on_error)
@@ -173,6 +183,7 @@ class PackedOptions(DecodeOptions):
                 None, torch.uint8, self.memory_format)
         else:
             self.step_args = (self.normalize, self.dtype, self.memory_format)
+        check_views(self)  # views=, pixel_ops_on=: their plan, and what runs after the copy
 
 
 @dataclass
@@ -202,6 +213,8 @@ class DaliOptions(DecodeOptions):
                                    'is not supported by backend="dali"', "Use the native "
                                    "backend (backend='auto'), which turns images as "
                                    "PIL.ImageOps.exif_transpose does.")
+        refuse_pixel_ops(self.transforms, 'backend="dali"', "Use the native backend "
+                         "(backend='auto'), which runs pixel ops in its decode or on the device.")
         super().__post_init__()
         self.max_skips = check_max_skips(self.max_skips, self.on_error)
         check_order(self, None)

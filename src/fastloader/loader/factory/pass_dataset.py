@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from fastloader.errors import FastloaderError
+from fastloader.loader.images.collate import Views
 
 
 class _Row:
@@ -44,6 +45,8 @@ def rows_in(value: Any) -> int:
     list's length, a (values, lengths) pair's values, a dict's first field."""
     if isinstance(value, (torch.Tensor, np.ndarray)):
         return int(value.shape[0]) if value.ndim else 1
+    if isinstance(value, Views):  # views=: a value a view, each of the batch's samples
+        return rows_in(value[0]) if value else 0
     if isinstance(value, list):
         return len(value)
     if isinstance(value, tuple) and value:
@@ -54,6 +57,8 @@ def rows_in(value: Any) -> int:
 
 
 def _row_of(value: Any, k: int) -> Any:
+    if isinstance(value, Views):  # sample k of each view
+        return Views(_row_of(v, k) for v in value)
     if isinstance(value, tuple):
         return tuple(_row_of(v, k) for v in value)
     if isinstance(value, Mapping):

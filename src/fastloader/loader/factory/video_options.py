@@ -12,6 +12,7 @@ from fastloader.decode.augment import check_transforms, refuse_detection
 from fastloader.errors import invalid_argument, invalid_type
 from fastloader.loader.factory.keywords import ClipArgs
 from fastloader.loader.factory.options import ClipOptions, Transforms
+from fastloader.loader.factory.view_options import refuse_pixel_ops
 
 LAYOUTS = ("TCHW", "CTHW", "THWC")
 DTYPES = ("uint8", "float32")
@@ -100,6 +101,8 @@ class VideoOptions(ClipOptions):
 
     def _check_own(self) -> None:
         self.spec = check_video(self.video) or Video()
+        refuse_pixel_ops(self.transforms, "the video loader", "Drop it: the video loader "
+                         "takes RandomResizedCrop, Resize, CenterCrop and RandomHorizontalFlip.")
         self.decode_transforms = check_transforms(self.transforms)
         refuse_detection(self.decode_transforms, "the video loader",
                          "Use RandomResizedCrop, Resize, CenterCrop and RandomHorizontalFlip.")

@@ -4,8 +4,10 @@ decodes them natively into a ring slot.
 
 Per batch: the records, zero-copy from the shards; the geometry (decode/augment.plan_geometry,
 RandomIoUCrop over the boxes column); the mask fields' batch (loader/images/masks), built with the
-same geometry; the decode into the slot (decode/decode.BatchDecoder, GIL released), channel-first
-into a planar tensor as well on the CPU target, then the user's batch_transform. A sample that
+same geometry; the pixel ops' program (loader/images/pixels.py), fused into the decode or handed
+to the consumer for the device; the decode into the slot (decode/decode.BatchDecoder, GIL
+released), channel-first into a planar tensor as well on the CPU target, then the user's
+batch_transform. Several views a sample: loader/images/views.py. A sample that
 fails is raised with where it is, or (on_error="skip") replaced by the next records in turn.
 """
 
@@ -23,11 +25,13 @@ from fastloader.decode.augment import Transform, batch_rng, plan_geometry
 from fastloader.decode.decode import BatchDecoder
 from fastloader.decode.geometry import Geometry
 from fastloader.decode.orientation import Turns
+from fastloader.decode.pixels import PixelProgram
 from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError
 from fastloader.format.dataset import PackedDataset
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.images.batch_transform import transform_planar, transform_slot
 from fastloader.loader.images.masks import MaskBatches
+from fastloader.loader.images.pixels import PixelPlan, program_row, sample_keys
 from fastloader.loader.pipeline.autotune import Setting
 from fastloader.loader.pipeline.memory import BatchRing
 from fastloader.loader.pipeline.producer import StageError
@@ -52,6 +56,11 @@ class EpochPlan:
     seed: int
     rank: int
     first: int = 0
+    world: int = 1  # the ranks of the pass: each sample's pixel-program key (images/pixels)
+
+    def keys(self, b: int, count: int) -> np.ndarray:
+        """The pixel-program keys of batch b's `count` samples (loader/images/pixels.py)."""
+        return sample_keys(b, self.batch_size, count, self.world, self.rank)
 
     def batch(self, b: int) -> np.ndarray:
         k = b - self.first
@@ -71,6 +80,7 @@ class ReadyBatch:
     # the plan of the delivered samples (crops, flips, size, places): boxes follow their pixels
     geometry: Geometry | None = None
     masks: dict[str, torch.Tensor] | None = None  # mask fields, uint8 [B, H, W] (MaskBatches)
+    program: PixelProgram | None = None  # the pixel program the consumer runs on the device
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,7 @@ class PreparedImages:
     geometry: Geometry
     tiles: Any  # the batch's restart-tile tables (TileBatch), None for an untiled dataset
     masks: dict[str, torch.Tensor] | None = None
+    program: PixelProgram | None = None  # the samples' pixel ops (images/pixels.py)
 
 
 def _planar_kwargs(spec: PlanarSpec | None, images: torch.Tensor | None, start: int,
@@ -113,8 +124,10 @@ class ImageBatches:
         box_field: str | None = None,
         masks: MaskBatches | None = None,
         turns: Turns | None = None,
+        pixels: PixelPlan | None = None,
     ) -> None:
         self.dataset = dataset
+        self.pixels = pixels if pixels is not None else PixelPlan((), False)
         # how the images are shown: crops planned on these shapes (EXIF orientation applied?)
         self.turns = turns if turns is not None else Turns(dataset.stored_shapes, None)
         self.box_field = box_field  # the boxes column RandomIoUCrop plans from, if any
@@ -160,6 +173,8 @@ class ImageBatches:
             with Timer(self.counters, "plan"):
                 rng = batch_rng(self.plan.seed, self.plan.epoch, b, self.plan.rank)
                 geometry = self._plan(samples, rng)
+                program = self.pixels.draw((self.plan.seed, self.plan.epoch),
+                                           self.plan.keys(b, len(samples)), 0, geometry.size)
         except Exception as exc:
             raise StageError("plan", b) from exc
         masks = None
@@ -169,14 +184,17 @@ class ImageBatches:
                     masks = self.masks.build(samples, geometry)
             except Exception as exc:
                 raise StageError("masks", b) from exc
-        return PreparedImages(samples, records, failures, geometry, tiles, masks)
+        return PreparedImages(samples, records, failures, geometry, tiles, masks, program)
 
-    def _plan(self, samples: np.ndarray, rng: np.random.Generator) -> Geometry:
-        """The samples' geometry; RandomIoUCrop reads their boxes from the dataset's column."""
+    def _plan(self, samples: np.ndarray, rng: np.random.Generator,
+              transforms: Sequence[Transform] | None = None) -> Geometry:
+        """The samples' geometry by `transforms` (None: the loader's); RandomIoUCrop reads
+        their boxes from the dataset's column."""
         columns = self.dataset.columns  # a boxes field lives in a v2 dataset's columns
         boxes = (None if self.box_field is None or columns is None
                  else columns.gather_arrays(self.box_field, samples))
-        geometry = plan_geometry(self.transforms, self.turns.shapes[samples], rng,
+        geometry = plan_geometry(self.transforms if transforms is None else transforms,
+                                 self.turns.shapes[samples], rng,
                                  self.turns.boxes(samples, boxes))
         return self.turns.attach(geometry, samples)
 
@@ -196,13 +214,15 @@ class ImageBatches:
                                               out, tiles=prepared.tiles, places=geometry.places,
                                               fill=geometry.fill,
                                               orientations=geometry.orientations,
+                                              **self.pixels.fused(prepared.program),
                                               **_planar_kwargs(spec, target, 0, len(samples)))
             for k, message in enumerate(errors):
                 if message is not None and k not in failures:
                     failures[k] = DecodeError(f"{self.dataset.describe(samples[k])}: {message}")
             for k, error in sorted(failures.items()):
                 samples[k], replacement = self._recover(b, k, int(samples[k]), error, out,
-                                                        spec, target)
+                                                        spec, target, program_row(
+                                                            prepared.program, k))
                 geometry = geometry.with_sample(k, replacement)
                 if prepared.masks is not None and self.masks is not None:
                     self.masks.replace(prepared.masks, k, int(samples[k]), geometry)
@@ -214,7 +234,7 @@ class ImageBatches:
                     transform_slot(self.batch_transform, out)
         labels = np.asarray(self.dataset.labels[samples], dtype=np.int64)
         return ReadyBatch(b, slot, len(samples), labels, samples, images, geometry,
-                          prepared.masks)
+                          prepared.masks, self.pixels.on_device_program(prepared.program))
 
     def _read(self, samples: np.ndarray
               ) -> tuple[list[memoryview | bytes], dict[int, FastloaderError]]:
@@ -229,8 +249,8 @@ class ImageBatches:
         return records, failures
 
     def _recover(self, b: int, k: int, sample: int, error: FastloaderError,
-                 out: np.ndarray, spec: PlanarSpec | None, images: torch.Tensor | None
-                 ) -> tuple[int, Geometry]:
+                 out: np.ndarray, spec: PlanarSpec | None, images: torch.Tensor | None,
+                 program: PixelProgram | None = None) -> tuple[int, Geometry]:
         """on_error="raise": raise. "skip": decode a replacement into out[k], return its index
         and its one-sample geometry.
 
@@ -255,6 +275,7 @@ class ImageBatches:
             if self.decoder.decode_into([record], geometry.crops, geometry.flips,
                                         out[k : k + 1], tiles, places=geometry.places,
                                         fill=geometry.fill, orientations=geometry.orientations,
+                                        **self.pixels.fused(program),
                                         **_planar_kwargs(spec, images, k, k + 1))[0] is None:
                 log.info("replacement for %s: record %d", description, candidate)
                 return candidate, geometry

@@ -20,6 +20,9 @@ in format/kinds/ builds its column; this module hands it the batch).
 - text, bytes, json: lists of B Python values;
 - further image fields: decoded with the same transforms (their own crops and flips) as uint8
   (B, 3, H, W) tensors (loader/images/extra_images.py); decode_images=False gives their bytes.
+With views= (ViewCollator) the image field is a list of batches, one a view, and the boxes
+fields, their per-box fields and the mask fields a list of their values, one a view, each
+mapped through that view's crop.
 Numeric tensors go to the loader's device; lists stay Python objects. fields=[...] yields a
 tuple in that order; without it a classification dataset (image + label) yields (images,
 labels) and any other dataset a dict of every field.
@@ -139,15 +142,31 @@ class FieldCollator:
         pair (clips, per-clip facts)."""
         if self.classic:
             return images, labels
+        values = self.columns(self.names, images, labels, indices, seeds, geometry, masks)
+        return dict(zip(self.names, values, strict=True)) if self.as_dict else tuple(values)
+
+    @property
+    def spatial(self) -> list[str]:
+        """The output's names that follow each image's plan: boxes fields, their per-box
+        fields and mask fields (a batch of views has one of each a view)."""
+        return [n for n in self.names if n in self.box_fields or n in self.owner
+                or n in self.mask_fields]
+
+    def columns(self, names: Sequence[str],
+                images: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | list[torch.Tensor],
+                labels: torch.Tensor, indices: np.ndarray, seeds: tuple[int, int, int, int],
+                geometry: Geometry | None, masks: dict[str, torch.Tensor] | None) -> list[Any]:
+        """The values of `names` for a batch (decoded by `geometry`), in that order."""
         self._seeds = seeds
         self._geometry = geometry
         self._masks = masks
+        wanted = {self.owner.get(n, n) for n in names}
         self._boxes = {name: self._map(name, indices, geometry, labels.device)
-                       for name in self.box_fields}
-        values = [self._column(name, images, labels, indices) for name in self.names]
-        return dict(zip(self.names, values, strict=True)) if self.as_dict else tuple(values)
+                       for name in self.box_fields if name in wanted}
+        return [self._column(name, images, labels, indices) for name in names]
 
-    def _column(self, name: str, images: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+    def _column(self, name: str,
+                images: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | list[torch.Tensor],
                 labels: torch.Tensor, indices: np.ndarray) -> Any:
         if name == self.dataset.image_field:
             return images
@@ -215,3 +234,40 @@ class FieldCollator:
         # a page-locked batch (CUDA): the copy overlaps; torch's host allocator keeps the
         # block until the copy is done, so dropping the host tensor here is safe
         return batch.to(device, non_blocking=batch.is_pinned())
+
+
+class Views(list):  # type: ignore[type-arg]
+    """A value a view, in the order of views= (each View's `count` in turn): a batch's images
+    (B, 3, H_v, W_v) a view, or a spatial field's values a view. A list; a batch's rows
+    (loader/factory/pass_dataset.py) are counted in its first view, not by its length."""
+
+
+class ViewCollator:
+    """A batch of views' output (views=, loader/images/views.py): FieldCollator's, with the
+    records' image field a Views list (a batch a view) and each field that follows the image's
+    plan (boxes fields, their per-box fields, mask fields) a list of its values a view, in the
+    views' order; (views, labels) for an image + label dataset."""
+
+    def __init__(self, collate: FieldCollator) -> None:
+        self.collate = collate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["collate"], name)  # box_fields, mask_fields, ...
+
+    def __call__(self, views: list[torch.Tensor], labels: torch.Tensor, indices: np.ndarray,
+                 seeds: tuple[int, int, int, int], geometries: Sequence[Geometry],
+                 masks: Sequence[dict[str, torch.Tensor]] | None = None) -> Any:
+        collate = self.collate
+        if collate.classic:
+            return views, labels
+        spatial = collate.spatial
+        plain = [n for n in collate.names if n not in spatial]
+        values = dict(zip(plain, collate.columns(plain, views, labels, indices, seeds,
+                                                 geometries[0], None), strict=True))
+        per_view = [collate.columns(spatial, views, labels, indices, seeds, geometry,
+                                    None if masks is None else masks[v])
+                    for v, geometry in enumerate(geometries)] if spatial else []
+        for j, name in enumerate(spatial):
+            values[name] = Views(row[j] for row in per_view)
+        out = [values[n] for n in collate.names]
+        return dict(zip(collate.names, out, strict=True)) if collate.as_dict else tuple(out)

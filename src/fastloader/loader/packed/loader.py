@@ -14,7 +14,6 @@ from fastloader.errors import FastloaderError, InvalidArgumentError, invalid_arg
 from fastloader.format.kinds import EncodedImage, loaded_by
 from fastloader.format.open import dataset_from
 from fastloader.gpu.device import DeviceStep
-from fastloader.gpu.ops import gpu_rng
 from fastloader.loader.factory.arguments import options_from
 from fastloader.loader.factory.attributes import PackedAttributes
 from fastloader.loader.factory.base import FastLoader
@@ -22,15 +21,24 @@ from fastloader.loader.factory.options import PackedOptions, Sampler, exif_turns
 from fastloader.loader.factory.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.factory.path_choice import PackedData
 from fastloader.loader.images.batches import EpochPlan, ImageBatches, PreparedImages, ReadyBatch
-from fastloader.loader.images.collate import FieldCollator
+from fastloader.loader.images.collate import FieldCollator, ViewCollator
 from fastloader.loader.images.detection import letterboxed, plan_boxes_field
 from fastloader.loader.images.extra_images import ExtraImages
 from fastloader.loader.images.masks import MaskBatches
+from fastloader.loader.images.pixels import PixelPlan
+from fastloader.loader.images.views import ViewBatches
 from fastloader.loader.order.mix_order import MixOrder
 from fastloader.loader.order.passes import EpochPasses, ended_pass
 from fastloader.loader.order.resume import dataset_identity
 from fastloader.loader.order.sampler import EpochSampler
+from fastloader.loader.packed.outputs import BatchOutputs
 from fastloader.loader.packed.storage import RemoteOptions, plan_shards, remote_options
+from fastloader.loader.packed.views import (
+    refuse_extra_images,
+    refuse_moving_policies,
+    view_layout,
+    view_specs,
+)
 from fastloader.loader.pipeline.autotune import make_tuner
 from fastloader.loader.pipeline.memory import BatchRing, pinned_nbytes
 from fastloader.loader.pipeline.producer import Producer, Tuning
@@ -102,8 +110,12 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         # the index's own shapes (turned, or no orientations): their distinct values come
         # with its stamp, no scan of every row; an oriented pack shown as stored scans
         as_indexed = self._turns.orientations is not None or self._data.orientations is None
-        self.image_size = output_size(self.transforms, self._data.distinct_shapes
-                                      if as_indexed else self._turns.shapes)
+        shapes = self._data.distinct_shapes if as_indexed else self._turns.shapes
+        self.image_size = output_size(self.transforms, shapes) if not self._views else (0, 0)
+        self._layout = view_layout(self._views, shapes, self.batch_size)
+        if self._layout is not None:  # each view's size; image_size is the first view's
+            self.view_sizes = self._layout.sizes
+            self.image_size = self.view_sizes[0]
         self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                options.world_size, options.shuffle,
                                                self.drop_last, self._order_source(options))
@@ -111,11 +123,13 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         self.sampler.dataset_id = dataset_identity(self._data)  # a checkpoint must match it
         self._step = DeviceStep(self.device, *options.step_args)
         undo.callback(self._step.close)
+        self._outputs = BatchOutputs(self._step, options.after_copy, self._layout)
         self._decoder = BatchDecoder(1, options.backend)  # the tuner sets its thread count
         undo.callback(self._decoder.close)
         self._init_fields(options, undo)
         height, width = self.image_size
-        slot_bytes = pinned_nbytes(self.batch_size * height * width * 3)  # what a slot pins
+        slot_bytes = pinned_nbytes(self.batch_size * height * width * 3 if self._layout is None
+                                   else self._layout.slot_bytes)  # what a slot pins
         _check_memory(self.batch_size, self.image_size, slot_bytes)
         # num_threads=None means a fixed count: the cores this rank may use.
         self._tuner = make_tuner(
@@ -131,6 +145,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         self.drop_last = options.drop_last
         self.on_error = options.on_error
         self.transforms = options.decode_transforms
+        self._views = view_specs(options.view_list, options.pixels_on_device)
+        self._pixels = PixelPlan(options.pixel_ops, options.pixels_on_device)
         self.max_skips = options.max_skips  # on_error="skip"'s budget
         self.batch_transform = options.batch_transform
         self.device = options.target
@@ -148,12 +164,20 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         extra = [n for n, s in self._data.fields.items()
                  if isinstance(s.kind, EncodedImage) and n != self._data.image_field]
         if extra and options.decode_images:
+            refuse_extra_images(self._views, [n for n in extra if options.fields is None
+                                              or n in options.fields])
             self._extra_images = ExtraImages(self.transforms, options.backend)
             undo.callback(self._extra_images.close)
         self._collate = FieldCollator(self._data, options.fields, options.multi_hot,
                                       options.padded, self._extra_images,
                                       options.min_box_visibility, letterboxed(self.transforms))
-        self._box_field = plan_boxes_field(self._data, self.transforms)
+        refuse_moving_policies([*self._pixels.ops, *(
+            op for view in self._views for op in view.pixels.ops)],
+            [*self._collate.box_fields, *self._collate.mask_fields])
+        if self._views:  # a batch of views: a list of images, spatial fields a view
+            self._collate = ViewCollator(self._collate)  # type: ignore[assignment]
+        self._box_field = plan_boxes_field(self._data, [*self.transforms, *(
+            op for view in self._views for op in view.transforms)])
         if self._gpu_ops is not None and self._collate.box_fields:
             raise InvalidArgumentError(
                 "gpu_transforms= with boxes fields is not supported: the device ops move "
@@ -183,30 +207,42 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             height, width = self.image_size
             # A pinned ring takes every slot prefetch="auto" may reach now, before training.
             capacity = self._tuner.max_prefetch + 1 if self._tuner.tunes_prefetch else None
-            self._ring = BatchRing(self.prefetch + 1, self.batch_size, height, width,
-                                   pin=self.device.type == "cuda", capacity=capacity)
+            pin = self.device.type == "cuda"
+            self._ring = (BatchRing(self.prefetch + 1, self.batch_size, height, width, pin=pin,
+                                    capacity=capacity) if self._layout is None
+                          else self._layout.ring(self.prefetch + 1, pin, capacity))
         start = self._resume_batch  # spent by the pass's first batch (_first_batch_out)
         epoch = self.sampler.begin_pass()  # rank/world of now; a cut-short pass moves on
         first = self.sampler.pass_layout()[1]  # the number of the pass's first batch
         end = self._pass_end()
         epoch_plan = EpochPlan(self.sampler.indices(), self.batch_size, end, start,
-                               epoch, self.sampler.seed, self.sampler.rank, first)
+                               epoch, self.sampler.seed, self.sampler.rank, first,
+                               self.sampler.world_size)
         plan_shards(self._data, epoch_plan.indices, start - first, end - first,
                     self.batch_size)
         # The tuner may have settled on the last batch of a pass, after the producer's last
         # chance to apply it: take its setting here so a settled count is never left unapplied.
         self._decoder.num_threads = self._tuner.setting().threads
         tuner = self._tuner if self._tuner.state == "measuring" else None
-        batches = ImageBatches(self._data, self.transforms, self._decoder, self._ring,
-                               self._counters, self.on_error, epoch_plan, self._step.planar,
-                               self.max_skips, self.batch_transform, self._box_field,
-                               self._masks, self._turns)
+        batches = self._filler(epoch_plan)
         tuning = None if tuner is None else Tuning(tuner, batches.apply)
         producer = Producer(batches, self._ring, self._counters, batches.batches,
                             tuning).start()
         self._active = producer
         self._batches_done = start
         return self._consume(producer, epoch_plan)
+
+    def _filler(self, epoch_plan: EpochPlan) -> ImageBatches:
+        """The pass's filler: one batch of images, or (views=) a batch a view."""
+        assert self._ring is not None  # __iter__ builds it first
+        if self._layout is not None:
+            return ViewBatches(self._data, self._views, self._layout, self._decoder, self._ring,
+                               self._counters, self.on_error, epoch_plan, self._step.planar,
+                               self.max_skips, self._box_field, self._masks, self._turns)
+        return ImageBatches(self._data, self.transforms, self._decoder, self._ring,
+                            self._counters, self.on_error, epoch_plan, self._step.planar,
+                            self.max_skips, self.batch_transform, self._box_field,
+                            self._masks, self._turns, self._pixels)
 
     def _consume(self, producer: ImageProducer, epoch_plan: EpochPlan) -> Iterator[Any]:
         clock = time.perf_counter  # a local: the finally may run at exit, module globals gone
@@ -230,22 +266,16 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                     finished = True
                     break
                 start_copy = time.perf_counter()
-                images, labels, event = self._step(ring.view(item.slot, item.count)[0],
-                                                   item.labels, item.images)
-                ring.release(item.slot, event)
-                if self._gpu_ops is not None:
-                    with self._step.on_device():
-                        images, labels = self._gpu_ops(images, labels, gpu_rng(
-                            epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank))
+                seeds = (epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank)
+                images, labels, plan, masks = self._outputs(ring, item, seeds)
                 self._counters.add_time("copy", self._step.copy_seconds(
                     time.perf_counter() - start_copy))
                 self._counters.add_batch(item.count)
                 self._batches_done = item.index + 1
                 if item.index == epoch_plan.start:  # until now an iter() restarts this pass
                     self._first_batch_out()
-                yield self._collate(images, labels, item.samples, (
-                    epoch_plan.seed, epoch_plan.epoch, item.index, epoch_plan.rank),
-                    item.geometry, item.masks)
+                yield self._collate(images, labels, item.samples, seeds,
+                                    plan, masks)  # type: ignore[arg-type]
         finally:
             self._counters.add_time("active", clock() - started)
             if self._active is producer:
