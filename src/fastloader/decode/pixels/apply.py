@@ -22,7 +22,7 @@ def apply_program(images: np.ndarray, program: PixelProgram, num_threads: int = 
         raise invalid_argument("num_threads", num_threads, "must be an int >= 1",
                                "Pass num_threads=1 or more.")
     core = _native.native_module()
-    if core is None or not hasattr(core, "apply_pixel_program"):
+    if core is None:
         return apply_program_reference(images, program)
     if program.codes.shape[1]:
         core.apply_pixel_program(images, program.codes, program.params, int(num_threads))
