@@ -44,14 +44,16 @@ fl::ViewOutputs view_outputs(size_t n, const ViewCrops &crops, const ViewFlips &
             throw nb::value_error("every view's out must have shape (N, H, W, 3)");
         static const std::optional<Planar> kNone;
         const std::optional<Planar> &planar = planars ? (*planars)[v] : kNone;
-        any_planar = any_planar || planar.has_value();
+        // scale and shift are the float32 targets'; a uint8 one takes the pixels as they are
+        const bool as_float = planar && planar->dtype() == nb::dtype<float>();
+        any_planar = any_planar || as_float;
         views.outs.push_back(out.data());
         views.heights.push_back(static_cast<int>(out.shape(1)));
         views.widths.push_back(static_cast<int>(out.shape(2)));
-        views.planars.push_back(planar_output(planar, out, planar ? scale : std::nullopt,
-                                              planar ? shift : std::nullopt));
+        views.planars.push_back(planar_output(planar, out, as_float ? scale : std::nullopt,
+                                              as_float ? shift : std::nullopt));
     }
-    if (!any_planar && (scale || shift)) throw nb::value_error("scale and shift need a planar output");
+    if (!any_planar && (scale || shift)) throw nb::value_error("scale and shift need a float32 planar output");
     return views;
 }
 

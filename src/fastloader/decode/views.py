@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fastloader.decode.batch_args import check_planar
+from fastloader.decode.batch_args import affine, check_planar
 from fastloader.decode.orientation import check_orientations
 from fastloader.errors import invalid_argument, invalid_type
 
@@ -33,7 +33,7 @@ class ViewBatch:
     crops: np.ndarray  # int32 (N, V, 4): top, left, height, width; all 0: the whole image
     flips: np.ndarray  # bool (N, V)
     outs: tuple[np.ndarray, ...]  # V uint8 (N, H_v, W_v, 3)
-    planars: tuple[np.ndarray | None, ...]  # V channel-first targets (or None)
+    planars: tuple[np.ndarray | None, ...]  # V channel-first targets (or None); uint8: a copy
     programs: tuple[object | None, ...]  # V PixelPrograms (or None)
     scale: np.ndarray | None  # float32 (3,): planar = out * scale + shift (float32 planars)
     shift: np.ndarray | None
@@ -143,18 +143,20 @@ def check_views(records: object, crops: npt.ArrayLike, flips: npt.ArrayLike, out
     arrays = _check_outs(outs, n)
     views = len(arrays)
     crops_arr, flips_arr = _check_boxes(crops, flips, n, views)
-    targets = _per_view("planars", planars, views)
-    if all(t is None for t in targets) and (scale is not None or shift is not None):
-        raise invalid_argument("scale", scale, "scale and shift need a planar output",
-                               "Pass planars=, or drop scale/shift.")
+    targets = [None if t is None else as_array(f"planars[{v}]", t)
+               for v, t in enumerate(_per_view("planars", planars, views))]
+    if (scale is not None or shift is not None) and not any(
+            t is not None and t.dtype == np.float32 for t in targets):
+        raise invalid_argument("scale", scale, "scale and shift need a float32 planar output",
+                               "Pass a float32 array in planars=, or drop scale/shift.")
     checked_planars: list[np.ndarray | None] = []
-    scale_arr = shift_arr = None
-    for v, target in enumerate(targets):
+    scale_arr, shift_arr = affine("scale", scale), affine("shift", shift)
+    for v, target in enumerate(targets):  # a uint8 target takes the pixels as they are
+        as_float = target is not None and target.dtype == np.float32
         conversion = None if target is None else check_planar(
-            as_array(f"planars[{v}]", target), arrays[v], scale, shift, f"planars[{v}]")
+            target, arrays[v], scale if as_float else None, shift if as_float else None,
+            f"planars[{v}]")
         checked_planars.append(None if conversion is None else conversion[0])
-        if conversion is not None:
-            scale_arr, shift_arr = conversion[1], conversion[2]
     _check_apart([*((f"outs[{v}]", a) for v, a in enumerate(arrays)),
                   *((f"planars[{v}]", p) for v, p in enumerate(checked_planars))])
     checked_programs = tuple(None if p is None else check_program(f"programs[{v}]", p, n)

@@ -112,13 +112,13 @@ class ViewsDecoding:
         # a view with a program is made planar after it (below), not by the decode
         planars = [None if p is not None else t for p, t in zip(batch.programs, batch.planars,
                                                                  strict=True)]
+        affine = any(t is not None and t.dtype == np.float32 for t in planars)
         errors, fallback = self._core.decode_views_into(
             records, batch.crops, batch.flips, list(batch.outs), tile_headers=headers,
             tile_offsets=offsets, tile_spans=spans, planars=planars,
-            scale=None if batch.scale is None or not any(t is not None for t in planars)
-            else three(batch.scale),
-            shift=None if batch.shift is None or not any(t is not None for t in planars)
-            else three(batch.shift), orientations=batch.turns)
+            scale=None if batch.scale is None or not affine else three(batch.scale),
+            shift=None if batch.shift is None or not affine else three(batch.shift),
+            orientations=batch.turns)
         skipped = set(fallback)
         for k in fallback:  # records libjpeg does not read (PNG, WebP ...): Pillow, GIL held
             errors[k] = decode_views_pillow(records[k], k, batch, self._decoded)
