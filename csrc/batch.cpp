@@ -11,6 +11,7 @@
 
 #include "coeffs.h"
 #include "tiles.h"
+#include "views.h"
 
 namespace fl {
 namespace {
@@ -21,23 +22,6 @@ namespace {
 constexpr uint32_t kUpsamplingContext = 1;
 constexpr uint32_t kScaledContextPerDenominator = 2;
 
-bool is_untiled(const int64_t *header) {
-    for (int i = 0; i < tiles::kGeometryFields; ++i)
-        if (header[i] != 0) return false;
-    return true;
-}
-
-// A header row as a Geometry; false when a value cannot come from a real table.
-bool to_geometry(const int64_t *h, tiles::Geometry &g) {
-    uint32_t *fields[tiles::kGeometryFields] = {&g.width,      &g.height,     &g.sof_offset,
-                                                 &g.scan_offset, &g.mcu_width, &g.mcu_height,
-                                                 &g.mcus_per_row, &g.mcu_rows,  &g.restart_mcus};
-    for (int i = 0; i < tiles::kGeometryFields; ++i) {
-        if (h[i] < 0 || h[i] > 0xFFFFFFFFll) return false;
-        *fields[i] = static_cast<uint32_t>(h[i]);
-    }
-    return true;
-}
 
 // Every live BatchDecoder, for the fork handlers. Function-local statics: never destroyed, so a
 // decoder freed during static destruction at exit still finds them.
@@ -74,6 +58,24 @@ void unregister_decoder(BatchDecoder *decoder) {
 }
 
 }  // namespace
+
+int tile_geometry(const TileRef *tile, tiles::Geometry &g) {
+    if (tile == nullptr || tile->header == nullptr) return 0;
+    const int64_t *h = tile->header;
+    if (std::all_of(h, h + tiles::kGeometryFields, [](int64_t value) { return value == 0; })) return 0;
+    uint32_t *fields[tiles::kGeometryFields] = {&g.width,      &g.height,     &g.sof_offset,
+                                                 &g.scan_offset, &g.mcu_width, &g.mcu_height,
+                                                 &g.mcus_per_row, &g.mcu_rows,  &g.restart_mcus};
+    for (int i = 0; i < tiles::kGeometryFields; ++i) {
+        if (h[i] < 0 || h[i] > 0xFFFFFFFFll) return -1;
+        *fields[i] = static_cast<uint32_t>(h[i]);
+    }
+    return 1;
+}
+
+uint32_t splice_context(int denom) {
+    return denom == 1 ? kUpsamplingContext : kScaledContextPerDenominator * static_cast<uint32_t>(denom);
+}
 
 ThreadPool::ThreadPool(int num_threads) { start_workers(num_threads); }
 
@@ -227,15 +229,8 @@ void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *cro
     const size_t n = records.size();
     const size_t slot_bytes = static_cast<size_t>(height) * width * 3;
     errors.assign(n, std::string());
-    std::vector<char> is_jpeg(n);
-    for (size_t k = 0; k < n; ++k) {
-        is_jpeg[k] = looks_like_jpeg(records[k].data, records[k].size) ||
-                     coeffs::looks_like_record(records[k].data, records[k].size);
-        if (!is_jpeg[k]) skipped.push_back(k);
-    }
-    while (scratch_.size() < static_cast<size_t>(pool_.num_threads()))
-        scratch_.push_back(std::make_unique<DecodeScratch>());
-    if (splice_.size() < scratch_.size()) splice_.resize(scratch_.size());
+    std::vector<char> is_jpeg;
+    prepare(records, is_jpeg, skipped);
     const std::function<void(size_t, int)> task = [&](size_t k, int slot) {
         if (!is_jpeg[k]) return;
         uint8_t *dst = out + k * slot_bytes;
@@ -262,6 +257,28 @@ void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *cro
     pool_.run(n, task);
 }
 
+void BatchDecoder::prepare(const std::vector<Record> &records, std::vector<char> &is_jpeg,
+                           std::vector<size_t> &skipped) {
+    const size_t n = records.size();
+    is_jpeg.assign(n, 0);
+    for (size_t k = 0; k < n; ++k) {
+        is_jpeg[k] = looks_like_jpeg(records[k].data, records[k].size) ||
+                     coeffs::looks_like_record(records[k].data, records[k].size);
+        if (!is_jpeg[k]) skipped.push_back(k);
+    }
+    while (scratch_.size() < static_cast<size_t>(pool_.num_threads()))
+        scratch_.push_back(std::make_unique<DecodeScratch>());
+    if (splice_.size() < scratch_.size()) splice_.resize(scratch_.size());
+    while (views_.size() < scratch_.size()) views_.push_back(std::make_unique<ViewsScratch>());
+}
+
+uint64_t BatchDecoder::records_decoded() {
+    std::lock_guard<std::mutex> lock(mutex_);  // the per-thread counts are still while no batch runs
+    uint64_t total = 0;
+    for (const auto &scratch : scratch_) total += scratch->decodes;
+    return total;
+}
+
 void BatchDecoder::normalize_planar(const uint8_t *src, size_t n, size_t pixels, const PlanarOutput &out) {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::function<void(size_t, int)> task = [&](size_t k, int) {
@@ -278,13 +295,14 @@ void BatchDecoder::normalize_planar(const uint8_t *src, size_t n, size_t pixels,
 std::string BatchDecoder::decode_one(const Record &record, const CropBox &asked, const OutputSlot &target,
                                      const TileRef *tile, int slot, const DecodeOptions &options) {
     DecodeScratch &scratch = *scratch_[slot];
+    ++scratch.decodes;  // one read and entropy decode of the record, whichever codec runs it
     if (coeffs::looks_like_record(record.data, record.size))
         return coeffs::decode_into(record.data, record.size, asked, target, scratch.resizer, options);
     const bool whole = asked.height == 0 && asked.width == 0;
-    if (whole || tile == nullptr || tile->header == nullptr || is_untiled(tile->header))
-        return decode_jpeg_into(record.data, record.size, asked, target, scratch, options);
     tiles::Geometry geometry;
-    if (!to_geometry(tile->header, geometry)) return "tile table: header values out of range (damaged index)";
+    const int tiled = whole ? 0 : tile_geometry(tile, geometry);
+    if (tiled == 0) return decode_jpeg_into(record.data, record.size, asked, target, scratch, options);
+    if (tiled < 0) return "tile table: header values out of range (damaged index)";
     const int orientation = target.orientation;
     const CropBox crop = stored_crop(asked, static_cast<int>(geometry.height), static_cast<int>(geometry.width),
                                      orientation);
@@ -295,7 +313,7 @@ std::string BatchDecoder::decode_one(const Record &record, const CropBox &asked,
     if (buffer.size() < tiles::splice_capacity(record.size)) buffer.resize(tiles::splice_capacity(record.size));
     const tiles::Crop box{crop.top, crop.left, crop.height, crop.width};
     const int denom = dct_denominator(crop, target, options);
-    const uint32_t context = denom == 1 ? kUpsamplingContext : kScaledContextPerDenominator * denom;
+    const uint32_t context = splice_context(denom);
     const tiles::Spliced spliced = tiles::splice(record.data, record.size, geometry, tile->offsets, tile->n_offsets,
                                                  box, context, buffer.data(), buffer.size());
     if (spliced.status == tiles::Status::kInvalidArgument) return "crop: " + spliced.message;

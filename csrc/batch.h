@@ -14,8 +14,11 @@
 
 #include "jpeg.h"
 #include "normalize.h"
+#include "tiles.h"
 
 namespace fl {
+
+struct ViewsScratch;  // views.h
 
 // Fixed set of worker threads; run() spreads indices over the workers and the calling thread.
 //
@@ -75,6 +78,26 @@ struct TileRef {
     size_t n_offsets = 0;
 };
 
+// A record's restart-tile table as a Geometry: 1 when it is tiled, 0 when not (no table, or an
+// all-zero header), -1 when a header value cannot come from a real table (a damaged index).
+int tile_geometry(const TileRef *tile, tiles::Geometry &geometry);
+
+// Pixels of real neighbours a splice keeps around a crop decoded at 1/denom, for chroma
+// upsampling (tiles.py's UPSAMPLING_CONTEXT at full scale; it grows with the scale).
+uint32_t splice_context(int denom);
+
+// A batch of views (decode_views): V outputs, each N x heights[v] x widths[v] x 3 at outs[v],
+// with its planar output (planars[v], data nullptr: none). crops (N x V x 4) and flips (N x V)
+// are sample-major: view v of sample k at k * V + v.
+struct ViewOutputs {
+    int count = 0;
+    const int32_t *crops = nullptr;
+    const bool *flips = nullptr;
+    std::vector<uint8_t *> outs;
+    std::vector<int> heights, widths;
+    std::vector<PlanarOutput> planars;
+};
+
 // Where each sample's resized crop sits in its slot (a letterbox): rows[4k..4k+3] = top, left,
 // height, width inside the H x W slot, the rest of the slot set to fill. rows == nullptr: every
 // crop fills its whole slot. The bindings check every row lies inside the slot.
@@ -113,6 +136,19 @@ public:
                 const TileRef *tiles = nullptr, const PlanarOutput *planar = nullptr,
                 const Placement *place = nullptr, const uint8_t *orientations = nullptr);
 
+    // Decodes each record once and writes every view of it from that decode (views.h): view v
+    // of sample k is crops[k * V + v] resized into outs[v]'s slot k, mirrored if flips[k * V + v],
+    // then made planar. errors[k] is "" on success; a failed sample is zero-filled in every view.
+    // Records that are not JPEG are left untouched and listed in skipped; tiles and orientations
+    // as decode()'s.
+    void decode_views(const std::vector<Record> &records, const ViewOutputs &views, const DecodeOptions &options,
+                      std::vector<std::string> &errors, std::vector<size_t> &skipped,
+                      const TileRef *tiles = nullptr, const uint8_t *orientations = nullptr);
+
+    // Records read and entropy-decoded by this decoder so far (one a sample of decode and one a
+    // sample of decode_views, however many views it has): waits for a running batch.
+    uint64_t records_decoded();
+
     // A planar uint8 batch (N x 3 x H x W at src; pixels = H * W) into out's float32 planar
     // data, x * scale[c] + shift[c], one sample per pool task (planar_u8_to_float).
     void normalize_planar(const uint8_t *src, size_t n, size_t pixels, const PlanarOutput &out);
@@ -120,11 +156,16 @@ public:
 private:
     std::string decode_one(const Record &record, const CropBox &crop, const OutputSlot &target,
                            const TileRef *tile, int slot, const DecodeOptions &options);
+    std::string decode_sample_views(const Record &record, size_t k, const ViewOutputs &views, int orientation,
+                                    const TileRef *tile, int slot, const DecodeOptions &options);
+    // One scratch per pool thread, enough for num_threads(); list the JPEG-like records.
+    void prepare(const std::vector<Record> &records, std::vector<char> &is_jpeg, std::vector<size_t> &skipped);
 
     std::mutex mutex_;  // decode vs resize from different Python threads (GIL released)
     ThreadPool pool_;
     std::vector<std::unique_ptr<DecodeScratch>> scratch_;
     std::vector<std::vector<uint8_t>> splice_;  // per-thread spliced-JPEG buffers
+    std::vector<std::unique_ptr<ViewsScratch>> views_;  // per-thread buffers of decode_views
 };
 
 }  // namespace fl

@@ -87,6 +87,11 @@ std::string open_record(const uint8_t *data, size_t size, View &view);
 std::string decode_into(const uint8_t *data, size_t size, const CropBox &crop, const OutputSlot &out,
                         RowResizer &resizer, const DecodeOptions &options);
 
+// Decodes region's window of scaled pixels (views.h plans its denom, x0, y0, width and height
+// from the record's geometry and sizes its pixels) unresampled into region.pixels, with the
+// reconstruction decode_into uses: the segments the window touches only. Returns "" or why not.
+std::string decode_region(const View &view, ScaledRegion &region, RowResizer &resizer);
+
 // Test seam: the whole record at 1/denom (1, 2, 4, 8) as libjpeg-turbo's scaled decode outputs
 // it (out: exactly its ceil(H / denom) x ceil(W / denom) pixels), not resampled.
 std::string decode_scaled(const uint8_t *data, size_t size, int denom, const OutputSlot &out, RowResizer &resizer);

@@ -247,6 +247,14 @@ std::string stream_rows(const View &view, const Scaled &sc, int xa, int xb, int 
     return {};
 }
 
+void release_large_planes(const Geometry &g, Scratch &s) {
+    for (int i = 0; i < g.ncomp; ++i)  // a rare huge image's planes are not kept per thread
+        if (s.capacity[i] > kKeptPlaneBytes) {
+            s.planes[i].reset();
+            s.capacity[i] = 0;
+        }
+}
+
 }  // namespace
 
 std::string decode_into(const uint8_t *data, size_t size, const CropBox &asked, const OutputSlot &out,
@@ -269,11 +277,19 @@ std::string decode_into(const uint8_t *data, size_t size, const CropBox &asked, 
     Scratch &s = scratch();
     std::string why = stream_rows(view, sc, xs.first, xs.end, ys.first + resizer.first_row(),
                                   ys.first + resizer.end_row(), resizer, s);
-    for (int i = 0; i < g.ncomp; ++i)  // a rare huge image's planes are not kept per thread
-        if (s.capacity[i] > kKeptPlaneBytes) {
-            s.planes[i].reset();
-            s.capacity[i] = 0;
-        }
+    release_large_planes(g, s);
+    return why;
+}
+
+std::string decode_region(const View &view, ScaledRegion &region, RowResizer &resizer) {
+    const Scaled sc = scale_geometry(view.geo, region.denom);
+    if (sc.width != region.scaled_width || sc.height != region.scaled_height)
+        return "coeffs record: the scaled size is not the planned one";
+    const int w = region.width, h = region.height;  // an identity resize: the window copied
+    resizer.plan(w, 0.0f, float(w), h, 0.0f, float(h), ResizeTarget{region.pixels.data(), h, w, ptrdiff_t(w) * 3, false});
+    Scratch &s = scratch();
+    std::string why = stream_rows(view, sc, region.x0, region.x0 + w, region.y0, region.y0 + h, resizer, s);
+    release_large_planes(view.geo, s);
     return why;
 }
 

@@ -269,7 +269,69 @@ void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const
     jpeg_abort_decompress(cinfo);  // stop after the crop's last row
 }
 
+// decode_body for a planner's region (jpeg.h): the scale and window are the planner's, and the
+// window's scaled pixels go through an identity resize (a copy) into region.pixels.
+void region_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, RegionPlanner &planner,
+                 ScaledRegion &region, DecodeScratch &s) {
+    jpeg_progress_mgr progress{};
+    progress.progress_monitor = limit_scans;
+    cinfo->progress = &progress;
+    if (const char *problem = pillow_marker_problem(data, size); *problem) fail(cinfo, problem);
+    jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
+    jpeg_read_header(cinfo, TRUE);
+    resolve_crop(cinfo, CropBox{}, 1);  // the decompression-bomb check
+    char why[JMSG_LENGTH_MAX];
+    if (!planner.plan(static_cast<int>(cinfo->image_height), static_cast<int>(cinfo->image_width), region, why,
+                      sizeof(why)))
+        fail(cinfo, why);
+    cinfo->scale_num = 1;
+    cinfo->scale_denom = static_cast<unsigned int>(region.denom);
+    set_output_color_space(cinfo);
+    jpeg_start_decompress(cinfo);
+    if (static_cast<int>(cinfo->output_width) != region.scaled_width ||
+        static_cast<int>(cinfo->output_height) != region.scaled_height)
+        fail(cinfo, "libjpeg's scaled size is not the planned one");
+    s.resizer.plan(region.width, 0.0f, static_cast<float>(region.width), region.height, 0.0f,
+                   static_cast<float>(region.height),
+                   ResizeTarget{region.pixels.data(), region.height, region.width,
+                                static_cast<std::ptrdiff_t>(region.width) * 3, false});
+    const int pad = column_pad(cinfo, region.denom);  // as decode_body: the window's edges decode as whole
+    const int pad_first = std::max(0, region.x0 - pad);
+    const int pad_end = std::min(static_cast<int>(cinfo->output_width), region.x0 + region.width + pad);
+    JDIMENSION xoffset = static_cast<JDIMENSION>(pad_first);
+    JDIMENSION width = static_cast<JDIMENSION>(pad_end - pad_first);
+    if (width < cinfo->output_width && crops_columns_right(cinfo))
+        jpeg_crop_scanline(cinfo, &xoffset, &width);
+    else
+        xoffset = 0;
+    if (region.y0 > 0 &&
+        jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(region.y0)) != static_cast<JDIMENSION>(region.y0))
+        fail(cinfo, "libjpeg could not skip to the region's first row");
+    read_and_resample(cinfo, region.x0 - static_cast<int>(xoffset), region.y0, region.y0 + region.height, s);
+    jpeg_abort_decompress(cinfo);
+}
+
 }  // namespace
+
+std::string decode_jpeg_region(const uint8_t *data, size_t size, RegionPlanner &planner, ScaledRegion &region,
+                               DecodeScratch &scratch) {
+    jpeg_decompress_struct cinfo;
+    ErrorManager err;
+    install_error_manager(cinfo, err);
+    if (setjmp(err.jump)) {
+        jpeg_destroy_decompress(&cinfo);
+        return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
+    }
+    jpeg_create_decompress(&cinfo);
+    try {  // bad_alloc from the planner's or the resizer's buffers, as decode_jpeg_into
+        region_body(&cinfo, data, size, planner, region, scratch);
+    } catch (...) {
+        jpeg_destroy_decompress(&cinfo);
+        throw;
+    }
+    jpeg_destroy_decompress(&cinfo);
+    return {};
+}
 
 AxisWindow scaled_window(int start, int length, int denom, int scaled_size) {
     AxisWindow w;

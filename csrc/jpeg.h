@@ -48,6 +48,7 @@ struct DecodeScratch {
     std::vector<uint8_t> scanlines;   // CMYK rows from libjpeg (RGB rows go straight to resizer)
     RowResizer resizer;               // both resampling passes and the rows they still need
     std::vector<uint8_t> turned;      // a transposing orientation's output before it is turned
+    uint64_t decodes = 0;             // records this thread's batches decoded (BatchDecoder counts)
 };
 
 // Reads the header; returns "" on success, else libjpeg's message.
@@ -70,6 +71,34 @@ struct AxisWindow {
     int first, end;
 };
 AxisWindow scaled_window(int start, int length, int denom, int scaled_size);
+
+// A window of an image's pixels at a DCT scale, unresampled: the scaled pixels [x0, x0 + width)
+// x [y0, y0 + height) of the stored image decoded at 1/denom (scaled_width x scaled_height in
+// all, libjpeg's output size), RGB rows of width * 3 bytes in pixels. The union that several
+// views of one record share (views.h); the planner fills every field but the pixels.
+struct ScaledRegion {
+    int denom = 1;
+    int scaled_width = 0, scaled_height = 0;
+    int x0 = 0, y0 = 0, width = 0, height = 0;
+    std::vector<uint8_t> pixels;  // sized by the planner: height * width * 3
+    const uint8_t *row(int y) const { return pixels.data() + static_cast<size_t>(y - y0) * width * 3; }
+};
+
+// Chooses a region once the stored image's size is known (views.h's ViewPlanner); false with a
+// message (at most why_size bytes, NUL-terminated) when the request does not fit the image.
+// Never longjmps and owns nothing the decode must free: it runs inside the libjpeg decode.
+class RegionPlanner {
+public:
+    virtual ~RegionPlanner() = default;
+    virtual bool plan(int stored_height, int stored_width, ScaledRegion &region, char *why,
+                      size_t why_size) = 0;
+};
+
+// Reads the JPEG's header, lets planner choose the scale and window, then decodes exactly that
+// window of scaled pixels into region.pixels, as decode_jpeg_into decodes a crop's window (the
+// same pixels: column pads, skipped rows, CMYK). Returns "" or the reason, as decode_jpeg_into.
+std::string decode_jpeg_region(const uint8_t *data, size_t size, RegionPlanner &planner,
+                               ScaledRegion &region, DecodeScratch &scratch);
 
 // Decodes crop of the JPEG (a box of the image as out.orientation shows it), resized to the slot
 // (Pillow BILINEAR), turned by the orientation, then mirrored if asked.

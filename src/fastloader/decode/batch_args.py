@@ -116,9 +116,10 @@ def affine(name: str, value: object) -> np.ndarray | None:
     return arr
 
 
-def check_planar(planar: object, out: np.ndarray, scale: object, shift: object
-                 ) -> Conversion | None:
-    """(planar array, scale, shift) checked against out (N, H, W, 3); None without planar."""
+def check_planar(planar: object, out: np.ndarray, scale: object, shift: object,
+                 name: str = "planar") -> Conversion | None:
+    """(planar array, scale, shift) checked against out (N, H, W, 3); None without planar.
+    name: the argument as the caller's interface calls it (a view's "planars[v]")."""
     if planar is None:
         if scale is not None or shift is not None:
             raise invalid_argument("scale", scale, "scale and shift need a planar output",
@@ -134,14 +135,14 @@ def check_planar(planar: object, out: np.ndarray, scale: object, shift: object
         or not array.flags.writeable
     ):
         raise invalid_argument(
-            "planar", f"{getattr(array, 'dtype', type(array).__name__)} of shape "
+            name, f"{getattr(array, 'dtype', type(array).__name__)} of shape "
             f"{getattr(array, 'shape', None)}",
             f"it must be a writable C-contiguous float32 or uint8 array of shape "
             f"({n}, 3, {height}, {width})",
             "Allocate it with torch.empty((N, 3, H, W)) (float32) or np.empty(..., np.uint8).")
     if np.may_share_memory(array, out):
-        raise invalid_argument("planar", "a view of out", "planar and out must not overlap",
-                               "Allocate planar separately.")
+        raise invalid_argument(name, "a view of out", f"{name} and its out must not overlap",
+                               f"Allocate {name} separately.")
     scale_arr, shift_arr = affine("scale", scale), affine("shift", shift)
     if array.dtype == np.uint8 and (scale_arr is not None or shift_arr is not None):
         raise invalid_argument("scale", scale, "scale and shift apply to float32 planar only",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +36,8 @@ from fastloader.decode.pillow import (
     to_planar,
 )
 from fastloader.decode.pillow_batch import decode_slot_pillow
+from fastloader.decode.views_decoder import ViewsDecoding
+from fastloader.decode.views_pillow import DecodeCount
 from fastloader.errors import (
     DecodeError,
     FastloaderError,
@@ -159,8 +161,12 @@ def decode(
     return out
 
 
-class BatchDecoder:
-    """Decodes batches of records into one NHWC uint8 buffer over a persistent thread pool.
+T = TypeVar("T")
+
+
+class BatchDecoder(ViewsDecoding):
+    """Decodes batches of records into one NHWC uint8 buffer over a persistent thread pool;
+    decode_views_into writes several views of each record from one decode.
 
     Output is bitwise identical for any num_threads. Use it as a context manager, or call
     close() to stop the threads.
@@ -200,6 +206,7 @@ class BatchDecoder:
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = os.getpid()
         self._closed = False
+        self._decoded = DecodeCount()  # the Pillow path's record decodes (records_decoded)
 
     @property
     def backend(self) -> str:
@@ -304,6 +311,7 @@ class BatchDecoder:
             orientations=turns,
         )
         for k in fallback:  # non-JPEG records: Pillow, with the GIL held
+            self._decoded.add()
             errors[k] = decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k],
                                            None if rows is None else rows[k], fill,
                                            1 if turns is None else int(turns[k]))
@@ -352,6 +360,7 @@ class BatchDecoder:
         turns: np.ndarray | None = None,
     ) -> list[str | None]:
         def one(k: int) -> str | None:
+            self._decoded.add()
             error = decode_slot_pillow(records[k], crops[k], flips[k], out[k],
                                        None if places is None else places[k], fill,
                                        1 if turns is None else int(turns[k]))
@@ -359,10 +368,14 @@ class BatchDecoder:
                 to_planar(out[k], conversion[0][k], conversion[1], conversion[2])
             return error
 
-        if self._num_threads == 1 or len(records) < 2:
-            return [one(k) for k in range(len(records))]
+        return self._map_samples(one, len(records))
+
+    def _map_samples(self, one: Callable[[int], T], n: int) -> list[T]:
+        """[one(k) for k in range(n)] on the Pillow path's threads, in order."""
+        if self._num_threads == 1 or n < 2:
+            return [one(k) for k in range(n)]
         if self._executor_pid != os.getpid():  # forked: the parent's threads are not here
             self._executor, self._executor_pid = None, os.getpid()
         if self._executor is None:  # Pillow releases the GIL while decoding, so threads pay
             self._executor = ThreadPoolExecutor(self._num_threads, "fastloader-decode")
-        return list(self._executor.map(one, range(len(records))))
+        return list(self._executor.map(one, range(n)))

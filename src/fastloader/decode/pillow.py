@@ -200,6 +200,19 @@ def depth_note(image: Image.Image) -> str | None:
     return None
 
 
+def decode_whole(data: Record, orientation: int = 1) -> Image.Image:
+    """The whole image as 8-bit RGB, turned by the EXIF orientation as exif_transpose turns
+    it: what decode_pillow crops (and decode_views_into's Pillow path crops every view from)."""
+    with _open(data) as im:
+        try:
+            rgb = to_rgb(im)
+        except Exception as exc:
+            raise DecodeError(f"cannot decode image ({len(data)} bytes): {exc}") from exc
+    if orientation in TRANSPOSES:
+        rgb = rgb.transpose(TRANSPOSES[orientation])
+    return rgb
+
+
 def decode_pillow(
     data: Record,
     crop: tuple[int, int, int, int] | None,
@@ -213,13 +226,7 @@ def decode_pillow(
     A crop that does not fit inside the image raises DecodeError (the bytes disagree with
     what the caller believed about the image).
     """
-    with _open(data) as im:
-        try:
-            rgb = to_rgb(im)
-        except Exception as exc:
-            raise DecodeError(f"cannot decode image ({len(data)} bytes): {exc}") from exc
-    if orientation in TRANSPOSES:
-        rgb = rgb.transpose(TRANSPOSES[orientation])
+    rgb = decode_whole(data, orientation)
     if crop is not None:
         top, left, height, width = crop
         if top + height > rgb.height or left + width > rgb.width:
