@@ -16,7 +16,9 @@ import fastloader
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
 from fastloader.decode.pixels import (
     ColorJitter,
+    RandomErasing,
     RandomGrayscale,
+    TrivialAugmentWide,
     apply_program_reference,
     draw_program,
 )
@@ -73,6 +75,24 @@ def test_the_device_route_matches_the_fused_route(dataset_path: Path,
         assert torch.equal(la, lb) and a.dtype == b.dtype and a.shape == b.shape
         assert mae(a, b) * scale < 2.0
         assert mae(b, c) * scale > 2.0  # the device route ran the ops
+
+
+@pytest.mark.native
+def test_native_and_pillow_backends_give_the_same_ops(dataset_path: Path) -> None:
+    options = {"transforms": [*GEOMETRY, *PIXELS], "pixel_ops_on": "cpu"}
+    native = run(dataset_path, backend="native", **options)
+    pillow = run(dataset_path, backend="pillow", **options)
+    for (a, la), (b, lb) in zip(native, pillow, strict=True):
+        assert torch.equal(la, lb) and mae(a, b) < 2.0
+
+
+def test_the_trivialaugment_recipe_runs_the_same_on_both_routes(dataset_path: Path) -> None:
+    recipe = [*GEOMETRY, TrivialAugmentWide(), RandomErasing(p=0.5)]
+    fused = run(dataset_path, transforms=recipe, pixel_ops_on="cpu")
+    device = run(dataset_path, transforms=recipe, pixel_ops_on="device")
+    plain = run(dataset_path, transforms=GEOMETRY)
+    for (a, la), (b, lb), (c, _) in zip(fused, device, plain, strict=True):
+        assert torch.equal(la, lb) and mae(a, b) < 2.0 and mae(a, c) > 2.0
 
 
 def test_views_run_their_ops_on_the_device_route_too(dataset_path: Path) -> None:

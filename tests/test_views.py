@@ -20,7 +20,12 @@ from fastloader.decode.augment import (
     RandomResizedCrop,
     Resize,
 )
-from fastloader.decode.pixels import ColorJitter, RandomGrayscale
+from fastloader.decode.pixels import (
+    ColorJitter,
+    RandAugment,
+    RandomGrayscale,
+    TrivialAugmentWide,
+)
 from fastloader.loader.factory.pass_dataset import batch_rows, collate_rows
 from fastloader.loader.loader import FastLoader
 from helpers import BAD, box_iou, damaged, palette_classes, rectangles_photo
@@ -105,12 +110,12 @@ def test_one_view_is_what_transforms_gives(dataset_path: Path) -> None:
     assert same([([torch.stack(images)], labels) for images, labels in plain], views)
 
 
-def test_views_of_one_view_spec_draw_their_own_crops_and_ops(dataset_path: Path) -> None:
-    batches = run(dataset_path, views=[JITTER], batch_size=8)
-    first, second = batches[0][0]
+@pytest.mark.parametrize("view", [GLOBAL, JITTER], ids=["crops", "crops+ops"])
+def test_views_of_one_view_spec_draw_their_own_crops_and_ops(dataset_path: Path,
+                                                             view: fastloader.View) -> None:
+    first, second = run(dataset_path, views=[view], batch_size=8)[0][0][:2]
     assert first.shape == second.shape
-    differs = [not torch.equal(first[k], second[k]) for k in range(8)]
-    assert all(differs)
+    assert all(not torch.equal(first[k], second[k]) for k in range(8))
 
 
 def test_views_are_the_same_on_one_and_two_threads_and_after_a_resume(
@@ -129,8 +134,8 @@ def test_views_are_the_same_on_one_and_two_threads_and_after_a_resume(
     assert same(rest, full[2:])
 
 
+@pytest.mark.native
 def test_native_and_pillow_views_agree(dataset_path: Path) -> None:
-    pytest.importorskip("fastloader._core")
     options = {"views": [JITTER, LOCAL], "batch_size": 6, "seed": 1}
     native = run(dataset_path, backend="native", **options)
     pillow = run(dataset_path, backend="pillow", **options)
@@ -274,3 +279,17 @@ def test_boxes_and_masks_follow_each_view(shapes: Path) -> None:
                         assert iou >= 0.8, (v, k, box, iou)
                         checked += 1
     assert checked > 30
+
+
+def test_moving_policies_are_refused_where_boxes_or_masks_follow(shapes: Path) -> None:
+    ops = [CenterCrop(64), TrivialAugmentWide()]
+    for fields in (["image", "boxes"], ["image", "mask"]):
+        with pytest.raises(fastloader.InvalidArgumentError, match="TrivialAugmentWide shears"):
+            FastLoader(shapes, device="cpu", transforms=ops, fields=fields)
+    with pytest.raises(fastloader.InvalidArgumentError, match="RandAugment shears"):
+        FastLoader(shapes, device="cpu", fields=["image", "mask"],
+                   views=[fastloader.View([CenterCrop(64), RandAugment()])])
+    with FastLoader(shapes, device="cpu", num_threads=1, batch_size=4, transforms=ops,
+                    fields=["image", "idx"]) as loader:  # no spatial field: the policy runs
+        images, idx = next(iter(loader))
+        assert images.shape == (4, 3, 64, 64)

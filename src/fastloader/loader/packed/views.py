@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fastloader.decode.augment import output_size
+from fastloader.decode.pixels import AutoAugment, RandAugment, TrivialAugmentWide
 from fastloader.errors import invalid_argument
 from fastloader.loader.factory.view_options import View
 from fastloader.loader.images.pixels import PixelPlan
@@ -16,7 +17,7 @@ from fastloader.loader.images.views import ViewLayout, ViewSpec
 
 # The policies whose ops move pixels (shear, translate, rotate): boxes and masks, mapped through
 # the crop alone, would no longer lie on their objects.
-MOVING_POLICIES = ("TrivialAugmentWide", "RandAugment", "AutoAugment")
+MOVING_POLICIES = (TrivialAugmentWide, RandAugment, AutoAugment)
 
 
 def view_specs(views: Sequence[View], on_device: bool) -> tuple[ViewSpec, ...]:
@@ -55,7 +56,7 @@ def refuse_moving_policies(ops: Sequence[object], spatial: Sequence[str]) -> Non
     if not spatial:
         return
     for op in ops:
-        if type(op).__name__ in MOVING_POLICIES:
+        if isinstance(op, MOVING_POLICIES):
             raise invalid_argument(
                 "transforms", op, f"{type(op).__name__} shears, translates and rotates "
                 f"pixels, which the dataset's boxes and masks {list(spatial)} would not follow",
