@@ -293,3 +293,11 @@ def test_moving_policies_are_refused_where_boxes_or_masks_follow(shapes: Path) -
                     fields=["image", "idx"]) as loader:  # no spatial field: the policy runs
         images, idx = next(iter(loader))
         assert images.shape == (4, 3, 64, 64)
+
+
+def test_each_record_is_decoded_once_for_all_its_views(solid: Path) -> None:
+    with FastLoader(solid, batch_size=5, device="cpu", num_threads=2,
+                    views=[GLOBAL, LOCAL]) as loader:
+        before = loader._decoder.records_decoded  # the loader's own BatchDecoder
+        assert sum(len(labels) for _, labels in loader) == N
+        assert loader._decoder.records_decoded - before == N  # not N x 5 views
