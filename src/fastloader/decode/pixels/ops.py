@@ -67,9 +67,9 @@ class ColorJitter(PixelTransform):
         ranges = (self.brightness, self.contrast, self.saturation, self.hue)
         enabled = np.array([r is not None for r in ranges])
         factors = np.zeros((n, 4))
-        for which, bounds in enumerate(ranges):
+        for column, bounds in enumerate(ranges):
             if bounds is not None:
-                factors[:, which] = draws.between(5 + which, *bounds)
+                factors[:, column] = draws.between(5 + column, *bounds)
         rows = np.arange(n)
         for position in range(4):
             which = order[:, position]
