@@ -24,6 +24,7 @@
 #include "views_bindings.h"
 #include "coeffs_bindings.h"
 #include "audio_bindings.h"
+#include "pixel_ops_bindings.h"
 
 namespace nb = nanobind;
 
@@ -210,4 +211,5 @@ NB_MODULE(_core, m) {
     register_masks(m);
     register_coeffs(m);
     register_audio(m);
+    register_pixel_ops(m);
 }

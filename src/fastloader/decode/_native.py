@@ -23,7 +23,7 @@ _BUILD_HINT = (
 
 # What decode.py calls on the module; a build without these is treated as stale.
 _REQUIRED_API = ("header", "decode_into", "BatchDecoder", "JpegHeader", "TileGeometry",
-                 "mask_from_runs", "BatchDecoder.normalize_planar",
+                 "mask_from_runs", "BatchDecoder.normalize_planar", "apply_pixel_program",
                  "BatchDecoder.decode_views_into", "BatchDecoder.records_decoded")
 
 _lock = threading.Lock()

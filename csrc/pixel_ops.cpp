@@ -1,0 +1,238 @@
+// fl::apply_pixel_program: one image's steps in order. The colour ops, the lookup-table ops and
+// the histogram ops live here; blur, sharpness and the geometric ops in pixel_ops_spatial.cpp.
+// Every op follows Pillow's definition (ImageEnhance, ImageOps, Convert.c) to the byte.
+#include "pixel_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "pixel_ops_internal.h"
+
+namespace fl {
+namespace {
+
+using pixel::blend_byte;
+using pixel::luma;
+
+void apply_table(uint8_t *image, size_t bytes, const uint8_t table[256]) {
+    for (size_t i = 0; i < bytes; ++i) image[i] = table[image[i]];
+}
+
+// Brightness and contrast blend towards a constant, so each is one 256-entry table.
+void blend_constant(uint8_t *image, size_t bytes, int degenerate, float alpha) {
+    uint8_t table[256];
+    for (int v = 0; v < 256; ++v) table[v] = blend_byte(degenerate, v, alpha);
+    apply_table(image, bytes, table);
+}
+
+void contrast(uint8_t *image, size_t pixels, float factor) {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < pixels; ++i) sum += luma(image + 3 * i);
+    // ImageStat's mean of convert("L"), then int(mean + 0.5) (Python floats are doubles).
+    const double mean = static_cast<double>(sum) / static_cast<double>(pixels);
+    blend_constant(image, pixels * 3, static_cast<int>(mean + 0.5), factor);
+}
+
+void saturation(uint8_t *image, size_t pixels, float factor) {
+    for (size_t i = 0; i < pixels; ++i) {
+        uint8_t *px = image + 3 * i;
+        const int gray = luma(px);
+        px[0] = blend_byte(gray, px[0], factor);
+        px[1] = blend_byte(gray, px[1], factor);
+        px[2] = blend_byte(gray, px[2], factor);
+    }
+}
+
+void grayscale(uint8_t *image, size_t pixels) {
+    for (size_t i = 0; i < pixels; ++i) {
+        uint8_t *px = image + 3 * i;
+        px[0] = px[1] = px[2] = luma(px);
+    }
+}
+
+inline uint8_t clip8(int v) { return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v)); }
+
+// Convert.c's rgb2hsv_row, float for float.
+void rgb_to_hsv(const uint8_t *in, uint8_t *out) {
+    const uint8_t r = in[0], g = in[1], b = in[2];
+    const uint8_t maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
+    out[2] = maxc;
+    if (minc == maxc) {
+        out[0] = out[1] = 0;
+        return;
+    }
+    const float cr = static_cast<float>(maxc - minc);
+    const float s = cr / static_cast<float>(maxc);
+    const float rc = static_cast<float>(maxc - r) / cr;
+    const float gc = static_cast<float>(maxc - g) / cr;
+    const float bc = static_cast<float>(maxc - b) / cr;
+    float h;
+    if (r == maxc) h = bc - gc;
+    else if (g == maxc) h = static_cast<float>(2.0 + rc - bc);
+    else h = static_cast<float>(4.0 + gc - rc);
+    h = static_cast<float>(std::fmod(h / 6.0 + 1.0, 1.0));
+    out[0] = clip8(static_cast<int>(h * 255.0));
+    out[1] = clip8(static_cast<int>(s * 255.0));
+}
+
+// Convert.c's hsv2rgb, float for float.
+void hsv_to_rgb(const uint8_t *in, uint8_t *out) {
+    const uint8_t h = in[0], s = in[1], v = in[2];
+    if (s == 0) {
+        out[0] = out[1] = out[2] = v;
+        return;
+    }
+    const int i = static_cast<int>(std::floor(static_cast<float>(h) * 6.0 / 255.0));
+    const float f = static_cast<float>(static_cast<float>(h) * 6.0 / 255.0 - static_cast<float>(i));
+    const float fs = static_cast<float>(static_cast<float>(s) / 255.0);
+    const uint8_t p = clip8(static_cast<int>(std::round(static_cast<float>(v) * (1.0 - fs))));
+    const uint8_t q = clip8(static_cast<int>(std::round(static_cast<float>(v) * (1.0 - fs * f))));
+    const uint8_t t =
+        clip8(static_cast<int>(std::round(static_cast<float>(v) * (1.0 - fs * (1.0 - f)))));
+    const uint8_t rows[6][3] = {{v, t, p}, {q, v, p}, {p, v, t}, {p, q, v}, {t, p, v}, {v, p, q}};
+    std::memcpy(out, rows[i % 6], 3);
+}
+
+void hue(uint8_t *image, size_t pixels, float factor) {
+    // int(factor * 255) mod 256: torchvision's np.uint8(factor * 255) as x86 casts it.
+    const int shift = ((static_cast<int>(static_cast<double>(factor) * 255.0) % 256) + 256) % 256;
+    for (size_t i = 0; i < pixels; ++i) {
+        uint8_t hsv[3];
+        rgb_to_hsv(image + 3 * i, hsv);
+        hsv[0] = static_cast<uint8_t>(hsv[0] + shift);
+        hsv_to_rgb(hsv, image + 3 * i);
+    }
+}
+
+void solarize(uint8_t *image, size_t bytes, float threshold) {
+    uint8_t table[256];
+    for (int v = 0; v < 256; ++v) table[v] = static_cast<uint8_t>(v < threshold ? v : 255 - v);
+    apply_table(image, bytes, table);
+}
+
+void posterize(uint8_t *image, size_t bytes, float bits) {
+    const int keep = std::clamp(static_cast<int>(bits), 0, 8);
+    const uint8_t mask = static_cast<uint8_t>(~((1 << (8 - keep)) - 1));
+    for (size_t i = 0; i < bytes; ++i) image[i] &= mask;
+}
+
+void invert(uint8_t *image, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) image[i] = static_cast<uint8_t>(255 - image[i]);
+}
+
+void histograms(const uint8_t *image, size_t pixels, uint32_t hist[3][256]) {
+    std::memset(hist, 0, sizeof(uint32_t) * 3 * 256);
+    for (size_t i = 0; i < pixels; ++i) {
+        ++hist[0][image[3 * i]];
+        ++hist[1][image[3 * i + 1]];
+        ++hist[2][image[3 * i + 2]];
+    }
+}
+
+void apply_band_tables(uint8_t *image, size_t pixels, const uint8_t tables[3][256]) {
+    for (size_t i = 0; i < pixels; ++i) {
+        uint8_t *px = image + 3 * i;
+        px[0] = tables[0][px[0]];
+        px[1] = tables[1][px[1]];
+        px[2] = tables[2][px[2]];
+    }
+}
+
+// ImageOps.autocontrast(image) with no cutoff: each band from its lowest to its highest level.
+void autocontrast(uint8_t *image, size_t pixels) {
+    uint32_t hist[3][256];
+    uint8_t tables[3][256];
+    histograms(image, pixels, hist);
+    for (int band = 0; band < 3; ++band) {
+        int lo = 0, hi = 255;
+        while (lo < 255 && hist[band][lo] == 0) ++lo;
+        while (hi > 0 && hist[band][hi] == 0) --hi;
+        const double scale = hi > lo ? 255.0 / (hi - lo) : 0.0;
+        const double offset = -lo * scale;
+        for (int v = 0; v < 256; ++v) {
+            tables[band][v] = hi <= lo ? static_cast<uint8_t>(v)
+                                       : clip8(static_cast<int>(v * scale + offset));
+        }
+    }
+    apply_band_tables(image, pixels, tables);
+}
+
+// ImageOps.equalize(image): each band's cumulative histogram in steps of (count - last) // 255.
+void equalize(uint8_t *image, size_t pixels) {
+    uint32_t hist[3][256];
+    uint8_t tables[3][256];
+    histograms(image, pixels, hist);
+    for (int band = 0; band < 3; ++band) {
+        uint64_t total = 0, last = 0;
+        int used = 0;
+        for (int v = 0; v < 256; ++v) {
+            if (hist[band][v]) {
+                total += hist[band][v];
+                last = hist[band][v];
+                ++used;
+            }
+        }
+        const uint64_t step = used > 1 ? (total - last) / 255 : 0;
+        uint64_t n = step / 2;
+        for (int v = 0; v < 256; ++v) {
+            tables[band][v] = step == 0 ? static_cast<uint8_t>(v)
+                                        : static_cast<uint8_t>(std::min<uint64_t>(n / step, 255));
+            n += hist[band][v];
+        }
+    }
+    apply_band_tables(image, pixels, tables);
+}
+
+void erase(uint8_t *image, int height, int width, const float *p) {
+    const int top = std::clamp(static_cast<int>(p[0]), 0, height);
+    const int left = std::clamp(static_cast<int>(p[1]), 0, width);
+    const int bottom = std::clamp(top + static_cast<int>(p[2]), top, height);
+    const int right = std::clamp(left + static_cast<int>(p[3]), left, width);
+    const uint8_t colour[3] = {static_cast<uint8_t>(p[4]), static_cast<uint8_t>(p[5]),
+                               static_cast<uint8_t>(p[6])};
+    for (int y = top; y < bottom; ++y) {
+        uint8_t *row = image + (static_cast<size_t>(y) * width + left) * 3;
+        for (int x = 0; x < right - left; ++x) std::memcpy(row + 3 * x, colour, 3);
+    }
+}
+
+void apply_step(uint8_t *image, int height, int width, int32_t code, const float *p,
+                PixelScratch &scratch) {
+    const size_t pixels = static_cast<size_t>(height) * width, bytes = pixels * 3;
+    switch (code) {
+        case kPixelBrightness: blend_constant(image, bytes, 0, p[0]); break;
+        case kPixelContrast: contrast(image, pixels, p[0]); break;
+        case kPixelSaturation: saturation(image, pixels, p[0]); break;
+        case kPixelHue: hue(image, pixels, p[0]); break;
+        case kPixelGrayscale: grayscale(image, pixels); break;
+        case kPixelBlur: pixel::gaussian_blur(image, height, width, p[0], scratch); break;
+        case kPixelSolarize: solarize(image, bytes, p[0]); break;
+        case kPixelPosterize: posterize(image, bytes, p[0]); break;
+        case kPixelAutocontrast: autocontrast(image, pixels); break;
+        case kPixelEqualize: equalize(image, pixels); break;
+        case kPixelErase: erase(image, height, width, p); break;
+        case kPixelSharpness: pixel::sharpness(image, height, width, p[0], scratch); break;
+        case kPixelInvert: invert(image, bytes); break;
+        case kPixelShearX: case kPixelShearY: case kPixelTranslateX: case kPixelTranslateY:
+        case kPixelRotate: pixel::geometric(image, height, width, code, p[0], scratch); break;
+        default: break;  // kPixelNone, or a code this build does not know: no change
+    }
+}
+
+}  // namespace
+
+void apply_pixel_program(uint8_t *image, int height, int width, const int32_t *codes,
+                         const float *params, int n_ops, PixelScratch &scratch) {
+    if (height <= 0 || width <= 0) return;
+    try {
+        for (int k = 0; k < n_ops; ++k) {
+            apply_step(image, height, width, codes[k], params + k * kPixelParams, scratch);
+        }
+    } catch (const std::bad_alloc &) {
+        // Scratch could not grow: the image keeps the steps done so far (never throws).
+    }
+}
+
+}  // namespace fl

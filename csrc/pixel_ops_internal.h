@@ -1,0 +1,33 @@
+// The kernels behind fl::apply_pixel_program, shared by pixel_ops.cpp (colour, tables,
+// histograms, dispatch) and pixel_ops_spatial.cpp (blur, sharpness, geometry). Each works in
+// place on one contiguous RGB image and follows Pillow's C code step for step (the same float
+// types and rounding), so the bytes match Pillow's.
+#pragma once
+
+#include <cstdint>
+
+#include "pixel_ops.h"
+
+namespace fl::pixel {
+
+// Image.blend(degenerate, image, alpha) for one byte: Pillow's float formula, truncation, clip.
+inline uint8_t blend_byte(int degenerate, int value, float alpha) {
+    float temp = static_cast<float>(degenerate) + alpha * static_cast<float>(value - degenerate);
+    if (alpha >= 0.0f && alpha <= 1.0f) return static_cast<uint8_t>(temp);
+    if (temp <= 0.0f) return 0;
+    if (temp >= 255.0f) return 255;
+    return static_cast<uint8_t>(temp);
+}
+
+// convert("L"): ITU-R 601-2 luma in 16-bit fixed point, as Pillow's L24.
+inline uint8_t luma(const uint8_t *rgb) {
+    return static_cast<uint8_t>((rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471 + 0x8000) >> 16);
+}
+
+void gaussian_blur(uint8_t *image, int height, int width, float radius, PixelScratch &scratch);
+void sharpness(uint8_t *image, int height, int width, float factor, PixelScratch &scratch);
+// SHEAR_X/Y, TRANSLATE_X/Y, ROTATE with magnitude p0: NEAREST, fill 0.
+void geometric(uint8_t *image, int height, int width, int32_t code, float p0,
+               PixelScratch &scratch);
+
+}  // namespace fl::pixel

@@ -1,0 +1,201 @@
+"""The pixel ops with torchvision's names and arguments, each with its own `p`.
+
+Every op draws its per-sample parameters, vectorised over the batch, into program steps
+(codes int32 [N, S], params float32 [N, S, 8]); a sample that skips an op gets code 0 there.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fastloader.decode.pixels import args
+from fastloader.decode.pixels import codes as C
+from fastloader.decode.pixels.draws import Draws
+from fastloader.errors import invalid_argument
+
+Steps = tuple[np.ndarray, np.ndarray]
+
+
+def new_steps(n: int, count: int) -> Steps:
+    """Empty steps: codes zeros int32 [n, count], params zeros float32 [n, count, 8]."""
+    return np.zeros((n, count), np.int32), np.zeros((n, count, C.PARAMS), np.float32)
+
+
+def one_step(draws: Draws, p: float, code: int, p0: np.ndarray | float = 0.0) -> Steps:
+    """One step of `code` (with p0) where draw 0 falls under p, else no op."""
+    codes, params = new_steps(draws.size, 1)
+    codes[:, 0] = np.where(draws.uniform(0) < p, code, C.NONE)
+    params[:, 0, 0] = p0
+    return codes, params
+
+
+class PixelTransform:
+    """A pixel-value op: draws each sample's steps of a PixelProgram."""
+
+    def draw(self, draws: Draws, height: int, width: int) -> Steps:
+        """This op's steps for every sample of `draws`, on images of height x width."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+class ColorJitter(PixelTransform):
+    """torchvision's ColorJitter: brightness, contrast, saturation and hue factors drawn per
+    sample and applied in a random order per sample; with probability `p` (1 = always)."""
+
+    _CODES = np.array([C.BRIGHTNESS, C.CONTRAST, C.SATURATION, C.HUE], np.int32)
+
+    def __init__(self, brightness: object = 0, contrast: object = 0, saturation: object = 0,
+                 hue: object = 0, p: float = 1.0) -> None:
+        bound = (0.0, math.inf)
+        self.brightness = args.jitter_range("brightness", brightness, 1.0, bound)
+        self.contrast = args.jitter_range("contrast", contrast, 1.0, bound)
+        self.saturation = args.jitter_range("saturation", saturation, 1.0, bound)
+        self.hue = args.jitter_range("hue", hue, 0.0, (-0.5, 0.5))
+        self.p = args.probability(p)
+
+    def draw(self, draws: Draws, height: int, width: int) -> Steps:
+        """Four steps a sample, in the sample's order; a disabled factor leaves a no-op."""
+        n = draws.size
+        codes, params = new_steps(n, 4)
+        apply = draws.uniform(0) < self.p
+        order = np.argsort(np.stack([draws.uniform(1 + i) for i in range(4)], axis=1), axis=1)
+        ranges = (self.brightness, self.contrast, self.saturation, self.hue)
+        enabled = np.array([r is not None for r in ranges])
+        factors = np.zeros((n, 4))
+        for which, bounds in enumerate(ranges):
+            if bounds is not None:
+                factors[:, which] = draws.between(5 + which, *bounds)
+        rows = np.arange(n)
+        for position in range(4):
+            which = order[:, position]
+            codes[:, position] = np.where(apply & enabled[which], self._CODES[which], C.NONE)
+            params[:, position, 0] = factors[rows, which]
+        return codes, params
+
+
+class RandomGrayscale(PixelTransform):
+    """torchvision's RandomGrayscale: Pillow's convert("L") in all three bands, with prob. p."""
+
+    def __init__(self, p: float = 0.1) -> None:
+        self.p = args.probability(p)
+
+    def draw(self, draws: Draws, height: int, width: int) -> Steps:
+        """One step: GRAYSCALE or nothing."""
+        return one_step(draws, self.p, C.GRAYSCALE)
+
+
+class GaussianBlur(PixelTransform):
+    """Pillow's ImageFilter.GaussianBlur(radius=sigma), sigma uniform in `sigma` per sample.
+
+    This is Pillow's definition (what DINO's and BYOL's PIL recipes call), not torchvision's
+    truncated tensor kernel: Pillow's extended box blur has no kernel size, so `kernel_size` is
+    checked as torchvision checks it (odd, positive) for recipes written with it, and the blur's
+    extent follows sigma alone.
+    """
+
+    def __init__(self, kernel_size: object = None, sigma: object = (0.1, 2.0),
+                 p: float = 1.0) -> None:
+        self.kernel_size = args.kernel_size(kernel_size)
+        self.sigma = args.sigma_range(sigma)
+        self.p = args.probability(p)
+
+    def draw(self, draws: Draws, height: int, width: int) -> Steps:
+        """One step: BLUR with the sample's radius, or nothing."""
+        return one_step(draws, self.p, C.BLUR, draws.between(1, *self.sigma))
+
+
+class RandomSolarize(PixelTransform):
+    """torchvision's RandomSolarize: levels >= threshold inverted (ImageOps.solarize)."""
+
+    def __init__(self, threshold: float, p: float = 0.5) -> None:
+        self.threshold = args.number("threshold", threshold)
+        if not 0.0 <= self.threshold <= 256.0:
+            raise invalid_argument("threshold", threshold, "must be in [0, 256] for uint8",
+                                        "Pass a level, e.g. threshold=128.")
+        self.p = args.probability(p)
+
+    def draw(self, draws: Draws, height: int, width: int) -> Steps:
+        """One step: SOLARIZE or nothing."""
+        return one_step(draws, self.p, C.SOLARIZE, self.threshold)
+
+
+class RandomPosterize(PixelTransform):
+    """torchvision's RandomPosterize: keep the top `bits` bits (ImageOps.posterize)."""
+
+    def __init__(self, bits: int, p: float = 0.5) -> None:
+        self.bits = args.int_in("bits", bits, 1, 8, "Pass bits between 1 and 8 (8 keeps all).")
+        self.p = args.probability(p)
+
+    def draw(self, draws: Draws, height: int, width: int) -> Steps:
+        """One step: POSTERIZE or nothing."""
+        return one_step(draws, self.p, C.POSTERIZE, float(self.bits))
+
+
+class RandomAutocontrast(PixelTransform):
+    """torchvision's RandomAutocontrast: each band stretched to 0..255 (ImageOps.autocontrast)."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = args.probability(p)
+
+    def draw(self, draws: Draws, height: int, width: int) -> Steps:
+        """One step: AUTOCONTRAST or nothing."""
+        return one_step(draws, self.p, C.AUTOCONTRAST)
+
+
+class RandomEqualize(PixelTransform):
+    """torchvision's RandomEqualize: each band's histogram equalised (ImageOps.equalize)."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = args.probability(p)
+
+    def draw(self, draws: Draws, height: int, width: int) -> Steps:
+        """One step: EQUALIZE or nothing."""
+        return one_step(draws, self.p, C.EQUALIZE)
+
+
+class RandomErasing(PixelTransform):
+    """torchvision's RandomErasing box draw (10 tries, then nothing), on uint8 pixels.
+
+    `value` is in pixel levels: an int 0..255 or an (R, G, B) triple. torchvision erases after
+    Normalize, where value=0 is the mean colour; to match that here, pass the mean in levels,
+    e.g. value=(124, 116, 104) for ImageNet's mean. The default 0 erases to black.
+    """
+
+    def __init__(self, p: float = 0.5, scale: object = (0.02, 0.33), ratio: object = (0.3, 3.3),
+                 value: object = 0) -> None:
+        self.p = args.probability(p)
+        self.scale = args.pair("scale", scale)
+        if not 0.0 <= self.scale[0] <= self.scale[1] <= 1.0:
+            raise invalid_argument("scale", scale, "must lie in [0, 1]",
+                                        "Pass scale=(0.02, 0.33).")
+        self.ratio = args.pair("ratio", ratio)
+        if self.ratio[0] <= 0:
+            raise invalid_argument("ratio", ratio, "must be > 0", "Pass ratio=(0.3, 3.3).")
+        self.value = args.fill_value(value)
+
+    def draw(self, draws: Draws, height: int, width: int) -> Steps:
+        """One step: ERASE of the first box of 10 tries that fits, or nothing."""
+        n = draws.size
+        found = np.zeros(n, bool)
+        box = np.zeros((n, 4))
+        logs = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        for attempt in range(10):
+            base = 1 + 4 * attempt
+            area = height * width * draws.between(base, *self.scale)
+            aspect = np.exp(draws.between(base + 1, *logs))
+            box_h, box_w = np.round(np.sqrt(area * aspect)), np.round(np.sqrt(area / aspect))
+            fits = ~found & (box_h < height) & (box_w < width)
+            top = np.floor(draws.uniform(base + 2) * (height - box_h + 1))
+            left = np.floor(draws.uniform(base + 3) * (width - box_w + 1))
+            box[fits] = np.stack([top, left, box_h, box_w], axis=1)[fits]
+            found |= fits
+        codes, params = new_steps(n, 1)
+        codes[:, 0] = np.where((draws.uniform(0) < self.p) & found, C.ERASE, C.NONE)
+        params[:, 0, :4] = box
+        params[:, 0, 4:7] = self.value
+        return codes, params
