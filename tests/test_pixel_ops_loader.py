@@ -48,13 +48,17 @@ def mae(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).abs().mean())
 
 
-def test_each_sample_gets_the_program_of_its_key_fused_in_the_decode(dataset_path: Path) -> None:
-    plain = run(dataset_path, transforms=GEOMETRY)
-    ops = run(dataset_path, transforms=[*GEOMETRY, *PIXELS], pixel_ops_on="cpu")
+@pytest.mark.parametrize("rank, world", [(0, 1), (1, 2)])
+def test_each_sample_gets_the_program_of_its_key_fused_in_the_decode(
+        dataset_path: Path, rank: int, world: int) -> None:
+    where = {"rank": rank, "world_size": world}
+    plain = run(dataset_path, transforms=GEOMETRY, **where)
+    ops = run(dataset_path, transforms=[*GEOMETRY, *PIXELS], pixel_ops_on="cpu", **where)
     changed = 0
     for b, ((before, labels), (after, same_labels)) in enumerate(zip(plain, ops, strict=True)):
         assert torch.equal(labels, same_labels)  # the ops never move the crops
-        keys = (b * BATCH + np.arange(len(labels), dtype=np.int64))  # one rank: its place
+        # a sample's key: its place in the epoch, unique across the ranks
+        keys = (b * BATCH + np.arange(len(labels), dtype=np.int64)) * world + rank
         program = draw_program(tuple(PIXELS), 9, 3, keys, 0, 24, 24)
         expected = before.permute(0, 2, 3, 1).contiguous().numpy()
         apply_program_reference(expected, program)
