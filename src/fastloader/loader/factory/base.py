@@ -97,7 +97,14 @@ class FastLoader(LoaderInterface):
         seed: the seed of the order and of every random crop and flip.
         transforms: CPU transforms fused into decode (RandomResizedCrop, Resize, CenterCrop,
             RandomHorizontalFlip; packed native/Pillow paths also ResizeFit, RandomIoUCrop);
-            None needs images of one size.
+            None needs images of one size. The packed path also takes pixel ops after them
+            (fastloader.decode.pixels: ColorJitter, GaussianBlur, TrivialAugmentWide, ...),
+            each sample's drawn from (seed, epoch, sample, view) (docs/views.md).
+        views: packed loader only: a list of fastloader.View(transforms, count); each batch
+            then holds a list of image batches, one a view (each View's count in turn), in the
+            images' place, every view of a sample from one decode of its record (docs/views.md).
+        pixel_ops_on: packed loader only: where the pixel ops run: "auto" (fused in the decode
+            on the CPU target, batched on the device otherwise), "cpu" or "device".
         normalize: (mean, std), 3 values each, in the 0-1 or 0-255 scale; None gives uint8.
         dtype: the floating output dtype with normalize (default float32).
         device: "cuda", "cuda:k" or "cpu"; default this process's CUDA device if any.
