@@ -224,7 +224,7 @@ void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *cro
                           uint8_t *out, int height, int width, const DecodeOptions &options,
                           std::vector<std::string> &errors, std::vector<size_t> &skipped,
                           const TileRef *tiles, const PlanarOutput *planar, const Placement *place,
-                          const uint8_t *orientations) {
+                          const uint8_t *orientations, const PixelProgramRef *program) {
     std::lock_guard<std::mutex> lock(mutex_);
     const size_t n = records.size();
     const size_t slot_bytes = static_cast<size_t>(height) * width * 3;
@@ -246,7 +246,10 @@ void BatchDecoder::decode(const std::vector<Record> &records, const int32_t *cro
         }
         try {  // the whole body: nothing may escape a pool task (bad_alloc included)
             errors[k] = decode_one(records[k], crop, target, tiles ? &tiles[k] : nullptr, slot, options);
-            if (!errors[k].empty()) std::memset(dst, 0, slot_bytes);
+            if (!errors[k].empty())
+                std::memset(dst, 0, slot_bytes);
+            else if (program != nullptr)
+                program->apply(k, dst, height, width, *pixels_[slot]);
             if (planar != nullptr) write_planar(dst, static_cast<size_t>(height) * width, k, *planar);
         } catch (...) {
             std::memset(dst, 0, slot_bytes);
@@ -270,6 +273,7 @@ void BatchDecoder::prepare(const std::vector<Record> &records, std::vector<char>
         scratch_.push_back(std::make_unique<DecodeScratch>());
     if (splice_.size() < scratch_.size()) splice_.resize(scratch_.size());
     while (views_.size() < scratch_.size()) views_.push_back(std::make_unique<ViewsScratch>());
+    while (pixels_.size() < scratch_.size()) pixels_.push_back(std::make_unique<PixelScratch>());
 }
 
 uint64_t BatchDecoder::records_decoded() {

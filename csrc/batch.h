@@ -14,6 +14,7 @@
 
 #include "jpeg.h"
 #include "normalize.h"
+#include "pixel_ops.h"
 #include "tiles.h"
 
 namespace fl {
@@ -86,8 +87,24 @@ int tile_geometry(const TileRef *tile, tiles::Geometry &geometry);
 // upsampling (tiles.py's UPSAMPLING_CONTEXT at full scale; it grows with the scale).
 uint32_t splice_context(int denom);
 
+// A batch's PixelProgram (pixel_ops.h): sample k's n_ops steps at codes + k * n_ops and params +
+// k * n_ops * kPixelParams. codes == nullptr or n_ops == 0: no pixel ops.
+struct PixelProgramRef {
+    const int32_t *codes = nullptr;
+    const float *params = nullptr;
+    int n_ops = 0;
+    bool empty() const { return codes == nullptr || n_ops == 0; }
+    // Runs sample k's steps on its decoded slot (height x width RGB, rows packed).
+    void apply(size_t k, uint8_t *slot, int height, int width, PixelScratch &scratch) const {
+        if (empty()) return;
+        const size_t at = k * static_cast<size_t>(n_ops);
+        apply_pixel_program(slot, height, width, codes + at, params + at * kPixelParams, n_ops, scratch);
+    }
+};
+
 // A batch of views (decode_views): V outputs, each N x heights[v] x widths[v] x 3 at outs[v],
-// with its planar output (planars[v], data nullptr: none). crops (N x V x 4) and flips (N x V)
+// with its pixel program (programs[v], run on each decoded sample before the planar copy) and
+// its planar output (planars[v], data nullptr: none). crops (N x V x 4) and flips (N x V)
 // are sample-major: view v of sample k at k * V + v.
 struct ViewOutputs {
     int count = 0;
@@ -95,6 +112,7 @@ struct ViewOutputs {
     const bool *flips = nullptr;
     std::vector<uint8_t *> outs;
     std::vector<int> heights, widths;
+    std::vector<PixelProgramRef> programs;
     std::vector<PlanarOutput> planars;
 };
 
@@ -130,11 +148,14 @@ public:
     // and fills the rest (skipped records are left to the caller, fill included).
     // orientations (nullptr: all 1) gives each record's EXIF orientation: its crop is a box of
     // the image so turned, and the slot receives it turned (orientation.h).
+    // program (nullptr or empty: none) runs each decoded sample's pixel ops on its whole slot in
+    // the decoding thread, before the planar copy (a failed sample stays zero).
     void decode(const std::vector<Record> &records, const int32_t *crops, const bool *flips,
                 uint8_t *out, int height, int width, const DecodeOptions &options,
                 std::vector<std::string> &errors, std::vector<size_t> &skipped,
                 const TileRef *tiles = nullptr, const PlanarOutput *planar = nullptr,
-                const Placement *place = nullptr, const uint8_t *orientations = nullptr);
+                const Placement *place = nullptr, const uint8_t *orientations = nullptr,
+                const PixelProgramRef *program = nullptr);
 
     // Decodes each record once and writes every view of it from that decode (views.h): view v
     // of sample k is crops[k * V + v] resized into outs[v]'s slot k, mirrored if flips[k * V + v],
@@ -166,6 +187,7 @@ private:
     std::vector<std::unique_ptr<DecodeScratch>> scratch_;
     std::vector<std::vector<uint8_t>> splice_;  // per-thread spliced-JPEG buffers
     std::vector<std::unique_ptr<ViewsScratch>> views_;  // per-thread buffers of decode_views
+    std::vector<std::unique_ptr<PixelScratch>> pixels_;  // per-thread buffers of the pixel ops
 };
 
 }  // namespace fl

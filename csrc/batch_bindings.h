@@ -124,6 +124,25 @@ inline fl::PlanarOutput planar_output(const std::optional<Planar> &planar, const
     return result;
 }
 
+using ProgramCodes = nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using ProgramParams = nb::ndarray<const float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+
+// A PixelProgram's arrays (codes (N, K) int32, params (N, K, 8) float32) for n samples, checked;
+// neither: no program.
+inline fl::PixelProgramRef program_ref(const std::optional<ProgramCodes> &codes,
+                                       const std::optional<ProgramParams> &params, size_t n) {
+    fl::PixelProgramRef ref;
+    if (!codes && !params) return ref;
+    if (!codes || !params) throw nb::value_error("a program's codes and params go together: pass both or neither");
+    if (codes->shape(0) != n || params->shape(0) != n || params->shape(1) != codes->shape(1) ||
+        params->shape(2) != fl::kPixelParams)
+        throw nb::value_error("a program must have codes (N, K) and params (N, K, 8), one row per record");
+    ref.codes = codes->data();
+    ref.params = params->data();
+    ref.n_ops = static_cast<int>(codes->shape(1));
+    return ref;
+}
+
 inline void check_orientation(int orientation) {
     if (orientation < 1 || orientation > 8) throw nb::value_error("an EXIF orientation must be in 1..8");
 }

@@ -50,11 +50,13 @@ void BatchDecoder::decode_views(const std::vector<Record> &records, const ViewOu
         try {  // the whole body: nothing may escape a pool task (bad_alloc included)
             errors[k] = decode_sample_views(records[k], k, views, orientation, tiles ? &tiles[k] : nullptr, slot,
                                             options);
-            if (!errors[k].empty()) zero_views(views, k);
-            for (int v = 0; v < views.count; ++v) {
-                if (views.planars[v].data == nullptr) continue;
+            const bool ok = errors[k].empty();
+            if (!ok) zero_views(views, k);
+            for (int v = 0; v < views.count; ++v) {  // each view while it is in cache: ops, planar
                 const size_t pixels = static_cast<size_t>(views.heights[v]) * views.widths[v];
-                write_planar(views.outs[v] + k * pixels * 3, pixels, k, views.planars[v]);
+                uint8_t *dst = views.outs[v] + k * pixels * 3;
+                if (ok) views.programs[v].apply(k, dst, views.heights[v], views.widths[v], *pixels_[slot]);
+                if (views.planars[v].data != nullptr) write_planar(dst, pixels, k, views.planars[v]);
             }
         } catch (...) {
             zero_views(views, k);

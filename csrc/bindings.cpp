@@ -91,7 +91,8 @@ BatchResult batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crop
                             std::optional<TileOffsets> tile_offsets, std::optional<TileSpans> tile_spans,
                             std::optional<Planar> planar, std::optional<Affine> scale,
                             std::optional<Affine> shift, std::optional<Crops> places, int fill,
-                            std::optional<Orientations> orientations) {
+                            std::optional<Orientations> orientations, std::optional<ProgramCodes> program_codes,
+                            std::optional<ProgramParams> program_params) {
     const size_t n = nb::len(records);
     if (crops.shape(0) != n || flips.shape(0) != n || out.shape(0) != n || out.shape(3) != 3 ||
         (orientations && orientations->shape(0) != n))
@@ -102,6 +103,7 @@ BatchResult batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crop
     const std::vector<fl::TileRef> tiles = tile_refs(tile_headers, tile_offsets, tile_spans, n);
     const fl::PlanarOutput planar_out = planar_output(planar, out, scale, shift);
     const fl::Placement place = placement(places, fill, out);
+    const fl::PixelProgramRef program = program_ref(program_codes, program_params, n);
     std::vector<BufferView> views;
     std::vector<fl::Record> recs = record_views(records, views);
     std::vector<std::string> errors;
@@ -113,7 +115,7 @@ BatchResult batch_decode_into(fl::BatchDecoder &self, nb::sequence records, Crop
         self.decode(recs, crops.data(), flips.data(), out.data(), static_cast<int>(out.shape(1)),
                     static_cast<int>(out.shape(2)), options, errors, skipped,
                     tiles.empty() ? nullptr : tiles.data(), &planar_out, &place,
-                    orientations ? orientations->data() : nullptr);
+                    orientations ? orientations->data() : nullptr, &program);
     }
     return batch_result(views, errors, skipped);
 }
@@ -172,7 +174,8 @@ void register_batch_decoder(nb::module_ &m) {
              nb::arg("tile_spans").none() = nb::none(), nb::arg("planar").none() = nb::none(),
              nb::arg("scale").none() = nb::none(), nb::arg("shift").none() = nb::none(),
              nb::arg("places").none() = nb::none(), nb::arg("fill") = 0,
-             nb::arg("orientations").none() = nb::none(),
+             nb::arg("orientations").none() = nb::none(), nb::arg("program_codes").none() = nb::none(),
+             nb::arg("program_params").none() = nb::none(),
              "Decode a batch with the GIL released; returns (errors, non_jpeg_indices). "
              "tile_headers (N, len(TileGeometry.fields)) int64, tile_offsets uint32 and tile_spans "
              "(N, 2) uint64 give restart-tile tables (all-zero header row: untiled). planar "
@@ -180,6 +183,8 @@ void register_batch_decoder(nb::module_ &m) {
              "(uint8: as is); places (N, 4) int32 puts each resized crop at (top, left, height, width) "
              "of its slot and sets the rest to fill (a letterbox); orientations (N,) uint8 (EXIF, 1-8) "
              "turns each sample as PIL.ImageOps.exif_transpose does, its crop a box of the turned image; "
+             "program_codes (N, K) int32 and program_params (N, K, 8) float32 (a PixelProgram) run on "
+             "each decoded sample's slot in its decoding thread, before the planar copy; "
              "non-JPEG samples are left to the caller.")
         .def("normalize_planar", &batch_normalize_planar, nb::arg("src"), nb::arg("out"), nb::kw_only(),
              nb::arg("scale").none() = nb::none(), nb::arg("shift").none() = nb::none(),

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
 from fastloader.decode.decode import BatchDecoder
+from fastloader.decode.pixels import PixelProgram
 from fastloader.errors import FastloaderError, InvalidArgumentError, InvalidTypeError
 
 pytestmark = pytest.mark.native_neutral
@@ -29,10 +28,8 @@ def call(**overrides: object) -> list[str | None]:
         return decoder.decode_views_into(**arguments)  # type: ignore[arg-type]
 
 
-def program(rows: int, ops: int = 1) -> SimpleNamespace:
-    """An object shaped as fastloader.decode.pixels.PixelProgram is."""
-    return SimpleNamespace(codes=np.zeros((rows, ops), np.int32),
-                           params=np.zeros((rows, ops, 8), np.float32))
+def program(rows: int, ops: int = 1) -> PixelProgram:
+    return PixelProgram(np.zeros((rows, ops), np.int32), np.zeros((rows, ops, 8), np.float32))
 
 
 @pytest.mark.parametrize(("overrides", "error", "named"), [

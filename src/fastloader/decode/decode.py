@@ -36,8 +36,10 @@ from fastloader.decode.pillow import (
     to_planar,
 )
 from fastloader.decode.pillow_batch import decode_slot_pillow
+from fastloader.decode.pixels import PixelProgram
+from fastloader.decode.views import check_program
 from fastloader.decode.views_decoder import ViewsDecoding
-from fastloader.decode.views_pillow import DecodeCount
+from fastloader.decode.views_pillow import DecodeCount, apply_program_row
 from fastloader.errors import (
     DecodeError,
     FastloaderError,
@@ -259,6 +261,7 @@ class BatchDecoder(ViewsDecoding):
         places: npt.ArrayLike | None = None,
         fill: int = 0,
         orientations: npt.ArrayLike | None = None,
+        program: PixelProgram | None = None,
     ) -> list[str | None]:
         """Decode records[k] cropped to crops[k], resized to out's H x W, mirrored if flips[k].
 
@@ -282,6 +285,8 @@ class BatchDecoder(ViewsDecoding):
             fill: the padding value with places, an int in [0, 255].
             orientations: N EXIF orientations (ints in 1..8; None: all 1): record k is turned as
                 PIL.ImageOps.exif_transpose turns it, crops[k] a box of the turned image.
+            program: a PixelProgram (fastloader.decode.pixels) of N rows: sample k's pixel ops
+                run on its whole slot by the decoding thread, before the planar copy.
 
         Returns:
             list: one entry per sample, None on success or the error message.
@@ -298,9 +303,10 @@ class BatchDecoder(ViewsDecoding):
         conversion = check_planar(planar, array, scale, shift)
         rows, fill = check_places(places, fill, array)
         turns = None if orientations is None else check_orientations(orientations, len(records))
+        ops = None if program is None else check_program("program", program, len(records))
         if self._core is None:
             return self._decode_pillow(records, crops_arr, flips_arr, array, conversion, rows,
-                                       fill, turns)
+                                       fill, turns, ops)
         dst, scale_arr, shift_arr = conversion or (None, None, None)
         tile_headers, tile_offsets, tile_spans = tile_arrays
         errors, fallback = self._core.decode_into(
@@ -308,13 +314,16 @@ class BatchDecoder(ViewsDecoding):
             tile_offsets=tile_offsets, tile_spans=tile_spans, planar=dst,
             scale=None if scale_arr is None else three(scale_arr),
             shift=None if shift_arr is None else three(shift_arr), places=rows, fill=fill,
-            orientations=turns,
+            orientations=turns, program_codes=None if ops is None else ops.codes,
+            program_params=None if ops is None else ops.params,
         )
         for k in fallback:  # non-JPEG records: Pillow, with the GIL held
             self._decoded.add()
             errors[k] = decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k],
                                            None if rows is None else rows[k], fill,
                                            1 if turns is None else int(turns[k]))
+            if ops is not None and errors[k] is None:
+                apply_program_row(array[k], ops, k)
             if dst is not None:
                 to_planar(array[k], dst[k], scale_arr, shift_arr)
         return list(errors)
@@ -357,13 +366,15 @@ class BatchDecoder(ViewsDecoding):
     def _decode_pillow(
         self, records: Sequence[object], crops: np.ndarray, flips: np.ndarray, out: np.ndarray,
         conversion: Conversion | None, places: np.ndarray | None = None, fill: int = 0,
-        turns: np.ndarray | None = None,
+        turns: np.ndarray | None = None, program: PixelProgram | None = None,
     ) -> list[str | None]:
         def one(k: int) -> str | None:
             self._decoded.add()
             error = decode_slot_pillow(records[k], crops[k], flips[k], out[k],
                                        None if places is None else places[k], fill,
                                        1 if turns is None else int(turns[k]))
+            if program is not None and error is None:
+                apply_program_row(out[k], program, k)
             if conversion is not None:
                 to_planar(out[k], conversion[0][k], conversion[1], conversion[2])
             return error

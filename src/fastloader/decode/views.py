@@ -17,13 +17,13 @@ import numpy.typing as npt
 
 from fastloader.decode.batch_args import affine, check_planar
 from fastloader.decode.orientation import check_orientations
+from fastloader.decode.pixels import PixelProgram
 from fastloader.errors import invalid_argument, invalid_type
 
-__all__ = ["ViewBatch", "check_views", "program_row"]
+__all__ = ["ViewBatch", "check_program", "check_views"]
 
 _OUTS_FIX = ("Pass one C-contiguous uint8 array (or CPU tensor) of shape (N, H_v, W_v, 3) a view, "
              "e.g. [np.empty((N, 224, 224, 3), np.uint8), np.empty((N, 96, 96, 3), np.uint8)].")
-PARAMS_PER_OP = 8  # a PixelProgram's params: float32 [N, K, 8]
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ViewBatch:
     flips: np.ndarray  # bool (N, V)
     outs: tuple[np.ndarray, ...]  # V uint8 (N, H_v, W_v, 3)
     planars: tuple[np.ndarray | None, ...]  # V channel-first targets (or None); uint8: a copy
-    programs: tuple[object | None, ...]  # V PixelPrograms (or None)
+    programs: tuple[PixelProgram | None, ...]  # V PixelPrograms (or None)
     scale: np.ndarray | None  # float32 (3,): planar = out * scale + shift (float32 planars)
     shift: np.ndarray | None
     turns: np.ndarray | None  # uint8 (N,) EXIF orientations, None: all 1
@@ -117,18 +117,13 @@ def _per_view(name: str, value: object, views: int) -> tuple[object | None, ...]
     return tuple(value)
 
 
-def check_program(name: str, program: object, n: int) -> object:
-    """A PixelProgram of n rows (codes int32 (n, K), params float32 (n, K, 8)): decode_into's
-    program or a view's programs[v]."""
-    codes, params = getattr(program, "codes", None), getattr(program, "params", None)
-    if not isinstance(codes, np.ndarray) or not isinstance(params, np.ndarray):
+def check_program(name: str, program: object, n: int) -> PixelProgram:
+    """A PixelProgram of n rows (one a record): decode_into's program or a view's programs[v]."""
+    if not isinstance(program, PixelProgram):
         raise invalid_type(name, program, "a fastloader.decode.pixels.PixelProgram (or None)")
-    k = codes.shape[1] if codes.ndim == 2 else -1
-    if (codes.dtype != np.int32 or codes.shape != (n, k) or params.dtype != np.float32
-            or params.shape != (n, k, PARAMS_PER_OP)):
-        raise invalid_argument(name, f"codes {codes.dtype} {codes.shape}, params "
-                               f"{params.dtype} {params.shape}", f"it must hold one row a record: "
-                               f"codes int32 ({n}, K), params float32 ({n}, K, {PARAMS_PER_OP})",
+    if program.size != n:
+        raise invalid_argument(name, f"a PixelProgram of {program.size} rows",
+                               f"it must hold one row a record ({n})",
                                "Draw it with fastloader.decode.pixels.draw_program for this batch.")
     return program
 
@@ -164,9 +159,3 @@ def check_views(records: object, crops: npt.ArrayLike, flips: npt.ArrayLike, out
     turns = None if orientations is None else check_orientations(orientations, n)
     return ViewBatch(crops_arr, flips_arr, arrays, tuple(checked_planars), checked_programs,
                      scale_arr, shift_arr, turns)
-
-
-def program_row(program: object, k: int) -> object:
-    """Row k of a PixelProgram, as a program of one sample (the Pillow path's unit)."""
-    rows = {"codes": program.codes[k:k + 1], "params": program.params[k:k + 1]}  # type: ignore[attr-defined]
-    return type(program)(**rows)

@@ -10,8 +10,9 @@ import numpy as np
 import numpy.typing as npt
 
 from fastloader.decode.batch_args import check_tiles, three
+from fastloader.decode.pixels import PixelProgram
 from fastloader.decode.views import ViewBatch, check_views
-from fastloader.decode.views_pillow import DecodeCount, decode_views_pillow, finish_view
+from fastloader.decode.views_pillow import DecodeCount, decode_views_pillow
 from fastloader.errors import FastloaderError
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class ViewsDecoding:
         outs: Sequence[np.ndarray | torch.Tensor],
         tiles: TileBatch | tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         *,
-        programs: Sequence[object | None] | None = None,
+        programs: Sequence[PixelProgram | None] | None = None,
         planars: Sequence[np.ndarray | torch.Tensor | None] | None = None,
         scale: npt.ArrayLike | None = None,
         shift: npt.ArrayLike | None = None,
@@ -109,21 +110,15 @@ class ViewsDecoding:
     def _decode_views_native(self, records: Sequence[object], batch: ViewBatch,
                              tile_arrays: tuple[np.ndarray | None, ...]) -> list[str | None]:
         headers, offsets, spans = tile_arrays
-        # a view with a program is made planar after it (below), not by the decode
-        planars = [None if p is not None else t for p, t in zip(batch.programs, batch.planars,
-                                                                 strict=True)]
-        affine = any(t is not None and t.dtype == np.float32 for t in planars)
+        float_planar = any(t is not None and t.dtype == np.float32 for t in batch.planars)
         errors, fallback = self._core.decode_views_into(
             records, batch.crops, batch.flips, list(batch.outs), tile_headers=headers,
-            tile_offsets=offsets, tile_spans=spans, planars=planars,
-            scale=None if batch.scale is None or not affine else three(batch.scale),
-            shift=None if batch.shift is None or not affine else three(batch.shift),
-            orientations=batch.turns)
-        skipped = set(fallback)
+            tile_offsets=offsets, tile_spans=spans, planars=list(batch.planars),
+            scale=None if batch.scale is None or not float_planar else three(batch.scale),
+            shift=None if batch.shift is None or not float_planar else three(batch.shift),
+            orientations=batch.turns,
+            program_codes=[None if p is None else p.codes for p in batch.programs],
+            program_params=[None if p is None else p.params for p in batch.programs])
         for k in fallback:  # records libjpeg does not read (PNG, WebP ...): Pillow, GIL held
             errors[k] = decode_views_pillow(records[k], k, batch, self._decoded)
-        for v, program in enumerate(batch.programs):
-            if program is not None:
-                self._map_samples(lambda k, v=v: None if k in skipped else finish_view(
-                    batch, v, k, errors[k] is None), len(records))
         return list(errors)

@@ -13,7 +13,8 @@ from fastloader.decode import coeffs
 from fastloader.decode.batch_args import as_bytes_like
 from fastloader.decode.pillow import decode_whole, to_planar
 from fastloader.decode.pillow_batch import crop_or_none
-from fastloader.decode.views import ViewBatch, program_row
+from fastloader.decode.pixels import PixelProgram, apply_program_reference
+from fastloader.decode.views import ViewBatch
 from fastloader.errors import DecodeError, FastloaderError
 
 __all__ = ["DecodeCount", "apply_program_row", "decode_views_pillow", "finish_view"]
@@ -121,9 +122,7 @@ def finish_view(batch: ViewBatch, v: int, k: int, ok: bool) -> None:
         to_planar(slot, planar[k], batch.scale, batch.shift)
 
 
-def apply_program_row(slot: np.ndarray, program: object, k: int) -> None:
+def apply_program_row(slot: np.ndarray, program: PixelProgram, k: int) -> None:
     """Row k of a PixelProgram applied in place to one (H, W, 3) sample, by Pillow's
-    definitions (fastloader.decode.pixels.apply_program_reference)."""
-    from fastloader.decode.pixels import apply_program_reference
-
-    apply_program_reference(slot[None], program_row(program, k))
+    definitions (the Pillow path's pixel ops)."""
+    apply_program_reference(slot[None], program.sample(k))
