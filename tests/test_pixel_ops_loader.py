@@ -24,7 +24,7 @@ from fastloader.decode.pixels import (
 )
 from fastloader.gpu.pixel_ops import GpuMixUp
 from fastloader.loader.loader import FastLoader
-from helpers import MEAN, STD
+from helpers import BAD, MEAN, STD, damaged
 
 GEOMETRY = [RandomResizedCrop(24), RandomHorizontalFlip()]
 PIXELS = [ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8), RandomGrayscale(p=0.3)]
@@ -133,3 +133,19 @@ def test_pixel_op_arguments_are_checked_before_opening(tmp_path: Path) -> None:
                    pixel_ops_on="device", batch_transform=lambda x: x)
     with pytest.raises(fastloader.InvalidArgumentError, match="pixel_ops_on='both'"):
         FastLoader(missing, device="cpu", transforms=GEOMETRY, pixel_ops_on="both")
+
+
+def test_a_replaced_sample_takes_its_place_s_program_on_either_route(dataset_path: Path) -> None:
+    dataset = damaged(dataset_path, "garbage")
+    options = {"transforms": [*GEOMETRY, ColorJitter(0.6, 0.6, p=1.0)], "on_error": "skip",
+               "shuffle": False}
+    try:
+        fused = run(dataset, pixel_ops_on="cpu", **options)
+        device = run(dataset, pixel_ops_on="device", **options)
+    finally:
+        dataset.close()
+    b, k = divmod(BAD, BATCH)  # the bad record's place: its replacement decoded there
+    assert int(fused[b][1][k]) == int(device[b][1][k])
+    assert mae(fused[b][0][k], device[b][0][k]) < 2.0
+    for (a, la), (c, lc) in zip(fused, device, strict=True):
+        assert torch.equal(la, lc) and mae(a, c) < 2.0

@@ -291,7 +291,7 @@ def test_moving_policies_are_refused_where_boxes_or_masks_follow(shapes: Path) -
                    views=[fastloader.View([CenterCrop(64), RandAugment()])])
     with FastLoader(shapes, device="cpu", num_threads=1, batch_size=4, transforms=ops,
                     fields=["image", "idx"]) as loader:  # no spatial field: the policy runs
-        images, idx = next(iter(loader))
+        images, _ = next(iter(loader))
         assert images.shape == (4, 3, 64, 64)
 
 
