@@ -183,7 +183,11 @@ class PackedOptions(DecodeOptions):
                 None, torch.uint8, self.memory_format)
         else:
             self.step_args = (self.normalize, self.dtype, self.memory_format)
-        check_views(self)  # views=, pixel_ops_on=: their plan, and what runs after the copy
+        plan = check_views(self)  # views=, pixel_ops_on=: what runs where
+        self.view_list, self.pixels_on_device = plan.views, plan.on_device
+        self.after_copy = plan.after_copy  # the device ops after the copy (None: none)
+        if plan.uint8_copy:  # the pixel ops run on the device: normalize after them
+            self.step_args = (None, torch.uint8, None)
 
 
 @dataclass

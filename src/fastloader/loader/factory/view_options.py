@@ -198,26 +198,32 @@ def _refuse_with_views(options: Any) -> None:
                                "or apply it to each view's batch in the training loop.")
 
 
-def check_views(options: Any) -> None:
-    """The packed loader's views= and pixel_ops_on=, on its checked options.
+@dataclass(frozen=True)
+class ViewPlan:
+    """What views= and pixel_ops_on= set on the packed loader's options: the views (each
+    `count` expanded), whether the pixel ops run on the device, what runs there after the copy
+    (the gpu_transforms and, with the pixel ops there, normalize: the copy step then moves
+    uint8 pixels, `uint8_copy`)."""
 
-    Sets `view_list` (the views, each `count` expanded; () without views), `pixels_on_device`
-    and `after_copy` (what runs on the device after the copy: the gpu_transforms and, with
-    the pixel ops there, normalize too, so the copy step then moves uint8 pixels).
-    """
-    options.pixels_on_device = pixels_on_device(options.pixel_ops_on, options.target)
-    options.view_list = () if options.views is None else expand_views(options.views)
-    if options.view_list:
+    views: tuple[View, ...]
+    on_device: bool
+    after_copy: GpuCompose | None
+    uint8_copy: bool
+
+
+def check_views(options: Any) -> ViewPlan:
+    """The packed loader's views= and pixel_ops_on=, on its otherwise checked options."""
+    on_device = pixels_on_device(options.pixel_ops_on, options.target)
+    views = () if options.views is None else expand_views(options.views)
+    if views:
         _refuse_with_views(options)
-    ops = options.pixel_ops or any(view.pixel_ops for view in options.view_list)
-    options.after_copy = options.gpu_ops
-    if not ops or not options.pixels_on_device:
-        return
+    ops = options.pixel_ops or any(view.pixel_ops for view in views)
+    if not ops or not on_device:
+        return ViewPlan(views, on_device, options.gpu_ops, False)
     if options.batch_transform is not None:
         raise invalid_argument(
             "batch_transform", options.batch_transform, "runs on the producer thread, before "
             "the pixel ops that run on the device", "Pass pixel_ops_on='cpu' to run the pixel "
             "ops in the decode, before batch_transform.")
-    options.step_args = (None, torch.uint8, None)
-    options.after_copy = after_pixels(options.gpu_transforms, options.constants,
-                                      options.out_dtype, options.layout)
+    return ViewPlan(views, on_device, after_pixels(options.gpu_transforms, options.constants,
+                                                   options.out_dtype, options.layout), True)

@@ -236,7 +236,7 @@ class FieldCollator:
         return batch.to(device, non_blocking=batch.is_pinned())
 
 
-class Views(list):  # type: ignore[type-arg]
+class Views(list[Any]):
     """A value a view, in the order of views= (each View's `count` in turn): a batch's images
     (B, 3, H_v, W_v) a view, or a spatial field's values a view. A list; a batch's rows
     (loader/factory/pass_dataset.py) are counted in its first view, not by its length."""

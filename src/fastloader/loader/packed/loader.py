@@ -274,8 +274,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                 self._batches_done = item.index + 1
                 if item.index == epoch_plan.start:  # until now an iter() restarts this pass
                     self._first_batch_out()
-                yield self._collate(images, labels, item.samples, seeds,
-                                    plan, masks)  # type: ignore[arg-type]
+                # views=: ViewCollator takes the views, a plan and masks a view
+                yield self._collate(images, labels, item.samples, seeds, plan, masks)  # type: ignore[arg-type]
         finally:
             self._counters.add_time("active", clock() - started)
             if self._active is producer:
