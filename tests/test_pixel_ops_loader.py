@@ -149,3 +149,16 @@ def test_a_replaced_sample_takes_its_place_s_program_on_either_route(dataset_pat
     assert mae(fused[b][0][k], device[b][0][k]) < 2.0
     for (a, la), (c, lc) in zip(fused, device, strict=True):
         assert torch.equal(la, lc) and mae(a, c) < 2.0
+
+
+@pytest.mark.parametrize("route", ["cpu", "device"])
+def test_views_come_in_the_asked_layout_and_dtype_on_either_route(dataset_path: Path,
+                                                                  route: str) -> None:
+    views = [fastloader.View([*GEOMETRY, *PIXELS], count=2)]
+    batches = run(dataset_path, views=views, pixel_ops_on=route, normalize=(MEAN, STD),
+                  dtype=torch.bfloat16, memory_format=torch.channels_last)
+    for crops, _ in batches:
+        assert len(crops) == 2
+        for crop in crops:
+            assert crop.dtype == torch.bfloat16 and crop.shape[1:] == (3, 24, 24)
+            assert crop.is_contiguous(memory_format=torch.channels_last)
