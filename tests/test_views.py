@@ -79,6 +79,9 @@ def same(a: list, b: list) -> bool:
 
 
 def test_views_come_as_a_list_of_batches_in_order(solid: Path) -> None:
+    with FastLoader(solid, device="cpu", views=[GLOBAL, LOCAL]) as loader:
+        assert loader.view_sizes == ((32, 32),) * 2 + ((16, 16),) * 3
+        assert loader.image_size == (32, 32)
     batches = run(solid, views=[GLOBAL, LOCAL])
     assert [len(labels) for _, labels in batches] == [5, 5, 2]
     for views, labels in batches:

@@ -111,11 +111,11 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         # with its stamp, no scan of every row; an oriented pack shown as stored scans
         as_indexed = self._turns.orientations is not None or self._data.orientations is None
         shapes = self._data.distinct_shapes if as_indexed else self._turns.shapes
-        self.image_size = output_size(self.transforms, shapes) if not self._views else (0, 0)
-        self._layout = view_layout(self._views, shapes, self.batch_size)
-        if self._layout is not None:  # each view's size; image_size is the first view's
-            self.view_sizes = self._layout.sizes
-            self.image_size = self.view_sizes[0]
+        self._layout = view_layout(self._views, shapes, self.batch_size)  # None: no views=
+        # views=: each view's (height, width), image_size the first's; () without views
+        self.view_sizes = () if self._layout is None else self._layout.sizes
+        self.image_size = (self.view_sizes[0] if self.view_sizes
+                           else output_size(self.transforms, shapes))
         self.sampler = EpochSampler.for_loader(len(self._data), options.seed, options.rank,
                                                options.world_size, options.shuffle,
                                                self.drop_last, self._order_source(options))
