@@ -110,6 +110,24 @@ def _magnitudes(program: P.PixelProgram, code: int) -> np.ndarray:
     return program.params[:, :, 0][program.codes == code]
 
 
+@pytest.mark.parametrize("start, end, steps", [
+    (0.0, 0.99, 31), (0.0, 135.0, 31), (255.0, 0.0, 31), (0.0, 30.0, 10), (0.0, 0.3, 31),
+    (0.0, 150.0 / 331.0 * 224, 31), (0.0, 150.0 / 331.0 * 183, 10), (0.0, 0.9, 10)])
+def test_magnitude_bins_are_torch_s_linspace(start: float, end: float, steps: int) -> None:
+    torch = pytest.importorskip("torch")
+    ours = space.linspace32(start, end, steps)
+    assert np.array_equal(ours, torch.linspace(start, end, steps).numpy())
+
+
+@pytest.mark.parametrize("bins, levels", [(31, 6), (31, 4), (10, 4), (7, 6)])
+def test_posterize_bins_are_torchvision_s(bins: int, levels: int) -> None:
+    torch = pytest.importorskip("torch")
+    theirs = 8 - (torch.arange(bins) / ((bins - 1) / levels)).round().int()
+    table = space.trivial_wide(bins) if levels == 6 else space.rand_augment(bins, 8, 8)
+    row = table.names.index("Posterize")
+    assert np.array_equal(table.magnitudes[row], theirs.numpy().astype(np.float32))
+
+
 def test_trivial_augment_wide_ops_bins_and_signs() -> None:
     program = _draw(P.TrivialAugmentWide())
     assert program.codes.shape == (N, 1)
@@ -119,12 +137,11 @@ def test_trivial_augment_wide_ops_bins_and_signs() -> None:
     counts = np.array([(program.codes[:, 0] == code).mean() for code in ops])
     assert np.allclose(counts, 1 / 14, atol=0.015)
     rotation = _magnitudes(program, C.ROTATE)
-    bins = space.linspace32(0.0, 135.0, 31)
-    assert set(np.abs(rotation).tolist()) == set(bins.tolist())
+    assert set(np.abs(rotation).tolist()) == set((np.arange(31) * 4.5).tolist())
     assert abs((rotation < 0).mean() - 0.5) < 0.06
     assert set(_magnitudes(program, C.POSTERIZE).tolist()) == {8, 7, 6, 5, 4, 3, 2}
-    assert set(_magnitudes(program, C.SOLARIZE).tolist()) == set(
-        space.linspace32(255.0, 0.0, 31).tolist())
+    solarize = set((255 - np.arange(31) * 8.5).tolist())
+    assert set(_magnitudes(program, C.SOLARIZE).tolist()) == solarize
     factors = _magnitudes(program, C.BRIGHTNESS)
     wide = space.linspace32(0.0, 0.99, 31).astype(np.float64)  # factors 1 +- m, as torchvision's
     assert set(factors.tolist()) == set(np.float32(np.r_[1 + wide, 1 - wide]).tolist())
