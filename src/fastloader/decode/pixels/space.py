@@ -7,6 +7,7 @@ so a drawn magnitude is the very number torchvision would pass to its PIL op.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -81,6 +82,7 @@ _BASIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness"
           "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize")
 
 
+@lru_cache(maxsize=64)  # a loader draws every batch at the same sizes
 def trivial_wide(bins: int) -> Space:
     """TrivialAugmentWide's space (its wide ranges, translations in fixed pixels)."""
     wide = linspace32(0.0, 0.99, bins)
@@ -102,11 +104,13 @@ def _standard_tables(bins: int, height: int, width: int) -> dict[str, np.ndarray
             "Solarize": linspace32(255.0, 0.0, bins)}
 
 
+@lru_cache(maxsize=64)  # a loader draws every batch at the same sizes
 def rand_augment(bins: int, height: int, width: int) -> Space:
     """RandAugment's space."""
     return _space(("Identity", *_BASIC), _standard_tables(bins, height, width), bins)
 
 
+@lru_cache(maxsize=64)  # a loader draws every batch at the same sizes
 def auto_augment(height: int, width: int) -> Space:
     """AutoAugment's space: 10 bins, and Invert."""
     return _space((*_BASIC, "Invert"), _standard_tables(10, height, width), 10)
