@@ -23,7 +23,7 @@ from fastloader.decode import _native
 from fastloader.decode import pixels as P
 from fastloader.decode.pixels import codes as C
 from fastloader.gpu.pixel_program import apply_program_torch
-from harness import environment, env_line, format_table
+from harness import env_line, environment, format_table
 
 FIXED = {  # code: p0 (ERASE's box is set below)
     C.BRIGHTNESS: 1.3, C.CONTRAST: 0.7, C.SATURATION: 1.5, C.HUE: 0.1, C.GRAYSCALE: 0,
@@ -61,9 +61,10 @@ def fixed_program(code: int, n: int, size: int) -> P.PixelProgram:
     return P.PixelProgram(np.full((n, 1), code, np.int32), params)
 
 
-def timed(call: Callable[[], object]) -> float:
+def timed(call: Callable[..., object], *args: object) -> float:
+    """Milliseconds call(*args) took."""
     start = time.perf_counter()
-    call()
+    call(*args)
     return (time.perf_counter() - start) * 1e3
 
 
@@ -78,24 +79,31 @@ def paths(threads: int) -> dict[str, Callable[[np.ndarray, P.PixelProgram], obje
     }
 
 
-def run(args: argparse.Namespace) -> None:
+def measure(args: argparse.Namespace, programs: dict[str, P.PixelProgram]
+            ) -> dict[tuple[str, str], list[float]]:
+    """ms per batch, for every (program, path), over interleaved rounds."""
     images = photo_batch(args.batch, args.size)
     nchw = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
-    keys = np.arange(args.batch)
-    programs = {C.NAMES[code]: fixed_program(code, args.batch, args.size) for code in FIXED}
-    programs.update({name: P.draw_program(ops, 0, 0, keys, 0, args.size, args.size)
-                     for name, ops in DRAWN.items()})
     ways = paths(args.threads)
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for name, program in programs.items():
             for way, call in ways.items():
                 batch = nchw.clone() if way.startswith("torch") else images.copy()
-                times.setdefault((name, way), []).append(timed(lambda: call(batch, program)))
-    draw_ms = [timed(lambda: P.draw_program(DRAWN["RandAugment(2, 9)"] + DRAWN[
-        "ColorJitter(0.4, 0.4, 0.2, 0.1)"], 0, e, np.arange(256), 0, 224, 224))
-        for e in range(20)]
-    header = ["op", *ways, "reference / native 1 thread"]
+                times.setdefault((name, way), []).append(timed(call, batch, program))
+    return times
+
+
+def run(args: argparse.Namespace) -> None:
+    keys = np.arange(args.batch)
+    programs = {C.NAMES[code]: fixed_program(code, args.batch, args.size) for code in FIXED}
+    programs.update({name: P.draw_program(ops, 0, 0, keys, 0, args.size, args.size)
+                     for name, ops in DRAWN.items()})
+    times = measure(args, programs)
+    recipe = DRAWN["RandAugment(2, 9)"] + DRAWN["ColorJitter(0.4, 0.4, 0.2, 0.1)"]
+    draw_ms = [timed(P.draw_program, recipe, 0, epoch, np.arange(256), 0, 224, 224)
+               for epoch in range(20)]
+    ways = list(paths(args.threads))
     rows = []
     for name in programs:
         medians = [statistics.median(times[(name, way)]) for way in ways]
@@ -103,7 +111,7 @@ def run(args: argparse.Namespace) -> None:
                                          times[(name, "native 1 thread")], strict=True)]
         rows.append([name, *(f"{m:.1f}" for m in medians), f"{statistics.median(ratios):.1f}x"])
     print(f"median ms per {args.batch}x{args.size}x{args.size} batch over {args.rounds} rounds")
-    print(format_table(header, rows))
+    print(format_table(["op", *ways, "reference / native 1 thread"], rows))
     print(f"draw_program (RandAugment + ColorJitter), 256 samples: "
           f"{statistics.median(draw_ms):.2f} ms median")
     print(env_line(environment()))
