@@ -51,7 +51,7 @@ class Draws:
         return (bits >> np.uint64(11)).astype(np.float64) * _TO_UNIT
 
     def block(self, first: int, count: int) -> np.ndarray:
-        """Draws first .. first + count - 1 at once: float64 [count, N], row i = uniform(first+i)."""
+        """Draws first, first + 1, ... (count of them) at once: float64 [count, N]."""
         counters = np.arange(first, first + count, dtype=np.uint64)[:, None]
         with np.errstate(over="ignore"):
             bits = _mix(self._base[None, :] + (counters + np.uint64(self._offset)) * _GOLDEN)
