@@ -14,7 +14,16 @@ from fastloader.decode import pixels as P
 from fastloader.decode.pixels import codes as C
 from fastloader.errors import InvalidArgumentError, InvalidTypeError
 from fastloader.gpu.pixel_program import apply_program_torch
-from pixel_cases import ALL_OPS, IMAGES, PARAMS, batch_of, expected, mae, program_of
+from pixel_cases import (
+    ALL_OPS,
+    EXACT_PARAMS,
+    IMAGES,
+    PARAMS,
+    batch_of,
+    expected,
+    mae,
+    program_of,
+)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -36,6 +45,14 @@ def test_device_op_matches_pillow(code: int, value: float, pillow: Callable, tol
                                   name: str) -> None:
     out = _on_device(IMAGES[name][None].copy(), program_of(code, value), torch.device("cpu"))
     assert mae(out[0], expected(IMAGES[name], pillow, value)) <= 2
+
+
+@pytest.mark.native_neutral
+@pytest.mark.parametrize("code, value, pillow, tol, name", EXACT_PARAMS)
+def test_device_integer_ops_equal_pillow_to_the_byte(code: int, value: float, pillow: Callable,
+                                                     tol: float, name: str) -> None:
+    out = _on_device(IMAGES[name][None].copy(), program_of(code, value), torch.device("cpu"))
+    assert np.array_equal(out[0], expected(IMAGES[name], pillow, value))
 
 
 @pytest.mark.native_neutral

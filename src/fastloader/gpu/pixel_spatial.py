@@ -67,7 +67,7 @@ def gaussian_blur(images: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 def sharpness(images: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """ImageEnhance.Sharpness: blend with the SMOOTH-filtered image (its border kept)."""
-    m, channels, height, width = images.shape
+    _, channels, height, width = images.shape
     if height < 3 or width < 3:
         return images
     kernel = torch.full((3, 3), float(np.float32(1 / 13)), dtype=torch.float32)
