@@ -9,12 +9,15 @@ DINO's views: 2 global RandomResizedCrop boxes (scale 0.4-1) to 224 and 8 local 
 
 - views: one BatchDecoder.decode_views_into call, each record decoded once for its 10 views;
 - separate: 10 decode_into calls (2 at 224, 8 at 96), each record decoded once a view;
-- one view: decode_into of the first global view alone (what a plain RandomResizedCrop costs).
+- one view: decode_into of the first global view alone (what a plain RandomResizedCrop costs);
+- views + ops: views with DINO's pixel ops fused into the decode (ColorJitter(0.4, 0.4, 0.2,
+  0.1, p=0.8), RandomGrayscale(0.2), GaussianBlur p=1.0 / 0.1 / 0.5 for global 1 / global 2 /
+  local, RandomSolarize(128, p=0.2) on global 2), programs drawn before the rounds.
 
 Rounds interleave the three (their order rotating); each measures thread CPU ms per sample
 (the decoder's pool on `--threads` 1 runs in the calling thread, so its CPU is the decode's
 whole cost, steady on a shared machine) and wall ms. Medians of the rounds and of the
-same-round ratios (separate / views, views / one view).
+same-round ratios (separate / views, views / one view, views + ops / views).
 """
 
 from __future__ import annotations
@@ -32,6 +35,15 @@ import numpy as np
 
 from fastloader.decode import coeffs, tiles
 from fastloader.decode.decode import BatchDecoder
+from fastloader.decode.pixels import (
+    ColorJitter,
+    GaussianBlur,
+    PixelProgram,
+    PixelTransform,
+    RandomGrayscale,
+    RandomSolarize,
+    draw_program,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import environment, format_table, round_order
@@ -80,7 +92,19 @@ def plan(shapes: list[tuple[int, int]], seed: int) -> tuple[np.ndarray, np.ndarr
     return crops, rng.random((len(shapes), len(SIZES))) < 0.5
 
 
-Batch = tuple[list[bytes], np.ndarray, np.ndarray, Any]
+Batch = tuple[list[bytes], np.ndarray, np.ndarray, Any, list[PixelProgram | None]]
+
+
+def dino_ops(view: int) -> list[PixelTransform]:
+    """DINO's pixel ops of a view (0, 1: the global ones; 2-9: local)."""
+    jitter = [ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8), RandomGrayscale(p=0.2)]
+    blur = GaussianBlur(sigma=(0.1, 2.0), p=(1.0, 0.1)[view] if view < 2 else 0.5)
+    return [*jitter, blur, *([RandomSolarize(128, p=0.2)] if view == 1 else [])]
+
+
+def programs(start: int, count: int) -> list[PixelProgram | None]:
+    keys = np.arange(start, start + count, dtype=np.int64)
+    return [draw_program(dino_ops(v), 0, 0, keys, v, *size) for v, size in enumerate(SIZES)]
 
 
 def ways(decoder: BatchDecoder, batch_size: int) -> dict[str, Callable[[Batch], None]]:
@@ -88,20 +112,25 @@ def ways(decoder: BatchDecoder, batch_size: int) -> dict[str, Callable[[Batch], 
     single = {s: np.empty((batch_size, *s, 3), np.uint8) for s in (GLOBAL, LOCAL)}
 
     def views(b: Batch) -> None:
-        records, crops, flips, tile_batch = b
+        records, crops, flips, tile_batch, _ = b
         assert decoder.decode_views_into(records, crops, flips, views_out, tile_batch) == \
             [None] * len(records)
 
+    def views_ops(b: Batch) -> None:
+        records, crops, flips, tile_batch, ops = b
+        assert decoder.decode_views_into(records, crops, flips, views_out, tile_batch,
+                                         programs=ops) == [None] * len(records)
+
     def separate(b: Batch) -> None:
-        records, crops, flips, tile_batch = b
+        records, crops, flips, tile_batch, _ = b
         for v, size in enumerate(SIZES):
             decoder.decode_into(records, crops[:, v], flips[:, v], single[size], tile_batch)
 
     def one_view(b: Batch) -> None:
-        records, crops, flips, tile_batch = b
+        records, crops, flips, tile_batch, _ = b
         decoder.decode_into(records, crops[:, 0], flips[:, 0], single[GLOBAL], tile_batch)
 
-    return {"views": views, "separate": separate, "one view": one_view}
+    return {"views": views, "separate": separate, "one view": one_view, "views + ops": views_ops}
 
 
 def batches(records: list[bytes], tables: list[Any] | None, crops: np.ndarray,
@@ -109,7 +138,8 @@ def batches(records: list[bytes], tables: list[Any] | None, crops: np.ndarray,
     out = []
     for at in range(0, len(records) - size + 1, size):
         tile_batch = None if tables is None else tiles.TileBatch.from_tables(tables[at:at + size])
-        out.append((records[at:at + size], crops[at:at + size], flips[at:at + size], tile_batch))
+        out.append((records[at:at + size], crops[at:at + size], flips[at:at + size], tile_batch,
+                    programs(at, size)))
     return out
 
 
@@ -138,7 +168,9 @@ def run_codec(work: list[Batch], rounds: int, threads: int, batch_size: int) -> 
         "separate_over_views": statistics.median(x["separate"][0] / x["views"][0]
                                                  for x in per_round),
         "views_over_one_view": statistics.median(x["views"][0] / x["one view"][0]
-                                                 for x in per_round)}
+                                                 for x in per_round),
+        "ops_over_views": statistics.median(x["views + ops"][0] / x["views"][0]
+                                            for x in per_round)}
     return {"medians": med, "ratios": ratios, "rounds": rounds}
 
 
@@ -157,10 +189,12 @@ def table(result: dict[str, Any]) -> str:
     rows = []
     for codec, r in result["codecs"].items():
         m, q = r["medians"], r["ratios"]
-        rows.append([codec, *(f"{m[w]['cpu_ms']:.2f}" for w in ("views", "separate", "one view")),
-                     f"{q['separate_over_views']:.2f}x", f"{q['views_over_one_view']:.2f}x"])
-    return format_table(["codec", "views ms", "10 decode_into ms", "1 view ms",
-                         "separate / views", "views / 1 view"], rows)
+        rows.append([codec, *(f"{m[w]['cpu_ms']:.2f}" for w in ("views", "separate", "one view",
+                                                                 "views + ops")),
+                     f"{q['separate_over_views']:.2f}x", f"{q['views_over_one_view']:.2f}x",
+                     f"{q['ops_over_views']:.2f}x"])
+    return format_table(["codec", "views ms", "10 decode_into ms", "1 view ms", "views + ops ms",
+                         "separate / views", "views / 1 view", "ops / views"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
