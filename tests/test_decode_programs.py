@@ -28,11 +28,19 @@ OPS = [ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8), RandomGrayscale(p=0.2),
        GaussianBlur(sigma=(0.1, 2.0), p=0.5), RandomSolarize(128, p=0.5), RandomErasing(p=0.5)]
 
 
+INVERT = 13  # csrc/pixel_ops.h's kPixelInvert: zeros become 255
+
+
 def program(size: tuple[int, int], view: int = 0) -> PixelProgram:
+    """The ops drawn for N samples; the last (a broken record) inverts, so ops run on its
+    zeroed slot would show."""
     drawn = draw_program(OPS, seed=3, epoch=1, keys=np.arange(N, dtype=np.int64), view=view,
                          height=size[0], width=size[1])
     assert not drawn.is_empty()
-    return drawn
+    codes = drawn.codes.copy()
+    codes[N - 1] = 0
+    codes[N - 1, 0] = INVERT
+    return PixelProgram(codes, drawn.params)
 
 
 def apply_as_the_backend(images: np.ndarray, ops: PixelProgram, backend: str) -> None:
@@ -80,6 +88,7 @@ def test_each_view_runs_its_own_program(backend: str) -> None:
         errors = decoder.decode_views_into(RECORDS, crops, flips, outs, programs=programs,
                                            planars=planars, scale=(2.0, 2.0, 2.0))
         assert errors[:3] == [None] * 3 and isinstance(errors[3], str)
+        assert not any(out[3].any() for out in outs)  # the failed sample stays zero
         for v, size in enumerate(sizes):
             want = np.zeros((N, *size, 3), np.uint8)
             decoder.decode_into(RECORDS, crops[:, v], flips[:, v], want, program=programs[v])
