@@ -209,6 +209,7 @@ def test_bad_views_are_refused_naming_the_argument(transforms: list, count: int,
 @pytest.mark.parametrize("options, words", [
     ({"transforms": [CenterCrop(8)]}, "transforms=.*inside each fastloader.View"),
     ({"batch_transform": lambda x: x}, "batch_transform=.*several"),
+    ({"gpu_transforms": [fastloader.GpuMixUp(0.2, 3)]}, "gpu_transforms=.*does not run on views"),
     ({"views": []}, "views must be a non-empty list"),
     ({"views": [CenterCrop(8)]}, r"views\[0\] must be a fastloader.View"),
     ({"pixel_ops_on": "gpu"}, "pixel_ops_on='gpu'.*must be one of"),
@@ -304,3 +305,23 @@ def test_each_record_is_decoded_once_for_all_its_views(solid: Path) -> None:
         before = loader._decoder.records_decoded  # the loader's own BatchDecoder
         assert sum(len(labels) for _, labels in loader) == N
         assert loader._decoder.records_decoded - before == N  # not N x 5 views
+
+
+def test_a_further_image_field_is_refused_with_views_unless_left_as_bytes(
+        tmp_path: Path) -> None:
+    pixels = np.zeros((40, 48, 3), np.uint8)
+    samples = [{"image": encode(pixels + i, "JPEG"), "depth": encode(pixels, "JPEG"),
+                "label": i} for i in range(4)]
+    dst = tmp_path / "two.lmdb"
+    fastloader.pack(samples, dst, fields={"image": "image", "depth": "image", "label": "int"},
+                    workers=1)
+    with pytest.raises(fastloader.InvalidArgumentError, match=r"views=.*\['depth'\]"):
+        FastLoader(dst, device="cpu", views=[GLOBAL])
+    with FastLoader(dst, device="cpu", views=[GLOBAL], batch_size=4, num_threads=1,
+                    decode_images=False) as loader:
+        batch = next(iter(loader))
+        assert len(batch["image"]) == 2 and isinstance(batch["depth"][0], bytes)
+    with FastLoader(dst, device="cpu", views=[GLOBAL], batch_size=4, num_threads=1,
+                    fields=["image", "label"]) as loader:
+        crops, labels = next(iter(loader))
+        assert len(crops) == 2 and labels.tolist() == [0, 1, 2, 3]
