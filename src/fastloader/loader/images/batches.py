@@ -163,12 +163,7 @@ class ImageBatches:
     def prepare(self, b: int) -> PreparedImages:
         """Read and plan batch b (on the helper thread, while the previous batch decodes)."""
         samples = self.plan.batch(b).copy()
-        try:
-            with Timer(self.counters, "read"):
-                records, failures = self._read(samples)
-                tiles = self.dataset.tile_batch(samples)
-        except Exception as exc:
-            raise StageError("read", b) from exc
+        records, failures, tiles = self._read_batch(b, samples)
         try:
             with Timer(self.counters, "plan"):
                 rng = batch_rng(self.plan.seed, self.plan.epoch, b, self.plan.rank)
@@ -185,6 +180,16 @@ class ImageBatches:
             except Exception as exc:
                 raise StageError("masks", b) from exc
         return PreparedImages(samples, records, failures, geometry, tiles, masks, program)
+
+    def _read_batch(self, b: int, samples: np.ndarray
+                    ) -> tuple[list[memoryview | bytes], dict[int, FastloaderError], Any]:
+        """Batch b's records (zero-copy), the reads that failed, and its tile tables."""
+        try:
+            with Timer(self.counters, "read"):
+                records, failures = self._read(samples)
+                return records, failures, self.dataset.tile_batch(samples)
+        except Exception as exc:
+            raise StageError("read", b) from exc
 
     def _plan(self, samples: np.ndarray, rng: np.random.Generator,
               transforms: Sequence[Transform] | None = None) -> Geometry:

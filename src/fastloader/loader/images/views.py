@@ -148,12 +148,7 @@ class ViewBatches(ImageBatches):
     def prepare(self, b: int) -> PreparedViews:  # type: ignore[override]
         """Read batch b once and plan every view (on the helper thread)."""
         samples = self.plan.batch(b).copy()
-        try:
-            with Timer(self.counters, "read"):
-                records, failures = self._read(samples)
-                tiles = self.dataset.tile_batch(samples)
-        except Exception as exc:
-            raise StageError("read", b) from exc
+        records, failures, tiles = self._read_batch(b, samples)
         try:
             with Timer(self.counters, "plan"):
                 geometries, programs = self._plan_views(b, samples)
