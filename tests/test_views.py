@@ -29,7 +29,7 @@ from fastloader.decode.pixels import (
 from fastloader.loader.factory.pass_dataset import batch_rows, collate_rows
 from fastloader.loader.loader import FastLoader
 from helpers import BAD, box_iou, damaged, palette_classes, rectangles_photo
-from imagegen import encode
+from imagegen import encode, make_tree
 
 N = 12
 BOX_FIELDS = {"image": "image", "boxes": ("boxes", ["box_labels"]),
@@ -325,3 +325,20 @@ def test_a_further_image_field_is_refused_with_views_unless_left_as_bytes(
                     fields=["image", "label"]) as loader:
         crops, labels = next(iter(loader))
         assert len(crops) == 2 and labels.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("codec", ["tiles", "coeffs"])
+def test_views_of_tiled_and_coeffs_records_match_the_jpeg_records(tmp_path: Path,
+                                                                  codec: str) -> None:
+    make_tree(tmp_path / "tree", classes=3, per_class=3, size=(64, 80))
+    for name, how in (("jpeg", "jpeg"), (codec, codec)):
+        fastloader.pack(tmp_path / "tree", tmp_path / f"{name}.lmdb", workers=1, quiet=True,
+                        codec=how)
+    options = {"views": [JITTER, LOCAL], "batch_size": 4, "shuffle": True, "seed": 3}
+    plain = run(tmp_path / "jpeg.lmdb", **options)
+    other = run(tmp_path / f"{codec}.lmdb", **options)
+    for (a, la), (b, lb) in zip(plain, other, strict=True):
+        assert torch.equal(la, lb)
+        for x, y in zip(a, b, strict=True):
+            assert (x.float() - y.float()).abs().mean() < 1.0
