@@ -153,8 +153,9 @@ class RandomSolarize(PixelTransform):
     def __init__(self, threshold: float, p: float = 0.5) -> None:
         self.threshold = args.number("RandomSolarize.threshold", threshold)
         if not 0.0 <= self.threshold <= 256.0:
-            raise invalid_argument("RandomSolarize.threshold", threshold, "must be in [0, 256] for uint8",
-                                        "Pass a level, e.g. threshold=128.")
+            raise invalid_argument("RandomSolarize.threshold", threshold,
+                                   "must be in [0, 256] for uint8",
+                                   "Pass a level, e.g. threshold=128.")
         self.p = args.probability(p, "RandomSolarize.p")
 
     def draw(self, draws: Draws, height: int, width: int) -> Steps:
@@ -175,7 +176,8 @@ class RandomPosterize(PixelTransform):
     """
 
     def __init__(self, bits: int, p: float = 0.5) -> None:
-        self.bits = args.int_in("RandomPosterize.bits", bits, 1, 8, "Pass bits between 1 and 8 (8 keeps all).")
+        self.bits = args.int_in("RandomPosterize.bits", bits, 1, 8,
+                                "Pass bits between 1 and 8 (8 keeps all).")
         self.p = args.probability(p, "RandomPosterize.p")
 
     def draw(self, draws: Draws, height: int, width: int) -> Steps:

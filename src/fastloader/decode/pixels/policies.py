@@ -97,7 +97,8 @@ class AutoAugment(PixelTransform):
         if not isinstance(name, str):
             raise invalid_type("AutoAugment.policy", policy, "the policy's name, 'imagenet'")
         if name.lower() not in space.POLICIES:
-            raise invalid_argument("AutoAugment.policy", policy, f"must be one of {sorted(space.POLICIES)}",
+            raise invalid_argument("AutoAugment.policy", policy,
+                                   f"must be one of {sorted(space.POLICIES)}",
                                    "Pass policy='imagenet'.")
         self.policy = name.lower()
         table = space.POLICIES[self.policy]
