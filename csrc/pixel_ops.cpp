@@ -35,14 +35,20 @@ void contrast(uint8_t *image, size_t pixels, float factor) {
     blend_constant(image, pixels * 3, static_cast<int>(mean + 0.5), factor);
 }
 
-void saturation(uint8_t *image, size_t pixels, float factor) {
+template <bool kInside>
+void saturation_with(uint8_t *image, size_t pixels, float factor) {
     for (size_t i = 0; i < pixels; ++i) {
         uint8_t *px = image + 3 * i;
         const int gray = luma(px);
-        px[0] = blend_byte(gray, px[0], factor);
-        px[1] = blend_byte(gray, px[1], factor);
-        px[2] = blend_byte(gray, px[2], factor);
+        px[0] = pixel::blend_fast<kInside>(gray, px[0], factor);
+        px[1] = pixel::blend_fast<kInside>(gray, px[1], factor);
+        px[2] = pixel::blend_fast<kInside>(gray, px[2], factor);
     }
+}
+
+void saturation(uint8_t *image, size_t pixels, float factor) {
+    if (factor >= 0.0f && factor <= 1.0f) saturation_with<true>(image, pixels, factor);
+    else saturation_with<false>(image, pixels, factor);
 }
 
 void grayscale(uint8_t *image, size_t pixels) {
@@ -54,8 +60,31 @@ void grayscale(uint8_t *image, size_t pixels) {
 
 inline uint8_t clip8(int v) { return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v)); }
 
+// float(a) / float(b) for bytes a, b >= 1: Convert.c's divisions, looked up (the same floats).
+struct Quotients {
+    float value[256][256];
+    Quotients() {
+        for (int a = 0; a < 256; ++a) {
+            for (int b = 0; b < 256; ++b) {
+                value[a][b] = b ? static_cast<float>(a) / static_cast<float>(b) : 0.0f;
+            }
+        }
+    }
+};
+
+const Quotients &quotients() {
+    static const Quotients table;  // built once, thread-safe (a C++11 static)
+    return table;
+}
+
+// C's round() for x >= 0 (halves away from zero), without a libm call: x - floor(x) is exact.
+inline int round_positive(double x) {
+    const double whole = static_cast<double>(static_cast<int64_t>(x));  // floor, as x >= 0
+    return static_cast<int>(x - whole >= 0.5 ? whole + 1.0 : whole);
+}
+
 // Convert.c's rgb2hsv_row, float for float.
-void rgb_to_hsv(const uint8_t *in, uint8_t *out) {
+void rgb_to_hsv(const uint8_t *in, uint8_t *out, const Quotients &q) {
     const uint8_t r = in[0], g = in[1], b = in[2];
     const uint8_t maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
     out[2] = maxc;
@@ -63,46 +92,73 @@ void rgb_to_hsv(const uint8_t *in, uint8_t *out) {
         out[0] = out[1] = 0;
         return;
     }
-    const float cr = static_cast<float>(maxc - minc);
-    const float s = cr / static_cast<float>(maxc);
-    const float rc = static_cast<float>(maxc - r) / cr;
-    const float gc = static_cast<float>(maxc - g) / cr;
-    const float bc = static_cast<float>(maxc - b) / cr;
+    const int cr = maxc - minc;
+    const float s = q.value[cr][maxc];
+    const float rc = q.value[maxc - r][cr];
+    const float gc = q.value[maxc - g][cr];
+    const float bc = q.value[maxc - b][cr];
     float h;
     if (r == maxc) h = bc - gc;
     else if (g == maxc) h = static_cast<float>(2.0 + rc - bc);
     else h = static_cast<float>(4.0 + gc - rc);
-    h = static_cast<float>(std::fmod(h / 6.0 + 1.0, 1.0));
+    const double turn = h / 6.0 + 1.0;  // in (0, 2): fmod(turn, 1.0) is this exact subtraction
+    h = static_cast<float>(turn >= 1.0 ? turn - 1.0 : turn);
     out[0] = clip8(static_cast<int>(h * 255.0));
     out[1] = clip8(static_cast<int>(s * 255.0));
 }
 
+// What Convert.c's hsv2rgb derives from H alone (its sector i and remainder f) and from S
+// alone (fs), computed as it computes them, once.
+struct HsvTables {
+    int sector[256];
+    float remainder[256], saturation[256];
+    HsvTables() {
+        for (int v = 0; v < 256; ++v) {
+            sector[v] = static_cast<int>(std::floor(static_cast<float>(v) * 6.0 / 255.0));
+            remainder[v] =
+                static_cast<float>(static_cast<float>(v) * 6.0 / 255.0 - static_cast<float>(sector[v]));
+            saturation[v] = static_cast<float>(static_cast<float>(v) / 255.0);
+        }
+    }
+};
+
+const HsvTables &hsv_tables() {
+    static const HsvTables tables;
+    return tables;
+}
+
 // Convert.c's hsv2rgb, float for float.
-void hsv_to_rgb(const uint8_t *in, uint8_t *out) {
+void hsv_to_rgb(const uint8_t *in, uint8_t *out, const HsvTables &tables) {
     const uint8_t h = in[0], s = in[1], v = in[2];
     if (s == 0) {
         out[0] = out[1] = out[2] = v;
         return;
     }
-    const int i = static_cast<int>(std::floor(static_cast<float>(h) * 6.0 / 255.0));
-    const float f = static_cast<float>(static_cast<float>(h) * 6.0 / 255.0 - static_cast<float>(i));
-    const float fs = static_cast<float>(static_cast<float>(s) / 255.0);
-    const uint8_t p = clip8(static_cast<int>(std::round(static_cast<float>(v) * (1.0 - fs))));
-    const uint8_t q = clip8(static_cast<int>(std::round(static_cast<float>(v) * (1.0 - fs * f))));
-    const uint8_t t =
-        clip8(static_cast<int>(std::round(static_cast<float>(v) * (1.0 - fs * (1.0 - f)))));
-    const uint8_t rows[6][3] = {{v, t, p}, {q, v, p}, {p, v, t}, {p, q, v}, {t, p, v}, {v, p, q}};
-    std::memcpy(out, rows[i % 6], 3);
+    const float f = tables.remainder[h], fs = tables.saturation[s];
+    const double vf = static_cast<float>(v);
+    const uint8_t p = clip8(round_positive(vf * (1.0 - fs)));
+    const uint8_t q = clip8(round_positive(vf * (1.0 - fs * f)));
+    const uint8_t t = clip8(round_positive(vf * (1.0 - fs * (1.0 - f))));
+    switch (tables.sector[h] % 6) {
+        case 0: out[0] = v; out[1] = t; out[2] = p; break;
+        case 1: out[0] = q; out[1] = v; out[2] = p; break;
+        case 2: out[0] = p; out[1] = v; out[2] = t; break;
+        case 3: out[0] = p; out[1] = q; out[2] = v; break;
+        case 4: out[0] = t; out[1] = p; out[2] = v; break;
+        default: out[0] = v; out[1] = p; out[2] = q; break;
+    }
 }
 
 void hue(uint8_t *image, size_t pixels, float factor) {
     // int(factor * 255) mod 256: torchvision's np.uint8(factor * 255) as x86 casts it.
     const int shift = ((static_cast<int>(static_cast<double>(factor) * 255.0) % 256) + 256) % 256;
+    const Quotients &table = quotients();
+    const HsvTables &tables = hsv_tables();
     for (size_t i = 0; i < pixels; ++i) {
         uint8_t hsv[3];
-        rgb_to_hsv(image + 3 * i, hsv);
+        rgb_to_hsv(image + 3 * i, hsv, table);
         hsv[0] = static_cast<uint8_t>(hsv[0] + shift);
-        hsv_to_rgb(hsv, image + 3 * i);
+        hsv_to_rgb(hsv, image + 3 * i, tables);
     }
 }
 
@@ -222,6 +278,22 @@ void apply_step(uint8_t *image, int height, int width, int32_t code, const float
 }
 
 }  // namespace
+
+namespace pixel {
+
+template <bool kInside>
+void blend_rows_with(const uint8_t *degenerate, const uint8_t *image, uint8_t *out, size_t n,
+                     float alpha) {
+    for (size_t i = 0; i < n; ++i) out[i] = blend_fast<kInside>(degenerate[i], image[i], alpha);
+}
+
+void blend_rows(const uint8_t *degenerate, const uint8_t *image, uint8_t *out, size_t n,
+                float alpha) {
+    if (alpha >= 0.0f && alpha <= 1.0f) blend_rows_with<true>(degenerate, image, out, n, alpha);
+    else blend_rows_with<false>(degenerate, image, out, n, alpha);
+}
+
+}  // namespace pixel
 
 void apply_pixel_program(uint8_t *image, int height, int width, const int32_t *codes,
                          const float *params, int n_ops, PixelScratch &scratch) {

@@ -4,6 +4,8 @@
 // types and rounding), so the bytes match Pillow's.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "pixel_ops.h"
@@ -18,6 +20,18 @@ inline uint8_t blend_byte(int degenerate, int value, float alpha) {
     if (temp >= 255.0f) return 255;
     return static_cast<uint8_t>(temp);
 }
+
+// blend_byte with the alpha test hoisted out of a loop: kInside when 0 <= alpha <= 1.
+template <bool kInside>
+inline uint8_t blend_fast(int degenerate, int value, float alpha) {
+    const float temp = static_cast<float>(degenerate) + alpha * static_cast<float>(value - degenerate);
+    if (kInside) return static_cast<uint8_t>(temp);
+    return static_cast<uint8_t>(std::clamp(temp, 0.0f, 255.0f));  // <= 0 -> 0, >= 255 -> 255
+}
+
+// out[i] = blend(degenerate[i], image[i], alpha) over n bytes (out may be image).
+void blend_rows(const uint8_t *degenerate, const uint8_t *image, uint8_t *out, size_t n,
+                float alpha);
 
 // convert("L"): ITU-R 601-2 luma in 16-bit fixed point, as Pillow's L24.
 inline uint8_t luma(const uint8_t *rgb) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "pixel_ops_internal.h"
 
@@ -37,28 +38,56 @@ BoxLine box_line(float float_radius) {
     return line;
 }
 
-// ImagingLineBoxBlur on one line of n RGB pixels, `in` to `out` (distinct buffers).
+// One box pass along a line of n RGB pixels, `in` to `out` (distinct). BoxBlur.c's three
+// regions read pixels at indices clamped to the line, so the window is written with clamps:
+// acc = sum in[x-r .. x+r], out = (acc*ww + (in[x-r-1] + in[x+r+1])*fw + 2^23) >> 24.
 void blur_line(const uint8_t *in, uint8_t *out, int n, const BoxLine &box) {
     const int r = box.radius, last = n - 1;
-    const int edge_a = std::min(r + 1, n), edge_b = std::max(n - r - 1, 0);
-    for (int c = 0; c < 3; ++c) {
-        auto at = [&](int x) -> uint32_t { return in[3 * x + c]; };
-        uint32_t acc = at(0) * static_cast<uint32_t>(r + 1);
-        for (int x = 0; x < edge_a - 1; ++x) acc += at(x);
-        acc += at(last) * static_cast<uint32_t>(r - edge_a + 1);
-        auto emit = [&](int x, int sub, int add, int far_left, int far_right) {
-            acc += at(add) - at(sub);
-            const uint32_t bulk = acc * box.ww + (at(far_left) + at(far_right)) * box.fw;
+    uint32_t acc[3] = {0, 0, 0};
+    for (int j = -r - 1; j <= r - 1; ++j) {
+        const uint8_t *px = in + 3 * std::clamp(j, 0, last);
+        acc[0] += px[0];
+        acc[1] += px[1];
+        acc[2] += px[2];
+    }
+    const uint32_t ww = box.ww, fw = box.fw;
+    auto emit = [&](int x, int sub, int add, int far) {
+        for (int c = 0; c < 3; ++c) {
+            const uint32_t gone = in[3 * sub + c];
+            acc[c] += in[3 * add + c] - gone;
+            const uint32_t bulk = acc[c] * ww + (gone + in[3 * far + c]) * fw;
             out[3 * x + c] = static_cast<uint8_t>((bulk + (1u << 23)) >> 24);
-        };
-        if (edge_a <= edge_b) {
-            for (int x = 0; x < edge_a; ++x) emit(x, 0, x + r, 0, x + r + 1);
-            for (int x = edge_a; x < edge_b; ++x) emit(x, x - r - 1, x + r, x - r - 1, x + r + 1);
-            for (int x = edge_b; x <= last; ++x) emit(x, x - r - 1, last, x - r - 1, last);
-        } else {
-            for (int x = 0; x < edge_b; ++x) emit(x, 0, x + r, 0, x + r + 1);
-            for (int x = edge_b; x < edge_a; ++x) emit(x, 0, last, 0, last);
-            for (int x = edge_a; x <= last; ++x) emit(x, x - r - 1, last, x - r - 1, last);
+        }
+    };
+    // The clamps bind only near the ends: the middle runs without them.
+    const int head = std::min(r + 1, n), tail = std::max(head, n - r - 1);
+    for (int x = 0; x < head; ++x)
+        emit(x, std::max(x - r - 1, 0), std::min(x + r, last), std::min(x + r + 1, last));
+    for (int x = head; x < tail; ++x) emit(x, x - r - 1, x + r, x + r + 1);
+    for (int x = tail; x < n; ++x)
+        emit(x, std::max(x - r - 1, 0), std::min(x + r, last), std::min(x + r + 1, last));
+}
+
+// The same pass down the columns of a height x `row` byte image, a whole row at a time (the
+// inner loops run along the row, so they vectorise); `acc` holds `row` sums.
+void blur_columns(const uint8_t *in, uint8_t *out, int height, size_t row, const BoxLine &box,
+                  uint32_t *acc) {
+    const int r = box.radius, last = height - 1;
+    std::fill(acc, acc + row, 0u);
+    for (int j = -r - 1; j <= r - 1; ++j) {
+        const uint8_t *line = in + row * std::clamp(j, 0, last);
+        for (size_t i = 0; i < row; ++i) acc[i] += line[i];
+    }
+    const uint32_t ww = box.ww, fw = box.fw;
+    for (int y = 0; y < height; ++y) {
+        const uint8_t *sub = in + row * std::max(y - r - 1, 0);
+        const uint8_t *add = in + row * std::min(y + r, last);
+        const uint8_t *far = in + row * std::min(y + r + 1, last);
+        uint8_t *dst = out + row * y;
+        for (size_t i = 0; i < row; ++i) {
+            acc[i] += static_cast<uint32_t>(add[i]) - sub[i];
+            const uint32_t bulk = acc[i] * ww + (static_cast<uint32_t>(sub[i]) + far[i]) * fw;
+            dst[i] = static_cast<uint8_t>((bulk + (1u << 23)) >> 24);
         }
     }
 }
@@ -74,40 +103,39 @@ void blur_rows(uint8_t *image, int rows, int n, const BoxLine &box, uint8_t *lin
     }
 }
 
-void transpose(const uint8_t *in, uint8_t *out, int height, int width) {
-    for (int y = 0; y < height; ++y) {
-        for (int x = 0; x < width; ++x) {
-            std::memcpy(out + (static_cast<size_t>(x) * height + y) * 3,
-                        in + (static_cast<size_t>(y) * width + x) * 3, 3);
-        }
-    }
-}
-
 }  // namespace
 
 void gaussian_blur(uint8_t *image, int height, int width, float radius, PixelScratch &scratch) {
     if (!(radius > 0.0f)) return;  // Pillow: radius 0 is a copy
     const BoxLine box = box_line(box_radius(radius));
-    const size_t bytes = static_cast<size_t>(height) * width * 3;
+    const size_t row = static_cast<size_t>(width) * 3, bytes = row * height;
     scratch.copy.resize(bytes);
-    scratch.plane.resize(static_cast<size_t>(std::max(height, width)) * 3);
+    scratch.plane.resize(row);
+    scratch.line.resize(row);
     blur_rows(image, height, width, box, scratch.plane.data());
-    transpose(image, scratch.copy.data(), height, width);
-    blur_rows(scratch.copy.data(), width, height, box, scratch.plane.data());
-    transpose(scratch.copy.data(), image, width, height);
+    // Pillow blurs the columns on a transposed copy; the column sums kept a row at a time are
+    // the same arithmetic. Passes alternate image -> copy -> image -> copy; the last comes back.
+    uint8_t *from = image, *to = scratch.copy.data();
+    for (int pass = 0; pass < kPasses; ++pass) {
+        blur_columns(from, to, height, row, box, scratch.line.data());
+        std::swap(from, to);
+    }
+    if (from != image) std::memcpy(image, from, bytes);
 }
 
 void sharpness(uint8_t *image, int height, int width, float factor, PixelScratch &scratch) {
     if (height < 3 || width < 3) return;  // Pillow's filter copies images under its kernel
     const size_t row_bytes = static_cast<size_t>(width) * 3;
     scratch.copy.assign(image, image + row_bytes * height);
+    scratch.plane.resize(row_bytes);
     const uint8_t *src = scratch.copy.data();
-    // ImageFilter.SMOOTH: (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, +0.5, truncated; borders kept.
+    uint8_t *smooth = scratch.plane.data();
+    // ImageFilter.SMOOTH: (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, +0.5, truncated; borders kept
+    // (a border pixel blends with itself). The sums keep Filter.c's order: row below, row, above.
     const float k1 = static_cast<float>(1.0 / 13.0), k5 = static_cast<float>(5.0 / 13.0);
     for (int y = 1; y < height - 1; ++y) {
         const uint8_t *up = src + (y - 1) * row_bytes, *mid = src + y * row_bytes;
         const uint8_t *down = src + (y + 1) * row_bytes;
-        uint8_t *out = image + y * row_bytes;
         for (size_t i = 3; i < row_bytes - 3; ++i) {
             float ss = 0.5f;
             ss += static_cast<float>(down[i - 3]) * k1 + static_cast<float>(down[i]) * k1 +
@@ -116,10 +144,10 @@ void sharpness(uint8_t *image, int height, int width, float factor, PixelScratch
                   static_cast<float>(mid[i + 3]) * k1;
             ss += static_cast<float>(up[i - 3]) * k1 + static_cast<float>(up[i]) * k1 +
                   static_cast<float>(up[i + 3]) * k1;
-            ss = ss < 0.0f ? 0.0f : (ss > 255.0f ? 255.0f : ss);
-            // Blend(degenerate = smoothed, image, factor).
-            out[i] = blend_byte(static_cast<uint8_t>(ss), mid[i], factor);
+            smooth[i] = static_cast<uint8_t>(std::clamp(ss, 0.0f, 255.0f));
         }
+        uint8_t *out = image + y * row_bytes;
+        blend_rows(smooth + 3, mid + 3, out + 3, row_bytes - 6, factor);
     }
 }
 

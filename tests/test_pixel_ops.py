@@ -1,121 +1,29 @@
 """Each pixel op against Pillow's own functions at fixed parameters (torchvision's PIL path,
-written out here), through the reference and natively; native == reference on 1 and 2 threads."""
+written out in pixel_cases.py), through the reference and natively; native == reference on 1 and
+2 threads; the batch checks."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import pytest
-from PIL import Image, ImageEnhance, ImageFilter, ImageOps
+from PIL import Image
 
 from fastloader.decode import pixels as P
 from fastloader.decode.pixels import codes as C
-from imagegen import photo_like
-
-
-def _images() -> dict[str, np.ndarray]:
-    ramp = np.linspace(0, 255, 64, dtype=np.float32)
-    gradient = np.stack([ramp[None, :].repeat(48, 0), ramp[:48, None].repeat(64, 1),
-                         255 - ramp[None, :].repeat(48, 0)], axis=2).astype(np.uint8)
-    return {"photo": photo_like(57, 83, 1), "square": photo_like(64, 64, 2),
-            "flat": np.full((40, 50, 3), 97, np.uint8), "gradient": gradient}
-
-
-IMAGES = _images()
-
-
-def _tv_inverse_affine(center: tuple[float, float], angle: float, translate: tuple[float, float],
-                       shear: tuple[float, float]) -> list[float]:
-    """torchvision.transforms.functional._get_inverse_affine_matrix at scale 1."""
-    rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
-    a = math.cos(rot - sy) / math.cos(sy)
-    b = -math.cos(rot - sy) * math.tan(sx) / math.cos(sy) - math.sin(rot)
-    c = math.sin(rot - sy) / math.cos(sy)
-    d = -math.sin(rot - sy) * math.tan(sx) / math.cos(sy) + math.cos(rot)
-    matrix = [d, -b, 0.0, -c, a, 0.0]
-    cx, cy = center
-    matrix[2] += matrix[0] * (-cx - translate[0]) + matrix[1] * (-cy - translate[1])
-    matrix[5] += matrix[3] * (-cx - translate[0]) + matrix[4] * (-cy - translate[1])
-    matrix[2] += cx
-    matrix[5] += cy
-    return matrix
-
-
-def _tv_affine(im: Image.Image, translate: tuple[float, float], shear: tuple[float, float],
-               center: tuple[float, float] | None) -> Image.Image:
-    """torchvision's F.affine on a PIL image (NEAREST, fill None -> 0)."""
-    if center is None:
-        center = (im.width * 0.5, im.height * 0.5)
-    matrix = _tv_inverse_affine(center, 0.0, translate, shear)
-    return im.transform(im.size, Image.AFFINE, matrix, Image.NEAREST, fillcolor=(0, 0, 0))
-
-
-def _tv_hue(im: Image.Image, factor: float) -> Image.Image:
-    """torchvision's adjust_hue (PIL): the uint8 hue wrap done by astype (np.uint8() of a
-    negative float refuses on numpy 2)."""
-    h, s, v = im.convert("HSV").split()
-    np_h = np.array(h, dtype=np.uint8)
-    with np.errstate(over="ignore", invalid="ignore"):
-        np_h += np.array(factor * 255).astype(np.uint8)
-    return Image.merge("HSV", (Image.fromarray(np_h, "L"), s, v)).convert("RGB")
-
-
-def _erase(im: Image.Image) -> Image.Image:
-    array = np.array(im)
-    array[5:25, 7:30] = (124, 116, 104)
-    return Image.fromarray(array)
-
-
-Case = tuple[str, int, list[float], Callable[[Image.Image, float], Image.Image], float]
-CASES: list[Case] = [
-    ("brightness", C.BRIGHTNESS, [0.6, 1.4],
-     lambda im, f: ImageEnhance.Brightness(im).enhance(f), 1),
-    ("contrast", C.CONTRAST, [0.5, 1.6], lambda im, f: ImageEnhance.Contrast(im).enhance(f), 1),
-    ("saturation", C.SATURATION, [0.0, 1.7], lambda im, f: ImageEnhance.Color(im).enhance(f), 1),
-    ("sharpness", C.SHARPNESS, [0.1, 1.9],
-     lambda im, f: ImageEnhance.Sharpness(im).enhance(f), 1),
-    ("hue", C.HUE, [0.1, -0.07, 0.5], _tv_hue, 2),
-    ("grayscale", C.GRAYSCALE, [0.0], lambda im, f: im.convert("L").convert("RGB"), 1),
-    ("blur", C.BLUR, [0.1, 1.3, 2.0, 9.0],
-     lambda im, f: im.filter(ImageFilter.GaussianBlur(radius=f)), 2),
-    ("solarize", C.SOLARIZE, [128.0, 50.5], lambda im, f: ImageOps.solarize(im, f), 1),
-    ("posterize", C.POSTERIZE, [1.0, 4.0, 8.0], lambda im, f: ImageOps.posterize(im, int(f)), 1),
-    ("autocontrast", C.AUTOCONTRAST, [0.0], lambda im, f: ImageOps.autocontrast(im), 1),
-    ("equalize", C.EQUALIZE, [0.0], lambda im, f: ImageOps.equalize(im), 1),
-    ("invert", C.INVERT, [0.0], lambda im, f: ImageOps.invert(im), 1),
-    ("shear_x", C.SHEAR_X, [0.3, -0.99],
-     lambda im, f: _tv_affine(im, (0, 0), (math.degrees(math.atan(f)), 0.0), (0.0, 0.0)), 1),
-    ("shear_y", C.SHEAR_Y, [0.17, -0.5],
-     lambda im, f: _tv_affine(im, (0, 0), (0.0, math.degrees(math.atan(f))), (0.0, 0.0)), 1),
-    ("translate_x", C.TRANSLATE_X, [14.0, -32.0],
-     lambda im, f: _tv_affine(im, (int(f), 0), (0.0, 0.0), None), 1),
-    ("translate_y", C.TRANSLATE_Y, [9.0, -20.0],
-     lambda im, f: _tv_affine(im, (0, int(f)), (0.0, 0.0), None), 1),
-    ("rotate", C.ROTATE, [30.0, -17.5, 90.0, -90.0, 135.0, 180.0],
-     lambda im, f: im.rotate(f, Image.NEAREST, fillcolor=(0, 0, 0)), 1),
-]
-PARAMS = [pytest.param(code, value, pillow, tol, name, id=f"{case}-{value}-{name}")
-          for case, code, values, pillow, tol in CASES for value in values for name in IMAGES]
-
-
-def _program(code: int, value: float, n: int = 1) -> P.PixelProgram:
-    codes = np.full((n, 1), code, np.int32)
-    params = np.zeros((n, 1, 8), np.float32)
-    params[:, 0, 0] = value
-    if code == C.ERASE:
-        params[:, 0, :7] = (5, 7, 20, 23, 124, 116, 104)
-    return P.PixelProgram(codes, params)
-
-
-def _expected(image: np.ndarray, pillow: Callable[[Image.Image, float], Image.Image],
-              value: float) -> np.ndarray:
-    return np.asarray(pillow(Image.fromarray(image), float(np.float32(value))))
-
-
-def _mae(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean())
+from pixel_cases import (
+    ALL_OPS,
+    EXACT_PARAMS,
+    IMAGES,
+    PARAMS,
+    batch_of,
+    erase_box,
+    expected,
+    mae,
+    program_of,
+    tolerance,
+)
 
 
 @pytest.mark.native_neutral
@@ -123,8 +31,8 @@ def _mae(a: np.ndarray, b: np.ndarray) -> float:
 def test_reference_matches_pillow(code: int, value: float, pillow: Callable, tol: float,
                                   name: str) -> None:
     batch = IMAGES[name][None].copy()
-    P.apply_program_reference(batch, _program(code, value))
-    assert _mae(batch[0], _expected(IMAGES[name], pillow, value)) <= tol
+    P.apply_program_reference(batch, program_of(code, value))
+    assert mae(batch[0], expected(IMAGES[name], pillow, value)) <= tol
 
 
 @pytest.mark.native
@@ -135,28 +43,30 @@ def test_native_matches_pillow(code: int, value: float, pillow: Callable, tol: f
 
     core = _native.require_native()
     batch = IMAGES[name][None].copy()
-    program = _program(code, value)
+    program = program_of(code, value)
     core.apply_pixel_program(batch, program.codes, program.params, 1)
-    assert _mae(batch[0], _expected(IMAGES[name], pillow, value)) <= tol
+    assert mae(batch[0], expected(IMAGES[name], pillow, value)) <= tol
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("code, value, pillow, tol, name", EXACT_PARAMS)
+def test_native_integer_ops_equal_pillow_to_the_byte(code: int, value: float, pillow: Callable,
+                                                     tol: float, name: str) -> None:
+    from fastloader.decode import _native
+
+    core = _native.require_native()
+    batch = IMAGES[name][None].copy()
+    program = program_of(code, value)
+    core.apply_pixel_program(batch, program.codes, program.params, 1)
+    assert np.array_equal(batch[0], expected(IMAGES[name], pillow, value))
 
 
 @pytest.mark.native_neutral
 @pytest.mark.parametrize("name", list(IMAGES))
 def test_erase_fills_the_box_with_value_levels(name: str) -> None:
     batch = IMAGES[name][None].copy()
-    P.apply_program_reference(batch, _program(C.ERASE, 0.0))
-    assert np.array_equal(batch[0], np.asarray(_erase(Image.fromarray(IMAGES[name]))))
-
-
-ALL_OPS = [P.ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8), P.RandomGrayscale(0.2),
-           P.GaussianBlur(sigma=(0.1, 2.0), p=0.5), P.RandomSolarize(128, p=0.2),
-           P.RandomPosterize(3), P.RandomAutocontrast(), P.RandomEqualize(),
-           P.RandomErasing(value=(124, 116, 104)), P.TrivialAugmentWide(), P.RandAugment(),
-           P.AutoAugment()]
-
-
-def _batch(n: int, height: int, width: int) -> np.ndarray:
-    return np.stack([photo_like(height, width, 10 + i) for i in range(n)])
+    P.apply_program_reference(batch, program_of(C.ERASE, 0.0))
+    assert np.array_equal(batch[0], np.asarray(erase_box(Image.fromarray(IMAGES[name]))))
 
 
 @pytest.mark.native
@@ -165,16 +75,14 @@ def test_native_equals_reference_on_drawn_programs(threads: int) -> None:
     from fastloader.decode import _native
 
     core = _native.require_native()
-    images = _batch(24, 40, 52)
+    images = batch_of(24, 40, 52)
     program = P.draw_program(ALL_OPS, seed=3, epoch=1, keys=np.arange(24), view=0,
                              height=40, width=52)
     native, reference = images.copy(), images.copy()
     core.apply_pixel_program(native, program.codes, program.params, threads)
     P.apply_program_reference(reference, program)
     for index in range(24):  # within a level a sample (2 where it took a blur or a hue step)
-        row = program.codes[index]
-        tol = 2 if np.isin(row, (C.BLUR, C.HUE)).any() else 1
-        assert _mae(native[index], reference[index]) <= tol, (index, row)
+        assert mae(native[index], reference[index]) <= tolerance(program.codes[index]), index
 
 
 @pytest.mark.native
@@ -182,9 +90,12 @@ def test_native_thread_counts_agree_to_the_byte() -> None:
     from fastloader.decode import _native
 
     core = _native.require_native()
-    images = _batch(16, 33, 47)
-    program = P.draw_program(ALL_OPS, seed=5, epoch=0, keys=np.arange(16) * 7, view=1,
-                             height=33, width=47)
+    # Many samples, each taking the ops that use the thread's scratch (blur, geometry): a
+    # scratch shared between threads shows as differing bytes.
+    ops = [*ALL_OPS, P.GaussianBlur(sigma=(1.0, 3.0)), P.TrivialAugmentWide()]
+    images = batch_of(96, 64, 72)
+    program = P.draw_program(ops, seed=5, epoch=0, keys=np.arange(96) * 7, view=1,
+                             height=64, width=72)
     one, two = images.copy(), images.copy()
     core.apply_pixel_program(one, program.codes, program.params, 1)
     core.apply_pixel_program(two, program.codes, program.params, 2)
@@ -208,22 +119,22 @@ def test_native_tiny_images_equal_the_reference(shape: tuple[int, int]) -> None:
     program = P.PixelProgram(codes, params)
     core.apply_pixel_program(native, codes, params, 2)
     P.apply_program_reference(reference, program)
-    assert _mae(native, reference) <= 2
+    assert mae(native, reference) <= 2
 
 
 def test_apply_program_runs_the_program_in_place() -> None:
-    images = _batch(6, 30, 30)
+    images = batch_of(6, 30, 30)
     program = P.draw_program(ALL_OPS, seed=1, epoch=2, keys=np.arange(6), view=0,
                              height=30, width=30)
     expected = P.apply_program_reference(images.copy(), program)
     out = P.apply_program(images, program, num_threads=2)
     assert out is images
-    assert _mae(images, expected) <= 2
+    assert mae(images, expected) <= 2
 
 
 @pytest.mark.native_neutral
 def test_apply_program_reference_refuses_bad_batches() -> None:
-    program = _program(C.INVERT, 0.0, n=2)
+    program = program_of(C.INVERT, 0.0, n=2)
     with pytest.raises(ValueError, match="images"):
         P.apply_program_reference(np.zeros((2, 4, 4, 4), np.uint8), program)
     with pytest.raises(ValueError, match="images"):

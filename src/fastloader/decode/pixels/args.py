@@ -108,9 +108,10 @@ def fill_value(value: object) -> tuple[int, int, int]:
         raise invalid_argument("value", value, "must have 1 or 3 levels", fix)
     out = []
     for level in levels:
-        if not is_number(level) or float(level) != int(level):  # type: ignore[arg-type]
+        if isinstance(level, (bool, np.bool_)) or not isinstance(
+                level, (int, float, np.integer, np.floating)) or float(level) != int(level):
             raise invalid_type("value", value, "an int level 0..255 or an (R, G, B) triple")
-        if not 0 <= int(level) <= 255:  # type: ignore[call-overload]
+        if not 0 <= int(level) <= 255:
             raise invalid_argument("value", value, "levels must be in 0..255", fix)
-        out.append(int(level))  # type: ignore[call-overload]
+        out.append(int(level))
     return out[0], out[1], out[2]

@@ -50,6 +50,13 @@ class Draws:
             bits = _mix(self._base + _word(self._offset + counter) * _GOLDEN)
         return (bits >> np.uint64(11)).astype(np.float64) * _TO_UNIT
 
+    def block(self, first: int, count: int) -> np.ndarray:
+        """Draws first, first + 1, ... (count of them) at once: float64 [count, N]."""
+        counters = np.arange(first, first + count, dtype=np.uint64)[:, None]
+        with np.errstate(over="ignore"):
+            bits = _mix(self._base[None, :] + (counters + np.uint64(self._offset)) * _GOLDEN)
+        return (bits >> np.uint64(11)).astype(np.float64) * _TO_UNIT
+
     def integers(self, counter: int, high: int) -> np.ndarray:
         """Integers in [0, high), one a sample (int64)."""
         return np.minimum((self.uniform(counter) * high).astype(np.int64), high - 1)

@@ -63,13 +63,13 @@ class ColorJitter(PixelTransform):
         n = draws.size
         codes, params = new_steps(n, 4)
         apply = draws.uniform(0) < self.p
-        order = np.argsort(np.stack([draws.uniform(1 + i) for i in range(4)], axis=1), axis=1)
+        order = np.argsort(draws.block(1, 4).T, axis=1)
         ranges = (self.brightness, self.contrast, self.saturation, self.hue)
         enabled = np.array([r is not None for r in ranges])
         factors = np.zeros((n, 4))
-        for which, bounds in enumerate(ranges):
+        for column, bounds in enumerate(ranges):
             if bounds is not None:
-                factors[:, which] = draws.between(5 + which, *bounds)
+                factors[:, column] = draws.between(5 + column, *bounds)
         rows = np.arange(n)
         for position in range(4):
             which = order[:, position]
@@ -184,14 +184,15 @@ class RandomErasing(PixelTransform):
         found = np.zeros(n, bool)
         box = np.zeros((n, 4))
         logs = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        tries = draws.block(1, 40).reshape(10, 4, n)  # try t: area, aspect, top, left
         for attempt in range(10):
-            base = 1 + 4 * attempt
-            area = height * width * draws.between(base, *self.scale)
-            aspect = np.exp(draws.between(base + 1, *logs))
+            u_area, u_aspect, u_top, u_left = tries[attempt]
+            area = height * width * (self.scale[0] + u_area * (self.scale[1] - self.scale[0]))
+            aspect = np.exp(logs[0] + u_aspect * (logs[1] - logs[0]))
             box_h, box_w = np.round(np.sqrt(area * aspect)), np.round(np.sqrt(area / aspect))
             fits = ~found & (box_h < height) & (box_w < width)
-            top = np.floor(draws.uniform(base + 2) * (height - box_h + 1))
-            left = np.floor(draws.uniform(base + 3) * (width - box_w + 1))
+            top = np.floor(u_top * (height - box_h + 1))
+            left = np.floor(u_left * (width - box_w + 1))
             box[fits] = np.stack([top, left, box_h, box_w], axis=1)[fits]
             found |= fits
         codes, params = new_steps(n, 1)

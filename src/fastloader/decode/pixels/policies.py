@@ -92,4 +92,4 @@ class AutoAugment(PixelTransform):
 
 def _op_row(op: tuple[str, float, int | None]) -> int:
     """The row of op's name in AutoAugment's space (its names never depend on the size)."""
-    return space.auto_augment(1, 1).names.index(op[0])
+    return space.auto_augment(224, 224).names.index(op[0])

@@ -37,6 +37,11 @@ def _erase(im: Image.Image, p: np.ndarray) -> Image.Image:
     return im
 
 
+def _solarize(im: Image.Image, threshold: float) -> Image.Image:
+    # A float threshold, as torchvision passes its magnitudes (Pillow only compares with it).
+    return ImageOps.solarize(im, threshold=threshold)  # type: ignore[arg-type]
+
+
 def _geometric(im: Image.Image, code: int, p0: float) -> Image.Image:
     if code == C.ROTATE:
         return im.rotate(p0, Image.Resampling.NEAREST, expand=False, fillcolor=_BLACK)
@@ -54,7 +59,7 @@ _STEPS: dict[int, _Step] = {
     C.HUE: lambda im, p: _hue(im, float(p[0])),
     C.GRAYSCALE: lambda im, p: im.convert("L").convert("RGB"),
     C.BLUR: lambda im, p: im.filter(ImageFilter.GaussianBlur(radius=float(p[0]))),
-    C.SOLARIZE: lambda im, p: ImageOps.solarize(im, threshold=float(p[0])),
+    C.SOLARIZE: lambda im, p: _solarize(im, float(p[0])),
     C.POSTERIZE: lambda im, p: ImageOps.posterize(im, int(p[0])),
     C.AUTOCONTRAST: lambda im, p: ImageOps.autocontrast(im),
     C.EQUALIZE: lambda im, p: ImageOps.equalize(im),
