@@ -222,6 +222,21 @@ int column_pad(j_decompress_ptr cinfo, int denom) {
     return kColumnPad + 2 * cinfo->max_h_samp_factor * (DCTSIZE / denom);
 }
 
+// Decodes only the scaled columns [first, end) of the started decompressor (and a pad): libjpeg
+// widens the window to iMCU boundaries; returns its first column. Two spare columns each side:
+// fancy upsampling treats the window's edges as image edges, so without them the crop's
+// first/last column would differ from a full decode.
+int crop_columns(j_decompress_ptr cinfo, int first, int end, int denom) {
+    const int pad = column_pad(cinfo, denom);
+    const int pad_first = std::max(0, first - pad);
+    const int pad_end = std::min(static_cast<int>(cinfo->output_width), end + pad);
+    JDIMENSION xoffset = static_cast<JDIMENSION>(pad_first);
+    JDIMENSION width = static_cast<JDIMENSION>(pad_end - pad_first);
+    if (width >= cinfo->output_width || !crops_columns_right(cinfo)) return 0;
+    jpeg_crop_scanline(cinfo, &xoffset, &width);
+    return static_cast<int>(xoffset);
+}
+
 // Must not own C++ objects with destructors: libjpeg errors longjmp straight out of it.
 // out is the stored-orientation target (orientation.h's stored_target); asked is a box of the
 // image as `orientation` shows it.
@@ -246,19 +261,7 @@ void decode_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, const
                    ys.lo - ys.first, ys.hi - ys.first,
                    ResizeTarget{out.data, out.height, out.width, out.row_stride, out.flip});
 
-    // Only the crop's columns: libjpeg widens the window to iMCU boundaries and says where.
-    // Two spare columns each side: fancy upsampling treats the window's edges as image edges,
-    // so without them the crop's first/last column would differ from a full decode.
-    const int pad = column_pad(cinfo, denom);
-    const int pad_first = std::max(0, xs.first - pad);
-    const int pad_end = std::min(static_cast<int>(cinfo->output_width), xs.end + pad);
-    JDIMENSION xoffset = static_cast<JDIMENSION>(pad_first);
-    JDIMENSION width = static_cast<JDIMENSION>(pad_end - pad_first);
-    if (width < cinfo->output_width && crops_columns_right(cinfo))
-        jpeg_crop_scanline(cinfo, &xoffset, &width);
-    else
-        xoffset = 0;
-    const int col0 = xs.first - static_cast<int>(xoffset);
+    const int col0 = xs.first - crop_columns(cinfo, xs.first, xs.end, denom);
 
     // Rows above the crop are entropy-decoded but not IDCT'd, colour-converted or upsampled.
     const int row_begin = ys.first + s.resizer.first_row();
@@ -295,19 +298,11 @@ void region_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, Regio
                    static_cast<float>(region.height),
                    ResizeTarget{region.pixels.data(), region.height, region.width,
                                 static_cast<std::ptrdiff_t>(region.width) * 3, false});
-    const int pad = column_pad(cinfo, region.denom);  // as decode_body: the window's edges decode as whole
-    const int pad_first = std::max(0, region.x0 - pad);
-    const int pad_end = std::min(static_cast<int>(cinfo->output_width), region.x0 + region.width + pad);
-    JDIMENSION xoffset = static_cast<JDIMENSION>(pad_first);
-    JDIMENSION width = static_cast<JDIMENSION>(pad_end - pad_first);
-    if (width < cinfo->output_width && crops_columns_right(cinfo))
-        jpeg_crop_scanline(cinfo, &xoffset, &width);
-    else
-        xoffset = 0;
+    const int col0 = region.x0 - crop_columns(cinfo, region.x0, region.x0 + region.width, region.denom);
     if (region.y0 > 0 &&
         jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(region.y0)) != static_cast<JDIMENSION>(region.y0))
         fail(cinfo, "libjpeg could not skip to the region's first row");
-    read_and_resample(cinfo, region.x0 - static_cast<int>(xoffset), region.y0, region.y0 + region.height, s);
+    read_and_resample(cinfo, col0, region.y0, region.y0 + region.height, s);
     jpeg_abort_decompress(cinfo);
 }
 
