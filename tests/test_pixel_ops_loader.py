@@ -13,15 +13,9 @@ import pytest
 import torch
 
 import fastloader
+from fastloader import ColorJitter, RandomErasing, RandomGrayscale, TrivialAugmentWide
 from fastloader.decode.augment import RandomHorizontalFlip, RandomResizedCrop
-from fastloader.decode.pixels import (
-    ColorJitter,
-    RandomErasing,
-    RandomGrayscale,
-    TrivialAugmentWide,
-    apply_program_reference,
-    draw_program,
-)
+from fastloader.decode.pixels import apply_program_reference, draw_program
 from fastloader.gpu.pixel_ops import GpuMixUp
 from fastloader.loader.loader import FastLoader
 from helpers import BAD, MEAN, STD, damaged

@@ -14,17 +14,17 @@ import torch
 from PIL import Image
 
 import fastloader
+from fastloader import (
+    ColorJitter,
+    RandAugment,
+    RandomGrayscale,
+    TrivialAugmentWide,
+)
 from fastloader.decode.augment import (
     CenterCrop,
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
-)
-from fastloader.decode.pixels import (
-    ColorJitter,
-    RandAugment,
-    RandomGrayscale,
-    TrivialAugmentWide,
 )
 from fastloader.loader.factory.pass_dataset import batch_rows, collate_rows
 from fastloader.loader.loader import FastLoader

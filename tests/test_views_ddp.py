@@ -22,8 +22,14 @@ pytestmark = pytest.mark.heavy
 
 
 def _views() -> list[Any]:
-    from fastloader import RandomHorizontalFlip, RandomResizedCrop, View
-    from fastloader.decode.pixels import ColorJitter, GaussianBlur, RandomSolarize
+    from fastloader import (
+        ColorJitter,
+        GaussianBlur,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        RandomSolarize,
+        View,
+    )
 
     return [View([RandomResizedCrop(24), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.2, 0.1),
                   GaussianBlur(sigma=(0.1, 2.0), p=0.5)], count=2),

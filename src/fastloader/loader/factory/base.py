@@ -98,7 +98,7 @@ class FastLoader(LoaderInterface):
         transforms: CPU transforms fused into decode (RandomResizedCrop, Resize, CenterCrop,
             RandomHorizontalFlip; packed native/Pillow paths also ResizeFit, RandomIoUCrop);
             None needs images of one size. The packed path also takes pixel ops after them
-            (fastloader.decode.pixels: ColorJitter, GaussianBlur, TrivialAugmentWide, ...),
+            (fastloader.ColorJitter, GaussianBlur, TrivialAugmentWide, ...),
             each sample's drawn from (seed, epoch, sample, view) (docs/views.md).
         views: packed loader only: a list of fastloader.View(transforms, count); each batch
             then holds a list of image batches, one a view (each View's count in turn), in the
