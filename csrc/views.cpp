@@ -13,6 +13,10 @@
 namespace fl {
 namespace {
 
+// A region up to this size stays allocated between samples (a 3000 x 2000 image is 18 MB); a
+// rare larger one is freed, not kept by every pool thread.
+constexpr size_t kKeptRegionBytes = size_t(32) << 20;
+
 // The box of a view as a box of the stored pixels, or false (and why) when it leaves the image.
 bool stored_box(const ViewTarget &view, int stored_height, int stored_width, CropBox &stored, char *why,
                 size_t why_size) {
@@ -163,9 +167,11 @@ std::string decode_views_of(const Record &record, int count, const TileRef *tile
     for (int v = 0; v < count; ++v)
         if (views.views[v].out.height < 1 || views.views[v].out.width < 1) return "output size must be at least 1x1";
     views.stored.resize(static_cast<size_t>(count));
-    if (std::string why = decode_union(record, count, tile, options, scratch, views); !why.empty()) return why;
-    for (int v = 0; v < count; ++v) resize_view(views.region, views.stored[v], views.views[v].out, scratch);
-    return {};
+    std::string why = decode_union(record, count, tile, options, scratch, views);
+    if (why.empty())
+        for (int v = 0; v < count; ++v) resize_view(views.region, views.stored[v], views.views[v].out, scratch);
+    if (views.region.pixels.capacity() > kKeptRegionBytes) std::vector<uint8_t>().swap(views.region.pixels);
+    return why;
 }
 
 }  // namespace fl

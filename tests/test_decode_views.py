@@ -10,7 +10,7 @@ from PIL import Image
 
 from fastloader.decode.decode import BatchDecoder
 from imagegen import encode
-from jpeg_corpus import photo_jpeg
+from jpeg_corpus import corpus, photo_jpeg
 
 pytestmark = pytest.mark.wheel
 
@@ -289,3 +289,25 @@ def test_records_libjpeg_does_not_read_go_through_pillow() -> None:
     for v, (_, size) in enumerate(views):
         want, _ = alone(records, crops[:, v], flips[:, v], size, "auto")
         np.testing.assert_array_equal(outs[v], want)
+
+
+@pytest.mark.native
+def test_every_colour_space_subsampling_and_progression_matches_decode_into() -> None:
+    # CMYK, YCCK, grey, 4:4:4 / 4:2:2 / 4:2:0, progressive: the union's column window, pads and
+    # skipped rows must give each view decode_into's bytes (here every view's scale is 1/1 or
+    # the shared one: a 400 x 560 image, views to outputs small enough for 1/2 alone or not).
+    images = corpus(((400, 560),))
+    records = [im.data for im in images]
+    views = [((13, 17, 380, 530), (60, 80)),  # 1/2 alone: the shared scale
+             ((200, 301, 90, 70), (30, 30)),  # 1/1 alone
+             ((0, 0, 0, 0), (64, 90))]  # 1/2 alone
+    crops, flips = planned(len(records), views, seed=8)
+    outs, errors, _ = views_batch(records, crops, flips, [s for _, s in views], "native")
+    assert errors == [None] * len(records)
+    for v, (_, size) in enumerate(views):
+        want, _ = alone(records, crops[:, v], flips[:, v], size, "native")
+        for k, im in enumerate(images):
+            assert mae(outs[v][k], want[k]) <= 1.0, (im.name, v)
+    names = [im.name for im in images]
+    np.testing.assert_array_equal(outs[1], alone(records, crops[:, 1], flips[:, 1], (30, 30),
+                                                 "native")[0], err_msg=str(names))

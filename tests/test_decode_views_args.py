@@ -65,6 +65,7 @@ def program(rows: int, ops: int = 1) -> PixelProgram:
     ({"tiles": (np.zeros((N, 9)), np.zeros(0), np.zeros((N + 1, 2)))}, InvalidArgumentError,
      "tiles="),
     ({"records": b"one record"}, InvalidTypeError, "records must"),
+    ({"places": np.zeros((N, 4), np.int32)}, InvalidArgumentError, "ResizeFit"),
 ], ids=lambda value: None)
 def test_refused_naming_the_argument(overrides: dict[str, object], error: type[Exception],
                                      named: str) -> None:

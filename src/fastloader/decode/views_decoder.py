@@ -13,7 +13,7 @@ from fastloader.decode.batch_args import check_tiles, three
 from fastloader.decode.pixels import PixelProgram
 from fastloader.decode.views import ViewBatch, check_views
 from fastloader.decode.views_pillow import DecodeCount, decode_views_pillow
-from fastloader.errors import FastloaderError
+from fastloader.errors import FastloaderError, invalid_argument
 
 if TYPE_CHECKING:
     import torch
@@ -56,6 +56,7 @@ class ViewsDecoding:
         scale: npt.ArrayLike | None = None,
         shift: npt.ArrayLike | None = None,
         orientations: npt.ArrayLike | None = None,
+        places: npt.ArrayLike | None = None,
     ) -> list[str | None]:
         """Decode each record once and write V views of it: crops[k, v] resized to outs[v]'s
         H x W, mirrored if flips[k, v], programs[v] applied, made channel-first into planars[v].
@@ -87,6 +88,8 @@ class ViewsDecoding:
             shift: 3 floats, float32 planars only.
             orientations: N EXIF orientations (1..8; None: all 1), as decode_into's: every
                 view's box is a box of the turned image.
+            places: refused (only None): a view's crop fills its output, and a letterbox
+                (ResizeFit's places, decode_into's `places`) is not a view's.
 
         Returns:
             list: one entry per sample, None on success or the error message.
@@ -94,11 +97,17 @@ class ViewsDecoding:
         Raises:
             FastloaderError: the decoder was closed.
             InvalidArgumentError: shapes, lengths or dtypes disagree (crops' V against outs'),
-                there is no view, or two views' outputs share memory.
+                there is no view, two views' outputs share memory, or places are given.
             InvalidTypeError: records or outs is not a sequence, or an entry is not an array.
         """
         if self._closed:
             raise FastloaderError("this BatchDecoder was closed; create a new one")
+        if places is not None:
+            raise invalid_argument(
+                "places", "letterbox rectangles", "views do not letterbox (ResizeFit): each "
+                "view's crop fills its output", "Give the views crops that fill them "
+                "(RandomResizedCrop, Resize + CenterCrop), or decode a letterbox with "
+                "decode_into(places=).")
         batch = check_views(records, crops, flips, outs, planars, programs, scale, shift,
                             orientations)
         tile_arrays = check_tiles(tiles, len(records))
