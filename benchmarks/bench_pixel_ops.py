@@ -70,15 +70,19 @@ def timed(call: Callable[..., object], *args: object) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def paths(threads: int) -> dict[str, Callable[[np.ndarray, P.PixelProgram], object]]:
+def paths(threads: int, torch_cpu: bool) -> dict[str, Callable[[np.ndarray, P.PixelProgram],
+                                                                 object]]:
+    """The timed paths by name (the device path on the CPU device when torch_cpu)."""
     core = _native.require_native()
-    return {
+    ways: dict[str, Callable[[np.ndarray, P.PixelProgram], object]] = {
         "native 1 thread": lambda x, p: core.apply_pixel_program(x, p.codes, p.params, 1),
         f"native {threads} threads": lambda x, p: core.apply_pixel_program(
             x, p.codes, p.params, threads),
         "Pillow reference": P.apply_program_reference,
-        "torch, CPU device": lambda x, p: apply_program_torch(x, p),
     }
+    if torch_cpu:
+        ways["torch, CPU device"] = lambda x, p: apply_program_torch(x, p)
+    return ways
 
 
 def measure(args: argparse.Namespace, programs: dict[str, P.PixelProgram]
@@ -86,7 +90,7 @@ def measure(args: argparse.Namespace, programs: dict[str, P.PixelProgram]
     """ms per batch, for every (program, path), over interleaved rounds."""
     images = photo_batch(args.batch, args.size)
     nchw = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
-    ways = paths(args.threads)
+    ways = paths(args.threads, args.torch_cpu)
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for name, program in programs.items():
@@ -109,7 +113,7 @@ def run(args: argparse.Namespace) -> None:
     recipe = DRAWN["RandAugment(2, 9)"] + DRAWN["ColorJitter(0.4, 0.4, 0.2, 0.1)"]
     draw_ms = [timed(P.draw_program, recipe, 0, epoch, np.arange(256), 0, 224, 224)
                for epoch in range(20)]
-    ways = list(paths(args.threads))
+    ways = list(paths(args.threads, args.torch_cpu))
     rows = []
     for name in programs:
         medians = [statistics.median(times[(name, way)]) for way in ways]
@@ -129,6 +133,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--torch-cpu", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time apply_program_torch on the CPU device")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "pixel_ops.jsonl")
     run(parser.parse_args())
 
