@@ -60,17 +60,17 @@ void grayscale(uint8_t *image, size_t pixels) {
 
 inline uint8_t clip8(int v) { return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v)); }
 
-// Convert.c's rgb2hsv_row on n pixels of R, G, B planes into H and S, float for float, written
-// without branches (selects; a grey pixel's divisions are guarded, then unused) so the loop
-// vectorises: the divisions are IEEE's either way, so the bytes are Pillow's.
 // IEEE results are the same without trapping math (nothing reads the FP exception flags); it
-// lets GCC turn this function's selects into vector code.
+// lets GCC turn the HSV conversion's selects into vector code.
 #if defined(__GNUC__) && !defined(__clang__)
 #define FL_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math")))
 #else
 #define FL_NO_TRAPPING_MATH
 #endif
 
+// Convert.c's rgb2hsv_row on n pixels of R, G, B planes into H and S, float for float, written
+// without branches (selects; a grey pixel's divisions are guarded, then unused) so the loop
+// vectorises: the divisions are IEEE's either way, so the bytes are Pillow's.
 FL_NO_TRAPPING_MATH
 void rgb_to_hsv_planes(const int32_t *red, const int32_t *green, const int32_t *blue, int n,
                        int32_t *hue, int32_t *sat) {
