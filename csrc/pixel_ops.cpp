@@ -60,105 +60,96 @@ void grayscale(uint8_t *image, size_t pixels) {
 
 inline uint8_t clip8(int v) { return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v)); }
 
-// float(a) / float(b) for bytes a, b >= 1: Convert.c's divisions, looked up (the same floats).
-struct Quotients {
-    float value[256][256];
-    Quotients() {
-        for (int a = 0; a < 256; ++a) {
-            for (int b = 0; b < 256; ++b) {
-                value[a][b] = b ? static_cast<float>(a) / static_cast<float>(b) : 0.0f;
-            }
-        }
-    }
-};
+// IEEE results are the same without trapping math (nothing reads the FP exception flags); it
+// lets GCC turn the HSV conversion's selects into vector code.
+#if defined(__GNUC__) && !defined(__clang__)
+#define FL_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math")))
+#else
+#define FL_NO_TRAPPING_MATH
+#endif
 
-const Quotients &quotients() {
-    static const Quotients table;  // built once, thread-safe (a C++11 static)
-    return table;
-}
-
-// C's round() for x >= 0 (halves away from zero), without a libm call: x - floor(x) is exact.
-inline int round_positive(double x) {
-    const double whole = static_cast<double>(static_cast<int64_t>(x));  // floor, as x >= 0
-    return static_cast<int>(x - whole >= 0.5 ? whole + 1.0 : whole);
-}
-
-// Convert.c's rgb2hsv_row, float for float.
-void rgb_to_hsv(const uint8_t *in, uint8_t *out, const Quotients &q) {
-    const uint8_t r = in[0], g = in[1], b = in[2];
-    const uint8_t maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
-    out[2] = maxc;
-    if (minc == maxc) {
-        out[0] = out[1] = 0;
-        return;
-    }
-    const int cr = maxc - minc;
-    const float s = q.value[cr][maxc];
-    const float rc = q.value[maxc - r][cr];
-    const float gc = q.value[maxc - g][cr];
-    const float bc = q.value[maxc - b][cr];
-    float h;
-    if (r == maxc) h = bc - gc;
-    else if (g == maxc) h = static_cast<float>(2.0 + rc - bc);
-    else h = static_cast<float>(4.0 + gc - rc);
-    const double turn = h / 6.0 + 1.0;  // in (0, 2): fmod(turn, 1.0) is this exact subtraction
-    h = static_cast<float>(turn >= 1.0 ? turn - 1.0 : turn);
-    out[0] = clip8(static_cast<int>(h * 255.0));
-    out[1] = clip8(static_cast<int>(s * 255.0));
-}
-
-// What Convert.c's hsv2rgb derives from H alone (its sector i and remainder f) and from S
-// alone (fs), computed as it computes them, once.
-struct HsvTables {
-    int sector[256];
-    float remainder[256], saturation[256];
-    HsvTables() {
-        for (int v = 0; v < 256; ++v) {
-            sector[v] = static_cast<int>(std::floor(static_cast<float>(v) * 6.0 / 255.0));
-            remainder[v] =
-                static_cast<float>(static_cast<float>(v) * 6.0 / 255.0 - static_cast<float>(sector[v]));
-            saturation[v] = static_cast<float>(static_cast<float>(v) / 255.0);
-        }
-    }
-};
-
-const HsvTables &hsv_tables() {
-    static const HsvTables tables;
-    return tables;
-}
-
-// Convert.c's hsv2rgb, float for float.
-void hsv_to_rgb(const uint8_t *in, uint8_t *out, const HsvTables &tables) {
-    const uint8_t h = in[0], s = in[1], v = in[2];
-    if (s == 0) {
-        out[0] = out[1] = out[2] = v;
-        return;
-    }
-    const float f = tables.remainder[h], fs = tables.saturation[s];
-    const double vf = static_cast<float>(v);
-    const uint8_t p = clip8(round_positive(vf * (1.0 - fs)));
-    const uint8_t q = clip8(round_positive(vf * (1.0 - fs * f)));
-    const uint8_t t = clip8(round_positive(vf * (1.0 - fs * (1.0 - f))));
-    switch (tables.sector[h] % 6) {
-        case 0: out[0] = v; out[1] = t; out[2] = p; break;
-        case 1: out[0] = q; out[1] = v; out[2] = p; break;
-        case 2: out[0] = p; out[1] = v; out[2] = t; break;
-        case 3: out[0] = p; out[1] = q; out[2] = v; break;
-        case 4: out[0] = t; out[1] = p; out[2] = v; break;
-        default: out[0] = v; out[1] = p; out[2] = q; break;
+// Convert.c's rgb2hsv_row on n pixels of R, G, B planes into H and S, float for float, written
+// without branches (selects; a grey pixel's divisions are guarded, then unused) so the loop
+// vectorises: the divisions are IEEE's either way, so the bytes are Pillow's.
+FL_NO_TRAPPING_MATH
+void rgb_to_hsv_planes(const int32_t *red, const int32_t *green, const int32_t *blue, int n,
+                       int32_t *hue, int32_t *sat) {
+    for (int x = 0; x < n; ++x) {
+        const int r = red[x], g = green[x], b = blue[x];
+        const int big = r > g ? r : g, small = r < g ? r : g;
+        const int maxc = big > b ? big : b, minc = small < b ? small : b;
+        const bool grey = maxc == minc;
+        const float cr = static_cast<float>(grey ? 1 : maxc - minc);
+        const float s = static_cast<float>(maxc - minc) / static_cast<float>(grey ? 1 : maxc);
+        const float rc = static_cast<float>(maxc - r) / cr;
+        const float gc = static_cast<float>(maxc - g) / cr;
+        const float bc = static_cast<float>(maxc - b) / cr;
+        const float h_g = static_cast<float>(2.0 + rc - bc), h_b = static_cast<float>(4.0 + gc - rc);
+        const float h = r == maxc ? bc - gc : (g == maxc ? h_g : h_b);
+        const double turn = h / 6.0 + 1.0;  // in (0, 2): fmod(turn, 1.0) is this exact subtraction
+        const float wrapped = static_cast<float>(turn >= 1.0 ? turn - 1.0 : turn);
+        const int uh = static_cast<int>(wrapped * 255.0), us = static_cast<int>(s * 255.0);  // 0..255
+        hue[x] = grey ? 0 : uh;
+        sat[x] = grey ? 0 : us;
     }
 }
 
-void hue(uint8_t *image, size_t pixels, float factor) {
+// Convert.c's hsv2rgb on H, S, V planes into R, G, B planes, float for float, its sector switch
+// written as selects so the loop vectorises. Every value is >= 0, so floor and C's round()
+// (halves away from zero) are truncations of x and of x + 0.5's exact split below.
+FL_NO_TRAPPING_MATH
+void hsv_to_rgb_planes(const int32_t *hue, const int32_t *sat, const int32_t *val, int n,
+                       int32_t *red, int32_t *green, int32_t *blue) {
+    for (int x = 0; x < n; ++x) {
+        const int h = hue[x], s = sat[x], v = val[x];
+        const double scaled = static_cast<float>(h) * 6.0 / 255.0;
+        const int i = static_cast<int>(scaled);  // floor: 0..6
+        const float f = static_cast<float>(scaled - static_cast<float>(i));
+        const float fs = static_cast<float>(static_cast<float>(s) / 255.0);
+        const double vf = static_cast<float>(v);
+        const double pd = vf * (1.0 - fs), qd = vf * (1.0 - fs * f);
+        const double td = vf * (1.0 - fs * (1.0 - f));
+        // round(): the whole part, plus one where the exact remainder reaches a half.
+        const int p0 = static_cast<int>(pd), q0 = static_cast<int>(qd), t0 = static_cast<int>(td);
+        const int p = p0 + (pd - p0 >= 0.5 ? 1 : 0), q = q0 + (qd - q0 >= 0.5 ? 1 : 0);
+        const int t = t0 + (td - t0 >= 0.5 ? 1 : 0);
+        const int k = i == 6 ? 0 : i;  // the sector, i % 6
+        // Sector k's (R, G, B): 0 (v,t,p) 1 (q,v,p) 2 (p,v,t) 3 (p,q,v) 4 (t,p,v) 5 (v,p,q).
+        const int r = ((k == 0) | (k == 5)) ? v : ((k == 1) ? q : ((k == 4) ? t : p));
+        const int g = ((k == 1) | (k == 2)) ? v : ((k == 0) ? t : ((k == 3) ? q : p));
+        const int b = ((k == 3) | (k == 4)) ? v : ((k == 2) ? t : ((k == 5) ? q : p));
+        const bool grey = s == 0;
+        red[x] = grey ? v : r;
+        green[x] = grey ? v : g;
+        blue[x] = grey ? v : b;
+    }
+}
+
+void hue(uint8_t *image, int height, int width, float factor, PixelScratch &scratch) {
     // int(factor * 255) mod 256: torchvision's np.uint8(factor * 255) as x86 casts it.
     const int shift = ((static_cast<int>(static_cast<double>(factor) * 255.0) % 256) + 256) % 256;
-    const Quotients &table = quotients();
-    const HsvTables &tables = hsv_tables();
-    for (size_t i = 0; i < pixels; ++i) {
-        uint8_t hsv[3];
-        rgb_to_hsv(image + 3 * i, hsv, table);
-        hsv[0] = static_cast<uint8_t>(hsv[0] + shift);
-        hsv_to_rgb(hsv, image + 3 * i, tables);
+    scratch.line.resize(static_cast<size_t>(width) * 6);
+    auto *planes = reinterpret_cast<int32_t *>(scratch.line.data());
+    int32_t *r = planes, *g = r + width, *b = g + width;
+    int32_t *h = b + width, *s = h + width, *v = s + width;
+    for (int y = 0; y < height; ++y) {
+        uint8_t *row = image + static_cast<size_t>(y) * width * 3;
+        for (int x = 0; x < width; ++x) {
+            r[x] = row[3 * x];
+            g[x] = row[3 * x + 1];
+            b[x] = row[3 * x + 2];
+        }
+        rgb_to_hsv_planes(r, g, b, width, h, s);
+        for (int x = 0; x < width; ++x) {
+            v[x] = std::max(r[x], std::max(g[x], b[x]));
+            h[x] = (h[x] + shift) & 255;
+        }
+        hsv_to_rgb_planes(h, s, v, width, r, g, b);
+        for (int x = 0; x < width; ++x) {
+            row[3 * x] = static_cast<uint8_t>(r[x]);
+            row[3 * x + 1] = static_cast<uint8_t>(g[x]);
+            row[3 * x + 2] = static_cast<uint8_t>(b[x]);
+        }
     }
 }
 
@@ -261,7 +252,7 @@ void apply_step(uint8_t *image, int height, int width, int32_t code, const float
         case kPixelBrightness: blend_constant(image, bytes, 0, p[0]); break;
         case kPixelContrast: contrast(image, pixels, p[0]); break;
         case kPixelSaturation: saturation(image, pixels, p[0]); break;
-        case kPixelHue: hue(image, pixels, p[0]); break;
+        case kPixelHue: hue(image, height, width, p[0], scratch); break;
         case kPixelGrayscale: grayscale(image, pixels); break;
         case kPixelBlur: pixel::gaussian_blur(image, height, width, p[0], scratch); break;
         case kPixelSolarize: solarize(image, bytes, p[0]); break;

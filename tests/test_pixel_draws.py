@@ -256,3 +256,10 @@ def test_a_refusal_names_the_op_and_its_argument() -> None:
         P.RandomGrayscale(p=2)
     with pytest.raises(FastloaderError, match=r"^GaussianBlur\.sigma=\(-1, 2\) is invalid"):
         P.GaussianBlur(sigma=(-1, 2))
+
+
+def test_a_program_of_the_wrong_arrays_is_refused() -> None:
+    with pytest.raises(FastloaderError, match=r"^PixelProgram\.codes"):
+        P.PixelProgram(np.zeros((2, 1), np.int64), np.zeros((2, 1, 8), np.float32))
+    with pytest.raises(FastloaderError, match=r"^PixelProgram\.params"):
+        P.PixelProgram(np.zeros((2, 1), np.int32), np.zeros((2, 2, 8), np.float32))
