@@ -6,6 +6,7 @@ reference/native ratio measured in the same rounds. Paths: native (`_core.apply_
 1 thread and --threads threads), the reference (Pillow, per sample), and the device path on the
 CPU device (`apply_program_torch`, NCHW). The policies run drawn programs (different ops per
 sample), the single ops fixed parameters on every sample. draw_program's cost is reported too.
+Writes benchmarks/results/pixel_ops.jsonl (--out).
 Usage: python benchmarks/bench_pixel_ops.py [--rounds 5 --batch 64 --size 224 --threads 2]
 """
 
@@ -15,6 +16,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,7 +25,7 @@ from fastloader.decode import _native
 from fastloader.decode import pixels as P
 from fastloader.decode.pixels import codes as C
 from fastloader.gpu.pixel_program import apply_program_torch
-from harness import env_line, environment, format_table
+from harness import RESULTS_DIR, JsonlWriter, env_line, environment, format_table, summarize
 
 FIXED = {  # code: p0 (ERASE's box is set below)
     C.BRIGHTNESS: 1.3, C.CONTRAST: 0.7, C.SATURATION: 1.5, C.HUE: 0.1, C.GRAYSCALE: 0,
@@ -100,6 +102,10 @@ def run(args: argparse.Namespace) -> None:
     programs.update({name: P.draw_program(ops, 0, 0, keys, 0, args.size, args.size)
                      for name, ops in DRAWN.items()})
     times = measure(args, programs)
+    with JsonlWriter(args.out, "bench_pixel_ops") as writer:
+        for (name, way), runs in times.items():
+            writer.write({"kind": "summary", "name": name, "path": way, "batch": args.batch,
+                          "size": args.size, "ms": summarize(runs), "runs_ms": runs})
     recipe = DRAWN["RandAugment(2, 9)"] + DRAWN["ColorJitter(0.4, 0.4, 0.2, 0.1)"]
     draw_ms = [timed(P.draw_program, recipe, 0, epoch, np.arange(256), 0, 224, 224)
                for epoch in range(20)]
@@ -123,6 +129,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "pixel_ops.jsonl")
     run(parser.parse_args())
 
 

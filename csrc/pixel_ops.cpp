@@ -60,51 +60,34 @@ void grayscale(uint8_t *image, size_t pixels) {
 
 inline uint8_t clip8(int v) { return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v)); }
 
-// float(a) / float(b) for bytes a, b >= 1: Convert.c's divisions, looked up (the same floats).
-struct Quotients {
-    float value[256][256];
-    Quotients() {
-        for (int a = 0; a < 256; ++a) {
-            for (int b = 0; b < 256; ++b) {
-                value[a][b] = b ? static_cast<float>(a) / static_cast<float>(b) : 0.0f;
-            }
-        }
-    }
-};
-
-const Quotients &quotients() {
-    static const Quotients table;  // built once, thread-safe (a C++11 static)
-    return table;
-}
-
 // C's round() for x >= 0 (halves away from zero), without a libm call: x - floor(x) is exact.
 inline int round_positive(double x) {
     const double whole = static_cast<double>(static_cast<int64_t>(x));  // floor, as x >= 0
     return static_cast<int>(x - whole >= 0.5 ? whole + 1.0 : whole);
 }
 
-// Convert.c's rgb2hsv_row, float for float.
-void rgb_to_hsv(const uint8_t *in, uint8_t *out, const Quotients &q) {
-    const uint8_t r = in[0], g = in[1], b = in[2];
-    const uint8_t maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
-    out[2] = maxc;
-    if (minc == maxc) {
-        out[0] = out[1] = 0;
-        return;
+// Convert.c's rgb2hsv_row on n pixels into H, S, V planes, float for float, written without
+// branches (selects) so the loop vectorises; a grey pixel's divisions are guarded, then unused.
+void rgb_to_hsv_row(const uint8_t *in, int n, uint8_t *hue, uint8_t *sat, uint8_t *val) {
+    for (int x = 0; x < n; ++x) {
+        const int r = in[3 * x], g = in[3 * x + 1], b = in[3 * x + 2];
+        const int maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
+        const bool grey = maxc == minc;
+        const float cr = static_cast<float>(grey ? 1 : maxc - minc);
+        const float s = static_cast<float>(maxc - minc) / static_cast<float>(grey ? 1 : maxc);
+        const float rc = static_cast<float>(maxc - r) / cr;
+        const float gc = static_cast<float>(maxc - g) / cr;
+        const float bc = static_cast<float>(maxc - b) / cr;
+        const float h_g = static_cast<float>(2.0 + rc - bc), h_b = static_cast<float>(4.0 + gc - rc);
+        const float h = r == maxc ? bc - gc : (g == maxc ? h_g : h_b);
+        const double turn = h / 6.0 + 1.0;  // in (0, 2): fmod(turn, 1.0) is this exact subtraction
+        const float wrapped = static_cast<float>(turn >= 1.0 ? turn - 1.0 : turn);
+        const int uh = std::clamp(static_cast<int>(wrapped * 255.0), 0, 255);
+        const int us = std::clamp(static_cast<int>(s * 255.0), 0, 255);
+        hue[x] = static_cast<uint8_t>(grey ? 0 : uh);
+        sat[x] = static_cast<uint8_t>(grey ? 0 : us);
+        val[x] = static_cast<uint8_t>(maxc);
     }
-    const int cr = maxc - minc;
-    const float s = q.value[cr][maxc];
-    const float rc = q.value[maxc - r][cr];
-    const float gc = q.value[maxc - g][cr];
-    const float bc = q.value[maxc - b][cr];
-    float h;
-    if (r == maxc) h = bc - gc;
-    else if (g == maxc) h = static_cast<float>(2.0 + rc - bc);
-    else h = static_cast<float>(4.0 + gc - rc);
-    const double turn = h / 6.0 + 1.0;  // in (0, 2): fmod(turn, 1.0) is this exact subtraction
-    h = static_cast<float>(turn >= 1.0 ? turn - 1.0 : turn);
-    out[0] = clip8(static_cast<int>(h * 255.0));
-    out[1] = clip8(static_cast<int>(s * 255.0));
 }
 
 // What Convert.c's hsv2rgb derives from H alone (its sector i and remainder f) and from S
@@ -127,9 +110,8 @@ const HsvTables &hsv_tables() {
     return tables;
 }
 
-// Convert.c's hsv2rgb, float for float.
-void hsv_to_rgb(const uint8_t *in, uint8_t *out, const HsvTables &tables) {
-    const uint8_t h = in[0], s = in[1], v = in[2];
+// Convert.c's hsv2rgb, float for float (the per-H and per-S values from the tables).
+void hsv_to_rgb(int h, int s, uint8_t v, uint8_t *out, const HsvTables &tables) {
     if (s == 0) {
         out[0] = out[1] = out[2] = v;
         return;
@@ -149,16 +131,18 @@ void hsv_to_rgb(const uint8_t *in, uint8_t *out, const HsvTables &tables) {
     }
 }
 
-void hue(uint8_t *image, size_t pixels, float factor) {
+void hue(uint8_t *image, int height, int width, float factor, PixelScratch &scratch) {
     // int(factor * 255) mod 256: torchvision's np.uint8(factor * 255) as x86 casts it.
     const int shift = ((static_cast<int>(static_cast<double>(factor) * 255.0) % 256) + 256) % 256;
-    const Quotients &table = quotients();
     const HsvTables &tables = hsv_tables();
-    for (size_t i = 0; i < pixels; ++i) {
-        uint8_t hsv[3];
-        rgb_to_hsv(image + 3 * i, hsv, table);
-        hsv[0] = static_cast<uint8_t>(hsv[0] + shift);
-        hsv_to_rgb(hsv, image + 3 * i, tables);
+    scratch.plane.resize(static_cast<size_t>(width) * 3);
+    uint8_t *h = scratch.plane.data(), *s = h + width, *v = s + width;
+    for (int y = 0; y < height; ++y) {
+        uint8_t *row = image + static_cast<size_t>(y) * width * 3;
+        rgb_to_hsv_row(row, width, h, s, v);
+        for (int x = 0; x < width; ++x) {
+            hsv_to_rgb(static_cast<uint8_t>(h[x] + shift), s[x], v[x], row + 3 * x, tables);
+        }
     }
 }
 
@@ -261,7 +245,7 @@ void apply_step(uint8_t *image, int height, int width, int32_t code, const float
         case kPixelBrightness: blend_constant(image, bytes, 0, p[0]); break;
         case kPixelContrast: contrast(image, pixels, p[0]); break;
         case kPixelSaturation: saturation(image, pixels, p[0]); break;
-        case kPixelHue: hue(image, pixels, p[0]); break;
+        case kPixelHue: hue(image, height, width, p[0], scratch); break;
         case kPixelGrayscale: grayscale(image, pixels); break;
         case kPixelBlur: pixel::gaussian_blur(image, height, width, p[0], scratch); break;
         case kPixelSolarize: solarize(image, bytes, p[0]); break;

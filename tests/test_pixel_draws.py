@@ -238,7 +238,7 @@ def test_programs_are_compact_and_typed() -> None:
     (lambda: _draw(P.RandomGrayscale(), seed="a"), "seed"),  # type: ignore[arg-type]
 ])
 def test_bad_arguments_are_refused_naming_the_argument(make: object, name: str) -> None:
-    with pytest.raises(FastloaderError, match=f"^{name}") as caught:
+    with pytest.raises(FastloaderError, match=rf"^(\w+\.)?{name}(?!\w)") as caught:
         make()  # type: ignore[operator]
     assert isinstance(caught.value, (ValueError, TypeError))
 
@@ -249,3 +249,17 @@ def test_check_pixel_transforms_names_the_bad_item() -> None:
     assert not P.is_pixel_transform("RandomGrayscale")
     with pytest.raises(FastloaderError, match=r"transforms\[1\]"):
         P.check_pixel_transforms([P.RandomGrayscale(), object()])
+
+
+def test_a_refusal_names_the_op_and_its_argument() -> None:
+    with pytest.raises(FastloaderError, match=r"^RandomGrayscale\.p=2 is invalid: must be in"):
+        P.RandomGrayscale(p=2)
+    with pytest.raises(FastloaderError, match=r"^GaussianBlur\.sigma=\(-1, 2\) is invalid"):
+        P.GaussianBlur(sigma=(-1, 2))
+
+
+def test_a_program_of_the_wrong_arrays_is_refused() -> None:
+    with pytest.raises(FastloaderError, match=r"^PixelProgram\.codes"):
+        P.PixelProgram(np.zeros((2, 1), np.int64), np.zeros((2, 1, 8), np.float32))
+    with pytest.raises(FastloaderError, match=r"^PixelProgram\.params"):
+        P.PixelProgram(np.zeros((2, 1), np.int32), np.zeros((2, 2, 8), np.float32))

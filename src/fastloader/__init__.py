@@ -22,9 +22,11 @@ logging.getLogger("fastloader").addHandler(logging.NullHandler())
 # Public name -> module that defines it.
 _EXPORTS: dict[str, str] = {
     "Audio": "fastloader.loader.factory.audio_options",
+    "AutoAugment": "fastloader.decode.pixels",
     "BatchDecoder": "fastloader.decode.decode",
     "CacheDiskFullError": "fastloader.errors",
     "CenterCrop": "fastloader.decode.augment",
+    "ColorJitter": "fastloader.decode.pixels",
     "CorruptRecordError": "fastloader.errors",
     "DaliLoader": "fastloader.loader.dali.loader",
     "DatasetError": "fastloader.errors",
@@ -33,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "DiskFullError": "fastloader.errors",
     "FastLoader": "fastloader.loader.loader",
     "FastloaderError": "fastloader.errors",
+    "GaussianBlur": "fastloader.decode.pixels",
     "GpuColorJitter": "fastloader.gpu.pixel_ops",
     "GpuCompose": "fastloader.gpu.ops",
     "GpuCutMix": "fastloader.gpu.pixel_ops",
@@ -52,11 +55,19 @@ _EXPORTS: dict[str, str] = {
     "PackError": "fastloader.errors",
     "PackedDataset": "fastloader.format.dataset",
     "ProducerError": "fastloader.errors",
+    "RandAugment": "fastloader.decode.pixels",
+    "RandomAutocontrast": "fastloader.decode.pixels",
+    "RandomEqualize": "fastloader.decode.pixels",
+    "RandomErasing": "fastloader.decode.pixels",
+    "RandomGrayscale": "fastloader.decode.pixels",
     "RandomHorizontalFlip": "fastloader.decode.augment",
     "RandomIoUCrop": "fastloader.decode.detect",
+    "RandomPosterize": "fastloader.decode.pixels",
     "RandomResizedCrop": "fastloader.decode.augment",
+    "RandomSolarize": "fastloader.decode.pixels",
     "Resize": "fastloader.decode.augment",
     "ResizeFit": "fastloader.decode.detect",
+    "TrivialAugmentWide": "fastloader.decode.pixels",
     "Video": "fastloader.loader.factory.video_options",
     "decode": "fastloader.decode.decode",
     "header": "fastloader.decode.decode",
@@ -79,6 +90,19 @@ if TYPE_CHECKING:  # let type checkers see the real objects
     from fastloader.decode.decode import BatchDecoder, decode, header
     from fastloader.decode.detect import RandomIoUCrop, ResizeFit
     from fastloader.decode.pillow import ImageHeader
+    from fastloader.decode.pixels import (
+        AutoAugment,
+        ColorJitter,
+        GaussianBlur,
+        RandAugment,
+        RandomAutocontrast,
+        RandomEqualize,
+        RandomErasing,
+        RandomGrayscale,
+        RandomPosterize,
+        RandomSolarize,
+        TrivialAugmentWide,
+    )
     from fastloader.doctor.doctor import profile
     from fastloader.errors import (
         CacheDiskFullError,

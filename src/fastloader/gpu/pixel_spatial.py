@@ -35,31 +35,34 @@ def box_parameters(radius: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 def _box_pass(lines: torch.Tensor, r: torch.Tensor, ww: torch.Tensor, fw: torch.Tensor,
               reach: int) -> torch.Tensor:
-    """One pass along the last dim of int64 [M, C, L, W] lines (edges repeated), Pillow's
-    (ww * window + fw * (the two far pixels) + 2**23) >> 24 per sample."""
+    """One pass along the last dim of int64 [M, C, L, W] lines (edges repeated): Pillow's
+    (ww * window + fw * (the two far pixels) + 2**23) >> 24. Window sums come from a running
+    sum, sliced once per distinct integer radius in the batch (one or two for usual sigmas)."""
     width = lines.shape[-1]
-    padded = F.pad(lines.to(torch.float64), (reach, reach, 0, 0), mode="replicate")
+    padded = F.pad(lines.to(torch.float32), (reach, reach, 0, 0), mode="replicate")
     padded = padded.to(torch.int64)
-    sums = F.pad(torch.cumsum(padded, dim=-1), (1, 0))  # sums[i] = padded[0:i].sum()
-    x = torch.arange(width, device=lines.device).view(1, 1, 1, width) + reach
-    rr = r.view(-1, 1, 1, 1)
-    shape = (*lines.shape[:-1], width)
-    high, low = (x + rr + 1).expand(shape), (x - rr).expand(shape)
-    window = torch.gather(sums, -1, high) - torch.gather(sums, -1, low)
-    far = torch.gather(padded, -1, (x - rr - 1).expand(shape)) + torch.gather(
-        padded, -1, (x + rr + 1).expand(shape))
-    bulk = window * ww.view(-1, 1, 1, 1) + far * fw.view(-1, 1, 1, 1)
-    return (bulk + (1 << 23)) >> 24
+    sums = F.pad(torch.cumsum(padded, dim=-1), (1, 0))  # sums[i] = padded[..., :i].sum()
+    out = torch.empty_like(lines)
+    for radius in torch.unique(r).tolist():
+        rows = torch.nonzero(r == radius).flatten()
+        low, high = reach - radius, reach + radius + 1
+        part = sums[rows]
+        window = part[..., high:high + width] - part[..., low:low + width]
+        ends = padded[rows]
+        far = ends[..., low - 1:low - 1 + width] + ends[..., high:high + width]
+        bulk = window * ww[rows].view(-1, 1, 1, 1) + far * fw[rows].view(-1, 1, 1, 1)
+        out[rows] = (bulk + (1 << 23)) >> 24
+    return out
 
 
 def gaussian_blur(images: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """ImageFilter.GaussianBlur(radius=p0): three box passes along rows, then along columns."""
     r, ww, fw = (torch.from_numpy(v).to(images.device)
                  for v in box_parameters(p[:, 0].cpu().numpy()))
-    reach = int(r.max().item()) + 2 if r.numel() else 2
+    reach = int(r.max().item()) + 1 if r.numel() else 1
     lines = images.to(torch.int64)
     for transpose in (False, True):
-        lines = lines.transpose(-1, -2) if transpose else lines
+        lines = lines.transpose(-1, -2).contiguous() if transpose else lines
         for _ in range(_PASSES):
             lines = _box_pass(lines, r, ww, fw, reach)
     return lines.transpose(-1, -2).to(torch.uint8).contiguous()

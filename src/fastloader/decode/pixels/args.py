@@ -64,27 +64,27 @@ def jitter_range(name: str, value: object, center: float, bound: tuple[float, fl
     return None if low == high == center else (low, high)
 
 
-def sigma_range(value: object) -> tuple[float, float]:
+def sigma_range(value: object, name: str = "sigma") -> tuple[float, float]:
     """GaussianBlur's sigma: a number > 0 or a pair 0 < low <= high."""
-    low, high = (number("sigma", value),) * 2 if is_number(value) else pair("sigma", value)
+    low, high = (number(name, value),) * 2 if is_number(value) else pair(name, value)
     if low <= 0:
-        raise invalid_argument("sigma", value, "must be > 0",
+        raise invalid_argument(name, value, "must be > 0",
                                "Pass sigma=(0.1, 2.0) or a single positive number.")
     return low, high
 
 
-def kernel_size(value: object) -> tuple[int, int] | None:
+def kernel_size(value: object, name: str = "kernel_size") -> tuple[int, int] | None:
     """torchvision's kernel_size: None, an odd int > 0 or a pair of them."""
     if value is None:
         return None
     sizes = (value, value) if not isinstance(value, Sequence) else tuple(value)
     if len(sizes) != 2:
-        raise invalid_type("kernel_size", value, "None, an odd int or a pair of odd ints")
+        raise invalid_type(name, value, "None, an odd int or a pair of odd ints")
     for size in sizes:
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-            raise invalid_type("kernel_size", value, "None, an odd int or a pair of odd ints")
+            raise invalid_type(name, value, "None, an odd int or a pair of odd ints")
         if size <= 0 or size % 2 == 0:
-            raise invalid_argument("kernel_size", value, "must be odd and positive",
+            raise invalid_argument(name, value, "must be odd and positive",
                                    "Pass e.g. kernel_size=23, or leave it out.")
     return int(sizes[0]), int(sizes[1])
 
@@ -98,20 +98,20 @@ def int_in(name: str, value: object, low: int, high: int, fix: str) -> int:
     return int(value)
 
 
-def fill_value(value: object) -> tuple[int, int, int]:
+def fill_value(value: object, name: str = "value") -> tuple[int, int, int]:
     """RandomErasing's value in pixel levels: an int 0..255 or an (R, G, B) triple of them."""
     fix = "Pass value as a level 0..255 or an (R, G, B) triple of levels, e.g. (124, 116, 104)."
     if isinstance(value, str):
-        raise invalid_argument("value", value, "must be a level or an (R, G, B) triple", fix)
+        raise invalid_argument(name, value, "must be a level or an (R, G, B) triple", fix)
     levels = [value] * 3 if not isinstance(value, Sequence) else list(value)
     if len(levels) != 3:
-        raise invalid_argument("value", value, "must have 1 or 3 levels", fix)
+        raise invalid_argument(name, value, "must have 1 or 3 levels", fix)
     out = []
     for level in levels:
         if isinstance(level, (bool, np.bool_)) or not isinstance(
                 level, (int, float, np.integer, np.floating)) or float(level) != int(level):
-            raise invalid_type("value", value, "an int level 0..255 or an (R, G, B) triple")
+            raise invalid_type(name, value, "an int level 0..255 or an (R, G, B) triple")
         if not 0 <= int(level) <= 255:
-            raise invalid_argument("value", value, "levels must be in 0..255", fix)
+            raise invalid_argument(name, value, "levels must be in 0..255", fix)
         out.append(int(level))
     return out[0], out[1], out[2]

@@ -40,6 +40,10 @@ NAMES = {
 PARAMS = 8  # floats a step
 
 
+def _described(array: object) -> str:
+    return f"{array.dtype} {array.shape}" if isinstance(array, np.ndarray) else repr(array)
+
+
 @dataclass(frozen=True)
 class PixelProgram:
     """A batch's pixel ops: `codes` int32 [N, K] (0 = no op), `params` float32 [N, K, 8].
@@ -53,12 +57,14 @@ class PixelProgram:
 
     def __post_init__(self) -> None:
         codes, params = self.codes, self.params
-        if codes.dtype != np.int32 or codes.ndim != 2:
-            raise ValueError(f"PixelProgram.codes must be int32 [N, K], got {codes.dtype} "
-                             f"{codes.shape}")
-        if params.dtype != np.float32 or params.shape != (*codes.shape, PARAMS):
-            raise ValueError(f"PixelProgram.params must be float32 {(*codes.shape, PARAMS)}, "
-                             f"got {params.dtype} {params.shape}")
+        if not isinstance(codes, np.ndarray) or codes.dtype != np.int32 or codes.ndim != 2:
+            raise invalid_argument("PixelProgram.codes", _described(codes), "must be int32 [N, K]",
+                                   "Build programs with draw_program.")
+        if not isinstance(params, np.ndarray) or params.dtype != np.float32 \
+                or params.shape != (*codes.shape, PARAMS):
+            raise invalid_argument("PixelProgram.params", _described(params),
+                                   f"must be float32 {(*codes.shape, PARAMS)}",
+                                   "Build programs with draw_program.")
 
     @property
     def size(self) -> int:

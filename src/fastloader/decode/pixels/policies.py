@@ -15,16 +15,25 @@ from fastloader.decode.pixels.ops import PixelTransform, Steps, new_steps
 from fastloader.errors import invalid_argument, invalid_type
 
 
-def _bins(value: object) -> int:
-    return args.int_in("num_magnitude_bins", value, 2, 1 << 16,
+def _bins(owner: str, value: object) -> int:
+    return args.int_in(f"{owner}.num_magnitude_bins", value, 2, 1 << 16,
                        "Pass num_magnitude_bins >= 2 (torchvision's default is 31).")
 
 
 class TrivialAugmentWide(PixelTransform):
-    """One op of 14 a sample, uniformly, at a uniform magnitude bin, with a random sign."""
+    """torchvision's TrivialAugmentWide: one op of 14 a sample, uniformly, at a uniform
+    magnitude bin, with a random sign.
+
+    Args:
+        num_magnitude_bins: how many magnitudes each op's range is cut into, >= 2.
+
+    Raises:
+        InvalidArgumentError: num_magnitude_bins < 2.
+        InvalidTypeError: num_magnitude_bins is not an int.
+    """
 
     def __init__(self, num_magnitude_bins: int = 31) -> None:
-        self.num_magnitude_bins = _bins(num_magnitude_bins)
+        self.num_magnitude_bins = _bins("TrivialAugmentWide", num_magnitude_bins)
         self._space = space.trivial_wide(self.num_magnitude_bins)
 
     def draw(self, draws: Draws, height: int, width: int) -> Steps:
@@ -37,15 +46,26 @@ class TrivialAugmentWide(PixelTransform):
 
 
 class RandAugment(PixelTransform):
-    """`num_ops` ops a sample, each one of 14 uniformly, at the fixed magnitude bin."""
+    """torchvision's RandAugment: `num_ops` ops a sample, each one of 14 uniformly, at the
+    fixed magnitude bin, each with a random sign.
+
+    Args:
+        num_ops: the ops a sample takes, 0..64.
+        magnitude: the magnitude bin, in [0, num_magnitude_bins - 1].
+        num_magnitude_bins: how many magnitudes each op's range is cut into, >= 2.
+
+    Raises:
+        InvalidArgumentError: num_ops < 0, a magnitude outside the bins, fewer than 2 bins.
+        InvalidTypeError: an argument that is not an int.
+    """
 
     def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31) -> None:
-        self.num_ops = args.int_in("num_ops", num_ops, 0, 64,
+        self.num_ops = args.int_in("RandAugment.num_ops", num_ops, 0, 64,
                                    "Pass num_ops >= 0 (torchvision's default is 2).")
-        self.num_magnitude_bins = _bins(num_magnitude_bins)
+        self.num_magnitude_bins = _bins("RandAugment", num_magnitude_bins)
         top = self.num_magnitude_bins - 1
         self.magnitude = args.int_in(
-            "magnitude", magnitude, 0, top,
+            "RandAugment.magnitude", magnitude, 0, top,
             f"Pass a magnitude bin in [0, {top}] (num_magnitude_bins={self.num_magnitude_bins}).")
 
     def draw(self, draws: Draws, height: int, width: int) -> Steps:
@@ -61,14 +81,24 @@ class RandAugment(PixelTransform):
 
 
 class AutoAugment(PixelTransform):
-    """One of the policy's 25 sub-policies a sample; each of its two ops with its probability."""
+    """torchvision's AutoAugment: one of the policy's 25 sub-policies a sample, each of its two
+    ops with its probability, at the policy's magnitude bin (of 10), with a random sign.
+
+    Args:
+        policy: "imagenet" (torchvision's AutoAugmentPolicy.IMAGENET is accepted too).
+
+    Raises:
+        InvalidArgumentError: a policy other than "imagenet".
+        InvalidTypeError: a policy that is not a name.
+    """
 
     def __init__(self, policy: object = "imagenet") -> None:
         name = getattr(policy, "value", policy)  # torchvision's AutoAugmentPolicy enum too
         if not isinstance(name, str):
-            raise invalid_type("policy", policy, "the policy's name, 'imagenet'")
+            raise invalid_type("AutoAugment.policy", policy, "the policy's name, 'imagenet'")
         if name.lower() not in space.POLICIES:
-            raise invalid_argument("policy", policy, f"must be one of {sorted(space.POLICIES)}",
+            raise invalid_argument("AutoAugment.policy", policy,
+                                   f"must be one of {sorted(space.POLICIES)}",
                                    "Pass policy='imagenet'.")
         self.policy = name.lower()
         table = space.POLICIES[self.policy]
