@@ -159,7 +159,7 @@ public:
 
     // Decodes each record once and writes every view of it from that decode (views.h): view v
     // of sample k is crops[k * V + v] resized into outs[v]'s slot k, mirrored if flips[k * V + v],
-    // then made planar. errors[k] is "" on success; a failed sample is zero-filled in every view.
+    // given programs[v]'s ops, then made planar, each view in turn while it is in cache. errors[k] is "" on success; a failed sample is zero-filled in every view.
     // Records that are not JPEG are left untouched and listed in skipped; tiles and orientations
     // as decode()'s.
     void decode_views(const std::vector<Record> &records, const ViewOutputs &views, const DecodeOptions &options,

@@ -17,6 +17,13 @@ void zero_views(const ViewOutputs &views, size_t k) {
     }
 }
 
+// View v of sample k into its planar output, if it has one.
+void write_view_planar(const ViewOutputs &views, int v, size_t k) {
+    if (views.planars[v].data == nullptr) return;
+    const size_t pixels = static_cast<size_t>(views.heights[v]) * views.widths[v];
+    write_planar(views.outs[v] + k * pixels * 3, pixels, k, views.planars[v]);
+}
+
 }  // namespace
 
 std::string BatchDecoder::decode_sample_views(const Record &record, size_t k, const ViewOutputs &views,
@@ -33,7 +40,16 @@ std::string BatchDecoder::decode_sample_views(const Record &record, size_t k, co
         vs.views[v] = ViewTarget{CropBox{c[0], c[1], c[2], c[3]},
                                  OutputSlot{dst, height, width, stride, views.flips[at], orientation}};
     }
-    return decode_views_of(record, views.count, tile, options, *scratch_[slot], vs);
+    std::string why = decode_views_union(record, views.count, tile, options, *scratch_[slot], vs);
+    if (why.empty())  // each view resized, given its ops and made planar while it is in cache
+        for (int v = 0; v < views.count; ++v) {
+            const OutputSlot &out = vs.views[v].out;
+            resize_view(vs.region, vs.stored[v], out, *scratch_[slot]);
+            views.programs[v].apply(k, out.data, out.height, out.width, *pixels_[slot]);
+            write_view_planar(views, v, k);
+        }
+    release_large_region(vs);
+    return why;
 }
 
 void BatchDecoder::decode_views(const std::vector<Record> &records, const ViewOutputs &views,
@@ -50,13 +66,9 @@ void BatchDecoder::decode_views(const std::vector<Record> &records, const ViewOu
         try {  // the whole body: nothing may escape a pool task (bad_alloc included)
             errors[k] = decode_sample_views(records[k], k, views, orientation, tiles ? &tiles[k] : nullptr, slot,
                                             options);
-            const bool ok = errors[k].empty();
-            if (!ok) zero_views(views, k);
-            for (int v = 0; v < views.count; ++v) {  // each view while it is in cache: ops, planar
-                const size_t pixels = static_cast<size_t>(views.heights[v]) * views.widths[v];
-                uint8_t *dst = views.outs[v] + k * pixels * 3;
-                if (ok) views.programs[v].apply(k, dst, views.heights[v], views.widths[v], *pixels_[slot]);
-                if (views.planars[v].data != nullptr) write_planar(dst, pixels, k, views.planars[v]);
+            if (!errors[k].empty()) {  // every view zero, and its planar the zeros converted
+                zero_views(views, k);
+                for (int v = 0; v < views.count; ++v) write_view_planar(views, v, k);
             }
         } catch (...) {
             zero_views(views, k);

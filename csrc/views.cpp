@@ -162,16 +162,16 @@ void resize_view(const ScaledRegion &region, const CropBox &stored, const Output
     if (turned) write_turned(scratch.turned.data(), out);
 }
 
-std::string decode_views_of(const Record &record, int count, const TileRef *tile, const DecodeOptions &options,
-                            DecodeScratch &scratch, ViewsScratch &views) {
+std::string decode_views_union(const Record &record, int count, const TileRef *tile, const DecodeOptions &options,
+                               DecodeScratch &scratch, ViewsScratch &views) {
     for (int v = 0; v < count; ++v)
         if (views.views[v].out.height < 1 || views.views[v].out.width < 1) return "output size must be at least 1x1";
     views.stored.resize(static_cast<size_t>(count));
-    std::string why = decode_union(record, count, tile, options, scratch, views);
-    if (why.empty())
-        for (int v = 0; v < count; ++v) resize_view(views.region, views.stored[v], views.views[v].out, scratch);
+    return decode_union(record, count, tile, options, scratch, views);
+}
+
+void release_large_region(ViewsScratch &views) {
     if (views.region.pixels.capacity() > kKeptRegionBytes) std::vector<uint8_t>().swap(views.region.pixels);
-    return why;
 }
 
 }  // namespace fl

@@ -49,10 +49,14 @@ struct ViewsScratch {
 // decode_jpeg_into writes a crop (Pillow's bilinear taps over the box's fractional window).
 void resize_view(const ScaledRegion &region, const CropBox &stored, const OutputSlot &out, DecodeScratch &scratch);
 
-// Decodes record once and writes views.views[0..count) (views.stored gets their stored boxes):
-// "" or why not (the caller zero-fills every view). tile: the record's restart-tile table, or
+// Decodes record once, the union of views.views[0..count) (views.region; views.stored gets their
+// boxes in its stored pixels): "" or why not. Each view is then resize_view(views.region,
+// views.stored[v], views.views[v].out, scratch). tile: the record's restart-tile table, or
 // nullptr. ++scratch.decodes for the one decode it runs.
-std::string decode_views_of(const Record &record, int count, const TileRef *tile, const DecodeOptions &options,
-                            DecodeScratch &scratch, ViewsScratch &views);
+std::string decode_views_union(const Record &record, int count, const TileRef *tile, const DecodeOptions &options,
+                               DecodeScratch &scratch, ViewsScratch &views);
+
+// Frees a rare large region after its sample, rather than keeping it in every pool thread.
+void release_large_region(ViewsScratch &views);
 
 }  // namespace fl

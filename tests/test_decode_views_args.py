@@ -49,6 +49,7 @@ def program(rows: int, ops: int = 1) -> PixelProgram:
      InvalidArgumentError, "outs[1]="),
     ({"outs": [np.zeros((N, 8, 8, 3), np.uint8)] * 2}, InvalidArgumentError, "outs[1]="),
     ({"planars": [None]}, InvalidArgumentError, "planars="),
+    ({"planars": [None, [[1]]]}, InvalidTypeError, "planars[1] must"),
     ({"planars": [np.zeros((N, 3, 8, 9), np.float32), None]}, InvalidArgumentError,
      "planars[0]="),
     ({"planars": [None, np.zeros((N, 3, 4, 6), np.float64)]}, InvalidArgumentError,

@@ -44,14 +44,15 @@ class ViewBatch:
         return len(self.outs)
 
 
-def as_array(name: str, value: object) -> np.ndarray:
+def as_array(name: str, value: object,
+             expected: str = "a uint8 numpy array or CPU torch tensor (N, H, W, 3)") -> np.ndarray:
     """A numpy array or CPU tensor as the numpy array sharing its memory."""
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "data_ptr") and hasattr(value, "numpy"):  # a CPU torch tensor
         array: np.ndarray = value.numpy()
         return array
-    raise invalid_type(name, value, "a uint8 numpy array or CPU torch tensor (N, H, W, 3)")
+    raise invalid_type(name, value, expected)
 
 
 def _check_outs(outs: object, n: int) -> tuple[np.ndarray, ...]:
@@ -138,7 +139,8 @@ def check_views(records: object, crops: npt.ArrayLike, flips: npt.ArrayLike, out
     arrays = _check_outs(outs, n)
     views = len(arrays)
     crops_arr, flips_arr = _check_boxes(crops, flips, n, views)
-    targets = [None if t is None else as_array(f"planars[{v}]", t)
+    targets = [None if t is None else as_array(
+        f"planars[{v}]", t, "a float32 or uint8 numpy array or CPU tensor (N, 3, H, W), or None")
                for v, t in enumerate(_per_view("planars", planars, views))]
     if (scale is not None or shift is not None) and not any(
             t is not None and t.dtype == np.float32 for t in targets):

@@ -119,12 +119,11 @@ class ViewsDecoding:
     def _decode_views_native(self, records: Sequence[object], batch: ViewBatch,
                              tile_arrays: tuple[np.ndarray | None, ...]) -> list[str | None]:
         headers, offsets, spans = tile_arrays
-        float_planar = any(t is not None and t.dtype == np.float32 for t in batch.planars)
-        errors, fallback = self._core.decode_views_into(
+        errors, fallback = self._core.decode_views_into(  # scale: check_views saw a float32 planar
             records, batch.crops, batch.flips, list(batch.outs), tile_headers=headers,
             tile_offsets=offsets, tile_spans=spans, planars=list(batch.planars),
-            scale=None if batch.scale is None or not float_planar else three(batch.scale),
-            shift=None if batch.shift is None or not float_planar else three(batch.shift),
+            scale=None if batch.scale is None else three(batch.scale),
+            shift=None if batch.shift is None else three(batch.shift),
             orientations=batch.turns,
             program_codes=[None if p is None else p.codes for p in batch.programs],
             program_params=[None if p is None else p.params for p in batch.programs])
