@@ -54,7 +54,12 @@ def _compact(codes: np.ndarray, params: np.ndarray) -> PixelProgram:
 def draw_program(ops: Iterable[PixelTransform], seed: int, epoch: int, keys: object, view: int,
                  height: int, width: int) -> PixelProgram:
     """The pixel ops of N samples of height x width, each sample's steps a pure function of
-    (seed, epoch, key, view): never of the batch's other samples or of thread counts."""
+    (seed, epoch, key, view): never of the batch's other samples or of thread counts.
+
+    `keys` (int64 [N]) names each sample in the pass (the loader's sample index); `height` and
+    `width` are the size of the images the program will run on (erase boxes and RandAugment's
+    translations are drawn for it), so draw it for the output size of the crop.
+    """
     transforms = check_pixel_transforms(ops, "ops")
     for name, value in (("seed", seed), ("epoch", epoch), ("view", view)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
