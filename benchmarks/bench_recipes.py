@@ -6,8 +6,9 @@ source): "dino" (2 global + 8 local crops with their colour ops; a sample is its
 RandomErasing) and "plain" (RandomResizedCrop 224 + flip, the reference point). Each recipe's
 rows run interleaved (harness.run_interleaved): DataLoader with 2 and 3 workers over the JPEG
 tree, and FastLoader over the same images packed, on the CPU target, with the recipe written
-in views and pixel ops (`fastloader.View`, `ColorJitter`, ...; issue #46). A DINO recipe also
-times its first global view alone, so the cost of the other nine views shows beside it.
+in views and pixel ops (`fastloader.View`, `fastloader.decode.pixels`; issue #46). A DINO
+recipe also times its first global view alone, and its ten views with crops and flips but no
+pixel ops, so what the other nine views cost, and where, shows beside it.
 Rates are samples per second (a DINO sample = its 10 views); ratios are against the best
 DataLoader of the same recipe, as medians of same-round ratios. The machine's load average is
 written before and after each recipe. MixUp and CutMix are batch-level device ops
@@ -21,8 +22,10 @@ written before and after each recipe. MixUp and CutMix are batch-level device op
 from __future__ import annotations
 
 import argparse
+import importlib
 import itertools
 import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -53,9 +56,9 @@ from pil_recipes import RECIPES, Recipe
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TREE = REPO / "bench_data" / "images"
 Factory = Callable[[], RunResult]
-# What the fastloader rows need: the views API and the pixel ops of issue #46.
-FASTLOADER_NAMES = ("View", "ColorJitter", "RandomGrayscale", "GaussianBlur", "RandomSolarize",
-                    "TrivialAugmentWide", "RandomErasing")
+# The pixel ops the fastloader rows take from fastloader.decode.pixels (issue #46).
+PIXEL_OPS = ("ColorJitter", "RandomGrayscale", "GaussianBlur", "RandomSolarize",
+             "TrivialAugmentWide", "RandomErasing")
 
 
 def samples_in(batch: Any) -> int:
@@ -85,38 +88,53 @@ def fastloader_missing() -> str | None:
         import fastloader
     except Exception as exc:  # a checkout being built may fail to import in any way
         return f"fastloader does not import ({type(exc).__name__}: {exc})"
-    missing = [name for name in FASTLOADER_NAMES if not hasattr(fastloader, name)]
+    try:
+        have = set(dir(importlib.import_module("fastloader.decode.pixels")))
+    except ImportError:  # a fastloader from before the pixel ops
+        have = set()
+    missing = [] if hasattr(fastloader, "View") else ["View"]
+    missing += [name for name in PIXEL_OPS if name not in have]
     if missing:
         return (f"this fastloader has no {', '.join(missing)}: the views and pixel ops of "
                 "issue #46 (branches viewsloader and pixelops) have not landed in it")
     return None
 
 
-def fastloader_views(recipe: str, first_view_only: bool = False) -> dict[str, Any]:
-    """The recipe as FastLoader arguments: views=[...] for DINO, transforms=[...] otherwise."""
+# The DINO rows beside the recipe: what its first global view costs alone, and its ten views
+# with their crops and flips but none of their pixel ops (the views' resize cost apart).
+VARIANTS = {"first view alone": "first", "crops and flips only": "geometry"}
+
+
+def fastloader_views(recipe: str, variant: str = "full") -> dict[str, Any]:
+    """The recipe as FastLoader arguments: views=[...] for DINO, transforms=[...] otherwise
+    (variant: "full", or for DINO "first" or "geometry", see VARIANTS)."""
     import fastloader as fl
 
+    px = importlib.import_module("fastloader.decode.pixels")
     if recipe == "plain":
         return {"transforms": [fl.RandomResizedCrop(224), fl.RandomHorizontalFlip()]}
     if recipe == "ta":
         return {"transforms": [fl.RandomResizedCrop(176), fl.RandomHorizontalFlip(),
-                               fl.TrivialAugmentWide(), fl.RandomErasing(p=0.1)]}
-    colour = [fl.RandomHorizontalFlip(), fl.ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8),
-              fl.RandomGrayscale(p=0.2)]
+                               px.TrivialAugmentWide(), px.RandomErasing(p=0.1)]}
+    ops = variant != "geometry"
+    colour = [px.ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8), px.RandomGrayscale(p=0.2)] if ops else []
+
+    def view(size: int, scale: tuple[float, float], pixel_ops: list[Any], count: int = 1) -> Any:
+        return fl.View([fl.RandomResizedCrop(size, scale=scale), fl.RandomHorizontalFlip(),
+                        *colour, *(pixel_ops if ops else [])], count=count)
+
     blur = (0.1, 2.0)
-    global1 = fl.View([fl.RandomResizedCrop(224, scale=(0.32, 1.0)), *colour,
-                       fl.GaussianBlur(sigma=blur, p=1.0)])
-    if first_view_only:
+    global1 = view(224, (0.32, 1.0), [px.GaussianBlur(sigma=blur, p=1.0)])
+    if variant == "first":
         return {"views": [global1]}
-    global2 = fl.View([fl.RandomResizedCrop(224, scale=(0.32, 1.0)), *colour,
-                       fl.GaussianBlur(sigma=blur, p=0.1), fl.RandomSolarize(128, p=0.2)])
-    local = fl.View([fl.RandomResizedCrop(96, scale=(0.05, 0.32)), *colour,
-                     fl.GaussianBlur(sigma=blur, p=0.5)], count=8)
+    global2 = view(224, (0.32, 1.0), [px.GaussianBlur(sigma=blur, p=0.1),
+                                      px.RandomSolarize(128, p=0.2)])
+    local = view(96, (0.05, 0.32), [px.GaussianBlur(sigma=blur, p=0.5)], count=8)
     return {"views": [global1, global2, local]}
 
 
 def fastloader_row(path: Path, recipe: str, args: argparse.Namespace, seeds: Iterator[int],
-                   first_view_only: bool = False) -> Factory:
+                   variant: str = "full") -> Factory:
     """FastLoader over the packed copy, the recipe fused into its decode (CPU target)."""
     import fastloader
 
@@ -125,7 +143,7 @@ def fastloader_row(path: Path, recipe: str, args: argparse.Namespace, seeds: Ite
         loader = fastloader.FastLoader(
             str(path), batch_size=args.batch, shuffle=True, seed=next(seeds), drop_last=True,
             normalize=(IMAGENET_MEAN, IMAGENET_STD), device=args.device,
-            **fastloader_views(recipe, first_view_only), **threads,
+            **fastloader_views(recipe, variant), **threads,
         )
         try:
             return timed_iteration(lambda: loader, samples_in, args.images, args.warmup)
@@ -142,10 +160,24 @@ def recipe_rows(recipe: Recipe, tree: Path, packed: Path | None,
     if packed is not None:
         seeds = itertools.count()
         rows["FastLoader"] = fastloader_row(packed, recipe.name, args, seeds)
-        if recipe.views > 1:
-            rows["FastLoader, first view alone"] = fastloader_row(
-                packed, recipe.name, args, seeds, first_view_only=True)
+        for label, variant in VARIANTS.items() if recipe.views > 1 else ():
+            rows[f"FastLoader, {label}"] = fastloader_row(
+                packed, recipe.name, args, seeds, variant)
     return rows
+
+
+def fastloader_source() -> dict[str, str]:
+    """Which fastloader the rows ran (its package folder, that checkout's git revision): the
+    benchmark may run from one checkout against another's fastloader."""
+    try:
+        import fastloader
+    except Exception as exc:  # reported beside the skipped rows too
+        return {"fastloader_source": f"not importable: {type(exc).__name__}"}
+    folder = Path(fastloader.__file__).resolve().parent
+    done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=folder,
+                          capture_output=True, text=True, timeout=10, check=False)
+    return {"fastloader_source": str(folder),
+            "fastloader_git": done.stdout.strip() if done.returncode == 0 else "unknown"}
 
 
 def load_average() -> list[float]:
@@ -252,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     with JsonlWriter(args.out, "recipes") as writer:
         writer.write({"kind": "config", "batch": args.batch, "images": args.images,
                       "warmup_batches": args.warmup, "repeats": args.repeats,
-                      "tree": str(tree), "device": args.device, "recipes": args.recipes})
+                      "tree": str(tree), "device": args.device, "recipes": args.recipes,
+                      **fastloader_source()})
         if missing is not None:
             writer.write({"kind": "skipped", "name": "FastLoader", "reason": missing})
         for name in args.recipes:
@@ -265,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     if missing is not None:
         print(f"\nskipped the FastLoader rows: {missing}")
     print(env_line(environment()))
+    source = fastloader_source()
+    print(f"fastloader from {source['fastloader_source']} "
+          f"(git {source.get('fastloader_git', 'unknown')})")
     print(f"batch {args.batch}, {args.images} timed samples per run after {args.warmup} warm-up "
           f"batches, {args.repeats} interleaved rounds; wrote {args.out}")
     return 0

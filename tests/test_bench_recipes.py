@@ -182,6 +182,23 @@ def test_table_counts_views_per_second() -> None:
     assert "| 300 " in lines[4]  # one view a sample
 
 
+@pytest.mark.native_neutral
+def test_fastloader_rows_write_dinos_ten_views_and_their_variants() -> None:
+    missing = bench_recipes.fastloader_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    full = bench_recipes.fastloader_views("dino")["views"]
+    assert [view.count for view in full] == [1, 1, 8]
+    assert [len(view.pixel_ops) for view in full] == [3, 4, 3]  # jitter, grey, blur (+solarize)
+    geometry = bench_recipes.fastloader_views("dino", "geometry")["views"]
+    assert [view.count for view in geometry] == [1, 1, 8]
+    assert all(not view.pixel_ops for view in geometry)
+    first = bench_recipes.fastloader_views("dino", "first")["views"]
+    assert [repr(view) for view in first] == [repr(full[0])]
+    ta = bench_recipes.fastloader_views("ta")["transforms"]
+    assert [type(op).__name__ for op in ta][2:] == ["TrivialAugmentWide", "RandomErasing"]
+
+
 @pytest.mark.heavy
 def test_benchmark_runs_every_recipe_and_says_why_rows_are_skipped(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "images", classes=2, per_class=6, size=(60, 80))
