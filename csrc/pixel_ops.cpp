@@ -4,6 +4,7 @@
 #include "pixel_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -125,27 +126,32 @@ void hsv_to_rgb_planes(const int32_t *hue, const int32_t *sat, const int32_t *va
     }
 }
 
-void hue(uint8_t *image, int height, int width, float factor, PixelScratch &scratch) {
+// Convert.c's RGB -> HSV -> RGB with H shifted, on flat pixels: AVX2 lanes where they run, the
+// planes above (a chunk at a time) for the rest.
+void hue(uint8_t *image, size_t pixels, float factor, PixelScratch &scratch) {
     // int(factor * 255) mod 256: torchvision's np.uint8(factor * 255) as x86 casts it.
     const int shift = ((static_cast<int>(static_cast<double>(factor) * 255.0) % 256) + 256) % 256;
-    scratch.line.resize(static_cast<size_t>(width) * 6);
+    size_t done = pixel::simd_enabled() ? pixel::hue_avx2(image, pixels, shift) : 0;
+    constexpr int kChunk = 256;
+    scratch.line.resize(static_cast<size_t>(kChunk) * 6);
     auto *planes = reinterpret_cast<int32_t *>(scratch.line.data());
-    int32_t *r = planes, *g = r + width, *b = g + width;
-    int32_t *h = b + width, *s = h + width, *v = s + width;
-    for (int y = 0; y < height; ++y) {
-        uint8_t *row = image + static_cast<size_t>(y) * width * 3;
-        for (int x = 0; x < width; ++x) {
+    int32_t *r = planes, *g = r + kChunk, *b = g + kChunk;
+    int32_t *h = b + kChunk, *s = h + kChunk, *v = s + kChunk;
+    for (; done < pixels; done += kChunk) {
+        uint8_t *row = image + 3 * done;
+        const int n = static_cast<int>(std::min<size_t>(kChunk, pixels - done));
+        for (int x = 0; x < n; ++x) {
             r[x] = row[3 * x];
             g[x] = row[3 * x + 1];
             b[x] = row[3 * x + 2];
         }
-        rgb_to_hsv_planes(r, g, b, width, h, s);
-        for (int x = 0; x < width; ++x) {
+        rgb_to_hsv_planes(r, g, b, n, h, s);
+        for (int x = 0; x < n; ++x) {
             v[x] = std::max(r[x], std::max(g[x], b[x]));
             h[x] = (h[x] + shift) & 255;
         }
-        hsv_to_rgb_planes(h, s, v, width, r, g, b);
-        for (int x = 0; x < width; ++x) {
+        hsv_to_rgb_planes(h, s, v, n, r, g, b);
+        for (int x = 0; x < n; ++x) {
             row[3 * x] = static_cast<uint8_t>(r[x]);
             row[3 * x + 1] = static_cast<uint8_t>(g[x]);
             row[3 * x + 2] = static_cast<uint8_t>(b[x]);
@@ -252,7 +258,7 @@ void apply_step(uint8_t *image, int height, int width, int32_t code, const float
         case kPixelBrightness: blend_constant(image, bytes, 0, p[0]); break;
         case kPixelContrast: contrast(image, pixels, p[0]); break;
         case kPixelSaturation: saturation(image, pixels, p[0]); break;
-        case kPixelHue: hue(image, height, width, p[0], scratch); break;
+        case kPixelHue: hue(image, pixels, p[0], scratch); break;
         case kPixelGrayscale: grayscale(image, pixels); break;
         case kPixelBlur: pixel::gaussian_blur(image, height, width, p[0], scratch); break;
         case kPixelSolarize: solarize(image, bytes, p[0]); break;
@@ -271,6 +277,25 @@ void apply_step(uint8_t *image, int height, int width, int32_t code, const float
 }  // namespace
 
 namespace pixel {
+
+namespace {
+std::atomic<int> g_simd{-1};  // -1: not chosen yet
+}  // namespace
+
+bool simd_enabled() {
+    int s = g_simd.load(std::memory_order_relaxed);
+    if (s < 0) {
+        s = avx2_built() && __builtin_cpu_supports("avx2") ? 1 : 0;
+        g_simd.store(s, std::memory_order_relaxed);
+    }
+    return s == 1;
+}
+
+bool set_simd(bool enabled) {
+    const bool old = simd_enabled();
+    g_simd.store(enabled && avx2_built() && __builtin_cpu_supports("avx2") ? 1 : 0);
+    return old;
+}
 
 template <bool kInside>
 void blend_rows_with(const uint8_t *degenerate, const uint8_t *image, uint8_t *out, size_t n,

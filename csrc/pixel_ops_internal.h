@@ -38,6 +38,16 @@ inline uint8_t luma(const uint8_t *rgb) {
     return static_cast<uint8_t>((rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471 + 0x8000) >> 16);
 }
 
+// The AVX2 kernels (pixel_ops_avx2.cpp), the scalar ones' bytes: each does whole vectors and
+// returns how many pixels it did; the scalar kernel does the rest.
+bool avx2_built();
+size_t hue_avx2(uint8_t *image, size_t pixels, int shift);
+
+// True when the AVX2 kernels run: built with them, the CPU has AVX2, the seam did not refuse.
+bool simd_enabled();
+// Test seam: the AVX2 kernels (where the CPU has them) or the scalar ones; returns the old.
+bool set_simd(bool enabled);
+
 void gaussian_blur(uint8_t *image, int height, int width, float radius, PixelScratch &scratch);
 void sharpness(uint8_t *image, int height, int width, float factor, PixelScratch &scratch);
 // SHEAR_X/Y, TRANSLATE_X/Y, ROTATE with magnitude p0: NEAREST, fill 0.

@@ -1,10 +1,11 @@
 """Each pixel op against Pillow's own functions at fixed parameters (torchvision's PIL path,
 written out in pixel_cases.py), through the reference and natively; native == reference on 1 and
-2 threads; the batch checks."""
+2 threads; the AVX2 kernels against the scalar ones; the batch checks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -143,3 +144,54 @@ def test_apply_program_reference_refuses_bad_batches() -> None:
         P.apply_program_reference(np.zeros((2, 4, 8, 3), np.uint8)[:, :, ::2], program)
     with pytest.raises(TypeError, match="program"):
         P.apply_program_reference(np.zeros((2, 4, 4, 3), np.uint8), "invert")  # type: ignore
+
+
+@contextmanager
+def pixel_kernels(avx2: bool) -> Iterator[None]:
+    """The AVX2 pixel kernels (where the CPU has them) or the scalar ones, for a block."""
+    from fastloader import _core
+
+    old = _core.pixel_set_simd(avx2)
+    try:
+        if avx2 and not _core.pixel_simd():
+            pytest.skip("this CPU has no AVX2: only the scalar kernels run")
+        yield
+    finally:
+        _core.pixel_set_simd(old)
+
+
+def run_both(images: np.ndarray, program: P.PixelProgram) -> tuple[np.ndarray, np.ndarray]:
+    """The batch through the AVX2 kernels and through the scalar ones."""
+    from fastloader import _core
+
+    outs = []
+    for avx2 in (True, False):
+        with pixel_kernels(avx2):
+            out = images.copy()
+            _core.apply_pixel_program(out, program.codes, program.params, 1)
+            outs.append(out)
+    return outs[0], outs[1]
+
+
+# Each vector kernel with parameters that take every branch (factors inside and outside [0, 1],
+# small and large blur radii), on an odd width so that the scalar tails run as well.
+SIMD_CASES = [(C.HUE, 0.1), (C.HUE, -0.43), (C.HUE, 0.5)]
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("code, value", SIMD_CASES)
+def test_avx2_and_scalar_kernels_give_the_same_bytes(code: int, value: float) -> None:
+    images = batch_of(3, 37, 61)
+    avx2, scalar = run_both(images, program_of(code, value, n=3))
+    assert np.array_equal(avx2, scalar)
+    assert not np.array_equal(avx2, images)
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("value", [0.0, 0.27])
+def test_hue_kernels_agree_on_every_colour(value: float) -> None:
+    # Every RGB colour once: the RGB -> HSV half sees its whole domain.
+    colours = np.arange(1 << 24, dtype=np.uint32)
+    image = np.stack([colours >> 16, (colours >> 8) & 255, colours & 255], -1).astype(np.uint8)
+    avx2, scalar = run_both(image.reshape(1, 4096, 4096, 3), program_of(C.HUE, value))
+    assert np.array_equal(avx2, scalar)
