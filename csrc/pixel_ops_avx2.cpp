@@ -1,36 +1,14 @@
-// AVX2 twins of the costly pixel kernels (hue, the box blur's passes, the blends). Each does the
-// scalar kernel's IEEE operations in the same order, lane by lane (float lanes where Pillow's C
-// computes in float, double lanes where it computes in double), so the bytes are the scalar
-// kernel's, which are Pillow's. No FMA: a fused multiply-add would round once where Pillow
+// The AVX2 twin of hue (Convert.c's RGB -> HSV -> RGB). It does the scalar kernel's IEEE
+// operations in the same order, lane by lane (float lanes where Pillow's C computes in float,
+// double lanes where it computes in double), so the bytes are the scalar kernel's, which are
+// Pillow's. No FMA: a fused multiply-add would round once where Pillow
 // rounds twice (the target is plain "avx2", so GCC cannot contract mul + add either).
-#include "pixel_ops_internal.h"
+#include "pixel_ops_simd.h"
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
-#define FL_AVX2 __attribute__((target("avx2")))
+#if FL_PIXEL_AVX2
 
 namespace fl::pixel {
 namespace {
-
-// 8 RGB pixels (24 bytes, nothing read past them) as 8 int32 lanes 0x00BBGGRR.
-FL_AVX2 inline __m256i load_rgb8(const uint8_t *p) {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 8));
-    const __m128i lo_mask = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
-    const __m128i hi_mask = _mm_setr_epi8(4, 5, 6, -1, 7, 8, 9, -1, 10, 11, 12, -1, 13, 14, 15, -1);
-    return _mm256_set_m128i(_mm_shuffle_epi8(hi, hi_mask), _mm_shuffle_epi8(lo, lo_mask));
-}
-
-// The inverse: two 16-byte stores covering exactly the 24 bytes (in place is safe: the load of
-// these pixels came first and nothing beyond them is touched).
-FL_AVX2 inline void store_rgb8(uint8_t *p, __m256i px) {
-    const __m128i lo_mask = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
-    const __m128i hi_mask = _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14);
-    const __m128i lo = _mm_shuffle_epi8(_mm256_castsi256_si128(px), lo_mask);
-    const __m128i hi = _mm_shuffle_epi8(_mm256_extracti128_si256(px, 1), hi_mask);
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(p), lo);
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(p + 8), _mm_or_si128(_mm_srli_si128(lo, 8), hi));
-}
 
 // 8 float lanes as two vectors of 4 doubles, and back (each conversion exact or as C's cast).
 struct Doubles {
@@ -164,6 +142,7 @@ FL_AVX2 inline __m256i hsv_to_rgb(__m256i h, __m256i s, __m256i v) {
     return _mm256_or_si256(red, _mm256_or_si256(_mm256_slli_epi32(green, 8),
                                                 _mm256_slli_epi32(blue, 16)));
 }
+
 
 }  // namespace
 

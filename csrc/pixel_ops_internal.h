@@ -43,6 +43,18 @@ inline uint8_t luma(const uint8_t *rgb) {
 bool avx2_built();
 size_t hue_avx2(uint8_t *image, size_t pixels, int shift);
 
+// One box pass of GaussianBlur (BoxBlur.c): radius, and the 24-bit fixed-point weights of the
+// whole (ww) and the fractional edge (fw) taps.
+struct BoxLine {
+    int radius;
+    uint32_t ww, fw;
+};
+// The three passes along the rows, 8 rows at a time (buffer: 48 n + 8 words); returns rows done.
+int blur_rows_avx2(uint8_t *image, int rows, int n, const BoxLine &box, uint32_t *buffer);
+// One pass down the columns of bytes [0, done) of every row; returns done (row - row % 8).
+size_t blur_columns_avx2(const uint8_t *in, uint8_t *out, int height, size_t row,
+                         const BoxLine &box, uint32_t *acc);
+
 // True when the AVX2 kernels run: built with them, the CPU has AVX2, the seam did not refuse.
 bool simd_enabled();
 // Test seam: the AVX2 kernels (where the CPU has them) or the scalar ones; returns the old.

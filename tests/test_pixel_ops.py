@@ -175,7 +175,8 @@ def run_both(images: np.ndarray, program: P.PixelProgram) -> tuple[np.ndarray, n
 
 # Each vector kernel with parameters that take every branch (factors inside and outside [0, 1],
 # small and large blur radii), on an odd width so that the scalar tails run as well.
-SIMD_CASES = [(C.HUE, 0.1), (C.HUE, -0.43), (C.HUE, 0.5)]
+SIMD_CASES = [(C.HUE, 0.1), (C.HUE, -0.43), (C.HUE, 0.5), (C.BLUR, 0.1), (C.BLUR, 0.7),
+              (C.BLUR, 2.0), (C.BLUR, 9.0), (C.BLUR, 40.0)]
 
 
 @pytest.mark.native
@@ -184,7 +185,8 @@ def test_avx2_and_scalar_kernels_give_the_same_bytes(code: int, value: float) ->
     images = batch_of(3, 37, 61)
     avx2, scalar = run_both(images, program_of(code, value, n=3))
     assert np.array_equal(avx2, scalar)
-    assert not np.array_equal(avx2, images)
+    # (blur radius 0.1's edge weight rounds away on these images: a copy, as in Pillow)
+    assert not np.array_equal(avx2, images) or (code, value) == (C.BLUR, 0.1)
 
 
 @pytest.mark.native
