@@ -21,16 +21,19 @@ void apply_table(uint8_t *image, size_t bytes, const uint8_t table[256]) {
     for (size_t i = 0; i < bytes; ++i) image[i] = table[image[i]];
 }
 
-// Brightness and contrast blend towards a constant, so each is one 256-entry table.
+// Brightness and contrast blend towards a constant: AVX2 lanes, else one 256-entry table.
 void blend_constant(uint8_t *image, size_t bytes, int degenerate, float alpha) {
+    const size_t done =
+        pixel::simd_enabled() ? pixel::blend_constant_avx2(image, bytes, degenerate, alpha) : 0;
     uint8_t table[256];
     for (int v = 0; v < 256; ++v) table[v] = blend_byte(degenerate, v, alpha);
-    apply_table(image, bytes, table);
+    apply_table(image + done, bytes - done, table);
 }
 
 void contrast(uint8_t *image, size_t pixels, float factor) {
     uint64_t sum = 0;
-    for (size_t i = 0; i < pixels; ++i) sum += luma(image + 3 * i);
+    const size_t done = pixel::simd_enabled() ? pixel::luma_sum_avx2(image, pixels, sum) : 0;
+    for (size_t i = done; i < pixels; ++i) sum += luma(image + 3 * i);
     // ImageStat's mean of convert("L"), then int(mean + 0.5) (Python floats are doubles).
     const double mean = static_cast<double>(sum) / static_cast<double>(pixels);
     blend_constant(image, pixels * 3, static_cast<int>(mean + 0.5), factor);
@@ -38,7 +41,8 @@ void contrast(uint8_t *image, size_t pixels, float factor) {
 
 template <bool kInside>
 void saturation_with(uint8_t *image, size_t pixels, float factor) {
-    for (size_t i = 0; i < pixels; ++i) {
+    const size_t done = pixel::simd_enabled() ? pixel::saturation_avx2(image, pixels, factor) : 0;
+    for (size_t i = done; i < pixels; ++i) {
         uint8_t *px = image + 3 * i;
         const int gray = luma(px);
         px[0] = pixel::blend_fast<kInside>(gray, px[0], factor);
@@ -300,7 +304,8 @@ bool set_simd(bool enabled) {
 template <bool kInside>
 void blend_rows_with(const uint8_t *degenerate, const uint8_t *image, uint8_t *out, size_t n,
                      float alpha) {
-    for (size_t i = 0; i < n; ++i) out[i] = blend_fast<kInside>(degenerate[i], image[i], alpha);
+    const size_t done = simd_enabled() ? blend_rows_avx2(degenerate, image, out, n, alpha) : 0;
+    for (size_t i = done; i < n; ++i) out[i] = blend_fast<kInside>(degenerate[i], image[i], alpha);
 }
 
 void blend_rows(const uint8_t *degenerate, const uint8_t *image, uint8_t *out, size_t n,

@@ -42,6 +42,14 @@ inline uint8_t luma(const uint8_t *rgb) {
 // returns how many pixels it did; the scalar kernel does the rest.
 bool avx2_built();
 size_t hue_avx2(uint8_t *image, size_t pixels, int shift);
+size_t blend_rows_avx2(const uint8_t *degenerate, const uint8_t *image, uint8_t *out, size_t n,
+                       float alpha);
+size_t blend_constant_avx2(uint8_t *image, size_t bytes, int degenerate, float alpha);
+size_t saturation_avx2(uint8_t *image, size_t pixels, float factor);
+size_t luma_sum_avx2(const uint8_t *image, size_t pixels, uint64_t &sum);  // adds to sum
+// The SMOOTH filter's bytes [3, done) of one row (sharpness); returns done.
+size_t smooth_row_avx2(const uint8_t *up, const uint8_t *mid, const uint8_t *down,
+                       uint8_t *smooth, size_t row_bytes);
 
 // One box pass of GaussianBlur (BoxBlur.c): radius, and the 24-bit fixed-point weights of the
 // whole (ww) and the fractional edge (fw) taps.

@@ -136,7 +136,8 @@ void sharpness(uint8_t *image, int height, int width, float factor, PixelScratch
     for (int y = 1; y < height - 1; ++y) {
         const uint8_t *up = src + (y - 1) * row_bytes, *mid = src + y * row_bytes;
         const uint8_t *down = src + (y + 1) * row_bytes;
-        for (size_t i = 3; i < row_bytes - 3; ++i) {
+        const size_t done = simd_enabled() ? smooth_row_avx2(up, mid, down, smooth, row_bytes) : 3;
+        for (size_t i = done; i < row_bytes - 3; ++i) {
             float ss = 0.5f;
             ss += static_cast<float>(down[i - 3]) * k1 + static_cast<float>(down[i]) * k1 +
                   static_cast<float>(down[i + 3]) * k1;
