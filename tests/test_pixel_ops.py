@@ -15,8 +15,8 @@ from fastloader.decode import pixels as P
 from fastloader.decode.pixels import codes as C
 from pixel_cases import (
     ALL_OPS,
-    EXACT_PARAMS,
     IMAGES,
+    NATIVE_EXACT_PARAMS,
     PARAMS,
     batch_of,
     erase_box,
@@ -50,8 +50,8 @@ def test_native_matches_pillow(code: int, value: float, pillow: Callable, tol: f
 
 
 @pytest.mark.native
-@pytest.mark.parametrize("code, value, pillow, tol, name", EXACT_PARAMS)
-def test_native_integer_ops_equal_pillow_to_the_byte(code: int, value: float, pillow: Callable,
+@pytest.mark.parametrize("code, value, pillow, tol, name", NATIVE_EXACT_PARAMS)
+def test_native_exact_ops_equal_pillow_to_the_byte(code: int, value: float, pillow: Callable,
                                                      tol: float, name: str) -> None:
     from fastloader.decode import _native
 
