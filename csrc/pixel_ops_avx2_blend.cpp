@@ -1,5 +1,6 @@
 // AVX2 twins of the blends (ImageEnhance's Image.blend: brightness, contrast, saturation,
-// sharpness) and of the sums they need (luma, the SMOOTH filter). Each lane does the scalar
+// sharpness) and of the sums they need (luma, the SMOOTH filter: each row's products by 1/13
+// made once, as the same float products the scalar sum makes nine times). Each lane does the scalar
 // kernel's float operations in its order (no FMA: the target is plain "avx2", so mul + add stay
 // two roundings, as in Pillow), and luma is the same integer sum, so the bytes are the scalar
 // kernels', which are Pillow's. Each returns how much it did (whole vectors); the scalar kernel
@@ -91,22 +92,10 @@ FL_AVX2 size_t saturation_with(uint8_t *image, size_t pixels, float factor) {
     return done;
 }
 
-FL_AVX2 inline __m256 term(const uint8_t *p, __m256 k) { return _mm256_mul_ps(float8(p), k); }
-
-// The SMOOTH filter's sum at 8 bytes from i: Filter.c's order, row below, row, row above.
-FL_AVX2 inline __m256i smooth8(const uint8_t *up, const uint8_t *mid, const uint8_t *down,
-                               size_t i) {
-    const __m256 k1 = _mm256_set1_ps(static_cast<float>(1.0 / 13.0));
-    const __m256 k5 = _mm256_set1_ps(static_cast<float>(5.0 / 13.0));
-    __m256 ss = _mm256_set1_ps(0.5f);
-    ss = _mm256_add_ps(ss, _mm256_add_ps(_mm256_add_ps(term(down + i - 3, k1), term(down + i, k1)),
-                                         term(down + i + 3, k1)));
-    ss = _mm256_add_ps(ss, _mm256_add_ps(_mm256_add_ps(term(mid + i - 3, k1), term(mid + i, k5)),
-                                         term(mid + i + 3, k1)));
-    ss = _mm256_add_ps(ss, _mm256_add_ps(_mm256_add_ps(term(up + i - 3, k1), term(up + i, k1)),
-                                         term(up + i + 3, k1)));
-    ss = _mm256_min_ps(_mm256_max_ps(ss, _mm256_setzero_ps()), _mm256_set1_ps(255.0f));
-    return _mm256_cvttps_epi32(ss);
+// left + centre + right of a row's terms at 8 positions: (t[i-3] + t[i]) + t[i+3].
+FL_AVX2 inline __m256 three(const float *t) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(t - 3), _mm256_loadu_ps(t)),
+                         _mm256_loadu_ps(t + 3));
 }
 
 }  // namespace
@@ -146,11 +135,30 @@ FL_AVX2 size_t luma_sum_avx2(const uint8_t *image, size_t pixels, uint64_t &sum)
     return done;
 }
 
-FL_AVX2 size_t smooth_row_avx2(const uint8_t *up, const uint8_t *mid, const uint8_t *down,
-                               uint8_t *smooth, size_t row_bytes) {
+FL_AVX2 void smooth_terms_avx2(const uint8_t *row, float *terms, size_t n) {
+    const float k1 = static_cast<float>(1.0 / 13.0);
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(terms + j, _mm256_mul_ps(float8(row + j), _mm256_set1_ps(k1)));
+    for (; j < n; ++j) terms[j] = static_cast<float>(row[j]) * k1;
+}
+
+// The SMOOTH filter at bytes [3, done) of one row from its neighbours' terms (Filter.c's sums in
+// its order: row below, row, row above, each left + centre + right): returns done.
+FL_AVX2 size_t smooth_row_avx2(const float *up, const float *mid_terms, const float *down,
+                               const uint8_t *mid, uint8_t *smooth, size_t row_bytes) {
+    const __m256 k5 = _mm256_set1_ps(static_cast<float>(5.0 / 13.0));
     size_t i = 3;
-    for (; i + 16 + 3 <= row_bytes; i += 16)
-        store16(smooth + i, pack16(smooth8(up, mid, down, i), smooth8(up, mid, down, i + 8)));
+    for (; i + 8 + 3 <= row_bytes; i += 8) {
+        __m256 ss = _mm256_set1_ps(0.5f);
+        ss = _mm256_add_ps(ss, three(down + i));
+        const __m256 centre = _mm256_mul_ps(float8(mid + i), k5);
+        ss = _mm256_add_ps(ss, _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(mid_terms + i - 3), centre),
+                                             _mm256_loadu_ps(mid_terms + i + 3)));
+        ss = _mm256_add_ps(ss, three(up + i));
+        ss = _mm256_min_ps(_mm256_max_ps(ss, _mm256_setzero_ps()), _mm256_set1_ps(255.0f));
+        const __m128i bytes = pack16(_mm256_cvttps_epi32(ss), _mm256_setzero_si256());
+        _mm_storel_epi64(reinterpret_cast<__m128i *>(smooth + i), bytes);
+    }
     return i;
 }
 
@@ -163,7 +171,9 @@ size_t blend_rows_avx2(const uint8_t *, const uint8_t *, uint8_t *, size_t, floa
 size_t blend_constant_avx2(uint8_t *, size_t, int, float) { return 0; }
 size_t saturation_avx2(uint8_t *, size_t, float) { return 0; }
 size_t luma_sum_avx2(const uint8_t *, size_t, uint64_t &) { return 0; }
-size_t smooth_row_avx2(const uint8_t *, const uint8_t *, const uint8_t *, uint8_t *, size_t) {
+void smooth_terms_avx2(const uint8_t *, float *, size_t) {}
+size_t smooth_row_avx2(const float *, const float *, const float *, const uint8_t *, uint8_t *,
+                       size_t) {
     return 3;
 }
 }  // namespace fl::pixel

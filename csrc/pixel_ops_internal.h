@@ -47,9 +47,11 @@ size_t blend_rows_avx2(const uint8_t *degenerate, const uint8_t *image, uint8_t 
 size_t blend_constant_avx2(uint8_t *image, size_t bytes, int degenerate, float alpha);
 size_t saturation_avx2(uint8_t *image, size_t pixels, float factor);
 size_t luma_sum_avx2(const uint8_t *image, size_t pixels, uint64_t &sum);  // adds to sum
-// The SMOOTH filter's bytes [3, done) of one row (sharpness); returns done.
-size_t smooth_row_avx2(const uint8_t *up, const uint8_t *mid, const uint8_t *down,
-                       uint8_t *smooth, size_t row_bytes);
+// Sharpness's SMOOTH filter: terms[j] = float(row[j]) * float(1 / 13) for n bytes; then one
+// row's sums at bytes [3, done) from the terms of the rows above, at and below; returns done.
+void smooth_terms_avx2(const uint8_t *row, float *terms, size_t n);
+size_t smooth_row_avx2(const float *up, const float *mid_terms, const float *down,
+                       const uint8_t *mid, uint8_t *smooth, size_t row_bytes);
 
 // One box pass of GaussianBlur (BoxBlur.c): radius, and the 24-bit fixed-point weights of the
 // whole (ww) and the fractional edge (fw) taps.

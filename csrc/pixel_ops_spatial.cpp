@@ -123,6 +123,27 @@ void gaussian_blur(uint8_t *image, int height, int width, float radius, PixelScr
     if (from != image) std::memcpy(image, from, bytes);
 }
 
+namespace {
+
+// ImageFilter.SMOOTH: (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, +0.5, truncated, at bytes
+// [first, row_bytes - 3) of a row. The sums keep Filter.c's order: row below, row, row above.
+void smooth_row(const uint8_t *up, const uint8_t *mid, const uint8_t *down, uint8_t *smooth,
+                size_t first, size_t row_bytes) {
+    const float k1 = static_cast<float>(1.0 / 13.0), k5 = static_cast<float>(5.0 / 13.0);
+    for (size_t i = first; i < row_bytes - 3; ++i) {
+        float ss = 0.5f;
+        ss += static_cast<float>(down[i - 3]) * k1 + static_cast<float>(down[i]) * k1 +
+              static_cast<float>(down[i + 3]) * k1;
+        ss += static_cast<float>(mid[i - 3]) * k1 + static_cast<float>(mid[i]) * k5 +
+              static_cast<float>(mid[i + 3]) * k1;
+        ss += static_cast<float>(up[i - 3]) * k1 + static_cast<float>(up[i]) * k1 +
+              static_cast<float>(up[i + 3]) * k1;
+        smooth[i] = static_cast<uint8_t>(std::clamp(ss, 0.0f, 255.0f));
+    }
+}
+
+}  // namespace
+
 void sharpness(uint8_t *image, int height, int width, float factor, PixelScratch &scratch) {
     if (height < 3 || width < 3) return;  // Pillow's filter copies images under its kernel
     const size_t row_bytes = static_cast<size_t>(width) * 3;
@@ -130,25 +151,23 @@ void sharpness(uint8_t *image, int height, int width, float factor, PixelScratch
     scratch.plane.resize(row_bytes);
     const uint8_t *src = scratch.copy.data();
     uint8_t *smooth = scratch.plane.data();
-    // ImageFilter.SMOOTH: (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, +0.5, truncated; borders kept
-    // (a border pixel blends with itself). The sums keep Filter.c's order: row below, row, above.
-    const float k1 = static_cast<float>(1.0 / 13.0), k5 = static_cast<float>(5.0 / 13.0);
+    const bool simd = simd_enabled();
+    // The AVX2 sums read each row's products by 1/13 from a ring of three rows' terms.
+    if (simd) scratch.terms.resize(3 * row_bytes);
+    auto terms = [&](int y) { return scratch.terms.data() + (y % 3) * row_bytes; };
+    if (simd) smooth_terms_avx2(src, terms(0), row_bytes);
+    if (simd) smooth_terms_avx2(src + row_bytes, terms(1), row_bytes);
     for (int y = 1; y < height - 1; ++y) {
         const uint8_t *up = src + (y - 1) * row_bytes, *mid = src + y * row_bytes;
         const uint8_t *down = src + (y + 1) * row_bytes;
-        const size_t done = simd_enabled() ? smooth_row_avx2(up, mid, down, smooth, row_bytes) : 3;
-        for (size_t i = done; i < row_bytes - 3; ++i) {
-            float ss = 0.5f;
-            ss += static_cast<float>(down[i - 3]) * k1 + static_cast<float>(down[i]) * k1 +
-                  static_cast<float>(down[i + 3]) * k1;
-            ss += static_cast<float>(mid[i - 3]) * k1 + static_cast<float>(mid[i]) * k5 +
-                  static_cast<float>(mid[i + 3]) * k1;
-            ss += static_cast<float>(up[i - 3]) * k1 + static_cast<float>(up[i]) * k1 +
-                  static_cast<float>(up[i + 3]) * k1;
-            smooth[i] = static_cast<uint8_t>(std::clamp(ss, 0.0f, 255.0f));
+        size_t done = 3;
+        if (simd) {
+            smooth_terms_avx2(down, terms(y + 1), row_bytes);
+            done = smooth_row_avx2(terms(y - 1), terms(y), terms(y + 1), mid, smooth, row_bytes);
         }
-        uint8_t *out = image + y * row_bytes;
-        blend_rows(smooth + 3, mid + 3, out + 3, row_bytes - 6, factor);
+        smooth_row(up, mid, down, smooth, done, row_bytes);
+        // Borders are kept: a border pixel blends with itself.
+        blend_rows(smooth + 3, mid + 3, image + y * row_bytes + 3, row_bytes - 6, factor);
     }
 }
 
