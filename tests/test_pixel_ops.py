@@ -201,3 +201,14 @@ def test_hue_kernels_agree_on_every_colour(value: float) -> None:
     image = np.stack([colours >> 16, (colours >> 8) & 255, colours & 255], -1).astype(np.uint8)
     avx2, scalar = run_both(image.reshape(1, 4096, 4096, 3), program_of(C.HUE, value))
     assert np.array_equal(avx2, scalar)
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("shape", [(1, 1), (2, 3), (3, 2), (8, 8), (9, 17), (17, 9), (16, 6)])
+def test_avx2_and_scalar_kernels_agree_on_small_images(shape: tuple[int, int]) -> None:
+    # Sizes around the vectors' 8 pixels, 8 rows and 16 bytes: all tail, exact fit, one over.
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (2, *shape, 3), dtype=np.uint8)
+    for code, value in SIMD_CASES:
+        avx2, scalar = run_both(images, program_of(code, value, n=2))
+        assert np.array_equal(avx2, scalar), (code, value)
