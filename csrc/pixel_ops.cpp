@@ -283,13 +283,23 @@ void apply_step(uint8_t *image, int height, int width, int32_t code, const float
 namespace pixel {
 
 namespace {
+
 std::atomic<int> g_simd{-1};  // -1: not chosen yet
+
+bool avx2_usable() {
+#if defined(__GNUC__) && defined(__x86_64__)
+    return avx2_built() && __builtin_cpu_supports("avx2");
+#else
+    return false;  // the AVX2 kernels are stubs off x86-64
+#endif
+}
+
 }  // namespace
 
 bool simd_enabled() {
     int s = g_simd.load(std::memory_order_relaxed);
     if (s < 0) {
-        s = avx2_built() && __builtin_cpu_supports("avx2") ? 1 : 0;
+        s = avx2_usable() ? 1 : 0;
         g_simd.store(s, std::memory_order_relaxed);
     }
     return s == 1;
@@ -297,7 +307,7 @@ bool simd_enabled() {
 
 bool set_simd(bool enabled) {
     const bool old = simd_enabled();
-    g_simd.store(enabled && avx2_built() && __builtin_cpu_supports("avx2") ? 1 : 0);
+    g_simd.store(enabled && avx2_usable() ? 1 : 0);
     return old;
 }
 
