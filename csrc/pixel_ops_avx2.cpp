@@ -33,8 +33,8 @@ FL_AVX2 inline __m256i truncate(Doubles d) {  // C's (int) of values in int rang
 }
 
 // C's round() of a double >= 0 as trunc(x + 0.5): x + 0.5 could round up to the next whole
-// number only for x within 2^-54 below a half, which v * (1.0 - x) never is (the AVX2 kernel
-// was checked against Convert.c for all 2^24 (h, s, v)).
+// number only for x within 2^-54 below 0.5, which v * (1.0 - x) never is (checked against
+// Convert.c for all 2^24 (h, s, v) by tools/hue_avx2_exhaustive.cpp).
 FL_AVX2 inline __m256d add_half(__m256d x) { return _mm256_add_pd(x, _mm256_set1_pd(0.5)); }
 
 FL_AVX2 inline __m256i select(__m256i mask, __m256i yes, __m256i no) {
@@ -110,8 +110,8 @@ FL_AVX2 inline __m256i scaled_value(Doubles v, Doubles x) {
 
 // Convert.c's hsv2rgb on 8 lanes, returned as 0x00BBGGRR. Sector i = floor(6h / 255) and
 // f = frac(6h / 255) come from integers: (6h mod 255) / 255.0f and s / 255.0f are the floats
-// Convert.c's doubles round to, for every h and s (checked for all 256). A grey lane (s = 0)
-// gets p = q = t = v, so it needs no select.
+// Convert.c's doubles round to, for every h and s (tools/hue_avx2_exhaustive.cpp). A grey lane
+// (s = 0) gets p = q = t = v, so it needs no select.
 FL_AVX2 inline __m256i hsv_to_rgb(__m256i h, __m256i s, __m256i v) {
     const __m256i x6 = _mm256_mullo_epi32(h, _mm256_set1_epi32(6));
     const __m256i i = _mm256_srli_epi32(
