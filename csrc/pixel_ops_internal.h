@@ -38,8 +38,9 @@ inline uint8_t luma(const uint8_t *rgb) {
     return static_cast<uint8_t>((rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471 + 0x8000) >> 16);
 }
 
-// The AVX2 kernels (pixel_ops_avx2.cpp), the scalar ones' bytes: each does whole vectors and
-// returns how many pixels it did; the scalar kernel does the rest.
+// The AVX2 kernels (pixel_ops_avx2*.cpp; stubs that do nothing where not built), the scalar ones'
+// bytes: each does whole vectors and returns how far it got (pixels, bytes or rows, as named);
+// the scalar kernel does the rest.
 bool avx2_built();
 size_t hue_avx2(uint8_t *image, size_t pixels, int shift);
 size_t blend_rows_avx2(const uint8_t *degenerate, const uint8_t *image, uint8_t *out, size_t n,
