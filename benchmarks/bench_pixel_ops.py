@@ -3,10 +3,11 @@
 Each round times every op once on every path, interleaved, on the same photo-like batch (a fresh
 copy each time; the copy is outside the timing); the table gives the median over rounds and the
 reference/native ratio measured in the same rounds. Paths: native (`_core.apply_pixel_program`,
-1 thread and --threads threads), the reference (Pillow, per sample), and the device path on the
-CPU device (`apply_program_torch`, NCHW). The policies run drawn programs (different ops per
-sample), the single ops fixed parameters on every sample. draw_program's cost is reported too.
-Writes benchmarks/results/pixel_ops.jsonl (--out).
+1 thread and --threads threads; and 1 thread on the scalar kernels, the AVX2 ones turned off
+through `_core.pixel_set_simd`, where the CPU has them), the reference (Pillow, per sample), and
+the device path on the CPU device (`apply_program_torch`, NCHW). The policies run drawn programs
+(different ops per sample), the single ops fixed parameters on every sample. draw_program's cost
+is reported too. Writes benchmarks/results/pixel_ops.jsonl (--out).
 Usage: python benchmarks/bench_pixel_ops.py [--rounds 5 --batch 64 --size 224 --threads 2]
 """
 
@@ -17,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -32,6 +34,7 @@ FIXED = {  # code: p0 (ERASE's box is set below)
     C.BLUR: 1.0, C.SOLARIZE: 128, C.POSTERIZE: 4, C.AUTOCONTRAST: 0, C.EQUALIZE: 0, C.ERASE: 0,
     C.SHARPNESS: 1.5, C.INVERT: 0, C.SHEAR_X: 0.3, C.TRANSLATE_X: 10, C.ROTATE: 30,
 }
+SCALAR = "native 1 thread, scalar kernels"
 DRAWN = {
     "ColorJitter(0.4, 0.4, 0.2, 0.1)": [P.ColorJitter(0.4, 0.4, 0.2, 0.1)],
     "GaussianBlur(sigma=(0.1, 2.0))": [P.GaussianBlur(sigma=(0.1, 2.0))],
@@ -70,6 +73,15 @@ def timed(call: Callable[..., object], *args: object) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+def scalar_kernels(core: ModuleType, images: np.ndarray, program: P.PixelProgram) -> None:
+    """The program on 1 thread with the AVX2 pixel kernels turned off (the same bytes)."""
+    old = core.pixel_set_simd(False)
+    try:
+        core.apply_pixel_program(images, program.codes, program.params, 1)
+    finally:
+        core.pixel_set_simd(old)
+
+
 def paths(threads: int, torch_cpu: bool) -> dict[str, Callable[[np.ndarray, P.PixelProgram],
                                                                  object]]:
     """The timed paths by name (the device path on the CPU device when torch_cpu)."""
@@ -80,6 +92,8 @@ def paths(threads: int, torch_cpu: bool) -> dict[str, Callable[[np.ndarray, P.Pi
             x, p.codes, p.params, threads),
         "Pillow reference": P.apply_program_reference,
     }
+    if core.pixel_simd():
+        ways[SCALAR] = lambda x, p: scalar_kernels(core, x, p)
     if torch_cpu:
         ways["torch, CPU device"] = lambda x, p: apply_program_torch(x, p)
     return ways
@@ -114,14 +128,18 @@ def run(args: argparse.Namespace) -> None:
     draw_ms = [timed(P.draw_program, recipe, 0, epoch, np.arange(256), 0, 224, 224)
                for epoch in range(20)]
     ways = list(paths(args.threads, args.torch_cpu))
+    # per-round ratios against native 1 thread: Pillow's, and the scalar kernels' where timed
+    against = [way for way in ("Pillow reference", SCALAR) if way in ways]
     rows = []
     for name in programs:
         medians = [statistics.median(times[(name, way)]) for way in ways]
-        ratios = [r / n for r, n in zip(times[(name, "Pillow reference")],
-                                         times[(name, "native 1 thread")], strict=True)]
-        rows.append([name, *(f"{m:.1f}" for m in medians), f"{statistics.median(ratios):.1f}x"])
+        ratios = [statistics.median(r / n for r, n in zip(times[(name, way)],
+                                                          times[(name, "native 1 thread")],
+                                                          strict=True)) for way in against]
+        rows.append([name, *(f"{m:.1f}" for m in medians), *(f"{r:.1f}x" for r in ratios)])
     print(f"median ms per {args.batch}x{args.size}x{args.size} batch over {args.rounds} rounds")
-    print(format_table(["op", *ways, "reference / native 1 thread"], rows))
+    heads = ["reference / native 1 thread", "scalar / AVX2 kernels"][:len(against)]
+    print(format_table(["op", *ways, *heads], rows))
     print(f"draw_program (RandAugment + ColorJitter), 256 samples: "
           f"{statistics.median(draw_ms):.2f} ms median")
     print(env_line(environment()))

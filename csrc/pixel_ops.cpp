@@ -4,6 +4,7 @@
 #include "pixel_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -20,16 +21,19 @@ void apply_table(uint8_t *image, size_t bytes, const uint8_t table[256]) {
     for (size_t i = 0; i < bytes; ++i) image[i] = table[image[i]];
 }
 
-// Brightness and contrast blend towards a constant, so each is one 256-entry table.
+// Brightness and contrast blend towards a constant: AVX2 lanes, else one 256-entry table.
 void blend_constant(uint8_t *image, size_t bytes, int degenerate, float alpha) {
+    const size_t done =
+        pixel::simd_enabled() ? pixel::blend_constant_avx2(image, bytes, degenerate, alpha) : 0;
     uint8_t table[256];
     for (int v = 0; v < 256; ++v) table[v] = blend_byte(degenerate, v, alpha);
-    apply_table(image, bytes, table);
+    apply_table(image + done, bytes - done, table);
 }
 
 void contrast(uint8_t *image, size_t pixels, float factor) {
     uint64_t sum = 0;
-    for (size_t i = 0; i < pixels; ++i) sum += luma(image + 3 * i);
+    const size_t done = pixel::simd_enabled() ? pixel::luma_sum_avx2(image, pixels, sum) : 0;
+    for (size_t i = done; i < pixels; ++i) sum += luma(image + 3 * i);
     // ImageStat's mean of convert("L"), then int(mean + 0.5) (Python floats are doubles).
     const double mean = static_cast<double>(sum) / static_cast<double>(pixels);
     blend_constant(image, pixels * 3, static_cast<int>(mean + 0.5), factor);
@@ -37,7 +41,8 @@ void contrast(uint8_t *image, size_t pixels, float factor) {
 
 template <bool kInside>
 void saturation_with(uint8_t *image, size_t pixels, float factor) {
-    for (size_t i = 0; i < pixels; ++i) {
+    const size_t done = pixel::simd_enabled() ? pixel::saturation_avx2(image, pixels, factor) : 0;
+    for (size_t i = done; i < pixels; ++i) {
         uint8_t *px = image + 3 * i;
         const int gray = luma(px);
         px[0] = pixel::blend_fast<kInside>(gray, px[0], factor);
@@ -125,27 +130,32 @@ void hsv_to_rgb_planes(const int32_t *hue, const int32_t *sat, const int32_t *va
     }
 }
 
-void hue(uint8_t *image, int height, int width, float factor, PixelScratch &scratch) {
+// Convert.c's RGB -> HSV -> RGB with H shifted, on flat pixels: AVX2 lanes where they run, the
+// planes above (a chunk at a time) for the rest.
+void hue(uint8_t *image, size_t pixels, float factor, PixelScratch &scratch) {
     // int(factor * 255) mod 256: torchvision's np.uint8(factor * 255) as x86 casts it.
     const int shift = ((static_cast<int>(static_cast<double>(factor) * 255.0) % 256) + 256) % 256;
-    scratch.line.resize(static_cast<size_t>(width) * 6);
+    size_t done = pixel::simd_enabled() ? pixel::hue_avx2(image, pixels, shift) : 0;
+    constexpr int kChunk = 256;
+    scratch.line.resize(static_cast<size_t>(kChunk) * 6);
     auto *planes = reinterpret_cast<int32_t *>(scratch.line.data());
-    int32_t *r = planes, *g = r + width, *b = g + width;
-    int32_t *h = b + width, *s = h + width, *v = s + width;
-    for (int y = 0; y < height; ++y) {
-        uint8_t *row = image + static_cast<size_t>(y) * width * 3;
-        for (int x = 0; x < width; ++x) {
+    int32_t *r = planes, *g = r + kChunk, *b = g + kChunk;
+    int32_t *h = b + kChunk, *s = h + kChunk, *v = s + kChunk;
+    for (; done < pixels; done += kChunk) {
+        uint8_t *row = image + 3 * done;
+        const int n = static_cast<int>(std::min<size_t>(kChunk, pixels - done));
+        for (int x = 0; x < n; ++x) {
             r[x] = row[3 * x];
             g[x] = row[3 * x + 1];
             b[x] = row[3 * x + 2];
         }
-        rgb_to_hsv_planes(r, g, b, width, h, s);
-        for (int x = 0; x < width; ++x) {
+        rgb_to_hsv_planes(r, g, b, n, h, s);
+        for (int x = 0; x < n; ++x) {
             v[x] = std::max(r[x], std::max(g[x], b[x]));
             h[x] = (h[x] + shift) & 255;
         }
-        hsv_to_rgb_planes(h, s, v, width, r, g, b);
-        for (int x = 0; x < width; ++x) {
+        hsv_to_rgb_planes(h, s, v, n, r, g, b);
+        for (int x = 0; x < n; ++x) {
             row[3 * x] = static_cast<uint8_t>(r[x]);
             row[3 * x + 1] = static_cast<uint8_t>(g[x]);
             row[3 * x + 2] = static_cast<uint8_t>(b[x]);
@@ -252,7 +262,7 @@ void apply_step(uint8_t *image, int height, int width, int32_t code, const float
         case kPixelBrightness: blend_constant(image, bytes, 0, p[0]); break;
         case kPixelContrast: contrast(image, pixels, p[0]); break;
         case kPixelSaturation: saturation(image, pixels, p[0]); break;
-        case kPixelHue: hue(image, height, width, p[0], scratch); break;
+        case kPixelHue: hue(image, pixels, p[0], scratch); break;
         case kPixelGrayscale: grayscale(image, pixels); break;
         case kPixelBlur: pixel::gaussian_blur(image, height, width, p[0], scratch); break;
         case kPixelSolarize: solarize(image, bytes, p[0]); break;
@@ -272,10 +282,40 @@ void apply_step(uint8_t *image, int height, int width, int32_t code, const float
 
 namespace pixel {
 
+namespace {
+
+std::atomic<int> g_simd{-1};  // -1: not chosen yet
+
+bool avx2_usable() {
+#if defined(__GNUC__) && defined(__x86_64__)
+    return avx2_built() && __builtin_cpu_supports("avx2");
+#else
+    return false;  // the AVX2 kernels are stubs off x86-64
+#endif
+}
+
+}  // namespace
+
+bool simd_enabled() {
+    int s = g_simd.load(std::memory_order_relaxed);
+    if (s < 0) {
+        s = avx2_usable() ? 1 : 0;
+        g_simd.store(s, std::memory_order_relaxed);
+    }
+    return s == 1;
+}
+
+bool set_simd(bool enabled) {
+    const bool old = simd_enabled();
+    g_simd.store(enabled && avx2_usable() ? 1 : 0);
+    return old;
+}
+
 template <bool kInside>
 void blend_rows_with(const uint8_t *degenerate, const uint8_t *image, uint8_t *out, size_t n,
                      float alpha) {
-    for (size_t i = 0; i < n; ++i) out[i] = blend_fast<kInside>(degenerate[i], image[i], alpha);
+    const size_t done = simd_enabled() ? blend_rows_avx2(degenerate, image, out, n, alpha) : 0;
+    for (size_t i = done; i < n; ++i) out[i] = blend_fast<kInside>(degenerate[i], image[i], alpha);
 }
 
 void blend_rows(const uint8_t *degenerate, const uint8_t *image, uint8_t *out, size_t n,

@@ -40,6 +40,7 @@ struct PixelScratch {
     std::vector<uint8_t> copy;   // the source of neighbourhood and geometric ops
     std::vector<uint8_t> plane;  // a luma plane (contrast's mean, saturation, grayscale)
     std::vector<uint32_t> line;  // blur's running sums and a line's copy
+    std::vector<float> terms;    // sharpness: three rows of the SMOOTH filter's products
 };
 
 // In place on one RGB image, rows of width*3 bytes, contiguous; codes/params as one sample's row

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pixel_ops.h"
+#include "pixel_ops_internal.h"
 
 namespace nb = nanobind;
 
@@ -67,4 +68,8 @@ void register_pixel_ops(nb::module_ &m) {
           nb::arg("params"), nb::arg("num_threads") = 1,
           "Run a PixelProgram (codes int32 [N, K], params float32 [N, K, 8]) on uint8 "
           "[N, H, W, 3] images in place, the GIL released, on num_threads threads.");
+    m.def("pixel_simd", &fl::pixel::simd_enabled, "True when the AVX2 pixel kernels are in use.");
+    m.def("pixel_set_simd", &fl::pixel::set_simd, nb::arg("enabled"),
+          "Test seam: the AVX2 pixel kernels (where the CPU has them) or the scalar ones, which "
+          "give the same bytes; returns the previous setting.");
 }

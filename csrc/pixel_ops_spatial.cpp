@@ -25,11 +25,6 @@ float box_radius(float radius) {
     return l + a;
 }
 
-struct BoxLine {
-    int radius;
-    uint32_t ww, fw;
-};
-
 BoxLine box_line(float float_radius) {
     BoxLine line;
     line.radius = static_cast<int>(float_radius);
@@ -68,15 +63,16 @@ void blur_line(const uint8_t *in, uint8_t *out, int n, const BoxLine &box) {
         emit(x, std::max(x - r - 1, 0), std::min(x + r, last), std::min(x + r + 1, last));
 }
 
-// The same pass down the columns of a height x `row` byte image, a whole row at a time (the
-// inner loops run along the row, so they vectorise); `acc` holds `row` sums.
+// The same pass down the columns of a height x `row` byte image, bytes [first, row) of each row,
+// a whole row at a time (the inner loops run along the row, so they vectorise); `acc` holds
+// `row` sums.
 void blur_columns(const uint8_t *in, uint8_t *out, int height, size_t row, const BoxLine &box,
-                  uint32_t *acc) {
+                  uint32_t *acc, size_t first) {
     const int r = box.radius, last = height - 1;
     std::fill(acc, acc + row, 0u);
     for (int j = -r - 1; j <= r - 1; ++j) {
         const uint8_t *line = in + row * std::clamp(j, 0, last);
-        for (size_t i = 0; i < row; ++i) acc[i] += line[i];
+        for (size_t i = first; i < row; ++i) acc[i] += line[i];
     }
     const uint32_t ww = box.ww, fw = box.fw;
     for (int y = 0; y < height; ++y) {
@@ -84,7 +80,7 @@ void blur_columns(const uint8_t *in, uint8_t *out, int height, size_t row, const
         const uint8_t *add = in + row * std::min(y + r, last);
         const uint8_t *far = in + row * std::min(y + r + 1, last);
         uint8_t *dst = out + row * y;
-        for (size_t i = 0; i < row; ++i) {
+        for (size_t i = first; i < row; ++i) {
             acc[i] += static_cast<uint32_t>(add[i]) - sub[i];
             const uint32_t bulk = acc[i] * ww + (static_cast<uint32_t>(sub[i]) + far[i]) * fw;
             dst[i] = static_cast<uint8_t>((bulk + (1u << 23)) >> 24);
@@ -92,9 +88,9 @@ void blur_columns(const uint8_t *in, uint8_t *out, int height, size_t row, const
     }
 }
 
-// Three passes on each of `rows` lines of `n` pixels, in place.
-void blur_rows(uint8_t *image, int rows, int n, const BoxLine &box, uint8_t *line) {
-    for (int y = 0; y < rows; ++y) {
+// Three passes on each of lines [first, rows) of `n` pixels, in place.
+void blur_rows(uint8_t *image, int first, int rows, int n, const BoxLine &box, uint8_t *line) {
+    for (int y = first; y < rows; ++y) {
         uint8_t *row = image + static_cast<size_t>(y) * n * 3;
         for (int pass = 0; pass < kPasses; ++pass) {
             blur_line(row, line, n, box);
@@ -109,19 +105,44 @@ void gaussian_blur(uint8_t *image, int height, int width, float radius, PixelScr
     if (!(radius > 0.0f)) return;  // Pillow: radius 0 is a copy
     const BoxLine box = box_line(box_radius(radius));
     const size_t row = static_cast<size_t>(width) * 3, bytes = row * height;
+    const bool simd = simd_enabled();
     scratch.copy.resize(bytes);
     scratch.plane.resize(row);
-    scratch.line.resize(row);
-    blur_rows(image, height, width, box, scratch.plane.data());
+    scratch.line.resize(std::max<size_t>(row, simd ? 48 * static_cast<size_t>(width) + 8 : 0));
+    const int done = simd ? blur_rows_avx2(image, height, width, box, scratch.line.data()) : 0;
+    blur_rows(image, done, height, width, box, scratch.plane.data());
     // Pillow blurs the columns on a transposed copy; the column sums kept a row at a time are
     // the same arithmetic. Passes alternate image -> copy -> image -> copy; the last comes back.
     uint8_t *from = image, *to = scratch.copy.data();
     for (int pass = 0; pass < kPasses; ++pass) {
-        blur_columns(from, to, height, row, box, scratch.line.data());
+        const size_t first =
+            simd ? blur_columns_avx2(from, to, height, row, box, scratch.line.data()) : 0;
+        if (first < row) blur_columns(from, to, height, row, box, scratch.line.data(), first);
         std::swap(from, to);
     }
     if (from != image) std::memcpy(image, from, bytes);
 }
+
+namespace {
+
+// ImageFilter.SMOOTH: (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, +0.5, truncated, at bytes
+// [first, row_bytes - 3) of a row. The sums keep Filter.c's order: row below, row, row above.
+void smooth_row(const uint8_t *up, const uint8_t *mid, const uint8_t *down, uint8_t *smooth,
+                size_t first, size_t row_bytes) {
+    const float k1 = static_cast<float>(1.0 / 13.0), k5 = static_cast<float>(5.0 / 13.0);
+    for (size_t i = first; i < row_bytes - 3; ++i) {
+        float ss = 0.5f;
+        ss += static_cast<float>(down[i - 3]) * k1 + static_cast<float>(down[i]) * k1 +
+              static_cast<float>(down[i + 3]) * k1;
+        ss += static_cast<float>(mid[i - 3]) * k1 + static_cast<float>(mid[i]) * k5 +
+              static_cast<float>(mid[i + 3]) * k1;
+        ss += static_cast<float>(up[i - 3]) * k1 + static_cast<float>(up[i]) * k1 +
+              static_cast<float>(up[i + 3]) * k1;
+        smooth[i] = static_cast<uint8_t>(std::clamp(ss, 0.0f, 255.0f));
+    }
+}
+
+}  // namespace
 
 void sharpness(uint8_t *image, int height, int width, float factor, PixelScratch &scratch) {
     if (height < 3 || width < 3) return;  // Pillow's filter copies images under its kernel
@@ -130,24 +151,23 @@ void sharpness(uint8_t *image, int height, int width, float factor, PixelScratch
     scratch.plane.resize(row_bytes);
     const uint8_t *src = scratch.copy.data();
     uint8_t *smooth = scratch.plane.data();
-    // ImageFilter.SMOOTH: (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, +0.5, truncated; borders kept
-    // (a border pixel blends with itself). The sums keep Filter.c's order: row below, row, above.
-    const float k1 = static_cast<float>(1.0 / 13.0), k5 = static_cast<float>(5.0 / 13.0);
+    const bool simd = simd_enabled();
+    // The AVX2 sums read each row's products by 1/13 from a ring of three rows' terms.
+    if (simd) scratch.terms.resize(3 * row_bytes);
+    auto terms = [&](int y) { return scratch.terms.data() + (y % 3) * row_bytes; };
+    if (simd) smooth_terms_avx2(src, terms(0), row_bytes);
+    if (simd) smooth_terms_avx2(src + row_bytes, terms(1), row_bytes);
     for (int y = 1; y < height - 1; ++y) {
         const uint8_t *up = src + (y - 1) * row_bytes, *mid = src + y * row_bytes;
         const uint8_t *down = src + (y + 1) * row_bytes;
-        for (size_t i = 3; i < row_bytes - 3; ++i) {
-            float ss = 0.5f;
-            ss += static_cast<float>(down[i - 3]) * k1 + static_cast<float>(down[i]) * k1 +
-                  static_cast<float>(down[i + 3]) * k1;
-            ss += static_cast<float>(mid[i - 3]) * k1 + static_cast<float>(mid[i]) * k5 +
-                  static_cast<float>(mid[i + 3]) * k1;
-            ss += static_cast<float>(up[i - 3]) * k1 + static_cast<float>(up[i]) * k1 +
-                  static_cast<float>(up[i + 3]) * k1;
-            smooth[i] = static_cast<uint8_t>(std::clamp(ss, 0.0f, 255.0f));
+        size_t done = 3;
+        if (simd) {
+            smooth_terms_avx2(down, terms(y + 1), row_bytes);
+            done = smooth_row_avx2(terms(y - 1), terms(y), terms(y + 1), mid, smooth, row_bytes);
         }
-        uint8_t *out = image + y * row_bytes;
-        blend_rows(smooth + 3, mid + 3, out + 3, row_bytes - 6, factor);
+        smooth_row(up, mid, down, smooth, done, row_bytes);
+        // Borders are kept: a border pixel blends with itself.
+        blend_rows(smooth + 3, mid + 3, image + y * row_bytes + 3, row_bytes - 6, factor);
     }
 }
 
