@@ -155,11 +155,15 @@ def fastloader_row(path: Path, recipe: str, args: argparse.Namespace, seeds: Ite
 
 def recipe_rows(recipe: Recipe, tree: Path, packed: Path | None,
                 args: argparse.Namespace) -> dict[str, Factory]:
-    """One recipe's rows in their order within a round."""
+    """One recipe's rows in their order within a round (--coeffs: the FastLoader row again over
+    the tree packed with `--codec coeffs`, NAME.coeffs.lmdb beside it)."""
     rows = {f"DataLoader workers={w}": dataloader_row(tree, recipe, w, args) for w in args.workers}
     if packed is not None:
         seeds = itertools.count()
         rows["FastLoader"] = fastloader_row(packed, recipe.name, args, seeds)
+        if args.coeffs:
+            rows["FastLoader, coeffs records"] = fastloader_row(
+                packed_copy(tree, "coeffs"), recipe.name, args, seeds)
         for label, variant in VARIANTS.items() if recipe.views > 1 else ():
             rows[f"FastLoader, {label}"] = fastloader_row(
                 packed, recipe.name, args, seeds, variant)
@@ -229,12 +233,13 @@ def table(recipe: Recipe, rows: list[dict[str, Any]]) -> str:
     return format_table(header, body)
 
 
-def packed_copy(tree: Path) -> Path:
-    """The tree packed beside it (bench_loader's copy, reused when current)."""
+def packed_copy(tree: Path, codec: str = "jpeg") -> Path:
+    """The tree packed beside it with `codec` (bench_loader's copy, reused when current)."""
     from bench_loader import ensure_packed
 
-    path = tree.parent / (tree.name + ".lmdb")
-    ensure_packed(tree, path)
+    suffix = ".lmdb" if codec == "jpeg" else f".{codec}.lmdb"
+    path = tree.parent / (tree.name + suffix)
+    ensure_packed(tree, path, codec=codec)
     return path
 
 
@@ -256,6 +261,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu",
                         help="FastLoader's target (default cpu: the issue's CPU-target goal)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "recipes.jsonl")
+    parser.add_argument("--coeffs", action="store_true",
+                        help="a further FastLoader row over the tree packed with --codec coeffs")
     parser.add_argument("--quick", action="store_true", help="256 images, 2 rounds")
     args = parser.parse_args(argv)
     if args.quick:

@@ -200,21 +200,17 @@ def test_fastloader_rows_write_dinos_ten_views_and_their_variants() -> None:
 
 
 @pytest.mark.heavy
-def test_benchmark_runs_every_recipe_and_says_why_rows_are_skipped(tmp_path: Path) -> None:
+def test_benchmark_runs_every_recipe_on_both_sides_and_both_codecs(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "images", classes=2, per_class=6, size=(60, 80))
     out = tmp_path / "recipes.jsonl"
     argv = ["--data", str(tree), "--count", "12", "--images", "4", "--batch", "2",
-            "--repeats", "1", "--warmup", "1", "--workers", "1", "--out", str(out)]
+            "--repeats", "1", "--warmup", "1", "--workers", "1", "--coeffs", "--out", str(out)]
     assert bench_recipes.main(argv) == 0
     records = harness.read_jsonl(out)
     summaries = [r for r in records if r["kind"] == "summary"]
     dataloader = {r["recipe"] for r in summaries if r["name"] == "DataLoader workers=1"}
     assert dataloader == set(pil_recipes.RECIPES)
     assert all(r["img_per_s"]["median"] > 0 and len(r["load_before"]) == 3 for r in summaries)
-    skipped = [r for r in records if r["kind"] == "skipped"]
-    fastloader = {r["recipe"] for r in summaries if r["name"] == "FastLoader"}
-    # before the views land the FastLoader rows are skipped with a reason; after, they run
-    if skipped:
-        assert "View" in skipped[0]["reason"] and not fastloader
-    else:
-        assert fastloader == set(pil_recipes.RECIPES)
+    assert not [r for r in records if r["kind"] == "skipped"]
+    for name in ("FastLoader", "FastLoader, coeffs records"):
+        assert {r["recipe"] for r in summaries if r["name"] == name} == set(pil_recipes.RECIPES)
