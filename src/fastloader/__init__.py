@@ -56,8 +56,11 @@ _EXPORTS: dict[str, str] = {
     "RandomIoUCrop": "fastloader.decode.detect",
     "RandomResizedCrop": "fastloader.decode.augment",
     "Resize": "fastloader.decode.augment",
+    "Remote": "fastloader.loader.remote.options",
+    "RemoteWorkersLostError": "fastloader.loader.remote.dispatch",
     "ResizeFit": "fastloader.decode.detect",
     "Video": "fastloader.loader.factory.video_options",
+    "WorkerStats": "fastloader.loader.pipeline.stats",
     "decode": "fastloader.decode.decode",
     "header": "fastloader.decode.decode",
     "native_available": "fastloader.decode._native",
@@ -115,7 +118,9 @@ if TYPE_CHECKING:  # let type checkers see the real objects
     from fastloader.loader.factory.audio_options import Audio
     from fastloader.loader.factory.video_options import Video
     from fastloader.loader.loader import FastLoader
-    from fastloader.loader.pipeline.stats import LoaderStats
+    from fastloader.loader.pipeline.stats import LoaderStats, WorkerStats
+    from fastloader.loader.remote.dispatch import RemoteWorkersLostError
+    from fastloader.loader.remote.options import Remote
     from fastloader.pack.api import pack
 
 

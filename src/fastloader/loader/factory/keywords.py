@@ -18,6 +18,7 @@ from fastloader.loader.factory.options import (
     Sampler,
     Transforms,
 )
+from fastloader.loader.remote.options import Remote
 
 # Every key is optional (total=False): the options classes give the defaults. A key the paths
 # type differently (prefetch, backend, memory_budget) is declared by each path's own dict.
@@ -57,6 +58,7 @@ class PackedArgs(DecodeArgs, total=False):
     batch_transform: BatchTransform
     verify_records: bool
     fields: Sequence[str] | None
+    remote: Remote | None
     multi_hot: int | Mapping[str, int] | None
     padded: bool
     min_box_visibility: float
@@ -66,6 +68,7 @@ class PackedArgs(DecodeArgs, total=False):
     storage_options: Mapping[str, Any] | None
     shuffle_window: int | None
     prefetch_shards: int
+    remote: Remote | None
 
 
 class DaliArgs(DecodeArgs, total=False):
@@ -84,3 +87,4 @@ class ClipArgs(SharedArgs, total=False):
     on_error: Literal["raise", "skip"]
     verify_records: bool
     fields: Sequence[str] | None
+    remote: Remote | None

@@ -43,6 +43,7 @@ from fastloader.loader.order.sampler import (
 )
 from fastloader.loader.pipeline.autotune import AUTO
 from fastloader.loader.pipeline.skips import check_max_skips
+from fastloader.loader.remote.options import Remote, check_remote
 
 BACKENDS = ("auto", "native", "pillow", "dali")
 MAX_THREADS = 1024  # far above any core count; more only fails in pthread_create
@@ -139,8 +140,10 @@ class PackedOptions(DecodeOptions):
     storage_options: Mapping[str, Any] | None = None
     shuffle_window: int | None = None
     prefetch_shards: int = DEFAULT_PREFETCH_SHARDS
+    remote: Remote | None = None  # decode on Ray workers too (loader/remote/)
 
     def __post_init__(self) -> None:
+        self.remote = check_remote(self.remote)
         self.max_skips = check_max_skips(self.max_skips, self.on_error)
         self.verify_records = flag("verify_records", self.verify_records)
         if self.backend not in BACKENDS or self.backend == "dali":
@@ -253,8 +256,10 @@ class ClipOptions(LoaderOptions):
     on_error: Literal["raise", "skip"] = "raise"
     verify_records: bool = False
     fields: Sequence[str] | None = None
+    remote: Remote | None = None  # decode on Ray workers too (loader/remote/)
 
     def __post_init__(self) -> None:
+        self.remote = check_remote(self.remote)
         self.batch_size = positive_int("batch_size", self.batch_size)
         self.shuffle = flag("shuffle", self.shuffle)
         self.drop_last = flag("drop_last", self.drop_last)

@@ -21,7 +21,7 @@ from fastloader.loader.factory.base import FastLoader
 from fastloader.loader.factory.options import PackedOptions, Sampler, exif_turns
 from fastloader.loader.factory.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.factory.path_choice import PackedData
-from fastloader.loader.images.batches import EpochPlan, ImageBatches, PreparedImages, ReadyBatch
+from fastloader.loader.images.batches import EpochPlan, ImageBatches, ReadyBatch
 from fastloader.loader.images.collate import FieldCollator
 from fastloader.loader.images.detection import letterboxed, plan_boxes_field
 from fastloader.loader.images.extra_images import ExtraImages
@@ -30,13 +30,15 @@ from fastloader.loader.order.mix_order import MixOrder
 from fastloader.loader.order.passes import EpochPasses, ended_pass
 from fastloader.loader.order.resume import dataset_identity
 from fastloader.loader.order.sampler import EpochSampler
+from fastloader.loader.packed.remote_images import remote_filler, start_pool
 from fastloader.loader.packed.storage import RemoteOptions, plan_shards, remote_options
 from fastloader.loader.pipeline.autotune import make_tuner
 from fastloader.loader.pipeline.memory import BatchRing, pinned_nbytes
 from fastloader.loader.pipeline.producer import Producer, Tuning
 from fastloader.loader.pipeline.stats import Counters, LoaderStats
+from fastloader.loader.remote.cluster import WorkerPool
 
-ImageProducer = Producer[PreparedImages, ReadyBatch]
+ImageProducer = Producer[Any, ReadyBatch]  # PreparedImages, or remote=' tickets
 
 
 def _check_memory(batch_size: int, image_size: tuple[int, int], slot_bytes: int) -> None:
@@ -122,6 +124,11 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             self._max_threads if options.num_threads is None else options.num_threads,
             options.prefetch, options.memory_budget, self._max_threads, slot_bytes)
         self._decoder.num_threads = self._tuner.setting().threads
+        # remote=: the workers, started once every argument and the dataset were accepted
+        self.remote = start_pool(options, self._data, self.image_size, self._box_field,
+                                 self._collate.mask_fields)
+        if self.remote is not None:
+            undo.callback(self.remote.close)
         # DataLoader's `dataset`: this loader's passes as samples (loader/factory/pass_dataset.py).
         self.dataset = PassDataset(self, self._data)
 
@@ -137,8 +144,10 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         self._gpu_ops = options.gpu_ops
         self._max_threads = options.max_threads
         self._extra_images: ExtraImages | None = None
+        self.remote: WorkerPool | None = None  # remote=: the loader's Ray workers (add(), stats())
         self._ring: BatchRing | None = None
         self._active: ImageProducer | None = None
+        self._dispatch: Any = None  # the pass's filler (remote=: it cancels what is queued)
         self._resume_batch = 0
         self._batches_done = 0
         self._counters = Counters()
@@ -202,9 +211,11 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                                self.max_skips, self.batch_transform, self._box_field,
                                self._masks, self._turns)
         tuning = None if tuner is None else Tuning(tuner, batches.apply)
-        producer = Producer(batches, self._ring, self._counters, batches.batches,
-                            tuning).start()
-        self._active = producer
+        filler = self._dispatch = remote_filler(self.remote, batches)
+        producer = Producer(filler, self._ring, self._counters, batches.batches, tuning)
+        if filler is not batches:
+            filler.watch(producer.stop_event)
+        self._active = producer.start()
         self._batches_done = start
         return self._consume(producer, epoch_plan)
 
@@ -259,6 +270,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             producer.shutdown()
             if self._ring is not None:
                 self._ring.reset()
+        if hasattr(self._dispatch, "cancel"):
+            self._dispatch.cancel()
 
     def _end_active_pass(self) -> None:
         self._stop_active()
@@ -277,6 +290,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             num_threads=self._decoder.num_threads,
             backend=self._decoder.backend,
             autotune_state=self._tuner.state,
+            remote_workers=self.remote.stats() if self.remote is not None else (),
         )
 
     @property
@@ -300,6 +314,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         if extra is not None:
             extra.close()
         self._step.close()
+        if getattr(self, "remote", None) is not None:
+            self.remote.close()
         self._ring = None
         if self._owns_dataset:
             self._data.close()
@@ -313,6 +329,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             return
         self._active = None
         self._ring = None
+        self.remote = None  # the parent's Ray connection and actors: not this process's
         self._counters = Counters()
         self._tuner.after_fork()
 
