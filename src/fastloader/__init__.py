@@ -57,7 +57,7 @@ _EXPORTS: dict[str, str] = {
     "RandomResizedCrop": "fastloader.decode.augment",
     "Resize": "fastloader.decode.augment",
     "Remote": "fastloader.loader.remote.options",
-    "RemoteWorkersLostError": "fastloader.loader.remote.dispatch",
+    "RemoteWorkersLostError": "fastloader.errors",
     "ResizeFit": "fastloader.decode.detect",
     "Video": "fastloader.loader.factory.video_options",
     "WorkerStats": "fastloader.loader.pipeline.stats",
@@ -98,6 +98,7 @@ if TYPE_CHECKING:  # let type checkers see the real objects
         PackDiskFullError,
         PackError,
         ProducerError,
+        RemoteWorkersLostError,
     )
     from fastloader.format.dataset import PackedDataset
     from fastloader.format.manifest import Manifest
@@ -119,7 +120,6 @@ if TYPE_CHECKING:  # let type checkers see the real objects
     from fastloader.loader.factory.video_options import Video
     from fastloader.loader.loader import FastLoader
     from fastloader.loader.pipeline.stats import LoaderStats, WorkerStats
-    from fastloader.loader.remote.dispatch import RemoteWorkersLostError
     from fastloader.loader.remote.options import Remote
     from fastloader.pack.api import pack
 

@@ -315,8 +315,9 @@ class ClipLoader(EpochPasses, PackedAttributes, FastLoader):
         self._closed = True
         self._stop_pass()
         self._decoder.close()
-        if getattr(self, "remote", None) is not None:
-            self.remote.close()
+        pool = getattr(self, "remote", None)
+        if pool is not None:
+            pool.close()
         self._ring = None
         if self._owns_dataset:
             self._data.close()

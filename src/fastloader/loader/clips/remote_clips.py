@@ -28,6 +28,7 @@ class ClipFiller(Protocol):
     """The clip loader's filler (loader/clips/loader.ClipBatches), as used here. This module is
     imported by that one, so it is handed the class rather than importing it."""
 
+    read_ahead: bool
     ring: Any
     counters: Counters
     batches: list[np.ndarray]
@@ -83,7 +84,7 @@ class ClipWork:
         options.threads = recipe.threads  # the actor's CPUs, not the trainer's
         # The loader's own decoder choice, on a bare instance that holds only the dataset
         # (_decoder_for reads self._data): the same decoder class and settings as the trainer's.
-        loader = recipe.loader_class.__new__(recipe.loader_class)
+        loader: Any = object.__new__(recipe.loader_class)
         loader._data = self.dataset
         assert self.dataset.columns is not None  # clips live in a v2 dataset
         self.decoder = loader._decoder_for(options, self.dataset.columns.meta(

@@ -58,7 +58,6 @@ class PackedArgs(DecodeArgs, total=False):
     batch_transform: BatchTransform
     verify_records: bool
     fields: Sequence[str] | None
-    remote: Remote | None
     multi_hot: int | Mapping[str, int] | None
     padded: bool
     min_box_visibility: float

@@ -37,6 +37,7 @@ from fastloader.loader.pipeline.memory import BatchRing, pinned_nbytes
 from fastloader.loader.pipeline.producer import Producer, Tuning
 from fastloader.loader.pipeline.stats import Counters, LoaderStats
 from fastloader.loader.remote.cluster import WorkerPool
+from fastloader.loader.remote.dispatch import RemoteBatches
 
 ImageProducer = Producer[Any, ReadyBatch]  # PreparedImages, or remote=' tickets
 
@@ -125,8 +126,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             options.prefetch, options.memory_budget, self._max_threads, slot_bytes)
         self._decoder.num_threads = self._tuner.setting().threads
         # remote=: the workers, started once every argument and the dataset were accepted
-        self.remote = start_pool(options, self._data, self.image_size, self._box_field,
-                                 self._collate.mask_fields)
+        self.remote: WorkerPool | None = start_pool(options, self._data, self.image_size,
+                                                    self._box_field, self._collate.mask_fields)
         if self.remote is not None:
             undo.callback(self.remote.close)
         # DataLoader's `dataset`: this loader's passes as samples (loader/factory/pass_dataset.py).
@@ -144,7 +145,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         self._gpu_ops = options.gpu_ops
         self._max_threads = options.max_threads
         self._extra_images: ExtraImages | None = None
-        self.remote: WorkerPool | None = None  # remote=: the loader's Ray workers (add(), stats())
+        self.remote = None  # remote=: the loader's Ray workers (add(), stats()), set by _open
         self._ring: BatchRing | None = None
         self._active: ImageProducer | None = None
         self._dispatch: Any = None  # the pass's filler (remote=: it cancels what is queued)
@@ -212,8 +213,9 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
                                self._masks, self._turns)
         tuning = None if tuner is None else Tuning(tuner, batches.apply)
         filler = self._dispatch = remote_filler(self.remote, batches)
-        producer = Producer(filler, self._ring, self._counters, batches.batches, tuning)
-        if filler is not batches:
+        producer: ImageProducer = Producer(filler, self._ring, self._counters, batches.batches,
+                                           tuning)
+        if isinstance(filler, RemoteBatches):
             filler.watch(producer.stop_event)
         self._active = producer.start()
         self._batches_done = start
@@ -314,8 +316,9 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         if extra is not None:
             extra.close()
         self._step.close()
-        if getattr(self, "remote", None) is not None:
-            self.remote.close()
+        pool: WorkerPool | None = getattr(self, "remote", None)
+        if pool is not None:
+            pool.close()
         self._ring = None
         if self._owns_dataset:
             self._data.close()

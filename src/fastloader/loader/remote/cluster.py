@@ -127,12 +127,13 @@ class WorkerPool:
             self.poll(0.1)
         if not self.live():
             self.close()
+            resources = self.options.resources
+            needs = f"{self.options.num_cpus:g} free CPUs" + (
+                f" and the resources {dict(resources)}" if resources else "")
             raise FastloaderError(
                 f"none of the {len(self.workers)} remote workers started within {timeout:g} s "
-                f"({self._why_not()}). Check that the cluster has {self.options.num_cpus:g} "
-                f"free CPUs{' and ' + str(dict(self.options.resources)) if self.options.resources else ''} "
-                "a worker, and that fastloader is installed on its nodes; or raise "
-                "startup_timeout.")
+                f"({self._why_not()}). Check that the cluster has {needs} a worker, and that "
+                "fastloader is installed on its nodes; or raise startup_timeout.")
         if self.starting():
             log.warning("%d remote workers have not started yet; they join when they do",
                         len(self.starting()))

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from fastloader.errors import FastloaderError
+from fastloader.errors import FastloaderError, RemoteWorkersLostError
 from fastloader.loader.pipeline.producer import BatchFiller, Filled, StageError
 from fastloader.loader.remote.cluster import Worker, WorkerPool
 from fastloader.loader.remote.worker import Outcome
@@ -38,10 +38,6 @@ Batch = TypeVar("Batch", bound=Filled)
 _pass_keys = itertools.count()
 _POLL_S = 0.05  # how often a wait looks at the stop flag and at lost or joining workers
 _EMA = 0.3  # weight of the newest batch in a rate estimate
-
-
-class RemoteWorkersLostError(FastloaderError):
-    """Every remote worker is gone and Remote(on_lost="raise") was asked."""
 
 
 @dataclass
@@ -138,9 +134,9 @@ class RemoteBatches(Generic[Prepared, Batch]):
 
     def _choose(self, n: int, forced: bool) -> Assignment:
         live = self.pool.live()
-        if live and (not self.options.local or self._remote_turn(live)):
-            if self._remote_count() < self.options.in_flight or not self.options.local:
-                return self._submit(Assignment(n, False), live)
+        if live and (not self.options.local or self._remote_turn(live)) and (
+                self._remote_count() < self.options.in_flight or not self.options.local):
+            return self._submit(Assignment(n, False), live)
         if not live and not self.options.local and not self._all_lost():
             return Assignment(n, False)  # remote only: waits for a worker in _await
         return Assignment(n, True)

@@ -80,6 +80,10 @@ class Remote:
             "raise" raises after lost_timeout seconds without a live worker.
         lost_timeout: seconds to wait for a worker before on_lost applies.
         startup_timeout: seconds the loader waits for its actors to start.
+
+    Raises:
+        InvalidArgumentError: a value is out of range (workers < 1, an unknown on_lost, ...).
+        InvalidTypeError: a value is of the wrong type.
     """
 
     workers: int = 1
