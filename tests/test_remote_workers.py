@@ -29,6 +29,7 @@ import torch
 import fastloader
 from audiogen import clip
 from fastloader import FastLoader, Remote
+from fastloader.doctor.doctor import format_report, run_doctor
 from fastloader.errors import DecodeError
 from imagegen import encode, photo_like
 from videogen import make_clip
@@ -43,7 +44,7 @@ _ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 # a node's death is noticed in ~2 s, not Ray's default ~30 s
 _FAST_DEATH = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
                "health_check_failure_threshold": 3}
-BOX_FIELDS = {"image": "image", "boxes": ("boxes", ["box_labels"]),
+BOX_FIELDS = {"image": "image", "boxes": ("boxes", ["box_labels"]), "mask": "mask",
               "box_labels": ("ndarray", "int64", (-1,)), "label": "int"}
 IMAGES = 48
 BATCH = 4  # 12 batches an epoch
@@ -92,8 +93,10 @@ def boxes_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for i in range(IMAGES):
         k = i % 3
         boxes = np.array([[2 + j, 3, 20 + j, 26] for j in range(k)], np.float32).reshape(-1, 4)
-        samples.append({"image": encode(photo_like(40 + i % 5, 48, i)), "boxes": boxes,
-                        "box_labels": np.arange(k, dtype=np.int64), "label": i % 7})
+        pixels = photo_like(40 + i % 5, 48, i)
+        samples.append({"image": encode(pixels), "boxes": boxes, "label": i % 7,
+                        "mask": (pixels[..., 0] > 128).astype(np.uint8),
+                        "box_labels": np.arange(k, dtype=np.int64)})
     fastloader.pack(samples, root, fields=BOX_FIELDS, workers=1)
     return root
 
@@ -101,7 +104,7 @@ def boxes_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 IMAGE_OPTIONS: dict[str, Any] = {
     "batch_size": BATCH, "shuffle": True, "seed": 3, "device": "cpu", "num_threads": 1,
     "transforms": [fastloader.RandomResizedCrop(24), fastloader.RandomHorizontalFlip()],
-    "fields": ("image", "boxes", "label")}
+    "fields": ("image", "boxes", "mask", "label")}
 
 
 def _digest(value: Any) -> str:
@@ -129,7 +132,7 @@ def _digest(value: Any) -> str:
     return h.hexdigest()
 
 
-def _epoch(path: Path, **options: Any) -> list[str]:
+def _epoch(path: Any, **options: Any) -> list[str]:
     with FastLoader(path, **options) as loader:
         return [_digest(batch) for batch in loader]
 
@@ -149,6 +152,20 @@ def test_remote_images_with_boxes_equal_local(cluster: Any, boxes_dataset: Path)
     # the trainer's threads and a worker together: still the same batches, in order
     mixed = _epoch(boxes_dataset, remote=Remote(workers=1), **IMAGE_OPTIONS)
     assert mixed == local
+
+
+def test_a_mix_of_datasets_and_the_doctor(cluster: Any, boxes_dataset: Path) -> None:
+    _ensure_two_nodes(cluster)
+    sources = {"a": boxes_dataset, "b": boxes_dataset}
+    # images and labels: a mix does not gather boxes yet (MixedColumns has no gather_arrays)
+    options = {**IMAGE_OPTIONS, "fields": ("image", "label"), "weights": {"a": 1, "b": 2}}
+    local = _epoch(sources, **options)
+    remote = _epoch(sources, remote=Remote(workers=2, local=False), **options)
+    assert remote == local
+    report = run_doctor(str(boxes_dataset), seconds=1.0, batch_size=4, image_size=24,
+                        device="cpu", num_threads=1, remote=Remote(workers=1, local=False))
+    assert report.stats["remote_workers"] == 1.0 and report.stats["remote_ms"] > 0
+    assert "remote workers: 1 live" in format_report(report)
 
 
 @pytest.fixture(scope="module")
