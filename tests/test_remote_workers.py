@@ -154,6 +154,18 @@ def test_remote_images_with_boxes_equal_local(cluster: Any, boxes_dataset: Path)
     assert mixed == local
 
 
+@pytest.mark.parametrize("output", [
+    {"normalize": ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])},  # float32 channel-first
+    {"memory_format": torch.channels_last},  # the NHWC slot copied, as on CUDA
+    {"batch_transform": lambda images: images.flip(1)}])  # run on the trainer after the copy
+def test_remote_outputs_equal_local(cluster: Any, boxes_dataset: Path,
+                                    output: dict[str, Any]) -> None:
+    _ensure_two_nodes(cluster)
+    options = {**IMAGE_OPTIONS, **output}
+    assert _epoch(boxes_dataset, remote=Remote(workers=2, local=False), **options) == _epoch(
+        boxes_dataset, **options)
+
+
 def test_a_mix_of_datasets_and_the_doctor(cluster: Any, boxes_dataset: Path) -> None:
     _ensure_two_nodes(cluster)
     sources = {"a": boxes_dataset, "b": boxes_dataset}

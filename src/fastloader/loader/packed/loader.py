@@ -126,8 +126,9 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             options.prefetch, options.memory_budget, self._max_threads, slot_bytes)
         self._decoder.num_threads = self._tuner.setting().threads
         # remote=: the workers, started once every argument and the dataset were accepted
-        self.remote: WorkerPool | None = start_pool(options, self._data, self.image_size,
-                                                    self._box_field, self._collate.mask_fields)
+        self.remote: WorkerPool | None = start_pool(
+            options, self._data, self.image_size, self._box_field, self._collate.mask_fields,
+            self._step.planar is not None)
         if self.remote is not None:
             undo.callback(self.remote.close)
         # DataLoader's `dataset`: this loader's passes as samples (loader/factory/pass_dataset.py).

@@ -6,8 +6,11 @@ as its path and options), and runs the local ImageBatches on a ring of one plain
 read, plan (drawn from seed, epoch, batch and rank), masks and decode as the producer's, so a
 batch is bit-equal to the local one. What crosses the wire is the uint8 NHWC pixels, the labels,
 the delivered samples, the geometry (boxes follow it on the trainer), the masks and the records
-replaced under on_error="skip". The trainer copies the pixels into its slot and does what the
-local fill does after its decode: the CPU target's channel-first output and batch_transform.
+replaced under on_error="skip". For the CUDA target the pixels are the slot's NHWC bytes, copied
+into the trainer's (page-locked) slot; for the CPU target they are the decoder's channel-first
+uint8 output (decoded fused on the worker, as the local decode writes it), which the trainer
+copies, or normalizes with the fused path's arithmetic, into its output tensor, leaving the
+slot alone. batch_transform runs on the trainer, as after the local decode.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 from fastloader.decode.augment import Transform
 from fastloader.decode.decode import BatchDecoder
 from fastloader.format.dataset import PackedDataset
+from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.factory.options import PackedOptions, exif_turns
 from fastloader.loader.images.batch_transform import transform_planar, transform_slot
 from fastloader.loader.images.batches import EpochPlan, ImageBatches, ReadyBatch
@@ -40,7 +44,7 @@ log = logging.getLogger(__name__)
 class ImagePayload:
     """One batch from a worker."""
 
-    pixels: np.ndarray  # uint8 (count, H, W, 3), the slot's bytes
+    pixels: np.ndarray  # uint8 (count, H, W, 3), the slot's; channel-first for planar=True
     labels: np.ndarray
     samples: np.ndarray
     geometry: Any  # decode/geometry.Geometry of the delivered samples
@@ -62,6 +66,7 @@ class ImageRecipe:
     batch_size: int
     image_size: tuple[int, int]
     threads: int
+    planar: bool  # the trainer's target is the CPU: send the channel-first uint8 batch
 
     def __call__(self) -> ImageWork:
         return ImageWork(self)
@@ -78,6 +83,7 @@ class ImageWork:
         self.masks = (MaskBatches(self.dataset, recipe.mask_fields, pin=False)
                       if recipe.mask_fields else None)
         self.ring = BatchRing(1, recipe.batch_size, *recipe.image_size, pin=False)
+        self.planar = PlanarSpec(torch.uint8) if recipe.planar else None
         self.batches: ImageBatches | None = None
         self.plan: EpochPlan | None = None
 
@@ -86,8 +92,8 @@ class ImageWork:
             recipe = self.recipe
             # no skip budget here: the trainer spends its own for every record replaced
             self.batches = ImageBatches(self.dataset, recipe.transforms, self.decoder, self.ring,
-                                        Counters(), recipe.on_error, plan, None, None, None,
-                                        recipe.box_field, self.masks, self.turns)
+                                        Counters(), recipe.on_error, plan, self.planar, None,
+                                        None, recipe.box_field, self.masks, self.turns)
             self.plan = plan
         return self.batches
 
@@ -95,7 +101,8 @@ class ImageWork:
         batches = self._for(plan)
         skipped_before = len(batches.budget.skipped)
         ready = batches.fill(b, 0, batches.prepare(b))
-        pixels = self.ring.view(0, ready.count)[1]
+        pixels = (self.ring.view(0, ready.count)[1] if ready.images is None
+                  else ready.images.numpy())
         masks = (None if ready.masks is None
                  else {name: t.numpy() for name, t in ready.masks.items()})
         return ImagePayload(pixels, ready.labels, ready.samples, ready.geometry, masks,
@@ -120,16 +127,17 @@ def absorber(batches: ImageBatches) -> Any:
     def absorb(b: int, slot: int | None, payload: ImagePayload) -> ReadyBatch:
         assert slot is not None  # the images' producer always has a ring
         count = len(payload.samples)
-        _, out = batches.ring.view(slot, count)
-        np.copyto(out, payload.pixels)
+        images = _planar(batches, payload.pixels)  # the CPU target's output, from the payload
+        if images is None:
+            _, out = batches.ring.view(slot, count)
+            np.copyto(out, payload.pixels)
+            if batches.batch_transform is not None:
+                transform_slot(batches.batch_transform, out)
         for description in payload.skipped:  # the local fill's bookkeeping, here
             batches.counters.add_skip(description)
             log.warning("on_error='skip': %s (batch %d) replaced on a remote worker",
                         description, b)
             batches.budget.spend(description)
-        images = _planar(batches, out)
-        if batches.batch_transform is not None and images is None:
-            transform_slot(batches.batch_transform, out)
         geometry = payload.geometry
         geometry = dataclasses.replace(geometry, **{f.name: _writable(getattr(geometry, f.name))
                                                     for f in dataclasses.fields(geometry)})
@@ -141,32 +149,37 @@ def absorber(batches: ImageBatches) -> Any:
     return absorb
 
 
-def _planar(batches: ImageBatches, out: np.ndarray) -> torch.Tensor | None:
-    """The CPU target's channel-first output from the slot, with the fused decode's arithmetic
-    (BatchDecoder.normalize_planar), after batch_transform as the local fill runs it."""
+def _planar(batches: ImageBatches, pixels: np.ndarray) -> torch.Tensor | None:
+    """The CPU target's output tensor from a worker's channel-first uint8 batch: copied, or
+    normalized with the fused decode's arithmetic (BatchDecoder.normalize_planar), after
+    batch_transform as the local fill runs it; None for the CUDA target (pixels go to the slot)."""
     spec = batches.planar
     if spec is None:
         return None
-    images = spec.allocate(*out.shape[:3])
-    staged = torch.from_numpy(out).permute(0, 3, 1, 2).contiguous()
-    if batches.batch_transform is not None:
+    count, _, height, width = pixels.shape
+    images = spec.allocate(count, height, width)
+    if batches.batch_transform is not None:  # it may write in place: not the store's copy
+        staged = torch.from_numpy(pixels.copy())
         return transform_planar(batches.batch_transform, staged, images, spec, batches.decoder)
     if images.is_floating_point():
-        batches.decoder.normalize_planar(staged, images, scale=spec.scale, shift=spec.shift)
+        batches.decoder.normalize_planar(pixels, images, scale=spec.scale, shift=spec.shift)
     else:
-        images.copy_(staged)
+        np.copyto(images.numpy(), pixels)
     return images
 
 
 def start_pool(options: PackedOptions, dataset: PackedDataset, image_size: tuple[int, int],
-               box_field: str | None, mask_fields: Sequence[str]) -> WorkerPool | None:
-    """The loader's workers, started (None without remote=)."""
+               box_field: str | None, mask_fields: Sequence[str], planar: bool
+               ) -> WorkerPool | None:
+    """The loader's workers, started (None without remote=); planar: the trainer's target is
+    the CPU, whose output is channel-first."""
     remote = options.remote
     if remote is None:
         return None
     recipe = ImageRecipe(dataset, tuple(options.decode_transforms), options.backend,
                          options.apply_exif_orientation, box_field, tuple(mask_fields),
-                         options.on_error, options.batch_size, image_size, remote.threads)
+                         options.on_error, options.batch_size, image_size, remote.threads,
+                         planar)
     return WorkerPool(remote, recipe)
 
 
