@@ -220,19 +220,25 @@ def _node_of(cluster: Any, node_id: str) -> Any:
 def test_a_node_removed_mid_epoch_leaves_the_epochs_batches(cluster: Any,
                                                              boxes_dataset: Path) -> None:
     _ensure_two_nodes(cluster)
-    local = _epoch(boxes_dataset, **IMAGE_OPTIONS)
-    at = random.Random(os.getpid()).randrange(1, len(local) - 2)  # a random batch, not the last
+    # 24 batches, at most 2 + 4 of them ahead of the one taken (ring slots, window): a node
+    # removed early enough still has batches given to it afterwards
+    options = {**IMAGE_OPTIONS, "batch_size": 2, "prefetch": 1}
+    local = _epoch(boxes_dataset, **options)
+    window = 4
+    at = random.Random(os.getpid()).randrange(1, len(local) - window - 8)
     got = []
-    with FastLoader(boxes_dataset, remote=Remote(workers=2, local=False, window=4),
-                    **IMAGE_OPTIONS) as loader:
+    with FastLoader(boxes_dataset, remote=Remote(workers=2, local=False, window=window),
+                    **options) as loader:
         for k, batch in enumerate(loader):
             got.append(_digest(batch))
             if k == at:
                 victim = loader.remote.live()[0]
                 cluster.remove_node(_node_of(cluster, victim.node), allow_graceful=False)
+                _wait_gone([victim.pid])  # its batches in flight die with it
         workers = {w.worker: w for w in loader.stats().remote_workers}
     assert got == local, f"node removed after batch {at}"
-    assert workers[str(victim.number)].state == "lost"
+    assert workers[str(victim.number)].state == "lost", f"node removed after batch {at}"
+    assert workers[str(victim.number)].redone >= 1  # batches it held, made by the other
     assert sum(w.batches for w in workers.values()) == len(local)
 
 
@@ -347,6 +353,13 @@ def test_a_damaged_record_is_named_as_locally(cluster: Any, boxes_dataset: Path,
         assert loader.stats().skipped == 1
 
 
+def _wait_gone(pids: list[int]) -> None:
+    deadline = time.monotonic() + 60  # a kill is asynchronous: a bound, not a speed
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -362,10 +375,7 @@ def test_close_leaves_no_actor(cluster: Any, boxes_dataset: Path) -> None:
     actors = [w.actor for w in loader.remote.workers]
     pids = [ray.get(a.ready.remote())["pid"] for a in actors]
     loader.close()
-    deadline = time.monotonic() + 60  # the kill is asynchronous: a bound, not a speed
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(_alive(p) for p in pids)
+    _wait_gone(pids)
     for actor in actors:  # and Ray knows them dead
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.ready.remote(), timeout=60)

@@ -78,6 +78,7 @@ class Worker:
     started: Any  # the ObjectRef of its ready() call
     state: str = "starting"  # "live" once ready() answered, "lost" for good
     node: str = ""
+    pid: int = 0  # its process on that node
     batches: int = 0
     decode_s: float = 0.0
     nbytes: int = 0
@@ -155,7 +156,8 @@ class WorkerPool:
         for ref in done:
             worker = starting[ref]
             try:
-                worker.node = self.ray.get(ref)["node"]
+                where = self.ray.get(ref)
+                worker.node, worker.pid = where["node"], where["pid"]
                 worker.state = "live"
             except Exception as exc:  # its start failed (no resources on a node, an import)
                 log.warning("remote worker %d did not start: %s", worker.number, exc)
