@@ -107,6 +107,11 @@ IMAGE_OPTIONS: dict[str, Any] = {
     "fields": ("image", "boxes", "mask", "label")}
 
 
+# 24 batches, at most 2 + window of them ahead of the one taken (ring slots, window): a fault
+# after an early batch still finds batches to give out
+SMALL_BATCHES = {**IMAGE_OPTIONS, "batch_size": 2, "prefetch": 1}
+
+
 def _digest(value: Any) -> str:
     """A batch's bytes, whatever its structure (tensors, arrays, lists, tuples, dicts)."""
     h = hashlib.sha256()
@@ -220,9 +225,7 @@ def _node_of(cluster: Any, node_id: str) -> Any:
 def test_a_node_removed_mid_epoch_leaves_the_epochs_batches(cluster: Any,
                                                              boxes_dataset: Path) -> None:
     _ensure_two_nodes(cluster)
-    # 24 batches, at most 2 + 4 of them ahead of the one taken (ring slots, window): a node
-    # removed early enough still has batches given to it afterwards
-    options = {**IMAGE_OPTIONS, "batch_size": 2, "prefetch": 1}
+    options = SMALL_BATCHES
     local = _epoch(boxes_dataset, **options)
     window = 4
     at = random.Random(os.getpid()).randrange(1, len(local) - window - 8)
@@ -244,10 +247,10 @@ def test_a_node_removed_mid_epoch_leaves_the_epochs_batches(cluster: Any,
 
 def test_a_worker_added_mid_epoch_takes_batches(cluster: Any, boxes_dataset: Path) -> None:
     _ensure_two_nodes(cluster)
-    local = _epoch(boxes_dataset, **IMAGE_OPTIONS)
+    local = _epoch(boxes_dataset, **SMALL_BATCHES)
     got = []
     with FastLoader(boxes_dataset, remote=Remote(workers=1, local=False, window=2),
-                    **IMAGE_OPTIONS) as loader:
+                    **SMALL_BATCHES) as loader:
         for k, batch in enumerate(loader):
             got.append(_digest(batch))
             if k == 0:
@@ -263,10 +266,10 @@ def test_a_worker_added_mid_epoch_takes_batches(cluster: Any, boxes_dataset: Pat
 def test_every_worker_lost(cluster: Any, boxes_dataset: Path, on_lost: str,
                            caplog: pytest.LogCaptureFixture) -> None:
     _ensure_two_nodes(cluster)
-    local = _epoch(boxes_dataset, **IMAGE_OPTIONS)
+    local = _epoch(boxes_dataset, **SMALL_BATCHES)
     got = []
     remote = Remote(workers=2, local=False, on_lost=on_lost, lost_timeout=2)  # type: ignore
-    with FastLoader(boxes_dataset, remote=remote, **IMAGE_OPTIONS) as loader:
+    with FastLoader(boxes_dataset, remote=remote, **SMALL_BATCHES) as loader:
         iterator = iter(loader)
         got.append(_digest(next(iterator)))
         for worker in loader.remote.live():
