@@ -74,7 +74,9 @@ class RemoteBatches(Generic[Prepared, Batch]):
         self.stop_event = threading.Event()  # the producer's, once watch() was called
         self._assigned: dict[int, Assignment] = {}
         self._next, self._end = batches.start, batches.stop
-        self._credit = 0.0
+        # the local decode takes a pass's first batch: the workers' first batches of the pass
+        # (the plan fetched, the window filled) come while it decodes, not before it starts
+        self._credit = 1.0
         self._lock = threading.RLock()
         self._warned = False
 
