@@ -218,6 +218,15 @@ def test_remote_clips_equal_local(cluster: Any, audio_dataset: Path, video_datas
     assert remote == local and len(local) >= 2
 
 
+def test_workers_that_cannot_be_placed_are_named(cluster: Any, boxes_dataset: Path) -> None:
+    _ensure_two_nodes(cluster)
+    remote = Remote(workers=1, resources={"gpu_free_node": 1}, startup_timeout=2)
+    with pytest.raises(fastloader.FastloaderError,
+                       match=r"none of the 1 remote workers started within 2 s.*"
+                             r"'gpu_free_node': 1.0.*startup_timeout"):
+        FastLoader(boxes_dataset, remote=remote, **IMAGE_OPTIONS)
+
+
 def _node_of(cluster: Any, node_id: str) -> Any:
     return next(n for n in cluster.worker_nodes if n.node_id == node_id)
 
