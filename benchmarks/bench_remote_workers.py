@@ -15,8 +15,11 @@ taskset -c 1, on 127.0.0.1; this script starts and stops it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -140,18 +143,6 @@ def _passes(kind: str, path: str, address: str, passes: int) -> list[tuple[int, 
     return rss
 
 
-def _spilled() -> str:
-    """What the object store says it spilled ("unknown" where Ray does not say)."""
-    try:  # Ray's own `ray memory --stats-only` figures (its dashboard module is optional)
-        from ray._private import internal_api
-        reply = internal_api.get_memory_info_reply(internal_api.get_state_from_address(None))
-        stats = reply.store_stats
-    except Exception as exc:  # an internal API: report, do not fail the run
-        return f"unknown ({type(exc).__name__}: {exc})"
-    return (f"{stats.spilled_bytes_total / 2**20:.0f} MiB spilled, "
-            f"{stats.restored_bytes_total / 2**20:.0f} MiB restored")
-
-
 def trainer(args: argparse.Namespace) -> None:
     import ray
     ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
@@ -166,18 +157,49 @@ def trainer(args: argparse.Namespace) -> None:
                 out["rounds"].append({"kind": kind, "round": r, "mode": mode, **row})
                 print(json.dumps(out["rounds"][-1]), file=sys.stderr, flush=True)
     out["rss_10_passes"] = _passes("images", args.images_path, args.address, 10)
-    out["spilled"] = _spilled()
     print(json.dumps(out))
 
 
 # ---------------------------------------------------------------- the parent
 
 
-def _ray_node(port: int) -> None:
-    subprocess.run(["taskset", "-c", "1", sys.executable, "-m", "ray.scripts.scripts", "start",
-                    "--head", "--num-cpus=1", "--node-ip-address=127.0.0.1", f"--port={port}",
-                    "--include-dashboard=false", "--disable-usage-stats"],
-                   env={**os.environ, **RAY_ENV}, check=True, capture_output=True)
+def _ray_node(port: int, temp_dir: Path) -> subprocess.Popen[bytes]:
+    """The worker node: a Ray head of one CPU on core 1 (`ray start --block`, in its own
+    process group, which _stop ends: never `ray stop`, which ends every Ray on the machine);
+    its session (and any spilled object) under temp_dir. Returns once its GCS answers."""
+    node = subprocess.Popen(
+        ["taskset", "-c", "1", sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
+         "--block", "--num-cpus=1", "--node-ip-address=127.0.0.1", f"--port={port}",
+         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+        env={**os.environ, **RAY_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                time.sleep(2)  # the raylet registers after the GCS listens
+                return node
+        time.sleep(0.5)
+    _stop(node)
+    raise RuntimeError(f"the Ray node did not start on 127.0.0.1:{port}")
+
+
+def _stop(node: subprocess.Popen[bytes]) -> None:
+    """End the node's process group (its GCS and raylet; their workers follow the raylet)."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.pid, sig)
+        try:
+            node.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _spilled(temp_dir: Path) -> int:
+    """Bytes the object store spilled to disk (Ray writes them under ray_spilled_objects*)."""
+    return sum(p.stat().st_size for p in temp_dir.rglob("*")
+               if p.is_file() and "ray_spilled_objects" in str(p))
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -216,8 +238,8 @@ def main() -> int:
     args.data.mkdir(parents=True, exist_ok=True)
     images, videos = make_images(args.data, args.images), make_videos(args.data, args.videos)
     load = [os.getloadavg(), subprocess.run(["uptime"], capture_output=True, text=True).stdout]
-    port = 6390
-    _ray_node(port)
+    port, temp_dir = 6390, Path(tempfile.mkdtemp(prefix="flrw"))
+    node = _ray_node(port, temp_dir)
     try:
         run = subprocess.run(
             ["taskset", "-c", "0", sys.executable, __file__, "--trainer",
@@ -225,14 +247,15 @@ def main() -> int:
              f"--videos-path={videos}", f"--rounds={args.rounds}", f"--batches={args.batches}",
              f"--video-batches={args.video_batches}"],
             env={**os.environ, **RAY_ENV}, capture_output=True, text=True, check=False)
+        spilled = _spilled(temp_dir)
     finally:
-        subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
-                       env={**os.environ, **RAY_ENV}, capture_output=True, check=False)
+        _stop(node)
     if run.returncode != 0:
         print(run.stderr[-4000:], file=sys.stderr)
         return 1
     out = json.loads(run.stdout.strip().splitlines()[-1])
     out["summary"] = _summary(out["rounds"])
+    out["spilled_bytes"] = spilled
     out["load_before"] = load
     out["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -243,7 +266,7 @@ def main() -> int:
               f"{row['bytes_per_sample']:9.0f} B/sample  remote {row['remote_share']:.0%}")
     print("RSS / USS over 10 passes (MiB):",
           [f"{r / 2**20:.0f}/{u / 2**20:.0f}" for r, u in out["rss_10_passes"]])
-    print("object store spilled:", out["spilled"])
+    print("object store spilled:", out["spilled_bytes"], "bytes")
     print("load before:", load[1].strip(), "| after:", out["uptime_after"].strip())
     return 0
 
