@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
@@ -428,10 +429,9 @@ def test_ctrl_c_in_the_training_loop_leaves_no_worker(boxes_dataset: Path,
     while not pids.exists() and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert pids.exists(), "the child did not start its worker"
+    # every process the child started: its local Ray (GCS, raylet, agents) and its worker
+    started = [p.pid for p in psutil.Process(child.pid).children(recursive=True)]
+    workers = [int(p) for p in pids.read_text().split()]
     child.send_signal(signal.SIGINT)
     assert child.wait(timeout=120) != 0
-    workers = [int(p) for p in pids.read_text().split()]
-    deadline = time.monotonic() + 60
-    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(_alive(p) for p in workers)
+    _wait_gone([*workers, *started])
