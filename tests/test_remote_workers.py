@@ -373,6 +373,27 @@ def _wait_gone(pids: list[int]) -> None:
     assert not any(_alive(p) for p in pids)
 
 
+def test_a_damaged_clip_is_named_as_locally(cluster: Any, audio_dataset: Path,
+                                            tmp_path: Path) -> None:
+    _ensure_two_nodes(cluster)
+    bad = _damage(audio_dataset, tmp_path / "bad.lmdb", 4)
+    options: dict[str, Any] = {"audio": fastloader.Audio(sample_rate=8000), "batch_size": 3,
+                               "shuffle": True, "seed": 5, "device": "cpu", "num_threads": 1}
+    errors = []
+    for remote in (None, Remote(workers=2, local=False)):
+        with FastLoader(bad, remote=remote, **options) as loader:
+            with pytest.raises(DecodeError) as caught:
+                list(loader)
+            errors.append(caught.value)
+    assert _no_address(str(errors[0])) == _no_address(str(errors[1]))
+    assert "sample 4" in str(errors[1])
+    local = _epoch(bad, on_error="skip", **options)
+    with FastLoader(bad, remote=Remote(workers=2, local=False), on_error="skip",
+                    **options) as loader:
+        assert [_digest(b) for b in loader] == local
+        assert loader.stats().skipped == 1
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
