@@ -172,6 +172,15 @@ def test_remote_outputs_equal_local(cluster: Any, boxes_dataset: Path,
         boxes_dataset, **options)
 
 
+def test_a_dataset_at_a_url_read_by_the_workers_through_their_cache(
+        cluster: Any, served: tuple[str, Any, Path]) -> None:
+    _ensure_two_nodes(cluster)
+    url = served[0]  # an HTTP server on 127.0.0.1; each worker opens the URL itself
+    options = {**IMAGE_OPTIONS, "fields": None}
+    local = _epoch(url, **options)
+    assert _epoch(url, remote=Remote(workers=2, local=False), **options) == local
+
+
 def test_a_mix_of_datasets_and_the_doctor(cluster: Any, boxes_dataset: Path) -> None:
     _ensure_two_nodes(cluster)
     sources = {"a": boxes_dataset, "b": boxes_dataset}
