@@ -149,11 +149,10 @@ class RemoteBatches(Generic[Prepared, Batch]):
         local = self.pool.local
         local_s = local.decode_s / local.batches if local.batches else None
         known = [w.decode_s / w.batches for w in live if w.batches]
-        guess = local_s or (sum(known) / len(known) if known else 1.0)
-        remote_rate = sum(1.0 / (w.decode_s / w.batches) if w.batches else 1.0 / guess
-                          for w in live)
-        self._credit += (1.0 / guess if local_s is None else 1.0 / local_s) / (
-            (1.0 / guess if local_s is None else 1.0 / local_s) + remote_rate)
+        guess = local_s or (sum(known) / len(known) if known else 1.0)  # s a batch, unmeasured
+        local_rate = 1.0 / (local_s or guess)
+        remote_rate = sum(1.0 / (w.decode_s / w.batches if w.batches else guess) for w in live)
+        self._credit += local_rate / (local_rate + remote_rate)  # the local share, batch by batch
         if self._credit >= 1.0:
             self._credit -= 1.0
             return False
