@@ -424,18 +424,31 @@ def test_close_leaves_no_actor(cluster: Any, boxes_dataset: Path) -> None:
             ray.get(actor.ready.remote(), timeout=60)
 
 
-def test_a_local_ray_is_started_and_shut_down(cluster: Any, boxes_dataset: Path) -> None:
-    """Last: the cluster is torn down; a resume starts the loader's own Ray on 127.0.0.1."""
+def test_a_cluster_torn_down_and_a_resume_on_the_loaders_own_ray(cluster: Any,
+                                                                   boxes_dataset: Path) -> None:
+    """A checkpoint on a cluster of its own, that cluster shut down, and the rest of the epoch
+    on a local Ray the loader starts on 127.0.0.1 (and shuts down); the module's cluster is
+    left as it was for the other tests."""
     local = _epoch(boxes_dataset, **IMAGE_OPTIONS)
-    with FastLoader(boxes_dataset, remote=Remote(workers=2, local=False),
-                    **IMAGE_OPTIONS) as loader:
-        iterator = iter(loader)
-        [next(iterator) for _ in range(3)]
-        state = loader.state_dict()
-    ray.shutdown()
-    cluster.shutdown()
-    assert _epoch_from(boxes_dataset, state, Remote(workers=1, num_cpus=1)) == local[3:]
+    ray.shutdown()  # the driver leaves the module's cluster for one of this test's own
+    own = cluster_utils.Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "node_ip_address": "127.0.0.1", "include_dashboard": False})
+    try:
+        own.add_node(num_cpus=2, node_ip_address="127.0.0.1")
+        own.wait_for_nodes()
+        ray.init(address=own.address, include_dashboard=False, log_to_driver=False)
+        with FastLoader(boxes_dataset, remote=Remote(workers=2, local=False),
+                        **IMAGE_OPTIONS) as loader:
+            iterator = iter(loader)
+            first = [_digest(next(iterator)) for _ in range(3)]
+            state = loader.state_dict()
+    finally:
+        ray.shutdown()
+        own.shutdown()
+    assert first == local[:3]
+    assert _epoch_from(boxes_dataset, state, Remote(workers=1)) == local[3:]
     assert not ray.is_initialized()  # the loader shut down the Ray it started
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
 
 
 def test_ctrl_c_in_the_training_loop_leaves_no_worker(boxes_dataset: Path,
