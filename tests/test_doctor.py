@@ -49,6 +49,23 @@ def test_decode_bound_advice_depends_on_the_machine() -> None:
     assert "backend='dali'" in tips and "pip install nvidia-dali" in tips
 
 
+def test_remote_workers_named_as_the_limit_with_how_many_more() -> None:
+    # two workers, 200 ms a batch each, busy 95%; the producer waited on them 40% of the time;
+    # the trainer decodes 2 batches/s itself: a 60 ms step needs 16.7 batches/s, so the workers
+    # must give 14.7 of them: ceil(14.7 * 0.2) = 3 workers, one more
+    remote = {"remote_workers": 2, "remote_ms": 200.0, "remote_busy_share": 0.95,
+              "remote_wait_share": 0.4, "local_batches_per_s": 2.0}
+    verdict = diagnose(stage_stats(decode_ms=5.0, **remote), BUSY_2, step_ms=60)
+    assert verdict.bottleneck == "remote"
+    assert "the 2 remote workers are the limit" in verdict.advice[0]
+    assert "about 1 more (Remote(workers=3))" in verdict.advice[0]
+    slow_step = diagnose(stage_stats(decode_ms=5.0, **remote), BUSY_2, step_ms=None)
+    assert slow_step.bottleneck == "remote" and "5.0 batches/s" in slow_step.advice[0]
+    # workers with time to spare, or a producer that never waited for them: not the limit
+    for calm in ({"remote_busy_share": 0.5}, {"remote_wait_share": 0.01}):
+        assert diagnose(stage_stats(**{**remote, **calm}), BUSY_2, 60).bottleneck == "decode"
+
+
 def test_read_plan_and_copy_bound() -> None:
     read = diagnose(stage_stats(read_ms=70.0, decode_ms=20.0), BUSY_2, step_ms=60)
     assert read.bottleneck == "read" and "storage" in read.advice[0]

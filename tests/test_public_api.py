@@ -65,7 +65,8 @@ def test_touching_a_loader_name_imports_torch() -> None:
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "index.rst"
 MODULES = {"decode": "decode", "pack": "pipeline.tree"}
-DATA_CLASSES = {"ImageHeader", "Manifest", "LoaderStats"}  # made by fastloader: Attributes:
+# made by fastloader: Attributes:
+DATA_CLASSES = {"ImageHeader", "Manifest", "LoaderStats", "WorkerStats"}
 DOCUMENTED = [n for n in fastloader.__all__ if n != "__version__" and not n.endswith("Error")]
 
 

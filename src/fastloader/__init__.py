@@ -66,10 +66,13 @@ _EXPORTS: dict[str, str] = {
     "RandomResizedCrop": "fastloader.decode.augment",
     "RandomSolarize": "fastloader.decode.pixels",
     "Resize": "fastloader.decode.augment",
+    "Remote": "fastloader.loader.remote.options",
+    "RemoteWorkersLostError": "fastloader.errors",
     "ResizeFit": "fastloader.decode.detect",
     "TrivialAugmentWide": "fastloader.decode.pixels",
     "Video": "fastloader.loader.factory.video_options",
     "View": "fastloader.loader.factory.view_options",
+    "WorkerStats": "fastloader.loader.pipeline.stats",
     "decode": "fastloader.decode.decode",
     "header": "fastloader.decode.decode",
     "native_available": "fastloader.decode._native",
@@ -120,6 +123,7 @@ if TYPE_CHECKING:  # let type checkers see the real objects
         PackDiskFullError,
         PackError,
         ProducerError,
+        RemoteWorkersLostError,
     )
     from fastloader.format.dataset import PackedDataset
     from fastloader.format.manifest import Manifest
@@ -141,7 +145,8 @@ if TYPE_CHECKING:  # let type checkers see the real objects
     from fastloader.loader.factory.video_options import Video
     from fastloader.loader.factory.view_options import View
     from fastloader.loader.loader import FastLoader
-    from fastloader.loader.pipeline.stats import LoaderStats
+    from fastloader.loader.pipeline.stats import LoaderStats, WorkerStats
+    from fastloader.loader.remote.options import Remote
     from fastloader.pack.api import pack
 
 

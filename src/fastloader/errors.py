@@ -100,6 +100,10 @@ class NativeUnavailableError(FastloaderError, ImportError):
     """The compiled extension was demanded but is not usable."""
 
 
+class RemoteWorkersLostError(FastloaderError):
+    """Every remote worker of a loader is gone and Remote(on_lost="raise") was asked."""
+
+
 class OptionalDependencyError(FastloaderError, ImportError):
     """An optional package (DALI, matplotlib, ...) is needed for the asked feature."""
 

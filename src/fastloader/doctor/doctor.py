@@ -27,6 +27,7 @@ from fastloader.doctor.verdict import Machine, Verdict, diagnose
 from fastloader.errors import FastloaderError
 from fastloader.loader.packed.loader import PackedLoader
 from fastloader.loader.pipeline.stats import LoaderStats
+from fastloader.loader.remote.options import Remote
 
 __all__ = ["DoctorReport", "ProfileReport", "diagnose", "main", "profile", "run_doctor"]
 
@@ -98,16 +99,39 @@ def _stage_stats(loader: PackedLoader, grown: dict[str, float], wall_s: float
     return stats
 
 
+def remote_stats(after: LoaderStats, before: LoaderStats, wall_s: float
+                 ) -> dict[str, float]:
+    """The verdict's remote-worker figures over the timed part of the run (none without
+    remote=): live workers, a worker's busy ms a batch, its busy and the producer's waiting
+    shares of the wall, and the trainer's own decode rate."""
+    old = {w.worker: w for w in before.remote_workers}
+    grown = [(w, old.get(w.worker)) for w in after.remote_workers]
+    workers = [(w, b) for w, b in grown if w.worker != "local" and w.state == "live"]
+    if not workers or wall_s <= 0:
+        return {}
+    busy = [w.decode_s - (b.decode_s if b else 0.0) for w, b in workers]
+    batches = sum(w.batches - (b.batches if b else 0) for w, b in workers)
+    waited = sum(w.wait_s - (b.wait_s if b else 0.0) for w, b in workers)
+    local = [(w.batches - (b.batches if b else 0)) for w, b in grown if w.worker == "local"]
+    return {"remote_workers": float(len(workers)),
+            "remote_ms": 1000.0 * sum(busy) / max(batches, 1),
+            "remote_busy_share": sum(busy) / len(workers) / wall_s,
+            "remote_wait_share": waited / wall_s,
+            "local_batches_per_s": (local[0] if local else 0) / wall_s}
+
+
 def run_doctor(path: str, *, seconds: float = 10.0, batch_size: int = 128,
                num_threads: int | str | None = "auto", prefetch: int | str = 2,
                step_ms: float | None = 120.0,
                transforms: str = "train", image_size: int = 224, device: str | None = None,
-               simulate_step: bool = False, memory_budget: int | None = None) -> DoctorReport:
-    """Run a FastLoader over `path` for about `seconds` (after autotune settles) and judge it."""
+               simulate_step: bool = False, memory_budget: int | None = None,
+               remote: Remote | None = None) -> DoctorReport:
+    """Run a FastLoader over `path` for about `seconds` (after autotune settles) and judge it
+    (with `remote`, its remote workers too)."""
     loader = PackedLoader(path, batch_size=batch_size, shuffle=True,
                         transforms=transforms_for(transforms, image_size),
                         normalize=IMAGENET_NORMALIZE, device=device, num_threads=num_threads,
-                        prefetch=prefetch, memory_budget=memory_budget)
+                        prefetch=prefetch, memory_budget=memory_budget, remote=remote)
     marks: dict[str, LoaderStats] = {}
 
     def start() -> None:
@@ -125,6 +149,7 @@ def run_doctor(path: str, *, seconds: float = 10.0, batch_size: int = 128,
         stats = timing_stats(timing, step_ms if simulate_step else None)
         stats.update(_stage_stats(loader, _delta(loader.stats(), marks["before"]),
                                   timing.wall_s))
+        stats.update(remote_stats(loader.stats(), marks["before"], timing.wall_s))
         stats.update(wall_s=timing.wall_s, warmup_s=timing.warmup_s, batch_size=batch_size,
                      simulated_s=timing.step_s)
     machine = machine_facts(cpu)
@@ -164,10 +189,22 @@ def format_report(report: DoctorReport) -> str:
         f"memory: RSS {float(s['rss_bytes']) / 2**20:.0f} MiB, "
         f"ring {float(s['ring_bytes']) / 2**20:.1f} MiB"
         f" ({'pinned' if s['pinned'] else 'pageable'})",
+        *_remote_lines(s),
         "",
         *report.verdict.lines(),
     ]
     return "\n".join(lines)
+
+
+def _remote_lines(s: dict[str, float | str]) -> list[str]:
+    """The remote workers' line of the report (none without remote=)."""
+    if "remote_workers" not in s:
+        return []
+    return [f"remote workers: {float(s['remote_workers']):.0f} live, "
+            f"{float(s['remote_ms']):.1f} ms a batch each, busy "
+            f"{100 * float(s['remote_busy_share']):.0f}% of the wall; the producer waited for "
+            f"them {100 * float(s['remote_wait_share']):.0f}%; the trainer decoded "
+            f"{float(s['local_batches_per_s']):.1f} batches/s itself"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -187,6 +224,10 @@ def _parser() -> argparse.ArgumentParser:
     add("--image-size", type=int, default=224)
     add("--device", default=None, help="cpu or cuda (default: cuda when present)")
     add("--memory-budget", type=int, default=None, help="bytes of ring for --prefetch auto")
+    add("--remote-workers", type=int, default=0,
+        help="also decode on this many Ray workers (remote=fastloader.Remote(workers=N))")
+    add("--ray-address", default=None, help="the Ray cluster of --remote-workers "
+        "(default: a local one)")
     add("--json", action="store_true", help="print the measurements as JSON too")
     return parser
 
@@ -206,7 +247,9 @@ def _run(argv: Sequence[str]) -> int:
                         num_threads=args.num_threads, prefetch=args.prefetch,
                         step_ms=args.step_ms, transforms=args.transforms,
                         image_size=args.image_size, device=args.device,
-                        simulate_step=args.simulate_step, memory_budget=args.memory_budget)
+                        simulate_step=args.simulate_step, memory_budget=args.memory_budget,
+                        remote=(Remote(workers=args.remote_workers, address=args.ray_address)
+                                if args.remote_workers else None))
     print(format_report(report))
     if args.json:
         print(json.dumps({"stats": report.stats, "machine": report.machine,

@@ -15,6 +15,10 @@ DataLoader has none):
     slot_wait_fraction (share of the producer's wall blocked on a full ring),
     batches_per_pass (a short pass restarts the producer often),
     num_threads, prefetch, source_pixels (mean h*w of stored images), output_pixels.
+    With remote workers (remote=): remote_workers (live), remote_ms (a worker's busy ms a
+    batch), remote_busy_share (mean share of the wall a worker was busy), remote_wait_share
+    (share of the wall the producer waited for workers' batches), local_batches_per_s (the
+    trainer's own decode).
 machine: cores, cpu_percent (list, one per core, over the run), cuda (bool), dali (bool).
 """
 
@@ -33,6 +37,7 @@ SPARE_PRODUCER = 0.8  # a producer busy under 80% of the batch time could have r
 SHORT_PASS = 20  # passes of fewer batches restart the producer often: each first batch waits
 COPY_SHARE = 0.25  # copy/normalize above 25% of the loader's time per batch is worth a tip
 BURSTY_RATIO = 3.0  # p90 wait above 3x the median: waits come in bursts
+BUSY_WORKERS = 0.8  # remote workers busy over 80% of the wall are saturated
 
 
 # A run's figures by name (profile.timing_stats, doctor's stage rows): numbers, and a few
@@ -56,7 +61,7 @@ class Verdict:
     feeds: bool | None  # None when no step length was given
     loader_ms: float  # the loader's own time per batch, as the consumer sees it
     step_ms: float | None
-    bottleneck: str  # none, step, decode, read, plan, copy, loader
+    bottleneck: str  # none, step, decode, read, plan, copy, loader, remote
     headline: str
     advice: tuple[str, ...]
 
@@ -82,12 +87,29 @@ def _stage_ms(stats: Stats) -> dict[str, float]:
             if f"{name}_ms" in stats}
 
 
+def remote_limits(stats: Stats) -> bool:
+    """Whether remote workers are the limit: busy nearly all the time, and the producer
+    waited for their batches."""
+    return (float(stats.get("remote_workers", 0)) > 0
+            and float(stats.get("remote_busy_share", 0.0)) >= BUSY_WORKERS
+            and float(stats.get("remote_wait_share", 0.0)) > STARVING_WAIT)
+
+
+def workers_needed(stats: Stats, step_ms: float) -> int:
+    """Remote workers that would make a batch every step_ms beside the trainer's own decode."""
+    local_per_ms = float(stats.get("local_batches_per_s", 0.0)) / 1000.0
+    short = max(0.0, 1.0 / step_ms - local_per_ms)  # batches a ms the workers must give
+    return max(1, math.ceil(short * float(stats["remote_ms"])))
+
+
 def _bottleneck(stats: Stats, feeds: bool | None) -> str:
     stages = _stage_ms(stats)
     if feeds and float(stats.get("slot_wait_fraction", 0.0)) > 0.5:
         return "step"  # the producer sat blocked on a full ring: the step sets the pace
     if feeds:
         return "none"
+    if remote_limits(stats):
+        return "remote"
     if not stages:
         return "loader"
     producer = producer_busy_ms(stats)
@@ -171,9 +193,26 @@ def _decode_advice(stats: Stats, machine: Machine) -> list[str]:
     return advice
 
 
+def _remote_advice(stats: Stats, step_ms: float | None) -> list[str]:
+    workers = int(float(stats["remote_workers"]))
+    said = (f"the {workers} remote workers are the limit: each was busy "
+            f"{100 * float(stats['remote_busy_share']):.0f}% of the time ("
+            f"{float(stats['remote_ms']):.1f} ms a batch) and the producer waited for their "
+            f"batches {100 * float(stats['remote_wait_share']):.0f}% of it")
+    if not step_ms:
+        return [f"{said}; each more worker adds about "
+                f"{1000.0 / max(float(stats['remote_ms']), 1e-9):.1f} batches/s"]
+    needed = workers_needed(stats, step_ms)
+    more = max(1, needed - workers)
+    return [f"{said}; about {more} more (Remote(workers={workers + more})) would feed a "
+            f"{step_ms:.0f} ms step"]
+
+
 def _stage_advice(bottleneck: str, stats: Stats,
-                  machine: Machine) -> list[str]:
+                  machine: Machine, step_ms: float | None = None) -> list[str]:
     stages = _stage_ms(stats)
+    if bottleneck == "remote":
+        return _remote_advice(stats, step_ms)
     if bottleneck == "decode":
         return _decode_advice(stats, machine)
     if bottleneck == "read":
@@ -244,7 +283,7 @@ def diagnose(stats: Stats, machine: Machine,
     headline = _headline(feeds, bottleneck, loader_ms, step_ms, stats)
     advice: list[str] = []
     if bottleneck not in ("none", "step"):
-        advice = _stage_advice(bottleneck, stats, machine)
+        advice = _stage_advice(bottleneck, stats, machine, step_ms)
         advice += _general_advice(stats, step_ms, loader_ms, skip=bottleneck)
     elif bottleneck == "step":
         advice = ["the producer waited on a full ring most of the time: speed up the "

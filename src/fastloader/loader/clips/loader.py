@@ -28,6 +28,7 @@ from fastloader.errors import DecodeError, FastloaderError, invalid_argument
 from fastloader.format.kinds import EncodedImage, Kind, loaded_by
 from fastloader.format.open import dataset_from
 from fastloader.loader.clips.decoding import ClipDecoder
+from fastloader.loader.clips.remote_clips import remote_filler, start_pool
 from fastloader.loader.factory.arguments import options_from
 from fastloader.loader.factory.attributes import PackedAttributes
 from fastloader.loader.factory.base import FastLoader
@@ -134,6 +135,10 @@ class ClipLoader(EpochPasses, PackedAttributes, FastLoader):
         self._batches_done = 0
         self.dataset = ds
         self._identity = dataset_identity(ds)  # the manifest's hash: fixed while open
+        self._dispatch: Any = None  # remote=: the pass's filler, which cancels what is queued
+        self.remote = start_pool(self, options)  # remote=: the loader's Ray workers, or None
+        if self.remote is not None:
+            undo.callback(self.remote.close)
 
     # -- the pass -------------------------------------------------------------------------
 
@@ -158,11 +163,14 @@ class ClipLoader(EpochPasses, PackedAttributes, FastLoader):
         self._batches_done = 0
         self._epoch = epoch
         self._ensure_ring(batches)
-        filler = ClipBatches(self._decoder, self._ring, batches, self._plan.seed, epoch,
-                             self._counters, self._data.describe, self.on_error)
+        local = ClipBatches(self._decoder, self._ring, batches, self._plan.seed, epoch,
+                            self._counters, self._data.describe, self.on_error)
+        filler = self._dispatch = remote_filler(self.remote, local, ClipBatch)
         producer = Producer(filler, self._ring, self._counters, range(len(batches)),
-                            depth=self._prefetch).start()
-        self._active = producer
+                            depth=self._prefetch)
+        if filler is not local:
+            filler.watch(producer.stop_event)
+        self._active = producer.start()
         return self._consume(producer, epoch)
 
     def _consume(self, producer: ClipProducer, epoch: int) -> Iterator[Any]:
@@ -225,6 +233,8 @@ class ClipLoader(EpochPasses, PackedAttributes, FastLoader):
             producer.shutdown()
             if self._ring is not None:  # the queued batches' and a cut-short put's slots
                 self._ring.reset()
+        if hasattr(self._dispatch, "cancel"):
+            self._dispatch.cancel()
 
     def _end_active_pass(self) -> None:
         self._stop_pass()
@@ -291,10 +301,12 @@ class ClipLoader(EpochPasses, PackedAttributes, FastLoader):
             ring_slots=ring.slots if ring is not None else 0,
             ring_bytes=ring.nbytes if ring is not None else 0,
             pinned=ring is not None, num_threads=self._decoder.threads,
-            backend=self._decoder.backend)
+            backend=self._decoder.backend,
+            remote_workers=self.remote.stats() if self.remote is not None else ())
 
     def _after_fork_in_child(self) -> None:
         self._active = None  # the parent's producer thread is not in the child
+        self.remote = None  # nor its Ray connection and actors
         self._decoder.after_fork()
 
     def close(self) -> None:
@@ -303,6 +315,9 @@ class ClipLoader(EpochPasses, PackedAttributes, FastLoader):
         self._closed = True
         self._stop_pass()
         self._decoder.close()
+        pool = getattr(self, "remote", None)
+        if pool is not None:
+            pool.close()
         self._ring = None
         if self._owns_dataset:
             self._data.close()
@@ -371,4 +386,4 @@ class ClipBatches:
         return ClipBatch(torch.from_numpy(out), facts, indices, slot)
 
 
-ClipProducer = Producer[np.ndarray, ClipBatch]
+ClipProducer = Producer[Any, ClipBatch]  # np.ndarray, or remote=' tickets

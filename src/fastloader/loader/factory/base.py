@@ -149,6 +149,9 @@ class FastLoader(LoaderInterface):
         shuffle_window: packed loader: shards shuffled together by the shard-aware shuffle
             (default 8 on a URL; None on a local dataset: the full permutation).
         prefetch_shards: packed loader on a URL: shards downloaded ahead of the reader.
+        remote: a fastloader.Remote: decode batches on Ray actors too (packed, mixed, audio
+            and video loaders), the same batches in the same order; loader.remote is then the
+            workers' pool (docs/remote-workers.md).
         verify_records: packed loader only: check each record's crc32 as it is read.
         roi_decode: DALI loader only: decode only the planned crop box (False: whole images,
             then slice; DALI's docs say ROI decode turns the A100/H100 hardware decoder off).

@@ -19,6 +19,7 @@ from fastloader.loader.factory.options import (
     Transforms,
 )
 from fastloader.loader.factory.view_options import PixelOpsOn, View
+from fastloader.loader.remote.options import Remote
 
 # Every key is optional (total=False): the options classes give the defaults. A key the paths
 # type differently (prefetch, backend, memory_budget) is declared by each path's own dict.
@@ -69,6 +70,7 @@ class PackedArgs(DecodeArgs, total=False):
     prefetch_shards: int
     views: Sequence[View] | None
     pixel_ops_on: PixelOpsOn
+    remote: Remote | None
 
 
 class DaliArgs(DecodeArgs, total=False):
@@ -87,3 +89,4 @@ class ClipArgs(SharedArgs, total=False):
     on_error: Literal["raise", "skip"]
     verify_records: bool
     fields: Sequence[str] | None
+    remote: Remote | None

@@ -50,6 +50,7 @@ from fastloader.loader.order.sampler import (
 )
 from fastloader.loader.pipeline.autotune import AUTO
 from fastloader.loader.pipeline.skips import check_max_skips
+from fastloader.loader.remote.options import Remote, check_remote
 
 BACKENDS = ("auto", "native", "pillow", "dali")
 MAX_THREADS = 1024  # far above any core count; more only fails in pthread_create
@@ -149,8 +150,10 @@ class PackedOptions(DecodeOptions):
     prefetch_shards: int = DEFAULT_PREFETCH_SHARDS
     views: Sequence[View] | None = None
     pixel_ops_on: PixelOpsOn = "auto"
+    remote: Remote | None = None  # decode on Ray workers too (loader/remote/)
 
     def __post_init__(self) -> None:
+        self.remote = check_remote(self.remote)
         self.max_skips = check_max_skips(self.max_skips, self.on_error)
         self.verify_records = flag("verify_records", self.verify_records)
         if self.backend not in BACKENDS or self.backend == "dali":
@@ -188,6 +191,12 @@ class PackedOptions(DecodeOptions):
         self.after_copy = plan.after_copy  # the device ops after the copy (None: none)
         if plan.uint8_copy:  # the pixel ops run on the device: normalize after them
             self.step_args = (None, torch.uint8, None)
+        if self.remote is not None and self.view_list:
+            # A worker fills one image batch a slot; a batch of views is several (left for now).
+            raise invalid_argument("views", self.views, "is not taken with remote= (the remote "
+                                   "workers decode one view a sample)",
+                                   "Decode the views on this machine (leave out remote=), or "
+                                   "pass one view's transforms as transforms= with remote=.")
 
 
 @dataclass
@@ -270,8 +279,10 @@ class ClipOptions(LoaderOptions):
     on_error: Literal["raise", "skip"] = "raise"
     verify_records: bool = False
     fields: Sequence[str] | None = None
+    remote: Remote | None = None  # decode on Ray workers too (loader/remote/)
 
     def __post_init__(self) -> None:
+        self.remote = check_remote(self.remote)
         self.batch_size = positive_int("batch_size", self.batch_size)
         self.shuffle = flag("shuffle", self.shuffle)
         self.drop_last = flag("drop_last", self.drop_last)

@@ -20,7 +20,7 @@ from fastloader.loader.factory.base import FastLoader
 from fastloader.loader.factory.options import PackedOptions, Sampler, exif_turns
 from fastloader.loader.factory.pass_dataset import PassDataset, collate_rows, unwrap_view
 from fastloader.loader.factory.path_choice import PackedData
-from fastloader.loader.images.batches import EpochPlan, ImageBatches, PreparedImages, ReadyBatch
+from fastloader.loader.images.batches import EpochPlan, ImageBatches, ReadyBatch
 from fastloader.loader.images.collate import FieldCollator, ViewCollator
 from fastloader.loader.images.detection import letterboxed, plan_boxes_field
 from fastloader.loader.images.extra_images import ExtraImages
@@ -32,6 +32,7 @@ from fastloader.loader.order.passes import EpochPasses, ended_pass
 from fastloader.loader.order.resume import dataset_identity
 from fastloader.loader.order.sampler import EpochSampler
 from fastloader.loader.packed.outputs import BatchOutputs
+from fastloader.loader.packed.remote_images import remote_filler, start_pool
 from fastloader.loader.packed.storage import RemoteOptions, plan_shards, remote_options
 from fastloader.loader.packed.views import (
     refuse_extra_images,
@@ -43,8 +44,10 @@ from fastloader.loader.pipeline.autotune import make_tuner
 from fastloader.loader.pipeline.memory import BatchRing, pinned_nbytes
 from fastloader.loader.pipeline.producer import Producer, Tuning
 from fastloader.loader.pipeline.stats import Counters, LoaderStats
+from fastloader.loader.remote.cluster import WorkerPool
+from fastloader.loader.remote.dispatch import RemoteBatches
 
-ImageProducer = Producer[PreparedImages, ReadyBatch]
+ImageProducer = Producer[Any, ReadyBatch]  # PreparedImages, or remote=' tickets
 
 
 def _check_memory(batch_size: int, image_size: tuple[int, int], slot_bytes: int) -> None:
@@ -136,6 +139,12 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             self._max_threads if options.num_threads is None else options.num_threads,
             options.prefetch, options.memory_budget, self._max_threads, slot_bytes)
         self._decoder.num_threads = self._tuner.setting().threads
+        # remote=: the workers, started once every argument and the dataset were accepted
+        self.remote: WorkerPool | None = start_pool(
+            options, self._data, self.image_size, self._box_field, self._collate.mask_fields,
+            self._step.planar is not None, self._pixels)
+        if self.remote is not None:
+            undo.callback(self.remote.close)
         # DataLoader's `dataset`: this loader's passes as samples (loader/factory/pass_dataset.py).
         self.dataset = PassDataset(self, self._data)
 
@@ -153,8 +162,10 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         self._gpu_ops = options.gpu_ops
         self._max_threads = options.max_threads
         self._extra_images: ExtraImages | None = None
+        self.remote = None  # remote=: the loader's Ray workers (add(), stats()), set by _open
         self._ring: BatchRing | None = None
         self._active: ImageProducer | None = None
+        self._dispatch: Any = None  # the pass's filler (remote=: it cancels what is queued)
         self._resume_batch = 0
         self._batches_done = 0
         self._counters = Counters()
@@ -226,9 +237,12 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         tuner = self._tuner if self._tuner.state == "measuring" else None
         batches = self._filler(epoch_plan)
         tuning = None if tuner is None else Tuning(tuner, batches.apply)
-        producer = Producer(batches, self._ring, self._counters, batches.batches,
-                            tuning).start()
-        self._active = producer
+        filler = self._dispatch = remote_filler(self.remote, batches)
+        producer: ImageProducer = Producer(filler, self._ring, self._counters, batches.batches,
+                                           tuning)
+        if isinstance(filler, RemoteBatches):
+            filler.watch(producer.stop_event)
+        self._active = producer.start()
         self._batches_done = start
         return self._consume(producer, epoch_plan)
 
@@ -289,6 +303,8 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             producer.shutdown()
             if self._ring is not None:
                 self._ring.reset()
+        if hasattr(self._dispatch, "cancel"):
+            self._dispatch.cancel()
 
     def _end_active_pass(self) -> None:
         self._stop_active()
@@ -307,6 +323,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             num_threads=self._decoder.num_threads,
             backend=self._decoder.backend,
             autotune_state=self._tuner.state,
+            remote_workers=self.remote.stats() if self.remote is not None else (),
         )
 
     @property
@@ -330,6 +347,9 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         if extra is not None:
             extra.close()
         self._step.close()
+        pool: WorkerPool | None = getattr(self, "remote", None)
+        if pool is not None:
+            pool.close()
         self._ring = None
         if self._owns_dataset:
             self._data.close()
@@ -343,6 +363,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
             return
         self._active = None
         self._ring = None
+        self.remote = None  # the parent's Ray connection and actors: not this process's
         self._counters = Counters()
         self._tuner.after_fork()
 

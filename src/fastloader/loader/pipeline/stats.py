@@ -16,6 +16,31 @@ STAGES = ("read", "plan", "decode", "slot_wait")
 
 
 @dataclass(frozen=True)
+class WorkerStats:
+    """One remote worker's counters (FastLoader(..., remote=Remote(...)); loader/remote/).
+
+    Attributes:
+        worker: its number in this loader ("local" is the trainer's own decode).
+        node: the Ray node it runs on ("" for the trainer, or before it started).
+        state: "starting", "live" or "lost".
+        batches: batches it delivered.
+        decode_s: its busy seconds on those batches (read, plan, decode: on the worker).
+        bytes: bytes of its batches over the wire (pixels, labels, geometry, masks).
+        wait_s: seconds the trainer waited for its batches (it was the limit then).
+        redone: its batches given to another worker after it was lost.
+    """
+
+    worker: str
+    node: str
+    state: str
+    batches: int
+    decode_s: float
+    bytes: int
+    wait_s: float
+    redone: int = 0
+
+
+@dataclass(frozen=True)
 class LoaderStats:
     """A snapshot of a loader's counters (seconds are totals since the loader was made).
 
@@ -42,6 +67,8 @@ class LoaderStats:
         backend: the decode path in use ("native", "pillow" or "dali").
         autotune_state: "off", "measuring" or "settled".
         skipped_samples: where the first 32 skipped records live.
+        remote_workers: with remote=, each remote worker's counters and the trainer's own
+            decode's (worker "local"), as WorkerStats.
     """
 
     images: int
@@ -65,6 +92,7 @@ class LoaderStats:
     backend: str
     autotune_state: str = "off"  # "measuring" / "settled" with num_threads or prefetch="auto"
     skipped_samples: tuple[str, ...] = ()  # where the first 32 skipped records live
+    remote_workers: tuple[WorkerStats, ...] = ()  # remote=: per worker, and "local"
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as a plain dict (JSON-ready)."""
