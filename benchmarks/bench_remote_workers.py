@@ -232,6 +232,8 @@ def main() -> int:
     parser.add_argument("--images-path", help=argparse.SUPPRESS)
     parser.add_argument("--videos-path", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if min(args.images, args.videos, args.rounds, args.batches, args.video_batches) < 1:
+        parser.error("--images, --videos, --rounds, --batches and --video-batches must be >= 1")
     if args.trainer:
         trainer(args)
         return 0

@@ -26,11 +26,11 @@ import torch
 
 from fastloader.decode.augment import Transform
 from fastloader.decode.decode import BatchDecoder
+from fastloader.decode.pixels import PixelProgram
 from fastloader.format.dataset import PackedDataset
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.factory.options import PackedOptions, exif_turns
 from fastloader.loader.images.batch_transform import transform_planar, transform_slot
-from fastloader.decode.pixels import PixelProgram
 from fastloader.loader.images.batches import EpochPlan, ImageBatches, ReadyBatch
 from fastloader.loader.images.masks import MaskBatches
 from fastloader.loader.images.pixels import PixelPlan
@@ -148,8 +148,10 @@ def absorber(batches: ImageBatches) -> Any:
                                                     for f in dataclasses.fields(geometry)})
         masks = (None if payload.masks is None
                  else {n: torch.from_numpy(m.copy()) for n, m in payload.masks.items()})
+        program = (None if payload.program is None  # the store's arrays are read-only
+                   else PixelProgram(payload.program.codes.copy(), payload.program.params.copy()))
         return ReadyBatch(b, slot, count, payload.labels.copy(), payload.samples.copy(), images,
-                          geometry, masks, payload.program)
+                          geometry, masks, program)
 
     return absorb
 
