@@ -170,6 +170,13 @@ def recipe_rows(recipe: Recipe, tree: Path, packed: Path | None,
     return rows
 
 
+def _native() -> bool:
+    """Whether fastloader's native extension is usable here (coeffs records need it)."""
+    import fastloader
+
+    return bool(fastloader.native_available())
+
+
 def fastloader_source() -> dict[str, str]:
     """Which fastloader the rows ran (its package folder, that checkout's git revision): the
     benchmark may run from one checkout against another's fastloader."""
@@ -295,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
                       **fastloader_source()})
         if missing is not None:
             writer.write({"kind": "skipped", "name": "FastLoader", "reason": missing})
+        elif args.coeffs and not _native():
+            args.coeffs = False  # packing and decoding coeffs records take the extension
+            writer.write({"kind": "skipped", "name": "FastLoader, coeffs records",
+                          "reason": "coeffs records need fastloader's native extension"})
         for name in args.recipes:
             recipe = RECIPES[name]
             rows = measure_recipe(recipe, recipe_rows(recipe, tree, packed, args), args, writer)
