@@ -299,3 +299,31 @@ def test_a_list_of_strings_that_are_not_datasets_names_both_readings(tmp_path: P
     with pytest.raises(DatasetNotFoundError, match=r"a\.jpg.*mix of packed datasets.*"
                        r"torch\.utils\.data\.Dataset"):
         FastLoader([str(tmp_path / "a.jpg"), str(tmp_path / "b.jpg")], batch_size=2)
+
+
+def _boxes_source(root: Path, boxes_per_sample: int, count: int) -> Path:
+    """A packed dataset whose sample i has `boxes_per_sample` boxes, all at x0 = i."""
+    samples = [{"image": encode(photo_like(40, 48, i)), "label": i % 3,
+                "boxes": np.array([[i, 2, i + 5, 9]] * boxes_per_sample, np.float32).reshape(-1, 4)}
+               for i in range(count)]
+    fastloader.pack(samples, root, fields={"image": "image", "boxes": "boxes", "label": "int"},
+                    workers=1)
+    return root
+
+
+def test_a_mix_gathers_each_samples_boxes_from_its_source(tmp_path: Path) -> None:
+    from fastloader.format.mixed import MixedDataset
+
+    a = _boxes_source(tmp_path / "a.lmdb", 1, 6)
+    b = _boxes_source(tmp_path / "b.lmdb", 2, 5)
+    with open_dataset(a) as first, open_dataset(b) as second, \
+            MixedDataset([first, second], ["a", "b"]) as mix:
+        picked = np.array([7, 0, 10, 5, 6])  # b's 1st, a's 0th, b's 4th, a's 5th, b's 0th
+        arrays = mix.columns.gather_arrays("boxes", picked)
+    assert [len(box) for box in arrays] == [2, 1, 2, 1, 2]
+    assert [float(box[0, 0]) for box in arrays] == [1.0, 0.0, 4.0, 5.0, 0.0]
+    # and a loader over the mix delivers every box (it raised AttributeError before)
+    with FastLoader({"a": a, "b": b}, batch_size=4, device="cpu", num_threads=1,
+                    transforms=[Resize((24, 24))], fields=("image", "boxes", "label")) as loader:
+        counts = sorted(len(boxes) for batch in loader for boxes in batch[1])
+    assert counts == sorted([1] * 6 + [2] * 5)

@@ -199,8 +199,7 @@ def test_a_dataset_at_a_url_read_by_the_workers_through_their_cache(
 def test_a_mix_of_datasets_and_the_doctor(cluster: Any, boxes_dataset: Path) -> None:
     _ensure_two_nodes(cluster)
     sources = {"a": boxes_dataset, "b": boxes_dataset}
-    # images and labels: a mix does not gather boxes yet (MixedColumns has no gather_arrays)
-    options = {**IMAGE_OPTIONS, "fields": ("image", "label"), "weights": {"a": 1, "b": 2}}
+    options = {**IMAGE_OPTIONS, "weights": {"a": 1, "b": 2}}  # boxes and masks too
     local = _epoch(sources, **options)
     remote = _epoch(sources, remote=Remote(workers=2, local=False), **options)
     assert remote == local

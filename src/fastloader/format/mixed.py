@@ -113,6 +113,17 @@ class MixedColumns:
                 items[k] = value if remap is None else remap[s][np.asarray(value)]
         return items
 
+    def gather_arrays(self, name: str, indices: np.ndarray) -> list[np.ndarray]:
+        """The batch's values of a variable array field (boxes, ndarrays), one array each,
+        read from each sample's source; a field with classes remapped into the joined ones."""
+        items: list[np.ndarray] = [np.empty(0)] * len(indices)
+        remap = self.mix.class_fields.get(name)
+        for s, pos, local in self._split(indices):
+            values = self._columns(s).gather_arrays(name, local)
+            for k, value in zip(pos.tolist(), values, strict=True):
+                items[k] = value if remap is None else remap[s][value]
+        return items
+
     def value(self, name: str, i: int, where: str) -> object:
         s, local = self.mix.locate(i)
         value = self._columns(s).value(name, local, where)
