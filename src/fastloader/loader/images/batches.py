@@ -14,7 +14,7 @@ fails is raised with where it is, or (on_error="skip") replaced by the next reco
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,6 +253,29 @@ class ImageBatches:
                 records.append(b"")
         return records, failures
 
+    def _skip(self, b: int, k: int, sample: int, error: FastloaderError) -> str:
+        """on_error="raise": raise `error`, saying where. "skip": count, log and spend the
+        budget for the bad sample; return its description."""
+        if self.on_error == "raise":
+            raise type(error)(f"{error} (batch {b}, position {k}). {RAISE_FIX}") from error
+        description = self.dataset.describe(sample)
+        self.counters.add_skip(description)
+        log.warning("on_error='skip': %s (batch %d, position %d) replaced: %s",
+                    description, b, k, error)
+        self.budget.spend(description)
+        return description
+
+    def _candidates(self, b: int, k: int, sample: int
+                    ) -> Iterator[tuple[int, memoryview | bytes, np.random.Generator]]:
+        """The replacements for batch b's position k, in turn: (index, record, generator),
+        those whose record cannot be read passed over."""
+        key = (self.plan.seed, self.plan.epoch, b, self.plan.rank, k)
+        for candidate, rng in replacements(sample, len(self.dataset), key):
+            try:
+                yield candidate, self.dataset.record(candidate), rng
+            except CorruptRecordError:
+                continue
+
     def _recover(self, b: int, k: int, sample: int, error: FastloaderError,
                  out: np.ndarray, spec: PlanarSpec | None, images: torch.Tensor | None,
                  program: PixelProgram | None = None) -> tuple[int, Geometry]:
@@ -262,19 +285,8 @@ class ImageBatches:
         Replacements are the next records after the bad one (sample+1, sample+2, ...), planned
         from a generator keyed by (seed, epoch, batch, rank, position, attempt): deterministic.
         """
-        if self.on_error == "raise":
-            raise type(error)(f"{error} (batch {b}, position {k}). {RAISE_FIX}") from error
-        description = self.dataset.describe(sample)
-        self.counters.add_skip(description)
-        log.warning("on_error='skip': %s (batch %d, position %d) replaced: %s",
-                    description, b, k, error)
-        self.budget.spend(description)
-        key = (self.plan.seed, self.plan.epoch, b, self.plan.rank, k)
-        for candidate, rng in replacements(sample, len(self.dataset), key):
-            try:
-                record = self.dataset.record(candidate)
-            except CorruptRecordError:
-                continue
+        description = self._skip(b, k, sample, error)
+        for candidate, record, rng in self._candidates(b, k, sample):
             geometry = self._plan(np.array([candidate]), rng)
             tiles = self.dataset.tile_batch([candidate])
             if self.decoder.decode_into([record], geometry.crops, geometry.flips,

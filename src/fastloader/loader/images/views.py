@@ -25,7 +25,7 @@ from fastloader.decode.decode import BatchDecoder
 from fastloader.decode.geometry import Geometry
 from fastloader.decode.orientation import Turns
 from fastloader.decode.pixels import PixelProgram
-from fastloader.errors import CorruptRecordError, DecodeError, FastloaderError
+from fastloader.errors import DecodeError, FastloaderError
 from fastloader.format.dataset import PackedDataset
 from fastloader.gpu.planar import PlanarSpec
 from fastloader.loader.images.batches import EpochPlan, ImageBatches, log
@@ -34,7 +34,7 @@ from fastloader.loader.images.pixels import PixelPlan, fused_programs, program_r
 from fastloader.loader.pipeline.autotune import Setting
 from fastloader.loader.pipeline.memory import BatchRing
 from fastloader.loader.pipeline.producer import StageError
-from fastloader.loader.pipeline.skips import RAISE_FIX, no_replacement, replacements
+from fastloader.loader.pipeline.skips import no_replacement
 from fastloader.loader.pipeline.stats import Counters, Timer
 
 Masks = dict[str, torch.Tensor]
@@ -222,20 +222,9 @@ class ViewBatches(ImageBatches):
         """on_error="raise": raise. "skip": decode a replacement into row k of every view;
         return its index and its one-sample geometry a view. Its views are planned from
         generators drawn from replacements()' (deterministic); it keeps row k's programs."""
-        if self.on_error == "raise":
-            raise type(error)(f"{error} (batch {b}, position {k}). {RAISE_FIX}") from error
-        description = self.dataset.describe(sample)
-        self.counters.add_skip(description)
-        log.warning("on_error='skip': %s (batch %d, position %d) replaced: %s",
-                    description, b, k, error)
-        self.budget.spend(description)
+        description = self._skip(b, k, sample, error)
         rows = [program_row(p, k) for p in programs]
-        key = (self.plan.seed, self.plan.epoch, b, self.plan.rank, k)
-        for candidate, rng in replacements(sample, len(self.dataset), key):
-            try:
-                record = self.dataset.record(candidate)
-            except CorruptRecordError:
-                continue
+        for candidate, record, rng in self._candidates(b, k, sample):
             one = np.array([candidate])
             seeds = rng.integers(0, 2**63 - 1, size=len(self.views))
             geometries = [self._plan(one, np.random.default_rng(seed), view.transforms)
