@@ -45,7 +45,7 @@ def test_bad_remote_arguments_are_refused(arguments: dict[str, Any], error: type
 def test_good_arguments_are_kept_and_defaults_derived() -> None:
     remote = Remote(workers=3, address="ray://head:10001", num_cpus=2.5,
                     resources={"cpu_node": 1}, local=False, on_lost="raise")
-    assert (remote.workers, remote.threads, remote.in_flight) == (3, 3, 8)
+    assert (remote.workers, remote.threads, remote.in_flight) == (3, 3, 14)
     assert remote.resources == {"cpu_node": 1.0}
     assert Remote(address="head:6379", window=5).in_flight == 5
 

@@ -28,6 +28,8 @@ class WorkerStats:
         bytes: bytes of its batches over the wire (pixels, labels, geometry, masks).
         wait_s: seconds the trainer waited for its batches (it was the limit then).
         redone: its batches given to another worker after it was lost.
+        taken_back: its batches the trainer decoded itself instead, because their turn came
+            before the worker delivered them (cancelled there when it had not begun them).
     """
 
     worker: str
@@ -38,6 +40,7 @@ class WorkerStats:
     bytes: int
     wait_s: float
     redone: int = 0
+    taken_back: int = 0
 
 
 @dataclass(frozen=True)

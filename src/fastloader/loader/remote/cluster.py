@@ -84,12 +84,15 @@ class Worker:
     nbytes: int = 0
     wait_s: float = 0.0
     redone: int = 0
-    in_flight: set[int] = field(default_factory=set)  # batch numbers it holds
+    taken_back: int = 0
+    pending: list[int] = field(default_factory=list)  # batches sent, not back: in run order
+    running_since: float | None = None  # when it began pending[0], as near as the trainer knows
+    batch_s: float | None = None  # its seconds a batch, smoothed (schedule.smoothed)
 
     def snapshot(self) -> WorkerStats:
         name = "local" if self.number < 0 else str(self.number)
-        return WorkerStats(name, self.node, self.state, self.batches,
-                           self.decode_s, self.nbytes, self.wait_s, self.redone)
+        return WorkerStats(name, self.node, self.state, self.batches, self.decode_s,
+                           self.nbytes, self.wait_s, self.redone, self.taken_back)
 
 
 class WorkerPool:
@@ -106,6 +109,7 @@ class WorkerPool:
             max_restarts=0, max_task_retries=0)(BatchWorker)
         self.workers: list[Worker] = []
         self.local = Worker(-1, None, None, "live")  # the trainer's own decode, counted alike
+        self.absorb_s: float | None = None  # the trainer's seconds to take in a worker's batch
         self._lock = threading.Lock()
         self.closed = False
         self.add(options.workers)

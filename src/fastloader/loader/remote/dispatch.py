@@ -1,18 +1,21 @@
 """RemoteBatches: one pass's batches shared between the trainer's own decode and the remote
 workers, handed to the producer (loader/pipeline/producer.py) in plan order.
 
-It is a BatchFiller wrapping the local one. Each batch is given, in order, to the local decode
-or to a worker: the trainer's share follows the measured rates (the local threads keep their
-cores busy and the workers add to them), and at most `window` batches are on the workers at a
-time, so the object store never holds more. A remote batch is the local filler's batch made on
-the worker from the same plan (a pure function of seed, epoch, rank and batch number): the
-trainer copies it into its ring slot, so the output is the local loader's, bit for bit.
+It is a BatchFiller wrapping the local one. The producer decodes every batch no worker holds;
+each worker is kept three batches deep, given batches far enough ahead of the producer to be back
+in time (loader/remote/schedule.py says which), and at most `window` batches are on the workers
+at a time, so the object store never holds more. Binding is late: when the producer comes to a
+batch a worker has not delivered, it takes the batch back (cancelled on the worker when still
+queued there) rather than wait longer than a local decode. A remote batch is the local filler's
+batch made on the worker from the same plan (a pure function of seed, epoch, rank and batch
+number): the trainer copies it into its ring slot, so the output is the local loader's, bit for
+bit, whoever made each batch. With local=False every batch goes to the workers, in order.
 
-A worker lost (its actor or node dead) has its batches redone by the others, in order; with
-none left, on_lost="local" decodes them here (with a warning) and "raise" raises
-RemoteWorkersLostError once lost_timeout passed without a worker. A worker's error is raised
-as the local loader raises it: a read, plan or masks failure as StageError (the producer names
-the stage and batch), a decode failure as itself.
+A worker lost (its actor or node dead) has its batches redone by the others or here; with none
+left, on_lost="local" decodes here (with a warning) and "raise" raises RemoteWorkersLostError
+once lost_timeout passed without a worker. A worker's error is raised as the local loader raises
+it: a read, plan or masks failure as StageError (the producer names the stage and batch), a
+decode failure as itself.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from fastloader.errors import FastloaderError, RemoteWorkersLostError
 from fastloader.loader.pipeline.producer import BatchFiller, Filled, StageError
+from fastloader.loader.remote import schedule
 from fastloader.loader.remote.cluster import Worker, WorkerPool
 from fastloader.loader.remote.worker import Outcome
 
@@ -37,25 +41,33 @@ Prepared = TypeVar("Prepared")
 Batch = TypeVar("Batch", bound=Filled)
 _pass_keys = itertools.count()
 _POLL_S = 0.05  # how often a wait looks at the stop flag and at lost or joining workers
-_EMA = 0.3  # weight of the newest batch in a rate estimate
+# batches a worker holds beside the local decode: one running and two queued, so it keeps busy
+# though the trainer only sees a delivery between its own batches (and takes back what is late)
+_DEPTH = 3
 
 
-@dataclass
+@dataclass(eq=False)
 class Assignment:
-    """Who makes batch b: the local decode (local), a worker (its ref), or nobody yet (a
-    remote batch whose worker was lost, or that waits for a first worker)."""
+    """Batch `batch` on `worker` (its ObjectRef), and what came back once it did."""
 
     batch: int
-    local: bool
-    worker: Worker | None = None
-    ref: Any = None
+    worker: Worker
+    ref: Any
+    outcome: Outcome | None = None
+    failure: BaseException | None = None  # the worker's own code failed on it
+
+    @property
+    def delivered(self) -> bool:
+        return self.outcome is not None or self.failure is not None
 
 
 @dataclass(frozen=True)
 class Ticket(Generic[Prepared]):
-    """prepare()'s answer: the local preparation of a local batch (None for a remote one)."""
+    """prepare()'s answer: whether a worker held batch b then, and the local preparation
+    of a local batch."""
 
     batch: int
+    remote: bool
     prepared: Prepared | None
 
 
@@ -72,12 +84,13 @@ class RemoteBatches(Generic[Prepared, Batch]):
         self.key = next(_pass_keys)
         self.plan_ref = [pool.ray.put(plan)]  # fetched by each worker once this pass
         self.stop_event = threading.Event()  # the producer's, once watch() was called
-        self._assigned: dict[int, Assignment] = {}
-        self._next, self._end = batches.start, batches.stop
-        # the local decode takes a pass's first batch: the workers' first batches of the pass
-        # (the plan fetched, the window filled) come while it decodes, not before it starts
-        self._credit = 1.0
+        self._held: dict[int, Assignment] = {}  # batches on the workers, sent or delivered
+        self._orphans: list[Assignment] = []  # taken back while their worker ran them
+        self._position = batches.start  # the batch the producer fills next
+        self._claimed = batches.start - 1  # batches up to this one are the trainer's own
+        self._end = batches.stop
         self._lock = threading.RLock()
+        self._gone_since: float | None = None  # since when no worker was live or starting
         self._warned = False
 
     def watch(self, stop_event: threading.Event) -> None:
@@ -88,30 +101,48 @@ class RemoteBatches(Generic[Prepared, Batch]):
 
     def prepare(self, b: int) -> Ticket[Prepared]:
         with self._lock:
-            self._assign_through(b)
-            local = self._assigned[b].local
-        return Ticket(b, self.local.prepare(b) if local else None)
+            self._refresh()
+            here = b not in self._held and (self.options.local or self._decode_here())
+            if here:  # the trainer's, before the workers are given more
+                self._claimed = max(self._claimed, b)
+            self._feed()
+        remote = not here  # remote only: b is given out in fill when no worker took it yet
+        return Ticket(b, remote, None if remote else self.local.prepare(b))
 
     def fill(self, b: int, slot: int | None, ticket: Ticket[Prepared]) -> Batch:
         try:
-            outcome = None if self._assigned[b].local else self._await(b)
+            self._check_gone(b)
+            outcome = self._await(b) if ticket.remote else None
             if outcome is None:
-                return self._fill_here(b, slot, ticket.prepared)
+                return self._fill_here(b, slot, None if ticket.remote else ticket.prepared)
             if outcome.error is not None:
                 if outcome.stage in ("read", "plan", "masks"):
                     raise StageError(outcome.stage, b) from outcome.error
                 raise outcome.error
-            return self.absorb(b, slot, outcome.payload)
+            return self._absorb(b, slot, outcome.payload)
         finally:
             with self._lock:
-                self._assigned.pop(b, None)
+                self._held.pop(b, None)
+                self._position = b + 1
                 if not self.stop_event.is_set():
-                    self._assign_through(b + 1)
+                    self._refresh()
+                    self._feed()
+
+    def _absorb(self, b: int, slot: int | None, payload: Any) -> Batch:
+        """A worker's batch taken in, its cost measured (schedule.Costs.absorb_s)."""
+        started = time.perf_counter()
+        batch = self.absorb(b, slot, payload)
+        with self._lock:
+            self.pool.absorb_s = schedule.smoothed(self.pool.absorb_s,
+                                                   time.perf_counter() - started)
+        return batch
 
     def _fill_here(self, b: int, slot: int | None, prepared: Prepared | None) -> Batch:
         """Batch b by the local filler (prepared now when it was meant for a worker)."""
         started = time.perf_counter()
         if prepared is None:
+            with self._lock:
+                self._claimed = max(self._claimed, b)
             prepared = self.local.prepare(b)
         batch = self.local.fill(b, slot, prepared)
         tally = self.pool.local
@@ -119,153 +150,208 @@ class RemoteBatches(Generic[Prepared, Batch]):
         with self._lock:
             tally.batches += 1
             tally.decode_s += seconds
+            tally.batch_s = schedule.smoothed(tally.batch_s, seconds)
         return batch
 
     # -- who makes which batch --------------------------------------------------------------
 
-    def _assign_through(self, b: int) -> None:
-        """Give out every batch up to b, and those after it while the window has room."""
-        self.pool.poll()
-        window = self.options.in_flight
-        while self._next < self._end:
-            n = self._next
-            if n > b and (self._remote_count() >= window or n > b + window):
-                return
-            self._assigned[n] = self._choose(n, forced=n <= b)
-            self._next += 1
-
-    def _choose(self, n: int, forced: bool) -> Assignment:
+    def _feed(self) -> None:
+        """Give live workers batches while each holds fewer than its depth (_DEPTH beside the
+        local decode, the window's worth with local=False) and the window has room."""
         live = self.pool.live()
-        if live and (not self.options.local or self._remote_turn(live)) and (
-                self._remote_count() < self.options.in_flight or not self.options.local):
-            return self._submit(Assignment(n, False), live)
-        if not live and not self.options.local and not self._all_lost():
-            return Assignment(n, False)  # remote only: waits for a worker in _await
-        return Assignment(n, True)
+        depth = _DEPTH if self.options.local else self.options.in_flight
+        now = time.perf_counter()
+        while len(self._held) < self.options.in_flight:
+            ready = [w for w in live if len(w.pending) < depth]
+            if not ready:
+                return
+            worker = min(ready, key=lambda w: (len(w.pending), w.number))
+            n = self._next_for(worker, now)
+            if n is None:
+                return
+            ref = worker.actor.run.remote(self.key, self.plan_ref, n)
+            if not worker.pending:
+                worker.running_since = now
+            worker.pending.append(n)
+            self._held[n] = Assignment(n, worker, ref)
 
-    def _remote_turn(self, live: list[Worker]) -> bool:
-        """Whether batch n goes to a worker: each side's share is its measured rate's (until
-        a rate is measured, a worker counts as the local decode does)."""
-        local = self.pool.local
-        local_s = local.decode_s / local.batches if local.batches else None
-        known = [w.decode_s / w.batches for w in live if w.batches]
-        guess = local_s or (sum(known) / len(known) if known else 1.0)  # s a batch, unmeasured
-        local_rate = 1.0 / (local_s or guess)
-        remote_rate = sum(1.0 / (w.decode_s / w.batches if w.batches else guess) for w in live)
-        self._credit += local_rate / (local_rate + remote_rate)  # the local share, batch by batch
-        if self._credit >= 1.0:
-            self._credit -= 1.0
-            return False
-        return True
+    def _next_for(self, worker: Worker, now: float) -> int | None:
+        """The batch the worker gets next (schedule.next_for_worker; in order, remote only)."""
+        if not self.options.local:
+            return schedule.next_in_order(self._position, self._end, self._held)
+        costs = schedule.Costs(self.pool.local.batch_s, self.pool.absorb_s)
+        eta = schedule.seconds_to_finish(self._holding(worker), now, costs.local_s)
+        return schedule.next_for_worker(self._position, self._claimed, self._end, self._held,
+                                        costs, eta)
 
-    def _remote_count(self) -> int:
-        return sum(1 for a in self._assigned.values() if a.worker is not None)
+    @staticmethod
+    def _holding(worker: Worker) -> schedule.Holding:
+        return schedule.Holding(tuple(worker.pending), worker.running_since, worker.batch_s)
 
-    def _submit(self, assignment: Assignment, live: list[Worker]) -> Assignment:
-        """Send the batch to the live worker holding the fewest batches."""
-        worker = min(live, key=lambda w: (len(w.in_flight), w.number))
-        assignment.worker = worker
-        assignment.ref = worker.actor.run.remote(self.key, self.plan_ref, assignment.batch)
-        worker.in_flight.add(assignment.batch)
-        return assignment
-
-    def _all_lost(self) -> bool:
+    def _decode_here(self) -> bool:
         """Every worker is gone (none live or starting) and on_lost="local" carries on here."""
-        gone = not self.pool.live() and not self.pool.starting()
-        if gone and self.options.on_lost == "local":
-            if not self._warned:
+        return self._gone_since is not None and self.options.on_lost == "local"
+
+    # -- what came back ---------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        """Take in joined workers and delivered batches; note when no worker is left."""
+        self.pool.poll()
+        waiting = {a.ref: a for a in (*self._held.values(), *self._orphans) if not a.delivered}
+        if waiting:
+            ready, _ = self.pool.ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
+            for ref in ready:
+                self._collect(waiting[ref])
+        self._orphans = [a for a in self._orphans if not a.delivered]
+        if self.pool.live() or self.pool.starting():
+            self._gone_since = None
+        elif self._gone_since is None:
+            self._gone_since = time.monotonic()
+            if self.options.on_lost == "local" and not self._warned:
                 self._warned = True
                 log.warning("every remote worker is gone: the trainer decodes the remaining "
                             "batches itself (Remote(on_lost='local'))")
-            return True
-        return False
+
+    def _collect(self, assignment: Assignment) -> None:
+        """A delivered batch's outcome fetched (so it outlives its node), its worker's
+        counters and estimate updated; a lost worker's batches handed on."""
+        ray, worker = self.pool.ray, assignment.worker
+        try:
+            outcome: Outcome = ray.get(assignment.ref)
+        except self.pool.lost_errors as exc:
+            self._lost(worker, exc)
+            return
+        except ray.exceptions.TaskCancelledError:  # cancelled there: given out again
+            self._settle(assignment)
+            if self._held.get(assignment.batch) is assignment:
+                del self._held[assignment.batch]
+            return
+        except ray.exceptions.RayTaskError as exc:  # the worker's own code failed
+            self._settle(assignment)
+            assignment.failure = FastloaderError(
+                f"remote worker {worker.number} failed on batch {assignment.batch}: {exc}")
+            assignment.failure.__cause__ = exc
+            return
+        self._settle(assignment)
+        worker.batch_s = schedule.smoothed(worker.batch_s, outcome.seconds)
+        if self._held.get(assignment.batch) is not assignment:
+            return  # made for nothing: taken back (or handed on) meanwhile
+        worker.batches += 1
+        worker.decode_s += outcome.seconds
+        worker.nbytes += outcome.nbytes
+        assignment.outcome = outcome
+
+    def _settle(self, assignment: Assignment) -> None:
+        """The assignment is off its worker: the next one it holds is running from now."""
+        worker = assignment.worker
+        with contextlib.suppress(ValueError):
+            worker.pending.remove(assignment.batch)
+        worker.running_since = time.perf_counter() if worker.pending else None
 
     # -- waiting for a worker's batch -------------------------------------------------------
 
     def _await(self, b: int) -> Outcome | None:
         """Batch b's outcome from its worker, redone elsewhere if the worker is lost; None
-        when it is to be decoded here (every worker gone, on_lost="local")."""
-        waiting_since: float | None = None
+        when it is decoded here (taken back, or every worker gone with on_lost="local")."""
+        waited = 0.0
         while not self.stop_event.is_set():
             with self._lock:
-                assignment = self._assigned[b]
-                if assignment.worker is None:
-                    self.pool.poll()
-                    live = self.pool.live()
-                    if live:
-                        self._submit(assignment, live)
-                    elif self._all_lost():
-                        return None
-            if assignment.worker is None:
-                waiting_since = waiting_since or time.monotonic()
-                self._check_lost_timeout(b, waiting_since)
+                self._refresh()
+                self._check_gone(b)
+                assignment = self._held.get(b)
+                if assignment is None and (self.options.local or self._decode_here()):
+                    return None  # its worker was lost: made here
+                if assignment is None:
+                    self._feed()  # remote only: to a live worker, if any
+                    assignment = self._held.get(b)
+                elif assignment.delivered:
+                    return self._delivered(assignment)
+                elif self.options.local and self._should_take_back(assignment, waited):
+                    self._take_back(assignment)
+                    return None
+            if assignment is None:
                 self.pool.poll(_POLL_S)
                 continue
-            outcome = self._take(assignment)
-            if outcome is not None:
-                return outcome
+            waited += self._wait(assignment)
         raise FastloaderError("the pass was stopped while it waited for a remote worker")
 
-    def _take(self, assignment: Assignment) -> Outcome | None:
-        """The assignment's outcome if its worker answered within a poll; None to look again
-        (not ready yet, or the worker was lost and its batches were handed on)."""
-        ray, worker = self.pool.ray, assignment.worker
-        assert worker is not None
+    def _should_take_back(self, assignment: Assignment, waited: float) -> bool:
+        """Queued behind another batch on its worker, or running longer than a local decode
+        would take (the estimate, or what was already waited)."""
+        local_s = self.pool.local.batch_s
+        if local_s is not None and waited > local_s:
+            return True
+        return schedule.take_back(self._holding(assignment.worker), assignment.batch,
+                                  time.perf_counter(), local_s)
+
+    def _wait(self, assignment: Assignment) -> float:
+        """Up to a poll's time for the assignment's worker (counted as its wait); seconds."""
         started = time.perf_counter()
-        ready, _ = ray.wait([assignment.ref], timeout=_POLL_S)
-        if not ready:
-            worker.wait_s += time.perf_counter() - started
-            return None
-        try:
-            outcome: Outcome = ray.get(assignment.ref)
-        except self.pool.lost_errors as exc:
-            self._lost(worker, exc)
-            return None
-        except ray.exceptions.RayTaskError as exc:  # the worker's own code failed
-            raise FastloaderError(f"remote worker {worker.number} failed on batch "
-                                  f"{assignment.batch}: {exc}") from exc
+        self.pool.ray.wait([assignment.ref], timeout=_POLL_S)
+        seconds = time.perf_counter() - started
         with self._lock:
-            worker.in_flight.discard(assignment.batch)
-            worker.batches += 1
-            worker.decode_s += outcome.seconds
-            worker.nbytes += outcome.nbytes
-            worker.wait_s += time.perf_counter() - started
-        return outcome
+            assignment.worker.wait_s += seconds
+        return seconds
+
+    def _delivered(self, assignment: Assignment) -> Outcome:
+        if assignment.failure is not None:
+            raise assignment.failure
+        assert assignment.outcome is not None
+        return assignment.outcome
+
+    def _take_back(self, assignment: Assignment) -> None:
+        """The producer decodes the batch itself: cancelled on the worker while queued there;
+        left to finish when running (a sync actor's call cannot be stopped), for nothing."""
+        worker = assignment.worker
+        worker.taken_back += 1
+        del self._held[assignment.batch]
+        if worker.pending and worker.pending[0] == assignment.batch:
+            self._orphans.append(assignment)
+            return
+        with contextlib.suppress(ValueError):
+            worker.pending.remove(assignment.batch)
+        with contextlib.suppress(Exception):
+            self.pool.ray.cancel(assignment.ref)
 
     def _lost(self, worker: Worker, error: BaseException) -> None:
-        """Worker lost: its batches go back to nobody, then to the live workers in order."""
-        with self._lock:
-            if worker.state != "lost":
-                log.warning("remote worker %d (node %s) lost: %s; its %d batches are redone "
-                            "by the others", worker.number, worker.node,
-                            type(error).__name__, len(worker.in_flight))
-                self.pool.lose(worker)
-            for n in sorted(worker.in_flight):
-                assignment = self._assigned.get(n)
-                if assignment is not None and assignment.worker is worker:
-                    self._assigned[n] = Assignment(n, False)
-                    worker.redone += 1
-            worker.in_flight.clear()
-            live = self.pool.live()
-            for n in sorted(self._assigned):
-                assignment = self._assigned[n]
-                if not assignment.local and assignment.worker is None and live:
-                    self._submit(assignment, live)
+        """Worker lost: its batches not delivered go back to be given out again, in order."""
+        if worker.state != "lost":
+            log.warning("remote worker %d (node %s) lost: %s; its %d batches are redone "
+                        "elsewhere", worker.number, worker.node, type(error).__name__,
+                        len(worker.pending))
+            self.pool.lose(worker)
+        for n in worker.pending:
+            assignment = self._held.get(n)
+            if assignment is not None and assignment.worker is worker:
+                del self._held[n]
+                worker.redone += 1
+        worker.pending.clear()
+        worker.running_since = None
+        self._orphans = [a for a in self._orphans if a.worker is not worker]
+        self._feed()
 
-    def _check_lost_timeout(self, b: int, since: float) -> None:
-        if time.monotonic() - since > self.options.lost_timeout:
+    def _check_gone(self, b: int) -> None:
+        """on_lost="raise": RemoteWorkersLostError once no worker was live for lost_timeout."""
+        since = self._gone_since
+        timeout = self.options.lost_timeout
+        if self.options.on_lost != "raise" or since is None:
+            return
+        if time.monotonic() - since > timeout:
             raise RemoteWorkersLostError(
-                f"no remote worker was live for {self.options.lost_timeout:g} s while batch "
-                f"{b} waited for one ({len(self.pool.workers)} started, all lost). Pass "
-                "Remote(on_lost='local') to carry on decoding on the trainer, add workers "
-                "(loader.remote.add()), or raise lost_timeout.")
+                f"no remote worker was live for {timeout:g} s at batch {b} "
+                f"({len(self.pool.workers)} started, all lost). Pass Remote(on_lost='local') "
+                "to carry on decoding on the trainer, add workers (loader.remote.add()), or "
+                "raise lost_timeout.")
 
     def cancel(self) -> None:
         """The pass ended: drop its batches still queued on the workers."""
         with self._lock:
-            for assignment in self._assigned.values():
-                if assignment.worker is not None:
-                    assignment.worker.in_flight.discard(assignment.batch)
+            for assignment in self._held.values():
+                if not assignment.delivered:
                     with contextlib.suppress(Exception):
                         self.pool.ray.cancel(assignment.ref)
-            self._assigned.clear()
+            for worker in self.pool.workers:
+                worker.pending.clear()
+                worker.running_since = None
+            self._held.clear()
+            self._orphans.clear()

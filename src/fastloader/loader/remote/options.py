@@ -74,8 +74,10 @@ class Remote:
         num_cpus: CPUs each actor reserves (and its decode threads, rounded up).
         resources: custom Ray resources each actor asks for, to place actors on CPU nodes
             (e.g. {"cpu_node": 1} with nodes started by `ray start --resources=...`).
-        window: batches in flight on the workers at most (default: 2 a worker + 2); the
-            object store never holds more of this loader's batches.
+        window: batches on the workers at most, sent or delivered and not yet taken
+            (default: 4 a worker + 2: three queued on each, so a worker keeps busy between
+            the trainer's looks, and those delivered ahead of their turn); the object store
+            never holds more of this loader's batches.
         local: the trainer's own decode threads take batches too (False: remote only).
         on_lost: when every worker is gone: "local" decodes on the trainer with a warning,
             "raise" raises after lost_timeout seconds without a live worker.
@@ -125,7 +127,7 @@ class Remote:
     @property
     def in_flight(self) -> int:
         """Batches on the workers at most."""
-        return self.window if self.window is not None else 2 * self.workers + 2
+        return self.window if self.window is not None else 4 * self.workers + 2
 
 
 def check_remote(value: object) -> Remote | None:
