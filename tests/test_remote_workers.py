@@ -331,6 +331,24 @@ def test_every_worker_lost(cluster: Any, boxes_dataset: Path, on_lost: str,
     assert "every remote worker is gone" in caplog.text
 
 
+def test_every_worker_lost_beside_the_local_decode_raises_after_lost_timeout(
+        cluster: Any, boxes_dataset: Path) -> None:
+    """local=True with on_lost="raise": the trainer decodes on meanwhile, then raises."""
+    _ensure_two_nodes(cluster)
+    remote = Remote(workers=1, on_lost="raise", lost_timeout=1)
+    with FastLoader(boxes_dataset, remote=remote, **SMALL_BATCHES) as loader:
+        iterator = iter(loader)
+        next(iterator)
+        for worker in loader.remote.live():
+            ray.kill(worker.actor, no_restart=True)
+        carried_on = 0
+        with pytest.raises(fastloader.RemoteWorkersLostError, match="lost_timeout"):
+            for _ in iterator:
+                carried_on += 1
+                time.sleep(0.25)  # a training step: the epoch outlasts lost_timeout
+    assert 1 <= carried_on < len(_epoch(boxes_dataset, **SMALL_BATCHES)) - 1
+
+
 def test_checkpoint_resumes_on_another_worker_count_and_locally(cluster: Any,
                                                                 boxes_dataset: Path) -> None:
     _ensure_two_nodes(cluster)
