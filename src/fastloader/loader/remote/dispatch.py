@@ -234,12 +234,12 @@ class RemoteBatches(Generic[Prepared, Batch]):
             return
         self._settle(assignment)
         worker.batch_s = schedule.smoothed(worker.batch_s, outcome.seconds)
+        assignment.outcome = outcome  # delivered: not looked at again
         if self._held.get(assignment.batch) is not assignment:
             return  # made for nothing: taken back (or handed on) meanwhile
         worker.batches += 1
         worker.decode_s += outcome.seconds
         worker.nbytes += outcome.nbytes
-        assignment.outcome = outcome
 
     def _settle(self, assignment: Assignment) -> None:
         """The assignment is off its worker: the next one it holds is running from now."""
