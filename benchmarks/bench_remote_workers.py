@@ -3,11 +3,14 @@
 other core (taskset -c 1), and against that worker alone (local=False). JPEG, RandomResizedCrop
 224 + flip, batch 64; video clips too (16 frames at stride 2, RandomResizedCrop 112, batch 8).
 
-Interleaved rounds in one trainer process; medians and same-round ratios against local decode:
-images/s, the trainer's CPU seconds a batch (its whole process: producer, copies, consumer),
-bytes a sample over the wire (the workers' payloads), the trainer's RSS over 10 passes, and
-whether the object store spilled. The Ray node is `ray start --head --num-cpus=1` under
-taskset -c 1, on 127.0.0.1; this script starts and stops it.
+Interleaved rounds in one trainer process, after one local pass over each dataset (the page
+cache filled); each row times `--batches` batches after `--warmup` (a new loader's actor makes
+its first batches slower). Medians and same-round ratios against local decode: images/s, the
+trainer's CPU seconds a batch (its whole process: producer, copies, consumer), bytes a sample
+over the wire (the workers' payloads), batches taken back from the worker and the trainer's
+wait for it a batch, the trainer's RSS over 10 passes, and whether the object store spilled.
+The Ray node is `ray start --head --num-cpus=1` under taskset -c 1, on 127.0.0.1; this script
+starts and stops it.
 
     python benchmarks/bench_remote_workers.py            # writes results/remote_workers.json
 """
@@ -43,23 +46,23 @@ MODES = ("local", "local + 1 worker", "1 worker only")
 
 
 def make_images(root: Path, count: int) -> Path:
-    """count photo-like JPEGs (benchmarks/make_images.py), packed to root/images.lmdb."""
+    """count photo-like JPEGs (benchmarks/make_images.py), packed to root/images-COUNT.lmdb."""
     sys.path.insert(0, str(BENCH))
     import fastloader
     import make_images as gen  # the suite's generator: 300-800 px photos at quality 90
-    packed = root / "images.lmdb"
+    packed = root / f"images-{count}.lmdb"  # by count: a cached smaller set is not reused
     if not packed.exists():
-        gen.ensure_tree(root / "images", count, classes=10)
-        fastloader.pack(root / "images", packed, workers=1)
+        gen.ensure_tree(root / f"images-{count}", count, classes=10)
+        fastloader.pack(root / f"images-{count}", packed, workers=1)
     return packed
 
 
 def make_videos(root: Path, count: int) -> Path:
-    """count 2 s 320x240 H.264 clips at 25 fps, packed to root/videos.lmdb."""
+    """count 2 s 320x240 H.264 clips at 25 fps, packed to root/videos-COUNT.lmdb."""
     import av
 
     import fastloader
-    packed = root / "videos.lmdb"
+    packed = root / f"videos-{count}.lmdb"  # by count, as the images
     if packed.exists():
         return packed
     rng = np.random.default_rng(0)
@@ -107,13 +110,15 @@ def _loader(kind: str, path: str, mode: str, address: str) -> Any:
         transforms=[fastloader.RandomResizedCrop(112), fastloader.RandomHorizontalFlip()])
 
 
-def _measure(loader: Any, batches: int) -> dict[str, float]:
-    """`batches` batches after one warm-up batch (the workers started, their dataset open)."""
+def _measure(loader: Any, batches: int, warmup: int) -> dict[str, float]:
+    """`batches` batches after `warmup` (the workers started, their dataset open, their first
+    batches, which pay for the actor's first decode, delivered and their seconds measured)."""
     def endless() -> Any:
         while True:
             yield from loader
     stream = endless()
-    next(stream)
+    for _ in range(warmup):
+        next(stream)
     before = loader.stats()
     wall, cpu = time.perf_counter(), time.process_time()
     images = 0
@@ -123,12 +128,19 @@ def _measure(loader: Any, batches: int) -> dict[str, float]:
         images += len(first[0] if isinstance(first, tuple) else first)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     after = loader.stats()
-    sent = sum(w.bytes for w in after.remote_workers) - sum(w.bytes for w in before.remote_workers)
+    def total(field: str, stats: Any) -> float:  # 0 for a field an older fastloader lacks
+        return sum(getattr(w, field, 0) for w in stats.remote_workers if w.worker != "local")
+
+    sent = total("bytes", after) - total("bytes", before)
     remote = sum(w.batches for w in after.remote_workers if w.worker != "local") - sum(
         w.batches for w in before.remote_workers if w.worker != "local")
     return {"images_per_s": images / wall, "cpu_ms_per_batch": 1000 * cpu / batches,
             "bytes_per_sample": sent / max(1, remote * images / batches),
-            "remote_share": remote / batches}
+            "remote_share": remote / batches,
+            "taken_back": total("taken_back", after) - total("taken_back", before),
+            "wait_s_per_batch": (total("wait_s", after) - total("wait_s", before)) / batches,
+            # the worker's busy seconds (its batches' read, plan, decode) over the wall
+            "worker_busy_share": (total("decode_s", after) - total("decode_s", before)) / wall}
 
 
 def _passes(kind: str, path: str, address: str, passes: int) -> list[tuple[int, int]]:
@@ -147,13 +159,18 @@ def trainer(args: argparse.Namespace) -> None:
     import ray
     ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
     out: dict[str, Any] = {"rounds": []}
-    for kind, path, batches in (("images", args.images_path, args.batches),
-                                ("video", args.videos_path, args.video_batches)):
+    kinds = [("images", args.images_path, args.batches)]
+    if args.videos_path:
+        kinds.append(("video", args.videos_path, args.video_batches))
+    for kind, path, batches in kinds:
+        with _loader(kind, path, "local", args.address) as loader:
+            for _ in loader:  # every record read once: no row pays for filling the page cache
+                pass
         for r in range(args.rounds):
             order = MODES if r % 2 == 0 else tuple(reversed(MODES))  # interleaved, alternated
             for mode in order:
                 with _loader(kind, path, mode, args.address) as loader:
-                    row = _measure(loader, batches)
+                    row = _measure(loader, batches, args.warmup)
                 out["rounds"].append({"kind": kind, "round": r, "mode": mode, **row})
                 print(json.dumps(out["rounds"][-1]), file=sys.stderr, flush=True)
     out["rss_10_passes"] = _passes("images", args.images_path, args.address, 10)
@@ -205,7 +222,7 @@ def _spilled(temp_dir: Path) -> int:
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians by (kind, mode), and same-round ratios against local decode."""
     table: dict[str, Any] = {}
-    for kind in ("images", "video"):
+    for kind in sorted({r["kind"] for r in rows}):
         local = {r["round"]: r for r in rows if r["kind"] == kind and r["mode"] == "local"}
         for mode in MODES:
             mine = [r for r in rows if r["kind"] == kind and r["mode"] == mode]
@@ -221,33 +238,43 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=768)
-    parser.add_argument("--videos", type=int, default=48)
+    # 48 batches a pass: each pass's start and end cost a worker's batch or so (the workers
+    # get a pass's batches once it begins), which a 12-batch pass would make a quarter of it
+    parser.add_argument("--images", type=int, default=3072)
+    parser.add_argument("--videos", type=int, default=192)  # 24 batches of 8 a pass
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=24)
-    parser.add_argument("--video-batches", type=int, default=12)
+    parser.add_argument("--batches", type=int, default=96)
+    parser.add_argument("--video-batches", type=int, default=48)
+    parser.add_argument("--warmup", type=int, default=8, help="batches before the timed ones")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "fl-remote")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
+    parser.add_argument("--images-only", action="store_true", help="leave out the video rows")
     parser.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
     parser.add_argument("--images-path", help=argparse.SUPPRESS)
     parser.add_argument("--videos-path", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if min(args.images, args.videos, args.rounds, args.batches, args.video_batches) < 1:
-        parser.error("--images, --videos, --rounds, --batches and --video-batches must be >= 1")
+    if min(args.images, args.videos, args.rounds, args.batches, args.video_batches,
+           args.warmup) < 1:
+        parser.error("--images, --videos, --rounds, --batches, --video-batches and --warmup "
+                     "must be >= 1")
     if args.trainer:
         trainer(args)
         return 0
     args.data.mkdir(parents=True, exist_ok=True)
-    images, videos = make_images(args.data, args.images), make_videos(args.data, args.videos)
-    load = [os.getloadavg(), subprocess.run(["uptime"], capture_output=True, text=True).stdout]
+    images = make_images(args.data, args.images)
+    videos = None if args.images_only else make_videos(args.data, args.videos)
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout
+    load = [os.getloadavg(), uptime]
     port, temp_dir = 6390, Path(tempfile.mkdtemp(prefix="flrw"))
     node = _ray_node(port, temp_dir)
     try:
         run = subprocess.run(
             ["taskset", "-c", "0", sys.executable, __file__, "--trainer",
              f"--address=127.0.0.1:{port}", f"--images-path={images}",
-             f"--videos-path={videos}", f"--rounds={args.rounds}", f"--batches={args.batches}",
-             f"--video-batches={args.video_batches}"],
+             f"--videos-path={videos or ''}", f"--rounds={args.rounds}",
+             f"--batches={args.batches}",
+             f"--video-batches={args.video_batches}", f"--warmup={args.warmup}"],
             env={**os.environ, **RAY_ENV}, capture_output=True, text=True, check=False)
         spilled = _spilled(temp_dir)
     finally:
@@ -260,8 +287,8 @@ def main() -> int:
     out["spilled_bytes"] = spilled
     out["load_before"] = load
     out["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=2))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2))
     for name, row in out["summary"].items():
         print(f"{name:<28} {row['images_per_s']:8.1f}/s  x{row['speed_ratio']:.2f}  "
               f"cpu {row['cpu_ms_per_batch']:7.1f} ms/batch (x{row['cpu_ratio']:.2f})  "
@@ -269,7 +296,7 @@ def main() -> int:
     print("RSS / USS over 10 passes (MiB):",
           [f"{r / 2**20:.0f}/{u / 2**20:.0f}" for r, u in out["rss_10_passes"]])
     print("object store spilled:", out["spilled_bytes"], "bytes")
-    print("load before:", load[1].strip(), "| after:", out["uptime_after"].strip())
+    print("load before:", uptime.strip(), "| after:", out["uptime_after"].strip())
     return 0
 
 
