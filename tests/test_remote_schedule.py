@@ -83,6 +83,7 @@ def test_a_queued_batch_is_taken_back_a_running_one_only_when_waiting_is_longer(
     assert take_back(holding, 6, now=1.0, local_s=0.080)  # queued behind 5: cancelled there
     assert take_back(holding, 7, now=1.0, local_s=0.080)
     assert not take_back(holding, 5, now=1.050, local_s=0.080)  # 40 ms left: wait
+    assert take_back(holding, 5, now=1.050, local_s=0.080, waited=0.081)  # waited past a decode
     assert take_back(holding, 5, now=1.0, local_s=0.080)  # 90 ms left > an 80 ms decode
     assert take_back(holding, 5, now=1.0, local_s=0.005)  # a fast trainer takes it back
     unmeasured = Holding((5,), running_since=1.0, batch_s=None)

@@ -266,7 +266,9 @@ class RemoteBatches(Generic[Prepared, Batch]):
                     assignment = self._held.get(b)
                 elif assignment.delivered:
                     return self._delivered(assignment)
-                elif self.options.local and self._should_take_back(assignment, waited):
+                elif self.options.local and schedule.take_back(
+                        self._holding(assignment.worker), assignment.batch,
+                        time.perf_counter(), self.pool.local.batch_s, waited):
                     self._take_back(assignment)
                     return None
             if assignment is None:
@@ -274,15 +276,6 @@ class RemoteBatches(Generic[Prepared, Batch]):
                 continue
             waited += self._wait(assignment)
         raise FastloaderError("the pass was stopped while it waited for a remote worker")
-
-    def _should_take_back(self, assignment: Assignment, waited: float) -> bool:
-        """Queued behind another batch on its worker, or running longer than a local decode
-        would take (the estimate, or what was already waited)."""
-        local_s = self.pool.local.batch_s
-        if local_s is not None and waited > local_s:
-            return True
-        return schedule.take_back(self._holding(assignment.worker), assignment.batch,
-                                  time.perf_counter(), local_s)
 
     def _wait(self, assignment: Assignment) -> float:
         """Up to a poll's time for the assignment's worker (counted as its wait); seconds."""

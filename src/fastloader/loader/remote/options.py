@@ -75,7 +75,7 @@ class Remote:
         resources: custom Ray resources each actor asks for, to place actors on CPU nodes
             (e.g. {"cpu_node": 1} with nodes started by `ray start --resources=...`).
         window: batches on the workers at most, sent or delivered and not yet taken
-            (default: 4 a worker + 2: three queued on each, so a worker keeps busy between
+            (default: 4 a worker + 2: three held by each, so a worker keeps busy between
             the trainer's looks, and those delivered ahead of their turn); the object store
             never holds more of this loader's batches.
         local: the trainer's own decode threads take batches too (False: remote only).

@@ -83,13 +83,19 @@ def next_in_order(position: int, end: int, held: Container[int]) -> int | None:
     return next((n for n in range(position, end) if n not in held), None)
 
 
-def take_back(holding: Holding, batch: int, now: float, local_s: float | None) -> bool:
+def take_back(holding: Holding, batch: int, now: float, local_s: float | None,
+              waited: float = 0.0) -> bool:
     """Whether the producer, at `batch` which the worker holds and has not delivered,
     decodes it itself: yes when it is queued behind another batch there (cancelled, it costs
-    the worker nothing), or when the rest of the running batch is longer than a local decode
-    (the worker's effort is then lost, but the trainer would wait longer)."""
+    the worker nothing), or when the rest of the running batch, estimated or already waited
+    for (`waited` seconds), is longer than a local decode (the worker's effort is then lost,
+    but the trainer would wait longer)."""
     if not holding.pending or holding.pending[0] != batch:
         return True
-    if local_s is None or holding.batch_s is None or holding.running_since is None:
+    if local_s is None:
+        return False
+    if waited > local_s:
+        return True
+    if holding.batch_s is None or holding.running_since is None:
         return False
     return holding.batch_s - (now - holding.running_since) > local_s
