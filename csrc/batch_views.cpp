@@ -40,7 +40,7 @@ std::string BatchDecoder::decode_sample_views(const Record &record, size_t k, co
         vs.views[v] = ViewTarget{CropBox{c[0], c[1], c[2], c[3]},
                                  OutputSlot{dst, height, width, stride, views.flips[at], orientation}};
     }
-    std::string why = decode_views_union(record, views.count, tile, options, *scratch_[slot], vs);
+    std::string why = decode_views_union(record, views.count, tile, options, *scratch_[slot], vs, splice_[slot]);
     if (why.empty())  // each view resized, given its ops and made planar while it is in cache
         for (int v = 0; v < views.count; ++v) {
             const OutputSlot &out = vs.views[v].out;

@@ -148,7 +148,7 @@ std::string encode_jpeg(const uint8_t *data, size_t size, std::vector<uint8_t> &
     // simpler to size them after reading the header in a first, header-only pass.
     if (setjmp(err.jump)) {
         jpeg_destroy_decompress(&cinfo);
-        return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
+        return error_text(err);
     }
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));

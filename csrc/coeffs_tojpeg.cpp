@@ -103,7 +103,7 @@ std::string record_to_jpeg(const uint8_t *data, size_t size, std::vector<uint8_t
     if (setjmp(err.jump)) {
         jpeg_destroy_compress(&cinfo);
         std::free(buffer);
-        return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
+        return error_text(err);
     }
     jpeg_create_compress(&cinfo);
     jpeg_mem_dest(&cinfo, &buffer, &length);

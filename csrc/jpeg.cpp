@@ -128,19 +128,12 @@ CropBox resolve_crop(j_decompress_ptr cinfo, const CropBox &crop, int orientatio
                       kMaxPixels);
         fail(cinfo, message);
     }
-    if (crop.height == 0 && crop.width == 0)
-        return CropBox{0, 0, static_cast<int>(stored_h), static_cast<int>(stored_w)};
-    if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 ||
-        crop.top + static_cast<long>(crop.height) > h || crop.left + static_cast<long>(crop.width) > w) {
-        char message[JMSG_LENGTH_MAX];
-        std::snprintf(message, sizeof(message),
-                      "crop (top=%d, left=%d, height=%d, width=%d) does not fit in the %ldx%ld "
-                      "(HxW) image%s",
-                      crop.top, crop.left, crop.height, crop.width, h, w,
-                      orientation >= 2 && orientation <= 8 ? " (turned by its EXIF orientation)" : "");
+    CropBox stored;
+    char message[JMSG_LENGTH_MAX];
+    if (!stored_crop_box(crop, static_cast<int>(stored_h), static_cast<int>(stored_w), orientation, stored, message,
+                         sizeof(message)))
         fail(cinfo, message);
-    }
-    return stored_crop(crop, static_cast<int>(stored_h), static_cast<int>(stored_w), orientation);
+    return stored;
 }
 
 void set_output_color_space(j_decompress_ptr cinfo) {
@@ -308,6 +301,27 @@ void region_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, Regio
 
 }  // namespace
 
+bool stored_crop_box(const CropBox &crop, int stored_height, int stored_width, int orientation, CropBox &stored,
+                     char *why, size_t why_size) {
+    if (crop.height == 0 && crop.width == 0) {
+        stored = CropBox{0, 0, stored_height, stored_width};
+        return true;
+    }
+    const bool swap = transposes(orientation);
+    const long h = swap ? stored_width : stored_height, w = swap ? stored_height : stored_width;
+    if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 ||
+        crop.top + static_cast<long>(crop.height) > h || crop.left + static_cast<long>(crop.width) > w) {
+        std::snprintf(why, why_size,
+                      "crop (top=%d, left=%d, height=%d, width=%d) does not fit in the %ldx%ld "
+                      "(HxW) image%s",
+                      crop.top, crop.left, crop.height, crop.width, h, w,
+                      orientation >= 2 && orientation <= 8 ? " (turned by its EXIF orientation)" : "");
+        return false;
+    }
+    stored = stored_crop(crop, stored_height, stored_width, orientation);
+    return true;
+}
+
 std::string decode_jpeg_region(const uint8_t *data, size_t size, RegionPlanner &planner, ScaledRegion &region,
                                DecodeScratch &scratch) {
     jpeg_decompress_struct cinfo;
@@ -315,7 +329,7 @@ std::string decode_jpeg_region(const uint8_t *data, size_t size, RegionPlanner &
     install_error_manager(cinfo, err);
     if (setjmp(err.jump)) {
         jpeg_destroy_decompress(&cinfo);
-        return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
+        return error_text(err);
     }
     jpeg_create_decompress(&cinfo);
     try {  // bad_alloc from the planner's or the resizer's buffers, as decode_jpeg_into
@@ -356,7 +370,7 @@ std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &heade
     install_error_manager(cinfo, err);
     if (setjmp(err.jump)) {
         jpeg_destroy_decompress(&cinfo);
-        return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
+        return error_text(err);
     }
     jpeg_create_decompress(&cinfo);
     if (const char *problem = pillow_marker_problem(data, size); *problem) fail(&cinfo, problem);
@@ -384,7 +398,7 @@ std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &cr
     install_error_manager(cinfo, err);
     if (setjmp(err.jump)) {
         jpeg_destroy_decompress(&cinfo);
-        return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
+        return error_text(err);
     }
     jpeg_create_decompress(&cinfo);
     try {  // bad_alloc from the resizer's buffers: free libjpeg's pools, let the caller report

@@ -51,6 +51,11 @@ struct DecodeScratch {
     uint64_t decodes = 0;             // records this thread's batches decoded (BatchDecoder counts)
 };
 
+// The crop, a box of the image as its orientation shows it (the whole image when it is 0x0), as a
+// box of the stored pixels; false, with why, when it does not fit in the image.
+bool stored_crop_box(const CropBox &crop, int stored_height, int stored_width, int orientation, CropBox &stored,
+                     char *why, size_t why_size);
+
 // Reads the header; returns "" on success, else libjpeg's message.
 std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &header);
 

@@ -6,6 +6,7 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <string>
 // jpeglib.h needs size_t and FILE declared first.
 #include <jpeglib.h>
 #include <jerror.h>
@@ -38,6 +39,11 @@ struct ErrorManager {
 inline bool damages_pixels(int code) {
     return code == JWRN_JPEG_EOF || code == JWRN_HIT_MARKER || code == JWRN_HUFF_BAD_CODE ||
            code == JWRN_MUST_RESYNC;
+}
+
+// What libjpeg said when it failed (its formatted message), for the caller's error string.
+inline std::string error_text(const ErrorManager &err) {
+    return err.message[0] ? std::string(err.message) : std::string("unknown libjpeg error");
 }
 
 inline void on_emit_message(j_common_ptr cinfo, int level) {

@@ -38,7 +38,7 @@ constexpr int kPixelParams = 8;  // floats per step
 // Per-thread buffers, grown on first use and reused for every later image.
 struct PixelScratch {
     std::vector<uint8_t> copy;   // the source of neighbourhood and geometric ops
-    std::vector<uint8_t> plane;  // a luma plane (contrast's mean, saturation, grayscale)
+    std::vector<uint8_t> plane;  // one row: blur's row pass output, sharpness's smoothed row
     std::vector<uint32_t> line;  // blur's running sums and a line's copy
     std::vector<float> terms;    // sharpness: three rows of the SMOOTH filter's products
 };

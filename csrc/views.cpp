@@ -17,29 +17,6 @@ namespace {
 // rare larger one is freed, not kept by every pool thread.
 constexpr size_t kKeptRegionBytes = size_t(32) << 20;
 
-// The box of a view as a box of the stored pixels, or false (and why) when it leaves the image.
-bool stored_box(const ViewTarget &view, int stored_height, int stored_width, CropBox &stored, char *why,
-                size_t why_size) {
-    const CropBox &c = view.crop;
-    if (c.height == 0 && c.width == 0) {
-        stored = CropBox{0, 0, stored_height, stored_width};
-        return true;
-    }
-    const bool swap = transposes(view.out.orientation);
-    const long h = swap ? stored_width : stored_height, w = swap ? stored_height : stored_width;
-    if (c.top < 0 || c.left < 0 || c.height < 1 || c.width < 1 || c.top + static_cast<long>(c.height) > h ||
-        c.left + static_cast<long>(c.width) > w) {
-        std::snprintf(why, why_size,
-                      "crop (top=%d, left=%d, height=%d, width=%d) does not fit in the %ldx%ld (HxW) image%s", c.top,
-                      c.left, c.height, c.width, h, w,
-                      view.out.orientation >= 2 && view.out.orientation <= 8 ? " (turned by its EXIF orientation)"
-                                                                              : "");
-        return false;
-    }
-    stored = stored_crop(c, stored_height, stored_width, view.out.orientation);
-    return true;
-}
-
 // The union of the stored boxes, in stored pixels.
 CropBox union_box(const CropBox *stored, int count) {
     int top = stored[0].top, left = stored[0].left;
@@ -71,7 +48,7 @@ std::string decode_coeffs_views(const Record &record, int count, const DecodeOpt
 // same boxes moved to the splice's origin (as decode_one moves a crop).
 std::string decode_tiled_views(const Record &record, int count, const tiles::Geometry &geometry,
                                const TileRef &tile, const DecodeOptions &options, DecodeScratch &scratch,
-                               ViewsScratch &vs) {
+                               ViewsScratch &vs, std::vector<uint8_t> &splice) {
     char why[256];
     ViewPlanner whole(vs.views.data(), count, options, vs.stored.data());
     if (!whole.plan(static_cast<int>(geometry.height), static_cast<int>(geometry.width), vs.region, why, sizeof(why)))
@@ -82,11 +59,11 @@ std::string decode_tiled_views(const Record &record, int count, const tiles::Geo
         ++scratch.decodes;
         return decode_jpeg_region(record.data, record.size, whole, vs.region, scratch);
     }
-    if (vs.splice.size() < tiles::splice_capacity(record.size)) vs.splice.resize(tiles::splice_capacity(record.size));
+    if (splice.size() < tiles::splice_capacity(record.size)) splice.resize(tiles::splice_capacity(record.size));
     const tiles::Spliced spliced =
         tiles::splice(record.data, record.size, geometry, tile.offsets, tile.n_offsets,
-                      tiles::Crop{u.top, u.left, u.height, u.width}, splice_context(vs.region.denom), vs.splice.data(),
-                      vs.splice.size());
+                      tiles::Crop{u.top, u.left, u.height, u.width}, splice_context(vs.region.denom), splice.data(),
+                      splice.size());
     if (spliced.status == tiles::Status::kInvalidArgument) return "crop: " + spliced.message;
     if (spliced.status != tiles::Status::kOk) return "tile table: " + spliced.message;
     const int sh = static_cast<int>(spliced.height), sw = static_cast<int>(spliced.width);
@@ -98,17 +75,17 @@ std::string decode_tiled_views(const Record &record, int count, const tiles::Geo
     }
     ViewPlanner local(vs.views.data(), count, options, vs.stored.data());
     ++scratch.decodes;
-    return decode_jpeg_region(vs.splice.data(), spliced.size, local, vs.region, scratch);
+    return decode_jpeg_region(splice.data(), spliced.size, local, vs.region, scratch);
 }
 
 std::string decode_union(const Record &record, int count, const TileRef *tile, const DecodeOptions &options,
-                         DecodeScratch &scratch, ViewsScratch &vs) {
+                         DecodeScratch &scratch, ViewsScratch &vs, std::vector<uint8_t> &splice) {
     if (coeffs::looks_like_record(record.data, record.size))
         return decode_coeffs_views(record, count, options, scratch, vs);
     tiles::Geometry geometry;
     const int tiled = tile_geometry(tile, geometry);
     if (tiled < 0) return "tile table: header values out of range (damaged index)";
-    if (tiled > 0) return decode_tiled_views(record, count, geometry, *tile, options, scratch, vs);
+    if (tiled > 0) return decode_tiled_views(record, count, geometry, *tile, options, scratch, vs, splice);
     ViewPlanner planner(vs.views.data(), count, options, vs.stored.data());
     ++scratch.decodes;
     return decode_jpeg_region(record.data, record.size, planner, vs.region, scratch);
@@ -119,7 +96,9 @@ std::string decode_union(const Record &record, int count, const TileRef *tile, c
 bool ViewPlanner::plan(int stored_height, int stored_width, ScaledRegion &region, char *why, size_t why_size) {
     int denom = 8;
     for (int v = 0; v < count_; ++v) {
-        if (!stored_box(views_[v], stored_height, stored_width, stored_[v], why, why_size)) return false;
+        if (!stored_crop_box(views_[v].crop, stored_height, stored_width, views_[v].out.orientation, stored_[v], why,
+                             why_size))
+            return false;
         denom = std::min(denom, dct_denominator(stored_[v], views_[v].out, options_));
     }
     region.denom = denom;
@@ -163,11 +142,11 @@ void resize_view(const ScaledRegion &region, const CropBox &stored, const Output
 }
 
 std::string decode_views_union(const Record &record, int count, const TileRef *tile, const DecodeOptions &options,
-                               DecodeScratch &scratch, ViewsScratch &views) {
+                               DecodeScratch &scratch, ViewsScratch &views, std::vector<uint8_t> &splice) {
     for (int v = 0; v < count; ++v)
         if (views.views[v].out.height < 1 || views.views[v].out.width < 1) return "output size must be at least 1x1";
     views.stored.resize(static_cast<size_t>(count));
-    return decode_union(record, count, tile, options, scratch, views);
+    return decode_union(record, count, tile, options, scratch, views, splice);
 }
 
 void release_large_region(ViewsScratch &views) {

@@ -36,13 +36,12 @@ private:
     CropBox *stored_;
 };
 
-// Per-thread buffers of decode_views: the views of the sample at hand, their stored boxes, the
-// shared decode and the splice of a tiled record.
+// Per-thread buffers of decode_views: the views of the sample at hand, their stored boxes and
+// the shared decode (a tiled record's splice goes to the thread's BatchDecoder splice buffer).
 struct ViewsScratch {
     std::vector<ViewTarget> views;
     std::vector<CropBox> stored;
     ScaledRegion region;
-    std::vector<uint8_t> splice;
 };
 
 // Writes the stored box (of region's image) resized into out, turned and mirrored as
@@ -52,9 +51,10 @@ void resize_view(const ScaledRegion &region, const CropBox &stored, const Output
 // Decodes record once, the union of views.views[0..count) (views.region; views.stored gets their
 // boxes in its stored pixels): "" or why not. Each view is then resize_view(views.region,
 // views.stored[v], views.views[v].out, scratch). tile: the record's restart-tile table, or
-// nullptr. ++scratch.decodes for the one decode it runs.
+// nullptr; splice: the thread's buffer for a tiled record's splice (grown as needed).
+// ++scratch.decodes for the one decode it runs.
 std::string decode_views_union(const Record &record, int count, const TileRef *tile, const DecodeOptions &options,
-                               DecodeScratch &scratch, ViewsScratch &views);
+                               DecodeScratch &scratch, ViewsScratch &views, std::vector<uint8_t> &splice);
 
 // Frees a rare large region after its sample, rather than keeping it in every pool thread.
 void release_large_region(ViewsScratch &views);
