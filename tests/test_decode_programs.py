@@ -17,8 +17,10 @@ from fastloader.decode.pixels import (
     RandomSolarize,
     apply_program,
     apply_program_reference,
+    codes,
     draw_program,
 )
+from fastloader.decode.views_pillow import apply_program_row
 from jpeg_corpus import photo_jpeg
 
 pytestmark = pytest.mark.wheel
@@ -109,3 +111,15 @@ def test_a_program_of_another_batch_is_refused() -> None:
                                                      np.zeros((N + 1, 1, 8), np.float32)))
         with pytest.raises(InvalidTypeError, match="program must"):
             decoder.decode_into(RECORDS, crops, flips, out, program=[1, 2])  # type: ignore[arg-type]
+
+
+def test_the_pillow_path_skips_a_no_op_wherever_it_stands() -> None:
+    """A program row with a no-op before a step (a hand-built one: draw_program packs rows to
+    the front) runs that step on the Pillow path too, as the reference and native ops do."""
+    images = np.random.default_rng(3).integers(0, 256, (1, 12, 10, 3), dtype=np.uint8)
+    program = PixelProgram(np.array([[0, codes.GRAYSCALE]], np.int32),
+                           np.zeros((1, 2, codes.PARAMS), np.float32))
+    expected = apply_program_reference(images.copy(), program)
+    slot = images[0].copy()
+    apply_program_row(slot, program, 0)
+    assert np.array_equal(slot, expected[0]) and not np.array_equal(slot, images[0])

@@ -13,7 +13,8 @@ from fastloader.decode import coeffs
 from fastloader.decode.batch_args import as_bytes_like
 from fastloader.decode.pillow import decode_whole, to_planar
 from fastloader.decode.pillow_batch import crop_or_none
-from fastloader.decode.pixels import PixelProgram, apply_program_reference
+from fastloader.decode.pixels import PixelProgram
+from fastloader.decode.pixels.reference import apply_steps
 from fastloader.decode.views import ViewBatch
 from fastloader.errors import DecodeError, FastloaderError
 
@@ -124,5 +125,8 @@ def finish_view(batch: ViewBatch, v: int, k: int, ok: bool) -> None:
 
 def apply_program_row(slot: np.ndarray, program: PixelProgram, k: int) -> None:
     """Row k of a PixelProgram applied in place to one (H, W, 3) sample, by Pillow's
-    definitions (the Pillow path's pixel ops)."""
-    apply_program_reference(slot[None], program.sample(k))
+    definitions (the Pillow path's pixel ops): its steps in order, no-ops skipped wherever
+    they stand, as the native and device paths skip them."""
+    row = program.codes[k]
+    if row.any():
+        slot[...] = np.asarray(apply_steps(Image.fromarray(slot, "RGB"), row, program.params[k]))

@@ -71,13 +71,6 @@ class PixelProgram:
         """The number of samples (N)."""
         return int(self.codes.shape[0])
 
-    def sample(self, index: int) -> PixelProgram:
-        """Sample `index`'s row alone, trailing no-ops dropped (a program of one sample)."""
-        row = self.codes[index]
-        used = int(np.count_nonzero(row))
-        return PixelProgram(np.ascontiguousarray(row[None, :used]),
-                            np.ascontiguousarray(self.params[index][None, :used]))
-
     def is_empty(self) -> bool:
         """Whether no sample takes any op."""
         return not bool(np.any(self.codes))
