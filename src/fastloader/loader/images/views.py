@@ -63,31 +63,31 @@ class ViewLayout:
     sizes: tuple[tuple[int, int], ...]
     batch_size: int
 
+    def _spans(self) -> list[int]:
+        """Each view's bytes in a slot."""
+        return [self.batch_size * h * w * 3 for h, w in self.sizes]
+
     def region(self, v: int) -> tuple[int, int]:
         """(start, bytes) of view v's region of a slot."""
-        spans = [self.batch_size * h * w * 3 for h, w in self.sizes]
+        spans = self._spans()
         return sum(spans[:v]), spans[v]
 
     @property
     def slot_bytes(self) -> int:
         """The bytes of one slot: every view's batch."""
-        return sum(self.batch_size * h * w * 3 for h, w in self.sizes)
+        return sum(self._spans())
 
     def ring(self, slots: int, pin: bool, capacity: int | None) -> BatchRing:
         """A ring whose slots hold every view of a batch."""
-        return BatchRing(slots, 1, 1, -(-self.slot_bytes // 3), pin, capacity)
+        return BatchRing.of_bytes(slots, self.slot_bytes, pin, capacity)
 
     def arrays(self, ring: BatchRing, slot: int, count: int) -> list[np.ndarray]:
         """The first `count` images of each view in `slot`, as (count, H_v, W_v, 3) arrays."""
-        flat = ring.arrays[slot].reshape(-1)
-        out = []
-        for v, (h, w) in enumerate(self.sizes):
-            start, _ = self.region(v)
-            out.append(flat[start:start + count * h * w * 3].reshape(count, h, w, 3))
-        return out
+        return [t.numpy() for t in self.tensors(ring, slot, count)]
 
     def tensors(self, ring: BatchRing, slot: int, count: int) -> list[torch.Tensor]:
-        """The same regions as tensors (page-locked with CUDA), for the copy step."""
+        """The first `count` images of each view in `slot`, as (count, H_v, W_v, 3) tensors
+        (page-locked with CUDA), for the decode and the copy step."""
         flat = ring.buffers[slot].reshape(-1)
         out = []
         for v, (h, w) in enumerate(self.sizes):

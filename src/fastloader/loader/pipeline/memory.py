@@ -89,10 +89,11 @@ class BatchRing:
         self.grow(slots)
 
     @classmethod
-    def of_bytes(cls, slots: int, nbytes: int, pin: bool) -> BatchRing:
+    def of_bytes(cls, slots: int, nbytes: int, pin: bool,
+                 capacity: int | None = None) -> BatchRing:
         """A ring of `slots` buffers of at least `nbytes` each, for batches of any shape and
-        dtype (shaped()): a clip kind's, whose batch shape varies."""
-        return cls(slots, 1, 1, -(-nbytes // 3), pin)
+        dtype (shaped()): a clip kind's, whose batch shape varies, or a batch of views."""
+        return cls(slots, 1, 1, -(-nbytes // 3), pin, capacity)
 
     @property
     def slot_nbytes(self) -> int:
