@@ -71,6 +71,13 @@ class PixelProgram:
         """The number of samples (N)."""
         return int(self.codes.shape[0])
 
+    def sample(self, index: int) -> PixelProgram:
+        """Sample `index`'s row alone, its trailing no-ops dropped (a program of one sample)."""
+        row = self.codes[index]
+        used = int(np.flatnonzero(row)[-1]) + 1 if row.any() else 0
+        return PixelProgram(np.ascontiguousarray(row[None, :used]),
+                            np.ascontiguousarray(self.params[index][None, :used]))
+
     def is_empty(self) -> bool:
         """Whether no sample takes any op."""
         return not bool(np.any(self.codes))
