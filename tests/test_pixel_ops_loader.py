@@ -122,6 +122,10 @@ def test_pixel_op_arguments_are_checked_before_opening(tmp_path: Path) -> None:
     with pytest.raises(fastloader.InvalidArgumentError, match=r"transforms\[2\]=.*pixel op"):
         FastLoader(missing, device="cpu", transforms=[ColorJitter(0.4), RandomHorizontalFlip(),
                                                       RandomResizedCrop(8)])
+    # a bad transform after a pixel op is named by its place in what the user passed
+    with pytest.raises(fastloader.InvalidArgumentError, match=r"transforms\[2\]='crop'"):
+        FastLoader(missing, device="cpu", transforms=[RandomResizedCrop(8), ColorJitter(0.4),
+                                                      "crop"])
     with pytest.raises(fastloader.InvalidArgumentError, match=r"batch_transform=.*device"):
         FastLoader(missing, device="cpu", transforms=[*GEOMETRY, *PIXELS],
                    pixel_ops_on="device", batch_transform=lambda x: x)

@@ -121,16 +121,21 @@ Transform = (RandomResizedCrop | Resize | CenterCrop | RandomHorizontalFlip | Re
 _KINDS = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ResizeFit, RandomIoUCrop)
 
 
-def check_transforms(transforms: object) -> tuple[Transform, ...]:
-    """Validate a transform or a list of them; return them as a tuple."""
+def check_transforms(transforms: object, argument: str = "transforms",
+                     positions: Sequence[int] | None = None) -> tuple[Transform, ...]:
+    """Validate a transform or a list of them; return them as a tuple. An error names the
+    item as argument[position]: positions are the items' places in what the user passed
+    (default 0, 1, ...), where that held other things too (pixel ops, split off before)."""
     if transforms is None:
         return ()
     items = list(transforms) if isinstance(transforms, (list, tuple)) else [transforms]
+    places = list(positions) if positions is not None else list(range(len(items)))
     checked: list[Transform] = []
     for k, item in enumerate(items):
+        where = f"{argument}[{places[k]}]"
         if not isinstance(item, _KINDS):
             raise invalid_argument(
-                f"transforms[{k}]", item,
+                where, item,
                 "only fastloader.RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, "
                 "ResizeFit and RandomIoUCrop run at decode time",
                 "Use those, or pass a torch Dataset that applies any transform (drop-in path).",
@@ -138,7 +143,7 @@ def check_transforms(transforms: object) -> tuple[Transform, ...]:
         if any(isinstance(op, ResizeFit) for op in checked) and not isinstance(
                 item, RandomHorizontalFlip):
             raise invalid_argument(
-                f"transforms[{k}]", item, "only RandomHorizontalFlip may follow ResizeFit (its "
+                where, item, "only RandomHorizontalFlip may follow ResizeFit (its "
                 "canvas is padded: a later crop or resize would move the padding)",
                 "Put ResizeFit last, e.g. [RandomIoUCrop(), ResizeFit(512), "
                 "RandomHorizontalFlip()].")

@@ -48,6 +48,7 @@ def split_transforms(transforms: object, argument: str = "transforms"
         return (), ()
     items = list(transforms) if isinstance(transforms, (list, tuple)) else [transforms]
     geometric: list[Any] = []
+    places: list[int] = []  # the geometric transforms' places in items, for their errors
     pixel: list[Any] = []
     for k, item in enumerate(items):
         if is_pixel_transform(item):
@@ -60,12 +61,9 @@ def split_transforms(transforms: object, argument: str = "transforms"
                 "Put the pixel ops after the crops and resizes, as torchvision's recipes do: "
                 "[RandomResizedCrop(224), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.2, "
                 "0.1)].")
-        try:
-            check_transforms([*geometric, item])
-        except Exception as exc:  # its index counts geometric transforms: say the user's
-            raise type(exc)(str(exc).replace(f"transforms[{len(geometric)}]",
-                                             f"{argument}[{k}]", 1)) from None
+        check_transforms([*geometric, item], argument, [*places, k])
         geometric.append(item)
+        places.append(k)
     return tuple(geometric), check_pixel_transforms(pixel)
 
 
