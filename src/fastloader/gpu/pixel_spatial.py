@@ -33,18 +33,18 @@ def box_parameters(radius: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return whole, ww, fw
 
 
-def _box_pass(lines: torch.Tensor, r: torch.Tensor, ww: torch.Tensor, fw: torch.Tensor,
-              reach: int) -> torch.Tensor:
+def _box_pass(lines: torch.Tensor, groups: list[tuple[int, torch.Tensor]], ww: torch.Tensor,
+              fw: torch.Tensor, reach: int) -> torch.Tensor:
     """One pass along the last dim of int64 [M, C, L, W] lines (edges repeated): Pillow's
     (ww * window + fw * (the two far pixels) + 2**23) >> 24. Window sums come from a running
-    sum, sliced once per distinct integer radius in the batch (one or two for usual sigmas)."""
+    sum, sliced once per group: a distinct integer radius and its rows (one or two groups for
+    usual sigmas)."""
     width = lines.shape[-1]
     padded = F.pad(lines.to(torch.float32), (reach, reach, 0, 0), mode="replicate")
     padded = padded.to(torch.int64)
     sums = F.pad(torch.cumsum(padded, dim=-1), (1, 0))  # sums[i] = padded[..., :i].sum()
     out = torch.empty_like(lines)
-    for radius in torch.unique(r).tolist():
-        rows = torch.nonzero(r == radius).flatten()
+    for radius, rows in groups:
         low, high = reach - radius, reach + radius + 1
         part = sums[rows]
         window = part[..., high:high + width] - part[..., low:low + width]
@@ -56,15 +56,19 @@ def _box_pass(lines: torch.Tensor, r: torch.Tensor, ww: torch.Tensor, fw: torch.
 
 
 def gaussian_blur(images: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """ImageFilter.GaussianBlur(radius=p0): three box passes along rows, then along columns."""
-    r, ww, fw = (torch.from_numpy(v).to(images.device)
-                 for v in box_parameters(p[:, 0].cpu().numpy()))
-    reach = int(r.max().item()) + 1 if r.numel() else 1
+    """ImageFilter.GaussianBlur(radius=p0): three box passes along rows, then along columns.
+    The radii are grouped on the host once, not read back from the device in every pass."""
+    whole, ww, fw = box_parameters(p[:, 0].cpu().numpy())
+    device = images.device
+    groups = [(radius, torch.from_numpy(np.flatnonzero(whole == radius)).to(device))
+              for radius in np.unique(whole).tolist()]
+    weights, fractions = (torch.from_numpy(v).to(device) for v in (ww, fw))
+    reach = int(whole.max()) + 1 if whole.size else 1
     lines = images.to(torch.int64)
     for transpose in (False, True):
         lines = lines.transpose(-1, -2).contiguous() if transpose else lines
         for _ in range(_PASSES):
-            lines = _box_pass(lines, r, ww, fw, reach)
+            lines = _box_pass(lines, groups, weights, fractions, reach)
     return lines.transpose(-1, -2).to(torch.uint8).contiguous()
 
 
