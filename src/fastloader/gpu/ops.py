@@ -330,13 +330,21 @@ def device_ops(
     """
     if not gpu_transforms:
         return None
-    ops = GpuCompose(gpu_transforms).transforms
+    return GpuCompose([*GpuCompose(gpu_transforms).transforms,
+                       *output_ops(constants, dtype, memory_format)])
+
+
+def output_ops(constants: tuple[np.ndarray, np.ndarray] | None, dtype: torch.dtype,
+               memory_format: torch.memory_format | None) -> list[GpuTransform]:
+    """The end of a device pipeline: normalize (mean, std in the 0-255 scale) writing dtype,
+    when there are constants, then the layout when channels_last is asked."""
+    ops: list[GpuTransform] = []
     if constants is not None:
         mean, std = constants
         ops.append(GpuNormalize(tuple(mean / 255.0), tuple(std / 255.0), dtype=dtype))
     if memory_format is not None and memory_format != torch.contiguous_format:
         ops.append(GpuLayout(memory_format))
-    return GpuCompose(ops)
+    return ops
 
 
 def apply_gpu_transforms(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from fastloader.checks import positive_int
@@ -25,7 +26,7 @@ from fastloader.decode.augment import (
 from fastloader.decode.detect import RandomIoUCrop, ResizeFit
 from fastloader.decode.pixels import PixelTransform, check_pixel_transforms, is_pixel_transform
 from fastloader.errors import invalid_argument, invalid_type
-from fastloader.gpu.ops import GpuCompose, GpuLayout, GpuNormalize
+from fastloader.gpu.ops import GpuCompose, output_ops
 
 PIXEL_OPS_ON = ("auto", "cpu", "device")
 MAX_VIEWS = 64  # views a sample; far above any recipe (DINO takes 10), each a ring region
@@ -169,15 +170,10 @@ def after_pixels(gpu_transforms: Any, constants: Any, dtype: torch.dtype,
     """What runs on the device after the pixel program there: the gpu_transforms (MixUp,
     CutMix), then normalize into dtype (a float dtype without normalize: x / 255, as ToTensor;
     uint8 kept as it is), then the layout. The copy step then only moves uint8 pixels."""
-    tail: list[Any] = list(GpuCompose(gpu_transforms).transforms) if gpu_transforms else []
-    if constants is not None:
-        mean, std = constants
-        tail.append(GpuNormalize(tuple(mean / 255.0), tuple(std / 255.0), dtype=dtype))
-    elif dtype != torch.uint8:
-        tail.append(GpuNormalize((0.0, 0.0, 0.0), (1.0, 1.0, 1.0), dtype=dtype))
-    if memory_format != torch.contiguous_format:
-        tail.append(GpuLayout(memory_format))
-    return GpuCompose(tail)
+    if constants is None and dtype != torch.uint8:  # x / 255: mean 0, std 255 in 0-255 terms
+        constants = (np.zeros(3), np.full(3, 255.0))
+    head: list[Any] = list(GpuCompose(gpu_transforms).transforms) if gpu_transforms else []
+    return GpuCompose([*head, *output_ops(constants, dtype, memory_format)])
 
 
 def _refuse_with_views(options: Any) -> None:
