@@ -25,17 +25,28 @@ def as_bytes_like(data: object, name: str = "data") -> Record:
     raise invalid_type(name, data, "bytes, bytearray, memoryview or a uint8 numpy array")
 
 
-def check_batch(records: object, crops: npt.ArrayLike, flips: npt.ArrayLike, out: object
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def check_records(records: object) -> int:
+    """The number of records: a sequence of bytes-like ones (not one bytes object)."""
     if not isinstance(records, Sequence) or isinstance(records, (bytes, bytearray, memoryview)):
         raise invalid_type("records", records, "a sequence of bytes-like records")
-    n = len(records)
-    if isinstance(out, np.ndarray):
-        array = out
-    elif hasattr(out, "data_ptr") and hasattr(out, "numpy"):  # a CPU torch tensor: share memory
-        array = out.numpy()
-    else:
-        raise invalid_type("out", out, "a uint8 numpy array or CPU torch tensor (N, H, W, 3)")
+    return len(records)
+
+
+def as_array(name: str, value: object,
+             expected: str = "a uint8 numpy array or CPU torch tensor (N, H, W, 3)") -> np.ndarray:
+    """A numpy array or CPU tensor as the numpy array sharing its memory."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "data_ptr") and hasattr(value, "numpy"):  # a CPU torch tensor
+        array: np.ndarray = value.numpy()
+        return array
+    raise invalid_type(name, value, expected)
+
+
+def check_batch(records: object, crops: npt.ArrayLike, flips: npt.ArrayLike, out: object
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = check_records(records)
+    array = as_array("out", out)
     if (
         array.dtype != np.uint8
         or array.ndim != 4

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fastloader.decode.batch_args import affine, check_planar
+from fastloader.decode.batch_args import affine, as_array, check_planar, check_records
 from fastloader.decode.orientation import check_orientations
 from fastloader.decode.pixels import PixelProgram
 from fastloader.errors import invalid_argument, invalid_type
@@ -42,17 +42,6 @@ class ViewBatch:
     @property
     def views(self) -> int:
         return len(self.outs)
-
-
-def as_array(name: str, value: object,
-             expected: str = "a uint8 numpy array or CPU torch tensor (N, H, W, 3)") -> np.ndarray:
-    """A numpy array or CPU tensor as the numpy array sharing its memory."""
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "data_ptr") and hasattr(value, "numpy"):  # a CPU torch tensor
-        array: np.ndarray = value.numpy()
-        return array
-    raise invalid_type(name, value, expected)
 
 
 def _check_outs(outs: object, n: int) -> tuple[np.ndarray, ...]:
@@ -133,9 +122,7 @@ def check_views(records: object, crops: npt.ArrayLike, flips: npt.ArrayLike, out
                 planars: object, programs: object, scale: object, shift: object,
                 orientations: object) -> ViewBatch:
     """decode_views_into's arguments checked in full, before any decode."""
-    if not isinstance(records, Sequence) or isinstance(records, (bytes, bytearray, memoryview)):
-        raise invalid_type("records", records, "a sequence of bytes-like records")
-    n = len(records)
+    n = check_records(records)
     arrays = _check_outs(outs, n)
     views = len(arrays)
     crops_arr, flips_arr = _check_boxes(crops, flips, n, views)
