@@ -33,13 +33,12 @@ from fastloader.decode.pillow import (
     exif_orientation,
     header_pillow,
     is_jpeg,
-    to_planar,
 )
 from fastloader.decode.pillow_batch import decode_slot_pillow
 from fastloader.decode.pixels import PixelProgram
 from fastloader.decode.views import check_program
 from fastloader.decode.views_decoder import ViewsDecoding
-from fastloader.decode.views_pillow import DecodeCount, apply_program_row
+from fastloader.decode.views_pillow import DecodeCount, finish_slot
 from fastloader.errors import (
     DecodeError,
     FastloaderError,
@@ -322,10 +321,8 @@ class BatchDecoder(ViewsDecoding):
             errors[k] = decode_slot_pillow(records[k], crops_arr[k], flips_arr[k], array[k],
                                            None if rows is None else rows[k], fill,
                                            1 if turns is None else int(turns[k]))
-            if ops is not None and errors[k] is None:
-                apply_program_row(array[k], ops, k)
-            if dst is not None:
-                to_planar(array[k], dst[k], scale_arr, shift_arr)
+            finish_slot(array[k], errors[k] is None, ops, k, None if dst is None else dst[k],
+                        scale_arr, shift_arr)
         return list(errors)
 
     def normalize_planar(self, src: np.ndarray | torch.Tensor, out: np.ndarray | torch.Tensor, *,
@@ -368,15 +365,15 @@ class BatchDecoder(ViewsDecoding):
         conversion: Conversion | None, places: np.ndarray | None = None, fill: int = 0,
         turns: np.ndarray | None = None, program: PixelProgram | None = None,
     ) -> list[str | None]:
+        planar, scale, shift = conversion or (None, None, None)
+
         def one(k: int) -> str | None:
             self._decoded.add()
             error = decode_slot_pillow(records[k], crops[k], flips[k], out[k],
                                        None if places is None else places[k], fill,
                                        1 if turns is None else int(turns[k]))
-            if program is not None and error is None:
-                apply_program_row(out[k], program, k)
-            if conversion is not None:
-                to_planar(out[k], conversion[0][k], conversion[1], conversion[2])
+            finish_slot(out[k], error is None, program, k, None if planar is None else planar[k],
+                        scale, shift)
             return error
 
         return self._map_samples(one, len(records))

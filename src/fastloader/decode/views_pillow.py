@@ -18,7 +18,7 @@ from fastloader.decode.pixels.reference import apply_steps
 from fastloader.decode.views import ViewBatch
 from fastloader.errors import DecodeError, FastloaderError
 
-__all__ = ["DecodeCount", "apply_program_row", "decode_views_pillow", "finish_view"]
+__all__ = ["DecodeCount", "apply_program_row", "decode_views_pillow", "finish_slot", "finish_view"]
 
 
 class DecodeCount:
@@ -113,14 +113,22 @@ def finish_view(batch: ViewBatch, v: int, k: int, ok: bool) -> None:
     """After view v of sample k is written: its pixel program (a decoded sample only), or its
     slot zeroed (a failed one); then its channel-first copy."""
     slot = batch.outs[v][k]
-    program = batch.programs[v]
     if not ok:
         slot.fill(0)
-    elif program is not None:
-        apply_program_row(slot, program, k)
     planar = batch.planars[v]
-    if planar is not None:
-        to_planar(slot, planar[k], batch.scale, batch.shift)
+    finish_slot(slot, ok, batch.programs[v], k, None if planar is None else planar[k],
+                batch.scale, batch.shift)
+
+
+def finish_slot(slot: np.ndarray, ok: bool, program: PixelProgram | None, k: int,
+                planar_row: np.ndarray | None, scale: np.ndarray | None,
+                shift: np.ndarray | None) -> None:
+    """Sample k's slot after the Pillow path wrote it: its pixel program (when it decoded),
+    then its channel-first copy (when one is asked)."""
+    if ok and program is not None:
+        apply_program_row(slot, program, k)
+    if planar_row is not None:
+        to_planar(slot, planar_row, scale, shift)
 
 
 def apply_program_row(slot: np.ndarray, program: PixelProgram, k: int) -> None:
