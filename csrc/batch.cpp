@@ -77,6 +77,24 @@ uint32_t splice_context(int denom) {
     return denom == 1 ? kUpsamplingContext : kScaledContextPerDenominator * static_cast<uint32_t>(denom);
 }
 
+bool covers_image(const CropBox &stored, const tiles::Geometry &geometry) {
+    return stored.top == 0 && stored.left == 0 && static_cast<uint32_t>(stored.height) == geometry.height &&
+           static_cast<uint32_t>(stored.width) == geometry.width;
+}
+
+tiles::Spliced splice_box(const Record &record, const tiles::Geometry &geometry, const TileRef &tile,
+                          const CropBox &stored, int denom, std::vector<uint8_t> &buffer, std::string &why) {
+    if (buffer.size() < tiles::splice_capacity(record.size)) buffer.resize(tiles::splice_capacity(record.size));
+    tiles::Spliced spliced = tiles::splice(record.data, record.size, geometry, tile.offsets, tile.n_offsets,
+                                           tiles::Crop{stored.top, stored.left, stored.height, stored.width},
+                                           splice_context(denom), buffer.data(), buffer.size());
+    if (spliced.status == tiles::Status::kInvalidArgument)
+        why = "crop: " + spliced.message;
+    else if (spliced.status != tiles::Status::kOk)
+        why = "tile table: " + spliced.message;
+    return spliced;
+}
+
 ThreadPool::ThreadPool(int num_threads) { start_workers(num_threads); }
 
 ThreadPool::~ThreadPool() { stop_workers(); }
@@ -310,18 +328,13 @@ std::string BatchDecoder::decode_one(const Record &record, const CropBox &asked,
     const int orientation = target.orientation;
     const CropBox crop = stored_crop(asked, static_cast<int>(geometry.height), static_cast<int>(geometry.width),
                                      orientation);
-    if (crop.top == 0 && crop.left == 0 && static_cast<uint32_t>(crop.height) == geometry.height &&
-        static_cast<uint32_t>(crop.width) == geometry.width)
+    if (covers_image(crop, geometry))
         return decode_jpeg_into(record.data, record.size, asked, target, scratch, options);
     std::vector<uint8_t> &buffer = splice_[slot];
-    if (buffer.size() < tiles::splice_capacity(record.size)) buffer.resize(tiles::splice_capacity(record.size));
-    const tiles::Crop box{crop.top, crop.left, crop.height, crop.width};
-    const int denom = dct_denominator(crop, target, options);
-    const uint32_t context = splice_context(denom);
-    const tiles::Spliced spliced = tiles::splice(record.data, record.size, geometry, tile->offsets, tile->n_offsets,
-                                                 box, context, buffer.data(), buffer.size());
-    if (spliced.status == tiles::Status::kInvalidArgument) return "crop: " + spliced.message;
-    if (spliced.status != tiles::Status::kOk) return "tile table: " + spliced.message;
+    std::string why;
+    const tiles::Spliced spliced =
+        splice_box(record, geometry, *tile, crop, dct_denominator(crop, target, options), buffer, why);
+    if (!why.empty()) return why;
     const CropBox local{crop.top - static_cast<int>(spliced.y0), crop.left - static_cast<int>(spliced.x0),
                         crop.height, crop.width};
     const CropBox turned = oriented_crop(local, static_cast<int>(spliced.height), static_cast<int>(spliced.width),

@@ -87,6 +87,15 @@ int tile_geometry(const TileRef *tile, tiles::Geometry &geometry);
 // upsampling (tiles.py's UPSAMPLING_CONTEXT at full scale; it grows with the scale).
 uint32_t splice_context(int denom);
 
+// Whether the stored box is the whole image (a tiled record is then decoded as it is, unspliced).
+bool covers_image(const CropBox &stored, const tiles::Geometry &geometry);
+
+// The segments of a tiled record the stored box needs, spliced into buffer (grown as needed)
+// with the upsampling context of a decode at 1/denom. why: "" or what went wrong ("crop: ..."
+// for a box the table cannot serve, "tile table: ..." for a damaged table).
+tiles::Spliced splice_box(const Record &record, const tiles::Geometry &geometry, const TileRef &tile,
+                          const CropBox &stored, int denom, std::vector<uint8_t> &buffer, std::string &why);
+
 // A batch's PixelProgram (pixel_ops.h): sample k's n_ops steps at codes + k * n_ops and params +
 // k * n_ops * kPixelParams. codes == nullptr or n_ops == 0: no pixel ops.
 struct PixelProgramRef {

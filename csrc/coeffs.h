@@ -101,4 +101,10 @@ bool simd_enabled();
 // Test seam: use the AVX2 kernels (when the CPU has them) or the scalar ones; returns the old.
 bool set_simd(bool enabled);
 
+// "" for a view as stored (orientation 1); records are decoded as stored, so a turned view of
+// one is refused rather than given unturned.
+inline std::string refuse_orientation(int orientation) {
+    return orientation == 1 ? std::string() : "coeffs record: EXIF orientation is not supported for coeffs records";
+}
+
 }  // namespace fl::coeffs

@@ -260,8 +260,7 @@ void release_large_planes(const Geometry &g, Scratch &s) {
 std::string decode_into(const uint8_t *data, size_t size, const CropBox &asked, const OutputSlot &out,
                         RowResizer &resizer, const DecodeOptions &options) {
     if (out.height < 1 || out.width < 1) return "output size must be at least 1x1";
-    // Records are decoded as stored; a turned view of one is refused rather than given unturned.
-    if (out.orientation != 1) return "coeffs record: EXIF orientation is not supported for coeffs records";
+    if (std::string why = refuse_orientation(out.orientation); !why.empty()) return why;
     View view;
     if (std::string why = open_record(data, size, view); !why.empty()) return why;
     const Geometry &g = view.geo;

@@ -33,7 +33,7 @@ CropBox union_box(const CropBox *stored, int count) {
 std::string decode_coeffs_views(const Record &record, int count, const DecodeOptions &options, DecodeScratch &scratch,
                                 ViewsScratch &vs) {
     // Records are decoded as stored; a turned view of one is refused rather than given unturned.
-    if (vs.views[0].out.orientation != 1) return "coeffs record: EXIF orientation is not supported for coeffs records";
+    if (std::string why = coeffs::refuse_orientation(vs.views[0].out.orientation); !why.empty()) return why;
     coeffs::View view;
     if (std::string why = coeffs::open_record(record.data, record.size, view); !why.empty()) return why;
     char why[256];
@@ -54,18 +54,13 @@ std::string decode_tiled_views(const Record &record, int count, const tiles::Geo
     if (!whole.plan(static_cast<int>(geometry.height), static_cast<int>(geometry.width), vs.region, why, sizeof(why)))
         return std::string("crop: ") + why;
     const CropBox u = union_box(vs.stored.data(), count);
-    if (u.top == 0 && u.left == 0 && static_cast<uint32_t>(u.height) == geometry.height &&
-        static_cast<uint32_t>(u.width) == geometry.width) {
+    if (covers_image(u, geometry)) {
         ++scratch.decodes;
         return decode_jpeg_region(record.data, record.size, whole, vs.region, scratch);
     }
-    if (splice.size() < tiles::splice_capacity(record.size)) splice.resize(tiles::splice_capacity(record.size));
-    const tiles::Spliced spliced =
-        tiles::splice(record.data, record.size, geometry, tile.offsets, tile.n_offsets,
-                      tiles::Crop{u.top, u.left, u.height, u.width}, splice_context(vs.region.denom), splice.data(),
-                      splice.size());
-    if (spliced.status == tiles::Status::kInvalidArgument) return "crop: " + spliced.message;
-    if (spliced.status != tiles::Status::kOk) return "tile table: " + spliced.message;
+    std::string failed;
+    const tiles::Spliced spliced = splice_box(record, geometry, tile, u, vs.region.denom, splice, failed);
+    if (!failed.empty()) return failed;
     const int sh = static_cast<int>(spliced.height), sw = static_cast<int>(spliced.width);
     for (int v = 0; v < count; ++v) {
         const CropBox &s = vs.stored[v];
