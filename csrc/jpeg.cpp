@@ -299,6 +299,31 @@ void region_body(j_decompress_ptr cinfo, const uint8_t *data, size_t size, Regio
     jpeg_abort_decompress(cinfo);
 }
 
+// Runs body(cinfo) on a fresh decompressor and destroys it: "" when body finished, libjpeg's
+// message when it failed (its error manager longjmps back to this frame, which outlives body).
+// A C++ exception from body (bad_alloc from a resizer's or a planner's buffers) frees libjpeg's
+// pools and goes on to the caller. Body must hold nothing with a destructor across libjpeg
+// calls: a longjmp skips destructors.
+template <class Body>
+std::string with_decompressor(Body &&body) {
+    jpeg_decompress_struct cinfo;
+    ErrorManager err;
+    install_error_manager(cinfo, err);
+    if (setjmp(err.jump)) {
+        jpeg_destroy_decompress(&cinfo);
+        return error_text(err);
+    }
+    jpeg_create_decompress(&cinfo);
+    try {
+        body(&cinfo);
+    } catch (...) {
+        jpeg_destroy_decompress(&cinfo);
+        throw;
+    }
+    jpeg_destroy_decompress(&cinfo);
+    return {};
+}
+
 }  // namespace
 
 bool stored_crop_box(const CropBox &crop, int stored_height, int stored_width, int orientation, CropBox &stored,
@@ -324,22 +349,8 @@ bool stored_crop_box(const CropBox &crop, int stored_height, int stored_width, i
 
 std::string decode_jpeg_region(const uint8_t *data, size_t size, RegionPlanner &planner, ScaledRegion &region,
                                DecodeScratch &scratch) {
-    jpeg_decompress_struct cinfo;
-    ErrorManager err;
-    install_error_manager(cinfo, err);
-    if (setjmp(err.jump)) {
-        jpeg_destroy_decompress(&cinfo);
-        return error_text(err);
-    }
-    jpeg_create_decompress(&cinfo);
-    try {  // bad_alloc from the planner's or the resizer's buffers, as decode_jpeg_into
-        region_body(&cinfo, data, size, planner, region, scratch);
-    } catch (...) {
-        jpeg_destroy_decompress(&cinfo);
-        throw;
-    }
-    jpeg_destroy_decompress(&cinfo);
-    return {};
+    return with_decompressor(
+        [&](j_decompress_ptr cinfo) { region_body(cinfo, data, size, planner, region, scratch); });
 }
 
 AxisWindow scaled_window(int start, int length, int denom, int scaled_size) {
@@ -365,25 +376,17 @@ bool looks_like_jpeg(const uint8_t *data, size_t size) {
 }
 
 std::string read_jpeg_header(const uint8_t *data, size_t size, JpegHeader &header) {
-    jpeg_decompress_struct cinfo;
-    ErrorManager err;
-    install_error_manager(cinfo, err);
-    if (setjmp(err.jump)) {
-        jpeg_destroy_decompress(&cinfo);
-        return error_text(err);
-    }
-    jpeg_create_decompress(&cinfo);
-    if (const char *problem = pillow_marker_problem(data, size); *problem) fail(&cinfo, problem);
-    jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
-    jpeg_read_header(&cinfo, TRUE);
-    header.width = static_cast<int>(cinfo.image_width);
-    header.height = static_cast<int>(cinfo.image_height);
-    header.components = cinfo.num_components;
-    header.color_space = color_space_name(cinfo.jpeg_color_space);
-    header.subsampling = subsampling_name(cinfo);
-    header.progressive = cinfo.progressive_mode != 0;
-    jpeg_destroy_decompress(&cinfo);
-    return {};
+    return with_decompressor([&](j_decompress_ptr cinfo) {
+        if (const char *problem = pillow_marker_problem(data, size); *problem) fail(cinfo, problem);
+        jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
+        jpeg_read_header(cinfo, TRUE);
+        header.width = static_cast<int>(cinfo->image_width);
+        header.height = static_cast<int>(cinfo->image_height);
+        header.components = cinfo->num_components;
+        header.color_space = color_space_name(cinfo->jpeg_color_space);
+        header.subsampling = subsampling_name(*cinfo);
+        header.progressive = cinfo->progressive_mode != 0;
+    });
 }
 
 std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &crop,
@@ -393,23 +396,11 @@ std::string decode_jpeg_into(const uint8_t *data, size_t size, const CropBox &cr
     const bool turned = transposes(out.orientation);
     if (turned) scratch.turned.resize(static_cast<size_t>(out.height) * out.width * 3);  // may throw: no libjpeg state yet
     const OutputSlot target = stored_target(out, scratch.turned.data());
-    jpeg_decompress_struct cinfo;
-    ErrorManager err;
-    install_error_manager(cinfo, err);
-    if (setjmp(err.jump)) {
-        jpeg_destroy_decompress(&cinfo);
-        return error_text(err);
-    }
-    jpeg_create_decompress(&cinfo);
-    try {  // bad_alloc from the resizer's buffers: free libjpeg's pools, let the caller report
-        decode_body(&cinfo, data, size, crop, out.orientation, target, scratch, options);
-    } catch (...) {
-        jpeg_destroy_decompress(&cinfo);
-        throw;
-    }
-    jpeg_destroy_decompress(&cinfo);
-    if (turned) write_turned(scratch.turned.data(), out);
-    return {};
+    std::string why = with_decompressor([&](j_decompress_ptr cinfo) {
+        decode_body(cinfo, data, size, crop, out.orientation, target, scratch, options);
+    });
+    if (why.empty() && turned) write_turned(scratch.turned.data(), out);
+    return why;
 }
 
 }  // namespace fl
