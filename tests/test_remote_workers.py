@@ -211,6 +211,36 @@ def test_a_dataset_at_a_url_read_by_the_workers_through_their_cache(
     assert _epoch(url, remote=Remote(workers=2, local=False), **options) == local
 
 
+# DINO's shape at this size: a global view and two local ones, colour ops in each; boxes and
+# masks follow each view's crop
+VIEW_OPTIONS: dict[str, Any] = {
+    **{k: v for k, v in IMAGE_OPTIONS.items() if k != "transforms"},
+    "views": [fastloader.View([fastloader.RandomResizedCrop(24), fastloader.RandomHorizontalFlip(),
+                               fastloader.ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8)]),
+              fastloader.View([fastloader.RandomResizedCrop(16), fastloader.RandomHorizontalFlip(),
+                               fastloader.GaussianBlur(3, (0.1, 2.0), p=0.5)], count=2)]}
+
+
+@pytest.mark.parametrize("output", [
+    {},  # uint8 channel-first: each view's planar batch from the worker
+    {"normalize": ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])},
+    {"memory_format": torch.channels_last},  # each view into its region of the NHWC slot
+    {"pixel_ops_on": "device"}])  # drawn on the worker, run by the trainer after the copy
+def test_views_from_the_workers_equal_local(cluster: Any, boxes_dataset: Path,
+                                            output: dict[str, Any]) -> None:
+    """views=: a worker decodes each record once for all its views, as the trainer does."""
+    _ensure_two_nodes(cluster)
+    options = {**VIEW_OPTIONS, **output}
+    local = _epoch(boxes_dataset, **options)
+    with FastLoader(boxes_dataset, remote=Remote(workers=2, local=False), **options) as loader:
+        first = next(iter(loader))
+        assert [v.shape[-1] for v in first[0]] == [24, 16, 16]  # three views of images
+        assert len(first[1]) == 3 and len(first[2]) == 3  # boxes and masks a view
+    assert _epoch(boxes_dataset, remote=Remote(workers=2, local=False), **options) == local
+    if not output:  # the trainer's threads and a worker together
+        assert _epoch(boxes_dataset, remote=Remote(workers=1), **options) == local
+
+
 def test_a_mix_of_datasets_and_the_doctor(cluster: Any, boxes_dataset: Path) -> None:
     _ensure_two_nodes(cluster)
     sources = {"a": boxes_dataset, "b": boxes_dataset}
@@ -415,11 +445,12 @@ def test_a_damaged_record_is_named_as_locally(cluster: Any, boxes_dataset: Path,
     # the same words; Pillow's message names its BytesIO by address, which differs by process
     assert _no_address(str(errors[0])) == _no_address(str(errors[1]))
     assert "batch" in str(errors[1]) and str(bad) in str(errors[1])
-    skipping = dict(IMAGE_OPTIONS, on_error="skip")
-    local = _epoch(bad, **skipping)
-    with FastLoader(bad, remote=Remote(workers=2, local=False), **skipping) as loader:
-        assert [_digest(b) for b in loader] == local
-        assert loader.stats().skipped == 1
+    for options in (IMAGE_OPTIONS, VIEW_OPTIONS):  # views=: replaced in every view
+        skipping = dict(options, on_error="skip")
+        local = _epoch(bad, **skipping)
+        with FastLoader(bad, remote=Remote(workers=2, local=False), **skipping) as loader:
+            assert [_digest(b) for b in loader] == local
+            assert loader.stats().skipped == 1
 
 
 def _wait_gone(pids: list[int]) -> None:

@@ -70,9 +70,3 @@ def test_loaders_that_cannot_use_workers_refuse_remote(dataset_path: Path) -> No
                    remote=Remote())
     with pytest.raises(InvalidArgumentError, match=r"remote=.*not to the drop-in loader"):
         FastLoader(_Numbers(), batch_size=2, remote=Remote())
-
-
-def test_views_are_refused_with_remote(dataset_path: Path) -> None:
-    views = [fastloader.View([fastloader.RandomResizedCrop(16)], count=2)]
-    with pytest.raises(InvalidArgumentError, match=r"views=.*remote=.*leave out remote="):
-        FastLoader(dataset_path, device="cpu", views=views, remote=Remote())

@@ -191,12 +191,6 @@ class PackedOptions(DecodeOptions):
         self.after_copy = plan.after_copy  # the device ops after the copy (None: none)
         if plan.uint8_copy:  # the pixel ops run on the device: normalize after them
             self.step_args = (None, torch.uint8, None)
-        if self.remote is not None and self.view_list:
-            # A worker fills one image batch a slot; a batch of views is several (left for now).
-            raise invalid_argument("views", self.views, "is not taken with remote= (the remote "
-                                   "workers decode one view a sample)",
-                                   "Decode the views on this machine (leave out remote=), or "
-                                   "pass one view's transforms as transforms= with remote=.")
 
 
 @dataclass

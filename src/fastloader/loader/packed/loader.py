@@ -32,7 +32,6 @@ from fastloader.loader.order.passes import EpochPasses, ended_pass
 from fastloader.loader.order.resume import dataset_identity
 from fastloader.loader.order.sampler import EpochSampler
 from fastloader.loader.packed.outputs import BatchOutputs
-from fastloader.loader.packed.remote_images import remote_filler, start_pool
 from fastloader.loader.packed.storage import RemoteOptions, plan_shards, remote_options
 from fastloader.loader.packed.views import (
     refuse_extra_images,
@@ -40,6 +39,7 @@ from fastloader.loader.packed.views import (
     view_layout,
     view_specs,
 )
+from fastloader.loader.packed.workers import remote_filler, start_pool
 from fastloader.loader.pipeline.autotune import make_tuner
 from fastloader.loader.pipeline.memory import BatchRing, pinned_nbytes
 from fastloader.loader.pipeline.producer import Producer, Tuning
@@ -142,7 +142,7 @@ class PackedLoader(EpochPasses, FastLoader, PackedAttributes, path="packed loade
         # remote=: the workers, started once every argument and the dataset were accepted
         self.remote: WorkerPool | None = start_pool(
             options, self._data, self.image_size, self._box_field, self._collate.mask_fields,
-            self._step.planar is not None, self._pixels)
+            self._step.planar is not None, self._pixels, self._views, self._layout)
         if self.remote is not None:
             undo.callback(self.remote.close)
         # DataLoader's `dataset`: this loader's passes as samples (loader/factory/pass_dataset.py).

@@ -26,18 +26,17 @@ import torch
 
 from fastloader.decode.augment import Transform
 from fastloader.decode.decode import BatchDecoder
+from fastloader.decode.geometry import Geometry
 from fastloader.decode.pixels import PixelProgram
 from fastloader.format.dataset import PackedDataset
 from fastloader.gpu.planar import PlanarSpec
-from fastloader.loader.factory.options import PackedOptions, exif_turns
+from fastloader.loader.factory.options import exif_turns
 from fastloader.loader.images.batch_transform import transform_planar, transform_slot
 from fastloader.loader.images.batches import EpochPlan, ImageBatches, ReadyBatch
 from fastloader.loader.images.masks import MaskBatches
 from fastloader.loader.images.pixels import PixelPlan
 from fastloader.loader.pipeline.memory import BatchRing
 from fastloader.loader.pipeline.stats import Counters
-from fastloader.loader.remote.cluster import WorkerPool
-from fastloader.loader.remote.dispatch import RemoteBatches
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +85,14 @@ class ImageWork:
         self.turns = exif_turns(recipe.apply_exif_orientation, self.dataset)
         self.masks = (MaskBatches(self.dataset, recipe.mask_fields, pin=False)
                       if recipe.mask_fields else None)
-        self.ring = BatchRing(1, recipe.batch_size, *recipe.image_size, pin=False)
+        self.ring = self._ring()
         self.planar = PlanarSpec(torch.uint8) if recipe.planar else None
         self.batches: ImageBatches | None = None
         self.plan: EpochPlan | None = None
+
+    def _ring(self) -> BatchRing:
+        """One plain slot of the loader's batch."""
+        return BatchRing(1, self.recipe.batch_size, *self.recipe.image_size, pin=False)
 
     def _for(self, plan: EpochPlan) -> ImageBatches:
         if self.batches is None or self.plan is not plan:
@@ -113,17 +116,67 @@ class ImageWork:
         return ImagePayload(pixels, ready.labels, ready.samples, ready.geometry, masks,
                             tuple(batches.budget.skipped[skipped_before:]), ready.program)
 
-    def payload_bytes(self, payload: ImagePayload) -> int:
-        arrays: list[Any] = [payload.pixels, payload.labels, payload.samples,
-                             *(payload.masks or {}).values()]
-        geometry = payload.geometry
-        arrays += [getattr(geometry, f.name) for f in dataclasses.fields(geometry)]
-        return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+    def payload_bytes(self, payload: Any) -> int:
+        return array_bytes(payload)
+
+
+def array_bytes(value: Any) -> int:
+    """The bytes of the arrays in a payload: in its fields, lists and dicts, at any depth."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(array_bytes(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, dict):
+        return sum(array_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(array_bytes(v) for v in value)
+    return 0
 
 
 def _writable(value: Any) -> Any:
     """An array from the object store (read-only) copied; anything else as it is."""
     return value.copy() if isinstance(value, np.ndarray) else value
+
+
+def writable_geometry(geometry: Geometry) -> Geometry:
+    """A geometry from the object store with its arrays copied (the store's are read-only)."""
+    return dataclasses.replace(geometry, **{f.name: _writable(getattr(geometry, f.name))
+                                            for f in dataclasses.fields(geometry)})
+
+
+def writable_program(program: PixelProgram | None) -> PixelProgram | None:
+    """A pixel program from the object store, copied (None stays None)."""
+    return (None if program is None
+            else PixelProgram(program.codes.copy(), program.params.copy()))
+
+
+def writable_masks(masks: dict[str, np.ndarray] | None) -> dict[str, torch.Tensor] | None:
+    """A batch's mask fields from the object store, as tensors of their own."""
+    return None if masks is None else {n: torch.from_numpy(m.copy()) for n, m in masks.items()}
+
+
+def take_skips(batches: ImageBatches, b: int, skipped: Sequence[str]) -> None:
+    """The local fill's bookkeeping of records a worker replaced under on_error="skip":
+    counted, logged and spent from the trainer's budget."""
+    for description in skipped:
+        batches.counters.add_skip(description)
+        log.warning("on_error='skip': %s (batch %d) replaced on a remote worker",
+                    description, b)
+        batches.budget.spend(description)
+
+
+def planar_copy(batches: ImageBatches, pixels: np.ndarray) -> torch.Tensor:
+    """The CPU target's output tensor from a worker's channel-first uint8 batch: copied, or
+    normalized with the fused decode's arithmetic (BatchDecoder.normalize_planar)."""
+    spec = batches.planar
+    assert spec is not None
+    count, _, height, width = pixels.shape
+    images = spec.allocate(count, height, width)
+    if images.is_floating_point():
+        batches.decoder.normalize_planar(pixels, images, scale=spec.scale, shift=spec.shift)
+    else:
+        np.copyto(images.numpy(), pixels)
+    return images
 
 
 def absorber(batches: ImageBatches) -> Any:
@@ -138,20 +191,10 @@ def absorber(batches: ImageBatches) -> Any:
             np.copyto(out, payload.pixels)
             if batches.batch_transform is not None:
                 transform_slot(batches.batch_transform, out)
-        for description in payload.skipped:  # the local fill's bookkeeping, here
-            batches.counters.add_skip(description)
-            log.warning("on_error='skip': %s (batch %d) replaced on a remote worker",
-                        description, b)
-            batches.budget.spend(description)
-        geometry = payload.geometry
-        geometry = dataclasses.replace(geometry, **{f.name: _writable(getattr(geometry, f.name))
-                                                    for f in dataclasses.fields(geometry)})
-        masks = (None if payload.masks is None
-                 else {n: torch.from_numpy(m.copy()) for n, m in payload.masks.items()})
-        program = (None if payload.program is None  # the store's arrays are read-only
-                   else PixelProgram(payload.program.codes.copy(), payload.program.params.copy()))
+        take_skips(batches, b, payload.skipped)
         return ReadyBatch(b, slot, count, payload.labels.copy(), payload.samples.copy(), images,
-                          geometry, masks, program)
+                          writable_geometry(payload.geometry), writable_masks(payload.masks),
+                          writable_program(payload.program))
 
     return absorb
 
@@ -163,36 +206,9 @@ def _planar(batches: ImageBatches, pixels: np.ndarray) -> torch.Tensor | None:
     spec = batches.planar
     if spec is None:
         return None
-    count, _, height, width = pixels.shape
-    images = spec.allocate(count, height, width)
     if batches.batch_transform is not None:  # it may write in place: not the store's copy
+        count, _, height, width = pixels.shape
         staged = torch.from_numpy(pixels.copy())
-        return transform_planar(batches.batch_transform, staged, images, spec, batches.decoder)
-    if images.is_floating_point():
-        batches.decoder.normalize_planar(pixels, images, scale=spec.scale, shift=spec.shift)
-    else:
-        np.copyto(images.numpy(), pixels)
-    return images
-
-
-def start_pool(options: PackedOptions, dataset: PackedDataset, image_size: tuple[int, int],
-               box_field: str | None, mask_fields: Sequence[str], planar: bool,
-               pixels: PixelPlan) -> WorkerPool | None:
-    """The loader's workers, started (None without remote=); planar: the trainer's target is
-    the CPU, whose output is channel-first; pixels: the pixel ops and where they run."""
-    remote = options.remote
-    if remote is None:
-        return None
-    recipe = ImageRecipe(dataset, tuple(options.decode_transforms), options.backend,
-                         options.apply_exif_orientation, box_field, tuple(mask_fields),
-                         options.on_error, options.batch_size, image_size, remote.threads,
-                         planar, pixels)
-    return WorkerPool(remote, recipe)
-
-
-def remote_filler(pool: WorkerPool | None, batches: ImageBatches
-                  ) -> ImageBatches | RemoteBatches[Any, ReadyBatch]:
-    """The pass's filler: the local one, or the local one and the workers together."""
-    if pool is None:
-        return batches
-    return RemoteBatches(batches, absorber(batches), pool, batches.plan, batches.batches)
+        return transform_planar(batches.batch_transform, staged,
+                                spec.allocate(count, height, width), spec, batches.decoder)
+    return planar_copy(batches, pixels)
