@@ -1,7 +1,9 @@
 """Remote decode workers (FastLoader(..., remote=Remote(...))): the trainer confined to one core
 (taskset -c 0) decoding alone, against the same trainer plus one Ray worker node confined to the
 other core (taskset -c 1), and against that worker alone (local=False). JPEG, RandomResizedCrop
-224 + flip, batch 64; video clips too (16 frames at stride 2, RandomResizedCrop 112, batch 8).
+224 + flip, batch 64; video clips too (16 frames at stride 2, RandomResizedCrop 112, batch 8);
+with --views, DINO's multi-crop views of the same images too (2 global crops at 224 and 8 local
+ones at 96 with DINO's colour ops, batch 64: views=, decoded once a record).
 
 Interleaved rounds in one trainer process, after one local pass over each dataset (the page
 cache filled); each row times `--batches` batches after `--warmup` (a new loader's actor makes
@@ -104,10 +106,34 @@ def _loader(kind: str, path: str, mode: str, address: str) -> Any:
         return fastloader.FastLoader(
             path, batch_size=64, shuffle=True, device="cpu", num_threads=1, remote=remote,
             transforms=[fastloader.RandomResizedCrop(224), fastloader.RandomHorizontalFlip()])
+    if kind == "dino views":
+        return fastloader.FastLoader(path, batch_size=64, shuffle=True, device="cpu",
+                                     num_threads=1, remote=remote, views=_dino_views())
     return fastloader.FastLoader(
         path, batch_size=8, shuffle=True, device="cpu", num_threads=1, remote=remote,
         video=fastloader.Video(frames=16, stride=2),
         transforms=[fastloader.RandomResizedCrop(112), fastloader.RandomHorizontalFlip()])
+
+
+def _dino_views() -> list[Any]:
+    """DINO's views (docs/views.md): 2 global crops and 8 local ones, each with its colour ops."""
+    from fastloader import (
+        ColorJitter,
+        GaussianBlur,
+        RandomGrayscale,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        RandomSolarize,
+        View,
+    )
+    colour = [RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8),
+              RandomGrayscale(p=0.2)]
+    big = RandomResizedCrop(224, scale=(0.32, 1.0))
+    small = RandomResizedCrop(96, scale=(0.05, 0.32))
+    return [View([big, *colour, GaussianBlur(sigma=(0.1, 2.0), p=1.0)]),
+            View([big, *colour, GaussianBlur(sigma=(0.1, 2.0), p=0.1),
+                  RandomSolarize(128, p=0.2)]),
+            View([small, *colour, GaussianBlur(sigma=(0.1, 2.0), p=0.5)], count=8)]
 
 
 def _measure(loader: Any, batches: int, warmup: int) -> dict[str, float]:
@@ -125,7 +151,8 @@ def _measure(loader: Any, batches: int, warmup: int) -> dict[str, float]:
     for _ in range(batches):
         batch = next(stream)
         first = batch[0]
-        images += len(first[0] if isinstance(first, tuple) else first)
+        # images: a tensor; video: (clips, ...); views: a list of view batches
+        images += len(first[0] if isinstance(first, (tuple, list)) else first)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     after = loader.stats()
     def total(field: str, stats: Any) -> float:  # 0 for a field an older fastloader lacks
@@ -162,6 +189,8 @@ def trainer(args: argparse.Namespace) -> None:
     kinds = [("images", args.images_path, args.batches)]
     if args.videos_path:
         kinds.append(("video", args.videos_path, args.video_batches))
+    if args.view_batches:
+        kinds.append(("dino views", args.images_path, args.view_batches))
     for kind, path, batches in kinds:
         with _loader(kind, path, "local", args.address) as loader:
             for _ in loader:  # every record read once: no row pays for filling the page cache
@@ -249,15 +278,17 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "fl-remote")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     parser.add_argument("--images-only", action="store_true", help="leave out the video rows")
+    parser.add_argument("--views", action="store_true", help="add DINO's multi-crop views")
+    parser.add_argument("--view-batches", type=int, default=24)
     parser.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
     parser.add_argument("--images-path", help=argparse.SUPPRESS)
     parser.add_argument("--videos-path", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if min(args.images, args.videos, args.rounds, args.batches, args.video_batches,
-           args.warmup) < 1:
-        parser.error("--images, --videos, --rounds, --batches, --video-batches and --warmup "
-                     "must be >= 1")
+           args.warmup) < 1 or (args.views and args.view_batches < 1):
+        parser.error("--images, --videos, --rounds, --batches, --video-batches, --view-batches "
+                     "and --warmup must be >= 1")
     if args.trainer:
         trainer(args)
         return 0
@@ -274,7 +305,8 @@ def main() -> int:
              f"--address=127.0.0.1:{port}", f"--images-path={images}",
              f"--videos-path={videos or ''}", f"--rounds={args.rounds}",
              f"--batches={args.batches}",
-             f"--video-batches={args.video_batches}", f"--warmup={args.warmup}"],
+             f"--video-batches={args.video_batches}", f"--warmup={args.warmup}",
+             f"--view-batches={args.view_batches if args.views else 0}"],
             env={**os.environ, **RAY_ENV}, capture_output=True, text=True, check=False)
         spilled = _spilled(temp_dir)
     finally:
