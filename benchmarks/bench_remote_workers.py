@@ -10,7 +10,7 @@ cache filled); each row times `--batches` batches after `--warmup` (a new loader
 its first batches slower). Medians and same-round ratios against local decode: images/s, the
 trainer's CPU seconds a batch (its whole process: producer, copies, consumer), bytes a sample
 over the wire (the workers' payloads), batches taken back from the worker and the trainer's
-wait for it a batch, the trainer's RSS over 10 passes, and whether the object store spilled.
+wait for it a batch, the trainer's own decode and read+plan a batch it made itself, the trainer's RSS over 10 passes, and whether the object store spilled.
 The Ray node is `ray start --head --num-cpus=1` under taskset -c 1, on 127.0.0.1; this script
 starts and stops it.
 
@@ -164,6 +164,10 @@ def _measure(loader: Any, batches: int, warmup: int) -> dict[str, float]:
     return {"images_per_s": images / wall, "cpu_ms_per_batch": 1000 * cpu / batches,
             "bytes_per_sample": sent / max(1, remote * images / batches),
             "remote_share": remote / batches,
+            # the trainer's own decode (decode threads' wall) a batch it made itself
+            "local_decode_ms": 1000 * (after.decode_s - before.decode_s) / max(1, batches - remote),
+            "local_prepare_ms": 1000 * (after.read_s + after.plan_s - before.read_s
+                                        - before.plan_s) / max(1, batches - remote),
             "taken_back": total("taken_back", after) - total("taken_back", before),
             "wait_s_per_batch": (total("wait_s", after) - total("wait_s", before)) / batches,
             # the worker's busy seconds (its batches' read, plan, decode) over the wall
