@@ -10,8 +10,9 @@ cache filled); each row times `--batches` batches after `--warmup` (a new loader
 its first batches slower). Medians and same-round ratios against local decode: images/s, the
 trainer's CPU seconds a batch (its whole process: producer, copies, consumer), bytes a sample
 over the wire (the workers' payloads), batches taken back from the worker and the trainer's
-wait for it a batch, the trainer's own decode and read+plan a batch it made itself, the trainer's RSS over 10 passes, and whether the object store spilled.
-The Ray node is `ray start --head --num-cpus=1` under taskset -c 1, on 127.0.0.1; this script
+wait for it a batch, the trainer's own decode and read+plan a batch it made itself, the
+trainer's RSS over 10 passes, and whether the object store spilled. The Ray node is
+`ray start --head --num-cpus=1` under taskset -c 1, on 127.0.0.1; this script
 starts and stops it.
 
     python benchmarks/bench_remote_workers.py            # writes results/remote_workers.json
