@@ -51,8 +51,8 @@ class ViewPayload:
 class ViewRecipe(ImageRecipe):
     """An ImageRecipe whose batches are views= (transforms= and pixels are not used)."""
 
-    views: tuple[ViewSpec, ...] = ()
-    layout: ViewLayout | None = None
+    views: tuple[ViewSpec, ...]
+    layout: ViewLayout
 
     def __call__(self) -> ViewWork:
         return ViewWork(self)
@@ -65,13 +65,11 @@ class ViewWork(ImageWork):
 
     def _ring(self) -> BatchRing:
         """One plain slot holding every view of a batch."""
-        assert self.recipe.layout is not None
         return self.recipe.layout.ring(1, False, None)
 
     def _for(self, plan: EpochPlan) -> ViewBatches:
         if not isinstance(self.batches, ViewBatches) or self.plan is not plan:
             recipe = self.recipe
-            assert recipe.layout is not None
             # no skip budget here: the trainer spends its own for every record replaced
             self.batches = ViewBatches(self.dataset, recipe.views, recipe.layout, self.decoder,
                                        self.ring, Counters(), recipe.on_error, plan,
