@@ -98,10 +98,6 @@ class ClipWork:
         return ClipPayload(batch.clips.numpy(), batch.facts, batch.samples,
                            tuple(counters.skipped_samples))
 
-    def payload_bytes(self, payload: ClipPayload) -> int:
-        return payload.clips.nbytes + payload.facts.nbytes + payload.samples.nbytes
-
-
 def start_pool(loader: Any, options: ClipOptions) -> WorkerPool | None:
     """The clip loader's workers, started (None without remote=)."""
     if options.remote is None:

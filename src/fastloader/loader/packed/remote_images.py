@@ -116,22 +116,6 @@ class ImageWork:
         return ImagePayload(pixels, ready.labels, ready.samples, ready.geometry, masks,
                             tuple(batches.budget.skipped[skipped_before:]), ready.program)
 
-    def payload_bytes(self, payload: Any) -> int:
-        return array_bytes(payload)
-
-
-def array_bytes(value: Any) -> int:
-    """The bytes of the arrays in a payload: in its fields, lists and dicts, at any depth."""
-    if isinstance(value, np.ndarray):
-        return value.nbytes
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return sum(array_bytes(getattr(value, f.name)) for f in dataclasses.fields(value))
-    if isinstance(value, dict):
-        return sum(array_bytes(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(array_bytes(v) for v in value)
-    return 0
-
 
 def _writable(value: Any) -> Any:
     """An array from the object store (read-only) copied; anything else as it is."""

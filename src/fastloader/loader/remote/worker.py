@@ -10,12 +10,15 @@ trainer raises the error the local loader raises: the same type, stage, batch an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import numpy as np
 
 from fastloader.errors import ProducerError
 from fastloader.loader.pipeline.producer import StageError
@@ -28,8 +31,18 @@ class BatchWork(Protocol):
         """Batch b of the pass planned by `plan`, as the payload the trainer absorbs; raises
         StageError (read, plan, masks) or the decode's own error, as the local filler does."""
 
-    def payload_bytes(self, payload: Any) -> int:
-        """The payload's bytes on the wire (its arrays)."""
+
+def payload_bytes(value: Any) -> int:
+    """A payload's bytes on the wire: its arrays, in its fields, lists and dicts, at any depth."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(payload_bytes(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, dict):
+        return sum(payload_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(payload_bytes(v) for v in value)
+    return 0
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,6 @@ class BatchWorker:
             error, stage = _portable(cause), exc.stage
         except Exception as exc:  # the decode's: DecodeError, CorruptRecordError, ...
             error, stage = _portable(exc), "decode"
-        nbytes = 0 if payload is None else self.work.payload_bytes(payload)
+        nbytes = payload_bytes(payload)
         return Outcome(b, payload, error, stage, time.perf_counter() - started,
                        time.process_time() - cpu, nbytes)
