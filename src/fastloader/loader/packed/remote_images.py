@@ -95,26 +95,34 @@ class ImageWork:
         return BatchRing(1, self.recipe.batch_size, *self.recipe.image_size, pin=False)
 
     def _for(self, plan: EpochPlan) -> ImageBatches:
+        """The pass's filler, made once a pass."""
         if self.batches is None or self.plan is not plan:
-            recipe = self.recipe
-            # no skip budget here: the trainer spends its own for every record replaced
-            self.batches = ImageBatches(self.dataset, recipe.transforms, self.decoder, self.ring,
-                                        Counters(), recipe.on_error, plan, self.planar, None,
-                                        None, recipe.box_field, self.masks, self.turns,
-                                        recipe.pixels)
-            self.plan = plan
+            self.batches, self.plan = self._filler(plan), plan
         return self.batches
 
-    def run(self, plan: EpochPlan, b: int) -> ImagePayload:
+    def _filler(self, plan: EpochPlan) -> ImageBatches:
+        """The local loader's filler over this actor's one slot."""
+        recipe = self.recipe
+        # no skip budget here: the trainer spends its own for every record replaced
+        return ImageBatches(self.dataset, recipe.transforms, self.decoder, self.ring,
+                            Counters(), recipe.on_error, plan, self.planar, None, None,
+                            recipe.box_field, self.masks, self.turns, recipe.pixels)
+
+    def _fill(self, plan: EpochPlan, b: int) -> tuple[Any, tuple[str, ...]]:
+        """Batch b filled into the slot, and the records replaced in it under on_error="skip"."""
         batches = self._for(plan)
         skipped_before = len(batches.budget.skipped)
         ready = batches.fill(b, 0, batches.prepare(b))
+        return ready, tuple(batches.budget.skipped[skipped_before:])
+
+    def run(self, plan: EpochPlan, b: int) -> ImagePayload:
+        ready, skipped = self._fill(plan, b)
         pixels = (self.ring.view(0, ready.count)[1] if ready.images is None
                   else ready.images.numpy())
         masks = (None if ready.masks is None
                  else {name: t.numpy() for name, t in ready.masks.items()})
         return ImagePayload(pixels, ready.labels, ready.samples, ready.geometry, masks,
-                            tuple(batches.budget.skipped[skipped_before:]), ready.program)
+                            skipped, ready.program)
 
 
 def _writable(value: Any) -> Any:

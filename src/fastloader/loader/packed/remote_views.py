@@ -67,27 +67,22 @@ class ViewWork(ImageWork):
         """One plain slot holding every view of a batch."""
         return self.recipe.layout.ring(1, False, None)
 
-    def _for(self, plan: EpochPlan) -> ViewBatches:
-        if not isinstance(self.batches, ViewBatches) or self.plan is not plan:
-            recipe = self.recipe
-            # no skip budget here: the trainer spends its own for every record replaced
-            self.batches = ViewBatches(self.dataset, recipe.views, recipe.layout, self.decoder,
-                                       self.ring, Counters(), recipe.on_error, plan,
-                                       self.planar, None, recipe.box_field, self.masks,
-                                       self.turns)
-            self.plan = plan
-        return self.batches
+    def _filler(self, plan: EpochPlan) -> ViewBatches:
+        """The local loader's views filler over this actor's one slot."""
+        recipe = self.recipe
+        # no skip budget here: the trainer spends its own for every record replaced
+        return ViewBatches(self.dataset, recipe.views, recipe.layout, self.decoder, self.ring,
+                           Counters(), recipe.on_error, plan, self.planar, None,
+                           recipe.box_field, self.masks, self.turns)
 
     def run(self, plan: EpochPlan, b: int) -> ViewPayload:  # type: ignore[override]
-        batches = self._for(plan)
-        skipped_before = len(batches.budget.skipped)
-        ready = batches.fill(b, 0, batches.prepare(b))
-        pixels = (batches.layout.arrays(self.ring, 0, ready.count) if ready.images is None
+        ready, skipped = self._fill(plan, b)
+        pixels = (self.recipe.layout.arrays(self.ring, 0, ready.count) if ready.images is None
                   else [t.numpy() for t in ready.images])
         masks = (None if ready.masks is None
                  else [{name: t.numpy() for name, t in view.items()} for view in ready.masks])
         return ViewPayload(pixels, ready.labels, ready.samples, ready.geometries, masks,
-                           tuple(batches.budget.skipped[skipped_before:]), ready.programs)
+                           skipped, ready.programs)
 
 
 def view_absorber(batches: ViewBatches) -> Callable[[int, int | None, ViewPayload], ReadyViews]:
