@@ -107,34 +107,15 @@ def _loader(kind: str, path: str, mode: str, address: str) -> Any:
         return fastloader.FastLoader(
             path, batch_size=64, shuffle=True, device="cpu", num_threads=1, remote=remote,
             transforms=[fastloader.RandomResizedCrop(224), fastloader.RandomHorizontalFlip()])
-    if kind == "dino views":
+    if kind == "dino views":  # bench_recipes.py's DINO views (docs/views.md's recipe)
+        from bench_recipes import fastloader_views
         return fastloader.FastLoader(path, batch_size=64, shuffle=True, device="cpu",
-                                     num_threads=1, remote=remote, views=_dino_views())
+                                     num_threads=1, remote=remote,
+                                     **fastloader_views("dino"))
     return fastloader.FastLoader(
         path, batch_size=8, shuffle=True, device="cpu", num_threads=1, remote=remote,
         video=fastloader.Video(frames=16, stride=2),
         transforms=[fastloader.RandomResizedCrop(112), fastloader.RandomHorizontalFlip()])
-
-
-def _dino_views() -> list[Any]:
-    """DINO's views (docs/views.md): 2 global crops and 8 local ones, each with its colour ops."""
-    from fastloader import (
-        ColorJitter,
-        GaussianBlur,
-        RandomGrayscale,
-        RandomHorizontalFlip,
-        RandomResizedCrop,
-        RandomSolarize,
-        View,
-    )
-    colour = [RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8),
-              RandomGrayscale(p=0.2)]
-    big = RandomResizedCrop(224, scale=(0.32, 1.0))
-    small = RandomResizedCrop(96, scale=(0.05, 0.32))
-    return [View([big, *colour, GaussianBlur(sigma=(0.1, 2.0), p=1.0)]),
-            View([big, *colour, GaussianBlur(sigma=(0.1, 2.0), p=0.1),
-                  RandomSolarize(128, p=0.2)]),
-            View([small, *colour, GaussianBlur(sigma=(0.1, 2.0), p=0.5)], count=8)]
 
 
 def _measure(loader: Any, batches: int, warmup: int) -> dict[str, float]:
