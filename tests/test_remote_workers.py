@@ -522,8 +522,8 @@ def test_close_leaves_no_actor(cluster: Any, boxes_dataset: Path) -> None:
 def test_a_cluster_torn_down_and_a_resume_on_the_loaders_own_ray(cluster: Any,
                                                                    boxes_dataset: Path) -> None:
     """A checkpoint on a cluster of its own, that cluster shut down, and the rest of the epoch
-    on a local Ray the loader starts on 127.0.0.1 (and shuts down); the module's cluster is
-    left as it was for the other tests."""
+    on a local Ray a loader starts on 127.0.0.1, shared with a second loader and shut down by
+    the last to close; the module's cluster is left as it was for the other tests."""
     local = _epoch(boxes_dataset, **IMAGE_OPTIONS)
     ray.shutdown()  # the driver leaves the module's cluster for one of this test's own
     own = cluster_utils.Cluster(initialize_head=True, head_node_args={
@@ -541,8 +541,14 @@ def test_a_cluster_torn_down_and_a_resume_on_the_loaders_own_ray(cluster: Any,
         ray.shutdown()
         own.shutdown()
     assert first == local[:3]
-    assert _epoch_from(boxes_dataset, state, Remote(workers=1)) == local[3:]
-    assert not ray.is_initialized()  # the loader shut down the Ray it started
+    # a second loader of the process (a validation loader, say) joins the local Ray the first
+    # started, which has the machine's CPUs; the one that closes first leaves it to the other
+    with FastLoader(boxes_dataset, remote=Remote(workers=1, local=False),
+                    **IMAGE_OPTIONS) as validation:
+        assert _epoch_from(boxes_dataset, state, Remote(workers=1)) == local[3:]
+        assert ray.is_initialized()
+        assert [_digest(b) for b in validation] == local
+    assert not ray.is_initialized()  # the last loader shut down the Ray it started
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
 
 

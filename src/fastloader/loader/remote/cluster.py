@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import os
 import signal
 import threading
 import time
@@ -44,29 +46,56 @@ def lost_errors(ray: ModuleType) -> tuple[type[BaseException], ...]:
     return tuple(getattr(ray.exceptions, n) for n in names if hasattr(ray.exceptions, n))
 
 
+# Pools of this process using the local Ray fastloader started: a train and a validation
+# loader share it, and the last to close shuts it down (not the first, under the other's actors).
+_local_users = 0
+_local_lock = threading.Lock()
+
+
 def join_ray(ray: ModuleType, options: Remote) -> bool:
-    """Join the Ray instance options.address names (see Remote); True when this call started
-    a new local instance, which the pool then shuts down."""
-    if ray.is_initialized():
-        return False
-    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it for good
-    quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                             "logging_level": logging.WARNING}
-    try:
-        if options.address in (None, "local"):
-            ray.init(address="local", num_cpus=int(max(1, options.workers * options.num_cpus)),
-                     _node_ip_address="127.0.0.1", resources=dict(options.resources) or None,
-                     **quiet)
-            return True
-        ray.init(address=options.address, **quiet)
-        return False
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise FastloaderError(f"remote=Remote(address={options.address!r}) could not join Ray: "
-                              f"{exc}. Start the cluster (`ray start --head`) or pass "
-                              "address=None for a local one.") from exc
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, sigterm)
+    """Join the Ray instance options.address names (see Remote); True when the pool uses the
+    local instance fastloader started in this process, which leave_ray shuts down with its last
+    user. That instance has the machine's CPUs (or the workers' CPUs, if more), so the loaders
+    of one process each place their workers on it."""
+    global _local_users
+    local = options.address in (None, "local")
+    with _local_lock:
+        if ray.is_initialized():
+            if local and _local_users:
+                _local_users += 1
+                return True
+            return False
+        sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it for good
+        quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                 "logging_level": logging.WARNING}
+        try:
+            if local:
+                ray.init(address="local", num_cpus=max(os.cpu_count() or 1, math.ceil(
+                    options.workers * options.num_cpus)), _node_ip_address="127.0.0.1",
+                    resources=dict(options.resources) or None, **quiet)
+                _local_users = 1
+                return True
+            ray.init(address=options.address, **quiet)
+            return False
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise FastloaderError(
+                f"remote=Remote(address={options.address!r}) could not join Ray: {exc}. Start "
+                "the cluster (`ray start --head`) or pass address=None for a local one."
+            ) from exc
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, sigterm)
+
+
+def leave_ray(ray: ModuleType) -> None:
+    """A pool that joined the local Ray fastloader started is done with it: shut down with its
+    last user."""
+    global _local_users
+    with _local_lock:
+        _local_users = max(0, _local_users - 1)
+        if _local_users == 0 and ray.is_initialized():
+            with contextlib.suppress(Exception):
+                ray.shutdown()
 
 
 @dataclass(eq=False)
@@ -188,12 +217,10 @@ class WorkerPool:
             return
         self.closed = True
         ray = self.ray
-        if not ray.is_initialized():  # Ray's own exit hook ran first: its actors are gone
-            return
-        for worker in self.workers:
-            with contextlib.suppress(Exception):
-                ray.kill(worker.actor, no_restart=True)
-            worker.state = "lost"
+        if ray.is_initialized():  # else Ray's own exit hook ran first: its actors are gone
+            for worker in self.workers:
+                with contextlib.suppress(Exception):
+                    ray.kill(worker.actor, no_restart=True)
+                worker.state = "lost"
         if self._started_ray:
-            with contextlib.suppress(Exception):
-                ray.shutdown()
+            leave_ray(ray)

@@ -68,7 +68,8 @@ class Remote:
     Args:
         workers: Ray actors this loader starts, each a decoder of num_cpus threads.
         address: None: the Ray this process already joined, else a new local one on
-            127.0.0.1 (shut down by close()); "auto": the cluster running on this machine;
+            127.0.0.1 with the machine's CPUs, shared by this process's loaders and shut down
+            when the last of them closes; "auto": the cluster running on this machine;
             "ray://HEAD:10001" or "HEAD:6379": that cluster. A process that called
             ray.init() already keeps its Ray, whatever address says.
         num_cpus: CPUs each actor reserves (and its decode threads, rounded up).
