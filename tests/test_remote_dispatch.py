@@ -42,16 +42,21 @@ class Ref:
 
 
 class StandInRay:
-    """What RemoteBatches asks of Ray: put, wait, get, cancel and the exception types."""
+    """What RemoteBatches asks of Ray: put, wait, get, cancel, is_initialized and the exception
+    types."""
 
     exceptions = SimpleNamespace(TaskCancelledError=TaskCancelledError,
                                  RayTaskError=RayTaskError)
 
     def __init__(self) -> None:
         self.cancelled: list[int] = []
+        self.down = False  # ray.shutdown() ran (Ray's exit hook, say)
 
     def put(self, value: Any) -> Any:
         return value
+
+    def is_initialized(self) -> bool:
+        return not self.down
 
     def wait(self, refs: list[Ref], num_returns: int = 1,
              timeout: float | None = None) -> tuple[list[Ref], list[Ref]]:
@@ -181,3 +186,16 @@ def test_remote_only_waits_in_order_and_never_takes_back() -> None:
     actor.finish(1)
     assert _next(batches, 1) == ("remote", 1, "pixels 1")
     assert worker.pending == [2] and worker.taken_back == 0
+
+
+def test_nothing_is_cancelled_once_ray_is_down() -> None:
+    """At exit Ray's own hook may shut it down before the loader's close cancels the pass: a
+    Ray call then would start a new local instance (Ray's auto-init), so none is made."""
+    pool = Pool(1)
+    batches = _batches(pool)
+    batches.prepare(0)  # the trainer's; the worker is given the next ones
+    assert pool.workers[0].pending
+    pool.ray.down = True
+    batches.cancel()
+    assert pool.ray.cancelled == []
+    assert not pool.workers[0].pending

@@ -303,8 +303,16 @@ class RemoteBatches(Generic[Prepared, Batch]):
             return
         with contextlib.suppress(ValueError):
             worker.pending.remove(assignment.batch)
-        with contextlib.suppress(Exception):
-            self.pool.ray.cancel(assignment.ref)
+        self._cancel(assignment.ref)
+
+    def _cancel(self, ref: Any) -> None:
+        """Cancel a call queued on a worker; nothing once Ray is down (at exit Ray's own hook
+        may run before the loader's close): its calls went with it, and a Ray call then would
+        start a new local instance (Ray's auto-init), slowing the exit by seconds."""
+        ray = self.pool.ray
+        if ray.is_initialized():
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
 
     def _lost(self, worker: Worker, error: BaseException) -> None:
         """Worker lost: its batches not delivered go back to be given out again, in order."""
@@ -341,8 +349,7 @@ class RemoteBatches(Generic[Prepared, Batch]):
         with self._lock:
             for assignment in self._held.values():
                 if not assignment.delivered:
-                    with contextlib.suppress(Exception):
-                        self.pool.ray.cancel(assignment.ref)
+                    self._cancel(assignment.ref)
             for worker in self.pool.workers:
                 worker.pending.clear()
                 worker.running_since = None
